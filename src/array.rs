@@ -1,0 +1,199 @@
+//! Element types and host-side arrays (the data users hand in and get back).
+
+use crate::error::{Error, Result};
+use std::fmt;
+
+/// Element type of a ref or array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit IEEE float.
+    F32,
+    /// 32-bit signed integer.
+    I32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        4
+    }
+
+    /// Bit pattern of `value` in this dtype (as stored in a 32-bit word).
+    pub fn bits_of(self, value: f64) -> u32 {
+        match self {
+            DType::F32 => (value as f32).to_bits(),
+            DType::I32 => (value as i32) as u32,
+        }
+    }
+
+    /// Parses `f32` / `i32`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "f32" | "float32" => Ok(DType::F32),
+            "i32" | "int32" => Ok(DType::I32),
+            _ => Err(Error::bad_input(format!(
+                "unknown dtype `{s}` (expected f32 or i32)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+        })
+    }
+}
+
+/// A dense row-major array on the host. Elements are kept as 32-bit words so one
+/// buffer type serves every dtype; [`HostArray::as_f32`] / [`HostArray::as_i32`] view them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostArray {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, row-major.
+    pub shape: Vec<usize>,
+    /// Raw element words.
+    pub words: Vec<u32>,
+}
+
+impl HostArray {
+    /// An array of `f32` values.
+    pub fn from_f32(shape: &[usize], data: Vec<f32>) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            words: data.into_iter().map(f32::to_bits).collect(),
+        })
+    }
+
+    /// An array of `i32` values.
+    pub fn from_i32(shape: &[usize], data: Vec<i32>) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self {
+            dtype: DType::I32,
+            shape: shape.to_vec(),
+            words: data.into_iter().map(|v| v as u32).collect(),
+        })
+    }
+
+    /// An array of zeros.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Self {
+        Self {
+            dtype,
+            shape: shape.to_vec(),
+            words: vec![0; shape.iter().product()],
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// True when the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// The elements as `f32` (meaningful when `dtype` is F32).
+    pub fn as_f32(&self) -> &[f32] {
+        bytemuck::cast_slice(&self.words)
+    }
+
+    /// The elements as `i32` (meaningful when `dtype` is I32).
+    pub fn as_i32(&self) -> &[i32] {
+        bytemuck::cast_slice(&self.words)
+    }
+
+    /// Rows `[start, start+len)` of the leading dimension, as a new array.
+    pub fn rows(&self, start: usize, len: usize) -> HostArray {
+        let row: usize = self.shape[1..].iter().product();
+        let mut shape = self.shape.clone();
+        shape[0] = len;
+        HostArray {
+            dtype: self.dtype,
+            shape,
+            words: self.words[start * row..(start + len) * row].to_vec(),
+        }
+    }
+
+    /// Counts elements that differ from `expected`. Integers must match exactly;
+    /// floats must agree within `rel_tol` relative (and `rel_tol` absolute near zero).
+    pub fn count_mismatches(&self, expected: &HostArray, rel_tol: f32) -> usize {
+        if self.shape != expected.shape || self.dtype != expected.dtype {
+            return expected.len().max(self.len());
+        }
+        match self.dtype {
+            DType::I32 => self
+                .as_i32()
+                .iter()
+                .zip(expected.as_i32())
+                .filter(|(a, b)| a != b)
+                .count(),
+            DType::F32 => self
+                .as_f32()
+                .iter()
+                .zip(expected.as_f32())
+                .filter(|(a, b)| {
+                    let tol = rel_tol * b.abs().max(1.0);
+                    !((*a - *b).abs() <= tol)
+                })
+                .count(),
+        }
+    }
+}
+
+fn check_len(shape: &[usize], len: usize) -> Result<()> {
+    let n: usize = shape.iter().product();
+    if n != len {
+        return Err(Error::bad_input(format!(
+            "shape {shape:?} holds {n} elements but {len} were given"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a shape written as `8x128` (or `8,128`); every dimension must be positive.
+pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
+    let dims: std::result::Result<Vec<usize>, _> = s
+        .split(['x', 'X', ','])
+        .map(|d| d.trim().parse::<usize>())
+        .collect();
+    match dims {
+        Ok(d) if !d.is_empty() && d.iter().all(|&v| v > 0) => Ok(d),
+        Ok(_) => Err(Error::bad_input(format!(
+            "shape `{s}` has a zero dimension (every dimension must be at least 1)"
+        ))),
+        Err(_) => Err(Error::bad_input(format!(
+            "malformed shape `{s}` (expected dimensions like 8x128)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_reject() {
+        assert_eq!(parse_shape("8x128").unwrap(), vec![8, 128]);
+        assert_eq!(parse_shape("4,2,3").unwrap(), vec![4, 2, 3]);
+        assert!(parse_shape("8x0").is_err());
+        assert!(parse_shape("8xq").is_err());
+        assert!(parse_shape("").is_err());
+    }
+
+    #[test]
+    fn mismatches_count_exact_ints_and_tolerant_floats() {
+        let a = HostArray::from_i32(&[3], vec![1, 2, 3]).unwrap();
+        let b = HostArray::from_i32(&[3], vec![1, 5, 3]).unwrap();
+        assert_eq!(a.count_mismatches(&b, 0.0), 1);
+        let x = HostArray::from_f32(&[2], vec![1.0, 2.0]).unwrap();
+        let y = HostArray::from_f32(&[2], vec![1.0 + 1e-7, 2.5]).unwrap();
+        assert_eq!(x.count_mismatches(&y, 1e-5), 1);
+    }
+}

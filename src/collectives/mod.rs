@@ -1,0 +1,152 @@
+//! The seed collectives, their XLA-semantics references, and the API that runs them.
+
+mod all_gather;
+mod ppermute;
+pub mod reference;
+
+pub use all_gather::{all_gather_kernel, AllGather};
+pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
+
+use crate::array::{DType, HostArray};
+use crate::device_sim::{schedule, Eager, Policy, Program, Schedule};
+use crate::error::{Error, Result};
+use crate::exec::Executor;
+use crate::kernel::PallasCall;
+use crate::mesh::Mesh;
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+/// A collective: a kernel builder plus an independent reference.
+pub trait Collective: Send + Sync {
+    /// CLI name.
+    fn name(&self) -> &'static str;
+    /// One line: algorithm and cost (steps, bytes per step).
+    fn summary(&self) -> &'static str;
+    /// The kernel for `mesh`, with `shard` the per-device input shape.
+    fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall>;
+    /// XLA's result for `inputs[device][operand]`, as `outputs[device][operand]`.
+    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>>;
+    /// Relative float tolerance for comparing with the reference (0 for pure data movement).
+    fn tolerance(&self) -> f32 {
+        0.0
+    }
+}
+
+/// Every collective, by name.
+pub fn all() -> Vec<Box<dyn Collective>> {
+    vec![Box::new(Ppermute::default()), Box::new(AllGather)]
+}
+
+/// The collective called `name`, or an error listing the known ones.
+pub fn by_name(name: &str) -> Result<Box<dyn Collective>> {
+    all().into_iter().find(|c| c.name() == name).ok_or_else(|| {
+        let names: Vec<_> = all().iter().map(|c| c.name()).collect();
+        Error::bad_input(format!(
+            "unknown collective `{name}` (known: {})",
+            names.join(", ")
+        ))
+    })
+}
+
+/// Deterministic random inputs for every device and operand of `program`:
+/// f32 uniform in [0, 1), i32 uniform in [-1000, 1000) (exact under sums).
+pub fn random_inputs(program: &Program, seed: u64) -> Vec<Vec<HostArray>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..program.devices)
+        .map(|_| {
+            program
+                .inputs
+                .iter()
+                .map(|&a| {
+                    let alloc = &program.layout.allocs[a];
+                    let n = alloc.numel();
+                    let words = match alloc.dtype {
+                        DType::F32 => (0..n).map(|_| rng.random::<f32>().to_bits()).collect(),
+                        DType::I32 => (0..n)
+                            .map(|_| rng.random_range(-1000i32..1000) as u32)
+                            .collect(),
+                    };
+                    HostArray {
+                        dtype: alloc.dtype,
+                        shape: alloc.shape.clone(),
+                        words,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Lowers `call` on `mesh` and schedules it under `policy`.
+pub fn plan(
+    call: &PallasCall,
+    mesh: &Mesh,
+    policy: &mut dyn Policy,
+) -> Result<(Program, Schedule)> {
+    let program = call.lower(mesh)?;
+    let sched = schedule(&program, policy)?;
+    Ok((program, sched))
+}
+
+/// Runs `call` on host data: lower, schedule (default policy), execute.
+/// `inputs[device][operand]` in, `outputs[device][operand]` out.
+pub fn simulate(
+    call: &PallasCall,
+    mesh: &Mesh,
+    inputs: &[Vec<HostArray>],
+    exec: &mut dyn Executor,
+) -> Result<Vec<Vec<HostArray>>> {
+    let (program, sched) = plan(call, mesh, &mut Eager::default())?;
+    exec.execute(&program, &sched, inputs)
+}
+
+/// The outcome of [`run_checked`].
+#[derive(Debug)]
+pub struct Checked {
+    /// Elements that differ from the reference, over all devices and outputs.
+    pub wrong: usize,
+    /// Elements compared.
+    pub total: usize,
+    /// Time spent executing the schedule (upload, run, readback).
+    pub exec_time: Duration,
+    /// Time spent lowering and scheduling.
+    pub plan_time: Duration,
+    /// The schedule's length in data ops.
+    pub data_ops: usize,
+}
+
+/// Runs collective `c` on deterministic random data and counts wrong elements
+/// against its reference.
+pub fn run_checked(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+) -> Result<Checked> {
+    let t0 = Instant::now();
+    let call = c.call(mesh, shard, dtype)?;
+    let (program, sched) = plan(&call, mesh, &mut Eager::default())?;
+    let plan_time = t0.elapsed();
+    let inputs = random_inputs(&program, seed);
+    let expected = c.reference(&inputs)?;
+    let t1 = Instant::now();
+    let got = exec.execute(&program, &sched, &inputs)?;
+    let exec_time = t1.elapsed();
+    let mut wrong = 0;
+    let mut total = 0;
+    for (g, e) in got.iter().zip(&expected) {
+        for (ga, ea) in g.iter().zip(e) {
+            wrong += ga.count_mismatches(ea, c.tolerance());
+            total += ea.len();
+        }
+    }
+    Ok(Checked {
+        wrong,
+        total,
+        exec_time,
+        plan_time,
+        data_ops: sched.ops.len(),
+    })
+}

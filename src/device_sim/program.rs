@@ -1,0 +1,308 @@
+//! A traced kernel: the memory layout every device shares and each device's op list.
+//! This is what the kernel API produces and what the scheduler consumes.
+
+use crate::array::DType;
+use crate::error::Site;
+use std::panic::Location;
+
+/// Index of an allocation in [`Layout::allocs`].
+pub type AllocId = usize;
+/// Index of a semaphore slot in [`Layout::sems`].
+pub type SemId = usize;
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemorySpace {
+    /// HBM (`pl.ANY`): only DMAs may touch it.
+    Any,
+    /// VMEM: where compute runs.
+    Vmem,
+}
+
+/// One allocation, present on every device.
+#[derive(Clone, Debug)]
+pub struct Allocation {
+    /// The kernel's name for it (`x_ref`, `hbm_buf`, …).
+    pub name: String,
+    /// Memory space.
+    pub space: MemorySpace,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl Allocation {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+}
+
+/// Kind of a semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemKind {
+    /// Counts bytes of completed DMAs.
+    Dma,
+    /// Counts signals.
+    Regular,
+    /// The kernel's barrier semaphore (`get_barrier_semaphore`).
+    Barrier,
+}
+
+/// One semaphore slot, present on every device (arrays are flattened to `name[i]`).
+#[derive(Clone, Debug)]
+pub struct SemInfo {
+    /// Display name, e.g. `recv_sems[2]`.
+    pub name: String,
+    /// Kind.
+    pub kind: SemKind,
+}
+
+/// The per-device memory layout: allocations and semaphore slots.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    /// Allocations (the same on every device).
+    pub allocs: Vec<Allocation>,
+    /// Semaphore slots (the same on every device).
+    pub sems: Vec<SemInfo>,
+}
+
+/// A contiguous run of elements of one allocation on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct View {
+    /// Device holding the allocation.
+    pub device: usize,
+    /// Allocation.
+    pub alloc: AllocId,
+    /// First element.
+    pub offset: usize,
+    /// Number of elements.
+    pub len: usize,
+}
+
+impl View {
+    /// Byte offset in the allocation (all dtypes are 4 bytes wide).
+    pub fn byte_offset(&self) -> u64 {
+        self.offset as u64 * 4
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.len as u64 * 4
+    }
+    /// True when the two views share a byte on the same allocation and device.
+    pub fn overlaps(&self, other: &View) -> bool {
+        self.device == other.device
+            && self.alloc == other.alloc
+            && self.offset < other.offset + other.len
+            && other.offset < self.offset + self.len
+    }
+}
+
+/// A semaphore slot on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SemRef {
+    /// Device holding it.
+    pub device: usize,
+    /// Slot.
+    pub sem: SemId,
+}
+
+/// Reduction operator of an accumulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// `dst += src`
+    Sum,
+    /// `dst = max(dst, src)`
+    Max,
+    /// `dst = min(dst, src)`
+    Min,
+}
+
+impl ReduceOp {
+    /// Parses `sum|max|min`.
+    pub fn parse(s: &str) -> crate::Result<Self> {
+        match s {
+            "sum" => Ok(ReduceOp::Sum),
+            "max" => Ok(ReduceOp::Max),
+            "min" => Ok(ReduceOp::Min),
+            _ => Err(crate::Error::bad_input(format!(
+                "unknown reduction `{s}` (expected sum, max or min)"
+            ))),
+        }
+    }
+}
+
+/// One unit of data work. The scheduler emits these in a valid order; executors run them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DataOp {
+    /// Copy `src` into `dst` (a DMA, or a VMEM assignment). Same length.
+    Copy {
+        /// Source.
+        src: View,
+        /// Destination.
+        dst: View,
+    },
+    /// Set every element of `dst` to the 32-bit pattern `bits`.
+    Fill {
+        /// Destination.
+        dst: View,
+        /// Element bit pattern.
+        bits: u32,
+    },
+    /// `dst = op(dst, src)` element-wise.
+    Accumulate {
+        /// Destination (read and written).
+        dst: View,
+        /// Source.
+        src: View,
+        /// Operator.
+        op: ReduceOp,
+        /// Element type.
+        dtype: DType,
+    },
+}
+
+/// A DMA as started by a kernel.
+#[derive(Clone, Debug)]
+pub struct Dma {
+    /// Source view (on the issuing device).
+    pub src: View,
+    /// Destination view (on the target device).
+    pub dst: View,
+    /// Semaphore credited on the issuer at completion (remote DMAs only).
+    pub send_sem: Option<SemRef>,
+    /// Semaphore credited on the receiver at completion (the only one for local DMAs).
+    pub recv_sem: SemRef,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Where it was started.
+    pub origin: OpSite,
+}
+
+/// Why a device blocks on a semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// `copy.wait()` of a local DMA.
+    DmaWait,
+    /// `wait_send()` of a remote DMA.
+    WaitSend,
+    /// `wait_recv()` of a remote DMA.
+    WaitRecv,
+    /// `semaphore_wait`.
+    Semaphore,
+}
+
+/// What one traced op does.
+#[derive(Clone, Debug)]
+pub enum OpKind {
+    /// Put DMA `Program::dmas[id]` in flight.
+    DmaStart(usize),
+    /// Block until `sem >= amount`, then subtract `amount`.
+    Wait {
+        /// Semaphore (always on the waiting device).
+        sem: SemRef,
+        /// Amount.
+        amount: u64,
+        /// Which API call.
+        why: WaitKind,
+    },
+    /// Add `inc` to `sem` (possibly on another device).
+    Signal {
+        /// Semaphore.
+        sem: SemRef,
+        /// Increment.
+        inc: u64,
+    },
+    /// VMEM compute.
+    Compute(DataOp),
+}
+
+/// Where an op was recorded: grid point (linear), API call and kernel source line.
+#[derive(Clone, Copy, Debug)]
+pub struct OpSite {
+    /// Device that recorded the op.
+    pub device: usize,
+    /// Row-major index of the grid point.
+    pub grid_linear: usize,
+    /// API call name.
+    pub op: &'static str,
+    /// Kernel source location.
+    pub location: &'static Location<'static>,
+}
+
+/// One traced op.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// Where it came from.
+    pub site: OpSite,
+}
+
+/// A kernel traced over every device and grid point.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Kernel name.
+    pub name: String,
+    /// Number of devices.
+    pub devices: usize,
+    /// Grid dimensions.
+    pub grid: Vec<usize>,
+    /// Memory layout shared by every device.
+    pub layout: Layout,
+    /// Each device's ops in program order.
+    pub ops: Vec<Vec<Op>>,
+    /// Every DMA started, indexed by [`OpKind::DmaStart`].
+    pub dmas: Vec<Dma>,
+    /// Data ops run before the grid (VMEM operands copied in).
+    pub prologue: Vec<DataOp>,
+    /// Data ops run after the grid (VMEM outputs copied out).
+    pub epilogue: Vec<DataOp>,
+    /// The HBM allocation that holds each input operand.
+    pub inputs: Vec<AllocId>,
+    /// The HBM allocation that holds each output operand.
+    pub outputs: Vec<AllocId>,
+}
+
+impl Program {
+    /// Grid coordinates of a row-major grid index.
+    pub fn grid_point(&self, linear: usize) -> Vec<usize> {
+        grid_coords(&self.grid, linear)
+    }
+
+    /// A printable [`Site`] for an op site.
+    pub fn site(&self, s: &OpSite) -> Site {
+        Site {
+            device: s.device,
+            grid: self.grid_point(s.grid_linear),
+            op: s.op,
+            location: format!("{}:{}", s.location.file(), s.location.line()),
+        }
+    }
+
+    /// Display name of a semaphore slot.
+    pub fn sem_name(&self, s: SemRef) -> String {
+        self.layout.sems[s.sem].name.clone()
+    }
+
+    /// Total number of traced ops over all devices.
+    pub fn op_count(&self) -> usize {
+        self.ops.iter().map(Vec::len).sum()
+    }
+}
+
+/// Row-major coordinates of `linear` in a grid of dimensions `grid`.
+pub fn grid_coords(grid: &[usize], linear: usize) -> Vec<usize> {
+    let mut rest = linear;
+    let mut out = vec![0; grid.len()];
+    for (i, n) in grid.iter().enumerate().rev() {
+        out[i] = rest % n.max(&1);
+        rest /= n.max(&1);
+    }
+    out
+}

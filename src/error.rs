@@ -1,0 +1,204 @@
+//! One error type for the whole crate; every message names what went wrong and where.
+
+use std::fmt;
+
+/// Crate-wide result alias.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where in a kernel something happened: device, grid point, op and kernel source line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Linear device id.
+    pub device: usize,
+    /// Grid point (one index per grid axis); empty before the grid or for an empty grid.
+    pub grid: Vec<usize>,
+    /// The API call, e.g. `make_async_remote_copy`.
+    pub op: &'static str,
+    /// `file:line` of the kernel source that made the call.
+    pub location: String,
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "device {} at grid point {:?}, `{}` ({})",
+            self.device, self.grid, self.op, self.location
+        )
+    }
+}
+
+/// What kind of mistake a kernel made while it was traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KernelErrorKind {
+    /// A device id outside the mesh.
+    DeviceIdOutOfRange,
+    /// An index or slice outside a ref or semaphore array.
+    OutOfBounds,
+    /// Two refs of one op whose shapes or dtypes differ.
+    ShapeMismatch,
+    /// Compute that reads or writes HBM (only DMAs may touch HBM).
+    HbmInCompute,
+    /// A ref or semaphore used in a way its kind does not allow.
+    Misuse,
+}
+
+/// A mistake found while tracing a kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelError {
+    /// The kind of mistake.
+    pub kind: KernelErrorKind,
+    /// Where it happened.
+    pub site: Site,
+    /// The one fact needed to fix it.
+    pub detail: String,
+}
+
+/// A device that cannot make progress when the run deadlocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// Where the device waits.
+    pub site: Site,
+    /// The semaphore it waits on.
+    pub semaphore: String,
+    /// Its current value.
+    pub value: u64,
+    /// The value the wait needs.
+    pub awaited: u64,
+}
+
+/// Something left over when every device finished the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExitProblem {
+    /// A semaphore is not back at zero.
+    SemaphoreNotZero {
+        /// Device holding it.
+        device: usize,
+        /// Semaphore name (with array index).
+        semaphore: String,
+        /// Its value at exit.
+        value: u64,
+    },
+    /// A DMA completed but nobody waited for it.
+    DmaNotWaited {
+        /// Where it was started.
+        site: Site,
+        /// The semaphore that still holds its bytes.
+        semaphore: String,
+        /// Its byte count.
+        bytes: u64,
+    },
+}
+
+/// Every error tpusim reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad user input: shape, P, dtype, collective name, permutation.
+    BadInput(String),
+    /// No GPU adapter could be found or opened.
+    NoAdapter(String),
+    /// A GPU operation failed.
+    Gpu(String),
+    /// A request larger than the adapter (or a model) allows.
+    Limit {
+        /// What was requested.
+        what: String,
+        /// Requested amount.
+        requested: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A kernel mistake found while tracing.
+    Kernel(KernelError),
+    /// No device can make progress, no DMA is in flight, and work is left.
+    Deadlock(Vec<Blocked>),
+    /// Leftovers at kernel exit.
+    Exit(Vec<ExitProblem>),
+    /// An I/O failure.
+    Io(std::io::Error),
+}
+
+impl Error {
+    /// Shorthand for [`Error::BadInput`].
+    pub fn bad_input(msg: impl Into<String>) -> Self {
+        Error::BadInput(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadInput(m) => write!(f, "bad input: {m}"),
+            Error::NoAdapter(m) => write!(f, "no GPU adapter: {m}"),
+            Error::Gpu(m) => write!(f, "GPU error: {m}"),
+            Error::Limit {
+                what,
+                requested,
+                limit,
+            } => write!(
+                f,
+                "{what} needs {requested} bytes but the limit is {limit} bytes"
+            ),
+            Error::Kernel(e) => {
+                let kind = match e.kind {
+                    KernelErrorKind::DeviceIdOutOfRange => "device id out of range",
+                    KernelErrorKind::OutOfBounds => "out of bounds",
+                    KernelErrorKind::ShapeMismatch => "shape mismatch",
+                    KernelErrorKind::HbmInCompute => "HBM used in compute",
+                    KernelErrorKind::Misuse => "misuse",
+                };
+                write!(f, "{kind}: {} in {}", e.detail, e.site)
+            }
+            Error::Deadlock(blocked) => {
+                writeln!(
+                    f,
+                    "deadlock: no device can make progress and no DMA is in flight"
+                )?;
+                for b in blocked {
+                    writeln!(
+                        f,
+                        "  {} waits on `{}`: value {}, needs {}",
+                        b.site, b.semaphore, b.value, b.awaited
+                    )?;
+                }
+                Ok(())
+            }
+            Error::Exit(problems) => {
+                writeln!(f, "kernel exit check failed:")?;
+                for p in problems {
+                    match p {
+                        ExitProblem::SemaphoreNotZero {
+                            device,
+                            semaphore,
+                            value,
+                        } => writeln!(
+                            f,
+                            "  semaphore not zero at exit: device {device} `{semaphore}` = {value}"
+                        )?,
+                        ExitProblem::DmaNotWaited {
+                            site,
+                            semaphore,
+                            bytes,
+                        } => writeln!(
+                            f,
+                            "  DMA never waited: {site} ({bytes} bytes still on `{semaphore}`)"
+                        )?,
+                    }
+                }
+                Ok(())
+            }
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}

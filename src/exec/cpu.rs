@@ -1,0 +1,135 @@
+//! The CPU executor: every allocation is a host vector; the oracle for tests.
+
+use super::{check_inputs, Executor};
+use crate::array::{DType, HostArray};
+use crate::device_sim::program::{DataOp, ReduceOp, View};
+use crate::device_sim::{Program, Schedule};
+use crate::error::Result;
+
+/// Runs schedules in host memory.
+#[derive(Debug, Default)]
+pub struct CpuExecutor;
+
+impl CpuExecutor {
+    /// A new CPU executor.
+    pub fn new() -> Self {
+        CpuExecutor
+    }
+}
+
+/// Host memory: one word vector per (device, allocation).
+struct Memory {
+    per_device: usize,
+    bufs: Vec<Vec<u32>>,
+}
+
+impl Memory {
+    fn index(&self, v: &View) -> usize {
+        v.device * self.per_device + v.alloc
+    }
+
+    /// Mutable destination and shared source, which may be the same buffer.
+    fn with_pair(&mut self, dst: &View, src: &View, f: impl FnOnce(&mut [u32], &[u32])) {
+        let (di, si) = (self.index(dst), self.index(src));
+        let (dr, sr) = (
+            dst.offset..dst.offset + dst.len,
+            src.offset..src.offset + src.len,
+        );
+        if di == si {
+            let tmp = self.bufs[si][sr].to_vec();
+            f(&mut self.bufs[di][dr], &tmp);
+        } else if di < si {
+            let (a, b) = self.bufs.split_at_mut(si);
+            f(&mut a[di][dr], &b[0][sr]);
+        } else {
+            let (a, b) = self.bufs.split_at_mut(di);
+            f(&mut b[0][dr], &a[si][sr]);
+        }
+    }
+}
+
+/// Applies one accumulate element-wise on 32-bit words.
+pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType) {
+    match dtype {
+        DType::F32 => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                let (a, b) = (f32::from_bits(*d), f32::from_bits(*s));
+                *d = match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                }
+                .to_bits();
+            }
+        }
+        DType::I32 => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                let (a, b) = (*d as i32, *s as i32);
+                *d = match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                } as u32;
+            }
+        }
+    }
+}
+
+impl Executor for CpuExecutor {
+    fn describe(&self) -> String {
+        "cpu".into()
+    }
+
+    fn execute(
+        &mut self,
+        program: &Program,
+        schedule: &Schedule,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        check_inputs(program, inputs)?;
+        let allocs = &program.layout.allocs;
+        let mut mem = Memory {
+            per_device: allocs.len(),
+            bufs: (0..program.devices)
+                .flat_map(|_| allocs.iter().map(|a| vec![0u32; a.numel()]))
+                .collect(),
+        };
+        for (d, dev) in inputs.iter().enumerate() {
+            for (a, arr) in program.inputs.iter().zip(dev) {
+                mem.bufs[d * allocs.len() + a].copy_from_slice(&arr.words);
+            }
+        }
+        for op in &schedule.ops {
+            match op {
+                DataOp::Copy { src, dst } => {
+                    mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
+                }
+                DataOp::Fill { dst, bits } => {
+                    let i = mem.index(dst);
+                    mem.bufs[i][dst.offset..dst.offset + dst.len].fill(*bits);
+                }
+                DataOp::Accumulate {
+                    dst,
+                    src,
+                    op,
+                    dtype,
+                } => {
+                    mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+                }
+            }
+        }
+        Ok((0..program.devices)
+            .map(|d| {
+                program
+                    .outputs
+                    .iter()
+                    .map(|&a| HostArray {
+                        dtype: allocs[a].dtype,
+                        shape: allocs[a].shape.clone(),
+                        words: std::mem::take(&mut mem.bufs[d * allocs.len() + a]),
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}

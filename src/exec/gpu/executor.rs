@@ -1,0 +1,415 @@
+//! The wgpu executor: allocations become GPU buffers, DMAs become buffer copies,
+//! VMEM compute becomes shader dispatches; the whole schedule is one submission.
+
+use super::context::GpuContext;
+use super::pipelines::{Params, Pipelines, WORKGROUP};
+use super::windows::{windows, Binding};
+use crate::array::HostArray;
+use crate::device_sim::program::{DataOp, View};
+use crate::device_sim::{Program, Schedule};
+use crate::error::{Error, Result};
+use crate::exec::{check_inputs, Executor};
+use std::sync::Arc;
+
+/// Runs schedules on a wgpu device.
+pub struct GpuExecutor {
+    ctx: Arc<GpuContext>,
+    pipes: Pipelines,
+}
+
+/// A recorded GPU command, before encoding.
+enum Cmd {
+    Copy {
+        src: BufId,
+        src_off: u64,
+        dst: BufId,
+        dst_off: u64,
+        size: u64,
+    },
+    Clear {
+        dst: BufId,
+        off: u64,
+        size: u64,
+    },
+    Dispatch {
+        pipeline: wgpu::ComputePipeline,
+        bind_group: usize,
+        workgroups: u32,
+    },
+}
+
+/// A buffer: an allocation of a device, or the scratch buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BufId {
+    Alloc(usize),
+    Scratch,
+}
+
+/// A bind group to create: buffers with their windows, and a params slot.
+struct BindSpec {
+    accumulate: bool,
+    dst: (BufId, Binding),
+    src: Option<(BufId, Binding)>,
+    params: usize,
+}
+
+impl GpuExecutor {
+    /// An executor on an opened context.
+    pub fn new(ctx: Arc<GpuContext>) -> Self {
+        let pipes = Pipelines::new(&ctx.device);
+        Self { ctx, pipes }
+    }
+
+    /// Opens the default adapter (see [`GpuContext::new`]).
+    pub fn from_env() -> Result<Self> {
+        Ok(Self::new(Arc::new(GpuContext::new()?)))
+    }
+
+    /// The context in use.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+}
+
+struct Recorder<'a> {
+    nallocs: usize,
+    max_binding: u64,
+    align: u64,
+    cmds: Vec<Cmd>,
+    binds: Vec<BindSpec>,
+    params: Vec<Params>,
+    scratch_size: u64,
+    exec: &'a GpuExecutor,
+}
+
+impl Recorder<'_> {
+    fn buf(&self, v: &View) -> BufId {
+        BufId::Alloc(v.device * self.nallocs + v.alloc)
+    }
+
+    fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32) {
+        let wg = n
+            .div_ceil(WORKGROUP)
+            .clamp(1, self.exec.ctx.limits.max_compute_workgroups_per_dimension);
+        self.binds.push(spec);
+        self.cmds.push(Cmd::Dispatch {
+            pipeline,
+            bind_group: self.binds.len() - 1,
+            workgroups: wg,
+        });
+    }
+
+    /// Same-buffer sources are staged through the scratch buffer first (wgpu refuses a
+    /// copy within one buffer and a read and a write binding of one buffer in a dispatch).
+    fn source(&mut self, src: &View, dst: &View) -> (BufId, u64) {
+        if self.buf(src) != self.buf(dst) {
+            return (self.buf(src), src.byte_offset());
+        }
+        self.scratch_size = self.scratch_size.max(src.bytes());
+        self.cmds.push(Cmd::Copy {
+            src: self.buf(src),
+            src_off: src.byte_offset(),
+            dst: BufId::Scratch,
+            dst_off: 0,
+            size: src.bytes(),
+        });
+        (BufId::Scratch, 0)
+    }
+
+    fn record(&mut self, op: &DataOp) {
+        match op {
+            DataOp::Copy { src, dst } => {
+                if src.len == 0 {
+                    return;
+                }
+                let (sb, so) = self.source(src, dst);
+                self.cmds.push(Cmd::Copy {
+                    src: sb,
+                    src_off: so,
+                    dst: self.buf(dst),
+                    dst_off: dst.byte_offset(),
+                    size: dst.bytes(),
+                });
+            }
+            DataOp::Fill { dst, bits } => {
+                if dst.len == 0 {
+                    return;
+                }
+                if *bits == 0 {
+                    self.cmds.push(Cmd::Clear {
+                        dst: self.buf(dst),
+                        off: dst.byte_offset(),
+                        size: dst.bytes(),
+                    });
+                    return;
+                }
+                for w in windows(
+                    dst.len as u64,
+                    dst.byte_offset(),
+                    None,
+                    self.max_binding,
+                    self.align,
+                ) {
+                    self.params.push(Params {
+                        src_off: 0,
+                        dst_off: w.dst.elem_off,
+                        n: w.n,
+                        value: *bits,
+                    });
+                    let spec = BindSpec {
+                        accumulate: false,
+                        dst: (self.buf(dst), w.dst),
+                        src: None,
+                        params: self.params.len() - 1,
+                    };
+                    self.dispatch(self.exec.pipes.fill.clone(), spec, w.n);
+                }
+            }
+            DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => {
+                if dst.len == 0 {
+                    return;
+                }
+                let pipeline = self
+                    .exec
+                    .pipes
+                    .accumulate(&self.exec.ctx.device, *op, *dtype);
+                let (sb, so) = self.source(src, dst);
+                for w in windows(
+                    dst.len as u64,
+                    dst.byte_offset(),
+                    Some(so),
+                    self.max_binding,
+                    self.align,
+                ) {
+                    let s = w.src.expect("accumulate windows have a source");
+                    self.params.push(Params {
+                        src_off: s.elem_off,
+                        dst_off: w.dst.elem_off,
+                        n: w.n,
+                        value: 0,
+                    });
+                    let spec = BindSpec {
+                        accumulate: true,
+                        dst: (self.buf(dst), w.dst),
+                        src: Some((sb, s)),
+                        params: self.params.len() - 1,
+                    };
+                    self.dispatch(pipeline.clone(), spec, w.n);
+                }
+            }
+        }
+    }
+}
+
+impl Executor for GpuExecutor {
+    fn describe(&self) -> String {
+        self.ctx.describe()
+    }
+
+    fn execute(
+        &mut self,
+        program: &Program,
+        schedule: &Schedule,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        check_inputs(program, inputs)?;
+        let ctx = &self.ctx;
+        let dev = &ctx.device;
+        let limits = &ctx.limits;
+        let allocs = &program.layout.allocs;
+        let nallocs = allocs.len();
+        for a in allocs {
+            if a.bytes() > limits.max_buffer_size {
+                return Err(Error::Limit {
+                    what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
+                    requested: a.bytes(),
+                    limit: limits.max_buffer_size,
+                });
+            }
+        }
+        let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST;
+        let make = |label: &str, size: u64, usage| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: size.max(4).next_multiple_of(4),
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let bufs: Vec<wgpu::Buffer> = (0..program.devices)
+            .flat_map(|d| allocs.iter().map(move |a| (d, a)))
+            .map(|(d, a)| make(&format!("d{d}:{}", a.name), a.bytes(), usage))
+            .collect();
+        for (d, dev_inputs) in inputs.iter().enumerate() {
+            for (a, arr) in program.inputs.iter().zip(dev_inputs) {
+                ctx.queue
+                    .write_buffer(&bufs[d * nallocs + a], 0, bytemuck::cast_slice(&arr.words));
+            }
+        }
+
+        let mut rec = Recorder {
+            nallocs,
+            max_binding: limits.max_storage_buffer_binding_size as u64,
+            align: limits.min_storage_buffer_offset_alignment as u64,
+            cmds: Vec::new(),
+            binds: Vec::new(),
+            params: Vec::new(),
+            scratch_size: 0,
+            exec: self,
+        };
+        for op in &schedule.ops {
+            rec.record(op);
+        }
+        let scratch = make("scratch", rec.scratch_size, usage);
+        let get = |b: BufId| match b {
+            BufId::Alloc(i) => &bufs[i],
+            BufId::Scratch => &scratch,
+        };
+
+        let stride = (limits.min_uniform_buffer_offset_alignment as u64).max(16);
+        let params_buf = make(
+            "params",
+            stride * rec.params.len().max(1) as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        );
+        let mut staged = vec![0u8; (stride * rec.params.len() as u64) as usize];
+        for (i, p) in rec.params.iter().enumerate() {
+            let o = i * stride as usize;
+            staged[o..o + 16].copy_from_slice(bytemuck::bytes_of(p));
+        }
+        if !staged.is_empty() {
+            ctx.queue.write_buffer(&params_buf, 0, &staged);
+        }
+        let entry = |binding, (b, w): (BufId, Binding)| wgpu::BindGroupEntry {
+            binding,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: get(b),
+                offset: w.offset,
+                size: std::num::NonZeroU64::new(w.size),
+            }),
+        };
+        let params_entry = |binding, slot: usize| wgpu::BindGroupEntry {
+            binding,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &params_buf,
+                offset: slot as u64 * stride,
+                size: std::num::NonZeroU64::new(16),
+            }),
+        };
+        let groups: Vec<wgpu::BindGroup> = rec
+            .binds
+            .iter()
+            .map(|b| {
+                if b.accumulate {
+                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &self.pipes.acc_layout,
+                        entries: &[
+                            entry(0, b.src.expect("accumulate has a source")),
+                            entry(1, b.dst),
+                            params_entry(2, b.params),
+                        ],
+                    })
+                } else {
+                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &self.pipes.fill_layout,
+                        entries: &[entry(0, b.dst), params_entry(1, b.params)],
+                    })
+                }
+            })
+            .collect();
+
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("schedule"),
+        });
+        let mut i = 0;
+        while i < rec.cmds.len() {
+            match &rec.cmds[i] {
+                Cmd::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    size,
+                } => enc.copy_buffer_to_buffer(get(*src), *src_off, get(*dst), *dst_off, *size),
+                Cmd::Clear { dst, off, size } => enc.clear_buffer(get(*dst), *off, Some(*size)),
+                Cmd::Dispatch { .. } => {
+                    // Consecutive dispatches share one pass; wgpu orders them by their bindings.
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    while let Some(Cmd::Dispatch {
+                        pipeline,
+                        bind_group,
+                        workgroups,
+                    }) = rec.cmds.get(i)
+                    {
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, &groups[*bind_group], &[]);
+                        pass.dispatch_workgroups(*workgroups, 1, 1);
+                        i += 1;
+                    }
+                    continue;
+                }
+            }
+            i += 1;
+        }
+
+        // Read every output back through one staging buffer each.
+        let mut staging = Vec::new();
+        for d in 0..program.devices {
+            for &a in &program.outputs {
+                let size = allocs[a].bytes().max(4).next_multiple_of(4);
+                let s = make(
+                    "readback",
+                    size,
+                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                );
+                enc.copy_buffer_to_buffer(&bufs[d * nallocs + a], 0, &s, 0, size);
+                staging.push(s);
+            }
+        }
+        ctx.queue.submit([enc.finish()]);
+        for s in &staging {
+            s.map_async(wgpu::MapMode::Read, .., |_| {});
+        }
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        if let Some(e) = pollster::block_on(validation.pop()) {
+            return Err(Error::Gpu(e.to_string()));
+        }
+        if let Some(e) = pollster::block_on(oom.pop()) {
+            return Err(Error::Gpu(format!("out of GPU memory: {e}")));
+        }
+
+        let mut out = Vec::with_capacity(program.devices);
+        let mut it = staging.iter();
+        for _ in 0..program.devices {
+            let mut dev_out = Vec::new();
+            for &a in &program.outputs {
+                let s = it.next().expect("one staging buffer per output");
+                let alloc = &allocs[a];
+                let view = s
+                    .get_mapped_range(..)
+                    .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
+                let words: &[u32] = bytemuck::cast_slice(&view[..alloc.bytes() as usize]);
+                dev_out.push(HostArray {
+                    dtype: alloc.dtype,
+                    shape: alloc.shape.clone(),
+                    words: words.to_vec(),
+                });
+            }
+            out.push(dev_out);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,10 @@
+//! The wgpu executor and its parts: adapter setup, pipelines, binding windows.
+
+mod context;
+mod executor;
+mod pipelines;
+pub mod windows;
+
+pub use context::{adapters_report, GpuContext};
+pub use executor::GpuExecutor;
+pub use pipelines::{Params, SHADERS};

@@ -1,0 +1,551 @@
+//! `Ctx`: what a kernel body calls (`pl.*` / `pltpu.*`). Every call is recorded as an
+//! op of the current device and grid point; nothing runs until the scheduler does.
+
+use super::refs::{Ref, Sem};
+use crate::device_sim::program::{
+    DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
+};
+use crate::error::{Error, KernelError, KernelErrorKind, Site};
+use crate::mesh::{DeviceId, Mesh};
+use std::cell::RefCell;
+use std::panic::Location;
+
+#[derive(Default)]
+pub(crate) struct Recording {
+    pub ops: Vec<Op>,
+    pub dmas: Vec<Dma>,
+    pub error: Option<Error>,
+}
+
+/// The kernel's view of one device at one grid point.
+pub struct Ctx<'a> {
+    pub(crate) mesh: &'a Mesh,
+    pub(crate) layout: &'a Layout,
+    pub(crate) device: usize,
+    pub(crate) grid: &'a [usize],
+    pub(crate) point: Vec<usize>,
+    pub(crate) grid_linear: usize,
+    pub(crate) dma_base: usize,
+    pub(crate) barrier: Option<Sem>,
+    pub(crate) rec: RefCell<Recording>,
+}
+
+/// A local DMA descriptor (`pltpu.make_async_copy`).
+#[must_use = "a copy descriptor does nothing until `start()`"]
+pub struct AsyncCopy<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    dma: Option<Dma>,
+}
+
+/// A remote DMA descriptor (`pltpu.make_async_remote_copy`): push-only.
+#[must_use = "a copy descriptor does nothing until `start()`"]
+pub struct AsyncRemoteCopy<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    dma: Option<Dma>,
+    /// The issuer's own recv semaphore, for `wait_recv` on the receiving side.
+    own_recv: Option<SemRef>,
+}
+
+impl<'a> Ctx<'a> {
+    #[track_caller]
+    fn site(&self, op: &'static str) -> OpSite {
+        OpSite {
+            device: self.device,
+            grid_linear: self.grid_linear,
+            op,
+            location: Location::caller(),
+        }
+    }
+
+    fn fail(&self, site: OpSite, kind: KernelErrorKind, detail: String) {
+        let mut rec = self.rec.borrow_mut();
+        if rec.error.is_none() {
+            rec.error = Some(Error::Kernel(KernelError {
+                kind,
+                site: Site {
+                    device: self.device,
+                    grid: self.point.clone(),
+                    op: site.op,
+                    location: format!("{}:{}", site.location.file(), site.location.line()),
+                },
+                detail,
+            }));
+        }
+    }
+
+    fn push(&self, kind: OpKind, site: OpSite) {
+        self.rec.borrow_mut().ops.push(Op { kind, site });
+    }
+
+    fn name(&self, r: &Ref) -> &str {
+        &self.layout.allocs[r.alloc].name
+    }
+
+    /// Checks a ref used by an op; returns its view on `device`.
+    fn view(&self, r: &Ref, device: usize, site: OpSite) -> Option<View> {
+        if let Some(f) = r.fault {
+            self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
+            return None;
+        }
+        Some(View {
+            device,
+            alloc: r.alloc,
+            offset: r.offset,
+            len: r.numel(),
+        })
+    }
+
+    fn sem_ref(&self, s: &Sem, device: usize, want: &[SemKind], site: OpSite) -> Option<SemRef> {
+        let name = &self.layout.sems[s.base].name;
+        let base = name.split('[').next().unwrap_or(name);
+        if let Some(f) = s.fault {
+            self.fail(site, KernelErrorKind::OutOfBounds, f.describe(base));
+            return None;
+        }
+        if s.is_array {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "`{base}` is an array of {} semaphores: pick one with `.at(i)`",
+                    s.count
+                ),
+            );
+            return None;
+        }
+        if !want.contains(&s.kind) {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "`{name}` is a {:?} semaphore; `{}` needs {:?}",
+                    s.kind, site.op, want
+                ),
+            );
+            return None;
+        }
+        Some(SemRef {
+            device,
+            sem: s.base,
+        })
+    }
+
+    fn same_shape(&self, a: &Ref, b: &Ref, site: OpSite) -> bool {
+        if a.shape() != b.shape() || a.dtype != b.dtype {
+            self.fail(
+                site,
+                KernelErrorKind::ShapeMismatch,
+                format!(
+                    "`{}` is {:?} {} but `{}` is {:?} {}",
+                    self.name(a),
+                    a.shape(),
+                    a.dtype,
+                    self.name(b),
+                    b.shape(),
+                    b.dtype
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn resolve(&self, id: &DeviceId, site: OpSite) -> Option<usize> {
+        match self.mesh.resolve(id) {
+            Ok(d) => Some(d),
+            Err(msg) => {
+                self.fail(site, KernelErrorKind::DeviceIdOutOfRange, msg);
+                None
+            }
+        }
+    }
+
+    /// `pl.program_id(axis)`: this grid point's coordinate on `axis`.
+    #[track_caller]
+    pub fn program_id(&self, axis: usize) -> i64 {
+        match self.point.get(axis) {
+            Some(v) => *v as i64,
+            None => {
+                let site = self.site("program_id");
+                self.fail(
+                    site,
+                    KernelErrorKind::OutOfBounds,
+                    format!(
+                        "grid axis {axis} does not exist (the grid is {:?})",
+                        self.grid
+                    ),
+                );
+                0
+            }
+        }
+    }
+
+    /// `pl.num_programs(axis)`: the grid's size on `axis`.
+    #[track_caller]
+    pub fn num_programs(&self, axis: usize) -> i64 {
+        match self.grid.get(axis) {
+            Some(v) => *v as i64,
+            None => {
+                let site = self.site("num_programs");
+                self.fail(
+                    site,
+                    KernelErrorKind::OutOfBounds,
+                    format!(
+                        "grid axis {axis} does not exist (the grid is {:?})",
+                        self.grid
+                    ),
+                );
+                1
+            }
+        }
+    }
+
+    /// `lax.axis_index(name)`: this device's coordinate on mesh axis `name`.
+    #[track_caller]
+    pub fn axis_index(&self, name: &str) -> i64 {
+        match self.mesh.axis_position(name) {
+            Some(p) => self.mesh.coords(self.device)[p] as i64,
+            None => {
+                let site = self.site("axis_index");
+                self.fail(
+                    site,
+                    KernelErrorKind::Misuse,
+                    format!(
+                        "the mesh has no axis `{name}` (axes: {:?})",
+                        self.mesh.axes()
+                    ),
+                );
+                0
+            }
+        }
+    }
+
+    /// Number of devices on mesh axis `name` (`lax.psum(1, name)` / `num_devices`).
+    #[track_caller]
+    pub fn axis_size(&self, name: &str) -> i64 {
+        match self.mesh.axis_position(name) {
+            Some(p) => self.mesh.axes()[p].1 as i64,
+            None => {
+                let site = self.site("axis_size");
+                self.fail(
+                    site,
+                    KernelErrorKind::Misuse,
+                    format!(
+                        "the mesh has no axis `{name}` (axes: {:?})",
+                        self.mesh.axes()
+                    ),
+                );
+                1
+            }
+        }
+    }
+
+    /// Total number of devices in the mesh.
+    pub fn num_devices(&self) -> i64 {
+        self.mesh.size() as i64
+    }
+
+    /// `pltpu.make_async_copy(src, dst, sem)`: a local DMA; completion adds its bytes to `sem`.
+    #[track_caller]
+    pub fn make_async_copy<'c>(&'c self, src: Ref, dst: Ref, sem: Sem) -> AsyncCopy<'c, 'a> {
+        let site = self.site("make_async_copy");
+        let dma = (|| {
+            let s = self.view(&src, self.device, site)?;
+            let d = self.view(&dst, self.device, site)?;
+            let sem = self.sem_ref(&sem, self.device, &[SemKind::Dma], site)?;
+            self.same_shape(&src, &dst, site).then_some(())?;
+            Some(Dma {
+                src: s,
+                dst: d,
+                send_sem: None,
+                recv_sem: sem,
+                bytes: src.bytes(),
+                origin: site,
+            })
+        })();
+        AsyncCopy { ctx: self, dma }
+    }
+
+    /// `pltpu.make_async_remote_copy(src, dst, send_sem, recv_sem, device_id)`: this
+    /// device pushes `src` into `dst` on `device_id`. Completion adds the bytes to
+    /// `send_sem` here and to `recv_sem` on the target.
+    #[track_caller]
+    pub fn make_async_remote_copy<'c>(
+        &'c self,
+        src: Ref,
+        dst: Ref,
+        send_sem: Sem,
+        recv_sem: Sem,
+        device_id: impl Into<DeviceId>,
+    ) -> AsyncRemoteCopy<'c, 'a> {
+        let site = self.site("make_async_remote_copy");
+        let id = device_id.into();
+        let own_recv = self.sem_ref(&recv_sem, self.device, &[SemKind::Dma], site);
+        let dma = (|| {
+            let target = self.resolve(&id, site)?;
+            let s = self.view(&src, self.device, site)?;
+            let d = self.view(&dst, target, site)?;
+            let send = self.sem_ref(&send_sem, self.device, &[SemKind::Dma], site)?;
+            let recv = self.sem_ref(&recv_sem, target, &[SemKind::Dma], site)?;
+            self.same_shape(&src, &dst, site).then_some(())?;
+            Some(Dma {
+                src: s,
+                dst: d,
+                send_sem: Some(send),
+                recv_sem: recv,
+                bytes: src.bytes(),
+                origin: site,
+            })
+        })();
+        AsyncRemoteCopy {
+            ctx: self,
+            dma,
+            own_recv,
+        }
+    }
+
+    /// `pl.semaphore_signal(sem, inc, device_id=…)`: adds `inc` to `sem` on `device`
+    /// (this device when `None`).
+    #[track_caller]
+    pub fn semaphore_signal(&self, sem: Sem, inc: i64, device_id: Option<DeviceId>) {
+        let site = self.site("semaphore_signal");
+        let target = match &device_id {
+            Some(id) => match self.resolve(id, site) {
+                Some(t) => t,
+                None => return,
+            },
+            None => self.device,
+        };
+        if inc < 0 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!("semaphore_signal with a negative increment {inc}"),
+            );
+            return;
+        }
+        if let Some(s) = self.sem_ref(&sem, target, &[SemKind::Regular, SemKind::Barrier], site) {
+            self.push(
+                OpKind::Signal {
+                    sem: s,
+                    inc: inc as u64,
+                },
+                site,
+            );
+        }
+    }
+
+    /// `pl.semaphore_wait(sem, value)`: blocks until `sem >= value`, then subtracts `value`.
+    #[track_caller]
+    pub fn semaphore_wait(&self, sem: Sem, value: i64) {
+        let site = self.site("semaphore_wait");
+        if value < 0 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!("semaphore_wait for a negative value {value}"),
+            );
+            return;
+        }
+        if let Some(s) = self.sem_ref(
+            &sem,
+            self.device,
+            &[SemKind::Regular, SemKind::Barrier],
+            site,
+        ) {
+            self.push(
+                OpKind::Wait {
+                    sem: s,
+                    amount: value as u64,
+                    why: WaitKind::Semaphore,
+                },
+                site,
+            );
+        }
+    }
+
+    /// `pltpu.get_barrier_semaphore()`: needs a `collective_id` in the spec.
+    #[track_caller]
+    pub fn get_barrier_semaphore(&self) -> Sem {
+        match self.barrier {
+            Some(s) => s,
+            None => {
+                let site = self.site("get_barrier_semaphore");
+                self.fail(
+                    site,
+                    KernelErrorKind::Misuse,
+                    "the barrier semaphore needs a collective_id in the GridSpec".into(),
+                );
+                Sem {
+                    base: 0,
+                    count: 0,
+                    is_array: false,
+                    kind: SemKind::Barrier,
+                    fault: None,
+                }
+            }
+        }
+    }
+
+    fn vmem_view(&self, r: &Ref, site: OpSite) -> Option<View> {
+        if r.space != MemorySpace::Vmem {
+            self.fail(
+                site,
+                KernelErrorKind::HbmInCompute,
+                format!(
+                    "`{}` lives in HBM (memory_space=ANY); compute may only touch VMEM, so DMA it into a VMEM buffer first",
+                    self.name(r)
+                ),
+            );
+            return None;
+        }
+        self.view(r, self.device, site)
+    }
+
+    /// `dst[...] = jnp.full_like(dst, value)` (VMEM only).
+    #[track_caller]
+    pub fn fill(&self, dst: Ref, value: f64) {
+        let site = self.site("fill");
+        if let Some(d) = self.vmem_view(&dst, site) {
+            self.push(
+                OpKind::Compute(DataOp::Fill {
+                    dst: d,
+                    bits: dst.dtype.bits_of(value),
+                }),
+                site,
+            );
+        }
+    }
+
+    /// `dst[...] = src[...]` (VMEM only).
+    #[track_caller]
+    pub fn copy(&self, dst: Ref, src: Ref) {
+        let site = self.site("copy");
+        let (Some(d), Some(s)) = (self.vmem_view(&dst, site), self.vmem_view(&src, site)) else {
+            return;
+        };
+        if self.same_shape(&dst, &src, site) {
+            self.push(OpKind::Compute(DataOp::Copy { src: s, dst: d }), site);
+        }
+    }
+
+    /// `dst[...] += src[...]` (VMEM only).
+    #[track_caller]
+    pub fn add_assign(&self, dst: Ref, src: Ref) {
+        self.accumulate_at(dst, src, ReduceOp::Sum, self.site("add_assign"));
+    }
+
+    /// `dst[...] = op(dst[...], src[...])` for sum, max or min (VMEM only).
+    #[track_caller]
+    pub fn accumulate(&self, dst: Ref, src: Ref, op: ReduceOp) {
+        self.accumulate_at(dst, src, op, self.site("accumulate"));
+    }
+
+    fn accumulate_at(&self, dst: Ref, src: Ref, op: ReduceOp, site: OpSite) {
+        let (Some(d), Some(s)) = (self.vmem_view(&dst, site), self.vmem_view(&src, site)) else {
+            return;
+        };
+        if self.same_shape(&dst, &src, site) {
+            self.push(
+                OpKind::Compute(DataOp::Accumulate {
+                    dst: d,
+                    src: s,
+                    op,
+                    dtype: dst.dtype,
+                }),
+                site,
+            );
+        }
+    }
+
+    fn start_dma(&self, dma: &Option<Dma>, site: OpSite) {
+        if let Some(d) = dma {
+            let mut rec = self.rec.borrow_mut();
+            let id = self.dma_base + rec.dmas.len();
+            let mut d = d.clone();
+            d.origin = site;
+            rec.dmas.push(d);
+            rec.ops.push(Op {
+                kind: OpKind::DmaStart(id),
+                site,
+            });
+        }
+    }
+
+    fn wait_on(&self, sem: Option<SemRef>, amount: u64, why: WaitKind, site: OpSite) {
+        if let Some(s) = sem {
+            self.push(
+                OpKind::Wait {
+                    sem: SemRef {
+                        device: self.device,
+                        sem: s.sem,
+                    },
+                    amount,
+                    why,
+                },
+                site,
+            );
+        }
+    }
+}
+
+impl AsyncCopy<'_, '_> {
+    /// Starts the DMA; it is in flight until its semaphore is credited.
+    #[track_caller]
+    pub fn start(&self) {
+        self.ctx.start_dma(&self.dma, self.ctx.site("start"));
+    }
+
+    /// Blocks until the semaphore holds this copy's bytes, then subtracts them.
+    #[track_caller]
+    pub fn wait(&self) {
+        let site = self.ctx.site("wait");
+        if let Some(d) = &self.dma {
+            self.ctx
+                .wait_on(Some(d.recv_sem), d.bytes, WaitKind::DmaWait, site);
+        }
+    }
+}
+
+impl AsyncRemoteCopy<'_, '_> {
+    /// Starts the DMA; it is in flight until both semaphores are credited.
+    #[track_caller]
+    pub fn start(&self) {
+        self.ctx.start_dma(&self.dma, self.ctx.site("start"));
+    }
+
+    /// `wait_send()` then `wait_recv()`.
+    #[track_caller]
+    pub fn wait(&self) {
+        let site = self.ctx.site("wait");
+        self.wait_send_at(site);
+        self.wait_recv_at(site);
+    }
+
+    /// Blocks until this device's `send_sem` holds the source's bytes, then subtracts them.
+    #[track_caller]
+    pub fn wait_send(&self) {
+        self.wait_send_at(self.ctx.site("wait_send"));
+    }
+
+    /// Blocks until this device's `recv_sem` holds the destination's bytes (what a
+    /// peer sent here with the same shapes), then subtracts them.
+    #[track_caller]
+    pub fn wait_recv(&self) {
+        self.wait_recv_at(self.ctx.site("wait_recv"));
+    }
+
+    fn wait_send_at(&self, site: OpSite) {
+        if let Some(d) = &self.dma {
+            self.ctx
+                .wait_on(d.send_sem, d.bytes, WaitKind::WaitSend, site);
+        }
+    }
+
+    fn wait_recv_at(&self, site: OpSite) {
+        if let Some(d) = &self.dma {
+            self.ctx
+                .wait_on(self.own_recv, d.bytes, WaitKind::WaitRecv, site);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Lowering: trace a `PallasCall` over every device and grid point into a [`Program`].
+
+use super::ctx::{Ctx, Recording};
+use super::refs::{Ref, Sem};
+use super::spec::{Arg, Args, PallasCall, ScratchSpec};
+use crate::device_sim::program::{
+    grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
+};
+use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
+use crate::mesh::Mesh;
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+impl PallasCall {
+    /// Traces the kernel on every device of `mesh` and every grid point.
+    pub fn lower(&self, mesh: &Mesh) -> Result<Program> {
+        let spec = &self.spec;
+        let mut layout = Layout::default();
+        let mut args = Vec::new();
+        let mut names = Vec::new();
+        let mut prologue_pairs = Vec::new();
+        let mut epilogue_pairs = Vec::new();
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+
+        let alloc = |layout: &mut Layout, name: String, space, shape: &[usize], dtype| {
+            layout.allocs.push(Allocation {
+                name,
+                space,
+                dtype,
+                shape: shape.to_vec(),
+            });
+            layout.allocs.len() - 1
+        };
+
+        for (is_out, ops) in [(false, &spec.inputs), (true, &spec.outputs)] {
+            for o in ops.iter() {
+                if o.shape.is_empty() || o.shape.contains(&0) {
+                    return Err(Error::bad_input(format!(
+                        "operand `{}` has shape {:?}; every dimension must be at least 1",
+                        o.name, o.shape
+                    )));
+                }
+                let hbm = alloc(
+                    &mut layout,
+                    o.name.clone(),
+                    MemorySpace::Any,
+                    &o.shape,
+                    o.dtype,
+                );
+                let seen = if o.space == MemorySpace::Vmem {
+                    layout.allocs[hbm].name = format!("{} (HBM operand)", o.name);
+                    let v = alloc(
+                        &mut layout,
+                        o.name.clone(),
+                        MemorySpace::Vmem,
+                        &o.shape,
+                        o.dtype,
+                    );
+                    if is_out {
+                        epilogue_pairs.push((v, hbm));
+                    } else {
+                        prologue_pairs.push((hbm, v));
+                    }
+                    v
+                } else {
+                    hbm
+                };
+                if is_out {
+                    outputs.push(hbm);
+                } else {
+                    inputs.push(hbm);
+                }
+                args.push(Arg::Ref(Ref::whole(seen, o.space, o.dtype, &o.shape)));
+                names.push(o.name.clone());
+            }
+        }
+        for s in &spec.scratch {
+            match s {
+                ScratchSpec::Vmem { name, shape, dtype } => {
+                    if shape.contains(&0) {
+                        return Err(Error::bad_input(format!(
+                            "scratch `{name}` has shape {shape:?}; every dimension must be at least 1"
+                        )));
+                    }
+                    let id = alloc(&mut layout, name.clone(), MemorySpace::Vmem, shape, *dtype);
+                    args.push(Arg::Ref(Ref::whole(id, MemorySpace::Vmem, *dtype, shape)));
+                    names.push(name.clone());
+                }
+                ScratchSpec::Sem { name, kind, count } => {
+                    let base = layout.sems.len();
+                    match count {
+                        None => layout.sems.push(SemInfo {
+                            name: name.clone(),
+                            kind: *kind,
+                        }),
+                        Some(n) => layout.sems.extend((0..*n).map(|i| SemInfo {
+                            name: format!("{name}[{i}]"),
+                            kind: *kind,
+                        })),
+                    }
+                    args.push(Arg::Sem(Sem {
+                        base,
+                        count: count.unwrap_or(1),
+                        is_array: count.is_some(),
+                        kind: *kind,
+                        fault: None,
+                    }));
+                    names.push(name.clone());
+                }
+            }
+        }
+        let barrier = spec.collective_id.map(|id| {
+            layout.sems.push(SemInfo {
+                name: format!("barrier_semaphore(collective_id={id})"),
+                kind: SemKind::Barrier,
+            });
+            Sem {
+                base: layout.sems.len() - 1,
+                count: 1,
+                is_array: false,
+                kind: SemKind::Barrier,
+                fault: None,
+            }
+        });
+        let args = Args { args, names };
+
+        let points: usize = spec.grid.iter().product();
+        let mut ops = Vec::with_capacity(mesh.size());
+        let mut dmas = Vec::new();
+        for device in 0..mesh.size() {
+            let mut dev_ops = Vec::new();
+            for g in 0..points {
+                let ctx = Ctx {
+                    mesh,
+                    layout: &layout,
+                    device,
+                    grid: &spec.grid,
+                    point: grid_coords(&spec.grid, g),
+                    grid_linear: g,
+                    dma_base: dmas.len(),
+                    barrier,
+                    rec: RefCell::new(Recording::default()),
+                };
+                let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &args)));
+                let rec = ctx.rec.into_inner();
+                if let Err(panic) = run {
+                    let msg = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "the kernel panicked".into());
+                    return Err(Error::Kernel(KernelError {
+                        kind: KernelErrorKind::Misuse,
+                        site: Site {
+                            device,
+                            grid: grid_coords(&spec.grid, g),
+                            op: "kernel body",
+                            location: self.name.clone(),
+                        },
+                        detail: msg,
+                    }));
+                }
+                if let Some(e) = rec.error {
+                    return Err(e);
+                }
+                dev_ops.extend(rec.ops);
+                dmas.extend(rec.dmas);
+            }
+            ops.push(dev_ops);
+        }
+
+        let whole = |a: usize, device| View {
+            device,
+            alloc: a,
+            offset: 0,
+            len: layout.allocs[a].numel(),
+        };
+        let copies = |pairs: &[(usize, usize)]| {
+            (0..mesh.size())
+                .flat_map(|d| {
+                    pairs.iter().map(move |&(s, t)| DataOp::Copy {
+                        src: whole(s, d),
+                        dst: whole(t, d),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let prologue = copies(&prologue_pairs);
+        let epilogue = copies(&epilogue_pairs);
+        Ok(Program {
+            name: self.name.clone(),
+            devices: mesh.size(),
+            grid: spec.grid.clone(),
+            layout,
+            ops,
+            dmas,
+            prologue,
+            epilogue,
+            inputs,
+            outputs,
+        })
+    }
+}

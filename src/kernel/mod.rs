@@ -1,0 +1,15 @@
+//! The Pallas-like kernel API: specs, refs, semaphores and the per-device context.
+//!
+//! A kernel is a Rust closure called once per (device, grid point). Control flow is
+//! host-known (`pl.when` is a Rust `if`), so each call records ops instead of running
+//! them; [`PallasCall::lower`] collects them into a [`crate::device_sim::Program`].
+
+mod ctx;
+mod lower;
+mod refs;
+mod spec;
+
+pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind};
+pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx};
+pub use refs::{ds, Ds, Ref, Sem};
+pub use spec::{Arg, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};

@@ -1,0 +1,205 @@
+//! Refs (typed views of an allocation) and semaphore handles, as a kernel sees them.
+
+use crate::array::DType;
+use crate::device_sim::program::{AllocId, MemorySpace, SemId, SemKind};
+
+const MAX_RANK: usize = 6;
+
+/// A slice of the leading dimension: `pl.ds(start, size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ds {
+    /// First row.
+    pub start: i64,
+    /// Number of rows.
+    pub size: i64,
+}
+
+/// `pl.ds(start, size)`: rows `start .. start + size` of the leading dimension.
+pub fn ds(start: i64, size: i64) -> Ds {
+    Ds { start, size }
+}
+
+/// Why an indexing step left the bounds of its ref; reported when the ref is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    At { index: i64, size: usize },
+    Ds { start: i64, size: i64, dim: usize },
+    AtScalar,
+}
+
+impl Fault {
+    pub(crate) fn describe(&self, name: &str) -> String {
+        match self {
+            Fault::At { index, size } => format!(
+                "`{name}.at({index})` indexes a leading dimension of size {size} (valid 0..={})",
+                *size as i64 - 1
+            ),
+            Fault::Ds { start, size, dim } => format!(
+                "`{name}` slice ds({start}, {size}) leaves a leading dimension of size {dim}"
+            ),
+            Fault::AtScalar => format!("`{name}.at(..)` on a ref with no dimensions left"),
+        }
+    }
+}
+
+/// A typed view of one allocation (the same allocation on every device): dtype,
+/// shape and element offset. `.at(i)` drops the leading dimension, `.slice(ds(..))`
+/// narrows it; views are therefore always contiguous.
+#[derive(Clone, Copy, Debug)]
+pub struct Ref {
+    pub(crate) alloc: AllocId,
+    pub(crate) space: MemorySpace,
+    pub(crate) dtype: DType,
+    rank: u8,
+    dims: [usize; MAX_RANK],
+    pub(crate) offset: usize,
+    pub(crate) fault: Option<Fault>,
+}
+
+impl Ref {
+    pub(crate) fn whole(alloc: AllocId, space: MemorySpace, dtype: DType, shape: &[usize]) -> Self {
+        assert!(shape.len() <= MAX_RANK, "rank above {MAX_RANK}");
+        let mut dims = [0; MAX_RANK];
+        dims[..shape.len()].copy_from_slice(shape);
+        Ref {
+            alloc,
+            space,
+            dtype,
+            rank: shape.len() as u8,
+            dims,
+            offset: 0,
+            fault: None,
+        }
+    }
+
+    /// Shape of the view.
+    pub fn shape(&self) -> &[usize] {
+        &self.dims[..self.rank as usize]
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Memory space of the underlying allocation.
+    pub fn space(&self) -> MemorySpace {
+        self.space
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// Size in bytes (what a DMA of this view adds to its semaphores).
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+
+    fn row_len(&self) -> usize {
+        self.shape()[1..].iter().product()
+    }
+
+    /// `ref.at[i]`: element `i` of the leading dimension, as a ref of one rank less.
+    pub fn at(&self, i: i64) -> Ref {
+        let mut r = *self;
+        if r.fault.is_some() {
+            return r;
+        }
+        if r.rank == 0 {
+            r.fault = Some(Fault::AtScalar);
+            return r;
+        }
+        let size = r.dims[0];
+        if i < 0 || i as usize >= size {
+            r.fault = Some(Fault::At { index: i, size });
+            return r;
+        }
+        r.offset += i as usize * self.row_len();
+        r.dims.copy_within(1..MAX_RANK, 0);
+        r.dims[MAX_RANK - 1] = 0;
+        r.rank -= 1;
+        r
+    }
+
+    /// `ref.at[pl.ds(start, size)]`: rows `start .. start + size` of the leading dimension.
+    pub fn slice(&self, d: Ds) -> Ref {
+        let mut r = *self;
+        if r.fault.is_some() {
+            return r;
+        }
+        if r.rank == 0 {
+            r.fault = Some(Fault::AtScalar);
+            return r;
+        }
+        let dim = r.dims[0];
+        if d.start < 0 || d.size < 0 || (d.start + d.size) as usize > dim {
+            r.fault = Some(Fault::Ds {
+                start: d.start,
+                size: d.size,
+                dim,
+            });
+            return r;
+        }
+        r.offset += d.start as usize * self.row_len();
+        r.dims[0] = d.size as usize;
+        r
+    }
+}
+
+/// A semaphore, or an array of them (index it with [`Sem::at`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Sem {
+    pub(crate) base: SemId,
+    pub(crate) count: usize,
+    pub(crate) is_array: bool,
+    pub(crate) kind: SemKind,
+    pub(crate) fault: Option<Fault>,
+}
+
+impl Sem {
+    /// Kind of semaphore.
+    pub fn kind(&self) -> SemKind {
+        self.kind
+    }
+
+    /// `sems.at[i]`: one semaphore of an array.
+    pub fn at(&self, i: i64) -> Sem {
+        let mut s = *self;
+        if s.fault.is_some() {
+            return s;
+        }
+        if !s.is_array {
+            s.fault = Some(Fault::AtScalar);
+        } else if i < 0 || i as usize >= s.count {
+            s.fault = Some(Fault::At {
+                index: i,
+                size: s.count,
+            });
+        } else {
+            s.base += i as usize;
+            s.count = 1;
+            s.is_array = false;
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_and_slice_compute_contiguous_views() {
+        let r = Ref::whole(0, MemorySpace::Any, DType::F32, &[4, 16, 8]);
+        let v = r.at(2).slice(ds(8, 8));
+        assert_eq!(v.shape(), &[8, 8]);
+        assert_eq!(v.offset, 2 * 128 + 64);
+        assert_eq!(v.bytes(), 256);
+        assert!(r.at(4).fault.is_some());
+        assert!(r.at(-1).fault.is_some());
+        assert!(r.at(0).slice(ds(10, 7)).fault.is_some());
+        assert!(r.at(0).at(0).at(0).at(0).fault.is_some());
+    }
+}

@@ -1,0 +1,246 @@
+//! `GridSpec` and `PallasCall`: what a kernel's operands, scratch and grid are.
+
+use super::ctx::Ctx;
+use super::refs::{Ref, Sem};
+use crate::array::DType;
+use crate::device_sim::program::{MemorySpace, SemKind};
+use std::sync::Arc;
+
+/// An input or output operand (`pl.BlockSpec(memory_space=…)` plus its shape).
+#[derive(Clone, Debug)]
+pub struct OperandSpec {
+    /// Name shown in reports (`x_ref`).
+    pub name: String,
+    /// `Any` stays in HBM; `Vmem` is copied into VMEM before the grid (and out after it).
+    pub space: MemorySpace,
+    /// Per-device shape.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+/// A scratch operand (`scratch_shapes`).
+#[derive(Clone, Debug)]
+pub enum ScratchSpec {
+    /// `pltpu.VMEM(shape, dtype)`.
+    Vmem {
+        /// Name.
+        name: String,
+        /// Shape.
+        shape: Vec<usize>,
+        /// Element type.
+        dtype: DType,
+    },
+    /// `pltpu.SemaphoreType.DMA` / `REGULAR`, optionally an array `(count,)`.
+    Sem {
+        /// Name.
+        name: String,
+        /// Kind.
+        kind: SemKind,
+        /// `Some(n)` for an array of `n`.
+        count: Option<usize>,
+    },
+}
+
+/// Operands, scratch and grid of a kernel (`pltpu.PrefetchScalarGridSpec`).
+#[derive(Clone, Debug, Default)]
+pub struct GridSpec {
+    pub(crate) grid: Vec<usize>,
+    pub(crate) inputs: Vec<OperandSpec>,
+    pub(crate) outputs: Vec<OperandSpec>,
+    pub(crate) scratch: Vec<ScratchSpec>,
+    pub(crate) collective_id: Option<u32>,
+}
+
+impl GridSpec {
+    /// An empty spec: no operands, and a grid of one point.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the grid (`grid=(…)`). Each device runs its points in row-major order.
+    pub fn grid(mut self, dims: &[usize]) -> Self {
+        self.grid = dims.to_vec();
+        self
+    }
+
+    /// Adds an input operand.
+    pub fn input(mut self, name: &str, space: MemorySpace, shape: &[usize], dtype: DType) -> Self {
+        self.inputs.push(OperandSpec {
+            name: name.into(),
+            space,
+            shape: shape.to_vec(),
+            dtype,
+        });
+        self
+    }
+
+    /// Adds an output operand.
+    pub fn output(mut self, name: &str, space: MemorySpace, shape: &[usize], dtype: DType) -> Self {
+        self.outputs.push(OperandSpec {
+            name: name.into(),
+            space,
+            shape: shape.to_vec(),
+            dtype,
+        });
+        self
+    }
+
+    /// Adds a VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`).
+    pub fn vmem(mut self, name: &str, shape: &[usize], dtype: DType) -> Self {
+        self.scratch.push(ScratchSpec::Vmem {
+            name: name.into(),
+            shape: shape.to_vec(),
+            dtype,
+        });
+        self
+    }
+
+    /// Adds one DMA semaphore (`pltpu.SemaphoreType.DMA`).
+    pub fn dma_sem(self, name: &str) -> Self {
+        self.sem(name, SemKind::Dma, None)
+    }
+
+    /// Adds an array of DMA semaphores (`pltpu.SemaphoreType.DMA((n,))`).
+    pub fn dma_sems(self, name: &str, n: usize) -> Self {
+        self.sem(name, SemKind::Dma, Some(n))
+    }
+
+    /// Adds one REGULAR semaphore.
+    pub fn regular_sem(self, name: &str) -> Self {
+        self.sem(name, SemKind::Regular, None)
+    }
+
+    /// Adds an array of REGULAR semaphores.
+    pub fn regular_sems(self, name: &str, n: usize) -> Self {
+        self.sem(name, SemKind::Regular, Some(n))
+    }
+
+    fn sem(mut self, name: &str, kind: SemKind, count: Option<usize>) -> Self {
+        self.scratch.push(ScratchSpec::Sem {
+            name: name.into(),
+            kind,
+            count,
+        });
+        self
+    }
+
+    /// `compiler_params=pltpu.CompilerParams(collective_id=…)`: enables the barrier semaphore.
+    pub fn collective_id(mut self, id: u32) -> Self {
+        self.collective_id = Some(id);
+        self
+    }
+
+    /// Input operand specs.
+    pub fn inputs(&self) -> &[OperandSpec] {
+        &self.inputs
+    }
+
+    /// Output operand specs.
+    pub fn outputs(&self) -> &[OperandSpec] {
+        &self.outputs
+    }
+}
+
+/// One kernel argument: a ref or a semaphore.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// A memory ref.
+    Ref(Ref),
+    /// A semaphore or semaphore array.
+    Sem(Sem),
+}
+
+/// The kernel's arguments in Pallas order: inputs, outputs, then scratch.
+#[derive(Clone, Debug)]
+pub struct Args {
+    pub(crate) args: Vec<Arg>,
+    pub(crate) names: Vec<String>,
+}
+
+impl Args {
+    /// Argument `i` as a ref. Panics (reported as a kernel error) if it is a semaphore.
+    pub fn r(&self, i: usize) -> Ref {
+        match self.args.get(i) {
+            Some(Arg::Ref(r)) => *r,
+            Some(Arg::Sem(_)) => panic!(
+                "kernel argument {i} (`{}`) is a semaphore, not a ref",
+                self.names[i]
+            ),
+            None => panic!(
+                "the kernel has {} arguments; there is no argument {i}",
+                self.args.len()
+            ),
+        }
+    }
+
+    /// Argument `i` as a semaphore. Panics (reported as a kernel error) if it is a ref.
+    pub fn sem(&self, i: usize) -> Sem {
+        match self.args.get(i) {
+            Some(Arg::Sem(s)) => *s,
+            Some(Arg::Ref(_)) => panic!(
+                "kernel argument {i} (`{}`) is a ref, not a semaphore",
+                self.names[i]
+            ),
+            None => panic!(
+                "the kernel has {} arguments; there is no argument {i}",
+                self.args.len()
+            ),
+        }
+    }
+
+    /// Number of arguments.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// True when there are no arguments.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+}
+
+/// A kernel body: called once per (device, grid point) while tracing.
+pub type KernelFn = dyn Fn(&Ctx, &Args) + Send + Sync;
+
+/// `pl.pallas_call(kernel, grid_spec=…)`: a kernel and its spec, ready to lower on a mesh.
+#[derive(Clone)]
+pub struct PallasCall {
+    pub(crate) name: String,
+    pub(crate) spec: GridSpec,
+    pub(crate) kernel: Arc<KernelFn>,
+}
+
+impl PallasCall {
+    /// Wraps a kernel body and its spec.
+    pub fn new(
+        name: &str,
+        spec: GridSpec,
+        kernel: impl Fn(&Ctx, &Args) + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            spec,
+            kernel: Arc::new(kernel),
+        }
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &GridSpec {
+        &self.spec
+    }
+
+    /// The kernel name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Debug for PallasCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PallasCall")
+            .field("name", &self.name)
+            .field("spec", &self.spec)
+            .finish()
+    }
+}

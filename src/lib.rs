@@ -1,0 +1,45 @@
+//! tpusim simulates TPU (Pallas) distributed kernels over P simulated devices on one
+//! GPU through wgpu, or on the CPU as an oracle.
+//!
+//! A kernel is written against a Pallas-like API ([`kernel`]), traced per device and
+//! grid point into ops, ordered by a host scheduler ([`device_sim`]) from semaphore
+//! state, and the resulting linear schedule of copies, fills and accumulates is run by
+//! an executor ([`exec`]): GPU buffers and WGSL shaders, or host memory.
+//!
+//! ```
+//! use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
+//! use tpusim::{collectives, exec::cpu::CpuExecutor, DType, HostArray, Mesh};
+//!
+//! // A left shift: every device pushes its shard to its left neighbour.
+//! let mesh = Mesh::new(4, "x").unwrap();
+//! let spec = GridSpec::new()
+//!     .input("x_ref", MemorySpace::Any, &[2], DType::I32)
+//!     .output("y_ref", MemorySpace::Any, &[2], DType::I32)
+//!     .dma_sem("send_sem")
+//!     .dma_sem("recv_sem");
+//! let call = PallasCall::new("left_shift", spec, |pl, a| {
+//!     let n = pl.num_devices();
+//!     let left = (pl.axis_index("x") - 1 + n) % n;
+//!     let dma = pl.make_async_remote_copy(a.r(0), a.r(1), a.sem(2), a.sem(3), left);
+//!     dma.start();
+//!     dma.wait();
+//! });
+//! let inputs: Vec<_> = (0..4)
+//!     .map(|d| vec![HostArray::from_i32(&[2], vec![d, 10 * d]).unwrap()])
+//!     .collect();
+//! let out = collectives::simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
+//! assert_eq!(out[0][0].as_i32(), &[1, 10]);
+//! assert_eq!(out[3][0].as_i32(), &[0, 0]);
+//! ```
+
+pub mod array;
+pub mod collectives;
+pub mod device_sim;
+pub mod error;
+pub mod exec;
+pub mod kernel;
+pub mod mesh;
+
+pub use array::{DType, HostArray};
+pub use error::{Error, Result};
+pub use mesh::{DeviceId, Mesh};
