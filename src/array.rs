@@ -140,7 +140,8 @@ impl HostArray {
                 .zip(expected.as_f32())
                 .filter(|(a, b)| {
                     let tol = rel_tol * b.abs().max(1.0);
-                    !((*a - *b).abs() <= tol)
+                    let diff = (*a - *b).abs();
+                    diff.is_nan() || diff > tol
                 })
                 .count(),
         }

@@ -259,7 +259,7 @@ impl Executor for GpuExecutor {
 
         let mut rec = Recorder {
             nallocs,
-            max_binding: limits.max_storage_buffer_binding_size as u64,
+            max_binding: limits.max_storage_buffer_binding_size,
             align: limits.min_storage_buffer_offset_alignment as u64,
             cmds: Vec::new(),
             binds: Vec::new(),

@@ -1,0 +1,95 @@
+//! The `tpusim` binary: output line and exit status (0 match, 2 bad input).
+
+use std::process::Command;
+
+fn tpusim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_prints_one_line_and_exits_zero() {
+    let (code, out, err) = tpusim(&[
+        "run",
+        "all_gather",
+        "-p",
+        "3",
+        "--shape",
+        "4x8",
+        "--dtype",
+        "i32",
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("all_gather") && out.contains("P=3") && out.contains("shape=4x8"),
+        "{out}"
+    );
+    assert!(out.contains("dtype=i32 on cpu: 0 wrong of 288"), "{out}");
+    let (code, out, err) = tpusim(&["run", "ppermute", "--perm", "0:1,1:0", "-p", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(": 0 wrong of 2048") && !out.contains(" on cpu"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_input_exits_two_with_a_reason() {
+    for (args, reason) in [
+        (vec!["run", "ppermute", "-p", "0"], "P must be at least 1"),
+        (vec!["run", "ppermute", "--shape", "8x0"], "zero dimension"),
+        (
+            vec!["run", "ppermute", "--shape", "8by128"],
+            "malformed shape",
+        ),
+        (vec!["run", "pscan"], "unknown collective `pscan`"),
+        (
+            vec!["run", "ppermute", "--dtype", "f64"],
+            "unknown dtype `f64`",
+        ),
+        (
+            vec!["run", "ppermute", "--backend", "tpu"],
+            "unknown backend",
+        ),
+        (vec!["run", "ppermute", "--perm", "0:1,0:2"], "source twice"),
+        (vec!["run", "ppermute", "--perm", "0:9"], "outside the mesh"),
+    ] {
+        let (code, out, err) = tpusim(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn missing_adapter_exits_two() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(["run", "ppermute"])
+        .env("WGPU_BACKEND", "metal")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if cfg!(target_os = "macos") {
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no GPU adapter"), "{err}");
+}
+
+#[test]
+fn demo_runs_every_collective() {
+    let (code, out, err) = tpusim(&["demo"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ppermute") && out.contains("all_gather"),
+        "{out}"
+    );
+}
