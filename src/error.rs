@@ -42,6 +42,8 @@ pub enum KernelErrorKind {
     HbmInCompute,
     /// A ref or semaphore used in a way its kind does not allow.
     Misuse,
+    /// A TPU-model kernel that reads a peer's memory (TPU remote DMAs are push-only).
+    PeerRead,
 }
 
 /// A mistake found while tracing a kernel.
@@ -66,6 +68,8 @@ pub struct Blocked {
     pub value: u64,
     /// The value the wait needs.
     pub awaited: u64,
+    /// True when the wait needs exactly `awaited` (a seed-003 `Eq` wait).
+    pub exact: bool,
 }
 
 /// Something left over when every device finished the kernel.
@@ -149,6 +153,7 @@ impl fmt::Display for Error {
                     KernelErrorKind::ShapeMismatch => "shape mismatch",
                     KernelErrorKind::HbmInCompute => "HBM used in compute",
                     KernelErrorKind::Misuse => "misuse",
+                    KernelErrorKind::PeerRead => "peer read in the TPU model",
                 };
                 write!(f, "{kind}: {} in {}", e.detail, e.site)
             }
@@ -160,8 +165,12 @@ impl fmt::Display for Error {
                 for b in blocked {
                     writeln!(
                         f,
-                        "  {} waits on `{}`: value {}, needs {}",
-                        b.site, b.semaphore, b.value, b.awaited
+                        "  {} waits on `{}`: value {}, needs {}{}",
+                        b.site,
+                        b.semaphore,
+                        b.value,
+                        if b.exact { "exactly " } else { "" },
+                        b.awaited
                     )?;
                 }
                 Ok(())

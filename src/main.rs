@@ -2,10 +2,11 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use tpusim::collectives::{self, Collective, Ppermute};
+use tpusim::collectives::{self, Collective, Options, Ppermute};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
+use tpusim::kernel::ReduceOp;
 use tpusim::{array, DType, Error, Mesh};
 
 #[derive(Parser)]
@@ -35,7 +36,7 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Collective: ppermute, all_gather.
+    /// Collective: ppermute, all_gather, psum, psum_scatter, ring_allreduce, ring_allreduce_push.
     collective: String,
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
@@ -55,6 +56,9 @@ struct RunArgs {
     /// ppermute only: explicit `src:dst` pairs, e.g. `0:2,2:0` (default: the seed's right shift).
     #[arg(long)]
     perm: Option<String>,
+    /// Reduction for psum and the ring all-reduces: sum, max or min.
+    #[arg(long, default_value = "sum")]
+    op: String,
 }
 
 /// A run's failure: exit 2 for bad input, 1 otherwise.
@@ -85,15 +89,11 @@ fn prepare(a: &RunArgs) -> tpusim::Result<Prepared> {
     if a.devices < 1 {
         return Err(Error::bad_input("P must be at least 1 (got -p 0)"));
     }
-    let mut collective = collectives::by_name(&a.collective)?;
-    if let Some(p) = &a.perm {
-        if a.collective != "ppermute" {
-            return Err(Error::bad_input("--perm only applies to ppermute"));
-        }
-        collective = Box::new(Ppermute {
-            perm: Some(Ppermute::parse_perm(p)?),
-        });
-    }
+    let opts = Options {
+        op: ReduceOp::parse(&a.op)?,
+        perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
+    };
+    let collective = collectives::get(&a.collective, &opts)?;
     let mesh = Mesh::new(a.devices, "x")?;
     let shape = array::parse_shape(&a.shape)?;
     let dtype = DType::parse(&a.dtype)?;
@@ -120,7 +120,7 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
     )?;
     let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
     println!(
-        "{:<12} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
+        "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
         p.collective.name(),
         p.mesh.size(),
         shape.join("x"),

@@ -62,10 +62,49 @@ fn bad_input_exits_two_with_a_reason() {
         ),
         (vec!["run", "ppermute", "--perm", "0:1,0:2"], "source twice"),
         (vec!["run", "ppermute", "--perm", "0:9"], "outside the mesh"),
+        (vec!["run", "psum_scatter", "-p", "3"], "not divisible by 3"),
+        (
+            vec!["run", "psum_scatter", "-p", "4", "--shape", "12x4"],
+            "must be even",
+        ),
+        (
+            vec!["run", "ring_allreduce", "-p", "3", "--shape", "4x5"],
+            "not divisible by P=3",
+        ),
+        (
+            vec!["run", "all_gather", "--op", "max"],
+            "does not take --op",
+        ),
+        (
+            vec!["run", "psum", "--op", "prod"],
+            "unknown reduction `prod`",
+        ),
     ] {
         let (code, out, err) = tpusim(&args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
         assert!(err.contains(reason), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn reductions_take_an_operator() {
+    for c in ["psum", "ring_allreduce", "ring_allreduce_push"] {
+        for op in ["max", "min"] {
+            let (code, out, err) = tpusim(&[
+                "run",
+                c,
+                "--op",
+                op,
+                "-p",
+                "5",
+                "--shape",
+                "5x16",
+                "--backend",
+                "cpu",
+            ]);
+            assert_eq!(code, 0, "{c} {op}: {out}{err}");
+            assert!(out.contains(": 0 wrong of 400"), "{out}");
+        }
     }
 }
 

@@ -1,11 +1,22 @@
 //! The seed collectives, their XLA-semantics references, and the API that runs them.
 
 mod all_gather;
+mod barrier;
 mod ppermute;
+mod psum;
+mod psum_scatter;
 pub mod reference;
+mod ring_allreduce;
 
+use crate::kernel::ReduceOp;
 pub use all_gather::{all_gather_kernel, AllGather};
+pub use barrier::neighbor_barrier;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
+pub use psum::{psum_kernel, Psum};
+pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
+pub use ring_allreduce::{
+    ring_allreduce_kernel, ring_allreduce_push_kernel, RingAllReduce, RingAllReducePush,
+};
 
 use crate::array::{DType, HostArray};
 use crate::device_sim::{schedule, Eager, Policy, Program, Schedule};
@@ -32,20 +43,91 @@ pub trait Collective: Send + Sync {
     }
 }
 
-/// Every collective, by name.
-pub fn all() -> Vec<Box<dyn Collective>> {
-    vec![Box::new(Ppermute::default()), Box::new(AllGather)]
+/// Relative tolerance for float reductions. The kernels sum in ring order in f32, the
+/// reference in f64 rounded once: for up to a few dozen terms in [0, 1) the two differ
+/// by a few ulps of the result, far below 1e-5 of it (or of 1 near zero).
+pub const SUM_TOLERANCE: f32 = 1e-5;
+
+/// Every collective's name, in the order `demo` and `check all` run them.
+pub const NAMES: [&str; 6] = [
+    "ppermute",
+    "all_gather",
+    "psum",
+    "psum_scatter",
+    "ring_allreduce",
+    "ring_allreduce_push",
+];
+
+/// Options that some collectives take.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Reduction operator (psum and the ring all-reduces).
+    pub op: ReduceOp,
+    /// Explicit `(src, dst)` pairs (ppermute).
+    pub perm: Option<Vec<(usize, usize)>>,
 }
 
-/// The collective called `name`, or an error listing the known ones.
-pub fn by_name(name: &str) -> Result<Box<dyn Collective>> {
-    all().into_iter().find(|c| c.name() == name).ok_or_else(|| {
-        let names: Vec<_> = all().iter().map(|c| c.name()).collect();
-        Error::bad_input(format!(
-            "unknown collective `{name}` (known: {})",
-            names.join(", ")
-        ))
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            op: ReduceOp::Sum,
+            perm: None,
+        }
+    }
+}
+
+/// The collective called `name` with `opts`, or an error saying what does not fit.
+pub fn get(name: &str, opts: &Options) -> Result<Box<dyn Collective>> {
+    let takes_op = matches!(name, "psum" | "ring_allreduce" | "ring_allreduce_push");
+    if opts.op != ReduceOp::Sum && !takes_op && NAMES.contains(&name) {
+        return Err(Error::bad_input(format!(
+            "`{name}` does not take --op; psum, ring_allreduce and ring_allreduce_push do"
+        )));
+    }
+    if opts.perm.is_some() && name != "ppermute" {
+        return Err(Error::bad_input("--perm only applies to ppermute"));
+    }
+    let op = opts.op;
+    Ok(match name {
+        "ppermute" => Box::new(Ppermute {
+            perm: opts.perm.clone(),
+        }),
+        "all_gather" => Box::new(AllGather),
+        "psum" => Box::new(Psum { op }),
+        "psum_scatter" => Box::new(PsumScatter),
+        "ring_allreduce" => Box::new(RingAllReduce { op }),
+        "ring_allreduce_push" => Box::new(RingAllReducePush { op }),
+        _ => {
+            return Err(Error::bad_input(format!(
+                "unknown collective `{name}` (known: {})",
+                NAMES.join(", ")
+            )))
+        }
     })
+}
+
+/// The collective called `name` with default options.
+pub fn by_name(name: &str) -> Result<Box<dyn Collective>> {
+    get(name, &Options::default())
+}
+
+/// Every collective, with default options.
+pub fn all() -> Vec<Box<dyn Collective>> {
+    NAMES
+        .iter()
+        .map(|n| by_name(n).expect("every listed name is known"))
+        .collect()
+}
+
+/// The identity of `op` in `dtype`, as a fill value (what an accumulator starts at).
+pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
+    match (op, dtype) {
+        (ReduceOp::Sum, _) => 0.0,
+        (ReduceOp::Max, DType::F32) => f64::NEG_INFINITY,
+        (ReduceOp::Min, DType::F32) => f64::INFINITY,
+        (ReduceOp::Max, DType::I32) => i32::MIN as f64,
+        (ReduceOp::Min, DType::I32) => i32::MAX as f64,
+    }
 }
 
 /// Deterministic random inputs for every device and operand of `program`:

@@ -1,7 +1,8 @@
 //! XLA-semantics references, computed directly on host arrays (independent of the
 //! kernel machinery). `inputs[device][operand]` in, `outputs[device][operand]` out.
 
-use crate::array::HostArray;
+use crate::array::{DType, HostArray};
+use crate::device_sim::program::ReduceOp;
 
 /// `lax.ppermute(x, perm)`: `out[dst] = x[src]` for each pair; others get zeros.
 pub fn ppermute(inputs: &[Vec<HostArray>], perm: &[(usize, usize)]) -> Vec<Vec<HostArray>> {
@@ -30,4 +31,59 @@ pub fn all_gather(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
         words,
     };
     vec![vec![gathered]; inputs.len()]
+}
+
+/// `lax.psum` / `pmax` / `pmin` of operand 0 over every device (f32 sums in f64).
+pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
+    let first = &inputs[0][0];
+    let n = first.len();
+    let words = match first.dtype {
+        DType::F32 => (0..n)
+            .map(|i| {
+                let vals = inputs.iter().map(|d| d[0].as_f32()[i] as f64);
+                let r = match op {
+                    ReduceOp::Sum => vals.sum::<f64>(),
+                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                };
+                (r as f32).to_bits()
+            })
+            .collect(),
+        DType::I32 => (0..n)
+            .map(|i| {
+                let vals = inputs.iter().map(|d| d[0].as_i32()[i]);
+                let r = match op {
+                    ReduceOp::Sum => vals.fold(0i32, i32::wrapping_add),
+                    ReduceOp::Max => vals.max().unwrap_or(i32::MIN),
+                    ReduceOp::Min => vals.min().unwrap_or(i32::MAX),
+                };
+                r as u32
+            })
+            .collect(),
+    };
+    HostArray {
+        dtype: first.dtype,
+        shape: first.shape.clone(),
+        words,
+    }
+}
+
+/// `lax.psum_scatter(x, axis_name)` over the leading dimension: each device's input
+/// is `(P, R, C)` and device `d` gets `sum_k x_k[d]`, of shape `(R, C)`.
+pub fn psum_scatter(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
+    let p = inputs.len();
+    (0..p)
+        .map(|d| {
+            let blocks: Vec<Vec<HostArray>> = inputs
+                .iter()
+                .map(|dev| {
+                    let x = &dev[0];
+                    let mut b = x.rows(d, 1);
+                    b.shape.remove(0);
+                    vec![b]
+                })
+                .collect();
+            vec![all_reduce(&blocks, ReduceOp::Sum)]
+        })
+        .collect()
 }

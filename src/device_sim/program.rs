@@ -52,6 +52,9 @@ pub enum SemKind {
     Regular,
     /// The kernel's barrier semaphore (`get_barrier_semaphore`).
     Barrier,
+    /// A cell of a seed-003 signal matrix: written by `notify`, read by a
+    /// non-decrementing `wait`; counters are monotonic, so no exit check.
+    Signal,
 }
 
 /// One semaphore slot, present on every device (arrays are flattened to `name[i]`).
@@ -195,6 +198,17 @@ pub enum WaitKind {
     WaitRecv,
     /// `semaphore_wait`.
     Semaphore,
+    /// Seed-003 `wait` on a signal cell (does not decrement).
+    Signal,
+}
+
+/// How a wait compares the semaphore with its amount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    /// `value >= amount`.
+    Ge,
+    /// `value == amount`.
+    Eq,
 }
 
 /// What one traced op does.
@@ -202,7 +216,8 @@ pub enum WaitKind {
 pub enum OpKind {
     /// Put DMA `Program::dmas[id]` in flight.
     DmaStart(usize),
-    /// Block until `sem >= amount`, then subtract `amount`.
+    /// Block until `sem` compares true with `amount`; then subtract `amount`
+    /// unless the wait is a seed-003 signal wait.
     Wait {
         /// Semaphore (always on the waiting device).
         sem: SemRef,
@@ -210,13 +225,17 @@ pub enum OpKind {
         amount: u64,
         /// Which API call.
         why: WaitKind,
+        /// Comparison.
+        cmp: Cmp,
     },
-    /// Add `inc` to `sem` (possibly on another device).
+    /// Add `inc` to `sem` (possibly on another device), or set it to `inc`.
     Signal {
         /// Semaphore.
         sem: SemRef,
-        /// Increment.
+        /// Increment (or the value, with `set`).
         inc: u64,
+        /// Seed-003 `NotifyOp::Set`.
+        set: bool,
     },
     /// VMEM compute.
     Compute(DataOp),

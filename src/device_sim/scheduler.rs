@@ -3,7 +3,7 @@
 //! Semaphores are incremented in [`Engine::credit`] and decremented in [`Engine::step_device`].
 
 use super::policy::{Choice, Policy};
-use super::program::{OpKind, Program, SemKind, SemRef};
+use super::program::{Cmp, OpKind, Program, SemKind, SemRef, WaitKind};
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
 use std::collections::VecDeque;
@@ -73,7 +73,15 @@ impl<'p> Engine<'p> {
         match self.p.ops[d].get(self.pc[d]) {
             None => false,
             Some(op) => match &op.kind {
-                OpKind::Wait { sem, amount, .. } => self.sems[self.slot(*sem)] >= *amount,
+                OpKind::Wait {
+                    sem, amount, cmp, ..
+                } => {
+                    let v = self.sems[self.slot(*sem)];
+                    match cmp {
+                        Cmp::Ge => v >= *amount,
+                        Cmp::Eq => v == *amount,
+                    }
+                }
                 _ => true,
             },
         }
@@ -105,6 +113,10 @@ impl<'p> Engine<'p> {
         self.pc[d] += 1;
         match &op.kind {
             OpKind::DmaStart(id) => self.in_flight.push(*id),
+            OpKind::Wait {
+                why: WaitKind::Signal,
+                ..
+            } => {}
             OpKind::Wait { sem, amount, .. } => {
                 let i = self.slot(*sem);
                 self.sems[i] -= amount;
@@ -121,7 +133,15 @@ impl<'p> Engine<'p> {
                     }
                 }
             }
-            OpKind::Signal { sem, inc } => self.credit(*sem, *inc, None),
+            OpKind::Signal {
+                sem,
+                inc,
+                set: true,
+            } => {
+                let i = self.slot(*sem);
+                self.sems[i] = *inc;
+            }
+            OpKind::Signal { sem, inc, .. } => self.credit(*sem, *inc, None),
             OpKind::Compute(c) => out.ops.push(*c),
         }
     }
@@ -130,7 +150,10 @@ impl<'p> Engine<'p> {
         (0..self.p.devices)
             .filter_map(|d| {
                 let op = self.p.ops[d].get(self.pc[d])?;
-                let OpKind::Wait { sem, amount, .. } = &op.kind else {
+                let OpKind::Wait {
+                    sem, amount, cmp, ..
+                } = &op.kind
+                else {
                     return None;
                 };
                 Some(Blocked {
@@ -138,6 +161,7 @@ impl<'p> Engine<'p> {
                     semaphore: self.p.sem_name(*sem),
                     value: self.sems[self.slot(*sem)],
                     awaited: *amount,
+                    exact: *cmp == Cmp::Eq,
                 })
             })
             .collect()
@@ -149,7 +173,7 @@ impl<'p> Engine<'p> {
             for (sem, info) in self.p.layout.sems.iter().enumerate() {
                 let s = SemRef { device, sem };
                 let i = self.slot(s);
-                if self.sems[i] == 0 {
+                if self.sems[i] == 0 || info.kind == SemKind::Signal {
                     continue;
                 }
                 if info.kind == SemKind::Dma && !self.credits[i].is_empty() {

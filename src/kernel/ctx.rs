@@ -2,12 +2,13 @@
 //! op of the current device and grid point; nothing runs until the scheduler does.
 
 use super::refs::{Ref, Sem};
+use crate::device_sim::program::{Cmp, SemId};
 use crate::device_sim::program::{
     DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
 };
 use crate::error::{Error, KernelError, KernelErrorKind, Site};
 use crate::mesh::{DeviceId, Mesh};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::Location;
 
 #[derive(Default)]
@@ -27,7 +28,31 @@ pub struct Ctx<'a> {
     pub(crate) grid_linear: usize,
     pub(crate) dma_base: usize,
     pub(crate) barrier: Option<Sem>,
+    pub(crate) pull_model: bool,
+    pub(crate) scoped_base: SemId,
+    pub(crate) scoped_depth: Cell<usize>,
     pub(crate) rec: RefCell<Recording>,
+}
+
+/// How deeply `run_scoped` semaphore scopes may nest.
+pub const MAX_SCOPED: usize = 4;
+
+/// Seed-003 `NotifyOp`: how `notify` writes the peer's signal cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotifyOp {
+    /// Add the value.
+    AtomicAdd,
+    /// Overwrite with the value.
+    Set,
+}
+
+/// Seed-003 `WaitCmp`: how `wait` compares the local signal cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitCmp {
+    /// Equal to the expected value.
+    Eq,
+    /// At least the expected value.
+    Ge,
 }
 
 /// A local DMA descriptor (`pltpu.make_async_copy`).
@@ -329,6 +354,7 @@ impl<'a> Ctx<'a> {
                 OpKind::Signal {
                     sem: s,
                     inc: inc as u64,
+                    set: false,
                 },
                 site,
             );
@@ -358,6 +384,7 @@ impl<'a> Ctx<'a> {
                     sem: s,
                     amount: value as u64,
                     why: WaitKind::Semaphore,
+                    cmp: Cmp::Ge,
                 },
                 site,
             );
@@ -379,6 +406,7 @@ impl<'a> Ctx<'a> {
                 Sem {
                     base: 0,
                     count: 0,
+                    cols: 0,
                     is_array: false,
                     kind: SemKind::Barrier,
                     fault: None,
@@ -482,9 +510,169 @@ impl<'a> Ctx<'a> {
                     },
                     amount,
                     why,
+                    cmp: Cmp::Ge,
                 },
                 site,
             );
+        }
+    }
+
+    /// `pl.run_scoped(second=pltpu.SemaphoreType.REGULAR)`: runs `body` with a REGULAR
+    /// semaphore that exists only inside the scope (the same slot on every device).
+    #[track_caller]
+    pub fn run_scoped<R>(&self, body: impl FnOnce(Sem) -> R) -> Option<R> {
+        let depth = self.scoped_depth.get();
+        if depth >= MAX_SCOPED {
+            let site = self.site("run_scoped");
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!("run_scoped nests deeper than {MAX_SCOPED} levels"),
+            );
+            return None;
+        }
+        self.scoped_depth.set(depth + 1);
+        let r = body(Sem {
+            base: self.scoped_base + depth,
+            count: 1,
+            cols: 0,
+            is_array: false,
+            kind: SemKind::Regular,
+            fault: None,
+        });
+        self.scoped_depth.set(depth);
+        Some(r)
+    }
+
+    fn signal_cell(
+        &self,
+        sig: &Sem,
+        offsets: [i64; 2],
+        device: usize,
+        site: OpSite,
+    ) -> Option<SemRef> {
+        if sig.kind != SemKind::Signal || sig.cols == 0 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "`{}` is not a signal matrix",
+                    self.layout.sems[sig.base].name
+                ),
+            );
+            return None;
+        }
+        let rows = (sig.count / sig.cols) as i64;
+        let [r, c] = offsets;
+        if r < 0 || r >= rows || c < 0 || c >= sig.cols as i64 {
+            let name = &self.layout.sems[sig.base].name;
+            let base = name.split('[').next().unwrap_or(name);
+            self.fail(
+                site,
+                KernelErrorKind::OutOfBounds,
+                format!(
+                    "signal offsets [{r}, {c}] are outside `{base}` of shape [{rows}, {}]",
+                    sig.cols
+                ),
+            );
+            return None;
+        }
+        Some(SemRef {
+            device,
+            sem: sig.base + r as usize * sig.cols + c as usize,
+        })
+    }
+
+    /// Seed-003 `notify(signal, peer, offsets, value, op)`: writes cell `offsets` of
+    /// `peer`'s signal matrix (adds to it, or sets it).
+    #[track_caller]
+    pub fn notify(
+        &self,
+        signal: Sem,
+        peer: impl Into<DeviceId>,
+        offsets: [i64; 2],
+        value: i64,
+        op: NotifyOp,
+    ) {
+        let site = self.site("notify");
+        let Some(target) = self.resolve(&peer.into(), site) else {
+            return;
+        };
+        if value < 0 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!("notify with a negative value {value}"),
+            );
+            return;
+        }
+        if let Some(s) = self.signal_cell(&signal, offsets, target, site) {
+            self.push(
+                OpKind::Signal {
+                    sem: s,
+                    inc: value as u64,
+                    set: op == NotifyOp::Set,
+                },
+                site,
+            );
+        }
+    }
+
+    /// Seed-003 `wait(signal, offsets, expected, cmp)`: blocks until this device's
+    /// cell compares true with `expected`. It does not decrement the cell.
+    #[track_caller]
+    pub fn wait(&self, signal: Sem, offsets: [i64; 2], expected: i64, cmp: WaitCmp) {
+        let site = self.site("wait");
+        if expected < 0 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!("wait for a negative value {expected}"),
+            );
+            return;
+        }
+        if let Some(s) = self.signal_cell(&signal, offsets, self.device, site) {
+            self.push(
+                OpKind::Wait {
+                    sem: s,
+                    amount: expected as u64,
+                    why: WaitKind::Signal,
+                    cmp: match cmp {
+                        WaitCmp::Eq => Cmp::Eq,
+                        WaitCmp::Ge => Cmp::Ge,
+                    },
+                },
+                site,
+            );
+        }
+    }
+
+    /// Seed-003 `remote_load(buf, peer, offsets, shape)`: copies `src` as it is on
+    /// `peer` into the local VMEM `dst`, now. Only kernels in the pull model may do
+    /// this; a TPU kernel reading a peer's memory is an error.
+    #[track_caller]
+    pub fn remote_load(&self, dst: Ref, src: Ref, peer: impl Into<DeviceId>) {
+        let site = self.site("remote_load");
+        if !self.pull_model {
+            self.fail(
+                site,
+                KernelErrorKind::PeerRead,
+                format!(
+                    "`remote_load` of `{}` reads a peer's memory, but TPU remote DMAs are push-only: \
+                     have the peer push it with make_async_remote_copy (or declare the kernel with GridSpec::pull_model)",
+                    self.name(&src)
+                ),
+            );
+            return;
+        }
+        let Some(target) = self.resolve(&peer.into(), site) else {
+            return;
+        };
+        let (Some(d), Some(s)) = (self.vmem_view(&dst, site), self.view(&src, target, site)) else {
+            return;
+        };
+        if self.same_shape(&dst, &src, site) {
+            self.push(OpKind::Compute(DataOp::Copy { src: s, dst: d }), site);
         }
     }
 }

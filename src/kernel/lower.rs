@@ -1,6 +1,6 @@
 //! Lowering: trace a `PallasCall` over every device and grid point into a [`Program`].
 
-use super::ctx::{Ctx, Recording};
+use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use crate::device_sim::program::{
@@ -8,7 +8,7 @@ use crate::device_sim::program::{
 };
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::mesh::Mesh;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 impl PallasCall {
@@ -102,8 +102,29 @@ impl PallasCall {
                     args.push(Arg::Sem(Sem {
                         base,
                         count: count.unwrap_or(1),
+                        cols: 0,
                         is_array: count.is_some(),
                         kind: *kind,
+                        fault: None,
+                    }));
+                    names.push(name.clone());
+                }
+                ScratchSpec::SignalMatrix { name, rows, cols } => {
+                    let base = layout.sems.len();
+                    for r in 0..*rows {
+                        for c in 0..*cols {
+                            layout.sems.push(SemInfo {
+                                name: format!("{name}[{r}, {c}]"),
+                                kind: SemKind::Signal,
+                            });
+                        }
+                    }
+                    args.push(Arg::Sem(Sem {
+                        base,
+                        count: rows * cols,
+                        cols: *cols,
+                        is_array: true,
+                        kind: SemKind::Signal,
                         fault: None,
                     }));
                     names.push(name.clone());
@@ -118,11 +139,19 @@ impl PallasCall {
             Sem {
                 base: layout.sems.len() - 1,
                 count: 1,
+                cols: 0,
                 is_array: false,
                 kind: SemKind::Barrier,
                 fault: None,
             }
         });
+        // Slots for `run_scoped` semaphores, one per nesting depth, shared by every device
+        // (a scope at the same depth is the same allocation everywhere, as on a TPU).
+        let scoped_base = layout.sems.len();
+        layout.sems.extend((0..MAX_SCOPED).map(|d| SemInfo {
+            name: format!("run_scoped[{d}]"),
+            kind: SemKind::Regular,
+        }));
         let args = Args { args, names };
 
         let points: usize = spec.grid.iter().product();
@@ -140,6 +169,9 @@ impl PallasCall {
                     grid_linear: g,
                     dma_base: dmas.len(),
                     barrier,
+                    pull_model: spec.pull_model,
+                    scoped_base,
+                    scoped_depth: Cell::new(0),
                     rec: RefCell::new(Recording::default()),
                 };
                 let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &args)));

@@ -153,6 +153,8 @@ impl Ref {
 pub struct Sem {
     pub(crate) base: SemId,
     pub(crate) count: usize,
+    /// Columns of a seed-003 signal matrix (0 otherwise).
+    pub(crate) cols: usize,
     pub(crate) is_array: bool,
     pub(crate) kind: SemKind,
     pub(crate) fault: Option<Fault>,

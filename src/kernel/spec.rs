@@ -40,6 +40,15 @@ pub enum ScratchSpec {
         /// `Some(n)` for an array of `n`.
         count: Option<usize>,
     },
+    /// A seed-003 signal matrix of `rows x cols` i32 counters per device.
+    SignalMatrix {
+        /// Name.
+        name: String,
+        /// Rows.
+        rows: usize,
+        /// Columns.
+        cols: usize,
+    },
 }
 
 /// Operands, scratch and grid of a kernel (`pltpu.PrefetchScalarGridSpec`).
@@ -50,6 +59,7 @@ pub struct GridSpec {
     pub(crate) outputs: Vec<OperandSpec>,
     pub(crate) scratch: Vec<ScratchSpec>,
     pub(crate) collective_id: Option<u32>,
+    pub(crate) pull_model: bool,
 }
 
 impl GridSpec {
@@ -122,6 +132,24 @@ impl GridSpec {
             kind,
             count,
         });
+        self
+    }
+
+    /// Adds a seed-003 signal matrix (`[rows, cols]` counters per device) for
+    /// [`Ctx::notify`] and [`Ctx::wait`].
+    pub fn signal_matrix(mut self, name: &str, rows: usize, cols: usize) -> Self {
+        self.scratch.push(ScratchSpec::SignalMatrix {
+            name: name.into(),
+            rows,
+            cols,
+        });
+        self
+    }
+
+    /// Runs the kernel in the seed-003 model, where [`Ctx::remote_load`] may pull from
+    /// a peer. TPU kernels are push-only and leave this off.
+    pub fn pull_model(mut self) -> Self {
+        self.pull_model = true;
         self
     }
 

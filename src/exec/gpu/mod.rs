@@ -1,10 +1,12 @@
 //! The wgpu executor and its parts: adapter setup, pipelines, binding windows.
 
+mod bandwidth;
 mod context;
 mod executor;
 mod pipelines;
 pub mod windows;
 
+pub use bandwidth::copy_bandwidth;
 pub use context::{adapters_report, GpuContext};
 pub use executor::GpuExecutor;
 pub use pipelines::{Params, SHADERS};

@@ -1,0 +1,132 @@
+//! `lax.psum` (and `pmax` / `pmin`): the seed's unidirectional ring all-reduce
+//! (section 3) with the double neighbour barrier, an HBM double buffer, a VMEM receive
+//! buffer and the capacity-semaphore handshake.
+
+use super::barrier::neighbor_barrier;
+use super::{identity, Collective};
+use crate::array::{DType, HostArray};
+use crate::error::Result;
+use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
+use crate::mesh::Mesh;
+
+/// The seed's `psum_kernel`, line for line; `op` generalises `+=` to max / min
+/// (and `o_ref` starts at that operator's identity instead of zero).
+#[allow(clippy::too_many_arguments)]
+pub fn psum_kernel(
+    pl: &Ctx,
+    op: ReduceOp,
+    x_ref: Ref,
+    o_ref: Ref,
+    hbm_buf: Ref,
+    local_copy_sem: Sem,
+    remote_recv_sem: Sem,
+    remote_send_sem: Sem,
+    capacity_sem: Sem,
+    vmem_recv: Ref,
+) {
+    let num_devices = pl.num_devices();
+    let step = pl.program_id(0);
+    let working = step % 2;
+    let receiving = 1 - working;
+
+    let my_id = pl.axis_index("x");
+    let right = (my_id + 1) % num_devices;
+    let left = (my_id - 1 + num_devices) % num_devices;
+
+    if step == 0 {
+        neighbor_barrier(pl, left, right, true);
+        pl.fill(o_ref, identity(op, o_ref.dtype()));
+        pl.fill(vmem_recv, 0.0);
+
+        let first = pl.make_async_remote_copy(
+            x_ref,
+            hbm_buf.at(working),
+            remote_send_sem,
+            remote_recv_sem,
+            right,
+        );
+        first.start();
+        first.wait();
+    }
+
+    // Tell the left neighbour: I am ready for its next write.
+    pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+
+    // Local HBM -> VMEM, for the accumulate.
+    let local = pl.make_async_copy(hbm_buf.at(working), vmem_recv, local_copy_sem);
+    local.start();
+
+    // Before writing the right neighbour, wait until it says it is ready.
+    pl.semaphore_wait(capacity_sem, 1);
+
+    let remote = pl.make_async_remote_copy(
+        hbm_buf.at(working),
+        hbm_buf.at(receiving),
+        remote_send_sem,
+        remote_recv_sem,
+        right,
+    );
+    remote.start();
+
+    local.wait();
+    pl.accumulate(o_ref, vmem_recv, op); // o_ref[...] += vmem_recv[...]
+    remote.wait();
+}
+
+/// Ring `psum` / `pmax` / `pmin`.
+#[derive(Clone, Debug)]
+pub struct Psum {
+    /// Reduction operator.
+    pub op: ReduceOp,
+}
+
+impl Collective for Psum {
+    fn name(&self) -> &'static str {
+        "psum"
+    }
+
+    fn summary(&self) -> &'static str {
+        "unidirectional ring, double buffered: P steps, each device forwards one whole shard (N bytes) per step"
+    }
+
+    fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        let p = mesh.size();
+        let mut hbm = vec![2];
+        hbm.extend_from_slice(shard);
+        let spec = GridSpec::new()
+            .input("x_ref", MemorySpace::Vmem, shard, dtype)
+            .output("o_ref", MemorySpace::Vmem, shard, dtype)
+            .output("hbm_buf", MemorySpace::Any, &hbm, dtype)
+            .dma_sem("local_copy_sem")
+            .dma_sem("remote_recv_sem")
+            .dma_sem("remote_send_sem")
+            .regular_sem("capacity_sem")
+            .vmem("vmem_recv", shard, dtype)
+            .grid(&[p])
+            .collective_id(0);
+        let op = self.op;
+        Ok(PallasCall::new("psum", spec, move |pl, a| {
+            psum_kernel(
+                pl,
+                op,
+                a.r(0),
+                a.r(1),
+                a.r(2),
+                a.sem(3),
+                a.sem(4),
+                a.sem(5),
+                a.sem(6),
+                a.r(7),
+            )
+        }))
+    }
+
+    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+        let all = super::reference::all_reduce(inputs, self.op);
+        Ok(vec![vec![all]; inputs.len()])
+    }
+
+    fn tolerance(&self) -> f32 {
+        super::SUM_TOLERANCE
+    }
+}

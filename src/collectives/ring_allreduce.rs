@@ -1,0 +1,252 @@
+//! The ring all-reduce of seed 003: a reduce-scatter of P−1 steps then an all-gather of
+//! P−1 steps, each moving one N/P chunk. Two versions on equal data:
+//! - [`ring_allreduce_kernel`]: as written in the seed, in its pull model (a
+//!   `[2(P−1), P]` signal matrix, non-decrementing waits, `remote_load`);
+//! - [`ring_allreduce_push_kernel`]: the same ring in the TPU model (push-only remote
+//!   DMAs into an HBM double buffer, DMA/REGULAR semaphores, a capacity handshake).
+
+use super::barrier::neighbor_barrier;
+use super::Collective;
+use crate::array::{DType, HostArray};
+use crate::error::{Error, Result};
+use crate::kernel::{
+    ds, Ctx, GridSpec, MemorySpace, NotifyOp, PallasCall, ReduceOp, Ref, Sem, WaitCmp,
+};
+use crate::mesh::Mesh;
+
+/// The seed-003 kernel, line for line. `scratch` is the `[1, N]` working buffer; `recv`
+/// and `acc` are the seed's tiles, held in VMEM. The seed elides its prologue: the input
+/// becomes the working buffer, and signal row 0 tells the right neighbour it is ready.
+#[allow(clippy::too_many_arguments)]
+pub fn ring_allreduce_kernel(
+    pl: &Ctx,
+    op: ReduceOp,
+    x_ref: Ref,
+    scratch: Ref,
+    signal: Sem,
+    recv: Ref,
+    acc: Ref,
+) {
+    let nranks = pl.num_devices();
+    let my_rank = pl.axis_index("x");
+    let chunk = scratch.shape()[1] as i64 / nranks;
+    let at = |idx: i64| scratch.at(0).slice(ds(idx * chunk, chunk));
+
+    let left = (my_rank - 1 + nranks) % nranks; // never negative
+    let right = (my_rank + 1) % nranks;
+
+    pl.copy(scratch, x_ref);
+    if nranks > 1 {
+        pl.notify(signal, right, [0, my_rank], 1, NotifyOp::AtomicAdd);
+    }
+
+    // Reduce-scatter: (nr-1) steps.
+    for s in 0..nranks - 1 {
+        let step = s + 1;
+        let recv_add_idx = (my_rank - step - 1 + nranks) % nranks;
+        let left_send_idx = (left - step + nranks) % nranks;
+        // Wait for the left neighbour's chunk of round s (signal row s), then:
+        pl.wait(signal, [s, left], 1, WaitCmp::Ge);
+        pl.remote_load(recv, at(left_send_idx), left); // recv = remote_load(scratch, peer=left, ...)
+        pl.copy(acc, at(recv_add_idx)); // acc = pl.load(scratch, ...)
+        pl.accumulate(acc, recv, op); // acc = pl.add(acc, recv)
+        pl.copy(at(recv_add_idx), acc); // scratch = pl.store(acc, ...)
+                                        // The store readies the next round's send: notify the right neighbour (row s+1).
+        pl.notify(signal, right, [s + 1, my_rank], 1, NotifyOp::AtomicAdd);
+    }
+
+    // All-gather: (nr-1) steps (rows nranks-1 .. 2*(nranks-1)-1): copy the left
+    // neighbour's reduced chunk into the local chunk.
+    for t in 0..nranks - 1 {
+        let row = nranks - 1 + t;
+        let idx = (left - t + nranks) % nranks;
+        pl.wait(signal, [row, left], 1, WaitCmp::Ge);
+        pl.remote_load(recv, at(idx), left);
+        pl.copy(at(idx), recv);
+        if row + 1 < 2 * (nranks - 1) {
+            pl.notify(signal, right, [row + 1, my_rank], 1, NotifyOp::AtomicAdd);
+        }
+    }
+}
+
+/// The same two-phase ring in the TPU model. Grid `(2(P−1),)`: steps `0..P−1` reduce
+/// (push chunk `i−s`, add the received chunk `i−s−1`), steps `P−1..` gather (push
+/// the reduced chunk `i+1−t`, store the received chunk `i−t`).
+#[allow(clippy::too_many_arguments)]
+pub fn ring_allreduce_push_kernel(
+    pl: &Ctx,
+    op: ReduceOp,
+    x_ref: Ref,
+    o_ref: Ref,
+    hbm_buf: Ref,
+    local_sem: Sem,
+    send_sem: Sem,
+    recv_sem: Sem,
+    capacity_sem: Sem,
+    vmem_recv: Ref,
+) {
+    let p = pl.num_devices();
+    let step = pl.program_id(0);
+    let working = step % 2;
+    let my_id = pl.axis_index("x");
+    let right = (my_id + 1) % p;
+    let left = (my_id - 1 + p) % p;
+    let chunk = o_ref.shape()[1] as i64 / p;
+    let block = |c: i64| o_ref.at(0).slice(ds(c * chunk, chunk));
+
+    if step == 0 {
+        neighbor_barrier(pl, left, right, true);
+        pl.copy(o_ref, x_ref);
+    }
+    if p == 1 {
+        return;
+    }
+    let reducing = step < p - 1;
+    let (send_c, recv_c) = if reducing {
+        ((my_id - step + p) % p, (my_id - step - 1 + 2 * p) % p)
+    } else {
+        let t = step - (p - 1);
+        ((my_id + 1 - t + p) % p, (my_id - t + p) % p)
+    };
+
+    // My slot `working` is free again: the left neighbour may write it. Then wait until
+    // the right neighbour says the same before pushing into its slot.
+    pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+    pl.semaphore_wait(capacity_sem, 1);
+
+    let remote = pl.make_async_remote_copy(
+        block(send_c),
+        hbm_buf.at(working),
+        send_sem,
+        recv_sem,
+        right,
+    );
+    remote.start();
+    remote.wait_recv();
+
+    if reducing {
+        let local = pl.make_async_copy(hbm_buf.at(working), vmem_recv, local_sem);
+        local.start();
+        local.wait();
+        pl.accumulate(block(recv_c), vmem_recv, op);
+    } else {
+        let local = pl.make_async_copy(hbm_buf.at(working), block(recv_c), local_sem);
+        local.start();
+        local.wait();
+    }
+    remote.wait_send();
+}
+
+/// Elements per device for a per-device shape, checked divisible by P.
+fn ring_len(name: &str, p: usize, shard: &[usize]) -> Result<usize> {
+    let n: usize = shard.iter().product();
+    if !n.is_multiple_of(p) {
+        return Err(Error::bad_input(format!(
+            "{name} moves N/P chunks, but N = {n} elements ({shard:?}) is not divisible by P={p}"
+        )));
+    }
+    Ok(n)
+}
+
+/// The seed-003 ring all-reduce (pull model).
+#[derive(Clone, Debug)]
+pub struct RingAllReduce {
+    /// Reduction operator.
+    pub op: ReduceOp,
+}
+
+impl Collective for RingAllReduce {
+    fn name(&self) -> &'static str {
+        "ring_allreduce"
+    }
+
+    fn summary(&self) -> &'static str {
+        "seed-003 ring, pull model: 2(P-1) steps, each device pulls one N/P chunk per step"
+    }
+
+    fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        let p = mesh.size();
+        let n = ring_len(self.name(), p, shard)?;
+        let spec = GridSpec::new()
+            .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
+            .output("scratch", MemorySpace::Vmem, &[1, n], dtype)
+            .signal_matrix("signal", 2 * (p - 1), p)
+            .vmem("recv", &[n / p], dtype)
+            .vmem("acc", &[n / p], dtype)
+            .pull_model();
+        let op = self.op;
+        Ok(PallasCall::new("ring_allreduce", spec, move |pl, a| {
+            ring_allreduce_kernel(pl, op, a.r(0), a.r(1), a.sem(2), a.r(3), a.r(4))
+        }))
+    }
+
+    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+        let all = super::reference::all_reduce(inputs, self.op);
+        Ok(vec![vec![all]; inputs.len()])
+    }
+
+    fn tolerance(&self) -> f32 {
+        super::SUM_TOLERANCE
+    }
+}
+
+/// The two-phase ring all-reduce in the TPU model.
+#[derive(Clone, Debug)]
+pub struct RingAllReducePush {
+    /// Reduction operator.
+    pub op: ReduceOp,
+}
+
+impl Collective for RingAllReducePush {
+    fn name(&self) -> &'static str {
+        "ring_allreduce_push"
+    }
+
+    fn summary(&self) -> &'static str {
+        "the same ring in the TPU model: 2(P-1) steps, each device pushes one N/P chunk per step"
+    }
+
+    fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        let p = mesh.size();
+        let n = ring_len(self.name(), p, shard)?;
+        let spec = GridSpec::new()
+            .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
+            .output("o_ref", MemorySpace::Vmem, &[1, n], dtype)
+            .output("hbm_buf", MemorySpace::Any, &[2, n / p], dtype)
+            .dma_sem("local_sem")
+            .dma_sem("send_sem")
+            .dma_sem("recv_sem")
+            .regular_sem("capacity_sem")
+            .vmem("vmem_recv", &[n / p], dtype)
+            .grid(&[(2 * (p - 1)).max(1)])
+            .collective_id(0);
+        let op = self.op;
+        Ok(PallasCall::new(
+            "ring_allreduce_push",
+            spec,
+            move |pl, a| {
+                ring_allreduce_push_kernel(
+                    pl,
+                    op,
+                    a.r(0),
+                    a.r(1),
+                    a.r(2),
+                    a.sem(3),
+                    a.sem(4),
+                    a.sem(5),
+                    a.sem(6),
+                    a.r(7),
+                )
+            },
+        ))
+    }
+
+    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+        let all = super::reference::all_reduce(inputs, self.op);
+        Ok(vec![vec![all]; inputs.len()])
+    }
+
+    fn tolerance(&self) -> f32 {
+        super::SUM_TOLERANCE
+    }
+}
