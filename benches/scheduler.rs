@@ -14,7 +14,9 @@ fn main() {
     for c in collectives::all() {
         for p in [4usize, 16, 64, 256] {
             let mesh = Mesh::new(p, "x").expect("mesh");
-            let call = c.call(&mesh, &[8, 128], DType::F32).expect("call");
+            let call = c
+                .call(&mesh, &collectives::default_shape(c.name(), p), DType::F32)
+                .expect("call");
             let t0 = Instant::now();
             let program = call.lower(&mesh).expect("lower");
             let t1 = Instant::now();

@@ -84,6 +84,8 @@ pub enum ExitProblem {
         semaphore: String,
         /// Its value at exit.
         value: u64,
+        /// The last signal it received, if any.
+        last_signal: Option<Site>,
     },
     /// A DMA completed but nobody waited for it.
     DmaNotWaited {
@@ -183,10 +185,20 @@ impl fmt::Display for Error {
                             device,
                             semaphore,
                             value,
-                        } => writeln!(
-                            f,
-                            "  semaphore not zero at exit: device {device} `{semaphore}` = {value}"
-                        )?,
+                            last_signal,
+                        } => {
+                            write!(
+                                f,
+                                "  semaphore not zero at exit: device {device} `{semaphore}` = {value}"
+                            )?;
+                            match last_signal {
+                                Some(s) => writeln!(
+                                    f,
+                                    " (last signalled by {s}): every signal needs a matching wait"
+                                )?,
+                                None => writeln!(f)?,
+                            }
+                        }
                         ExitProblem::DmaNotWaited {
                             site,
                             semaphore,

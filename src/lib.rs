@@ -39,6 +39,7 @@ pub mod error;
 pub mod exec;
 pub mod kernel;
 pub mod mesh;
+pub mod verify;
 
 pub use array::{DType, HostArray};
 pub use error::{Error, Result};

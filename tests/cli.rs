@@ -132,3 +132,59 @@ fn demo_runs_every_collective() {
         "{out}"
     );
 }
+
+#[test]
+fn check_exits_zero_clean_one_on_problems_two_on_bad_input() {
+    let (code, out, err) = tpusim(&["check", "all", "-p", "3", "--schedules", "20"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("clean under 20 schedules").count(), 6, "{out}");
+
+    let (code, out, _) = tpusim(&[
+        "check",
+        "ppermute",
+        "--variant",
+        "missing-signal",
+        "-p",
+        "3",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("[1] deadlock") && out.contains("waits on `done`: value 0, needs 1"),
+        "{out}"
+    );
+    let replay = out
+        .lines()
+        .find_map(|l| l.split("replay: ").nth(1))
+        .expect("a replay command")
+        .trim_end_matches(')')
+        .to_string();
+    let args: Vec<&str> = replay.split_whitespace().skip(1).collect();
+    let (code, again, _) = tpusim(&args);
+    assert_eq!(code, 1, "{replay}");
+    assert!(again.contains("1 problem in 1 schedule"), "{again}");
+
+    let (code, out, _) = tpusim(&["check", "--list-variants"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 5, "{out}");
+
+    for (args, why) in [
+        (
+            vec!["check", "psum", "--variant", "nope"],
+            "no variant `nope`",
+        ),
+        (
+            vec!["check", "psum", "--replay", "sometimes"],
+            "unknown schedule",
+        ),
+        (vec!["check", "psum", "-p", "0"], "P must be at least 1"),
+        (vec!["check"], "name a collective"),
+        (
+            vec!["run", "psum", "--schedule", "later"],
+            "unknown schedule",
+        ),
+    ] {
+        let (code, out, err) = tpusim(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

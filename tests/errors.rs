@@ -65,17 +65,24 @@ fn leftover_signal_is_a_semaphore_not_zero_at_exit() {
         panic!("{e}")
     };
     assert_eq!(problems.len(), 2);
+    let ExitProblem::SemaphoreNotZero {
+        device,
+        semaphore,
+        value,
+        last_signal,
+    } = &problems[1]
+    else {
+        panic!("{e}")
+    };
+    assert_eq!((*device, semaphore.as_str(), *value), (1, "flag", 2));
     assert_eq!(
-        problems[1],
-        ExitProblem::SemaphoreNotZero {
-            device: 1,
-            semaphore: "flag".into(),
-            value: 2
-        }
+        last_signal.as_ref().map(|s| (s.device, s.grid.clone())),
+        Some((1, vec![1]))
     );
     assert!(
-        e.to_string()
-            .contains("semaphore not zero at exit: device 0 `flag` = 2"),
+        e.to_string().contains(
+            "semaphore not zero at exit: device 0 `flag` = 2 (last signalled by device 0"
+        ),
         "{e}"
     );
 }

@@ -7,6 +7,7 @@ mod psum;
 mod psum_scatter;
 pub mod reference;
 mod ring_allreduce;
+pub mod variants;
 
 use crate::kernel::ReduceOp;
 pub use all_gather::{all_gather_kernel, AllGather};
@@ -19,7 +20,7 @@ pub use ring_allreduce::{
 };
 
 use crate::array::{DType, HostArray};
-use crate::device_sim::{schedule, Eager, Policy, Program, Schedule};
+use crate::device_sim::{schedule, Eager, Policy, Program, Schedule, ScheduleSpec};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::kernel::PallasCall;
@@ -119,6 +120,17 @@ pub fn all() -> Vec<Box<dyn Collective>> {
         .collect()
 }
 
+/// A small per-device shape that collective `name` can serve at `p` devices (what
+/// `check` uses by default): `psum_scatter` needs (P·R)×C with R even, the rings a
+/// multiple of P elements.
+pub fn default_shape(name: &str, p: usize) -> Vec<usize> {
+    match name {
+        "psum_scatter" => vec![2 * p, 128],
+        "ring_allreduce" | "ring_allreduce_push" => vec![p, 128],
+        _ => vec![8, 128],
+    }
+}
+
 /// The identity of `op` in `dtype`, as a fill value (what an accumulator starts at).
 pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
     match (op, dtype) {
@@ -207,9 +219,23 @@ pub fn run_checked(
     exec: &mut dyn Executor,
     seed: u64,
 ) -> Result<Checked> {
+    run_scheduled(c, mesh, shard, dtype, exec, seed, ScheduleSpec::Eager)
+}
+
+/// [`run_checked`] under the schedule `spec` (a race-free kernel gives the same
+/// result under every schedule).
+pub fn run_scheduled(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> Result<Checked> {
     let t0 = Instant::now();
     let call = c.call(mesh, shard, dtype)?;
-    let (program, sched) = plan(&call, mesh, &mut Eager::default())?;
+    let (program, sched) = plan(&call, mesh, spec.policy().as_mut())?;
     let plan_time = t0.elapsed();
     let inputs = random_inputs(&program, seed);
     let expected = c.reference(&inputs)?;

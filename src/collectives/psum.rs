@@ -24,6 +24,29 @@ pub fn psum_kernel(
     capacity_sem: Sem,
     vmem_recv: Ref,
 ) {
+    psum_kernel_with(
+        pl,
+        op,
+        true,
+        [x_ref, o_ref, hbm_buf, vmem_recv],
+        [
+            local_copy_sem,
+            remote_recv_sem,
+            remote_send_sem,
+            capacity_sem,
+        ],
+    )
+}
+
+/// [`psum_kernel`], with the capacity handshake switchable (off only for the broken
+/// `no-capacity-sem` variant).
+pub(crate) fn psum_kernel_with(
+    pl: &Ctx,
+    op: ReduceOp,
+    capacity_handshake: bool,
+    [x_ref, o_ref, hbm_buf, vmem_recv]: [Ref; 4],
+    [local_copy_sem, remote_recv_sem, remote_send_sem, capacity_sem]: [Sem; 4],
+) {
     let num_devices = pl.num_devices();
     let step = pl.program_id(0);
     let working = step % 2;
@@ -50,14 +73,18 @@ pub fn psum_kernel(
     }
 
     // Tell the left neighbour: I am ready for its next write.
-    pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+    if capacity_handshake {
+        pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+    }
 
     // Local HBM -> VMEM, for the accumulate.
     let local = pl.make_async_copy(hbm_buf.at(working), vmem_recv, local_copy_sem);
     local.start();
 
     // Before writing the right neighbour, wait until it says it is ready.
-    pl.semaphore_wait(capacity_sem, 1);
+    if capacity_handshake {
+        pl.semaphore_wait(capacity_sem, 1);
+    }
 
     let remote = pl.make_async_remote_copy(
         hbm_buf.at(working),
@@ -90,35 +117,25 @@ impl Collective for Psum {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        let p = mesh.size();
-        let mut hbm = vec![2];
-        hbm.extend_from_slice(shard);
-        let spec = GridSpec::new()
-            .input("x_ref", MemorySpace::Vmem, shard, dtype)
-            .output("o_ref", MemorySpace::Vmem, shard, dtype)
-            .output("hbm_buf", MemorySpace::Any, &hbm, dtype)
-            .dma_sem("local_copy_sem")
-            .dma_sem("remote_recv_sem")
-            .dma_sem("remote_send_sem")
-            .regular_sem("capacity_sem")
-            .vmem("vmem_recv", shard, dtype)
-            .grid(&[p])
-            .collective_id(0);
         let op = self.op;
-        Ok(PallasCall::new("psum", spec, move |pl, a| {
-            psum_kernel(
-                pl,
-                op,
-                a.r(0),
-                a.r(1),
-                a.r(2),
-                a.sem(3),
-                a.sem(4),
-                a.sem(5),
-                a.sem(6),
-                a.r(7),
-            )
-        }))
+        Ok(PallasCall::new(
+            "psum",
+            spec(mesh.size(), shard, dtype),
+            move |pl, a| {
+                psum_kernel(
+                    pl,
+                    op,
+                    a.r(0),
+                    a.r(1),
+                    a.r(2),
+                    a.sem(3),
+                    a.sem(4),
+                    a.sem(5),
+                    a.sem(6),
+                    a.r(7),
+                )
+            },
+        ))
     }
 
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
@@ -129,4 +146,21 @@ impl Collective for Psum {
     fn tolerance(&self) -> f32 {
         super::SUM_TOLERANCE
     }
+}
+
+/// The seed's grid spec for psum over `p` devices.
+pub(crate) fn spec(p: usize, shard: &[usize], dtype: DType) -> GridSpec {
+    let mut hbm = vec![2];
+    hbm.extend_from_slice(shard);
+    GridSpec::new()
+        .input("x_ref", MemorySpace::Vmem, shard, dtype)
+        .output("o_ref", MemorySpace::Vmem, shard, dtype)
+        .output("hbm_buf", MemorySpace::Any, &hbm, dtype)
+        .dma_sem("local_copy_sem")
+        .dma_sem("remote_recv_sem")
+        .dma_sem("remote_send_sem")
+        .regular_sem("capacity_sem")
+        .vmem("vmem_recv", shard, dtype)
+        .grid(&[p])
+        .collective_id(0)
 }

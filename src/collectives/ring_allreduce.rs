@@ -17,10 +17,25 @@ use crate::mesh::Mesh;
 /// The seed-003 kernel, line for line. `scratch` is the `[1, N]` working buffer; `recv`
 /// and `acc` are the seed's tiles, held in VMEM. The seed elides its prologue: the input
 /// becomes the working buffer, and signal row 0 tells the right neighbour it is ready.
-#[allow(clippy::too_many_arguments)]
 pub fn ring_allreduce_kernel(
     pl: &Ctx,
     op: ReduceOp,
+    x_ref: Ref,
+    scratch: Ref,
+    signal: Sem,
+    recv: Ref,
+    acc: Ref,
+) {
+    ring_allreduce_kernel_with(pl, op, false, x_ref, scratch, signal, recv, acc)
+}
+
+/// [`ring_allreduce_kernel`]; `c_style_left` falls into the seed's trap
+/// `(my_rank - 1) % nranks` (−1 at rank 0), only for the `negative-left` variant.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ring_allreduce_kernel_with(
+    pl: &Ctx,
+    op: ReduceOp,
+    c_style_left: bool,
     x_ref: Ref,
     scratch: Ref,
     signal: Sem,
@@ -32,7 +47,11 @@ pub fn ring_allreduce_kernel(
     let chunk = scratch.shape()[1] as i64 / nranks;
     let at = |idx: i64| scratch.at(0).slice(ds(idx * chunk, chunk));
 
-    let left = (my_rank - 1 + nranks) % nranks; // never negative
+    let left = if c_style_left {
+        (my_rank - 1) % nranks // Rust's % truncates like C's: -1 at rank 0
+    } else {
+        (my_rank - 1 + nranks) % nranks // never negative
+    };
     let right = (my_rank + 1) % nranks;
 
     pl.copy(scratch, x_ref);
@@ -148,6 +167,18 @@ fn ring_len(name: &str, p: usize, shard: &[usize]) -> Result<usize> {
     Ok(n)
 }
 
+/// The grid spec of the seed-003 kernel.
+pub(crate) fn pull_spec(p: usize, shard: &[usize], dtype: DType) -> Result<GridSpec> {
+    let n = ring_len("ring_allreduce", p, shard)?;
+    Ok(GridSpec::new()
+        .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
+        .output("scratch", MemorySpace::Vmem, &[1, n], dtype)
+        .signal_matrix("signal", 2 * (p - 1), p)
+        .vmem("recv", &[n / p], dtype)
+        .vmem("acc", &[n / p], dtype)
+        .pull_model())
+}
+
 /// The seed-003 ring all-reduce (pull model).
 #[derive(Clone, Debug)]
 pub struct RingAllReduce {
@@ -165,15 +196,7 @@ impl Collective for RingAllReduce {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        let p = mesh.size();
-        let n = ring_len(self.name(), p, shard)?;
-        let spec = GridSpec::new()
-            .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
-            .output("scratch", MemorySpace::Vmem, &[1, n], dtype)
-            .signal_matrix("signal", 2 * (p - 1), p)
-            .vmem("recv", &[n / p], dtype)
-            .vmem("acc", &[n / p], dtype)
-            .pull_model();
+        let spec = pull_spec(mesh.size(), shard, dtype)?;
         let op = self.op;
         Ok(PallasCall::new("ring_allreduce", spec, move |pl, a| {
             ring_allreduce_kernel(pl, op, a.r(0), a.r(1), a.sem(2), a.r(3), a.r(4))

@@ -2,14 +2,17 @@
 //!
 //! Data flow: a kernel is lowered to a [`Program`] (per-device ops), [`schedule`] runs
 //! it against semaphore state under a [`Policy`] and emits a [`Schedule`] of data ops,
-//! and an executor (`crate::exec`) runs that schedule on the GPU or the CPU.
+//! and an executor (`crate::exec`) runs that schedule on the GPU or the CPU. An
+//! [`Observer`] sees every event of a run in order (the race checker is one).
 
-pub mod policy;
+pub mod observer;
+pub mod policies;
 pub mod program;
 mod schedule;
 mod scheduler;
 
-pub use policy::{Choice, Eager, Policy};
+pub use observer::{NoObserver, Observer};
+pub use policies::{Choice, Eager, Policy, ScheduleSpec};
 pub use program::{DataOp, Layout, Program, View};
 pub use schedule::Schedule;
-pub use scheduler::schedule;
+pub use scheduler::{schedule, schedule_observed};

@@ -1,14 +1,15 @@
 //! The scheduler's output: one linear order of data ops, valid for every executor.
 
+use super::policies::ScheduleSpec;
 use super::program::DataOp;
 
 /// A linear schedule of data ops (prologue, the grid's work, epilogue).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Schedule {
     /// Data ops in execution order.
     pub ops: Vec<DataOp>,
-    /// Name of the policy that produced it.
-    pub policy: String,
+    /// The policy that produced it.
+    pub policy: ScheduleSpec,
     /// Number of scheduler steps taken (ops run plus DMAs completed).
     pub steps: usize,
 }

@@ -2,38 +2,72 @@
 //! in an order a [`Policy`] picks, and emits the linear schedule of data ops.
 //! Semaphores are incremented in [`Engine::credit`] and decremented in [`Engine::step_device`].
 
-use super::policy::{Choice, Policy};
-use super::program::{Cmp, OpKind, Program, SemKind, SemRef, WaitKind};
+use super::observer::{NoObserver, Observer};
+use super::policies::{Choice, Policy};
+use super::program::{Cmp, DataOp, OpKind, OpSite, Program, SemKind, SemRef, WaitKind};
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
 pub fn schedule(program: &Program, policy: &mut dyn Policy) -> Result<Schedule> {
+    schedule_observed(program, policy, &mut NoObserver)
+}
+
+/// [`schedule`], reporting every event to `obs` as it happens.
+pub fn schedule_observed(
+    program: &Program,
+    policy: &mut dyn Policy,
+    obs: &mut dyn Observer,
+) -> Result<Schedule> {
     let mut e = Engine::new(program);
     let mut out = Schedule {
         ops: program.prologue.clone(),
-        policy: policy.name().to_string(),
+        policy: policy.spec(),
         steps: 0,
     };
+    for op in &program.prologue {
+        if let DataOp::Copy { dst, .. } = op {
+            obs.data(dst.device, op, None);
+        }
+    }
     let mut choices = Vec::new();
+    let mut waited = Vec::new();
     loop {
         choices.clear();
-        choices.extend(e.in_flight.iter().map(|&d| Choice::CompleteDma(d)));
+        waited.clear();
+        waited.extend((0..program.devices).filter_map(
+            |d| match &program.ops[d].get(e.pc[d])?.kind {
+                OpKind::Wait { sem, .. } => Some(*sem),
+                _ => None,
+            },
+        ));
+        choices.extend(e.in_flight.iter().map(|&id| {
+            let dma = &program.dmas[id];
+            Choice::CompleteDma {
+                id,
+                issuer: dma.origin.device,
+                awaited: waited.contains(&dma.recv_sem)
+                    || dma.send_sem.is_some_and(|s| waited.contains(&s)),
+            }
+        }));
         choices.extend(
             (0..program.devices)
                 .filter(|&d| e.runnable(d))
-                .map(Choice::Device),
+                .map(|d| Choice::Device {
+                    device: d,
+                    grid: program.ops[d][e.pc[d]].site.grid_linear,
+                }),
         );
         if choices.is_empty() {
             break;
         }
-        let pick = choices[policy.pick(&choices)];
+        let pick = choices[policy.pick(&choices).min(choices.len() - 1)];
         out.steps += 1;
         match pick {
-            Choice::CompleteDma(id) => e.complete(id, &mut out),
-            Choice::Device(d) => e.step_device(d, &mut out),
+            Choice::CompleteDma { id, .. } => e.complete(id, &mut out, obs),
+            Choice::Device { device, .. } => e.step_device(device, &mut out, obs),
         }
     }
     if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len()) {
@@ -48,9 +82,13 @@ struct Engine<'p> {
     p: &'p Program,
     pc: Vec<usize>,
     sems: Vec<u64>,
-    /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet.
-    credits: Vec<VecDeque<(usize, u64)>>,
+    /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
+    /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
+    credits: HashMap<usize, VecDeque<(usize, u64)>>,
+    /// DMAs in flight, in start order.
     in_flight: Vec<usize>,
+    /// Per semaphore slot: where its last signal came from (sparse).
+    last_signal: HashMap<usize, OpSite>,
 }
 
 impl<'p> Engine<'p> {
@@ -60,8 +98,9 @@ impl<'p> Engine<'p> {
             p,
             pc: vec![0; p.devices],
             sems: vec![0; n],
-            credits: vec![VecDeque::new(); n],
+            credits: HashMap::new(),
             in_flight: Vec::new(),
+            last_signal: HashMap::new(),
         }
     }
 
@@ -91,14 +130,14 @@ impl<'p> Engine<'p> {
         let i = self.slot(s);
         self.sems[i] += amount;
         if let Some(id) = dma {
-            self.credits[i].push_back((id, amount));
+            self.credits.entry(i).or_default().push_back((id, amount));
         }
     }
 
-    fn complete(&mut self, id: usize, out: &mut Schedule) {
+    fn complete(&mut self, id: usize, out: &mut Schedule, obs: &mut dyn Observer) {
         self.in_flight.retain(|&x| x != id);
         let dma = &self.p.dmas[id];
-        out.ops.push(super::program::DataOp::Copy {
+        out.ops.push(DataOp::Copy {
             src: dma.src,
             dst: dma.dst,
         });
@@ -106,43 +145,55 @@ impl<'p> Engine<'p> {
             self.credit(s, dma.bytes, Some(id));
         }
         self.credit(dma.recv_sem, dma.bytes, Some(id));
+        obs.dma_complete(id);
     }
 
-    fn step_device(&mut self, d: usize, out: &mut Schedule) {
+    fn step_device(&mut self, d: usize, out: &mut Schedule, obs: &mut dyn Observer) {
         let op = &self.p.ops[d][self.pc[d]];
         self.pc[d] += 1;
         match &op.kind {
-            OpKind::DmaStart(id) => self.in_flight.push(*id),
+            OpKind::DmaStart(id) => {
+                self.in_flight.push(*id);
+                obs.dma_start(d, *id);
+            }
             OpKind::Wait {
+                sem,
                 why: WaitKind::Signal,
                 ..
-            } => {}
+            } => obs.acquire(d, *sem),
             OpKind::Wait { sem, amount, .. } => {
                 let i = self.slot(*sem);
                 self.sems[i] -= amount;
-                let mut left = *amount;
-                while left > 0 {
-                    let Some(front) = self.credits[i].front_mut() else {
-                        break;
-                    };
-                    let take = front.1.min(left);
-                    front.1 -= take;
-                    left -= take;
-                    if front.1 == 0 {
-                        self.credits[i].pop_front();
+                if let Some(queue) = self.credits.get_mut(&i) {
+                    let mut left = *amount;
+                    while left > 0 {
+                        let Some(front) = queue.front_mut() else {
+                            break;
+                        };
+                        let take = front.1.min(left);
+                        front.1 -= take;
+                        left -= take;
+                        if front.1 == 0 {
+                            queue.pop_front();
+                        }
                     }
                 }
+                obs.acquire(d, *sem);
             }
-            OpKind::Signal {
-                sem,
-                inc,
-                set: true,
-            } => {
+            OpKind::Signal { sem, inc, set } => {
                 let i = self.slot(*sem);
-                self.sems[i] = *inc;
+                if *set {
+                    self.sems[i] = *inc;
+                } else {
+                    self.credit(*sem, *inc, None);
+                }
+                self.last_signal.insert(i, op.site);
+                obs.release(d, *sem);
             }
-            OpKind::Signal { sem, inc, .. } => self.credit(*sem, *inc, None),
-            OpKind::Compute(c) => out.ops.push(*c),
+            OpKind::Compute(c) => {
+                out.ops.push(*c);
+                obs.data(d, c, Some(&op.site));
+            }
         }
     }
 
@@ -176,8 +227,9 @@ impl<'p> Engine<'p> {
                 if self.sems[i] == 0 || info.kind == SemKind::Signal {
                     continue;
                 }
-                if info.kind == SemKind::Dma && !self.credits[i].is_empty() {
-                    for (id, bytes) in &self.credits[i] {
+                let owed = self.credits.get(&i).filter(|q| !q.is_empty());
+                if let (SemKind::Dma, Some(owed)) = (info.kind, owed) {
+                    for (id, bytes) in owed {
                         problems.push(ExitProblem::DmaNotWaited {
                             site: self.p.site(&self.p.dmas[*id].origin),
                             semaphore: format!("{} on device {device}", info.name),
@@ -189,6 +241,7 @@ impl<'p> Engine<'p> {
                         device,
                         semaphore: info.name.clone(),
                         value: self.sems[i],
+                        last_signal: self.last_signal.get(&i).map(|s| self.p.site(s)),
                     });
                 }
             }

@@ -6,7 +6,7 @@ use crate::device_sim::program::{Cmp, SemId};
 use crate::device_sim::program::{
     DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
 };
-use crate::error::{Error, KernelError, KernelErrorKind, Site};
+use crate::error::{KernelError, KernelErrorKind, Site};
 use crate::mesh::{DeviceId, Mesh};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;
@@ -15,7 +15,7 @@ use std::panic::Location;
 pub(crate) struct Recording {
     pub ops: Vec<Op>,
     pub dmas: Vec<Dma>,
-    pub error: Option<Error>,
+    pub errors: Vec<KernelError>,
 }
 
 /// The kernel's view of one device at one grid point.
@@ -83,19 +83,16 @@ impl<'a> Ctx<'a> {
     }
 
     fn fail(&self, site: OpSite, kind: KernelErrorKind, detail: String) {
-        let mut rec = self.rec.borrow_mut();
-        if rec.error.is_none() {
-            rec.error = Some(Error::Kernel(KernelError {
-                kind,
-                site: Site {
-                    device: self.device,
-                    grid: self.point.clone(),
-                    op: site.op,
-                    location: format!("{}:{}", site.location.file(), site.location.line()),
-                },
-                detail,
-            }));
-        }
+        self.rec.borrow_mut().errors.push(KernelError {
+            kind,
+            site: Site {
+                device: self.device,
+                grid: self.point.clone(),
+                op: site.op,
+                location: format!("{}:{}", site.location.file(), site.location.line()),
+            },
+            detail,
+        });
     }
 
     fn push(&self, kind: OpKind, site: OpSite) {

@@ -11,9 +11,24 @@ use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// How many distinct kernel mistakes one trace collects before it stops.
+const MAX_KERNEL_ERRORS: usize = 32;
+
 impl PallasCall {
-    /// Traces the kernel on every device of `mesh` and every grid point.
+    /// Traces the kernel on every device of `mesh` and every grid point. A kernel
+    /// mistake is returned as [`Error::Kernel`] (the first one found).
     pub fn lower(&self, mesh: &Mesh) -> Result<Program> {
+        let (program, mut errors) = self.trace(mesh)?;
+        if errors.is_empty() {
+            Ok(program)
+        } else {
+            Err(Error::Kernel(errors.swap_remove(0)))
+        }
+    }
+
+    /// Traces the kernel and returns the program together with every distinct kernel
+    /// mistake (by kind and source line); the program is only usable when there are none.
+    pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
         let spec = &self.spec;
         let mut layout = Layout::default();
         let mut args = Vec::new();
@@ -157,6 +172,15 @@ impl PallasCall {
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
         let mut dmas = Vec::new();
+        let mut errors: Vec<KernelError> = Vec::new();
+        let mut note = |e: KernelError| {
+            let dup = errors
+                .iter()
+                .any(|x| x.kind == e.kind && x.site.location == e.site.location);
+            if !dup && errors.len() < MAX_KERNEL_ERRORS {
+                errors.push(e);
+            }
+        };
         for device in 0..mesh.size() {
             let mut dev_ops = Vec::new();
             for g in 0..points {
@@ -182,7 +206,7 @@ impl PallasCall {
                         .cloned()
                         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "the kernel panicked".into());
-                    return Err(Error::Kernel(KernelError {
+                    note(KernelError {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
                             device,
@@ -191,10 +215,10 @@ impl PallasCall {
                             location: self.name.clone(),
                         },
                         detail: msg,
-                    }));
+                    });
                 }
-                if let Some(e) = rec.error {
-                    return Err(e);
+                for e in rec.errors {
+                    note(e);
                 }
                 dev_ops.extend(rec.ops);
                 dmas.extend(rec.dmas);
@@ -220,17 +244,20 @@ impl PallasCall {
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);
-        Ok(Program {
-            name: self.name.clone(),
-            devices: mesh.size(),
-            grid: spec.grid.clone(),
-            layout,
-            ops,
-            dmas,
-            prologue,
-            epilogue,
-            inputs,
-            outputs,
-        })
+        Ok((
+            Program {
+                name: self.name.clone(),
+                devices: mesh.size(),
+                grid: spec.grid.clone(),
+                layout,
+                ops,
+                dmas,
+                prologue,
+                epilogue,
+                inputs,
+                outputs,
+            },
+            errors,
+        ))
     }
 }

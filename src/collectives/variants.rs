@@ -1,0 +1,174 @@
+//! Deliberately broken kernels, shipped so that the verifier's reports can be seen
+//! and tested: `tpusim check COLLECTIVE --variant NAME`. Each is a seed kernel with
+//! one mistake a person could make, and the kind of problem it must be reported as.
+
+use super::{psum, ring_allreduce};
+use crate::array::DType;
+use crate::error::Result;
+use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
+use crate::mesh::Mesh;
+use crate::verify::ProblemKind;
+
+/// A named broken variant of a collective.
+#[derive(Clone, Copy)]
+pub struct Variant {
+    /// The collective it breaks.
+    pub collective: &'static str,
+    /// Variant name (`--variant`).
+    pub name: &'static str,
+    /// The mistake, in one line.
+    pub summary: &'static str,
+    /// The problem the verifier must report.
+    pub expect: ProblemKind,
+    build: fn(&Mesh, &[usize], DType) -> Result<PallasCall>,
+}
+
+impl Variant {
+    /// The broken kernel for `mesh`.
+    pub fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        (self.build)(mesh, shard, dtype)
+    }
+}
+
+impl std::fmt::Debug for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} --variant {}", self.collective, self.name)
+    }
+}
+
+/// Every broken variant.
+pub fn variants() -> Vec<Variant> {
+    vec![
+        Variant {
+            collective: "psum",
+            name: "no-capacity-sem",
+            summary: "the capacity-semaphore handshake removed: a fast device overwrites its neighbour's buffer while it is read (race)",
+            expect: ProblemKind::Race,
+            build: |mesh, shard, dtype| {
+                Ok(PallasCall::new("psum", psum::spec(mesh.size(), shard, dtype), |pl, a| {
+                    psum::psum_kernel_with(
+                        pl,
+                        ReduceOp::Sum,
+                        false,
+                        [a.r(0), a.r(1), a.r(2), a.r(7)],
+                        [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
+                    )
+                }))
+            },
+        },
+        Variant {
+            collective: "ppermute",
+            name: "missing-signal",
+            summary: "the receiver waits for a `done` signal the sender never sends (deadlock)",
+            expect: ProblemKind::Deadlock,
+            build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 0)),
+        },
+        Variant {
+            collective: "ppermute",
+            name: "extra-signal",
+            summary: "the sender signals `done` twice and the receiver waits once (semaphore not zero at exit)",
+            expect: ProblemKind::SemaphoreNotZero,
+            build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 2)),
+        },
+        Variant {
+            collective: "ring_allreduce",
+            name: "negative-left",
+            summary: "the seed-003 trap `(my_rank - 1) % nranks`, -1 at rank 0 (device id out of range)",
+            expect: ProblemKind::DeviceIdOutOfRange,
+            build: |mesh, shard, dtype| {
+                let spec = ring_allreduce::pull_spec(mesh.size(), shard, dtype)?;
+                Ok(PallasCall::new("ring_allreduce", spec, |pl, a| {
+                    ring_allreduce::ring_allreduce_kernel_with(
+                        pl,
+                        ReduceOp::Sum,
+                        true,
+                        a.r(0),
+                        a.r(1),
+                        a.sem(2),
+                        a.r(3),
+                        a.r(4),
+                    )
+                }))
+            },
+        },
+        Variant {
+            collective: "ppermute",
+            name: "peer-read",
+            summary: "a TPU kernel that pulls its left neighbour's shard instead of being pushed it (peer read)",
+            expect: ProblemKind::PeerRead,
+            build: |_, shard, dtype| {
+                let spec = GridSpec::new()
+                    .input("x_ref", MemorySpace::Any, shard, dtype)
+                    .output("y_ref", MemorySpace::Vmem, shard, dtype);
+                Ok(PallasCall::new("ppermute", spec, |pl, a| peer_read_kernel(pl, a.r(0), a.r(1))))
+            },
+        },
+    ]
+}
+
+/// The variant `name` of `collective`, or an error listing the ones that exist.
+pub fn variant(collective: &str, name: &str) -> Result<Variant> {
+    variants()
+        .into_iter()
+        .find(|v| v.collective == collective && v.name == name)
+        .ok_or_else(|| {
+            let known: Vec<String> = variants()
+                .iter()
+                .map(|v| format!("{} --variant {}", v.collective, v.name))
+                .collect();
+            crate::Error::bad_input(format!(
+                "no variant `{name}` of `{collective}` (known: {})",
+                known.join("; ")
+            ))
+        })
+}
+
+/// Right shift with a completion handshake: after its push lands, the sender signals
+/// `done` on the receiver `signals` times; the receiver waits for one. Correct with 1.
+#[allow(clippy::too_many_arguments)]
+pub fn handshake_kernel(
+    pl: &Ctx,
+    signals: usize,
+    x_ref: Ref,
+    y_ref: Ref,
+    send_sem: Sem,
+    recv_sem: Sem,
+    done: Sem,
+) {
+    let num_devices = pl.num_devices();
+    let my_id = pl.axis_index("x");
+    let right = (my_id + 1) % num_devices;
+
+    let dma = pl.make_async_remote_copy(x_ref, y_ref, send_sem, recv_sem, right);
+    dma.start();
+    dma.wait_send();
+    for _ in 0..signals {
+        pl.semaphore_signal(done, 1, Some(right.into()));
+    }
+    pl.semaphore_wait(done, 1);
+    dma.wait_recv();
+}
+
+fn handshake_call(shard: &[usize], dtype: DType, signals: usize) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x_ref", MemorySpace::Any, shard, dtype)
+        .output("y_ref", MemorySpace::Any, shard, dtype)
+        .dma_sem("send_sem")
+        .dma_sem("recv_sem")
+        .regular_sem("done");
+    PallasCall::new("ppermute", spec, move |pl, a| {
+        handshake_kernel(pl, signals, a.r(0), a.r(1), a.sem(2), a.sem(3), a.sem(4))
+    })
+}
+
+/// Pulls the left neighbour's shard: fine in seed 003's model, impossible on a TPU.
+pub fn peer_read_kernel(pl: &Ctx, x_ref: Ref, y_ref: Ref) {
+    let n = pl.num_devices();
+    let left = (pl.axis_index("x") - 1 + n) % n;
+    pl.remote_load(y_ref, x_ref, left);
+}
+
+/// A correct handshake right shift (one signal), for tests that the handshake itself is sound.
+pub fn handshake_ppermute(shard: &[usize], dtype: DType) -> PallasCall {
+    handshake_call(shard, dtype, 1)
+}

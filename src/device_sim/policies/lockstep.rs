@@ -1,0 +1,36 @@
+//! `lockstep`: no device starts grid point g+1 before every device finished g; DMAs
+//! complete as soon as they start. If only a device ahead of the others can move, it
+//! moves (the lockstep order is a preference, never a deadlock of its own).
+
+use super::{first_dma, round_robin, Choice, Policy, ScheduleSpec};
+
+/// Grid points in lockstep across devices.
+#[derive(Debug, Default)]
+pub struct Lockstep {
+    next: usize,
+}
+
+impl Policy for Lockstep {
+    fn spec(&self) -> ScheduleSpec {
+        ScheduleSpec::Lockstep
+    }
+
+    fn pick(&mut self, choices: &[Choice]) -> usize {
+        if let Some(i) = first_dma(choices) {
+            return i;
+        }
+        let lowest = choices
+            .iter()
+            .filter_map(|c| match c {
+                Choice::Device { grid, .. } => Some(*grid),
+                _ => None,
+            })
+            .min();
+        round_robin(
+            choices,
+            &mut self.next,
+            |c| matches!(c, Choice::Device { grid, .. } if Some(*grid) == lowest),
+        )
+        .unwrap_or(0)
+    }
+}

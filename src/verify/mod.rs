@@ -1,0 +1,214 @@
+//! The verifier: runs a kernel under many schedules with the happens-before checker
+//! and reports every distinct problem — races, deadlocks, semaphores not zero at exit,
+//! DMAs never waited, and the trace-time mistakes (device id out of range, out-of-bounds
+//! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
+
+mod clock;
+mod race;
+
+pub use clock::Clock;
+pub use race::{Race, RaceChecker, RaceSide};
+
+use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
+use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
+use crate::kernel::PallasCall;
+use crate::mesh::Mesh;
+use std::fmt;
+
+/// The kind of a problem, for tests and summaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProblemKind {
+    /// Unordered conflicting accesses.
+    Race,
+    /// No device can make progress.
+    Deadlock,
+    /// A semaphore not zero at kernel exit.
+    SemaphoreNotZero,
+    /// A DMA nobody waited for.
+    DmaNotWaited,
+    /// A device id outside the mesh.
+    DeviceIdOutOfRange,
+    /// An index or slice out of bounds.
+    OutOfBounds,
+    /// A TPU-model kernel reading a peer's memory.
+    PeerRead,
+    /// Any other kernel mistake (shape mismatch, compute on HBM, misuse).
+    Other,
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProblemKind::Race => "race",
+            ProblemKind::Deadlock => "deadlock",
+            ProblemKind::SemaphoreNotZero => "semaphore not zero at exit",
+            ProblemKind::DmaNotWaited => "DMA never waited",
+            ProblemKind::DeviceIdOutOfRange => "device id out of range",
+            ProblemKind::OutOfBounds => "out-of-bounds ref slice",
+            ProblemKind::PeerRead => "peer read in the TPU model",
+            ProblemKind::Other => "kernel error",
+        })
+    }
+}
+
+/// One problem found under one schedule.
+#[derive(Clone, Debug)]
+pub enum Problem {
+    /// A race.
+    Race(Race),
+    /// A deadlock, with every blocked device.
+    Deadlock(Vec<Blocked>),
+    /// A leftover at kernel exit.
+    Exit(ExitProblem),
+    /// A mistake found while tracing (the same under every schedule).
+    Kernel(KernelError),
+}
+
+impl Problem {
+    /// The problem's kind.
+    pub fn kind(&self) -> ProblemKind {
+        match self {
+            Problem::Race(_) => ProblemKind::Race,
+            Problem::Deadlock(_) => ProblemKind::Deadlock,
+            Problem::Exit(ExitProblem::SemaphoreNotZero { .. }) => ProblemKind::SemaphoreNotZero,
+            Problem::Exit(_) => ProblemKind::DmaNotWaited,
+            Problem::Kernel(k) => match k.kind {
+                KernelErrorKind::DeviceIdOutOfRange => ProblemKind::DeviceIdOutOfRange,
+                KernelErrorKind::OutOfBounds => ProblemKind::OutOfBounds,
+                KernelErrorKind::PeerRead => ProblemKind::PeerRead,
+                _ => ProblemKind::Other,
+            },
+        }
+    }
+
+    /// What makes two problems the same bug (kernel lines, semaphore, allocation).
+    pub fn key(&self) -> String {
+        match self {
+            Problem::Race(r) => r.key(),
+            Problem::Deadlock(b) => {
+                let mut sites: Vec<String> = b
+                    .iter()
+                    .map(|b| format!("{}@{}:{}", b.site.op, b.site.location, b.semaphore))
+                    .collect();
+                sites.sort();
+                sites.dedup();
+                format!("deadlock:{}", sites.join(","))
+            }
+            Problem::Exit(ExitProblem::SemaphoreNotZero { semaphore, .. }) => {
+                format!("nonzero:{semaphore}")
+            }
+            Problem::Exit(ExitProblem::DmaNotWaited { site, .. }) => {
+                format!("unwaited:{}", site.location)
+            }
+            Problem::Kernel(k) => format!("kernel:{:?}:{}", k.kind, k.site.location),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Race(r) => write!(f, "{r}"),
+            Problem::Deadlock(b) => {
+                write!(f, "{}", Error::Deadlock(b.clone()).to_string().trim_end())
+            }
+            Problem::Exit(e) => {
+                write!(f, "{}", Error::Exit(vec![e.clone()]).to_string().trim_end())
+            }
+            Problem::Kernel(k) => write!(f, "{}", Error::Kernel(k.clone())),
+        }
+    }
+}
+
+/// Runs `program` once under `spec` with the race checker; returns every problem.
+pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
+    let mut checker = RaceChecker::new(program);
+    let mut policy = spec.policy();
+    let result = schedule_observed(program, policy.as_mut(), &mut checker);
+    let mut problems: Vec<Problem> = checker.races.into_iter().map(Problem::Race).collect();
+    match result {
+        Ok(_) => {}
+        Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),
+        Err(Error::Exit(e)) => problems.extend(e.into_iter().map(Problem::Exit)),
+        Err(Error::Kernel(k)) => problems.push(Problem::Kernel(k)),
+        Err(other) => unreachable!("scheduling only fails with deadlock or exit problems: {other}"),
+    }
+    problems
+}
+
+/// A distinct problem, the first schedule that showed it, and how many schedules did.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// The first instance.
+    pub problem: Problem,
+    /// A schedule that reproduces it (`None`: found while tracing, under any schedule).
+    pub schedule: Option<ScheduleSpec>,
+    /// Number of schedules that showed it.
+    pub schedules: usize,
+}
+
+/// The result of checking one kernel under many schedules.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Schedules run.
+    pub schedules: usize,
+    /// Distinct problems, in the order first found.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// True when nothing was found.
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// Kinds of the problems found.
+    pub fn kinds(&self) -> Vec<ProblemKind> {
+        self.findings.iter().map(|f| f.problem.kind()).collect()
+    }
+}
+
+/// Traces `call` on `mesh` and checks it under each schedule in `specs`. Mistakes found
+/// while tracing are the report (they hold under every schedule); bad input is an error.
+pub fn check(call: &PallasCall, mesh: &Mesh, specs: &[ScheduleSpec]) -> crate::Result<Report> {
+    let (program, errors) = call.trace(mesh)?;
+    if !errors.is_empty() {
+        return Ok(Report {
+            schedules: 0,
+            findings: errors
+                .into_iter()
+                .map(|k| Finding {
+                    problem: Problem::Kernel(k),
+                    schedule: None,
+                    schedules: 0,
+                })
+                .collect(),
+        });
+    }
+    Ok(check_program(&program, specs))
+}
+
+/// Checks a lowered program under each schedule in `specs`.
+pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
+    let mut report = Report::default();
+    for spec in specs {
+        report.schedules += 1;
+        let mut seen = Vec::new();
+        for p in check_schedule(program, *spec) {
+            let key = p.key();
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
+            match report.findings.iter_mut().find(|f| f.problem.key() == key) {
+                Some(f) => f.schedules += 1,
+                None => report.findings.push(Finding {
+                    problem: p,
+                    schedule: Some(*spec),
+                    schedules: 1,
+                }),
+            }
+        }
+    }
+    report
+}
