@@ -39,6 +39,8 @@ pub mod error;
 pub mod exec;
 pub mod kernel;
 pub mod mesh;
+pub mod model;
+pub mod trace;
 pub mod verify;
 
 pub use array::{DType, HostArray};

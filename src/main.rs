@@ -9,6 +9,7 @@ use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
 use tpusim::kernel::ReduceOp;
+use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Traffic};
 use tpusim::verify::{self, Report};
 use tpusim::{array, DType, Error, Mesh};
 
@@ -29,6 +30,17 @@ enum Cmd {
     Run(RunArgs),
     /// Verify a collective under many schedules: races, deadlocks, semaphore misuse.
     Check(CheckArgs),
+    /// Print the step table of a collective: what every device holds after every grid point.
+    Trace {
+        /// Collective.
+        collective: String,
+        /// Number of devices.
+        #[arg(short = 'p', long = "devices", default_value_t = 4)]
+        devices: usize,
+        /// Output format: markdown or json.
+        #[arg(long, default_value = "markdown")]
+        format: String,
+    },
     /// Run every collective once, small, on the default adapter.
     Demo {
         /// Backend: gpu or cpu.
@@ -67,6 +79,80 @@ struct RunArgs {
     /// Schedule: eager, lazy, lockstep, run-ahead:D, random:SEED.
     #[arg(long, default_value = "eager")]
     schedule: String,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+/// The cost model and its overrides.
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// Cost-model preset (v5e, v5p, v6e): prints modeled time and bus bandwidth.
+    #[arg(long)]
+    model: Option<String>,
+    /// Override: link bandwidth per direction, GB/s.
+    #[arg(long)]
+    link_gbps: Option<f64>,
+    /// Override: link latency, microseconds.
+    #[arg(long)]
+    link_latency_us: Option<f64>,
+    /// Override: local HBM<->VMEM DMA bandwidth, GB/s.
+    #[arg(long)]
+    hbm_gbps: Option<f64>,
+    /// Override: local DMA latency, microseconds.
+    #[arg(long)]
+    dma_latency_us: Option<f64>,
+    /// Override: VMEM compute rate, giga-elements per second.
+    #[arg(long)]
+    vector_gelems: Option<f64>,
+    /// Override: VMEM bytes per device (0: unlimited).
+    #[arg(long)]
+    vmem_bytes: Option<u64>,
+    /// Write a Chrome trace (Perfetto) of the modeled run to this file.
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
+}
+
+impl ModelArgs {
+    fn model(&self) -> tpusim::Result<Option<CostModel>> {
+        let overrides = self.link_gbps.is_some()
+            || self.link_latency_us.is_some()
+            || self.hbm_gbps.is_some()
+            || self.dma_latency_us.is_some()
+            || self.vector_gelems.is_some()
+            || self.vmem_bytes.is_some();
+        let mut m = match &self.model {
+            Some(name) => CostModel::preset(name)?,
+            None if overrides || self.timeline.is_some() => {
+                return Err(Error::bad_input(
+                    "model overrides and --timeline need a --model preset to start from",
+                ))
+            }
+            None => return Ok(None),
+        };
+        if let Some(v) = self.link_gbps {
+            m.link_bw = v * 1e9;
+        }
+        if let Some(v) = self.link_latency_us {
+            m.link_latency = v * 1e-6;
+        }
+        if let Some(v) = self.hbm_gbps {
+            m.hbm_bw = v * 1e9;
+        }
+        if let Some(v) = self.dma_latency_us {
+            m.dma_latency = v * 1e-6;
+        }
+        if let Some(v) = self.vector_gelems {
+            m.vector_rate = v * 1e9;
+        }
+        if let Some(v) = self.vmem_bytes {
+            m.vmem_bytes = (v > 0).then_some(v);
+        }
+        if overrides {
+            m.name = format!("{} (overridden)", m.name);
+        }
+        m.validate()?;
+        Ok(Some(m))
+    }
 }
 
 #[derive(clap::Args)]
@@ -133,6 +219,7 @@ struct Prepared {
     shape: Vec<usize>,
     dtype: DType,
     schedule: ScheduleSpec,
+    model: Option<CostModel>,
 }
 
 fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
@@ -146,8 +233,12 @@ fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     let dtype = DType::parse(&a.dtype)?;
     let backend = Backend::parse(&a.backend)?;
     let schedule = ScheduleSpec::parse(&a.schedule)?;
+    let model = a.model.model()?;
     // Build the kernel now so that every input problem is reported before the GPU is touched.
-    collective.call(&mesh, &shape, dtype)?;
+    let call = collective.call(&mesh, &shape, dtype)?;
+    if let Some(m) = &model {
+        m.check_vmem(&call.lower(&mesh)?)?;
+    }
     Ok((
         Prepared {
             collective,
@@ -155,6 +246,7 @@ fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
             shape,
             dtype,
             schedule,
+            model,
         },
         backend,
     ))
@@ -184,6 +276,49 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
         r.exec_time.as_secs_f64() * 1e3
     );
     Ok(r.wrong == 0)
+}
+
+/// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
+fn model_report(
+    p: &Prepared,
+    m: &CostModel,
+    timeline: Option<&std::path::Path>,
+) -> tpusim::Result<()> {
+    let call = p.collective.call(&p.mesh, &p.shape, p.dtype)?;
+    let program = call.lower(&p.mesh)?;
+    let mut timed = Timed::new(&program, m.clone());
+    tpusim::device_sim::schedule(&program, &mut timed)?;
+    let run = timed.finish();
+    let n = p.mesh.size();
+    let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as f64;
+    let traffic = Traffic::of(p.collective.name());
+    // nccl-tests' size: the gathered output for all_gather, one device's buffer otherwise.
+    let size = match traffic {
+        Traffic::AllGather => shard_bytes * n as f64,
+        _ => shard_bytes,
+    };
+    let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
+    let ideal = ideal_seconds(traffic, n, size, m.link_bw);
+    println!(
+        "model {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
+        m.name,
+        run.seconds * 1e6,
+        size,
+        algbw / 1e9,
+        algbw * bus_factor(traffic, n) / 1e9,
+        ideal * 1e6,
+        if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
+    );
+    if let Some(path) = timeline {
+        let json = chrome_trace(p.collective.name(), n, &run.events);
+        std::fs::write(path, serde_json::to_string(&json).expect("JSON"))?;
+        println!(
+            "timeline written to {} ({} events)",
+            path.display(),
+            run.events.len()
+        );
+    }
+    Ok(())
 }
 
 fn print_report(title: &str, replay_cmd: &str, r: &Report) {
@@ -294,8 +429,35 @@ fn main() -> ExitCode {
         },
         Cmd::Run(a) => exit(prepare(&a).and_then(|(p, backend)| {
             let mut exec = executor(backend)?;
-            run_one(&p, exec.as_mut(), a.seed)
+            let ok = run_one(&p, exec.as_mut(), a.seed)?;
+            if let Some(m) = &p.model {
+                model_report(&p, m, a.model.timeline.as_deref())?;
+            }
+            Ok(ok)
         })),
+        Cmd::Trace {
+            collective,
+            devices,
+            format,
+        } => exit((|| {
+            let mesh = mesh(devices)?;
+            let c = collectives::by_name(&collective)?;
+            if format != "markdown" && format != "json" {
+                return Err(Error::bad_input(format!(
+                    "unknown format `{format}` (expected markdown or json)"
+                )));
+            }
+            let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
+            if format == "json" {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&table.json()).expect("JSON")
+                );
+            } else {
+                print!("{}", table.markdown());
+            }
+            Ok(true)
+        })()),
         Cmd::Check(a) => exit(check(&a)),
         Cmd::Demo { backend } => exit(Backend::parse(&backend).and_then(|b| {
             let mut exec = executor(b)?;
@@ -309,6 +471,7 @@ fn main() -> ExitCode {
                         shape: vec![8, 128],
                         dtype,
                         schedule: ScheduleSpec::Eager,
+                        model: None,
                     };
                     ok &= run_one(&p, exec.as_mut(), 0)?;
                 }

@@ -188,3 +188,68 @@ fn check_exits_zero_clean_one_on_problems_two_on_bad_input() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn trace_prints_markdown_and_json() {
+    let (code, out, err) = tpusim(&["trace", "psum", "-p", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| [1] | `(x1, x2, x3+x2)` |"), "{out}");
+    let (code, out, _) = tpusim(&["trace", "all_gather", "-p", "2", "--format", "json"]);
+    assert_eq!(code, 0);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(
+        j["columns"],
+        serde_json::json!(["out_ref[0]", "out_ref[1]"])
+    );
+    let (code, _, err) = tpusim(&["trace", "psum", "--format", "html"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown format"), "{err}");
+}
+
+#[test]
+fn run_with_a_model_prints_modeled_time_and_bus_bandwidth() {
+    let dir = std::env::temp_dir().join(format!("tpusim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tl = dir.join("t.json");
+    let (code, out, err) = tpusim(&[
+        "run",
+        "ring_allreduce_push",
+        "--backend",
+        "cpu",
+        "--model",
+        "v5e",
+        "--link-gbps",
+        "25",
+        "--timeline",
+        tl.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("model v5e (overridden):")
+            && out.contains("busbw")
+            && out.contains("ideal ring bound"),
+        "{out}"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tl).unwrap()).unwrap();
+    assert!(j["traceEvents"].as_array().unwrap().len() > 10);
+    for (args, why) in [
+        (vec!["run", "psum", "--model", "v9"], "unknown model `v9`"),
+        (
+            vec!["run", "psum", "--link-gbps", "10"],
+            "need a --model preset",
+        ),
+        (
+            vec!["run", "psum", "--model", "v5p", "--shape", "4096x4096"],
+            "VMEM of `psum` on v5p",
+        ),
+        (
+            vec!["run", "psum", "--model", "v5p", "--link-gbps", "0"],
+            "must be positive",
+        ),
+    ] {
+        let (code, out, err) = tpusim(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

@@ -1,6 +1,5 @@
 //! The scheduler's output: one linear order of data ops, valid for every executor.
 
-use super::policies::ScheduleSpec;
 use super::program::DataOp;
 
 /// A linear schedule of data ops (prologue, the grid's work, epilogue).
@@ -8,8 +7,8 @@ use super::program::DataOp;
 pub struct Schedule {
     /// Data ops in execution order.
     pub ops: Vec<DataOp>,
-    /// The policy that produced it.
-    pub policy: ScheduleSpec,
+    /// The name of the policy that produced it.
+    pub policy: String,
     /// Number of scheduler steps taken (ops run plus DMAs completed).
     pub steps: usize,
 }

@@ -24,7 +24,7 @@ pub fn schedule_observed(
     let mut e = Engine::new(program);
     let mut out = Schedule {
         ops: program.prologue.clone(),
-        policy: policy.spec(),
+        policy: policy.name(),
         steps: 0,
     };
     for op in &program.prologue {
@@ -58,6 +58,7 @@ pub fn schedule_observed(
                 .map(|d| Choice::Device {
                     device: d,
                     grid: program.ops[d][e.pc[d]].site.grid_linear,
+                    op: e.pc[d],
                 }),
         );
         if choices.is_empty() {
@@ -67,7 +68,13 @@ pub fn schedule_observed(
         out.steps += 1;
         match pick {
             Choice::CompleteDma { id, .. } => e.complete(id, &mut out, obs),
-            Choice::Device { device, .. } => e.step_device(device, &mut out, obs),
+            Choice::Device { device, .. } => {
+                e.step_device(device, &mut out, obs);
+                let next = program.ops[device]
+                    .get(e.pc[device])
+                    .map(|o| o.site.grid_linear);
+                obs.after_step(device, next);
+            }
         }
     }
     if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len()) {

@@ -9,8 +9,8 @@ pub struct Eager {
 }
 
 impl Policy for Eager {
-    fn spec(&self) -> ScheduleSpec {
-        ScheduleSpec::Eager
+    fn name(&self) -> String {
+        ScheduleSpec::Eager.to_string()
     }
 
     fn pick(&mut self, choices: &[Choice]) -> usize {

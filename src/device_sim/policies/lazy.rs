@@ -10,8 +10,8 @@ pub struct Lazy {
 }
 
 impl Policy for Lazy {
-    fn spec(&self) -> ScheduleSpec {
-        ScheduleSpec::Lazy
+    fn name(&self) -> String {
+        ScheduleSpec::Lazy.to_string()
     }
 
     fn pick(&mut self, choices: &[Choice]) -> usize {

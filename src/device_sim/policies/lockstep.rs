@@ -11,8 +11,8 @@ pub struct Lockstep {
 }
 
 impl Policy for Lockstep {
-    fn spec(&self) -> ScheduleSpec {
-        ScheduleSpec::Lockstep
+    fn name(&self) -> String {
+        ScheduleSpec::Lockstep.to_string()
     }
 
     fn pick(&mut self, choices: &[Choice]) -> usize {

@@ -25,6 +25,8 @@ pub enum Choice {
         device: usize,
         /// Grid point of its next op.
         grid: usize,
+        /// Index of that op in the device's program.
+        op: usize,
     },
     /// Complete the in-flight DMA `id` (started by `issuer`).
     CompleteDma {
@@ -40,8 +42,8 @@ pub enum Choice {
 /// Picks the next step among the runnable choices (never empty). Choices list the
 /// in-flight DMAs in start order, then the runnable devices in id order.
 pub trait Policy {
-    /// The spec that recreates this policy.
-    fn spec(&self) -> ScheduleSpec;
+    /// The policy's name; for the built-in ones, the [`ScheduleSpec`] that recreates it.
+    fn name(&self) -> String;
     /// Index into `choices` of the step to take.
     fn pick(&mut self, choices: &[Choice]) -> usize;
 }
@@ -190,7 +192,11 @@ mod pick_tests {
     }
 
     fn dev(device: usize, grid: usize) -> Choice {
-        Choice::Device { device, grid }
+        Choice::Device {
+            device,
+            grid,
+            op: 0,
+        }
     }
 
     #[test]

@@ -23,8 +23,8 @@ impl Random {
 }
 
 impl Policy for Random {
-    fn spec(&self) -> ScheduleSpec {
-        ScheduleSpec::Random(self.seed)
+    fn name(&self) -> String {
+        ScheduleSpec::Random(self.seed).to_string()
     }
 
     fn pick(&mut self, choices: &[Choice]) -> usize {

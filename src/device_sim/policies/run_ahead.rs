@@ -18,8 +18,8 @@ impl RunAhead {
 }
 
 impl Policy for RunAhead {
-    fn spec(&self) -> ScheduleSpec {
-        ScheduleSpec::RunAhead(self.leader)
+    fn name(&self) -> String {
+        ScheduleSpec::RunAhead(self.leader).to_string()
     }
 
     fn pick(&mut self, choices: &[Choice]) -> usize {

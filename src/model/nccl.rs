@@ -1,0 +1,57 @@
+//! nccl-tests' conventions: the size a collective is measured by, the bus-bandwidth
+//! factor, and the ideal time of a ring on one link direction.
+
+/// How a collective's size and bus bandwidth are defined (nccl-tests' PERFORMANCE.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Traffic {
+    /// All-reduce: size = one device's buffer; busbw = algbw · 2(P−1)/P.
+    AllReduce,
+    /// All-gather: size = the gathered buffer (P shards); busbw = algbw · (P−1)/P.
+    AllGather,
+    /// Reduce-scatter: size = one device's input (P blocks); busbw = algbw · (P−1)/P.
+    ReduceScatter,
+    /// Send/receive: size = one device's buffer; busbw = algbw.
+    SendRecv,
+}
+
+impl Traffic {
+    /// The traffic class of a collective by name.
+    pub fn of(collective: &str) -> Traffic {
+        match collective {
+            "all_gather" => Traffic::AllGather,
+            "psum_scatter" => Traffic::ReduceScatter,
+            "ppermute" => Traffic::SendRecv,
+            _ => Traffic::AllReduce,
+        }
+    }
+}
+
+/// busbw / algbw for `p` devices.
+pub fn bus_factor(t: Traffic, p: usize) -> f64 {
+    let p = p as f64;
+    match t {
+        Traffic::AllReduce => 2.0 * (p - 1.0) / p,
+        Traffic::AllGather | Traffic::ReduceScatter => (p - 1.0) / p,
+        Traffic::SendRecv => 1.0,
+    }
+}
+
+/// The bandwidth bound of a ring on one link direction for `size` bytes (nccl-tests'
+/// size) and `p` devices: `bus_factor · size / link_bw` (for an all-reduce,
+/// 2(P−1)/P · N / link bandwidth).
+pub fn ideal_seconds(t: Traffic, p: usize, size: f64, link_bw: f64) -> f64 {
+    bus_factor(t, p) * size / link_bw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factors_match_nccl_tests() {
+        assert_eq!(bus_factor(Traffic::AllReduce, 4), 1.5);
+        assert_eq!(bus_factor(Traffic::AllGather, 4), 0.75);
+        assert_eq!(bus_factor(Traffic::SendRecv, 8), 1.0);
+        assert_eq!(ideal_seconds(Traffic::AllReduce, 4, 1e9, 1e9), 1.5);
+    }
+}

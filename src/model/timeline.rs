@@ -1,0 +1,109 @@
+//! Chrome trace event JSON (opens in Perfetto or chrome://tracing): one process per
+//! device with tracks for grid points, compute, DMAs and waits; flow arrows from a
+//! DMA's sender to its receiver. Times are the model's, in microseconds.
+
+use super::TimedEvent;
+use serde_json::{json, Value};
+
+const GRID: u32 = 0;
+const COMPUTE: u32 = 1;
+const DMA_OUT: u32 = 2;
+const DMA_IN: u32 = 3;
+const WAIT: u32 = 4;
+
+fn us(s: f64) -> f64 {
+    s * 1e6
+}
+
+/// The trace for `events` of a kernel on `devices` devices.
+pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Value {
+    let mut out = Vec::new();
+    for d in 0..devices {
+        out.push(json!({"ph": "M", "name": "process_name", "pid": d, "args": {"name": format!("device {d}")}}));
+        for (tid, name) in [
+            (GRID, "grid"),
+            (COMPUTE, "compute"),
+            (DMA_OUT, "DMA out"),
+            (DMA_IN, "DMA in"),
+            (WAIT, "waits"),
+        ] {
+            out.push(json!({"ph": "M", "name": "thread_name", "pid": d, "tid": tid, "args": {"name": name}}));
+        }
+    }
+    let slice = |pid: usize, tid: u32, name: String, start: f64, end: f64, args: Value| json!({"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": us(start), "dur": us(end - start), "args": args});
+    for e in events {
+        match e {
+            TimedEvent::Grid {
+                device,
+                grid,
+                start,
+                end,
+            } => out.push(slice(
+                *device,
+                GRID,
+                format!("{kernel} {grid:?}"),
+                *start,
+                *end,
+                json!({}),
+            )),
+            TimedEvent::Compute {
+                device,
+                op,
+                start,
+                end,
+            } => out.push(slice(
+                *device,
+                COMPUTE,
+                op.to_string(),
+                *start,
+                *end,
+                json!({}),
+            )),
+            TimedEvent::Wait {
+                device,
+                semaphore,
+                start,
+                end,
+            } => out.push(slice(
+                *device,
+                WAIT,
+                format!("wait {semaphore}"),
+                *start,
+                *end,
+                json!({}),
+            )),
+            TimedEvent::Dma {
+                id,
+                from,
+                to,
+                bytes,
+                start,
+                end,
+            } => {
+                let name = format!("DMA {from}->{to} ({bytes} B)");
+                out.push(slice(
+                    *from,
+                    DMA_OUT,
+                    name.clone(),
+                    *start,
+                    *end,
+                    json!({"bytes": bytes}),
+                ));
+                if from != to {
+                    // The arrival, as a short slice the flow arrow can land on.
+                    out.push(slice(
+                        *to,
+                        DMA_IN,
+                        name.clone(),
+                        *end,
+                        *end,
+                        json!({"bytes": bytes}),
+                    ));
+                    out.push(json!({"ph": "s", "id": id, "pid": from, "tid": DMA_OUT, "ts": us(*start), "name": "dma", "cat": "dma"}));
+                    out.push(json!({"ph": "f", "bp": "e", "id": id, "pid": to, "tid": DMA_IN, "ts": us(*end), "name": "dma", "cat": "dma"}));
+                }
+            }
+        }
+    }
+    json!({"traceEvents": out, "displayTimeUnit": "ns"})
+}

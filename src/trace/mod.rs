@@ -1,0 +1,170 @@
+//! Step tables: what every device holds after every grid point, in the seeds' notation
+//! (`tpusim trace`). The symbolic executor runs the lockstep schedule; a collective's
+//! [`TraceLayout`] names the buffer regions (columns) and how input elements are labeled.
+
+mod layouts;
+mod symbolic;
+
+pub use layouts::{layout_for, Column, Labels, TraceLayout};
+pub use symbolic::{Sym, Symbolic, Term, CONST};
+
+use crate::collectives::Collective;
+use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
+use crate::error::Result;
+use crate::mesh::Mesh;
+use crate::DType;
+use serde_json::{json, Value};
+
+/// One cell: a region's value on one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cell {
+    /// Never written.
+    Never,
+    /// The sum of these input contributions `(device, block)`, in accumulation order
+    /// (empty: zero), all of the same part of their block (0: top or whole, 1: bottom).
+    Sum(Vec<(usize, usize)>, usize),
+    /// The region's elements differ, or hold something else (a constant fill).
+    Mixed,
+}
+
+/// One row: the state after grid point `after` (`None`: before the grid).
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Grid coordinates, or `None` for the initial state.
+    pub after: Option<Vec<usize>>,
+    /// `cells[device][column]`.
+    pub cells: Vec<Vec<Cell>>,
+}
+
+/// A step table.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// Collective name.
+    pub collective: String,
+    /// Number of devices.
+    pub devices: usize,
+    /// Column names (the kernel's ref names).
+    pub columns: Vec<String>,
+    /// Markdown prefix of each column's cells (`x`, `T`, `B`, `C`).
+    labels: Labels,
+    /// Rows in order.
+    pub rows: Vec<Row>,
+}
+
+/// Runs `c` on `mesh` under the lockstep policy with the symbolic executor.
+pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
+    let p = mesh.size();
+    let layout = layout_for(c.name(), p);
+    let call = c.call(mesh, &layout.shape, DType::F32)?;
+    let program = call.lower(mesh)?;
+    let mut sym = Symbolic::new(&program);
+    let mut policy = ScheduleSpec::Lockstep.policy();
+    schedule_observed(&program, policy.as_mut(), &mut sym)?;
+    sym.flush();
+    Ok(build(c.name(), &program, &layout, &sym.rows))
+}
+
+fn build(
+    name: &str,
+    program: &Program,
+    layout: &TraceLayout,
+    rows: &[(Option<usize>, Vec<Vec<Sym>>)],
+) -> Table {
+    let n = program.layout.allocs.len();
+    let alloc_of = |col: &Column| {
+        program
+            .layout
+            .allocs
+            .iter()
+            .position(|a| a.name == col.alloc)
+            .unwrap_or_else(|| panic!("trace layout names an unknown allocation `{}`", col.alloc))
+    };
+    let allocs: Vec<usize> = layout.columns.iter().map(alloc_of).collect();
+    let rows = rows
+        .iter()
+        .map(|(g, mem)| Row {
+            after: g.map(|g| program.grid_point(g)),
+            cells: (0..program.devices)
+                .map(|d| {
+                    layout
+                        .columns
+                        .iter()
+                        .zip(&allocs)
+                        .map(|(col, &a)| {
+                            layout
+                                .labels
+                                .cell(&mem[d * n + a][col.offset..col.offset + col.len])
+                        })
+                        .collect()
+                })
+                .collect(),
+        })
+        .collect();
+    Table {
+        collective: name.to_string(),
+        devices: program.devices,
+        columns: layout.columns.iter().map(|c| c.name.clone()).collect(),
+        labels: layout.labels,
+        rows,
+    }
+}
+
+impl Table {
+    /// The seeds' notation for one cell.
+    pub fn notation(&self, c: &Cell) -> String {
+        match c {
+            Cell::Never => "-".into(),
+            Cell::Mixed => "mixed".into(),
+            Cell::Sum(t, _) if t.is_empty() => "0".into(),
+            Cell::Sum(t, part) => self.labels.notation(t, *part),
+        }
+    }
+
+    /// A markdown table: one row per grid point, one column per device, each cell the
+    /// tuple of the regions' values.
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "{} on {} devices: each cell is ({})\n\n| after |",
+            self.collective,
+            self.devices,
+            self.columns.join(", ")
+        );
+        for d in 0..self.devices {
+            s += &format!(" D{d} |");
+        }
+        s += "\n|---|";
+        s += &"---|".repeat(self.devices);
+        s += "\n";
+        for r in &self.rows {
+            let after = match &r.after {
+                None => "initial".to_string(),
+                Some(g) => format!("{g:?}"),
+            };
+            s += &format!("| {after} |");
+            for cells in &r.cells {
+                let vals: Vec<String> = cells.iter().map(|c| self.notation(c)).collect();
+                s += &format!(" `({})` |", vals.join(", "));
+            }
+            s += "\n";
+        }
+        s
+    }
+
+    /// The JSON form: `{"collective", "devices", "columns", "rows": [{"after", "cells"}]}`.
+    pub fn json(&self) -> Value {
+        let cell = |c: &Cell| match c {
+            Cell::Never => Value::Null,
+            Cell::Mixed => json!("mixed"),
+            Cell::Sum(t, _) => json!(t.iter().map(|(d, b)| json!([d, b])).collect::<Vec<_>>()),
+        };
+        json!({
+            "collective": self.collective,
+            "devices": self.devices,
+            "columns": self.columns,
+            "rows": self.rows.iter().map(|r| json!({
+                "after": r.after,
+                "cells": r.cells.iter().map(|d| d.iter().map(cell).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}

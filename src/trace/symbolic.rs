@@ -1,0 +1,148 @@
+//! The symbolic executor: the same schedule, but every element holds the list of input
+//! elements summed into it, in accumulation order (or "never written"). It is an
+//! [`Observer`], so it sees exactly the order the scheduler ran.
+
+use crate::device_sim::program::{DataOp, OpSite, Program, View};
+use crate::device_sim::Observer;
+
+/// An input element: (device, element index in that device's input operand 0).
+pub type Term = (u32, u32);
+
+/// Marks a term that is a constant fill (its second field holds the bits).
+pub const CONST: u32 = u32::MAX;
+
+/// One element's symbolic value: `None` never written, `Some(vec![])` zero.
+pub type Sym = Option<Vec<Term>>;
+
+/// Symbolic memory of every allocation on every device.
+pub struct Symbolic<'p> {
+    p: &'p Program,
+    mem: Vec<Vec<Sym>>,
+    cur: Vec<usize>,
+    next_row: usize,
+    started: bool,
+    /// Snapshots: `(grid point or None for the initial state, memory)`.
+    pub rows: Vec<(Option<usize>, Vec<Vec<Sym>>)>,
+}
+
+impl<'p> Symbolic<'p> {
+    /// Memory as the kernel starts: each input operand element holds itself.
+    pub fn new(p: &'p Program) -> Self {
+        let n = p.layout.allocs.len();
+        let mut mem: Vec<Vec<Sym>> = (0..p.devices)
+            .flat_map(|_| p.layout.allocs.iter().map(|a| vec![None; a.numel()]))
+            .collect();
+        for d in 0..p.devices {
+            if let Some(&a) = p.inputs.first() {
+                for (i, e) in mem[d * n + a].iter_mut().enumerate() {
+                    *e = Some(vec![(d as u32, i as u32)]);
+                }
+            }
+        }
+        let points: usize = p.grid.iter().product();
+        let cur = (0..p.devices)
+            .map(|d| p.ops[d].first().map_or(points, |o| o.site.grid_linear))
+            .collect();
+        Self {
+            p,
+            mem,
+            cur,
+            next_row: 0,
+            started: false,
+            rows: Vec::new(),
+        }
+    }
+
+    fn idx(&self, v: &View) -> usize {
+        v.device * self.p.layout.allocs.len() + v.alloc
+    }
+
+    /// Records the initial row (after the prologue) before the first grid op.
+    fn begin(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.rows.push((None, self.mem.clone()));
+        }
+    }
+
+    /// Emits rows for every grid point all devices have left (call at the end too).
+    pub fn flush(&mut self) {
+        self.begin();
+        let lowest = self.cur.iter().copied().min().unwrap_or(0);
+        while self.next_row < lowest {
+            self.rows.push((Some(self.next_row), self.mem.clone()));
+            self.next_row += 1;
+        }
+    }
+
+    fn apply(&mut self, op: &DataOp) {
+        match op {
+            DataOp::Copy { src, dst } => {
+                let s = self.mem[self.idx(src)][src.offset..src.offset + src.len].to_vec();
+                let di = self.idx(dst);
+                self.mem[di][dst.offset..dst.offset + dst.len].clone_from_slice(&s);
+            }
+            DataOp::Fill { dst, bits } => {
+                let v = if *bits == 0 {
+                    vec![]
+                } else {
+                    vec![(CONST, *bits)]
+                };
+                let di = self.idx(dst);
+                for e in &mut self.mem[di][dst.offset..dst.offset + dst.len] {
+                    *e = Some(v.clone());
+                }
+            }
+            DataOp::Accumulate { dst, src, .. } => {
+                let s = self.mem[self.idx(src)][src.offset..src.offset + src.len].to_vec();
+                let di = self.idx(dst);
+                for (e, add) in self.mem[di][dst.offset..dst.offset + dst.len]
+                    .iter_mut()
+                    .zip(s)
+                {
+                    match (e.as_mut(), add) {
+                        (Some(terms), Some(more)) => terms.extend(more),
+                        (None, add) => *e = add,
+                        (Some(_), None) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Observer for Symbolic<'_> {
+    fn data(&mut self, _device: usize, op: &DataOp, site: Option<&OpSite>) {
+        if site.is_some() {
+            self.begin();
+        }
+        self.apply(op);
+    }
+
+    fn dma_start(&mut self, _device: usize, _dma: usize) {
+        self.begin();
+    }
+
+    fn release(&mut self, _device: usize, _sem: crate::device_sim::program::SemRef) {
+        self.begin();
+    }
+
+    fn acquire(&mut self, _device: usize, _sem: crate::device_sim::program::SemRef) {
+        self.begin();
+    }
+
+    fn dma_complete(&mut self, dma: usize) {
+        self.begin();
+        let d = &self.p.dmas[dma];
+        self.apply(&DataOp::Copy {
+            src: d.src,
+            dst: d.dst,
+        });
+    }
+
+    fn after_step(&mut self, device: usize, next_grid: Option<usize>) {
+        let points: usize = self.p.grid.iter().product();
+        self.cur[device] = next_grid.unwrap_or(points);
+        self.flush();
+    }
+}

@@ -1,0 +1,361 @@
+//! Step tables against the seed's tables (P = 4) and hand-derived ones (P = 2, 3), and
+//! the cost model against closed-form times.
+
+use approx::assert_relative_eq;
+use tpusim::collectives;
+use tpusim::device_sim::schedule;
+use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
+use tpusim::model::{chrome_trace, CostModel, Timed, TimedEvent};
+use tpusim::trace::{trace, Cell, Table};
+use tpusim::{DType, Error, Mesh};
+
+fn table(name: &str, p: usize) -> Table {
+    let c = collectives::by_name(name).unwrap();
+    trace(c.as_ref(), &Mesh::new(p, "x").unwrap()).unwrap()
+}
+
+/// Cells of one row, in the seed's notation, device by device.
+fn row(t: &Table, after: &[usize]) -> Vec<Vec<String>> {
+    let r = t
+        .rows
+        .iter()
+        .find(|r| r.after.as_deref() == Some(after))
+        .unwrap_or_else(|| panic!("no row after {after:?}"));
+    r.cells
+        .iter()
+        .map(|d| d.iter().map(|c| t.notation(c)).collect())
+        .collect()
+}
+
+fn split(s: &str) -> Vec<String> {
+    s.split(',').map(|v| v.trim().to_string()).collect()
+}
+
+#[test]
+fn all_gather_matches_the_seed_table() {
+    // Seed section 2.5, one row per step: D0..D3 slots.
+    let seed = [
+        ["x0,-,-,x3", "x0,x1,-,-", "-,x1,x2,-", "-,-,x2,x3"],
+        ["x0,-,x2,x3", "x0,x1,-,x3", "x0,x1,x2,-", "-,x1,x2,x3"],
+        ["x0,x1,x2,x3", "x0,x1,x2,x3", "x0,x1,x2,x3", "x0,x1,x2,x3"],
+    ];
+    let t = table("all_gather", 4);
+    assert!(
+        t.rows[0].cells.iter().flatten().all(|c| *c == Cell::Never),
+        "initial row is all `-`"
+    );
+    for (step, want) in seed.iter().enumerate() {
+        let got = row(&t, &[step]);
+        for d in 0..4 {
+            assert_eq!(got[d], split(want[d]), "step {step} D{d}");
+        }
+    }
+}
+
+#[test]
+fn psum_matches_the_seed_table() {
+    // Seed section 3.5 (H0, H1, o); `all` is every device's shard, in ring order here.
+    let seed = [
+        ["x3,x2,x3", "x0,x3,x0", "x1,x0,x1", "x2,x1,x2"],
+        ["x1,x2,x3+x2", "x2,x3,x0+x3", "x3,x0,x1+x0", "x0,x1,x2+x1"],
+        [
+            "x1,x0,x3+x2+x1",
+            "x2,x1,x0+x3+x2",
+            "x3,x2,x1+x0+x3",
+            "x0,x3,x2+x1+x0",
+        ],
+        ["x3,x0,all", "x0,x1,all", "x1,x2,all", "x2,x3,all"],
+    ];
+    let t = table("psum", 4);
+    for (step, want) in seed.iter().enumerate() {
+        let got = row(&t, &[step]);
+        for d in 0..4 {
+            let want = split(want[d]);
+            assert_eq!(got[d][..2], want[..2], "step {step} D{d}");
+            if want[2] == "all" {
+                let mut terms: Vec<&str> = got[d][2].split('+').collect();
+                terms.sort();
+                assert_eq!(terms, ["x0", "x1", "x2", "x3"], "step {step} D{d}");
+            } else {
+                assert_eq!(got[d][2], want[2], "step {step} D{d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn psum_scatter_matches_the_seed_table_except_its_o_ref() {
+    // Seed section 4.6: (H0.T, H0.B, H1.T, H1.B, accum) per device after each (step, phase).
+    let seed: [((usize, usize), [&str; 4]); 8] = [
+        (
+            (0, 0),
+            [
+                "T1(1+0),B3(3),-,-,T1(1+0)",
+                "T2(2+1),B0(0),-,-,T2(2+1)",
+                "T3(3+2),B1(1),-,-,T3(3+2)",
+                "T0(0+3),B2(2),-,-,T0(0+3)",
+            ],
+        ),
+        (
+            (0, 1),
+            [
+                "T1(1+0),B3(3+0),T2(2+1),-,B3(3+0)",
+                "T2(2+1),B0(0+1),T3(3+2),-,B0(0+1)",
+                "T3(3+2),B1(1+2),T0(0+3),-,B1(1+2)",
+                "T0(0+3),B2(2+3),T1(1+0),-,B2(2+3)",
+            ],
+        ),
+        (
+            (1, 0),
+            [
+                "T1(1+0),B3(3+0),T2(2+1+0),B2(2+3),T2(2+1+0)",
+                "T2(2+1),B0(0+1),T3(3+2+1),B3(3+0),T3(3+2+1)",
+                "T3(3+2),B1(1+2),T0(0+3+2),B0(0+1),T0(0+3+2)",
+                "T0(0+3),B2(2+3),T1(1+0+3),B1(1+2),T1(1+0+3)",
+            ],
+        ),
+        (
+            (1, 1),
+            [
+                "T3(3+2+1),B3(3+0),T2(2+1+0),B2(2+3+0),B2(2+3+0)",
+                "T0(0+3+2),B0(0+1),T3(3+2+1),B3(3+0+1),B3(3+0+1)",
+                "T1(1+0+3),B1(1+2),T0(0+3+2),B0(0+1+2),B0(0+1+2)",
+                "T2(2+1+0),B2(2+3),T1(1+0+3),B1(1+2+3),B1(1+2+3)",
+            ],
+        ),
+        (
+            (2, 0),
+            [
+                "T3(3+2+1+0),B1(1+2+3),T2(2+1+0),B2(2+3+0),T3(3+2+1+0)",
+                "T0(0+3+2+1),B2(2+3+0),T3(3+2+1),B3(3+0+1),T0(0+3+2+1)",
+                "T1(1+0+3+2),B3(3+0+1),T0(0+3+2),B0(0+1+2),T1(1+0+3+2)",
+                "T2(2+1+0+3),B0(0+1+2),T1(1+0+3),B1(1+2+3),T2(2+1+0+3)",
+            ],
+        ),
+        (
+            (2, 1),
+            [
+                "T3(3+2+1+0),B1(1+2+3+0),T0(0+3+2+1),B2(2+3+0),B1(1+2+3+0)",
+                "T0(0+3+2+1),B2(2+3+0+1),T1(1+0+3+2),B3(3+0+1),B2(2+3+0+1)",
+                "T1(1+0+3+2),B3(3+0+1+2),T2(2+1+0+3),B0(0+1+2),B3(3+0+1+2)",
+                "T2(2+1+0+3),B0(0+1+2+3),T3(3+2+1+0),B1(1+2+3),B0(0+1+2+3)",
+            ],
+        ),
+        (
+            (3, 0),
+            [
+                "T3(3+2+1+0),B1(1+2+3+0),T0(0+3+2+1),B0(0+1+2+3),T0(0+3+2+1)",
+                "T0(0+3+2+1),B2(2+3+0+1),T1(1+0+3+2),B1(1+2+3+0),T1(1+0+3+2)",
+                "T1(1+0+3+2),B3(3+0+1+2),T2(2+1+0+3),B2(2+3+0+1),T2(2+1+0+3)",
+                "T2(2+1+0+3),B0(0+1+2+3),T3(3+2+1+0),B3(3+0+1+2),T3(3+2+1+0)",
+            ],
+        ),
+        (
+            (3, 1),
+            [
+                "T1(1+0+3+2),B1(1+2+3+0),T0(0+3+2+1),B0(0+1+2+3),B0(0+1+2+3)",
+                "T2(2+1+0+3),B2(2+3+0+1),T1(1+0+3+2),B1(1+2+3+0),B1(1+2+3+0)",
+                "T3(3+2+1+0),B3(3+0+1+2),T2(2+1+0+3),B2(2+3+0+1),B2(2+3+0+1)",
+                "T0(0+3+2+1),B0(0+1+2+3),T3(3+2+1+0),B3(3+0+1+2),B3(3+0+1+2)",
+            ],
+        ),
+    ];
+    let t = table("psum_scatter", 4);
+    for ((step, phase), want) in seed {
+        let got = row(&t, &[step, phase]);
+        for d in 0..4 {
+            assert_eq!(got[d][..5], split(want[d])[..], "({step}, {phase}) D{d}");
+        }
+    }
+    // Where the seed is wrong: its o_ref column is `-` until (3, LEFT), but the kernel
+    // zeroes o_ref in its first grid point (`o_ref[...] = jnp.zeros_like(o_ref)`), so
+    // after (0, LEFT) o_ref holds zeros, not "never written".
+    assert_eq!(row(&t, &[0, 0])[0][5..], ["0".to_string(), "0".to_string()]);
+    // The seed's final o_ref, T0(all)+B0(all), holds: top and bottom of block d, every device.
+    let last = row(&t, &[3, 1]);
+    for (d, cells) in last.iter().enumerate() {
+        for (i, half) in ["T", "B"].iter().enumerate() {
+            let c = &cells[5 + i];
+            assert!(c.starts_with(&format!("{half}{d}(")), "{c}");
+            let mut devs: Vec<char> = c[3..c.len() - 1]
+                .split('+')
+                .map(|s| s.chars().next().unwrap())
+                .collect();
+            devs.sort();
+            assert_eq!(devs, ['0', '1', '2', '3'], "{c}");
+        }
+    }
+}
+
+#[test]
+fn small_meshes_match_hand_derived_tables() {
+    // ppermute: device i ends with x(i-1).
+    for p in [2usize, 3] {
+        let t = table("ppermute", p);
+        let last = &t.rows.last().unwrap().cells;
+        for d in 0..p {
+            assert_eq!(last[d][0], Cell::Sum(vec![((d + p - 1) % p, 0)], 0));
+        }
+    }
+    // all_gather: after step s, device i holds slots i, i-1, ..., i-s-1 (mod P).
+    for p in [2usize, 3] {
+        let t = table("all_gather", p);
+        for s in 0..p - 1 {
+            let cells = &t
+                .rows
+                .iter()
+                .find(|r| r.after == Some(vec![s]))
+                .unwrap()
+                .cells;
+            for i in 0..p {
+                for slot in 0..p {
+                    let held = (0..=s + 1).any(|k| (i + p - k) % p == slot);
+                    let want = if held {
+                        Cell::Sum(vec![(slot, 0)], 0)
+                    } else {
+                        Cell::Never
+                    };
+                    assert_eq!(cells[i][slot], want, "P={p} step {s} D{i} slot {slot}");
+                }
+            }
+        }
+    }
+    // psum: after step s, o_ref on device i is x(i-1) + x(i-2) + ... + x(i-1-s).
+    for p in [2usize, 3] {
+        let t = table("psum", p);
+        for s in 0..p {
+            let cells = &t
+                .rows
+                .iter()
+                .find(|r| r.after == Some(vec![s]))
+                .unwrap()
+                .cells;
+            for i in 0..p {
+                let want: Vec<(usize, usize)> =
+                    (1..=s + 1).map(|k| ((i + 2 * p - k) % p, 0)).collect();
+                assert_eq!(cells[i][2], Cell::Sum(want, 0), "P={p} step {s} D{i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let j = table("psum", 2).json();
+    assert_eq!(j["collective"], "psum");
+    assert_eq!(j["devices"], 2);
+    assert_eq!(
+        j["columns"],
+        serde_json::json!(["hbm_buf[0]", "hbm_buf[1]", "o_ref"])
+    );
+    assert!(j["rows"][0]["after"].is_null());
+    assert_eq!(j["rows"][0]["cells"][0][0], serde_json::Value::Null);
+    let last = &j["rows"][2];
+    assert_eq!(last["after"], serde_json::json!([1]));
+    // Device 0 after step 1: o_ref = x1 + x0 as [device, block] pairs.
+    assert_eq!(last["cells"][0][2], serde_json::json!([[1, 0], [0, 0]]));
+}
+
+fn modeled(call: &PallasCall, p: usize, m: &CostModel) -> (f64, Vec<TimedEvent>) {
+    let mesh = Mesh::new(p, "x").unwrap();
+    let program = call.lower(&mesh).unwrap();
+    let mut timed = Timed::new(&program, m.clone());
+    schedule(&program, &mut timed).unwrap();
+    let run = timed.finish();
+    (run.seconds, run.events)
+}
+
+#[test]
+fn one_dma_and_a_full_ring_take_their_formula_times() {
+    let m = CostModel::preset("v5e").unwrap();
+    let rows = 1024usize;
+    let bytes = (rows * 128 * 4) as f64;
+    let mesh4 = Mesh::new(4, "x").unwrap();
+    // One remote DMA per device, each on its own link: bytes / link_bw + latency.
+    let shift = collectives::by_name("ppermute")
+        .unwrap()
+        .call(&mesh4, &[rows, 128], DType::F32)
+        .unwrap();
+    let (t, events) = modeled(&shift, 4, &m);
+    assert_relative_eq!(t, bytes / m.link_bw + m.link_latency, max_relative = 1e-9);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, TimedEvent::Dma { .. }))
+            .count(),
+        4
+    );
+    // The ring all_gather: one local copy, then P-1 hops each of bytes / link_bw + latency.
+    let ag = collectives::by_name("all_gather")
+        .unwrap()
+        .call(&mesh4, &[rows, 128], DType::F32)
+        .unwrap();
+    let (t, _) = modeled(&ag, 4, &m);
+    let want = bytes / m.hbm_bw + m.dma_latency + 3.0 * (bytes / m.link_bw + m.link_latency);
+    assert_relative_eq!(t, want, max_relative = 1e-9);
+}
+
+#[test]
+fn concurrent_dmas_on_one_link_share_it() {
+    let m = CostModel::preset("v6e").unwrap();
+    let n = 4096usize;
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[2, n], DType::F32)
+        .output("y", MemorySpace::Any, &[2, n], DType::F32)
+        .dma_sem("send")
+        .dma_sem("recv");
+    let call = PallasCall::new("two", spec, |pl, a| {
+        let other = 1 - pl.axis_index("x");
+        let first =
+            pl.make_async_remote_copy(a.r(0).at(0), a.r(1).at(0), a.sem(2), a.sem(3), other);
+        let second =
+            pl.make_async_remote_copy(a.r(0).at(1), a.r(1).at(1), a.sem(2), a.sem(3), other);
+        first.start();
+        second.start();
+        first.wait();
+        second.wait();
+    });
+    let (t, _) = modeled(&call, 2, &m);
+    let bytes = (n * 4) as f64;
+    // Both at half rate: both finish after 2·bytes / bw, then the latency.
+    assert_relative_eq!(
+        t,
+        2.0 * bytes / m.link_bw + m.link_latency,
+        max_relative = 1e-9
+    );
+}
+
+#[test]
+fn vmem_beyond_the_preset_is_an_error_and_the_timeline_is_chrome_json() {
+    let m = CostModel::preset("v5p").unwrap();
+    let mesh = Mesh::new(2, "x").unwrap();
+    let big = collectives::by_name("psum")
+        .unwrap()
+        .call(&mesh, &[4096, 4096], DType::F32)
+        .unwrap();
+    let e = m.check_vmem(&big.lower(&mesh).unwrap()).unwrap_err();
+    let Error::Limit { limit, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(*limit, 64 << 20);
+    assert!(e.to_string().contains("VMEM of `psum` on v5p"), "{e}");
+
+    let small = collectives::by_name("psum")
+        .unwrap()
+        .call(&mesh, &[8, 128], DType::F32)
+        .unwrap();
+    let (_, events) = modeled(&small, 2, &m);
+    let trace = chrome_trace("psum", 2, &events);
+    let ev = trace["traceEvents"].as_array().unwrap();
+    assert!(
+        ev.iter().any(|e| e["ph"] == "s") && ev.iter().any(|e| e["ph"] == "f"),
+        "flow arrows"
+    );
+    assert!(
+        ev.iter().any(|e| e["ph"] == "X" && e["tid"] == 0),
+        "grid point slices"
+    );
+    assert!(ev
+        .iter()
+        .any(|e| e["name"] == "process_name" && e["args"]["name"] == "device 1"));
+}
