@@ -193,8 +193,8 @@ fn small_meshes_match_hand_derived_tables() {
     for p in [2usize, 3] {
         let t = table("ppermute", p);
         let last = &t.rows.last().unwrap().cells;
-        for d in 0..p {
-            assert_eq!(last[d][0], Cell::Sum(vec![((d + p - 1) % p, 0)], 0));
+        for (d, cells) in last.iter().enumerate() {
+            assert_eq!(cells[0], Cell::Sum(vec![((d + p - 1) % p, 0)], 0));
         }
     }
     // all_gather: after step s, device i holds slots i, i-1, ..., i-s-1 (mod P).
