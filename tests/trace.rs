@@ -207,15 +207,15 @@ fn small_meshes_match_hand_derived_tables() {
                 .find(|r| r.after == Some(vec![s]))
                 .unwrap()
                 .cells;
-            for i in 0..p {
-                for slot in 0..p {
+            for (i, dev) in cells.iter().enumerate() {
+                for (slot, cell) in dev.iter().enumerate() {
                     let held = (0..=s + 1).any(|k| (i + p - k) % p == slot);
                     let want = if held {
                         Cell::Sum(vec![(slot, 0)], 0)
                     } else {
                         Cell::Never
                     };
-                    assert_eq!(cells[i][slot], want, "P={p} step {s} D{i} slot {slot}");
+                    assert_eq!(*cell, want, "P={p} step {s} D{i} slot {slot}");
                 }
             }
         }
@@ -230,10 +230,10 @@ fn small_meshes_match_hand_derived_tables() {
                 .find(|r| r.after == Some(vec![s]))
                 .unwrap()
                 .cells;
-            for i in 0..p {
+            for (i, dev) in cells.iter().enumerate() {
                 let want: Vec<(usize, usize)> =
                     (1..=s + 1).map(|k| ((i + 2 * p - k) % p, 0)).collect();
-                assert_eq!(cells[i][2], Cell::Sum(want, 0), "P={p} step {s} D{i}");
+                assert_eq!(dev[2], Cell::Sum(want, 0), "P={p} step {s} D{i}");
             }
         }
     }
