@@ -1,8 +1,11 @@
 //! The wgpu executor: allocations become GPU buffers, DMAs become buffer copies,
-//! VMEM compute becomes shader dispatches; the whole schedule is one submission.
+//! VMEM compute becomes shader dispatches. A schedule is prepared once ([`GpuRun`]:
+//! buffers from the pool, bind groups, the command list) and can then run any number of
+//! iterations, each encoded from the prepared commands with no host round trip.
 
 use super::context::GpuContext;
 use super::pipelines::{Params, Pipelines, WORKGROUP};
+use super::pool::BufferPool;
 use super::windows::{windows, Binding};
 use crate::array::HostArray;
 use crate::device_sim::program::{DataOp, View};
@@ -10,11 +13,13 @@ use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
 use crate::exec::{check_inputs, Executor};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Runs schedules on a wgpu device.
 pub struct GpuExecutor {
     ctx: Arc<GpuContext>,
     pipes: Pipelines,
+    pool: BufferPool,
 }
 
 /// A recorded GPU command, before encoding.
@@ -53,11 +58,20 @@ struct BindSpec {
     params: usize,
 }
 
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+const READBACK: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+
 impl GpuExecutor {
     /// An executor on an opened context.
     pub fn new(ctx: Arc<GpuContext>) -> Self {
         let pipes = Pipelines::new(&ctx.device);
-        Self { ctx, pipes }
+        Self {
+            ctx,
+            pipes,
+            pool: BufferPool::default(),
+        }
     }
 
     /// Opens the default adapter (see [`GpuContext::new`]).
@@ -68,6 +82,138 @@ impl GpuExecutor {
     /// The context in use.
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
+    }
+
+    /// The buffer pool (free buffers are kept for the next run).
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Allocates (from the pool) and records everything `schedule` needs, once.
+    pub fn prepare<'a>(&'a self, program: &'a Program, schedule: &Schedule) -> Result<GpuRun<'a>> {
+        let ctx = &self.ctx;
+        let dev = &ctx.device;
+        let limits = &ctx.limits;
+        let allocs = &program.layout.allocs;
+        for a in allocs {
+            if a.bytes() > limits.max_buffer_size {
+                return Err(Error::Limit {
+                    what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
+                    requested: a.bytes(),
+                    limit: limits.max_buffer_size,
+                });
+            }
+        }
+        let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let max = limits.max_buffer_size;
+        let bufs: Vec<wgpu::Buffer> = (0..program.devices)
+            .flat_map(|_| allocs.iter())
+            .map(|a| self.pool.take(dev, a.bytes(), STORAGE, max))
+            .collect();
+
+        let mut rec = Recorder {
+            nallocs: allocs.len(),
+            max_binding: limits.max_storage_buffer_binding_size,
+            align: limits.min_storage_buffer_offset_alignment as u64,
+            cmds: Vec::new(),
+            binds: Vec::new(),
+            params: Vec::new(),
+            scratch_size: 0,
+            exec: self,
+        };
+        for op in &schedule.ops {
+            rec.record(op);
+        }
+        let scratch = self.pool.take(dev, rec.scratch_size, STORAGE, max);
+        let stride = (limits.min_uniform_buffer_offset_alignment as u64).max(16);
+        let params_buf = self.pool.take(
+            dev,
+            stride * rec.params.len().max(1) as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            max,
+        );
+        let mut staged = vec![0u8; (stride * rec.params.len() as u64) as usize];
+        for (i, p) in rec.params.iter().enumerate() {
+            let o = i * stride as usize;
+            staged[o..o + 16].copy_from_slice(bytemuck::bytes_of(p));
+        }
+        if !staged.is_empty() {
+            ctx.queue.write_buffer(&params_buf, 0, &staged);
+        }
+        let get = |b: BufId| match b {
+            BufId::Alloc(i) => &bufs[i],
+            BufId::Scratch => &scratch,
+        };
+        let entry = |binding, (b, w): (BufId, Binding)| wgpu::BindGroupEntry {
+            binding,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: get(b),
+                offset: w.offset,
+                size: std::num::NonZeroU64::new(w.size),
+            }),
+        };
+        let params_entry = |binding, slot: usize| wgpu::BindGroupEntry {
+            binding,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &params_buf,
+                offset: slot as u64 * stride,
+                size: std::num::NonZeroU64::new(16),
+            }),
+        };
+        let groups: Vec<wgpu::BindGroup> = rec
+            .binds
+            .iter()
+            .map(|b| {
+                if b.accumulate {
+                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &self.pipes.acc_layout,
+                        entries: &[
+                            entry(0, b.src.expect("accumulate has a source")),
+                            entry(1, b.dst),
+                            params_entry(2, b.params),
+                        ],
+                    })
+                } else {
+                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &self.pipes.fill_layout,
+                        entries: &[entry(0, b.dst), params_entry(1, b.params)],
+                    })
+                }
+            })
+            .collect();
+        let staging: Vec<wgpu::Buffer> = (0..program.devices)
+            .flat_map(|_| program.outputs.iter())
+            .map(|&a| self.pool.take(dev, allocs[a].bytes(), READBACK, max))
+            .collect();
+
+        // Every allocation starts as zeros, as on the CPU executor (pooled buffers are reused).
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("clear") });
+        for (i, b) in bufs.iter().enumerate() {
+            let bytes = allocs[i % allocs.len()].bytes().next_multiple_of(4);
+            if bytes > 0 {
+                enc.clear_buffer(b, 0, Some(bytes));
+            }
+        }
+        ctx.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(validation.pop()) {
+            return Err(Error::Gpu(e.to_string()));
+        }
+        if let Some(e) = pollster::block_on(oom.pop()) {
+            return Err(Error::Gpu(format!("out of GPU memory: {e}")));
+        }
+        Ok(GpuRun {
+            exec: self,
+            program,
+            bufs,
+            scratch: Some(scratch),
+            params: Some(params_buf),
+            staging,
+            groups,
+            cmds: rec.cmds,
+        })
     }
 }
 
@@ -143,13 +289,7 @@ impl Recorder<'_> {
                     });
                     return;
                 }
-                for w in windows(
-                    dst.len as u64,
-                    dst.byte_offset(),
-                    None,
-                    self.max_binding,
-                    self.align,
-                ) {
+                for w in windows(dst.len as u64, dst.byte_offset(), None, self.max_binding, self.align, 4) {
                     self.params.push(Params {
                         src_off: 0,
                         dst_off: w.dst.elem_off,
@@ -165,27 +305,17 @@ impl Recorder<'_> {
                     self.dispatch(self.exec.pipes.fill.clone(), spec, w.n);
                 }
             }
-            DataOp::Accumulate {
-                dst,
-                src,
-                op,
-                dtype,
-            } => {
+            DataOp::Accumulate { dst, src, op, dtype } => {
                 if dst.len == 0 {
                     return;
                 }
-                let pipeline = self
-                    .exec
-                    .pipes
-                    .accumulate(&self.exec.ctx.device, *op, *dtype);
                 let (sb, so) = self.source(src, dst);
-                for w in windows(
-                    dst.len as u64,
-                    dst.byte_offset(),
-                    Some(so),
-                    self.max_binding,
-                    self.align,
-                ) {
+                // vec4 words when both sides are 16-byte aligned and whole vec4s long.
+                let vec4 = dst.len % 4 == 0 && dst.byte_offset() % 16 == 0 && so % 16 == 0;
+                let unit = if vec4 { 16 } else { 4 };
+                let n = dst.bytes() / unit;
+                let pipeline = self.exec.pipes.accumulate(&self.exec.ctx.device, *op, *dtype, vec4);
+                for w in windows(n, dst.byte_offset(), Some(so), self.max_binding, self.align, unit) {
                     let s = w.src.expect("accumulate windows have a source");
                     self.params.push(Params {
                         src_off: s.elem_off,
@@ -206,136 +336,43 @@ impl Recorder<'_> {
     }
 }
 
-impl Executor for GpuExecutor {
-    fn describe(&self) -> String {
-        self.ctx.describe()
+/// A prepared schedule on the GPU: buffers, bind groups and commands, ready to run.
+/// Dropping it returns its buffers to the executor's pool.
+pub struct GpuRun<'a> {
+    exec: &'a GpuExecutor,
+    program: &'a Program,
+    bufs: Vec<wgpu::Buffer>,
+    scratch: Option<wgpu::Buffer>,
+    params: Option<wgpu::Buffer>,
+    staging: Vec<wgpu::Buffer>,
+    groups: Vec<wgpu::BindGroup>,
+    cmds: Vec<Cmd>,
+}
+
+impl GpuRun<'_> {
+    /// Writes `inputs[device][operand]` into the input buffers.
+    pub fn upload(&self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        check_inputs(self.program, inputs)?;
+        let n = self.program.layout.allocs.len();
+        for (d, dev_inputs) in inputs.iter().enumerate() {
+            for (a, arr) in self.program.inputs.iter().zip(dev_inputs) {
+                self.exec
+                    .ctx
+                    .queue
+                    .write_buffer(&self.bufs[d * n + a], 0, bytemuck::cast_slice(&arr.words));
+            }
+        }
+        Ok(())
     }
 
-    fn execute(
-        &mut self,
-        program: &Program,
-        schedule: &Schedule,
-        inputs: &[Vec<HostArray>],
-    ) -> Result<Vec<Vec<HostArray>>> {
-        check_inputs(program, inputs)?;
-        let ctx = &self.ctx;
-        let dev = &ctx.device;
-        let limits = &ctx.limits;
-        let allocs = &program.layout.allocs;
-        let nallocs = allocs.len();
-        for a in allocs {
-            if a.bytes() > limits.max_buffer_size {
-                return Err(Error::Limit {
-                    what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
-                    requested: a.bytes(),
-                    limit: limits.max_buffer_size,
-                });
-            }
-        }
-        let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-
-        let usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST;
-        let make = |label: &str, size: u64, usage| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: size.max(4).next_multiple_of(4),
-                usage,
-                mapped_at_creation: false,
-            })
-        };
-        let bufs: Vec<wgpu::Buffer> = (0..program.devices)
-            .flat_map(|d| allocs.iter().map(move |a| (d, a)))
-            .map(|(d, a)| make(&format!("d{d}:{}", a.name), a.bytes(), usage))
-            .collect();
-        for (d, dev_inputs) in inputs.iter().enumerate() {
-            for (a, arr) in program.inputs.iter().zip(dev_inputs) {
-                ctx.queue
-                    .write_buffer(&bufs[d * nallocs + a], 0, bytemuck::cast_slice(&arr.words));
-            }
-        }
-
-        let mut rec = Recorder {
-            nallocs,
-            max_binding: limits.max_storage_buffer_binding_size,
-            align: limits.min_storage_buffer_offset_alignment as u64,
-            cmds: Vec::new(),
-            binds: Vec::new(),
-            params: Vec::new(),
-            scratch_size: 0,
-            exec: self,
-        };
-        for op in &schedule.ops {
-            rec.record(op);
-        }
-        let scratch = make("scratch", rec.scratch_size, usage);
+    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
         let get = |b: BufId| match b {
-            BufId::Alloc(i) => &bufs[i],
-            BufId::Scratch => &scratch,
+            BufId::Alloc(i) => &self.bufs[i],
+            BufId::Scratch => self.scratch.as_ref().expect("scratch lives as long as the run"),
         };
-
-        let stride = (limits.min_uniform_buffer_offset_alignment as u64).max(16);
-        let params_buf = make(
-            "params",
-            stride * rec.params.len().max(1) as u64,
-            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        );
-        let mut staged = vec![0u8; (stride * rec.params.len() as u64) as usize];
-        for (i, p) in rec.params.iter().enumerate() {
-            let o = i * stride as usize;
-            staged[o..o + 16].copy_from_slice(bytemuck::bytes_of(p));
-        }
-        if !staged.is_empty() {
-            ctx.queue.write_buffer(&params_buf, 0, &staged);
-        }
-        let entry = |binding, (b, w): (BufId, Binding)| wgpu::BindGroupEntry {
-            binding,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: get(b),
-                offset: w.offset,
-                size: std::num::NonZeroU64::new(w.size),
-            }),
-        };
-        let params_entry = |binding, slot: usize| wgpu::BindGroupEntry {
-            binding,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &params_buf,
-                offset: slot as u64 * stride,
-                size: std::num::NonZeroU64::new(16),
-            }),
-        };
-        let groups: Vec<wgpu::BindGroup> = rec
-            .binds
-            .iter()
-            .map(|b| {
-                if b.accumulate {
-                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &self.pipes.acc_layout,
-                        entries: &[
-                            entry(0, b.src.expect("accumulate has a source")),
-                            entry(1, b.dst),
-                            params_entry(2, b.params),
-                        ],
-                    })
-                } else {
-                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &self.pipes.fill_layout,
-                        entries: &[entry(0, b.dst), params_entry(1, b.params)],
-                    })
-                }
-            })
-            .collect();
-
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("schedule"),
-        });
         let mut i = 0;
-        while i < rec.cmds.len() {
-            match &rec.cmds[i] {
+        while i < self.cmds.len() {
+            match &self.cmds[i] {
                 Cmd::Copy {
                     src,
                     src_off,
@@ -351,10 +388,10 @@ impl Executor for GpuExecutor {
                         pipeline,
                         bind_group,
                         workgroups,
-                    }) = rec.cmds.get(i)
+                    }) = self.cmds.get(i)
                     {
                         pass.set_pipeline(pipeline);
-                        pass.set_bind_group(0, &groups[*bind_group], &[]);
+                        pass.set_bind_group(0, &self.groups[*bind_group], &[]);
                         pass.dispatch_workgroups(*workgroups, 1, 1);
                         i += 1;
                     }
@@ -363,53 +400,103 @@ impl Executor for GpuExecutor {
             }
             i += 1;
         }
+    }
 
-        // Read every output back through one staging buffer each.
-        let mut staging = Vec::new();
-        for d in 0..program.devices {
-            for &a in &program.outputs {
-                let size = allocs[a].bytes().max(4).next_multiple_of(4);
-                let s = make(
-                    "readback",
-                    size,
-                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                );
-                enc.copy_buffer_to_buffer(&bufs[d * nallocs + a], 0, &s, 0, size);
-                staging.push(s);
-            }
+    /// Runs `iters` iterations of the schedule in one submission and waits for them;
+    /// returns the wall time from encoding to completion.
+    pub fn run(&self, iters: usize) -> Result<Duration> {
+        let dev = &self.exec.ctx.device;
+        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t = Instant::now();
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("schedule") });
+        for _ in 0..iters {
+            self.encode(&mut enc);
         }
-        ctx.queue.submit([enc.finish()]);
-        for s in &staging {
-            s.map_async(wgpu::MapMode::Read, .., |_| {});
-        }
+        self.exec.ctx.queue.submit([enc.finish()]);
         dev.poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let elapsed = t.elapsed();
         if let Some(e) = pollster::block_on(validation.pop()) {
             return Err(Error::Gpu(e.to_string()));
         }
-        if let Some(e) = pollster::block_on(oom.pop()) {
-            return Err(Error::Gpu(format!("out of GPU memory: {e}")));
-        }
+        Ok(elapsed)
+    }
 
-        let mut out = Vec::with_capacity(program.devices);
-        let mut it = staging.iter();
-        for _ in 0..program.devices {
+    /// Reads every output back: `outputs[device][operand]`.
+    pub fn read_outputs(&self) -> Result<Vec<Vec<HostArray>>> {
+        let ctx = &self.exec.ctx;
+        let allocs = &self.program.layout.allocs;
+        let n = allocs.len();
+        let outs = &self.program.outputs;
+        let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
+        for d in 0..self.program.devices {
+            for (k, &a) in outs.iter().enumerate() {
+                let size = allocs[a].bytes().next_multiple_of(4);
+                if size > 0 {
+                    enc.copy_buffer_to_buffer(&self.bufs[d * n + a], 0, &self.staging[d * outs.len() + k], 0, size);
+                }
+            }
+        }
+        ctx.queue.submit([enc.finish()]);
+        for s in &self.staging {
+            s.map_async(wgpu::MapMode::Read, .., |_| {});
+        }
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let mut out = Vec::with_capacity(self.program.devices);
+        for d in 0..self.program.devices {
             let mut dev_out = Vec::new();
-            for &a in &program.outputs {
-                let s = it.next().expect("one staging buffer per output");
+            for (k, &a) in outs.iter().enumerate() {
+                let s = &self.staging[d * outs.len() + k];
                 let alloc = &allocs[a];
-                let view = s
-                    .get_mapped_range(..)
-                    .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
-                let words: &[u32] = bytemuck::cast_slice(&view[..alloc.bytes() as usize]);
+                let words = {
+                    let view = s
+                        .get_mapped_range(..)
+                        .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
+                    bytemuck::cast_slice::<u8, u32>(&view[..alloc.bytes() as usize]).to_vec()
+                };
                 dev_out.push(HostArray {
                     dtype: alloc.dtype,
                     shape: alloc.shape.clone(),
-                    words: words.to_vec(),
+                    words,
                 });
             }
             out.push(dev_out);
         }
+        for s in &self.staging {
+            s.unmap();
+        }
         Ok(out)
+    }
+}
+
+impl Drop for GpuRun<'_> {
+    fn drop(&mut self) {
+        let bufs = std::mem::take(&mut self.bufs)
+            .into_iter()
+            .chain(self.scratch.take())
+            .chain(self.params.take())
+            .chain(std::mem::take(&mut self.staging));
+        self.exec.pool.give_back(bufs);
+    }
+}
+
+impl Executor for GpuExecutor {
+    fn describe(&self) -> String {
+        self.ctx.describe()
+    }
+
+    fn execute(
+        &mut self,
+        program: &Program,
+        schedule: &Schedule,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        check_inputs(program, inputs)?;
+        let run = self.prepare(program, schedule)?;
+        run.upload(inputs)?;
+        run.run(1)?;
+        run.read_outputs()
     }
 }

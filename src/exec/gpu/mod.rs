@@ -4,9 +4,11 @@ mod bandwidth;
 mod context;
 mod executor;
 mod pipelines;
+mod pool;
 pub mod windows;
 
 pub use bandwidth::copy_bandwidth;
 pub use context::{adapters_report, GpuContext};
-pub use executor::GpuExecutor;
+pub use executor::{GpuExecutor, GpuRun};
+pub use pool::BufferPool;
 pub use pipelines::{Params, SHADERS};

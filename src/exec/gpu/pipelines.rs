@@ -7,11 +7,14 @@ use std::sync::Mutex;
 
 /// WGSL source of the accumulate family (`dst = op(dst, src)`).
 pub const ACCUMULATE_WGSL: &str = include_str!("../../../shaders/accumulate.wgsl");
+/// WGSL source of the vec4 accumulate family.
+pub const ACCUMULATE_VEC4_WGSL: &str = include_str!("../../../shaders/accumulate_vec4.wgsl");
 /// WGSL source of the fill shader.
 pub const FILL_WGSL: &str = include_str!("../../../shaders/fill.wgsl");
 /// Every shader, by file name (for validation).
 pub const SHADERS: &[(&str, &str)] = &[
     ("accumulate.wgsl", ACCUMULATE_WGSL),
+    ("accumulate_vec4.wgsl", ACCUMULATE_VEC4_WGSL),
     ("fill.wgsl", FILL_WGSL),
 ];
 
@@ -37,9 +40,10 @@ pub struct Pipelines {
     pub(crate) acc_layout: wgpu::BindGroupLayout,
     pub(crate) fill_layout: wgpu::BindGroupLayout,
     acc_module: wgpu::ShaderModule,
+    acc4_module: wgpu::ShaderModule,
     acc_pipeline_layout: wgpu::PipelineLayout,
     pub(crate) fill: wgpu::ComputePipeline,
-    acc: Mutex<HashMap<(ReduceOp, DType), wgpu::ComputePipeline>>,
+    acc: Mutex<HashMap<(ReduceOp, DType, bool), wgpu::ComputePipeline>>,
 }
 
 fn storage(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
@@ -103,6 +107,7 @@ impl Pipelines {
         });
         Self {
             acc_module: module("accumulate", ACCUMULATE_WGSL),
+            acc4_module: module("accumulate_vec4", ACCUMULATE_VEC4_WGSL),
             acc_pipeline_layout: layout(&acc_layout),
             acc_layout,
             fill_layout,
@@ -111,15 +116,16 @@ impl Pipelines {
         }
     }
 
-    /// The accumulate pipeline for `op` and `dtype`.
+    /// The accumulate pipeline for `op` and `dtype`, on vec4 words when `vec4`.
     pub fn accumulate(
         &self,
         device: &wgpu::Device,
         op: ReduceOp,
         dtype: DType,
+        vec4: bool,
     ) -> wgpu::ComputePipeline {
         let mut map = self.acc.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry((op, dtype))
+        map.entry((op, dtype, vec4))
             .or_insert_with(|| {
                 let op_c = match op {
                     ReduceOp::Sum => 0.0,
@@ -133,7 +139,11 @@ impl Pipelines {
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some("accumulate"),
                     layout: Some(&self.acc_pipeline_layout),
-                    module: &self.acc_module,
+                    module: if vec4 {
+                        &self.acc4_module
+                    } else {
+                        &self.acc_module
+                    },
                     entry_point: Some("main"),
                     compilation_options: wgpu::PipelineCompilationOptions {
                         constants: &[("OP", op_c), ("DTYPE", dt_c)],

@@ -27,28 +27,30 @@ pub struct Window {
     pub n: u32,
 }
 
-fn bind(byte_off: u64, n: u64, align: u64) -> Binding {
+fn bind(byte_off: u64, n: u64, align: u64, unit: u64) -> Binding {
     let offset = byte_off / align * align;
     let lead = byte_off - offset;
     Binding {
         offset,
-        size: lead + n * 4,
-        elem_off: (lead / 4) as u32,
+        size: lead + n * unit,
+        elem_off: (lead / unit) as u32,
     }
 }
 
-/// Windows covering `n` 4-byte elements at byte offsets `dst` (and `src`), with every
-/// binding at most `max_binding` bytes and aligned to `align`.
-pub fn windows(n: u64, dst: u64, src: Option<u64>, max_binding: u64, align: u64) -> Vec<Window> {
+/// Windows covering `n` elements of `unit` bytes (4, or 16 for vec4 words) at byte
+/// offsets `dst` (and `src`, both multiples of `unit`), with every binding at most
+/// `max_binding` bytes and aligned to `align` (raised to `unit` if smaller).
+pub fn windows(n: u64, dst: u64, src: Option<u64>, max_binding: u64, align: u64, unit: u64) -> Vec<Window> {
+    let align = align.max(unit);
     // Leave room for the worst-case misalignment lead of a window.
-    let per = ((max_binding.saturating_sub(align)) / 4).clamp(1, u32::MAX as u64);
+    let per = ((max_binding.saturating_sub(align)) / unit).clamp(1, u32::MAX as u64);
     let mut out = Vec::new();
     let mut done = 0;
     while done < n {
         let k = per.min(n - done);
         out.push(Window {
-            dst: bind(dst + done * 4, k, align),
-            src: src.map(|s| bind(s + done * 4, k, align)),
+            dst: bind(dst + done * unit, k, align, unit),
+            src: src.map(|s| bind(s + done * unit, k, align, unit)),
             n: k as u32,
         });
         done += k;
@@ -65,7 +67,7 @@ mod tests {
         // A tiny fake limit: 1 KiB bindings, 256-byte alignment, unaligned offsets.
         let (max, align) = (1024u64, 256u64);
         let n = 1000u64;
-        let ws = windows(n, 4 * 37, Some(4 * 5), max, align);
+        let ws = windows(n, 4 * 37, Some(4 * 5), max, align, 4);
         assert_eq!(ws.iter().map(|w| w.n as u64).sum::<u64>(), n);
         let mut next_dst = 4 * 37;
         for w in &ws {
@@ -82,7 +84,7 @@ mod tests {
 
     #[test]
     fn one_window_when_it_fits() {
-        let ws = windows(32, 0, None, 1 << 27, 256);
+        let ws = windows(32, 0, None, 1 << 27, 256, 4);
         assert_eq!(ws.len(), 1);
         assert_eq!(
             ws[0].dst,
