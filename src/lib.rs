@@ -33,6 +33,7 @@
 //! ```
 
 pub mod array;
+pub mod bench;
 pub mod collectives;
 pub mod device_sim;
 pub mod error;

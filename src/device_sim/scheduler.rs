@@ -7,7 +7,7 @@ use super::policies::{Choice, Policy};
 use super::program::{Cmp, DataOp, OpKind, OpSite, Program, SemKind, SemRef, WaitKind};
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -33,34 +33,24 @@ pub fn schedule_observed(
         }
     }
     let mut choices = Vec::new();
-    let mut waited = Vec::new();
+    for d in 0..program.devices {
+        e.refresh(d);
+    }
     loop {
         choices.clear();
-        waited.clear();
-        waited.extend((0..program.devices).filter_map(
-            |d| match &program.ops[d].get(e.pc[d])?.kind {
-                OpKind::Wait { sem, .. } => Some(*sem),
-                _ => None,
-            },
-        ));
         choices.extend(e.in_flight.iter().map(|&id| {
             let dma = &program.dmas[id];
             Choice::CompleteDma {
                 id,
                 issuer: dma.origin.device,
-                awaited: waited.contains(&dma.recv_sem)
-                    || dma.send_sem.is_some_and(|s| waited.contains(&s)),
+                awaited: e.waits_on(dma.recv_sem) || dma.send_sem.is_some_and(|s| e.waits_on(s)),
             }
         }));
-        choices.extend(
-            (0..program.devices)
-                .filter(|&d| e.runnable(d))
-                .map(|d| Choice::Device {
-                    device: d,
-                    grid: program.ops[d][e.pc[d]].site.grid_linear,
-                    op: e.pc[d],
-                }),
-        );
+        choices.extend(e.ready.iter().map(|&d| Choice::Device {
+            device: d,
+            grid: program.ops[d][e.pc[d]].site.grid_linear,
+            op: e.pc[d],
+        }));
         if choices.is_empty() {
             break;
         }
@@ -70,11 +60,13 @@ pub fn schedule_observed(
             Choice::CompleteDma { id, .. } => e.complete(id, &mut out, obs),
             Choice::Device { device, .. } => {
                 e.step_device(device, &mut out, obs);
-                let next = program.ops[device]
-                    .get(e.pc[device])
-                    .map(|o| o.site.grid_linear);
+                let next = program.ops[device].get(e.pc[device]).map(|o| o.site.grid_linear);
                 obs.after_step(device, next);
             }
+        }
+        // Only the devices whose semaphores or program counter changed can change readiness.
+        while let Some(d) = e.touched.pop() {
+            e.refresh(d);
         }
     }
     if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len()) {
@@ -96,6 +88,10 @@ struct Engine<'p> {
     in_flight: Vec<usize>,
     /// Per semaphore slot: where its last signal came from (sparse).
     last_signal: HashMap<usize, OpSite>,
+    /// Devices whose next op can run now.
+    ready: BTreeSet<usize>,
+    /// Devices to re-examine after the current step.
+    touched: Vec<usize>,
 }
 
 impl<'p> Engine<'p> {
@@ -108,7 +104,26 @@ impl<'p> Engine<'p> {
             credits: HashMap::new(),
             in_flight: Vec::new(),
             last_signal: HashMap::new(),
+            ready: BTreeSet::new(),
+            touched: Vec::new(),
         }
+    }
+
+    /// Re-derives whether device `d` can run its next op.
+    fn refresh(&mut self, d: usize) {
+        if self.runnable(d) {
+            self.ready.insert(d);
+        } else {
+            self.ready.remove(&d);
+        }
+    }
+
+    /// True when `s`'s device is about to wait on `s`.
+    fn waits_on(&self, s: SemRef) -> bool {
+        matches!(
+            self.p.ops[s.device].get(self.pc[s.device]).map(|o| &o.kind),
+            Some(OpKind::Wait { sem, .. }) if *sem == s
+        )
     }
 
     fn slot(&self, s: SemRef) -> usize {
@@ -134,6 +149,7 @@ impl<'p> Engine<'p> {
     }
 
     fn credit(&mut self, s: SemRef, amount: u64, dma: Option<usize>) {
+        self.touched.push(s.device);
         let i = self.slot(s);
         self.sems[i] += amount;
         if let Some(id) = dma {
@@ -158,6 +174,7 @@ impl<'p> Engine<'p> {
     fn step_device(&mut self, d: usize, out: &mut Schedule, obs: &mut dyn Observer) {
         let op = &self.p.ops[d][self.pc[d]];
         self.pc[d] += 1;
+        self.touched.push(d);
         match &op.kind {
             OpKind::DmaStart(id) => {
                 self.in_flight.push(*id);
@@ -191,6 +208,7 @@ impl<'p> Engine<'p> {
                 let i = self.slot(*sem);
                 if *set {
                     self.sems[i] = *inc;
+                    self.touched.push(sem.device);
                 } else {
                     self.credit(*sem, *inc, None);
                 }

@@ -233,8 +233,10 @@ impl<'p> RaceChecker<'p> {
 impl Observer for RaceChecker<'_> {
     fn data(&mut self, device: usize, op: &DataOp, site: Option<&OpSite>) {
         self.dev[device].tick(device);
-        let clock = self.dev[device].clone();
+        // Taken out (not cloned) while the accesses are checked: clocks can be large.
+        let clock = std::mem::replace(&mut self.dev[device], Clock::new(0, 0));
         self.data_op(op, Agent::Device(device), &clock, site.copied());
+        self.dev[device] = clock;
     }
 
     fn dma_start(&mut self, device: usize, dma: usize) {
@@ -245,7 +247,8 @@ impl Observer for RaceChecker<'_> {
     }
 
     fn dma_complete(&mut self, dma: usize) {
-        let Some(clock) = self.dma[dma].clone() else {
+        // A DMA's clock is only needed while it is in flight.
+        let Some(clock) = self.dma[dma].take() else {
             return;
         };
         let m = &self.p.dmas[dma];

@@ -7,7 +7,6 @@ mod pipelines;
 mod pool;
 pub mod windows;
 
-pub use bandwidth::copy_bandwidth;
 pub use context::{adapters_report, GpuContext};
 pub use executor::{GpuExecutor, GpuRun};
 pub use pool::BufferPool;
