@@ -1,20 +1,33 @@
 use std::time::Instant;
+use tpusim::device_sim::{schedule, Eager};
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::{DType, Mesh};
-use tpusim::device_sim::{schedule, Eager};
 fn main() {
     let gpu = tpusim::exec::gpu::GpuExecutor::from_env().unwrap();
     let mesh = Mesh::new(1, "x").unwrap();
     for (name, kind) in [("copies", 0), ("accumulates", 1), ("clears", 2)] {
-        let spec = GridSpec::new().input("a", MemorySpace::Vmem, &[1024], DType::F32).output("o", MemorySpace::Vmem, &[1024], DType::F32).vmem("t", &[1024], DType::F32);
+        let spec = GridSpec::new()
+            .input("a", MemorySpace::Vmem, &[1024], DType::F32)
+            .output("o", MemorySpace::Vmem, &[1024], DType::F32)
+            .vmem("t", &[1024], DType::F32);
         let call = PallasCall::new("k", spec, move |pl, a| {
-            for _ in 0..100 { match kind { 0 => pl.copy(a.r(2), a.r(0)), 1 => pl.add_assign(a.r(1), a.r(0)), _ => pl.fill(a.r(2), 0.0) } }
+            for _ in 0..100 {
+                match kind {
+                    0 => pl.copy(a.r(2), a.r(0)),
+                    1 => pl.add_assign(a.r(1), a.r(0)),
+                    _ => pl.fill(a.r(2), 0.0),
+                }
+            }
         });
         let p = call.lower(&mesh).unwrap();
         let s = schedule(&p, &mut Eager::default()).unwrap();
         let run = gpu.prepare(&p, &s).unwrap();
         run.run(2).unwrap();
-        let t = Instant::now(); run.run(10).unwrap();
-        println!("{name}: {:.1} us per op", t.elapsed().as_secs_f64() / 1000.0 * 1e6);
+        let t = Instant::now();
+        run.run(10).unwrap();
+        println!(
+            "{name}: {:.1} us per op",
+            t.elapsed().as_secs_f64() / 1000.0 * 1e6
+        );
     }
 }

@@ -163,7 +163,13 @@ pub fn sweep(
     }
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
-        progress(&format!("[{}/{}] {} {}", i + 1, sizes.len(), c.name(), human(size)));
+        progress(&format!(
+            "[{}/{}] {} {}",
+            i + 1,
+            sizes.len(),
+            c.name(),
+            human(size)
+        ));
         let Some(shape) = bench_shape(c.name(), p, size, cfg.dtype) else {
             continue;
         };
@@ -247,14 +253,26 @@ pub fn sweep(
 pub fn header() -> String {
     format!(
         "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6}",
-        "collective", "size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "copy(GB/s)", "moved(GB/s)", "%copy"
+        "collective",
+        "size",
+        "count",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "#wrong",
+        "copy(GB/s)",
+        "moved(GB/s)",
+        "%copy"
     )
 }
 
 /// One table line.
 pub fn line(r: &BenchRow) -> String {
     let (copy, frac) = match r.copy_bw {
-        Some(b) => (format!("{:.2}", b / 1e9), format!("{:.0}", 100.0 * r.moved_bw / b)),
+        Some(b) => (
+            format!("{:.2}", b / 1e9),
+            format!("{:.0}", 100.0 * r.moved_bw / b),
+        ),
         None => ("-".into(), "-".into()),
     };
     format!(
@@ -305,9 +323,18 @@ mod tests {
     #[test]
     fn shapes_round_down_to_what_the_algorithm_serves() {
         assert_eq!(bench_shape("psum", 4, 4096, DType::F32), Some(vec![8, 128]));
-        assert_eq!(bench_shape("psum_scatter", 3, 4096, DType::F32), Some(vec![6, 128]));
-        assert_eq!(bench_shape("all_gather", 4, 4096, DType::F32), Some(vec![2, 128]));
-        assert_eq!(bench_shape("ring_allreduce", 3, 40, DType::F32), Some(vec![9, 1]));
+        assert_eq!(
+            bench_shape("psum_scatter", 3, 4096, DType::F32),
+            Some(vec![6, 128])
+        );
+        assert_eq!(
+            bench_shape("all_gather", 4, 4096, DType::F32),
+            Some(vec![2, 128])
+        );
+        assert_eq!(
+            bench_shape("ring_allreduce", 3, 40, DType::F32),
+            Some(vec![9, 1])
+        );
         assert_eq!(bench_shape("psum_scatter", 8, 32, DType::F32), None);
     }
 }

@@ -253,3 +253,77 @@ fn run_with_a_model_prints_modeled_time_and_bus_bandwidth() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn bench_sweeps_sizes_checks_results_and_writes_json() {
+    let dir = std::env::temp_dir().join(format!("tpusim-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("b.json");
+    let (code, out, err) = tpusim(&[
+        "bench",
+        "psum",
+        "-p",
+        "3",
+        "-b",
+        "4K",
+        "-e",
+        "64K",
+        "-f",
+        "4",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("algbw(GB/s)") && out.contains("busbw(GB/s)") && out.contains("%copy"),
+        "{out}"
+    );
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("psum ")).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for r in &rows {
+        let cols: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(cols[6], "0", "#wrong: {r}");
+    }
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j.as_array().unwrap().len(), 3);
+    assert!(j[0]["copy_gbps"].as_f64().unwrap() > 0.0);
+    let (code, out, err) = tpusim(&[
+        "bench",
+        "all",
+        "--backend",
+        "cpu",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-n",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains(" 1024 ") || l.contains(" 4096 "))
+            .count(),
+        6,
+        "{out}"
+    );
+    for (args, why) in [
+        (vec!["bench", "psum", "-b", "4Q"], "bad size `4Q`"),
+        (
+            vec!["bench", "psum", "-b", "1M", "-e", "4K"],
+            "is above the maximum",
+        ),
+        (vec!["bench", "psum", "-f", "1"], "at least 2"),
+    ] {
+        let (code, out, err) = tpusim(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

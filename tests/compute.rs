@@ -132,7 +132,8 @@ fn vec4_and_scalar_accumulates_agree_with_the_reference() {
         let call = PallasCall::new("mix", spec, move |pl, a| {
             pl.copy(a.r(2), a.r(0));
             pl.accumulate(a.r(2).slice(ds(0, 2048)), a.r(1).slice(ds(1024, 2048)), op); // vec4
-            pl.accumulate(a.r(2).slice(ds(2049, 1001)), a.r(1).slice(ds(3, 1001)), op); // scalar
+            pl.accumulate(a.r(2).slice(ds(2049, 1001)), a.r(1).slice(ds(3, 1001)), op);
+            // scalar
         });
         let a: Vec<i32> = (0..n as i32).map(|i| (i * 7919) % 2003 - 1000).collect();
         let b: Vec<i32> = (0..n as i32).map(|i| (i * 104_729) % 1999 - 999).collect();
@@ -155,5 +156,46 @@ fn vec4_and_scalar_accumulates_agree_with_the_reference() {
         let mesh = Mesh::new(1, "x").unwrap();
         let gpu = simulate(&call, &mesh, &inputs, &mut *common::gpu()).unwrap();
         assert_eq!(gpu[0][0].as_i32(), &want[..], "{op:?}");
+    }
+}
+
+#[test]
+fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
+    use tpusim::collectives::{self, random_inputs};
+    use tpusim::device_sim::{schedule, Eager};
+    use tpusim::exec::gpu::GpuExecutor;
+    let mesh = Mesh::new(4, "x").unwrap();
+    for name in [
+        "psum",
+        "psum_scatter",
+        "ring_allreduce",
+        "ring_allreduce_push",
+    ] {
+        let c = collectives::by_name(name).unwrap();
+        let call = c
+            .call(&mesh, &collectives::default_shape(name, 4), DType::I32)
+            .unwrap();
+        let program = call.lower(&mesh).unwrap();
+        let sched = schedule(&program, &mut Eager::default()).unwrap();
+        let inputs = random_inputs(&program, 9);
+        let mut results = Vec::new();
+        let mut counts = Vec::new();
+        let ctx = common::gpu().context().clone();
+        for batching in [false, true] {
+            let mut gpu = GpuExecutor::new(ctx.clone());
+            gpu.set_batching(batching);
+            let run = gpu.prepare(&program, &sched).unwrap();
+            run.upload(&inputs).unwrap();
+            run.run(2).unwrap();
+            counts.push(run.dispatches());
+            results.push(run.read_outputs().unwrap());
+        }
+        assert_eq!(results[0], results[1], "{name}");
+        let want = c.reference(&inputs).unwrap();
+        assert_eq!(results[1][2][0], want[2][0], "{name}");
+        assert!(
+            counts[1] < counts[0],
+            "{name}: {counts:?} dispatches without / with batching"
+        );
     }
 }

@@ -60,7 +60,9 @@ pub fn schedule_observed(
             Choice::CompleteDma { id, .. } => e.complete(id, &mut out, obs),
             Choice::Device { device, .. } => {
                 e.step_device(device, &mut out, obs);
-                let next = program.ops[device].get(e.pc[device]).map(|o| o.site.grid_linear);
+                let next = program.ops[device]
+                    .get(e.pc[device])
+                    .map(|o| o.site.grid_linear);
                 obs.after_step(device, next);
             }
         }

@@ -19,7 +19,9 @@ impl GpuExecutor {
                 limit: max,
             });
         }
-        let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::STORAGE;
+        let usage = wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::STORAGE;
         let a = self.pool().take(&ctx.device, bytes, usage, max);
         let b = self.pool().take(&ctx.device, bytes, usage, max);
         let run = |n: u32| -> Result<()> {

@@ -3,8 +3,9 @@
 //! buffers from the pool, bind groups, the command list) and can then run any number of
 //! iterations, each encoded from the prepared commands with no host round trip.
 
+use super::batch::{self, Step};
 use super::context::GpuContext;
-use super::pipelines::{Params, Pipelines, WORKGROUP};
+use super::pipelines::{Params, Pipelines, PARAMS_BYTES, WORKGROUP};
 use super::pool::BufferPool;
 use super::windows::{windows, Binding};
 use crate::array::HostArray;
@@ -20,6 +21,7 @@ pub struct GpuExecutor {
     ctx: Arc<GpuContext>,
     pipes: Pipelines,
     pool: BufferPool,
+    batching: bool,
 }
 
 /// A recorded GPU command, before encoding.
@@ -39,29 +41,43 @@ enum Cmd {
     Dispatch {
         pipeline: wgpu::ComputePipeline,
         bind_group: usize,
-        workgroups: u32,
+        /// Workgroups in x, and items (y) for batched dispatches.
+        workgroups: [u32; 2],
     },
 }
 
-/// A buffer: an allocation of a device, or the scratch buffer.
+/// A buffer: an allocation of a device, the scratch buffer, or a placeholder bound to
+/// an unused slot of a batched dispatch.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum BufId {
     Alloc(usize),
     Scratch,
+    Dummy(usize),
 }
 
-/// A bind group to create: buffers with their windows, and a params slot.
-struct BindSpec {
-    accumulate: bool,
-    dst: (BufId, Binding),
-    src: Option<(BufId, Binding)>,
-    params: usize,
+/// A bind group to create: buffers with their windows, and a params block.
+enum BindSpec {
+    /// Accumulate (with a source) or fill (without).
+    Single {
+        dst: (BufId, Binding),
+        src: Option<(BufId, Binding)>,
+        params: usize,
+    },
+    /// Up to four accumulates: (source, destination) per item.
+    Batch {
+        items: Vec<((BufId, Binding), (BufId, Binding))>,
+        params: usize,
+    },
 }
+
+/// Placeholders for unused batch slots: one read-only, four writable (distinct).
+const DUMMIES: usize = 5;
 
 const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
-const READBACK: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+const READBACK: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
 impl GpuExecutor {
     /// An executor on an opened context.
@@ -71,7 +87,14 @@ impl GpuExecutor {
             ctx,
             pipes,
             pool: BufferPool::default(),
+            batching: true,
         }
+    }
+
+    /// Turns batching of small accumulates on or off (on by default; off is for
+    /// measuring what it saves).
+    pub fn set_batching(&mut self, on: bool) {
+        self.batching = on;
     }
 
     /// Opens the default adapter (see [`GpuContext::new`]).
@@ -112,6 +135,12 @@ impl GpuExecutor {
             .map(|a| self.pool.take(dev, a.bytes(), STORAGE, max))
             .collect();
 
+        // Batching needs 8 storage buffers in one stage (WebGPU's default limit).
+        let max_items = if self.batching && limits.max_storage_buffers_per_shader_stage >= 8 {
+            batch::MAX_ITEMS
+        } else {
+            1
+        };
         let mut rec = Recorder {
             nallocs: allocs.len(),
             max_binding: limits.max_storage_buffer_binding_size,
@@ -122,11 +151,20 @@ impl GpuExecutor {
             scratch_size: 0,
             exec: self,
         };
-        for op in &schedule.ops {
-            rec.record(op);
+        for step in batch::plan(&schedule.ops, max_items) {
+            match step {
+                Step::Op(i) => rec.record(&schedule.ops[i]),
+                Step::Batch(items) => {
+                    let ops: Vec<&DataOp> = items.iter().map(|&i| &schedule.ops[i]).collect();
+                    rec.record_batch(&ops);
+                }
+            }
         }
         let scratch = self.pool.take(dev, rec.scratch_size, STORAGE, max);
-        let stride = (limits.min_uniform_buffer_offset_alignment as u64).max(16);
+        let dummies: Vec<wgpu::Buffer> = (0..DUMMIES)
+            .map(|_| self.pool.take(dev, 16, STORAGE, max))
+            .collect();
+        let stride = (limits.min_uniform_buffer_offset_alignment as u64).max(PARAMS_BYTES);
         let params_buf = self.pool.take(
             dev,
             stride * rec.params.len().max(1) as u64,
@@ -134,9 +172,9 @@ impl GpuExecutor {
             max,
         );
         let mut staged = vec![0u8; (stride * rec.params.len() as u64) as usize];
-        for (i, p) in rec.params.iter().enumerate() {
+        for (i, block) in rec.params.iter().enumerate() {
             let o = i * stride as usize;
-            staged[o..o + 16].copy_from_slice(bytemuck::bytes_of(p));
+            staged[o..o + PARAMS_BYTES as usize].copy_from_slice(bytemuck::cast_slice(block));
         }
         if !staged.is_empty() {
             ctx.queue.write_buffer(&params_buf, 0, &staged);
@@ -144,6 +182,7 @@ impl GpuExecutor {
         let get = |b: BufId| match b {
             BufId::Alloc(i) => &bufs[i],
             BufId::Scratch => &scratch,
+            BufId::Dummy(k) => &dummies[k],
         };
         let entry = |binding, (b, w): (BufId, Binding)| wgpu::BindGroupEntry {
             binding,
@@ -153,33 +192,62 @@ impl GpuExecutor {
                 size: std::num::NonZeroU64::new(w.size),
             }),
         };
-        let params_entry = |binding, slot: usize| wgpu::BindGroupEntry {
+        let params_entry = |binding, slot: usize, size: u64| wgpu::BindGroupEntry {
             binding,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                 buffer: &params_buf,
                 offset: slot as u64 * stride,
-                size: std::num::NonZeroU64::new(16),
+                size: std::num::NonZeroU64::new(size),
             }),
+        };
+        let dummy = |k: usize| {
+            (
+                BufId::Dummy(k),
+                Binding {
+                    offset: 0,
+                    size: 16,
+                    elem_off: 0,
+                },
+            )
         };
         let groups: Vec<wgpu::BindGroup> = rec
             .binds
             .iter()
-            .map(|b| {
-                if b.accumulate {
+            .map(|b| match b {
+                BindSpec::Single {
+                    dst,
+                    src: Some(src),
+                    params,
+                } => dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &self.pipes.acc_layout,
+                    entries: &[entry(0, *src), entry(1, *dst), params_entry(2, *params, 16)],
+                }),
+                BindSpec::Single {
+                    dst,
+                    src: None,
+                    params,
+                } => dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &self.pipes.fill_layout,
+                    entries: &[entry(0, *dst), params_entry(1, *params, 16)],
+                }),
+                BindSpec::Batch { items, params } => {
+                    let slot = |k: usize| items.get(k).copied();
+                    let entries: Vec<wgpu::BindGroupEntry> = (0..batch::MAX_ITEMS)
+                        .map(|k| entry(k as u32, slot(k).map_or(dummy(0), |i| i.0)))
+                        .chain((0..batch::MAX_ITEMS).map(|k| {
+                            entry(
+                                (batch::MAX_ITEMS + k) as u32,
+                                slot(k).map_or(dummy(1 + k), |i| i.1),
+                            )
+                        }))
+                        .chain([params_entry(8, *params, PARAMS_BYTES)])
+                        .collect();
                     dev.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: None,
-                        layout: &self.pipes.acc_layout,
-                        entries: &[
-                            entry(0, b.src.expect("accumulate has a source")),
-                            entry(1, b.dst),
-                            params_entry(2, b.params),
-                        ],
-                    })
-                } else {
-                    dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &self.pipes.fill_layout,
-                        entries: &[entry(0, b.dst), params_entry(1, b.params)],
+                        layout: &self.pipes.batch_layout,
+                        entries: &entries,
                     })
                 }
             })
@@ -190,7 +258,9 @@ impl GpuExecutor {
             .collect();
 
         // Every allocation starts as zeros, as on the CPU executor (pooled buffers are reused).
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("clear") });
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("clear"),
+        });
         for (i, b) in bufs.iter().enumerate() {
             let bytes = allocs[i % allocs.len()].bytes().next_multiple_of(4);
             if bytes > 0 {
@@ -210,6 +280,7 @@ impl GpuExecutor {
             bufs,
             scratch: Some(scratch),
             params: Some(params_buf),
+            dummies,
             staging,
             groups,
             cmds: rec.cmds,
@@ -223,7 +294,7 @@ struct Recorder<'a> {
     align: u64,
     cmds: Vec<Cmd>,
     binds: Vec<BindSpec>,
-    params: Vec<Params>,
+    params: Vec<[Params; 4]>,
     scratch_size: u64,
     exec: &'a GpuExecutor,
 }
@@ -233,7 +304,7 @@ impl Recorder<'_> {
         BufId::Alloc(v.device * self.nallocs + v.alloc)
     }
 
-    fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32) {
+    fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32, items: u32) {
         let wg = n
             .div_ceil(WORKGROUP)
             .clamp(1, self.exec.ctx.limits.max_compute_workgroups_per_dimension);
@@ -241,8 +312,75 @@ impl Recorder<'_> {
         self.cmds.push(Cmd::Dispatch {
             pipeline,
             bind_group: self.binds.len() - 1,
-            workgroups: wg,
+            workgroups: [wg, items],
         });
+    }
+
+    fn param(&mut self, p: Params) -> usize {
+        let mut block = [Params {
+            src_off: 0,
+            dst_off: 0,
+            n: 0,
+            value: 0,
+        }; 4];
+        block[0] = p;
+        self.params.push(block);
+        self.params.len() - 1
+    }
+
+    /// Small accumulates with the same operator and dtype, on distinct buffers, as one
+    /// dispatch (see [`batch`]).
+    fn record_batch(&mut self, ops: &[&DataOp]) {
+        let mut items = Vec::new();
+        let mut block = [Params {
+            src_off: 0,
+            dst_off: 0,
+            n: 0,
+            value: 0,
+        }; 4];
+        let mut most = 0;
+        let mut kind = None;
+        for (k, op) in ops.iter().enumerate() {
+            let DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } = op
+            else {
+                unreachable!("batches hold accumulates only")
+            };
+            kind = Some((*op, *dtype));
+            let w = windows(
+                dst.len as u64,
+                dst.byte_offset(),
+                Some(src.byte_offset()),
+                self.max_binding,
+                self.align,
+                4,
+            );
+            let [w] = w.as_slice() else {
+                unreachable!("batched accumulates fit one binding")
+            };
+            let s = w.src.expect("accumulate windows have a source");
+            block[k] = Params {
+                src_off: s.elem_off,
+                dst_off: w.dst.elem_off,
+                n: w.n,
+                value: 0,
+            };
+            most = most.max(w.n);
+            items.push(((self.buf(src), s), (self.buf(dst), w.dst)));
+        }
+        let (op, dtype) = kind.expect("a batch is not empty");
+        self.params.push(block);
+        let params = self.params.len() - 1;
+        let pipeline = self
+            .exec
+            .pipes
+            .accumulate_batch(&self.exec.ctx.device, op, dtype);
+        let n_items = items.len() as u32;
+        self.dispatch(pipeline, BindSpec::Batch { items, params }, most, n_items);
     }
 
     /// Same-buffer sources are staged through the scratch buffer first (wgpu refuses a
@@ -289,23 +427,34 @@ impl Recorder<'_> {
                     });
                     return;
                 }
-                for w in windows(dst.len as u64, dst.byte_offset(), None, self.max_binding, self.align, 4) {
-                    self.params.push(Params {
+                for w in windows(
+                    dst.len as u64,
+                    dst.byte_offset(),
+                    None,
+                    self.max_binding,
+                    self.align,
+                    4,
+                ) {
+                    let params = self.param(Params {
                         src_off: 0,
                         dst_off: w.dst.elem_off,
                         n: w.n,
                         value: *bits,
                     });
-                    let spec = BindSpec {
-                        accumulate: false,
+                    let spec = BindSpec::Single {
                         dst: (self.buf(dst), w.dst),
                         src: None,
-                        params: self.params.len() - 1,
+                        params,
                     };
-                    self.dispatch(self.exec.pipes.fill.clone(), spec, w.n);
+                    self.dispatch(self.exec.pipes.fill.clone(), spec, w.n, 1);
                 }
             }
-            DataOp::Accumulate { dst, src, op, dtype } => {
+            DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => {
                 if dst.len == 0 {
                     return;
                 }
@@ -314,22 +463,31 @@ impl Recorder<'_> {
                 let vec4 = dst.len % 4 == 0 && dst.byte_offset() % 16 == 0 && so % 16 == 0;
                 let unit = if vec4 { 16 } else { 4 };
                 let n = dst.bytes() / unit;
-                let pipeline = self.exec.pipes.accumulate(&self.exec.ctx.device, *op, *dtype, vec4);
-                for w in windows(n, dst.byte_offset(), Some(so), self.max_binding, self.align, unit) {
+                let pipeline = self
+                    .exec
+                    .pipes
+                    .accumulate(&self.exec.ctx.device, *op, *dtype, vec4);
+                for w in windows(
+                    n,
+                    dst.byte_offset(),
+                    Some(so),
+                    self.max_binding,
+                    self.align,
+                    unit,
+                ) {
                     let s = w.src.expect("accumulate windows have a source");
-                    self.params.push(Params {
+                    let params = self.param(Params {
                         src_off: s.elem_off,
                         dst_off: w.dst.elem_off,
                         n: w.n,
                         value: 0,
                     });
-                    let spec = BindSpec {
-                        accumulate: true,
+                    let spec = BindSpec::Single {
                         dst: (self.buf(dst), w.dst),
                         src: Some((sb, s)),
-                        params: self.params.len() - 1,
+                        params,
                     };
-                    self.dispatch(pipeline.clone(), spec, w.n);
+                    self.dispatch(pipeline.clone(), spec, w.n, 1);
                 }
             }
         }
@@ -344,22 +502,32 @@ pub struct GpuRun<'a> {
     bufs: Vec<wgpu::Buffer>,
     scratch: Option<wgpu::Buffer>,
     params: Option<wgpu::Buffer>,
+    dummies: Vec<wgpu::Buffer>,
     staging: Vec<wgpu::Buffer>,
     groups: Vec<wgpu::BindGroup>,
     cmds: Vec<Cmd>,
 }
 
 impl GpuRun<'_> {
+    /// Compute dispatches per iteration.
+    pub fn dispatches(&self) -> usize {
+        self.cmds
+            .iter()
+            .filter(|c| matches!(c, Cmd::Dispatch { .. }))
+            .count()
+    }
+
     /// Writes `inputs[device][operand]` into the input buffers.
     pub fn upload(&self, inputs: &[Vec<HostArray>]) -> Result<()> {
         check_inputs(self.program, inputs)?;
         let n = self.program.layout.allocs.len();
         for (d, dev_inputs) in inputs.iter().enumerate() {
             for (a, arr) in self.program.inputs.iter().zip(dev_inputs) {
-                self.exec
-                    .ctx
-                    .queue
-                    .write_buffer(&self.bufs[d * n + a], 0, bytemuck::cast_slice(&arr.words));
+                self.exec.ctx.queue.write_buffer(
+                    &self.bufs[d * n + a],
+                    0,
+                    bytemuck::cast_slice(&arr.words),
+                );
             }
         }
         Ok(())
@@ -368,7 +536,11 @@ impl GpuRun<'_> {
     fn encode(&self, enc: &mut wgpu::CommandEncoder) {
         let get = |b: BufId| match b {
             BufId::Alloc(i) => &self.bufs[i],
-            BufId::Scratch => self.scratch.as_ref().expect("scratch lives as long as the run"),
+            BufId::Scratch => self
+                .scratch
+                .as_ref()
+                .expect("scratch lives as long as the run"),
+            BufId::Dummy(k) => &self.dummies[k],
         };
         let mut i = 0;
         while i < self.cmds.len() {
@@ -392,7 +564,7 @@ impl GpuRun<'_> {
                     {
                         pass.set_pipeline(pipeline);
                         pass.set_bind_group(0, &self.groups[*bind_group], &[]);
-                        pass.dispatch_workgroups(*workgroups, 1, 1);
+                        pass.dispatch_workgroups(workgroups[0], workgroups[1], 1);
                         i += 1;
                     }
                     continue;
@@ -408,7 +580,9 @@ impl GpuRun<'_> {
         let dev = &self.exec.ctx.device;
         let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let t = Instant::now();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("schedule") });
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("schedule"),
+        });
         for _ in 0..iters {
             self.encode(&mut enc);
         }
@@ -428,12 +602,22 @@ impl GpuRun<'_> {
         let allocs = &self.program.layout.allocs;
         let n = allocs.len();
         let outs = &self.program.outputs;
-        let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("readback"),
+            });
         for d in 0..self.program.devices {
             for (k, &a) in outs.iter().enumerate() {
                 let size = allocs[a].bytes().next_multiple_of(4);
                 if size > 0 {
-                    enc.copy_buffer_to_buffer(&self.bufs[d * n + a], 0, &self.staging[d * outs.len() + k], 0, size);
+                    enc.copy_buffer_to_buffer(
+                        &self.bufs[d * n + a],
+                        0,
+                        &self.staging[d * outs.len() + k],
+                        0,
+                        size,
+                    );
                 }
             }
         }
@@ -477,6 +661,7 @@ impl Drop for GpuRun<'_> {
             .into_iter()
             .chain(self.scratch.take())
             .chain(self.params.take())
+            .chain(std::mem::take(&mut self.dummies))
             .chain(std::mem::take(&mut self.staging));
         self.exec.pool.give_back(bufs);
     }

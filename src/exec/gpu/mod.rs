@@ -1,6 +1,7 @@
 //! The wgpu executor and its parts: adapter setup, pipelines, binding windows.
 
 mod bandwidth;
+pub mod batch;
 mod context;
 mod executor;
 mod pipelines;
@@ -9,5 +10,5 @@ pub mod windows;
 
 pub use context::{adapters_report, GpuContext};
 pub use executor::{GpuExecutor, GpuRun};
-pub use pool::BufferPool;
 pub use pipelines::{Params, SHADERS};
+pub use pool::BufferPool;

@@ -9,19 +9,25 @@ use std::sync::Mutex;
 pub const ACCUMULATE_WGSL: &str = include_str!("../../../shaders/accumulate.wgsl");
 /// WGSL source of the vec4 accumulate family.
 pub const ACCUMULATE_VEC4_WGSL: &str = include_str!("../../../shaders/accumulate_vec4.wgsl");
+/// WGSL source of the batched accumulate family (up to four items per dispatch).
+pub const ACCUMULATE_BATCH_WGSL: &str = include_str!("../../../shaders/accumulate_batch.wgsl");
 /// WGSL source of the fill shader.
 pub const FILL_WGSL: &str = include_str!("../../../shaders/fill.wgsl");
 /// Every shader, by file name (for validation).
 pub const SHADERS: &[(&str, &str)] = &[
     ("accumulate.wgsl", ACCUMULATE_WGSL),
     ("accumulate_vec4.wgsl", ACCUMULATE_VEC4_WGSL),
+    ("accumulate_batch.wgsl", ACCUMULATE_BATCH_WGSL),
     ("fill.wgsl", FILL_WGSL),
 ];
 
 /// Threads per workgroup in every shader.
 pub const WORKGROUP: u32 = 256;
 
-/// The shader parameters (`struct Params` in every shader).
+/// Bytes of one parameter block (the batch shader's four items; others use the first).
+pub const PARAMS_BYTES: u64 = 64;
+
+/// The shader parameters (`struct Params` in the single-op shaders, `Item` in the batch one).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Params {
@@ -39,6 +45,10 @@ pub struct Params {
 pub struct Pipelines {
     pub(crate) acc_layout: wgpu::BindGroupLayout,
     pub(crate) fill_layout: wgpu::BindGroupLayout,
+    pub(crate) batch_layout: wgpu::BindGroupLayout,
+    batch_module: wgpu::ShaderModule,
+    batch_pipeline_layout: wgpu::PipelineLayout,
+    batch: Mutex<HashMap<(ReduceOp, DType), wgpu::ComputePipeline>>,
     acc_module: wgpu::ShaderModule,
     acc4_module: wgpu::ShaderModule,
     acc_pipeline_layout: wgpu::PipelineLayout,
@@ -83,6 +93,15 @@ impl Pipelines {
             label: Some("fill"),
             entries: &[storage(0, false), uniform(1)],
         });
+        let batch_entries: Vec<wgpu::BindGroupLayoutEntry> = (0..4)
+            .map(|k| storage(k, true))
+            .chain((4..8).map(|k| storage(k, false)))
+            .chain([uniform(8)])
+            .collect();
+        let batch_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("accumulate_batch"),
+            entries: &batch_entries,
+        });
         let module = |label, src: &str| {
             device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(label),
@@ -106,6 +125,10 @@ impl Pipelines {
             cache: None,
         });
         Self {
+            batch_module: module("accumulate_batch", ACCUMULATE_BATCH_WGSL),
+            batch_pipeline_layout: layout(&batch_layout),
+            batch_layout,
+            batch: Mutex::new(HashMap::new()),
             acc_module: module("accumulate", ACCUMULATE_WGSL),
             acc4_module: module("accumulate_vec4", ACCUMULATE_VEC4_WGSL),
             acc_pipeline_layout: layout(&acc_layout),
@@ -114,6 +137,31 @@ impl Pipelines {
             fill,
             acc: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The batched accumulate pipeline for `op` and `dtype`.
+    pub fn accumulate_batch(
+        &self,
+        device: &wgpu::Device,
+        op: ReduceOp,
+        dtype: DType,
+    ) -> wgpu::ComputePipeline {
+        let mut map = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry((op, dtype))
+            .or_insert_with(|| {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("accumulate_batch"),
+                    layout: Some(&self.batch_pipeline_layout),
+                    module: &self.batch_module,
+                    entry_point: Some("main"),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants: &[("OP", op_constant(op)), ("DTYPE", dtype_constant(dtype))],
+                        zero_initialize_workgroup_memory: false,
+                    },
+                    cache: None,
+                })
+            })
+            .clone()
     }
 
     /// The accumulate pipeline for `op` and `dtype`, on vec4 words when `vec4`.
@@ -127,15 +175,7 @@ impl Pipelines {
         let mut map = self.acc.lock().unwrap_or_else(|p| p.into_inner());
         map.entry((op, dtype, vec4))
             .or_insert_with(|| {
-                let op_c = match op {
-                    ReduceOp::Sum => 0.0,
-                    ReduceOp::Max => 1.0,
-                    ReduceOp::Min => 2.0,
-                };
-                let dt_c = match dtype {
-                    DType::F32 => 0.0,
-                    DType::I32 => 1.0,
-                };
+                let (op_c, dt_c) = (op_constant(op), dtype_constant(dtype));
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some("accumulate"),
                     layout: Some(&self.acc_pipeline_layout),
@@ -153,5 +193,20 @@ impl Pipelines {
                 })
             })
             .clone()
+    }
+}
+
+fn op_constant(op: ReduceOp) -> f64 {
+    match op {
+        ReduceOp::Sum => 0.0,
+        ReduceOp::Max => 1.0,
+        ReduceOp::Min => 2.0,
+    }
+}
+
+fn dtype_constant(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 0.0,
+        DType::I32 => 1.0,
     }
 }

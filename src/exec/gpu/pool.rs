@@ -12,7 +12,13 @@ pub struct BufferPool {
 
 impl BufferPool {
     /// A buffer of at least `size` bytes with exactly `usage`.
-    pub fn take(&self, device: &wgpu::Device, size: u64, usage: wgpu::BufferUsages, max: u64) -> wgpu::Buffer {
+    pub fn take(
+        &self,
+        device: &wgpu::Device,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        max: u64,
+    ) -> wgpu::Buffer {
         let size = size.max(4).next_multiple_of(4);
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         let best = free

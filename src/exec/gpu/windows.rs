@@ -40,7 +40,14 @@ fn bind(byte_off: u64, n: u64, align: u64, unit: u64) -> Binding {
 /// Windows covering `n` elements of `unit` bytes (4, or 16 for vec4 words) at byte
 /// offsets `dst` (and `src`, both multiples of `unit`), with every binding at most
 /// `max_binding` bytes and aligned to `align` (raised to `unit` if smaller).
-pub fn windows(n: u64, dst: u64, src: Option<u64>, max_binding: u64, align: u64, unit: u64) -> Vec<Window> {
+pub fn windows(
+    n: u64,
+    dst: u64,
+    src: Option<u64>,
+    max_binding: u64,
+    align: u64,
+    unit: u64,
+) -> Vec<Window> {
     let align = align.max(unit);
     // Leave room for the worst-case misalignment lead of a window.
     let per = ((max_binding.saturating_sub(align)) / unit).clamp(1, u32::MAX as u64);

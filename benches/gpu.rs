@@ -1,0 +1,109 @@
+//! GPU throughput: per collective, time per iteration with the schedule built once, the
+//! small-size latency with and without accumulate batching, and (with
+//! `TPUSIM_BENCH_LARGE=1`) the 256 MiB per device runs against plain copy bandwidth.
+//! Run with `cargo bench --bench gpu` (on the adapter `WGPU_BACKEND` selects).
+
+use std::time::Instant;
+use tpusim::bench::{header, line, sweep, BenchConfig};
+use tpusim::collectives::{self, random_inputs};
+use tpusim::device_sim::{schedule, Eager};
+use tpusim::exec::gpu::GpuExecutor;
+use tpusim::exec::Executor;
+use tpusim::{DType, Mesh};
+
+/// Per-iteration seconds of collective `name` at `shape`, P = 4: amortized over `iters`
+/// in one submission, and end to end (one submission and wait per iteration).
+fn small(gpu: &GpuExecutor, name: &str, shape: &[usize], iters: usize) -> (f64, f64, usize) {
+    let mesh = Mesh::new(4, "x").expect("mesh");
+    let c = collectives::by_name(name).expect("collective");
+    let program = c
+        .call(&mesh, shape, DType::F32)
+        .and_then(|k| k.lower(&mesh))
+        .expect("lower");
+    let sched = schedule(&program, &mut Eager::default()).expect("schedule");
+    let run = gpu.prepare(&program, &sched).expect("prepare");
+    run.upload(&random_inputs(&program, 1)).expect("upload");
+    run.run(5).expect("warm up");
+    let batched = run.run(iters).expect("run").as_secs_f64() / iters as f64;
+    let t = Instant::now();
+    for _ in 0..iters {
+        run.run(1).expect("run");
+    }
+    (
+        batched,
+        t.elapsed().as_secs_f64() / iters as f64,
+        run.dispatches(),
+    )
+}
+
+fn main() {
+    let mut gpu = GpuExecutor::from_env().expect("a GPU adapter");
+    println!("# adapter: {}", gpu.describe());
+
+    println!(
+        "\n## P=4, 4 KiB per device (8x128 f32), schedule reused, accumulate batching off / on"
+    );
+    println!(
+        "{:<20} {:<9} {:>10} {:>18} {:>19}",
+        "collective", "batching", "dispatches", "amortized ms/iter", "end-to-end ms/iter"
+    );
+    for name in [
+        "psum",
+        "psum_scatter",
+        "ring_allreduce",
+        "ring_allreduce_push",
+    ] {
+        for on in [false, true] {
+            gpu.set_batching(on);
+            let (amortized, e2e, dispatches) = small(&gpu, name, &[8, 128], 30);
+            println!(
+                "{:<20} {:<9} {:>10} {:>18.3} {:>19.3}",
+                name,
+                if on { "on" } else { "off" },
+                dispatches,
+                amortized * 1e3,
+                e2e * 1e3
+            );
+        }
+    }
+    gpu.set_batching(true);
+
+    println!("\n## every collective, P=4, 4 KiB .. 4 MiB");
+    let cfg = BenchConfig {
+        devices: 4,
+        min_bytes: 4 << 10,
+        max_bytes: 4 << 20,
+        factor: 32,
+        iters: 5,
+        warmup: 1,
+        checks: 1,
+        dtype: DType::F32,
+    };
+    println!("{}", header());
+    for c in collectives::all() {
+        for row in sweep(c.as_ref(), &cfg, Some(&gpu), &mut |_| {}).expect("sweep") {
+            println!("{}", line(&row));
+        }
+    }
+
+    if std::env::var("TPUSIM_BENCH_LARGE").is_ok_and(|v| v == "1") {
+        println!("\n## 256 MiB per device, P=4");
+        let big = BenchConfig {
+            min_bytes: 256 << 20,
+            max_bytes: 256 << 20,
+            factor: 2,
+            iters: 2,
+            warmup: 1,
+            checks: 1,
+            ..cfg
+        };
+        println!("{}", header());
+        for name in ["psum", "ring_allreduce_push"] {
+            let c = collectives::by_name(name).expect("collective");
+            for row in sweep(c.as_ref(), &big, Some(&gpu), &mut |_| {}).expect("sweep") {
+                println!("{}", line(&row));
+            }
+            gpu.pool().clear();
+        }
+    }
+}
