@@ -68,6 +68,11 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
     }
 }
 
+/// The all-reduce of operand 0 as every device's only output.
+pub fn all_reduce_everywhere(inputs: &[Vec<HostArray>], op: ReduceOp) -> Vec<Vec<HostArray>> {
+    vec![vec![all_reduce(inputs, op)]; inputs.len()]
+}
+
 /// `lax.psum_scatter(x, axis_name)` over the leading dimension: each device's input
 /// is `(P, R, C)` and device `d` gets `sum_k x_k[d]`, of shape `(R, C)`.
 pub fn psum_scatter(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {

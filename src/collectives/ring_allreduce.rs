@@ -204,8 +204,7 @@ impl Collective for RingAllReduce {
     }
 
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        let all = super::reference::all_reduce(inputs, self.op);
-        Ok(vec![vec![all]; inputs.len()])
+        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
     }
 
     fn tolerance(&self) -> f32 {
@@ -265,8 +264,7 @@ impl Collective for RingAllReducePush {
     }
 
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        let all = super::reference::all_reduce(inputs, self.op);
-        Ok(vec![vec![all]; inputs.len()])
+        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
     }
 
     fn tolerance(&self) -> f32 {
