@@ -622,12 +622,29 @@ impl GpuRun<'_> {
             }
         }
         ctx.queue.submit([enc.finish()]);
-        for s in &self.staging {
-            s.map_async(wgpu::MapMode::Read, .., |_| {});
-        }
+        let mapped: Vec<_> = self
+            .staging
+            .iter()
+            .map(|s| {
+                let (tx, rx) = futures::channel::oneshot::channel();
+                s.map_async(wgpu::MapMode::Read, .., move |r| {
+                    let _ = tx.send(r);
+                });
+                rx
+            })
+            .collect();
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        for rx in mapped {
+            match pollster::block_on(rx) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err(Error::Gpu(format!("mapping an output for readback: {e}")))
+                }
+                Err(_) => return Err(Error::Gpu("an output's readback was cancelled".into())),
+            }
+        }
         let mut out = Vec::with_capacity(self.program.devices);
         for d in 0..self.program.devices {
             let mut dev_out = Vec::new();
