@@ -22,7 +22,8 @@ fn small(gpu: &GpuExecutor, name: &str, shape: &[usize], iters: usize) -> (f64, 
         .expect("lower");
     let sched = schedule(&program, &mut Eager::default()).expect("schedule");
     let run = gpu.prepare(&program, &sched).expect("prepare");
-    run.upload(&random_inputs(&program, 1)).expect("upload");
+    run.upload(&random_inputs(&program, 1).unwrap())
+        .expect("upload");
     run.run(5).expect("warm up");
     let batched = run.run(iters).expect("run").as_secs_f64() / iters as f64;
     let t = Instant::now();

@@ -31,7 +31,7 @@ fn main() -> tpusim::Result<()> {
         left_shift_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3))
     });
 
-    let inputs = random_inputs(&call.lower(&mesh)?, 0);
+    let inputs = random_inputs(&call.lower(&mesh)?, 0)?;
     let mut gpu = GpuExecutor::from_env()?;
     let out = simulate(&call, &mesh, &inputs, &mut gpu)?;
 

@@ -165,7 +165,19 @@ pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
         .map(|d| d.trim().parse::<usize>())
         .collect();
     match dims {
-        Ok(d) if !d.is_empty() && d.iter().all(|&v| v > 0) => Ok(d),
+        Ok(d) if !d.is_empty() && d.iter().all(|&v| v > 0) => {
+            let fits = d
+                .iter()
+                .try_fold(4usize, |acc, &v| acc.checked_mul(v))
+                .is_some_and(|bytes| bytes <= isize::MAX as usize);
+            if fits {
+                Ok(d)
+            } else {
+                Err(Error::bad_input(format!(
+                    "shape `{s}` is too large to allocate"
+                )))
+            }
+        }
         Ok(_) => Err(Error::bad_input(format!(
             "shape `{s}` has a zero dimension (every dimension must be at least 1)"
         ))),
@@ -186,6 +198,7 @@ mod tests {
         assert!(parse_shape("8x0").is_err());
         assert!(parse_shape("8xq").is_err());
         assert!(parse_shape("").is_err());
+        assert!(parse_shape("99999999999x99999999999").is_err());
     }
 
     #[test]

@@ -177,7 +177,10 @@ pub fn sweep(
         let call = c.call(&mesh, &shape, cfg.dtype)?;
         let program = call.lower(&mesh)?;
         let sched = schedule(&program, &mut Eager::default())?;
-        let inputs = random_inputs(&program, size);
+        if let Some(gpu) = gpu {
+            gpu.check(&program)?;
+        }
+        let inputs = random_inputs(&program, size)?;
         let expected = if cfg.checks > 0 {
             Some(c.reference(&inputs)?)
         } else {

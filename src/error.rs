@@ -108,13 +108,13 @@ pub enum Error {
     NoAdapter(String),
     /// A GPU operation failed.
     Gpu(String),
-    /// A request larger than the adapter (or a model) allows.
+    /// A request larger than the adapter, a cost model or the host allows.
     Limit {
         /// What was requested.
         what: String,
         /// Requested amount.
         requested: u64,
-        /// The limit.
+        /// The limit (0: the host could not allocate it).
         limit: u64,
     },
     /// A kernel mistake found while tracing.
@@ -140,6 +140,14 @@ impl fmt::Display for Error {
             Error::BadInput(m) => write!(f, "bad input: {m}"),
             Error::NoAdapter(m) => write!(f, "no GPU adapter: {m}"),
             Error::Gpu(m) => write!(f, "GPU error: {m}"),
+            Error::Limit {
+                what,
+                requested,
+                limit: 0,
+            } => write!(
+                f,
+                "{what} needs {requested} bytes, more than this machine could allocate"
+            ),
             Error::Limit {
                 what,
                 requested,

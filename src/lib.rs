@@ -32,6 +32,8 @@
 //! assert_eq!(out[3][0].as_i32(), &[0, 0]);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod array;
 pub mod bench;
 pub mod collectives;

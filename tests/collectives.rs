@@ -249,7 +249,7 @@ fn gpu_and_cpu_outputs_are_bit_identical() {
         let mesh = Mesh::new(5, "x").unwrap();
         let call = c.call(&mesh, &[10, 32], DType::F32).unwrap();
         let program = call.lower(&mesh).unwrap();
-        let inputs = collectives::random_inputs(&program, 42);
+        let inputs = collectives::random_inputs(&program, 42).unwrap();
         let a = collectives::simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
         let b = collectives::simulate(&call, &mesh, &inputs, &mut *common::gpu()).unwrap();
         if c.tolerance() == 0.0 {

@@ -177,7 +177,7 @@ fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
             .unwrap();
         let program = call.lower(&mesh).unwrap();
         let sched = schedule(&program, &mut Eager::default()).unwrap();
-        let inputs = random_inputs(&program, 9);
+        let inputs = random_inputs(&program, 9).unwrap();
         let mut results = Vec::new();
         let mut counts = Vec::new();
         let ctx = common::gpu().context().clone();

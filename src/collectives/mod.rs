@@ -22,7 +22,7 @@ pub use ring_allreduce::{
 use crate::array::{DType, HostArray};
 use crate::device_sim::{schedule, Eager, Policy, Program, Schedule, ScheduleSpec};
 use crate::error::{Error, Result};
-use crate::exec::Executor;
+use crate::exec::{host_words, Executor};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
 use rand::{Rng, SeedableRng};
@@ -143,8 +143,9 @@ pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
 }
 
 /// Deterministic random inputs for every device and operand of `program`:
-/// f32 uniform in [0, 1), i32 uniform in [-1000, 1000) (exact under sums).
-pub fn random_inputs(program: &Program, seed: u64) -> Vec<Vec<HostArray>> {
+/// f32 uniform in [0, 1), i32 uniform in [-1000, 1000) (exact under sums). Fails with a
+/// limit error when the host cannot hold them.
+pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..program.devices)
         .map(|_| {
@@ -153,18 +154,18 @@ pub fn random_inputs(program: &Program, seed: u64) -> Vec<Vec<HostArray>> {
                 .iter()
                 .map(|&a| {
                     let alloc = &program.layout.allocs[a];
-                    let n = alloc.numel();
-                    let words = match alloc.dtype {
-                        DType::F32 => (0..n).map(|_| rng.random::<f32>().to_bits()).collect(),
-                        DType::I32 => (0..n)
-                            .map(|_| rng.random_range(-1000i32..1000) as u32)
-                            .collect(),
-                    };
-                    HostArray {
+                    let mut words = host_words(alloc.numel(), &format!("input `{}`", alloc.name))?;
+                    for w in &mut words {
+                        *w = match alloc.dtype {
+                            DType::F32 => rng.random::<f32>().to_bits(),
+                            DType::I32 => rng.random_range(-1000i32..1000) as u32,
+                        };
+                    }
+                    Ok(HostArray {
                         dtype: alloc.dtype,
                         shape: alloc.shape.clone(),
                         words,
-                    }
+                    })
                 })
                 .collect()
         })
@@ -237,7 +238,8 @@ pub fn run_scheduled(
     let call = c.call(mesh, shard, dtype)?;
     let (program, sched) = plan(&call, mesh, spec.policy().as_mut())?;
     let plan_time = t0.elapsed();
-    let inputs = random_inputs(&program, seed);
+    exec.check(&program)?;
+    let inputs = random_inputs(&program, seed)?;
     let expected = c.reference(&inputs)?;
     let t1 = Instant::now();
     let got = exec.execute(&program, &sched, &inputs)?;

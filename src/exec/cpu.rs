@@ -1,6 +1,6 @@
 //! The CPU executor: every allocation is a host vector; the oracle for tests.
 
-use super::{check_inputs, Executor};
+use super::{check_inputs, host_words, Executor};
 use crate::array::{DType, HostArray};
 use crate::device_sim::program::{DataOp, ReduceOp, View};
 use crate::device_sim::{Program, Schedule};
@@ -91,8 +91,9 @@ impl Executor for CpuExecutor {
         let mut mem = Memory {
             per_device: allocs.len(),
             bufs: (0..program.devices)
-                .flat_map(|_| allocs.iter().map(|a| vec![0u32; a.numel()]))
-                .collect(),
+                .flat_map(|_| allocs.iter())
+                .map(|a| host_words(a.numel(), &format!("`{}`", a.name)))
+                .collect::<Result<_>>()?,
         };
         for (d, dev) in inputs.iter().enumerate() {
             for (a, arr) in program.inputs.iter().zip(dev) {

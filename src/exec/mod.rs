@@ -13,6 +13,12 @@ pub trait Executor {
     /// Short description: `cpu`, or the GPU adapter's name and backend.
     fn describe(&self) -> String;
 
+    /// Fails when `program` cannot run here (an allocation beyond the adapter's limits),
+    /// before any data is made for it.
+    fn check(&self, _program: &Program) -> Result<()> {
+        Ok(())
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule`, returns `outputs[device][operand]`.
     fn execute(
         &mut self,
@@ -52,6 +58,19 @@ pub fn check_inputs(program: &Program, inputs: &[Vec<HostArray>]) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// A zeroed word vector of `len` elements, or a limit error naming `what` when the
+/// host cannot allocate it (instead of aborting the process).
+pub fn host_words(len: usize, what: &str) -> Result<Vec<u32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::Limit {
+        what: format!("host memory for {what}"),
+        requested: len as u64 * 4,
+        limit: 0,
+    })?;
+    v.resize(len, 0);
+    Ok(v)
 }
 
 /// Which executor to use.

@@ -1,7 +1,7 @@
 //! Lowering: trace a `PallasCall` over every device and grid point into a [`Program`].
 
 use super::ctx::{Ctx, Recording, MAX_SCOPED};
-use super::refs::{Ref, Sem};
+use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use crate::device_sim::program::{
     grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
@@ -50,6 +50,13 @@ impl PallasCall {
 
         for (is_out, ops) in [(false, &spec.inputs), (true, &spec.outputs)] {
             for o in ops.iter() {
+                if o.shape.len() > MAX_RANK {
+                    return Err(Error::bad_input(format!(
+                        "operand `{}` has rank {}; at most {MAX_RANK} dimensions are supported",
+                        o.name,
+                        o.shape.len()
+                    )));
+                }
                 if o.shape.is_empty() || o.shape.contains(&0) {
                     return Err(Error::bad_input(format!(
                         "operand `{}` has shape {:?}; every dimension must be at least 1",
@@ -93,9 +100,9 @@ impl PallasCall {
         for s in &spec.scratch {
             match s {
                 ScratchSpec::Vmem { name, shape, dtype } => {
-                    if shape.contains(&0) {
+                    if shape.len() > MAX_RANK || shape.contains(&0) {
                         return Err(Error::bad_input(format!(
-                            "scratch `{name}` has shape {shape:?}; every dimension must be at least 1"
+                            "scratch `{name}` has shape {shape:?}; every dimension must be at least 1, at most {MAX_RANK} of them"
                         )));
                     }
                     let id = alloc(&mut layout, name.clone(), MemorySpace::Vmem, shape, *dtype);

@@ -3,7 +3,8 @@
 use crate::array::DType;
 use crate::device_sim::program::{AllocId, MemorySpace, SemId, SemKind};
 
-const MAX_RANK: usize = 6;
+/// Most dimensions a ref may have.
+pub const MAX_RANK: usize = 6;
 
 /// A slice of the leading dimension: `pl.ds(start, size)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

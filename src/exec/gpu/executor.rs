@@ -112,21 +112,28 @@ impl GpuExecutor {
         &self.pool
     }
 
+    /// Fails when an allocation of `program` is larger than one buffer may be.
+    fn check_limits(&self, program: &Program) -> Result<()> {
+        let max = self.ctx.limits.max_buffer_size;
+        for a in &program.layout.allocs {
+            if a.bytes() > max {
+                return Err(Error::Limit {
+                    what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
+                    requested: a.bytes(),
+                    limit: max,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Allocates (from the pool) and records everything `schedule` needs, once.
     pub fn prepare<'a>(&'a self, program: &'a Program, schedule: &Schedule) -> Result<GpuRun<'a>> {
         let ctx = &self.ctx;
         let dev = &ctx.device;
         let limits = &ctx.limits;
         let allocs = &program.layout.allocs;
-        for a in allocs {
-            if a.bytes() > limits.max_buffer_size {
-                return Err(Error::Limit {
-                    what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
-                    requested: a.bytes(),
-                    limit: limits.max_buffer_size,
-                });
-            }
-        }
+        self.check_limits(program)?;
         let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let max = limits.max_buffer_size;
@@ -687,6 +694,10 @@ impl Drop for GpuRun<'_> {
 impl Executor for GpuExecutor {
     fn describe(&self) -> String {
         self.ctx.describe()
+    }
+
+    fn check(&self, program: &Program) -> Result<()> {
+        self.check_limits(program)
     }
 
     fn execute(
