@@ -359,3 +359,43 @@ fn vmem_beyond_the_preset_is_an_error_and_the_timeline_is_chrome_json() {
         .iter()
         .any(|e| e["name"] == "process_name" && e["args"]["name"] == "device 1"));
 }
+
+#[test]
+fn seed_003_ring_has_a_row_per_loop_step() {
+    // Seed 003's kernel loops inside one grid point; its `trace_step` marks give rows.
+    for p in [3usize, 4] {
+        let t = table("ring_allreduce", p);
+        let step_rows: Vec<&str> = t.rows.iter().filter_map(|r| r.step.as_deref()).collect();
+        assert_eq!(step_rows.len(), 2 * (p - 1), "{step_rows:?}");
+        for s in 0..p - 1 {
+            let r = t
+                .rows
+                .iter()
+                .find(|r| r.step.as_deref() == Some(&format!("reduce-scatter {s}")))
+                .unwrap();
+            for (rank, cells) in r.cells.iter().enumerate() {
+                // Rank r has just reduced chunk r-s-2: its own value, then its left's partial.
+                let c = (rank + 2 * p - s - 2) % p;
+                let want: Vec<(usize, usize)> =
+                    (0..=s + 1).map(|k| ((rank + p - k) % p, c)).collect();
+                assert_eq!(cells[c], Cell::Sum(want, 0), "P={p} RS {s} rank {rank}");
+            }
+        }
+        let last = t
+            .rows
+            .iter()
+            .find(|r| r.step.as_deref() == Some(&format!("all-gather {}", p - 2)))
+            .unwrap();
+        for cells in &last.cells {
+            for (c, cell) in cells[..p].iter().enumerate() {
+                let Cell::Sum(terms, _) = cell else {
+                    panic!("{cell:?}")
+                };
+                let mut devs: Vec<usize> = terms.iter().map(|t| t.0).collect();
+                devs.sort();
+                assert_eq!(devs, (0..p).collect::<Vec<_>>());
+                assert!(terms.iter().all(|t| t.1 == c));
+            }
+        }
+    }
+}

@@ -72,6 +72,7 @@ pub(crate) fn ring_allreduce_kernel_with(
         pl.copy(at(recv_add_idx), acc); // scratch = pl.store(acc, ...)
                                         // The store readies the next round's send: notify the right neighbour (row s+1).
         pl.notify(signal, right, [s + 1, my_rank], 1, NotifyOp::AtomicAdd);
+        pl.trace_step(format!("reduce-scatter {s}")); // tpusim: a row of the step table
     }
 
     // All-gather: (nr-1) steps (rows nranks-1 .. 2*(nranks-1)-1): copy the left
@@ -85,6 +86,7 @@ pub(crate) fn ring_allreduce_kernel_with(
         if row + 1 < 2 * (nranks - 1) {
             pl.notify(signal, right, [row + 1, my_rank], 1, NotifyOp::AtomicAdd);
         }
+        pl.trace_step(format!("all-gather {t}")); // tpusim: a row of the step table
     }
 }
 

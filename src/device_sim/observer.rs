@@ -15,6 +15,8 @@ pub trait Observer {
     fn release(&mut self, _device: usize, _sem: SemRef) {}
     /// Device `device` passed a wait on `sem` (an acquire).
     fn acquire(&mut self, _device: usize, _sem: SemRef) {}
+    /// Device `device` passed a step mark (`Ctx::trace_step`).
+    fn mark(&mut self, _device: usize, _label: &str) {}
     /// Device `device` finished an op; its next op belongs to grid point `next_grid`
     /// (row-major), or it is done (`None`).
     fn after_step(&mut self, _device: usize, _next_grid: Option<usize>) {}

@@ -239,6 +239,9 @@ pub enum OpKind {
     },
     /// VMEM compute.
     Compute(DataOp),
+    /// A step boundary for step tables in kernels that loop inside one grid point
+    /// (`Ctx::trace_step`); no effect on execution.
+    Mark(std::sync::Arc<str>),
 }
 
 /// Where an op was recorded: grid point (linear), API call and kernel source line.

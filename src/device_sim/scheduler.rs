@@ -221,6 +221,7 @@ impl<'p> Engine<'p> {
                 out.ops.push(*c);
                 obs.data(d, c, Some(&op.site));
             }
+            OpKind::Mark(label) => obs.mark(d, label),
         }
     }
 

@@ -427,6 +427,16 @@ impl<'a> Ctx<'a> {
         self.view(r, self.device, site)
     }
 
+    /// Marks the end of a step for `tpusim trace`, in kernels that loop inside one grid
+    /// point (as seed 003's does): the step table gets a row once every device passed
+    /// its k-th mark. No effect on execution, checking or timing.
+    #[track_caller]
+    pub fn trace_step(&self, label: impl Into<String>) {
+        let site = self.site("trace_step");
+        let label: String = label.into();
+        self.push(OpKind::Mark(label.into()), site);
+    }
+
     /// `dst[...] = jnp.full_like(dst, value)` (VMEM only).
     #[track_caller]
     pub fn fill(&self, dst: Ref, value: f64) {

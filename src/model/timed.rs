@@ -294,6 +294,7 @@ impl<'p> Timed<'p> {
                 self.dma_res.insert(*id, r);
                 self.dma_start.insert(*id, t);
             }
+            OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
                 let dur = match c {
                     DataOp::Copy { src, dst } if src.device != dst.device => {

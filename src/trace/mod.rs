@@ -6,7 +6,7 @@ mod layouts;
 mod symbolic;
 
 pub use layouts::{layout_for, Column, Labels, TraceLayout};
-pub use symbolic::{Sym, Symbolic, Term, CONST};
+pub use symbolic::{Snapshot, Sym, Symbolic, Term, CONST};
 
 use crate::collectives::Collective;
 use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
@@ -27,11 +27,14 @@ pub enum Cell {
     Mixed,
 }
 
-/// One row: the state after grid point `after` (`None`: before the grid).
+/// One row: the state after grid point `after` (`None`: before the grid), or after
+/// every device passed the step mark `step` inside that grid point.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// Grid coordinates, or `None` for the initial state.
     pub after: Option<Vec<usize>>,
+    /// The step mark's label (`Ctx::trace_step`), for rows inside a grid point.
+    pub step: Option<String>,
     /// `cells[device][column]`.
     pub cells: Vec<Vec<Cell>>,
 }
@@ -64,12 +67,7 @@ pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
     Ok(build(c.name(), &program, &layout, &sym.rows))
 }
 
-fn build(
-    name: &str,
-    program: &Program,
-    layout: &TraceLayout,
-    rows: &[(Option<usize>, Vec<Vec<Sym>>)],
-) -> Table {
+fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Table {
     let n = program.layout.allocs.len();
     let alloc_of = |col: &Column| {
         program
@@ -82,8 +80,16 @@ fn build(
     let allocs: Vec<usize> = layout.columns.iter().map(alloc_of).collect();
     let rows = rows
         .iter()
-        .map(|(g, mem)| Row {
-            after: g.map(|g| program.grid_point(g)),
+        .map(|(g, step, mem)| Row {
+            after: match step {
+                // A mark row belongs to the grid point in progress.
+                Some(_) => g.map(|g| {
+                    program
+                        .grid_point(g.min(program.grid.iter().product::<usize>().saturating_sub(1)))
+                }),
+                None => g.map(|g| program.grid_point(g)),
+            },
+            step: step.clone(),
             cells: (0..program.devices)
                 .map(|d| {
                     layout
@@ -136,9 +142,10 @@ impl Table {
         s += &"---|".repeat(self.devices);
         s += "\n";
         for r in &self.rows {
-            let after = match &r.after {
-                None => "initial".to_string(),
-                Some(g) => format!("{g:?}"),
+            let after = match (&r.after, &r.step) {
+                (_, Some(step)) => step.clone(),
+                (None, None) => "initial".to_string(),
+                (Some(g), None) => format!("{g:?}"),
             };
             s += &format!("| {after} |");
             for cells in &r.cells {
@@ -163,6 +170,7 @@ impl Table {
             "columns": self.columns,
             "rows": self.rows.iter().map(|r| json!({
                 "after": r.after,
+                "step": r.step,
                 "cells": r.cells.iter().map(|d| d.iter().map(cell).collect::<Vec<_>>()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         })

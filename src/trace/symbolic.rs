@@ -14,6 +14,10 @@ pub const CONST: u32 = u32::MAX;
 /// One element's symbolic value: `None` never written, `Some(vec![])` zero.
 pub type Sym = Option<Vec<Term>>;
 
+/// A snapshot of symbolic memory: the grid point reached (`None`: before the grid), the
+/// step mark's label for rows inside a grid point, and every allocation's elements.
+pub type Snapshot = (Option<usize>, Option<String>, Vec<Vec<Sym>>);
+
 /// Symbolic memory of every allocation on every device.
 pub struct Symbolic<'p> {
     p: &'p Program,
@@ -21,8 +25,11 @@ pub struct Symbolic<'p> {
     cur: Vec<usize>,
     next_row: usize,
     started: bool,
-    /// Snapshots: `(grid point or None for the initial state, memory)`.
-    pub rows: Vec<(Option<usize>, Vec<Vec<Sym>>)>,
+    marks: Vec<usize>,
+    labels: Vec<String>,
+    next_mark: usize,
+    /// Snapshots, in order.
+    pub rows: Vec<Snapshot>,
 }
 
 impl<'p> Symbolic<'p> {
@@ -49,6 +56,9 @@ impl<'p> Symbolic<'p> {
             cur,
             next_row: 0,
             started: false,
+            marks: vec![0; p.devices],
+            labels: Vec::new(),
+            next_mark: 0,
             rows: Vec::new(),
         }
     }
@@ -61,7 +71,7 @@ impl<'p> Symbolic<'p> {
     fn begin(&mut self) {
         if !self.started {
             self.started = true;
-            self.rows.push((None, self.mem.clone()));
+            self.rows.push((None, None, self.mem.clone()));
         }
     }
 
@@ -70,7 +80,8 @@ impl<'p> Symbolic<'p> {
         self.begin();
         let lowest = self.cur.iter().copied().min().unwrap_or(0);
         while self.next_row < lowest {
-            self.rows.push((Some(self.next_row), self.mem.clone()));
+            self.rows
+                .push((Some(self.next_row), None, self.mem.clone()));
             self.next_row += 1;
         }
     }
@@ -121,6 +132,22 @@ impl Observer for Symbolic<'_> {
 
     fn dma_start(&mut self, _device: usize, _dma: usize) {
         self.begin();
+    }
+
+    fn mark(&mut self, device: usize, label: &str) {
+        self.begin();
+        let k = self.marks[device];
+        if self.labels.len() <= k {
+            self.labels.push(label.to_string());
+        }
+        self.marks[device] += 1;
+        let lowest = self.marks.iter().copied().min().unwrap_or(0);
+        while self.next_mark < lowest {
+            let label = self.labels[self.next_mark].clone();
+            let g = self.cur.iter().copied().min();
+            self.rows.push((g, Some(label), self.mem.clone()));
+            self.next_mark += 1;
+        }
     }
 
     fn release(&mut self, _device: usize, _sem: crate::device_sim::program::SemRef) {
