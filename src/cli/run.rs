@@ -1,0 +1,254 @@
+//! `tpusim run` (and `demo`): one collective on random data, checked against its
+//! reference; with `--model`, its modeled time, bandwidths and timeline.
+
+use super::{executor, mesh};
+use tpusim::collectives::{self, Collective, Options, Ppermute};
+use tpusim::device_sim::ScheduleSpec;
+use tpusim::exec::{Backend, Executor};
+use tpusim::kernel::ReduceOp;
+use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Traffic};
+use tpusim::{array, DType, Error, Mesh};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Collective: ppermute, all_gather, psum, psum_scatter, ring_allreduce, ring_allreduce_push.
+    collective: String,
+    /// Number of devices.
+    #[arg(short = 'p', long = "devices", default_value_t = 4)]
+    devices: usize,
+    /// One device's shard shape, e.g. 8x128.
+    #[arg(long, default_value = "8x128")]
+    shape: String,
+    /// Element type: f32 or i32.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Executor: gpu or cpu.
+    #[arg(long, default_value = "gpu")]
+    backend: String,
+    /// Seed of the random input data.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// ppermute only: explicit `src:dst` pairs, e.g. `0:2,2:0` (default: the seed's right shift).
+    #[arg(long)]
+    perm: Option<String>,
+    /// Reduction for psum and the ring all-reduces: sum, max or min.
+    #[arg(long, default_value = "sum")]
+    op: String,
+    /// Schedule: eager, lazy, lockstep, run-ahead:D, random:SEED.
+    #[arg(long, default_value = "eager")]
+    schedule: String,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+/// The cost model and its overrides.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// Cost-model preset (v5e, v5p, v6e): prints modeled time and bus bandwidth.
+    #[arg(long)]
+    model: Option<String>,
+    /// Override: link bandwidth per direction, GB/s.
+    #[arg(long)]
+    link_gbps: Option<f64>,
+    /// Override: link latency, microseconds.
+    #[arg(long)]
+    link_latency_us: Option<f64>,
+    /// Override: local HBM<->VMEM DMA bandwidth, GB/s.
+    #[arg(long)]
+    hbm_gbps: Option<f64>,
+    /// Override: local DMA latency, microseconds.
+    #[arg(long)]
+    dma_latency_us: Option<f64>,
+    /// Override: VMEM compute rate, giga-elements per second.
+    #[arg(long)]
+    vector_gelems: Option<f64>,
+    /// Override: VMEM bytes per device (0: unlimited).
+    #[arg(long)]
+    vmem_bytes: Option<u64>,
+    /// Write a Chrome trace (Perfetto) of the modeled run to this file.
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
+}
+
+impl ModelArgs {
+    fn model(&self) -> tpusim::Result<Option<CostModel>> {
+        let overrides = self.link_gbps.is_some()
+            || self.link_latency_us.is_some()
+            || self.hbm_gbps.is_some()
+            || self.dma_latency_us.is_some()
+            || self.vector_gelems.is_some()
+            || self.vmem_bytes.is_some();
+        let mut m = match &self.model {
+            Some(name) => CostModel::preset(name)?,
+            None if overrides || self.timeline.is_some() => {
+                return Err(Error::bad_input(
+                    "model overrides and --timeline need a --model preset to start from",
+                ))
+            }
+            None => return Ok(None),
+        };
+        if let Some(v) = self.link_gbps {
+            m.link_bw = v * 1e9;
+        }
+        if let Some(v) = self.link_latency_us {
+            m.link_latency = v * 1e-6;
+        }
+        if let Some(v) = self.hbm_gbps {
+            m.hbm_bw = v * 1e9;
+        }
+        if let Some(v) = self.dma_latency_us {
+            m.dma_latency = v * 1e-6;
+        }
+        if let Some(v) = self.vector_gelems {
+            m.vector_rate = v * 1e9;
+        }
+        if let Some(v) = self.vmem_bytes {
+            m.vmem_bytes = (v > 0).then_some(v);
+        }
+        if overrides {
+            m.name = format!("{} (overridden)", m.name);
+        }
+        m.validate()?;
+        Ok(Some(m))
+    }
+}
+
+struct Prepared {
+    collective: Box<dyn Collective>,
+    mesh: Mesh,
+    shape: Vec<usize>,
+    dtype: DType,
+    schedule: ScheduleSpec,
+    model: Option<CostModel>,
+}
+
+fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
+    let mesh = mesh(a.devices)?;
+    let opts = Options {
+        op: ReduceOp::parse(&a.op)?,
+        perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
+    };
+    let collective = collectives::get(&a.collective, &opts)?;
+    let shape = array::parse_shape(&a.shape)?;
+    let dtype = DType::parse(&a.dtype)?;
+    let backend = Backend::parse(&a.backend)?;
+    let schedule = ScheduleSpec::parse(&a.schedule)?;
+    let model = a.model.model()?;
+    // Build the kernel now so that every input problem is reported before the GPU is touched.
+    let call = collective.call(&mesh, &shape, dtype)?;
+    if let Some(m) = &model {
+        m.check_vmem(&call.lower(&mesh)?)?;
+    }
+    Ok((
+        Prepared {
+            collective,
+            mesh,
+            shape,
+            dtype,
+            schedule,
+            model,
+        },
+        backend,
+    ))
+}
+
+fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
+    let r = collectives::run_scheduled(
+        p.collective.as_ref(),
+        &p.mesh,
+        &p.shape,
+        p.dtype,
+        exec,
+        seed,
+        p.schedule,
+    )?;
+    let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
+    println!(
+        "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
+        p.collective.name(),
+        p.mesh.size(),
+        shape.join("x"),
+        p.dtype,
+        exec.describe(),
+        r.wrong,
+        r.total,
+        r.plan_time.as_secs_f64() * 1e3,
+        r.exec_time.as_secs_f64() * 1e3
+    );
+    Ok(r.wrong == 0)
+}
+
+/// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
+fn model_report(
+    p: &Prepared,
+    m: &CostModel,
+    timeline: Option<&std::path::Path>,
+) -> tpusim::Result<()> {
+    let call = p.collective.call(&p.mesh, &p.shape, p.dtype)?;
+    let program = call.lower(&p.mesh)?;
+    let mut timed = Timed::new(&program, m.clone());
+    tpusim::device_sim::schedule(&program, &mut timed)?;
+    let run = timed.finish();
+    let n = p.mesh.size();
+    let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as f64;
+    let traffic = Traffic::of(p.collective.name());
+    // nccl-tests' size: the gathered output for all_gather, one device's buffer otherwise.
+    let size = match traffic {
+        Traffic::AllGather => shard_bytes * n as f64,
+        _ => shard_bytes,
+    };
+    let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
+    let ideal = ideal_seconds(traffic, n, size, m.link_bw);
+    println!(
+        "model {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
+        m.name,
+        run.seconds * 1e6,
+        size,
+        algbw / 1e9,
+        algbw * bus_factor(traffic, n) / 1e9,
+        ideal * 1e6,
+        if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
+    );
+    if let Some(path) = timeline {
+        let json = chrome_trace(p.collective.name(), n, &run.events);
+        std::fs::write(path, serde_json::to_string(&json).expect("JSON"))?;
+        println!(
+            "timeline written to {} ({} events)",
+            path.display(),
+            run.events.len()
+        );
+    }
+    Ok(())
+}
+
+/// `tpusim run`.
+pub fn run(a: &RunArgs) -> tpusim::Result<bool> {
+    let (p, backend) = prepare(a)?;
+    let mut exec = executor(backend)?;
+    let ok = run_one(&p, exec.as_mut(), a.seed)?;
+    if let Some(m) = &p.model {
+        model_report(&p, m, a.model.timeline.as_deref())?;
+    }
+    Ok(ok)
+}
+
+/// `tpusim demo`: every collective once, small, f32 and i32.
+pub fn demo(backend: &str) -> tpusim::Result<bool> {
+    let mut exec = executor(Backend::parse(backend)?)?;
+    println!("tpusim demo on {}", exec.describe());
+    let mut ok = true;
+    for c in collectives::all() {
+        for dtype in [DType::F32, DType::I32] {
+            let p = Prepared {
+                collective: collectives::by_name(c.name())?,
+                mesh: Mesh::new(4, "x")?,
+                shape: vec![8, 128],
+                dtype,
+                schedule: ScheduleSpec::Eager,
+                model: None,
+            };
+            ok &= run_one(&p, exec.as_mut(), 0)?;
+        }
+    }
+    Ok(ok)
+}

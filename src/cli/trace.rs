@@ -1,0 +1,40 @@
+//! `tpusim trace`: step tables.
+
+use super::mesh;
+use tpusim::collectives;
+use tpusim::Error;
+
+/// Arguments of `tpusim trace`.
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// Collective.
+    pub collective: String,
+    /// Number of devices.
+    #[arg(short = 'p', long = "devices", default_value_t = 4)]
+    pub devices: usize,
+    /// Output format: markdown or json.
+    #[arg(long, default_value = "markdown")]
+    pub format: String,
+}
+
+/// `tpusim trace`.
+pub fn trace(a: &TraceArgs) -> tpusim::Result<bool> {
+    let mesh = mesh(a.devices)?;
+    let c = collectives::by_name(&a.collective)?;
+    if a.format != "markdown" && a.format != "json" {
+        return Err(Error::bad_input(format!(
+            "unknown format `{}` (expected markdown or json)",
+            a.format
+        )));
+    }
+    let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
+    if a.format == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&table.json()).expect("JSON")
+        );
+    } else {
+        print!("{}", table.markdown());
+    }
+    Ok(true)
+}
