@@ -6,10 +6,12 @@
 
 mod ctx;
 mod lower;
+mod pull;
 mod refs;
 mod spec;
 
 pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind};
-pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, NotifyOp, WaitCmp, MAX_SCOPED};
+pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
+pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};
 pub use spec::{Arg, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};
