@@ -6,6 +6,7 @@ mod context;
 mod executor;
 mod pipelines;
 mod pool;
+mod recorder;
 pub mod windows;
 
 pub use context::{adapters_report, GpuContext};
