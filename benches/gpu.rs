@@ -79,6 +79,7 @@ fn main() {
         warmup: 1,
         checks: 1,
         dtype: DType::F32,
+        schedule: tpusim::device_sim::ScheduleSpec::Eager,
     };
     println!("{}", header());
     for c in collectives::all() {

@@ -5,7 +5,7 @@
 
 use crate::array::DType;
 use crate::collectives::{self, random_inputs, Collective};
-use crate::device_sim::{schedule, Eager};
+use crate::device_sim::{schedule, ScheduleSpec};
 use crate::error::{Error, Result};
 use crate::exec::cpu::CpuExecutor;
 use crate::exec::gpu::GpuExecutor;
@@ -34,6 +34,8 @@ pub struct BenchConfig {
     pub checks: usize,
     /// Element type.
     pub dtype: DType,
+    /// The schedule every size runs (built once per size).
+    pub schedule: ScheduleSpec,
 }
 
 /// One line of the table.
@@ -157,7 +159,7 @@ pub fn sweep(
         if let Some(shape) = bench_shape(c.name(), p, max, cfg.dtype) {
             let call = c.call(&mesh, &shape, cfg.dtype)?;
             let program = call.lower(&mesh)?;
-            let sched = schedule(&program, &mut Eager::default())?;
+            let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
             drop(gpu.prepare(&program, &sched)?);
         }
     }
@@ -176,7 +178,7 @@ pub fn sweep(
         let count: usize = shape.iter().product();
         let call = c.call(&mesh, &shape, cfg.dtype)?;
         let program = call.lower(&mesh)?;
-        let sched = schedule(&program, &mut Eager::default())?;
+        let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
         if let Some(gpu) = gpu {
             gpu.check(&program)?;
         }
@@ -318,6 +320,7 @@ mod tests {
             warmup: 0,
             checks: 0,
             dtype: DType::F32,
+            schedule: ScheduleSpec::Eager,
         };
         assert_eq!(sizes(&cfg).unwrap(), vec![1024, 4096, 16384, 65536]);
         assert_eq!(human(64 << 20), "64M");

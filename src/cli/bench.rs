@@ -2,6 +2,7 @@
 
 use super::mesh;
 use tpusim::collectives;
+use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::gpu::GpuExecutor;
 use tpusim::exec::{Backend, Executor};
 use tpusim::DType;
@@ -38,6 +39,9 @@ pub struct BenchArgs {
     /// Executor: gpu or cpu.
     #[arg(long, default_value = "gpu")]
     backend: String,
+    /// Schedule: eager, lazy, lockstep, run-ahead:D, random:SEED.
+    #[arg(long, default_value = "eager")]
+    schedule: String,
     /// Write the rows as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -57,6 +61,7 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         warmup: a.warmup,
         checks: a.checks,
         dtype: DType::parse(&a.dtype)?,
+        schedule: ScheduleSpec::parse(&a.schedule)?,
     };
     tpusim::bench::sizes(&cfg)?;
     let names: Vec<&str> = if a.collective == "all" {
@@ -71,9 +76,10 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         Backend::Cpu => None,
     };
     println!(
-        "# tpusim bench: P={} dtype={} iters={} warmup={} checks={} on {}",
+        "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
         cfg.devices,
         cfg.dtype,
+        cfg.schedule,
         cfg.iters,
         cfg.warmup,
         cfg.checks,
