@@ -238,6 +238,7 @@ pub fn demo(backend: &str) -> tpusim::Result<bool> {
     println!("tpusim demo on {}", exec.describe());
     let mut ok = true;
     for c in collectives::all() {
+        println!("# {}: {}", c.name(), c.summary());
         for dtype in [DType::F32, DType::I32] {
             let p = Prepared {
                 collective: collectives::by_name(c.name())?,
