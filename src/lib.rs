@@ -43,6 +43,8 @@ pub mod exec;
 pub mod kernel;
 pub mod mesh;
 pub mod model;
+pub mod npy;
+pub mod sharded;
 pub mod trace;
 pub mod verify;
 

@@ -1,5 +1,6 @@
 //! The `tpusim` command line: one module per subcommand, shared helpers here.
 
+mod apply;
 mod bench;
 mod check;
 mod run;
@@ -29,6 +30,8 @@ enum Cmd {
     Run(run::RunArgs),
     /// Verify a collective under many schedules: races, deadlocks, semaphore misuse.
     Check(check::CheckArgs),
+    /// Run a collective on your own data: a .npy array sharded over the devices, result to .npy.
+    Apply(apply::ApplyArgs),
     /// Print the step table of a collective: what every device holds after every grid point.
     Trace(trace::TraceArgs),
     /// Sweep sizes like nccl-tests: time, algorithm and bus bandwidth, correctness.
@@ -86,6 +89,7 @@ pub fn main() -> ExitCode {
             Err(e) => fail(&e),
         },
         Cmd::Run(a) => exit(run::run(&a)),
+        Cmd::Apply(a) => exit(apply::apply(&a)),
         Cmd::Trace(a) => exit(trace::trace(&a)),
         Cmd::Check(a) => exit(check::check(&a)),
         Cmd::Bench(a) => exit(bench::bench(&a)),

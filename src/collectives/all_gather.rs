@@ -78,4 +78,10 @@ impl Collective for AllGather {
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
         Ok(super::reference::all_gather(inputs))
     }
+
+    fn output_shape(&self, devices: usize, shard: &[usize]) -> Vec<usize> {
+        let mut s = vec![devices];
+        s.extend_from_slice(shard);
+        s
+    }
 }

@@ -42,6 +42,11 @@ pub trait Collective: Send + Sync {
     fn tolerance(&self) -> f32 {
         0.0
     }
+    /// One device's result shape for a per-device input of shape `shard` (XLA's
+    /// per-shard output; the kernel's own output ref may be a reshape of it).
+    fn output_shape(&self, _devices: usize, shard: &[usize]) -> Vec<usize> {
+        shard.to_vec()
+    }
 }
 
 /// Relative tolerance for float reductions. The kernels sum in ring order in f32, the

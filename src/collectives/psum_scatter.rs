@@ -237,6 +237,12 @@ impl Collective for PsumScatter {
         Ok(super::reference::psum_scatter(inputs))
     }
 
+    fn output_shape(&self, devices: usize, shard: &[usize]) -> Vec<usize> {
+        let mut s = shard.to_vec();
+        s[0] /= devices;
+        s
+    }
+
     fn tolerance(&self) -> f32 {
         super::SUM_TOLERANCE
     }

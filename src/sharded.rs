@@ -1,0 +1,208 @@
+//! Sharded arrays for library users: a global array split over a mesh axis along one
+//! dimension (a `PartitionSpec` with one sharded dimension), and [`shard_map`], which runs a
+//! collective on every shard like `jax.shard_map` and reassembles the result.
+
+use crate::array::HostArray;
+use crate::collectives::{plan, Collective};
+use crate::device_sim::Eager;
+use crate::error::{Error, Result};
+use crate::exec::Executor;
+use crate::mesh::Mesh;
+
+/// A global array split into equal blocks along dimension `dim`, one per device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardedArray {
+    /// The sharded dimension.
+    pub dim: usize,
+    /// One block per device, in device order.
+    pub shards: Vec<HostArray>,
+}
+
+/// Shape of `a` viewed as (outer, dim, inner) element counts around dimension `dim`.
+fn split_at(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    (
+        shape[..dim].iter().product(),
+        shape[dim],
+        shape[dim + 1..].iter().product(),
+    )
+}
+
+impl ShardedArray {
+    /// Splits `global` into `mesh.size()` equal blocks along `dim`
+    /// (`NamedSharding(mesh, P(…, "x", …))` with "x" at position `dim`).
+    pub fn shard(global: &HostArray, mesh: &Mesh, dim: usize) -> Result<Self> {
+        let p = mesh.size();
+        if dim >= global.shape.len() {
+            return Err(Error::bad_input(format!(
+                "cannot shard dimension {dim} of an array of shape {:?}",
+                global.shape
+            )));
+        }
+        let (outer, n, inner) = split_at(&global.shape, dim);
+        if n % p != 0 {
+            return Err(Error::bad_input(format!(
+                "dimension {dim} of shape {:?} has {n} entries, not divisible by {p} devices",
+                global.shape
+            )));
+        }
+        let block = n / p;
+        let mut shape = global.shape.clone();
+        shape[dim] = block;
+        let shards = (0..p)
+            .map(|d| {
+                let mut words = Vec::with_capacity(outer * block * inner);
+                for o in 0..outer {
+                    let start = (o * n + d * block) * inner;
+                    words.extend_from_slice(&global.words[start..start + block * inner]);
+                }
+                HostArray {
+                    dtype: global.dtype,
+                    shape: shape.clone(),
+                    words,
+                }
+            })
+            .collect();
+        Ok(Self { dim, shards })
+    }
+
+    /// Concatenates the shards along `dim` into the global array.
+    pub fn unshard(&self) -> Result<HostArray> {
+        let first = self
+            .shards
+            .first()
+            .ok_or_else(|| Error::bad_input("a sharded array needs at least one shard"))?;
+        if self.dim >= first.shape.len()
+            || self
+                .shards
+                .iter()
+                .any(|s| s.shape != first.shape || s.dtype != first.dtype)
+        {
+            return Err(Error::bad_input(format!(
+                "shards must share one shape and dtype with a dimension {} to join along",
+                self.dim
+            )));
+        }
+        let (outer, block, inner) = split_at(&first.shape, self.dim);
+        let p = self.shards.len();
+        let mut shape = first.shape.clone();
+        shape[self.dim] = block * p;
+        let mut words = Vec::with_capacity(first.len() * p);
+        for o in 0..outer {
+            for s in &self.shards {
+                let start = o * block * inner;
+                words.extend_from_slice(&s.words[start..start + block * inner]);
+            }
+        }
+        Ok(HostArray {
+            dtype: first.dtype,
+            shape,
+            words,
+        })
+    }
+}
+
+/// Runs collective `c` on every shard of `x` (as `jax.shard_map` with in_specs sharding
+/// dimension `x.dim`) and returns the per-device results as a sharded array joined along
+/// `out_dim` (the out_specs' sharded dimension).
+pub fn shard_map(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    x: &ShardedArray,
+    out_dim: usize,
+    exec: &mut dyn Executor,
+) -> Result<ShardedArray> {
+    if x.shards.len() != mesh.size() {
+        return Err(Error::bad_input(format!(
+            "{} shards for a mesh of {} devices",
+            x.shards.len(),
+            mesh.size()
+        )));
+    }
+    let shard = &x.shards[0];
+    let call = c.call(mesh, &shard.shape, shard.dtype)?;
+    let (program, sched) = plan(&call, mesh, &mut Eager::default())?;
+    exec.check(&program)?;
+    let inputs = kernel_inputs(x, &program.layout.allocs[program.inputs[0]].shape);
+    let outputs = exec.execute(&program, &sched, &inputs)?;
+    joined(c, mesh, x, out_dim, outputs)
+}
+
+/// XLA's result for the same call as [`shard_map`], from the collective's reference.
+pub fn reference_map(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    x: &ShardedArray,
+    out_dim: usize,
+) -> Result<ShardedArray> {
+    let shard = x
+        .shards
+        .first()
+        .ok_or_else(|| Error::bad_input("a sharded array needs at least one shard"))?;
+    let program = c.call(mesh, &shard.shape, shard.dtype)?.lower(mesh)?;
+    let inputs = kernel_inputs(x, &program.layout.allocs[program.inputs[0]].shape);
+    joined(c, mesh, x, out_dim, c.reference(&inputs)?)
+}
+
+/// Each shard as the kernel's input ref sees it (the rings take `[1, N]`: a reshape).
+fn kernel_inputs(x: &ShardedArray, in_shape: &[usize]) -> Vec<Vec<HostArray>> {
+    x.shards
+        .iter()
+        .map(|s| {
+            vec![HostArray {
+                shape: in_shape.to_vec(),
+                ..s.clone()
+            }]
+        })
+        .collect()
+}
+
+/// Per-device first outputs, shaped as XLA's per-shard result, joined along `out_dim`.
+fn joined(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    x: &ShardedArray,
+    out_dim: usize,
+    outputs: Vec<Vec<HostArray>>,
+) -> Result<ShardedArray> {
+    let out_shape = c.output_shape(mesh.size(), &x.shards[0].shape);
+    if out_dim >= out_shape.len() {
+        return Err(Error::bad_input(format!(
+            "the result of `{}` has shape {out_shape:?}; it has no dimension {out_dim} to join along",
+            c.name()
+        )));
+    }
+    let shards = outputs
+        .into_iter()
+        .map(|mut o| HostArray {
+            shape: out_shape.clone(),
+            ..o.swap_remove(0)
+        })
+        .collect();
+    Ok(ShardedArray {
+        dim: out_dim,
+        shards,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_and_unshard_are_inverse_along_any_dimension() {
+        let mesh = Mesh::new(2, "x").unwrap();
+        let g = HostArray::from_i32(&[2, 4, 3], (0..24).collect()).unwrap();
+        for dim in [0, 1] {
+            let s = ShardedArray::shard(&g, &mesh, dim).unwrap();
+            assert_eq!(s.unshard().unwrap(), g);
+        }
+        let s = ShardedArray::shard(&g, &mesh, 1).unwrap();
+        assert_eq!(s.shards[1].shape, vec![2, 2, 3]);
+        assert_eq!(s.shards[1].as_i32()[..6], [6, 7, 8, 9, 10, 11]);
+        assert!(
+            ShardedArray::shard(&g, &mesh, 2).is_err(),
+            "3 is not divisible by 2"
+        );
+        assert!(ShardedArray::shard(&g, &mesh, 3).is_err());
+    }
+}
