@@ -6,6 +6,7 @@
 use super::pipelines::{Params, Pipelines, WORKGROUP};
 use super::windows::{windows, Binding};
 use crate::device_sim::program::{DataOp, View};
+use bytemuck::Zeroable;
 
 /// A recorded GPU command, before encoding.
 pub(super) enum Cmd {
@@ -86,12 +87,7 @@ impl Recorder<'_> {
     }
 
     fn param(&mut self, p: Params) -> usize {
-        let mut block = [Params {
-            src_off: 0,
-            dst_off: 0,
-            n: 0,
-            value: 0,
-        }; 4];
+        let mut block = [Params::zeroed(); 4];
         block[0] = p;
         self.params.push(block);
         self.params.len() - 1
@@ -101,12 +97,7 @@ impl Recorder<'_> {
     /// dispatch (see [`batch`]).
     pub(super) fn record_batch(&mut self, ops: &[&DataOp]) {
         let mut items = Vec::new();
-        let mut block = [Params {
-            src_off: 0,
-            dst_off: 0,
-            n: 0,
-            value: 0,
-        }; 4];
+        let mut block = [Params::zeroed(); 4];
         let mut most = 0;
         let mut kind = None;
         for (k, op) in ops.iter().enumerate() {
