@@ -327,3 +327,53 @@ fn bench_sweeps_sizes_checks_results_and_writes_json() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_racy_variant_gives_wrong_numbers_only_under_some_schedules() {
+    // The race the checker reports (psum without its capacity handshake) is silent under
+    // the eager schedule and corrupts the sum when DMAs stay in flight: exit 1.
+    let run = |schedule: &str, backend: &str| {
+        tpusim(&[
+            "run",
+            "psum",
+            "--variant",
+            "no-capacity-sem",
+            "-p",
+            "3",
+            "--dtype",
+            "i32",
+            "--schedule",
+            schedule,
+            "--backend",
+            backend,
+        ])
+    };
+    let (code, out, err) = run("eager", "cpu");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": 0 wrong of 3072"), "{out}");
+    for backend in ["cpu", "gpu"] {
+        let (code, out, err) = run("lazy", backend);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            out.contains("psum --variant no-capacity-sem") && !out.contains(": 0 wrong"),
+            "{out}"
+        );
+    }
+    // A deadlocking variant is an error naming the blocked devices, exit 1.
+    let (code, _, err) = tpusim(&[
+        "run",
+        "ppermute",
+        "--variant",
+        "missing-signal",
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("deadlock") && err.contains("waits on `done`"),
+        "{err}"
+    );
+    let (code, _, err) = tpusim(&["run", "psum", "--variant", "nope"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no variant `nope`"), "{err}");
+}

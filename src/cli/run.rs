@@ -2,9 +2,11 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::{executor, mesh};
+use tpusim::collectives::variants::variant;
 use tpusim::collectives::{self, Collective, Options, Ppermute};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
+use tpusim::kernel::PallasCall;
 use tpusim::kernel::ReduceOp;
 use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Traffic};
 use tpusim::{array, DType, Error, Mesh};
@@ -37,6 +39,10 @@ pub struct RunArgs {
     /// Schedule: eager, lazy, lockstep, run-ahead:D, random:SEED.
     #[arg(long, default_value = "eager")]
     schedule: String,
+    /// Run a deliberately broken variant (see `tpusim check --list-variants`): a race
+    /// gives wrong numbers under some schedules only.
+    #[arg(long)]
+    variant: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -115,6 +121,9 @@ impl ModelArgs {
 
 struct Prepared {
     collective: Box<dyn Collective>,
+    /// The kernel that runs: the collective's, or a broken variant of it.
+    call: PallasCall,
+    variant: Option<String>,
     mesh: Mesh,
     shape: Vec<usize>,
     dtype: DType,
@@ -135,13 +144,18 @@ fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     let schedule = ScheduleSpec::parse(&a.schedule)?;
     let model = a.model.model()?;
     // Build the kernel now so that every input problem is reported before the GPU is touched.
-    let call = collective.call(&mesh, &shape, dtype)?;
+    let call = match &a.variant {
+        Some(v) => variant(&a.collective, v)?.call(&mesh, &shape, dtype)?,
+        None => collective.call(&mesh, &shape, dtype)?,
+    };
     if let Some(m) = &model {
         m.check_vmem(&call.lower(&mesh)?)?;
     }
     Ok((
         Prepared {
             collective,
+            call,
+            variant: a.variant.clone(),
             mesh,
             shape,
             dtype,
@@ -153,19 +167,22 @@ fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
 }
 
 fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
-    let r = collectives::run_scheduled(
+    let r = collectives::run_call(
         p.collective.as_ref(),
+        &p.call,
         &p.mesh,
-        &p.shape,
-        p.dtype,
         exec,
         seed,
         p.schedule,
     )?;
     let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
+    let name = match &p.variant {
+        Some(v) => format!("{} --variant {v}", p.collective.name()),
+        None => p.collective.name().to_string(),
+    };
     println!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
-        p.collective.name(),
+        name,
         p.mesh.size(),
         shape.join("x"),
         p.dtype,
@@ -184,8 +201,7 @@ fn model_report(
     m: &CostModel,
     timeline: Option<&std::path::Path>,
 ) -> tpusim::Result<()> {
-    let call = p.collective.call(&p.mesh, &p.shape, p.dtype)?;
-    let program = call.lower(&p.mesh)?;
+    let program = p.call.lower(&p.mesh)?;
     let mut timed = Timed::new(&program, m.clone());
     tpusim::device_sim::schedule(&program, &mut timed)?;
     let run = timed.finish();
@@ -240,9 +256,12 @@ pub fn demo(backend: &str) -> tpusim::Result<bool> {
     for c in collectives::all() {
         println!("# {}: {}", c.name(), c.summary());
         for dtype in [DType::F32, DType::I32] {
+            let mesh = Mesh::new(4, "x")?;
             let p = Prepared {
+                call: c.call(&mesh, &[8, 128], dtype)?,
+                variant: None,
                 collective: collectives::by_name(c.name())?,
-                mesh: Mesh::new(4, "x")?,
+                mesh,
                 shape: vec![8, 128],
                 dtype,
                 schedule: ScheduleSpec::Eager,

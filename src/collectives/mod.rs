@@ -239,9 +239,22 @@ pub fn run_scheduled(
     seed: u64,
     spec: ScheduleSpec,
 ) -> Result<Checked> {
-    let t0 = Instant::now();
     let call = c.call(mesh, shard, dtype)?;
-    let (program, sched) = plan(&call, mesh, spec.policy().as_mut())?;
+    run_call(c, &call, mesh, exec, seed, spec)
+}
+
+/// Runs `call` (the kernel of `c`, or a variant of it) under `spec` on random data and
+/// counts wrong elements against `c`'s reference.
+pub fn run_call(
+    c: &dyn Collective,
+    call: &PallasCall,
+    mesh: &Mesh,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> Result<Checked> {
+    let t0 = Instant::now();
+    let (program, sched) = plan(call, mesh, spec.policy().as_mut())?;
     let plan_time = t0.elapsed();
     exec.check(&program)?;
     let inputs = random_inputs(&program, seed)?;
