@@ -83,7 +83,14 @@ fn main() {
     };
     println!("{}", header());
     for c in collectives::all() {
-        for row in sweep(c.as_ref(), &cfg, Some(&gpu), &mut |_| {}).expect("sweep") {
+        for row in sweep(
+            c.as_ref(),
+            &cfg,
+            Some(&gpu),
+            &mut |_: tpusim::bench::Progress| {},
+        )
+        .expect("sweep")
+        {
             println!("{}", line(&row));
         }
     }
@@ -102,7 +109,14 @@ fn main() {
         println!("{}", header());
         for name in ["psum", "ring_allreduce_push"] {
             let c = collectives::by_name(name).expect("collective");
-            for row in sweep(c.as_ref(), &big, Some(&gpu), &mut |_| {}).expect("sweep") {
+            for row in sweep(
+                c.as_ref(),
+                &big,
+                Some(&gpu),
+                &mut |_: tpusim::bench::Progress| {},
+            )
+            .expect("sweep")
+            {
                 println!("{}", line(&row));
             }
             gpu.pool().clear();

@@ -142,13 +142,22 @@ pub fn bench_shape(name: &str, p: usize, size: u64, dtype: DType) -> Option<Vec<
     (rows > 0).then(|| vec![rows, cols])
 }
 
+/// What a sweep reports as it goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a> {
+    /// About to run this size (a short status line).
+    Size(&'a str),
+    /// This size was skipped, and why.
+    Skipped(&'a str),
+}
+
 /// Runs the sweep of `c`, on the GPU when `gpu` is given, else on the CPU executor.
-/// `progress` gets a short line before each size.
+/// `progress` hears about each size before it runs, and about sizes it skips.
 pub fn sweep(
     c: &dyn Collective,
     cfg: &BenchConfig,
     gpu: Option<&GpuExecutor>,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
     let mesh = Mesh::new(cfg.devices, "x")?;
     let p = cfg.devices;
@@ -165,14 +174,19 @@ pub fn sweep(
     }
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
-        progress(&format!(
+        progress(Progress::Size(&format!(
             "[{}/{}] {} {}",
             i + 1,
             sizes.len(),
             c.name(),
             human(size)
-        ));
+        )));
         let Some(shape) = bench_shape(c.name(), p, size, cfg.dtype) else {
+            progress(Progress::Skipped(&format!(
+                "{} {}: too small to split over P={p} devices",
+                c.name(),
+                human(size)
+            )));
             continue;
         };
         let count: usize = shape.iter().product();

@@ -50,7 +50,7 @@ pub struct BenchArgs {
 /// `tpusim bench`.
 pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
-    use tpusim::bench::{header, line, parse_size, sweep, BenchConfig};
+    use tpusim::bench::{header, line, parse_size, sweep, BenchConfig, Progress};
     let mesh = mesh(a.devices)?;
     let cfg = BenchConfig {
         devices: mesh.size(),
@@ -91,8 +91,11 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
     let mut rows = Vec::new();
     for n in names {
         let c = collectives::by_name(n)?;
-        let mut progress = |s: &str| {
-            eprint!("\r\x1b[2K{s}");
+        let mut progress = |p: Progress| {
+            match p {
+                Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
+                Progress::Skipped(s) => eprintln!("\r\x1b[2Kskipped {s}"),
+            }
             let _ = std::io::stderr().flush();
         };
         let r = sweep(c.as_ref(), &cfg, gpu.as_ref(), &mut progress)?;
