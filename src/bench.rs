@@ -248,10 +248,7 @@ pub fn sweep(
                 (s, None)
             }
         };
-        let measured = match traffic {
-            Traffic::AllGather => (count * cfg.dtype.size() * p) as u64,
-            _ => (count * cfg.dtype.size()) as u64,
-        };
+        let measured = traffic.size(p, (count * cfg.dtype.size()) as u64);
         let algbw = measured as f64 / seconds;
         rows.push(BenchRow {
             collective: c.name().to_string(),

@@ -206,13 +206,9 @@ fn model_report(
     tpusim::device_sim::schedule(&program, &mut timed)?;
     let run = timed.finish();
     let n = p.mesh.size();
-    let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as f64;
+    let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as u64;
     let traffic = Traffic::of(p.collective.name());
-    // nccl-tests' size: the gathered output for all_gather, one device's buffer otherwise.
-    let size = match traffic {
-        Traffic::AllGather => shard_bytes * n as f64,
-        _ => shard_bytes,
-    };
+    let size = traffic.size(n, shard_bytes) as f64;
     let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
     let ideal = ideal_seconds(traffic, n, size, m.link_bw);
     println!(

@@ -26,6 +26,17 @@ impl Traffic {
     }
 }
 
+impl Traffic {
+    /// nccl-tests' size for one device's input of `shard_bytes` bytes on `p` devices:
+    /// the gathered output for an all-gather, the device's own buffer otherwise.
+    pub fn size(self, p: usize, shard_bytes: u64) -> u64 {
+        match self {
+            Traffic::AllGather => shard_bytes * p as u64,
+            _ => shard_bytes,
+        }
+    }
+}
+
 /// busbw / algbw for `p` devices.
 pub fn bus_factor(t: Traffic, p: usize) -> f64 {
     let p = p as f64;
@@ -53,5 +64,7 @@ mod tests {
         assert_eq!(bus_factor(Traffic::AllGather, 4), 0.75);
         assert_eq!(bus_factor(Traffic::SendRecv, 8), 1.0);
         assert_eq!(ideal_seconds(Traffic::AllReduce, 4, 1e9, 1e9), 1.5);
+        assert_eq!(Traffic::AllGather.size(4, 100), 400);
+        assert_eq!(Traffic::ReduceScatter.size(4, 100), 100);
     }
 }
