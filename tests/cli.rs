@@ -165,7 +165,11 @@ fn check_exits_zero_clean_one_on_problems_two_on_bad_input() {
 
     let (code, out, _) = tpusim(&["check", "--list-variants"]);
     assert_eq!(code, 0);
-    assert_eq!(out.lines().count(), 5, "{out}");
+    assert_eq!(
+        out.lines().count(),
+        tpusim::collectives::variants::variants().len(),
+        "{out}"
+    );
 
     for (args, why) in [
         (
@@ -358,6 +362,31 @@ fn a_racy_variant_gives_wrong_numbers_only_under_some_schedules() {
             out.contains("psum --variant no-capacity-sem") && !out.contains(": 0 wrong"),
             "{out}"
         );
+    }
+    // One receive semaphore shared by every step: when a receive completion is held
+    // back (lazy), a wait takes the next step's bytes and a device forwards a block
+    // before it has landed.
+    let shared = |schedule: &str, backend: &str| {
+        tpusim(&[
+            "run",
+            "all_gather",
+            "--variant",
+            "shared-recv-sem",
+            "--dtype",
+            "i32",
+            "--schedule",
+            schedule,
+            "--backend",
+            backend,
+        ])
+    };
+    let (code, out, err) = shared("eager", "cpu");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": 0 wrong of 16384"), "{out}");
+    for backend in ["cpu", "gpu"] {
+        let (code, out, err) = shared("lazy", backend);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(out.contains(": 2048 wrong of 16384"), "{out}");
     }
     // A deadlocking variant is an error naming the blocked devices, exit 1.
     let (code, _, err) = tpusim(&[

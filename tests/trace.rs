@@ -285,6 +285,16 @@ fn one_dma_and_a_full_ring_take_their_formula_times() {
             .count(),
         4
     );
+    // The source is read when the last byte leaves; it lands one link latency later.
+    for e in &events {
+        if let TimedEvent::Dma {
+            start, sent, end, ..
+        } = e
+        {
+            assert_relative_eq!(*sent - *start, bytes / m.link_bw, max_relative = 1e-9);
+            assert_relative_eq!(*end - *sent, m.link_latency, max_relative = 1e-9);
+        }
+    }
     // The ring all_gather: one local copy, then P-1 hops each of bytes / link_bw + latency.
     let ag = collectives::by_name("all_gather")
         .unwrap()

@@ -19,6 +19,20 @@ pub fn all_gather_kernel(
     send_sem: Sem,
     recv_sems: Sem,
 ) {
+    all_gather_kernel_with(pl, true, x_ref, out_ref, local_sem, send_sem, recv_sems)
+}
+
+/// [`all_gather_kernel`], with one receive semaphore per step (the seed) or, for the
+/// broken `shared-recv-sem` variant, one for all steps.
+pub(crate) fn all_gather_kernel_with(
+    pl: &Ctx,
+    sem_per_step: bool,
+    x_ref: Ref,
+    out_ref: Ref,
+    local_sem: Sem,
+    send_sem: Sem,
+    recv_sems: Sem,
+) {
     let num_devices = pl.num_devices();
     let step = pl.program_id(0);
     let my_id = pl.axis_index("x");
@@ -37,7 +51,11 @@ pub fn all_gather_kernel(
             out_ref.at(slot),
             out_ref.at(slot),
             send_sem,
-            recv_sems.at(step),
+            if sem_per_step {
+                recv_sems.at(step)
+            } else {
+                recv_sems
+            },
             right,
         );
         remote.start();
@@ -59,20 +77,11 @@ impl Collective for AllGather {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        let p = mesh.size();
-        let mut out = vec![p];
-        out.extend_from_slice(shard);
-        let steps = (p - 1).max(1);
-        let spec = GridSpec::new()
-            .input("x_ref", MemorySpace::Any, shard, dtype)
-            .output("out_ref", MemorySpace::Any, &out, dtype)
-            .dma_sem("local_sem")
-            .dma_sem("send_sem")
-            .dma_sems("recv_sems", steps)
-            .grid(&[steps]);
-        Ok(PallasCall::new("all_gather", spec, |pl, a| {
-            all_gather_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3), a.sem(4))
-        }))
+        Ok(PallasCall::new(
+            "all_gather",
+            spec(mesh.size(), shard, dtype, true),
+            |pl, a| all_gather_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3), a.sem(4)),
+        ))
     }
 
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
@@ -84,4 +93,23 @@ impl Collective for AllGather {
         s.extend_from_slice(shard);
         s
     }
+}
+
+/// The seed's grid spec for all_gather over `p` devices: one receive semaphore per
+/// step, or one `recv_sem` for all of them (`sem_per_step` false).
+pub(crate) fn spec(p: usize, shard: &[usize], dtype: DType, sem_per_step: bool) -> GridSpec {
+    let mut out = vec![p];
+    out.extend_from_slice(shard);
+    let steps = (p - 1).max(1);
+    let spec = GridSpec::new()
+        .input("x_ref", MemorySpace::Any, shard, dtype)
+        .output("out_ref", MemorySpace::Any, &out, dtype)
+        .dma_sem("local_sem")
+        .dma_sem("send_sem");
+    let spec = if sem_per_step {
+        spec.dma_sems("recv_sems", steps)
+    } else {
+        spec.dma_sem("recv_sem")
+    };
+    spec.grid(&[steps])
 }

@@ -27,7 +27,7 @@ pub fn psum_kernel(
     psum_kernel_with(
         pl,
         op,
-        true,
+        Handshakes::SEED,
         [x_ref, o_ref, hbm_buf, vmem_recv],
         [
             local_copy_sem,
@@ -38,12 +38,28 @@ pub fn psum_kernel(
     )
 }
 
-/// [`psum_kernel`], with the capacity handshake switchable (off only for the broken
-/// `no-capacity-sem` variant).
+/// Which of the seed's handshakes a psum kernel makes (the broken variants drop one).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handshakes {
+    /// The neighbour barrier at kernel entry.
+    pub barrier: bool,
+    /// The capacity semaphore before each write to the right neighbour.
+    pub capacity: bool,
+}
+
+impl Handshakes {
+    /// Both, as the seed has them.
+    pub const SEED: Handshakes = Handshakes {
+        barrier: true,
+        capacity: true,
+    };
+}
+
+/// [`psum_kernel`], with the handshakes switchable (off only for the broken variants).
 pub(crate) fn psum_kernel_with(
     pl: &Ctx,
     op: ReduceOp,
-    capacity_handshake: bool,
+    handshakes: Handshakes,
     [x_ref, o_ref, hbm_buf, vmem_recv]: [Ref; 4],
     [local_copy_sem, remote_recv_sem, remote_send_sem, capacity_sem]: [Sem; 4],
 ) {
@@ -57,7 +73,9 @@ pub(crate) fn psum_kernel_with(
     let left = (my_id - 1 + num_devices) % num_devices;
 
     if step == 0 {
-        neighbor_barrier(pl, left, right, true);
+        if handshakes.barrier {
+            neighbor_barrier(pl, left, right, true);
+        }
         pl.fill(o_ref, identity(op, o_ref.dtype()));
         pl.fill(vmem_recv, 0.0);
 
@@ -73,7 +91,7 @@ pub(crate) fn psum_kernel_with(
     }
 
     // Tell the left neighbour: I am ready for its next write.
-    if capacity_handshake {
+    if handshakes.capacity {
         pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
     }
 
@@ -82,7 +100,7 @@ pub(crate) fn psum_kernel_with(
     local.start();
 
     // Before writing the right neighbour, wait until it says it is ready.
-    if capacity_handshake {
+    if handshakes.capacity {
         pl.semaphore_wait(capacity_sem, 1);
     }
 

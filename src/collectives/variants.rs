@@ -2,7 +2,8 @@
 //! and tested: `tpusim check COLLECTIVE --variant NAME`. Each is a seed kernel with
 //! one mistake a person could make, and the kind of problem it must be reported as.
 
-use super::{psum, ring_allreduce};
+use super::psum::Handshakes;
+use super::{all_gather, psum, ring_allreduce};
 use crate::array::DType;
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
@@ -49,9 +50,52 @@ pub fn variants() -> Vec<Variant> {
                     psum::psum_kernel_with(
                         pl,
                         ReduceOp::Sum,
-                        false,
+                        Handshakes {
+                            capacity: false,
+                            ..Handshakes::SEED
+                        },
                         [a.r(0), a.r(1), a.r(2), a.r(7)],
                         [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
+                    )
+                }))
+            },
+        },
+        Variant {
+            collective: "psum",
+            name: "no-barrier",
+            summary: "the neighbour barrier at entry removed: the first signal and DMA can reach a neighbour that has not entered the kernel (sent before entry)",
+            expect: ProblemKind::SendBeforeEntry,
+            build: |mesh, shard, dtype| {
+                Ok(PallasCall::new("psum", psum::spec(mesh.size(), shard, dtype), |pl, a| {
+                    psum::psum_kernel_with(
+                        pl,
+                        ReduceOp::Sum,
+                        Handshakes {
+                            barrier: false,
+                            ..Handshakes::SEED
+                        },
+                        [a.r(0), a.r(1), a.r(2), a.r(7)],
+                        [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
+                    )
+                }))
+            },
+        },
+        Variant {
+            collective: "all_gather",
+            name: "shared-recv-sem",
+            summary: "one receive semaphore for every step instead of one per step: a wait can be satisfied by the next step's bytes before this step's have landed (race)",
+            expect: ProblemKind::Race,
+            build: |mesh, shard, dtype| {
+                let spec = all_gather::spec(mesh.size(), shard, dtype, false);
+                Ok(PallasCall::new("all_gather", spec, |pl, a| {
+                    all_gather::all_gather_kernel_with(
+                        pl,
+                        false,
+                        a.r(0),
+                        a.r(1),
+                        a.sem(2),
+                        a.sem(3),
+                        a.sem(4),
                     )
                 }))
             },

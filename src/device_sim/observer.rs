@@ -1,20 +1,24 @@
-//! What the scheduler reports as it runs: hooks for the race checker (and any other
+//! What the scheduler reports as it runs: hooks for the verifier (and any other
 //! analysis that must see the same order of events).
 
-use super::program::{DataOp, OpSite, SemRef};
+use super::program::{Completion, DataOp, Op, OpSite};
 
 /// Receives every event of a scheduled run, in schedule order. All hooks default to nothing.
 pub trait Observer {
+    /// Device `device` entered the kernel (before its first op).
+    fn enter(&mut self, _device: usize) {}
     /// Device `device` ran data op `op` (compute, a pull, or a prologue copy when `site` is None).
     fn data(&mut self, _device: usize, _op: &DataOp, _site: Option<&OpSite>) {}
     /// Device `device` started DMA `dma`.
     fn dma_start(&mut self, _device: usize, _dma: usize) {}
-    /// DMA `dma` completed: its copy happened and its semaphores were credited.
-    fn dma_complete(&mut self, _dma: usize) {}
-    /// Device `device` signalled `sem` (a release).
-    fn release(&mut self, _device: usize, _sem: SemRef) {}
-    /// Device `device` passed a wait on `sem` (an acquire).
-    fn acquire(&mut self, _device: usize, _sem: SemRef) {}
+    /// Completion `side` of DMA `dma` happened and credited its semaphore. `moved` is the
+    /// data op the schedule runs at this point for the DMA (its copy into the
+    /// destination, or into the staging area), if any.
+    fn dma_complete(&mut self, _dma: usize, _side: Completion, _moved: Option<&DataOp>) {}
+    /// Device `device` ran `op`, a signal (a release).
+    fn release(&mut self, _device: usize, _op: &Op) {}
+    /// Device `device` passed `op`, a wait (an acquire).
+    fn acquire(&mut self, _device: usize, _op: &Op) {}
     /// Device `device` passed a step mark (`Ctx::trace_step`).
     fn mark(&mut self, _device: usize, _label: &str) {}
     /// Device `device` finished an op; its next op belongs to grid point `next_grid`

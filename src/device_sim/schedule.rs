@@ -1,6 +1,7 @@
 //! The scheduler's output: one linear order of data ops, valid for every executor.
 
-use super::program::DataOp;
+use super::program::{AllocId, Allocation, DataOp, MemorySpace, Program};
+use crate::array::DType;
 
 /// A linear schedule of data ops (prologue, the grid's work, epilogue).
 #[derive(Clone, Debug)]
@@ -9,11 +10,36 @@ pub struct Schedule {
     pub ops: Vec<DataOp>,
     /// The name of the policy that produced it.
     pub policy: String,
-    /// Number of scheduler steps taken (ops run plus DMAs completed).
+    /// Number of scheduler steps taken (entries, ops run, DMA completions).
     pub steps: usize,
+    /// Words each device needs for the data of remote DMAs whose source was read
+    /// (send completion) before their destination was written (receive completion):
+    /// the schedule copies such data into allocation [`Schedule::staging_alloc`] of
+    /// the sender and from there to the destination. 0 when no DMA needed it.
+    pub staging: usize,
 }
 
 impl Schedule {
+    /// The allocation id of the staging area: one past the program's allocations.
+    pub fn staging_alloc(program: &Program) -> AllocId {
+        program.layout.allocs.len()
+    }
+
+    /// Every allocation an executor holds on each device for this schedule: the
+    /// program's, then the staging area when the schedule uses one.
+    pub fn allocations(&self, program: &Program) -> Vec<Allocation> {
+        let mut v = program.layout.allocs.clone();
+        if self.staging > 0 {
+            v.push(Allocation {
+                name: "DMA data in flight".into(),
+                space: MemorySpace::Any,
+                dtype: DType::I32,
+                shape: vec![self.staging],
+            });
+        }
+        v
+    }
+
     /// Bytes the schedule moves per run, in plain-copy equivalents: a copy of B bytes
     /// reads and writes B (counts B), an accumulate reads 2B and writes B (1.5B), a fill
     /// writes B (0.5B). Dividing by time gives a rate comparable to copy bandwidth.

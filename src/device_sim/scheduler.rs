@@ -1,13 +1,19 @@
 //! The scheduler: runs every device's ops with blocking waits and in-flight DMAs,
 //! in an order a [`Policy`] picks, and emits the linear schedule of data ops.
-//! Semaphores are incremented in [`Engine::credit`] and decremented in [`Engine::step_device`].
+//! Each device first enters the kernel (an event of its own; behind Pallas' entry
+//! barrier when the kernel has no barrier semaphore). A remote DMA's send and receive
+//! completions are separate events, in any order. Semaphores are incremented in
+//! [`Engine::credit`] and decremented in [`Engine::step_device`]; a DMA's data moves in
+//! [`Engine::complete`].
 
 use super::observer::{NoObserver, Observer};
 use super::policies::{Choice, Policy};
-use super::program::{Cmp, DataOp, OpKind, OpSite, Program, SemKind, SemRef, WaitKind};
+use super::program::{
+    Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
+};
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -26,6 +32,7 @@ pub fn schedule_observed(
         ops: program.prologue.clone(),
         policy: policy.name(),
         steps: 0,
+        staging: 0,
     };
     for op in &program.prologue {
         if let DataOp::Copy { dst, .. } = op {
@@ -38,18 +45,24 @@ pub fn schedule_observed(
     }
     loop {
         choices.clear();
-        choices.extend(e.in_flight.iter().map(|&id| {
-            let dma = &program.dmas[id];
-            Choice::CompleteDma {
-                id,
-                issuer: dma.origin.device,
-                awaited: e.waits_on(dma.recv_sem) || dma.send_sem.is_some_and(|s| e.waits_on(s)),
+        for f in &e.in_flight {
+            let dma = &program.dmas[f.id];
+            for &side in dma.completions() {
+                if f.pending(side) {
+                    choices.push(Choice::CompleteDma {
+                        id: f.id,
+                        side,
+                        issuer: dma.origin.device,
+                        awaited: dma.credits(side).is_some_and(|s| e.waits_on(s)),
+                    });
+                }
             }
-        }));
+        }
         choices.extend(e.ready.iter().map(|&d| Choice::Device {
             device: d,
-            grid: program.ops[d][e.pc[d]].site.grid_linear,
+            grid: e.next_grid(d).unwrap_or(0),
             op: e.pc[d],
+            enter: !e.entered[d],
         }));
         if choices.is_empty() {
             break;
@@ -57,13 +70,10 @@ pub fn schedule_observed(
         let pick = choices[policy.pick(&choices).min(choices.len() - 1)];
         out.steps += 1;
         match pick {
-            Choice::CompleteDma { id, .. } => e.complete(id, &mut out, obs),
+            Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, obs),
             Choice::Device { device, .. } => {
                 e.step_device(device, &mut out, obs);
-                let next = program.ops[device]
-                    .get(e.pc[device])
-                    .map(|o| o.site.grid_linear);
-                obs.after_step(device, next);
+                obs.after_step(device, e.next_grid(device));
             }
         }
         // Only the devices whose semaphores or program counter changed can change readiness.
@@ -75,22 +85,74 @@ pub fn schedule_observed(
         return Err(Error::Deadlock(e.blocked()));
     }
     e.exit_check()?;
+    out.staging = e.staging.iter().map(|s| s.peak).max().unwrap_or(0);
     out.ops.extend_from_slice(&program.epilogue);
     Ok(out)
+}
+
+/// A DMA in flight: which of its completions are still to come, and where its data
+/// waits when its source was read before its destination was written.
+struct InFlight {
+    id: usize,
+    send: bool,
+    recv: bool,
+    staged: Option<View>,
+}
+
+impl InFlight {
+    fn pending(&self, side: Completion) -> bool {
+        match side {
+            Completion::Send => self.send,
+            Completion::Recv | Completion::Local => self.recv,
+        }
+    }
+}
+
+/// First-fit allocation of word ranges in one device's staging area.
+#[derive(Default)]
+struct Staging {
+    /// Live ranges: offset -> length.
+    live: BTreeMap<usize, usize>,
+    /// Largest end ever used.
+    peak: usize,
+}
+
+impl Staging {
+    fn alloc(&mut self, len: usize) -> usize {
+        let mut at = 0;
+        for (&o, &l) in &self.live {
+            if o >= at + len {
+                break;
+            }
+            at = o + l;
+        }
+        self.live.insert(at, len);
+        self.peak = self.peak.max(at + len);
+        at
+    }
+
+    fn free(&mut self, offset: usize) {
+        self.live.remove(&offset);
+    }
 }
 
 struct Engine<'p> {
     p: &'p Program,
     pc: Vec<usize>,
+    entered: Vec<bool>,
+    /// Devices that have entered the kernel.
+    inside: usize,
     sems: Vec<u64>,
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
     credits: HashMap<usize, VecDeque<(usize, u64)>>,
     /// DMAs in flight, in start order.
-    in_flight: Vec<usize>,
+    in_flight: Vec<InFlight>,
+    /// Per device: the staging area of the DMAs it sent whose data is in flight.
+    staging: Vec<Staging>,
     /// Per semaphore slot: where its last signal came from (sparse).
     last_signal: HashMap<usize, OpSite>,
-    /// Devices whose next op can run now.
+    /// Devices whose next step can run now.
     ready: BTreeSet<usize>,
     /// Devices to re-examine after the current step.
     touched: Vec<usize>,
@@ -102,16 +164,24 @@ impl<'p> Engine<'p> {
         Engine {
             p,
             pc: vec![0; p.devices],
+            entered: vec![false; p.devices],
+            inside: 0,
             sems: vec![0; n],
             credits: HashMap::new(),
             in_flight: Vec::new(),
+            staging: (0..p.devices).map(|_| Staging::default()).collect(),
             last_signal: HashMap::new(),
             ready: BTreeSet::new(),
             touched: Vec::new(),
         }
     }
 
-    /// Re-derives whether device `d` can run its next op.
+    /// Grid point (row-major) of device `d`'s next op, if any.
+    fn next_grid(&self, d: usize) -> Option<usize> {
+        self.p.ops[d].get(self.pc[d]).map(|o| o.site.grid_linear)
+    }
+
+    /// Re-derives whether device `d` can take its next step.
     fn refresh(&mut self, d: usize) {
         if self.runnable(d) {
             self.ready.insert(d);
@@ -133,6 +203,12 @@ impl<'p> Engine<'p> {
     }
 
     fn runnable(&self, d: usize) -> bool {
+        if !self.entered[d] {
+            return true;
+        }
+        if self.p.entry_barrier && self.inside < self.p.devices {
+            return false;
+        }
         match self.p.ops[d].get(self.pc[d]) {
             None => false,
             Some(op) => match &op.kind {
@@ -150,6 +226,7 @@ impl<'p> Engine<'p> {
         }
     }
 
+    /// The one place a semaphore gains value: a signal (`dma` None) or a DMA completion.
     fn credit(&mut self, s: SemRef, amount: u64, dma: Option<usize>) {
         self.touched.push(s.device);
         let i = self.slot(s);
@@ -159,35 +236,103 @@ impl<'p> Engine<'p> {
         }
     }
 
-    fn complete(&mut self, id: usize, out: &mut Schedule, obs: &mut dyn Observer) {
-        self.in_flight.retain(|&x| x != id);
+    /// Completion `side` of DMA `id`. The data moves once: at the receive completion
+    /// when it comes first (or a local DMA's only one); when the send completion comes
+    /// first, the source is copied into the sender's staging area then and from there
+    /// into the destination at the receive completion.
+    fn complete(
+        &mut self,
+        id: usize,
+        side: Completion,
+        out: &mut Schedule,
+        obs: &mut dyn Observer,
+    ) {
         let dma = &self.p.dmas[id];
-        out.ops.push(DataOp::Copy {
-            src: dma.src,
-            dst: dma.dst,
-        });
-        if let Some(s) = dma.send_sem {
+        let Some(at) = self.in_flight.iter().position(|f| f.id == id) else {
+            return;
+        };
+        let f = &mut self.in_flight[at];
+        let moved = match side {
+            Completion::Local => {
+                f.recv = false;
+                Some(DataOp::Copy {
+                    src: dma.src,
+                    dst: dma.dst,
+                })
+            }
+            Completion::Recv => {
+                f.recv = false;
+                let src = match f.staged.take() {
+                    Some(v) => {
+                        self.staging[v.device].free(v.offset);
+                        v
+                    }
+                    None => dma.src,
+                };
+                Some(DataOp::Copy { src, dst: dma.dst })
+            }
+            Completion::Send => {
+                f.send = false;
+                if f.recv {
+                    let dev = dma.src.device;
+                    let v = View {
+                        device: dev,
+                        alloc: Schedule::staging_alloc(self.p),
+                        offset: self.staging[dev].alloc(dma.src.len),
+                        len: dma.src.len,
+                    };
+                    f.staged = Some(v);
+                    Some(DataOp::Copy {
+                        src: dma.src,
+                        dst: v,
+                    })
+                } else {
+                    None
+                }
+            }
+        };
+        if !f.send && !f.recv {
+            self.in_flight.remove(at);
+        }
+        if let Some(op) = moved {
+            out.ops.push(op);
+        }
+        if let Some(s) = dma.credits(side) {
             self.credit(s, dma.bytes, Some(id));
         }
-        self.credit(dma.recv_sem, dma.bytes, Some(id));
-        obs.dma_complete(id);
+        obs.dma_complete(id, side, moved.as_ref());
     }
 
     fn step_device(&mut self, d: usize, out: &mut Schedule, obs: &mut dyn Observer) {
+        self.touched.push(d);
+        if !self.entered[d] {
+            self.entered[d] = true;
+            self.inside += 1;
+            if self.p.entry_barrier && self.inside == self.p.devices {
+                self.touched.extend(0..self.p.devices);
+            }
+            obs.enter(d);
+            return;
+        }
         let op = &self.p.ops[d][self.pc[d]];
         self.pc[d] += 1;
-        self.touched.push(d);
         match &op.kind {
             OpKind::DmaStart(id) => {
-                self.in_flight.push(*id);
+                let remote = self.p.dmas[*id].is_remote();
+                self.in_flight.push(InFlight {
+                    id: *id,
+                    send: remote,
+                    recv: true,
+                    staged: None,
+                });
                 obs.dma_start(d, *id);
             }
             OpKind::Wait {
-                sem,
                 why: WaitKind::Signal,
                 ..
-            } => obs.acquire(d, *sem),
+            } => obs.acquire(d, op),
             OpKind::Wait { sem, amount, .. } => {
+                // The one place a semaphore loses value.
                 let i = self.slot(*sem);
                 self.sems[i] -= amount;
                 if let Some(queue) = self.credits.get_mut(&i) {
@@ -204,7 +349,7 @@ impl<'p> Engine<'p> {
                         }
                     }
                 }
-                obs.acquire(d, *sem);
+                obs.acquire(d, op);
             }
             OpKind::Signal { sem, inc, set } => {
                 let i = self.slot(*sem);
@@ -215,7 +360,7 @@ impl<'p> Engine<'p> {
                     self.credit(*sem, *inc, None);
                 }
                 self.last_signal.insert(i, op.site);
-                obs.release(d, *sem);
+                obs.release(d, op);
             }
             OpKind::Compute(c) => {
                 out.ops.push(*c);

@@ -87,7 +87,7 @@ impl Executor for CpuExecutor {
         inputs: &[Vec<HostArray>],
     ) -> Result<Vec<Vec<HostArray>>> {
         check_inputs(program, inputs)?;
-        let allocs = &program.layout.allocs;
+        let allocs = &schedule.allocations(program);
         let mut mem = Memory {
             per_device: allocs.len(),
             bufs: (0..program.devices)

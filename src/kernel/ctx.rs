@@ -271,8 +271,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// `pltpu.make_async_remote_copy(src, dst, send_sem, recv_sem, device_id)`: this
-    /// device pushes `src` into `dst` on `device_id`. Completion adds the bytes to
-    /// `send_sem` here and to `recv_sem` on the target.
+    /// device pushes `src` into `dst` on `device_id`. Two separate completions, in either
+    /// order: the send completion adds the bytes to `send_sem` here (the source has been
+    /// read), the receive completion to `recv_sem` on the target (the destination has
+    /// been written).
     #[track_caller]
     pub fn make_async_remote_copy<'c>(
         &'c self,

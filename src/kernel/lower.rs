@@ -263,6 +263,7 @@ impl PallasCall {
                 epilogue,
                 inputs,
                 outputs,
+                entry_barrier: spec.collective_id.is_none(),
             },
             errors,
         ))

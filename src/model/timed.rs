@@ -3,7 +3,7 @@
 
 use super::CostModel;
 use crate::device_sim::policies::{Choice, Policy};
-use crate::device_sim::program::{DataOp, OpKind, Program, SemRef, WaitKind};
+use crate::device_sim::program::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
 use std::collections::HashMap;
 
 /// What the timeline shows.
@@ -43,7 +43,10 @@ pub enum TimedEvent {
         bytes: u64,
         /// Start.
         start: f64,
-        /// End (completion, semaphores credited).
+        /// Send completion (the source has been read, `send_sem` credited); the same as
+        /// `end` for a local DMA.
+        sent: f64,
+        /// Receive completion (the destination has been written, `recv_sem` credited).
         end: f64,
     },
     /// A device blocked on a semaphore.
@@ -142,6 +145,8 @@ pub struct Timed<'p> {
     dma_res: HashMap<usize, Res>,
     done: HashMap<usize, f64>,
     dma_start: HashMap<usize, f64>,
+    /// Completions seen so far of DMAs in flight: (send, receive) times.
+    landed: HashMap<usize, (Option<f64>, Option<f64>)>,
     grid: HashMap<(usize, usize), (f64, f64)>,
     end: f64,
     events: Vec<TimedEvent>,
@@ -159,6 +164,7 @@ impl<'p> Timed<'p> {
             dma_res: HashMap::new(),
             done: HashMap::new(),
             dma_start: HashMap::new(),
+            landed: HashMap::new(),
             grid: HashMap::new(),
             end: 0.0,
             events: Vec::new(),
@@ -204,16 +210,18 @@ impl<'p> Timed<'p> {
         }
     }
 
-    fn latency(&self, id: usize) -> f64 {
+    /// Time from the last byte leaving the source to completion `side`: a remote DMA's
+    /// source is read when its last byte has left; it lands a link latency later.
+    fn latency(&self, id: usize, side: Completion) -> f64 {
         let d = &self.p.dmas[id];
-        if d.src.device != d.dst.device {
-            self.m.link_latency
-        } else {
-            self.m.dma_latency
+        match side {
+            Completion::Send => 0.0,
+            Completion::Recv if d.src.device != d.dst.device => self.m.link_latency,
+            _ => self.m.dma_latency,
         }
     }
 
-    fn completion(&self, id: usize) -> f64 {
+    fn completion(&self, id: usize, side: Completion) -> f64 {
         let bytes_done = match self.done.get(&id) {
             Some(t) => *t,
             None => match self.dma_res.get(&id).and_then(|r| self.res.get(r)) {
@@ -221,12 +229,17 @@ impl<'p> Timed<'p> {
                 None => self.dma_start.get(&id).copied().unwrap_or(0.0),
             },
         };
-        bytes_done + self.latency(id)
+        bytes_done + self.latency(id, side)
     }
 
     fn ready(&self, c: &Choice) -> f64 {
         match *c {
-            Choice::CompleteDma { id, .. } => self.completion(id),
+            Choice::CompleteDma { id, side, .. } => self.completion(id, side),
+            Choice::Device {
+                device,
+                enter: true,
+                ..
+            } => self.t_dev[device],
             Choice::Device { device, op, .. } => {
                 let t = self.t_dev[device];
                 match &self.p.ops[device][op].kind {
@@ -321,24 +334,35 @@ impl<'p> Timed<'p> {
         span.1 = span.1.max(end);
     }
 
-    fn complete(&mut self, id: usize, t: f64) {
+    fn complete(&mut self, id: usize, side: Completion, t: f64) {
+        let d = &self.p.dmas[id];
+        if let Some(s) = d.credits(side) {
+            self.add_credit(self.slot(s), t, d.bytes, false);
+        }
+        self.end = self.end.max(t);
+        let landed = self.landed.entry(id).or_default();
+        match side {
+            Completion::Send => landed.0 = Some(t),
+            Completion::Recv => landed.1 = Some(t),
+            Completion::Local => *landed = (Some(t), Some(t)),
+        }
+        let (Some(sent), Some(end)) = *landed else {
+            return;
+        };
+        self.landed.remove(&id);
         if let Some(r) = self.dma_res.remove(&id).and_then(|r| self.res.get_mut(&r)) {
             r.active.retain(|a| a.0 != id);
         }
         self.done.remove(&id);
-        let d = &self.p.dmas[id];
-        for s in d.send_sem.into_iter().chain([d.recv_sem]) {
-            self.add_credit(self.slot(s), t, d.bytes, false);
-        }
         self.events.push(TimedEvent::Dma {
             id,
             from: d.src.device,
             to: d.dst.device,
             bytes: d.bytes,
             start: self.dma_start.remove(&id).unwrap_or(t),
-            end: t,
+            sent,
+            end,
         });
-        self.end = self.end.max(t);
     }
 
     /// The modeled time and the timeline.
@@ -376,7 +400,8 @@ impl Policy for Timed<'_> {
             );
         self.advance(t);
         match choices[i] {
-            Choice::CompleteDma { id, .. } => self.complete(id, t),
+            Choice::CompleteDma { id, side, .. } => self.complete(id, side, t),
+            Choice::Device { enter: true, .. } => {}
             Choice::Device { device, op, .. } => self.run_op(device, op, t),
         }
         i

@@ -78,16 +78,18 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
                 to,
                 bytes,
                 start,
+                sent,
                 end,
             } => {
                 let name = format!("DMA {from}->{to} ({bytes} B)");
+                // The sender's slice ends at the send completion (its source is free).
                 out.push(slice(
                     *from,
                     DMA_OUT,
                     name.clone(),
                     *start,
-                    *end,
-                    json!({"bytes": bytes}),
+                    *sent,
+                    json!({"bytes": bytes, "received": us(*end)}),
                 ));
                 if from != to {
                     // The arrival, as a short slice the flow arrow can land on.

@@ -2,7 +2,7 @@
 //! elements summed into it, in accumulation order (or "never written"). It is an
 //! [`Observer`], so it sees exactly the order the scheduler ran.
 
-use crate::device_sim::program::{DataOp, OpSite, Program, View};
+use crate::device_sim::program::{Completion, DataOp, Op, OpSite, Program, View};
 use crate::device_sim::Observer;
 
 /// An input element: (device, element index in that device's input operand 0).
@@ -22,6 +22,8 @@ pub type Snapshot = (Option<usize>, Option<String>, Vec<Vec<Sym>>);
 pub struct Symbolic<'p> {
     p: &'p Program,
     mem: Vec<Vec<Sym>>,
+    /// Per device: the staging area of DMA data in flight (grows as used).
+    staging: Vec<Vec<Sym>>,
     cur: Vec<usize>,
     next_row: usize,
     started: bool,
@@ -53,6 +55,7 @@ impl<'p> Symbolic<'p> {
         Self {
             p,
             mem,
+            staging: vec![Vec::new(); p.devices],
             cur,
             next_row: 0,
             started: false,
@@ -63,8 +66,28 @@ impl<'p> Symbolic<'p> {
         }
     }
 
-    fn idx(&self, v: &View) -> usize {
-        v.device * self.p.layout.allocs.len() + v.alloc
+    fn read(&self, v: &View) -> Vec<Sym> {
+        let n = self.p.layout.allocs.len();
+        let mem = if v.alloc == n {
+            &self.staging[v.device]
+        } else {
+            &self.mem[v.device * n + v.alloc]
+        };
+        mem[v.offset..v.offset + v.len].to_vec()
+    }
+
+    fn region(&mut self, v: &View) -> &mut [Sym] {
+        let n = self.p.layout.allocs.len();
+        let mem = if v.alloc == n {
+            let s = &mut self.staging[v.device];
+            if s.len() < v.offset + v.len {
+                s.resize(v.offset + v.len, None);
+            }
+            s
+        } else {
+            &mut self.mem[v.device * n + v.alloc]
+        };
+        &mut mem[v.offset..v.offset + v.len]
     }
 
     /// Records the initial row (after the prologue) before the first grid op.
@@ -89,9 +112,8 @@ impl<'p> Symbolic<'p> {
     fn apply(&mut self, op: &DataOp) {
         match op {
             DataOp::Copy { src, dst } => {
-                let s = self.mem[self.idx(src)][src.offset..src.offset + src.len].to_vec();
-                let di = self.idx(dst);
-                self.mem[di][dst.offset..dst.offset + dst.len].clone_from_slice(&s);
+                let s = self.read(src);
+                self.region(dst).clone_from_slice(&s);
             }
             DataOp::Fill { dst, bits } => {
                 let v = if *bits == 0 {
@@ -99,18 +121,13 @@ impl<'p> Symbolic<'p> {
                 } else {
                     vec![(CONST, *bits)]
                 };
-                let di = self.idx(dst);
-                for e in &mut self.mem[di][dst.offset..dst.offset + dst.len] {
+                for e in self.region(dst) {
                     *e = Some(v.clone());
                 }
             }
             DataOp::Accumulate { dst, src, .. } => {
-                let s = self.mem[self.idx(src)][src.offset..src.offset + src.len].to_vec();
-                let di = self.idx(dst);
-                for (e, add) in self.mem[di][dst.offset..dst.offset + dst.len]
-                    .iter_mut()
-                    .zip(s)
-                {
+                let s = self.read(src);
+                for (e, add) in self.region(dst).iter_mut().zip(s) {
                     match (e.as_mut(), add) {
                         (Some(terms), Some(more)) => terms.extend(more),
                         (None, add) => *e = add,
@@ -150,21 +167,19 @@ impl Observer for Symbolic<'_> {
         }
     }
 
-    fn release(&mut self, _device: usize, _sem: crate::device_sim::program::SemRef) {
+    fn release(&mut self, _device: usize, _op: &Op) {
         self.begin();
     }
 
-    fn acquire(&mut self, _device: usize, _sem: crate::device_sim::program::SemRef) {
+    fn acquire(&mut self, _device: usize, _op: &Op) {
         self.begin();
     }
 
-    fn dma_complete(&mut self, dma: usize) {
+    fn dma_complete(&mut self, _dma: usize, _side: Completion, moved: Option<&DataOp>) {
         self.begin();
-        let d = &self.p.dmas[dma];
-        self.apply(&DataOp::Copy {
-            src: d.src,
-            dst: d.dst,
-        });
+        if let Some(op) = moved {
+            self.apply(op);
+        }
     }
 
     fn after_step(&mut self, device: usize, next_grid: Option<usize>) {

@@ -4,10 +4,14 @@
 //! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
 
 mod clock;
+mod hb;
+mod log;
 mod race;
+mod sync;
 
 pub use clock::Clock;
-pub use race::{Race, RaceChecker, RaceSide};
+pub use log::{Event, EventLog};
+pub use race::{EarlySend, Race, RaceChecker, RaceSide, SharedSemaphore};
 
 use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
@@ -32,6 +36,8 @@ pub enum ProblemKind {
     OutOfBounds,
     /// A TPU-model kernel reading a peer's memory.
     PeerRead,
+    /// A DMA or signal sent to a device not known to have entered the kernel.
+    SendBeforeEntry,
     /// Any other kernel mistake (shape mismatch, compute on HBM, misuse).
     Other,
 }
@@ -46,6 +52,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::DeviceIdOutOfRange => "device id out of range",
             ProblemKind::OutOfBounds => "out-of-bounds ref slice",
             ProblemKind::PeerRead => "peer read in the TPU model",
+            ProblemKind::SendBeforeEntry => "sent before the receiver entered the kernel",
             ProblemKind::Other => "kernel error",
         })
     }
@@ -56,6 +63,8 @@ impl fmt::Display for ProblemKind {
 pub enum Problem {
     /// A race.
     Race(Race),
+    /// A send to a device not known to have entered the kernel.
+    Early(EarlySend),
     /// A deadlock, with every blocked device.
     Deadlock(Vec<Blocked>),
     /// A leftover at kernel exit.
@@ -69,6 +78,7 @@ impl Problem {
     pub fn kind(&self) -> ProblemKind {
         match self {
             Problem::Race(_) => ProblemKind::Race,
+            Problem::Early(_) => ProblemKind::SendBeforeEntry,
             Problem::Deadlock(_) => ProblemKind::Deadlock,
             Problem::Exit(ExitProblem::SemaphoreNotZero { .. }) => ProblemKind::SemaphoreNotZero,
             Problem::Exit(_) => ProblemKind::DmaNotWaited,
@@ -85,6 +95,7 @@ impl Problem {
     pub fn key(&self) -> String {
         match self {
             Problem::Race(r) => r.key(),
+            Problem::Early(e) => format!("entry:{}", e.sender.location),
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
@@ -109,6 +120,7 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::Race(r) => write!(f, "{r}"),
+            Problem::Early(e) => write!(f, "{e}"),
             Problem::Deadlock(b) => {
                 write!(f, "{}", Error::Deadlock(b.clone()).to_string().trim_end())
             }
@@ -120,12 +132,17 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Runs `program` once under `spec` with the race checker; returns every problem.
+/// Runs `program` once under `spec`, then checks that run: races and the entry rule
+/// under the orders every schedule guarantees ([`sync`]), deadlocks and exit problems.
 pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
-    let mut checker = RaceChecker::new(program);
+    let mut log = EventLog::new(program.devices);
     let mut policy = spec.policy();
-    let result = schedule_observed(program, policy.as_mut(), &mut checker);
-    let mut problems: Vec<Problem> = checker.races.into_iter().map(Problem::Race).collect();
+    let result = schedule_observed(program, policy.as_mut(), &mut log);
+    let (orders, facts) = sync::orders(program, &log.events);
+    let mut checker = RaceChecker::new(program, &orders, &facts);
+    hb::replay(program, &log.events, &orders, &mut checker);
+    let mut problems: Vec<Problem> = checker.early.into_iter().map(Problem::Early).collect();
+    problems.extend(checker.races.into_iter().map(Problem::Race));
     match result {
         Ok(_) => {}
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),

@@ -1,21 +1,24 @@
-//! The happens-before race checker: an [`Observer`] that keeps a vector clock per
-//! device and per DMA, and the accesses to every byte range of every allocation.
-//! A DMA reads its source with the clock of its `start` and writes its destination
-//! before its completion credits the semaphores. Two accesses to overlapping bytes,
-//! one a write, that happens-before does not order, are a race.
+//! The happens-before race checker and the kernel-entry rule, over a replayed run.
+//!
+//! A DMA is an agent of its own: it reads its source from `start` until its send
+//! completion and writes its destination until its receive completion (a local DMA:
+//! until its one completion). Another access is ordered after a DMA side only through a
+//! wait that is ordered after that side's completion ([`super::sync`] says which waits
+//! are). Two accesses to overlapping bytes, one a write, that happens-before does not
+//! order are a race. A remote DMA or a signal on a non-barrier semaphore sent to a device
+//! not known to have entered the kernel breaks the entry rule.
 
 use super::clock::Clock;
-use crate::device_sim::program::{DataOp, OpSite, Program, SemRef, View};
-use crate::device_sim::Observer;
+use super::hb::{Agent, Credit, Join, Orders, Send, Sink, Wait};
+use super::sync::Facts;
+use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Agent {
-    Device(usize),
-    Dma(usize),
-}
+/// A DMA and one of its completions.
+type DmaSide = (usize, Completion);
 
 #[derive(Clone, Copy, Debug)]
 struct Access {
@@ -38,6 +41,20 @@ pub struct RaceSide {
     pub access: &'static str,
 }
 
+/// Why a wait that looked like it ordered a DMA does not: its semaphore can be
+/// credited by other DMAs (or signals) in flight at the same time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedSemaphore {
+    /// The semaphore.
+    pub semaphore: String,
+    /// The device it is on.
+    pub device: usize,
+    /// The wait that consumed the DMA's bytes in the run that was checked.
+    pub wait: Site,
+    /// Another credit that could have satisfied that wait instead.
+    pub instead: RaceSide,
+}
+
 /// Two unordered accesses to the same bytes, at least one a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Race {
@@ -51,6 +68,9 @@ pub struct Race {
     pub first: RaceSide,
     /// The access recorded second.
     pub second: RaceSide,
+    /// When a DMA's side looked waited for, the shared semaphore that makes the wait
+    /// not enough.
+    pub shared: Option<Box<SharedSemaphore>>,
 }
 
 impl Race {
@@ -92,71 +112,137 @@ impl fmt::Display for Race {
         )?;
         writeln!(f, "    {}", self.first)?;
         writeln!(f, "    {}", self.second)?;
+        match &self.shared {
+            Some(s) => write!(
+                f,
+                "    `{}` of device {} is shared by credits that can be in flight together: the \
+                 wait at {} took this DMA's bytes in this run, but {} can satisfy it as well, \
+                 before this DMA has landed: give each DMA in flight its own semaphore, or \
+                 wait for all of them before the access",
+                s.semaphore,
+                s.device,
+                s.wait,
+                s.instead.actor_and_site()
+            ),
+            None => write!(
+                f,
+                "    no semaphore orders one before the other: make the second wait for a signal the first side sends once it is done"
+            ),
+        }
+    }
+}
+
+impl RaceSide {
+    fn actor_and_site(&self) -> String {
+        match &self.site {
+            Some(s) if self.actor.starts_with("DMA") => {
+                format!("the bytes of {} started at {s}", self.actor)
+            }
+            Some(s) => format!("{} at {s}", self.actor),
+            None => self.actor.clone(),
+        }
+    }
+}
+
+/// A remote DMA or signal sent to a device not known to have entered the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EarlySend {
+    /// What was sent: `DMA into `out_ref`` or `signal on `capacity_sem``.
+    pub what: String,
+    /// The sending op.
+    pub sender: Site,
+    /// The device sent to.
+    pub to: usize,
+    /// The receiving device's first op, where it enters the kernel.
+    pub entry: Option<Site>,
+}
+
+impl fmt::Display for EarlySend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "sent to device {} before it is known to have entered the kernel:",
+            self.to
+        )?;
+        writeln!(f, "    {} by {}", self.what, self.sender)?;
+        match &self.entry {
+            Some(e) => writeln!(
+                f,
+                "    device {} enters the kernel before its first op, {e}; nothing orders that entry before the send",
+                self.to
+            )?,
+            None => writeln!(
+                f,
+                "    device {} has no op; nothing orders its entry before the send",
+                self.to
+            )?,
+        }
         write!(
             f,
-            "    no semaphore orders one before the other: make the second wait for a signal the first side sends once it is done"
+            "    its semaphores and buffers may not exist yet: handshake with device {} on the barrier semaphore first, or drop the collective_id to get Pallas' entry barrier",
+            self.to
         )
     }
 }
 
-/// The race checker. Feed it a run through `schedule_observed`, then read `races`.
-pub struct RaceChecker<'p> {
-    p: &'p Program,
-    dev: Vec<Clock>,
-    dma: Vec<Option<Clock>>,
-    /// Release clocks of the semaphores signalled so far (sparse).
-    sem: HashMap<usize, Clock>,
-    zero: Clock,
+/// The race checker: a [`Sink`] for a replay under the orders of the fixpoint.
+pub struct RaceChecker<'a> {
+    p: &'a Program,
+    orders: &'a Orders,
+    facts: &'a Facts,
+    /// Per DMA side: (device, position) of the waits ordered after its completion.
+    joined: HashMap<(usize, Completion), Vec<(usize, u32)>>,
+    /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
+    since_all: HashMap<usize, Vec<(usize, Completion)>>,
     shadow: Vec<Vec<Access>>,
-    /// Races found so far, in order.
+    /// Per DMA side: its credit id and the wait that consumed it (built on first use).
+    consumed: OnceCell<HashMap<DmaSide, (usize, Option<usize>)>>,
+    /// Races found, in order.
     pub races: Vec<Race>,
+    /// Entry-rule violations found, in order (one per kernel line).
+    pub early: Vec<EarlySend>,
 }
 
-impl<'p> RaceChecker<'p> {
-    /// A checker for `p`.
-    pub fn new(p: &'p Program) -> Self {
-        let zero = Clock::new(p.devices, p.dmas.len());
-        let dev = (0..p.devices)
-            .map(|d| {
-                let mut c = zero.clone();
-                c.tick(d);
-                c
-            })
-            .collect();
+impl<'a> RaceChecker<'a> {
+    /// A checker for `p`, whose waits are ordered as `orders` says (`facts`: the replay
+    /// those orders came from, to explain races).
+    pub fn new(p: &'a Program, orders: &'a Orders, facts: &'a Facts) -> Self {
         Self {
             p,
-            dev,
-            dma: vec![None; p.dmas.len()],
-            sem: HashMap::new(),
-            zero,
+            orders,
+            facts,
+            joined: HashMap::new(),
+            since_all: HashMap::new(),
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
+            consumed: OnceCell::new(),
             races: Vec::new(),
+            early: Vec::new(),
         }
     }
 
-    fn sem_slot(&self, s: SemRef) -> usize {
-        s.device * self.p.layout.sems.len() + s.sem
-    }
-
-    fn ordered(a: &Access, c: &Clock) -> bool {
+    fn ordered(&self, a: &Access, c: &Clock) -> bool {
         match a.agent {
             Agent::Device(q) => c.device(q) >= a.time,
-            Agent::Dma(k) => c.has_dma(k),
+            Agent::Dma(k, side) => self
+                .joined
+                .get(&(k, side))
+                .is_some_and(|w| w.iter().any(|&(d, pos)| c.device(d) >= pos)),
+        }
+    }
+
+    fn dma_actor(&self, k: usize) -> String {
+        let m = &self.p.dmas[k];
+        if m.is_remote() {
+            format!("DMA device {} -> device {}", m.src.device, m.dst.device)
+        } else {
+            format!("DMA on device {} (local)", m.src.device)
         }
     }
 
     fn side(&self, a: &Access) -> RaceSide {
         let (actor, site) = match a.agent {
             Agent::Device(d) => (format!("device {d}"), a.site),
-            Agent::Dma(k) => {
-                let m = &self.p.dmas[k];
-                let actor = if m.src.device == m.dst.device {
-                    format!("DMA on device {} (local)", m.src.device)
-                } else {
-                    format!("DMA device {} -> device {}", m.src.device, m.dst.device)
-                };
-                (actor, Some(m.origin))
-            }
+            Agent::Dma(k, _) => (self.dma_actor(k), Some(self.p.dmas[k].origin)),
         };
         RaceSide {
             actor,
@@ -165,11 +251,92 @@ impl<'p> RaceChecker<'p> {
         }
     }
 
+    fn credit_side(&self, c: &Credit) -> RaceSide {
+        match (c.dma, c.site) {
+            (Some((k, _)), _) => RaceSide {
+                actor: self.dma_actor(k),
+                site: Some(self.p.site(&self.p.dmas[k].origin)),
+                access: "write",
+            },
+            (None, site) => RaceSide {
+                actor: "a signal".into(),
+                site: site.map(|s| self.p.site(&s)),
+                access: "signal",
+            },
+        }
+    }
+
+    /// For a DMA side in a race: the wait that consumed its bytes without being ordered
+    /// after it, and a credit that could have satisfied that wait instead.
+    fn shared_semaphore(&self, agent: Agent) -> Option<SharedSemaphore> {
+        let Agent::Dma(k, side) = agent else {
+            return None;
+        };
+        let consumed = self.consumed.get_or_init(|| {
+            let by = self.facts.consumers();
+            self.facts
+                .credits
+                .iter()
+                .enumerate()
+                .filter_map(|(id, c)| Some((c.dma?, (id, by.get(&id).copied()))))
+                .collect()
+        });
+        let (id, w_ord) = *consumed.get(&(k, side))?;
+        let w_ord = w_ord?;
+        match &self.orders.joins[w_ord] {
+            Join::All => return None,
+            Join::Some(ids) if ids.contains(&id) => return None,
+            _ => {}
+        }
+        let w: &Wait = &self.facts.waits[w_ord];
+        let others: Vec<usize> = self.facts.candidates(w).filter(|&i| i != id).collect();
+        let alt = others
+            .iter()
+            .copied()
+            .find(|&i| self.facts.credits[i].at > w.at)
+            .or_else(|| others.first().copied())?;
+        Some(SharedSemaphore {
+            semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
+                .name
+                .clone(),
+            device: w.device,
+            wait: self.p.site(&w.site),
+            instead: self.credit_side(&self.facts.credits[alt]),
+        })
+    }
+}
+
+impl Sink for RaceChecker<'_> {
+    fn credit(&mut self, _id: usize, c: &Credit) {
+        if let Some(side) = c.dma {
+            self.since_all.entry(c.slot).or_default().push(side);
+        }
+    }
+
+    fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
+        let mark = (w.device, w.pos);
+        match &self.orders.joins[ordinal] {
+            Join::All => {
+                for side in self.since_all.remove(&w.slot).unwrap_or_default() {
+                    self.joined.entry(side).or_default().push(mark);
+                }
+            }
+            Join::Some(ids) => {
+                for &id in ids {
+                    if let Some(side) = self.facts.credits[id].dma {
+                        self.joined.entry(side).or_default().push(mark);
+                    }
+                }
+            }
+            Join::Nothing => {}
+        }
+    }
+
     fn access(
         &mut self,
+        agent: Agent,
         view: &View,
         write: bool,
-        agent: Agent,
         clock: &Clock,
         site: Option<OpSite>,
     ) {
@@ -178,7 +345,7 @@ impl<'p> RaceChecker<'p> {
         }
         let time = match agent {
             Agent::Device(d) => clock.device(d),
-            Agent::Dma(_) => 1,
+            Agent::Dma(..) => 0,
         };
         let x = Access {
             lo: view.offset,
@@ -195,93 +362,67 @@ impl<'p> RaceChecker<'p> {
                 && x.lo < a.hi
                 && (a.write || write)
                 && a.agent != agent
-                && !Self::ordered(a, clock)
+                && !self.ordered(a, clock)
             {
-                found.push(Race {
-                    alloc: self.p.layout.allocs[view.alloc].name.clone(),
-                    device: view.device,
-                    bytes: (a.lo.max(x.lo) as u64 * 4, a.hi.min(x.hi) as u64 * 4),
-                    first: self.side(a),
-                    second: self.side(&x),
-                });
+                found.push((*a, x));
             }
         }
-        self.races.extend(found);
+        for (a, x) in found {
+            let shared = self
+                .shared_semaphore(a.agent)
+                .or_else(|| self.shared_semaphore(x.agent))
+                .map(Box::new);
+            self.races.push(Race {
+                alloc: self.p.layout.allocs[view.alloc].name.clone(),
+                device: view.device,
+                bytes: (a.lo.max(x.lo) as u64 * 4, a.hi.min(x.hi) as u64 * 4),
+                first: self.side(&a),
+                second: self.side(&x),
+                shared,
+            });
+        }
         // Accesses covered by this one and ordered before it can no longer race with
         // anything this one does not race with.
-        self.shadow[slot].retain(|a| {
-            !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && Self::ordered(a, clock))
-        });
-        self.shadow[slot].push(x);
+        let shadow = std::mem::take(&mut self.shadow[slot]);
+        let mut kept: Vec<Access> = shadow
+            .into_iter()
+            .filter(|a| {
+                !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && self.ordered(a, clock))
+            })
+            .collect();
+        kept.push(x);
+        self.shadow[slot] = kept;
     }
 
-    fn data_op(&mut self, op: &DataOp, agent: Agent, clock: &Clock, site: Option<OpSite>) {
-        match op {
-            DataOp::Copy { src, dst } => {
-                self.access(src, false, agent, clock, site);
-                self.access(dst, true, agent, clock, site);
-            }
-            DataOp::Fill { dst, .. } => self.access(dst, true, agent, clock, site),
-            DataOp::Accumulate { dst, src, .. } => {
-                self.access(src, false, agent, clock, site);
-                self.access(dst, true, agent, clock, site);
-            }
-        }
-    }
-}
-
-impl Observer for RaceChecker<'_> {
-    fn data(&mut self, device: usize, op: &DataOp, site: Option<&OpSite>) {
-        self.dev[device].tick(device);
-        // Taken out (not cloned) while the accesses are checked: clocks can be large.
-        let clock = std::mem::replace(&mut self.dev[device], Clock::new(0, 0));
-        self.data_op(op, Agent::Device(device), &clock, site.copied());
-        self.dev[device] = clock;
-    }
-
-    fn dma_start(&mut self, device: usize, dma: usize) {
-        let mut c = self.dev[device].clone();
-        c.set_dma(dma);
-        self.dma[dma] = Some(c);
-        self.dev[device].tick(device);
-    }
-
-    fn dma_complete(&mut self, dma: usize) {
-        // A DMA's clock is only needed while it is in flight.
-        let Some(clock) = self.dma[dma].take() else {
+    fn send(&mut self, s: &Send, clock: &Clock) {
+        if self.p.entry_barrier || clock.device(s.to) > 0 {
             return;
-        };
-        let m = &self.p.dmas[dma];
-        let op = DataOp::Copy {
-            src: m.src,
-            dst: m.dst,
-        };
-        let (send, recv) = (m.send_sem, m.recv_sem);
-        self.data_op(&op, Agent::Dma(dma), &clock, None);
-        for s in send.into_iter().chain([recv]) {
-            let i = self.sem_slot(s);
-            self.sem
-                .entry(i)
-                .or_insert_with(|| self.zero.clone())
-                .join(&clock);
         }
-    }
-
-    fn release(&mut self, device: usize, sem: SemRef) {
-        let i = self.sem_slot(sem);
-        let c = &self.dev[device];
-        self.sem
-            .entry(i)
-            .or_insert_with(|| self.zero.clone())
-            .join(c);
-        self.dev[device].tick(device);
-    }
-
-    fn acquire(&mut self, device: usize, sem: SemRef) {
-        let i = self.sem_slot(sem);
-        if let Some(c) = self.sem.get(&i) {
-            self.dev[device].join(c);
+        let sender = self.p.site(&s.site);
+        if self
+            .early
+            .iter()
+            .any(|e| e.sender.location == sender.location)
+        {
+            return;
         }
-        self.dev[device].tick(device);
+        let what = match (s.dma, s.sem) {
+            (Some(k), _) => format!(
+                "DMA into `{}`",
+                self.p.layout.allocs[self.p.dmas[k].dst.alloc].name
+            ),
+            (None, Some(slot)) => format!(
+                "signal on `{}`",
+                self.p.layout.sems[slot % self.p.layout.sems.len()].name
+            ),
+            (None, None) => "a send".into(),
+        };
+        let entry = self.p.ops[s.to].first().map(|o| self.p.site(&o.site));
+        self.early.push(EarlySend {
+            what,
+            sender,
+            to: s.to,
+            entry,
+        });
     }
 }

@@ -13,13 +13,15 @@ pub use lockstep::Lockstep;
 pub use random::Random;
 pub use run_ahead::RunAhead;
 
+use super::program::Completion;
 use crate::error::{Error, Result};
 use std::fmt;
 
 /// One thing the scheduler can do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
-    /// Run the next op of `device`, which belongs to grid point `grid` (row-major).
+    /// Run the next step of `device`: its entry into the kernel, or its next op, which
+    /// belongs to grid point `grid` (row-major).
     Device {
         /// Device.
         device: usize,
@@ -27,20 +29,26 @@ pub enum Choice {
         grid: usize,
         /// Index of that op in the device's program.
         op: usize,
+        /// The step is the device's entry into the kernel (its op comes after).
+        enter: bool,
     },
-    /// Complete the in-flight DMA `id` (started by `issuer`).
+    /// Let completion `side` of the in-flight DMA `id` (started by `issuer`) happen.
     CompleteDma {
         /// DMA id.
         id: usize,
+        /// Which completion: a remote DMA's send and receive completions are separate
+        /// choices, in either order.
+        side: Completion,
         /// Device that started it.
         issuer: usize,
-        /// True when some device's next op waits on a semaphore this DMA credits.
+        /// True when some device's next op waits on the semaphore this completion credits.
         awaited: bool,
     },
 }
 
 /// Picks the next step among the runnable choices (never empty). Choices list the
-/// in-flight DMAs in start order, then the runnable devices in id order.
+/// pending completions of the in-flight DMAs in start order (a remote DMA's receive
+/// completion before its send completion), then the runnable devices in id order.
 pub trait Policy {
     /// The policy's name; for the built-in ones, the [`ScheduleSpec`] that recreates it.
     fn name(&self) -> String;
@@ -53,7 +61,7 @@ pub trait Policy {
 pub enum ScheduleSpec {
     /// DMAs complete as soon as they start; devices take turns.
     Eager,
-    /// DMAs complete only when someone waits on them, newest first.
+    /// DMA completions happen only when someone waits on them, newest first.
     Lazy,
     /// No device starts grid point g+1 before every device finished g.
     Lockstep,
@@ -186,6 +194,7 @@ mod pick_tests {
     fn dma(id: usize, awaited: bool) -> Choice {
         Choice::CompleteDma {
             id,
+            side: Completion::Local,
             issuer: 0,
             awaited,
         }
@@ -196,6 +205,7 @@ mod pick_tests {
             device,
             grid,
             op: 0,
+            enter: false,
         }
     }
 

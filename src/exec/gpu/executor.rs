@@ -10,7 +10,7 @@ use super::pool::BufferPool;
 use super::recorder::{BindSpec, BufId, Cmd, Recorder, DUMMIES};
 use super::windows::Binding;
 use crate::array::HostArray;
-use crate::device_sim::program::DataOp;
+use crate::device_sim::program::{Allocation, DataOp};
 use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
 use crate::exec::{check_inputs, Executor};
@@ -64,10 +64,10 @@ impl GpuExecutor {
         &self.pool
     }
 
-    /// Fails when an allocation of `program` is larger than one buffer may be.
-    fn check_limits(&self, program: &Program) -> Result<()> {
+    /// Fails when one of `allocs` is larger than one buffer may be.
+    fn check_limits(&self, allocs: &[Allocation]) -> Result<()> {
         let max = self.ctx.limits.max_buffer_size;
-        for a in &program.layout.allocs {
+        for a in allocs {
             if a.bytes() > max {
                 return Err(Error::Limit {
                     what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
@@ -84,8 +84,8 @@ impl GpuExecutor {
         let ctx = &self.ctx;
         let dev = &ctx.device;
         let limits = &ctx.limits;
-        let allocs = &program.layout.allocs;
-        self.check_limits(program)?;
+        let allocs = &schedule.allocations(program);
+        self.check_limits(allocs)?;
         let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let max = limits.max_buffer_size;
@@ -238,6 +238,7 @@ impl GpuExecutor {
         Ok(GpuRun {
             exec: self,
             program,
+            nallocs: allocs.len(),
             bufs,
             scratch: Some(scratch),
             params: Some(params_buf),
@@ -254,6 +255,8 @@ impl GpuExecutor {
 pub struct GpuRun<'a> {
     exec: &'a GpuExecutor,
     program: &'a Program,
+    /// Allocations per device (the program's and the schedule's staging area).
+    nallocs: usize,
     bufs: Vec<wgpu::Buffer>,
     scratch: Option<wgpu::Buffer>,
     params: Option<wgpu::Buffer>,
@@ -275,7 +278,7 @@ impl GpuRun<'_> {
     /// Writes `inputs[device][operand]` into the input buffers.
     pub fn upload(&self, inputs: &[Vec<HostArray>]) -> Result<()> {
         check_inputs(self.program, inputs)?;
-        let n = self.program.layout.allocs.len();
+        let n = self.nallocs;
         for (d, dev_inputs) in inputs.iter().enumerate() {
             for (a, arr) in self.program.inputs.iter().zip(dev_inputs) {
                 self.exec.ctx.queue.write_buffer(
@@ -355,7 +358,7 @@ impl GpuRun<'_> {
     pub fn read_outputs(&self) -> Result<Vec<Vec<HostArray>>> {
         let ctx = &self.exec.ctx;
         let allocs = &self.program.layout.allocs;
-        let n = allocs.len();
+        let n = self.nallocs;
         let outs = &self.program.outputs;
         let mut enc = ctx
             .device
@@ -445,7 +448,7 @@ impl Executor for GpuExecutor {
     }
 
     fn check(&self, program: &Program) -> Result<()> {
-        self.check_limits(program)
+        self.check_limits(&program.layout.allocs)
     }
 
     fn execute(

@@ -1,0 +1,329 @@
+//! Happens-before over a recorded run: the run's events replayed with a vector clock per
+//! device. Program order, a DMA's start before its completions, and a wait after the
+//! credits [`Orders`] says it is ordered after are the only edges. What each event does
+//! to memory and semaphores is told to a [`Sink`].
+
+use super::clock::Clock;
+use super::log::Event;
+use crate::device_sim::program::{Completion, DataOp, OpKind, OpSite, Program, SemKind, View};
+use std::collections::{HashMap, HashSet};
+
+/// Which credits a passed wait is ordered after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Every credit of its semaphore that came before it.
+    All,
+    /// None of them.
+    Nothing,
+    /// Exactly these credit ids.
+    Some(Vec<usize>),
+}
+
+/// One [`Join`] per wait of the run, by the wait's ordinal (its rank among the run's waits).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orders {
+    /// Per wait ordinal.
+    pub joins: Vec<Join>,
+}
+
+impl Orders {
+    /// The credit ids some wait joins individually: the replay keeps their clocks.
+    fn kept(&self) -> HashSet<usize> {
+        self.joins
+            .iter()
+            .filter_map(|j| match j {
+                Join::Some(ids) => Some(ids.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+}
+
+/// Who accesses memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Agent {
+    /// A device's own op.
+    Device(usize),
+    /// A DMA, for the access that its completion `side` ends (source reads end at the
+    /// send completion, destination writes at the receive completion).
+    Dma(usize, Completion),
+}
+
+/// A semaphore credit: a signal, or a DMA completion.
+#[derive(Clone, Debug)]
+pub struct Credit {
+    /// Semaphore slot (device * sems + sem).
+    pub slot: usize,
+    /// Amount added (bytes for DMAs).
+    pub amount: u64,
+    /// The crediting event's knowledge of the semaphore's device: the credit can only
+    /// come after a wait on that device whose position is at most this.
+    pub comp: u32,
+    /// A seed-003 `Set` notify (overwrites instead of adding).
+    pub set: bool,
+    /// Lands whole (a signal) rather than byte by byte (a DMA).
+    pub atomic: bool,
+    /// The DMA completion it is, if any.
+    pub dma: Option<(usize, Completion)>,
+    /// The signal's site, for a signal.
+    pub site: Option<OpSite>,
+    /// Position in the log.
+    pub at: usize,
+}
+
+/// A passed wait.
+#[derive(Clone, Debug)]
+pub struct Wait {
+    /// Semaphore slot.
+    pub slot: usize,
+    /// Waiting device.
+    pub device: usize,
+    /// Amount waited for.
+    pub amount: u64,
+    /// Subtracts the amount (all but seed-003 signal waits).
+    pub decrement: bool,
+    /// The waiting device's own clock component just after the wait.
+    pub pos: u32,
+    /// Position in the log.
+    pub at: usize,
+    /// Kernel site.
+    pub site: OpSite,
+}
+
+/// A remote DMA or signal sent to another device.
+#[derive(Clone, Copy, Debug)]
+pub struct Send {
+    /// Receiving device.
+    pub to: usize,
+    /// The op that sends.
+    pub site: OpSite,
+    /// The semaphore it credits there (None: a DMA, named by `dma`).
+    pub sem: Option<usize>,
+    /// The DMA, for a DMA.
+    pub dma: Option<usize>,
+}
+
+/// Receives what the replay finds. All hooks default to nothing.
+pub trait Sink {
+    /// A credit (ids count from 0 in log order).
+    fn credit(&mut self, _id: usize, _c: &Credit) {}
+    /// A wait passed (ordinals count from 0 in log order), with the waiter's clock after it.
+    fn wait(&mut self, _ordinal: usize, _w: &Wait, _clock: &Clock) {}
+    /// A memory access by `agent` whose ordering is decided by `clock`.
+    fn access(
+        &mut self,
+        _agent: Agent,
+        _v: &View,
+        _write: bool,
+        _clock: &Clock,
+        _site: Option<OpSite>,
+    ) {
+    }
+    /// A device sends to another one, with the sender's clock.
+    fn send(&mut self, _s: &Send, _clock: &Clock) {}
+}
+
+/// Replays `log` under `orders`, telling `sink` every credit, wait, access and send.
+pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) {
+    let n = p.devices;
+    let sems = p.layout.sems.len();
+    // Behind Pallas' entry barrier every device knows every other has entered.
+    let mut dev: Vec<Clock> = (0..n)
+        .map(|_| {
+            if p.entry_barrier {
+                Clock::filled(n, 1)
+            } else {
+                Clock::new(n)
+            }
+        })
+        .collect();
+    let mut starts: HashMap<usize, (Clock, u8)> = HashMap::new();
+    let mut rel = Released {
+        devices: n,
+        keep: orders.kept(),
+        ..Released::default()
+    };
+    let mut waits = 0usize;
+
+    for (at, ev) in log.iter().enumerate() {
+        match *ev {
+            Event::Prologue(i) => {
+                // Part of entry: ordered before everything the kernel does.
+                let op = &p.prologue[i as usize];
+                if let DataOp::Copy { dst, .. } = op {
+                    let d = dst.device;
+                    data_accesses(op, Agent::Device(d), &Clock::new(n), None, sink);
+                }
+            }
+            Event::Enter(d) => dev[d as usize].tick(d as usize),
+            Event::Op { device, index } => {
+                let d = device as usize;
+                let op = &p.ops[d][index as usize];
+                match &op.kind {
+                    OpKind::Compute(c) => {
+                        dev[d].tick(d);
+                        data_accesses(c, Agent::Device(d), &dev[d], Some(op.site), sink);
+                    }
+                    OpKind::Mark(_) => {}
+                    OpKind::DmaStart(k) => {
+                        let dma = &p.dmas[*k];
+                        if dma.is_remote() && dma.dst.device != d {
+                            let s = Send {
+                                to: dma.dst.device,
+                                site: op.site,
+                                sem: None,
+                                dma: Some(*k),
+                            };
+                            sink.send(&s, &dev[d]);
+                        }
+                        let left = dma.completions().len() as u8;
+                        starts.insert(*k, (dev[d].clone(), left));
+                        dev[d].tick(d);
+                    }
+                    OpKind::Signal { sem, inc, set } => {
+                        let slot = sem.device * sems + sem.sem;
+                        if sem.device != d && p.layout.sems[sem.sem].kind != SemKind::Barrier {
+                            let s = Send {
+                                to: sem.device,
+                                site: op.site,
+                                sem: Some(slot),
+                                dma: None,
+                            };
+                            sink.send(&s, &dev[d]);
+                        }
+                        let c = Credit {
+                            slot,
+                            amount: *inc,
+                            comp: dev[d].device(sem.device),
+                            set: *set,
+                            atomic: true,
+                            dma: None,
+                            site: Some(op.site),
+                            at,
+                        };
+                        rel.credit(c, &dev[d], sink);
+                        dev[d].tick(d);
+                    }
+                    OpKind::Wait {
+                        sem, amount, why, ..
+                    } => {
+                        let slot = sem.device * sems + sem.sem;
+                        match &orders.joins[waits] {
+                            Join::All => {
+                                if let Some(c) = rel.all.get(&slot) {
+                                    dev[d].join(c);
+                                }
+                            }
+                            Join::Nothing => {}
+                            Join::Some(ids) => {
+                                for id in ids {
+                                    if let Some(c) = rel.kept.get(id) {
+                                        dev[d].join(c);
+                                    }
+                                }
+                            }
+                        }
+                        dev[d].tick(d);
+                        let w = Wait {
+                            slot,
+                            device: d,
+                            amount: *amount,
+                            decrement: *why != crate::device_sim::program::WaitKind::Signal,
+                            pos: dev[d].device(d),
+                            at,
+                            site: op.site,
+                        };
+                        sink.wait(waits, &w, &dev[d]);
+                        waits += 1;
+                    }
+                }
+            }
+            Event::Complete { dma: k, side } => {
+                let k = k as usize;
+                let dma = &p.dmas[k];
+                let Some((start, left)) = starts.get_mut(&k) else {
+                    continue;
+                };
+                *left -= 1;
+                if let Some(v) = dma.reads_until(side) {
+                    sink.access(Agent::Dma(k, side), &v, false, start, None);
+                }
+                if let Some(v) = dma.writes_until(side) {
+                    sink.access(Agent::Dma(k, side), &v, true, start, None);
+                }
+                let done = *left == 0;
+                if let Some(s) = dma.credits(side) {
+                    let c = Credit {
+                        slot: s.device * sems + s.sem,
+                        amount: dma.bytes,
+                        comp: start.device(s.device),
+                        set: false,
+                        atomic: false,
+                        dma: Some((k, side)),
+                        site: None,
+                        at,
+                    };
+                    let clock = start.clone();
+                    rel.credit(c, &clock, sink);
+                }
+                if done {
+                    starts.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+/// The clocks of the credits so far: joined per semaphore, and kept one by one for
+/// the credits some wait joins individually.
+#[derive(Default)]
+struct Released {
+    devices: usize,
+    keep: HashSet<usize>,
+    all: HashMap<usize, Clock>,
+    kept: HashMap<usize, Clock>,
+    next: usize,
+}
+
+impl Released {
+    fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
+        self.all
+            .entry(c.slot)
+            .or_insert_with(|| Clock::new(self.devices))
+            .join(clock);
+        if self.keep.contains(&self.next) {
+            self.kept.insert(self.next, clock.clone());
+        }
+        sink.credit(self.next, &c);
+        self.next += 1;
+    }
+}
+
+/// The reads and writes of a device's data op.
+fn data_accesses(
+    op: &DataOp,
+    agent: Agent,
+    clock: &Clock,
+    site: Option<OpSite>,
+    sink: &mut dyn Sink,
+) {
+    let (reads, writes) = op.reads_writes();
+    if let Some(v) = reads {
+        sink.access(agent, &v, false, clock, site);
+    }
+    sink.access(agent, &writes, true, clock, site);
+}
+
+/// The number of waits in `log` (every wait op a device passed).
+pub fn count_waits(p: &Program, log: &[Event]) -> usize {
+    log.iter()
+        .filter(|e| match **e {
+            Event::Op { device, index } => matches!(
+                p.ops[device as usize][index as usize].kind,
+                OpKind::Wait { .. }
+            ),
+            _ => false,
+        })
+        .count()
+}

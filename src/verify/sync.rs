@@ -1,0 +1,226 @@
+//! Which credits a wait is ordered after, in every schedule, not only the one that ran.
+//!
+//! A wait on semaphore S that has consumed C in all (its own amount and those of the
+//! waits on S before it) is ordered after S's credits only when it could not have
+//! passed without them. The credits that can reach S before the wait, in some schedule,
+//! are those not ordered after the wait by happens-before; call their total T. DMA bytes
+//! land piece by piece, so a DMA's credit is certain only when T <= C (then every one
+//! of them is); a signal lands whole, so it is certain when the others alone fall short
+//! of C. Happens-before itself depends on these answers, so they are computed as a
+//! fixpoint: start from "every wait is ordered after every credit before it in this
+//! run" and drop what the rule does not support until nothing changes. What remains is
+//! sound: a wait that broke its answer in some execution would need an earlier one that
+//! broke its own first.
+
+use super::hb::{count_waits, replay, Credit, Join, Orders, Sink, Wait};
+use super::log::Event;
+use super::Clock;
+use crate::device_sim::program::Program;
+use std::collections::HashMap;
+
+/// Credits and waits of one replay.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Every credit, by id.
+    pub credits: Vec<Credit>,
+    /// Every wait, by ordinal.
+    pub waits: Vec<Wait>,
+}
+
+impl Sink for Facts {
+    fn credit(&mut self, _id: usize, c: &Credit) {
+        self.credits.push(c.clone());
+    }
+
+    fn wait(&mut self, _ordinal: usize, w: &Wait, _clock: &Clock) {
+        self.waits.push(w.clone());
+    }
+}
+
+/// Per semaphore slot: its credits sorted by `comp`, with running totals.
+struct SlotCredits {
+    /// Credit ids, by increasing `comp`.
+    ids: Vec<usize>,
+    /// `comps[i]` = comp of `ids[i]`.
+    comps: Vec<u32>,
+    /// Prefix sums of amounts and of `set` credits (one longer than `ids`).
+    total: Vec<u64>,
+    sets: Vec<usize>,
+    /// Largest amount of a whole-landing credit.
+    max_atomic: u64,
+}
+
+impl Facts {
+    fn by_slot(&self) -> HashMap<usize, SlotCredits> {
+        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (id, c) in self.credits.iter().enumerate() {
+            m.entry(c.slot).or_default().push(id);
+        }
+        m.into_iter()
+            .map(|(slot, mut ids)| {
+                ids.sort_by_key(|&i| self.credits[i].comp);
+                let mut total = vec![0];
+                let mut sets = vec![0];
+                let mut max_atomic = 0;
+                for &i in &ids {
+                    let c = &self.credits[i];
+                    total.push(total.last().unwrap_or(&0) + c.amount);
+                    sets.push(sets.last().unwrap_or(&0) + usize::from(c.set));
+                    if c.atomic {
+                        max_atomic = max_atomic.max(c.amount);
+                    }
+                }
+                let comps = ids.iter().map(|&i| self.credits[i].comp).collect();
+                (
+                    slot,
+                    SlotCredits {
+                        ids,
+                        comps,
+                        total,
+                        sets,
+                        max_atomic,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The credits that can reach wait `w`'s semaphore before it in some schedule.
+    pub fn candidates<'a>(&'a self, w: &'a Wait) -> impl Iterator<Item = usize> + 'a {
+        self.credits
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| c.slot == w.slot && c.comp < w.pos)
+            .map(|(i, _)| i)
+    }
+
+    /// What each wait is ordered after, given the happens-before these facts came from.
+    fn decide(&self) -> Orders {
+        let slots = self.by_slot();
+        let mut consumed: HashMap<usize, u64> = HashMap::new();
+        let joins = self
+            .waits
+            .iter()
+            .map(|w| {
+                let need = if w.decrement {
+                    let c = consumed.entry(w.slot).or_default();
+                    *c += w.amount;
+                    *c
+                } else {
+                    w.amount
+                };
+                let Some(s) = slots.get(&w.slot) else {
+                    return Join::Nothing;
+                };
+                let k = s.comps.partition_point(|&c| c < w.pos);
+                let (total, sets) = (s.total[k], s.sets[k]);
+                if sets > 0 {
+                    // A `Set` can replace any value: no credit is certain.
+                    return Join::Nothing;
+                }
+                if total <= need {
+                    return Join::All;
+                }
+                let slack = total - need;
+                if s.max_atomic <= slack {
+                    return Join::Nothing;
+                }
+                let mut forced: Vec<usize> = s.ids[..k]
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        let c = &self.credits[i];
+                        c.atomic && c.amount > slack && c.at < w.at
+                    })
+                    .collect();
+                forced.sort_unstable();
+                if forced.is_empty() {
+                    Join::Nothing
+                } else {
+                    Join::Some(forced)
+                }
+            })
+            .collect();
+        Orders { joins }
+    }
+
+    /// For each credit id, the decrementing wait (ordinal) that consumed its last unit
+    /// in this run, first in, first out.
+    pub fn consumers(&self) -> HashMap<usize, usize> {
+        let mut queues: HashMap<usize, std::collections::VecDeque<(usize, u64)>> = HashMap::new();
+        let mut out = HashMap::new();
+        let (mut ci, mut wi) = (0, 0);
+        while ci < self.credits.len() || wi < self.waits.len() {
+            let credit_first = match (self.credits.get(ci), self.waits.get(wi)) {
+                (Some(c), Some(w)) => c.at < w.at,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            if credit_first {
+                let c = &self.credits[ci];
+                queues.entry(c.slot).or_default().push_back((ci, c.amount));
+                ci += 1;
+                continue;
+            }
+            let w = &self.waits[wi];
+            if w.decrement {
+                let q = queues.entry(w.slot).or_default();
+                let mut left = w.amount;
+                while left > 0 {
+                    let Some(front) = q.front_mut() else { break };
+                    let take = front.1.min(left);
+                    front.1 -= take;
+                    left -= take;
+                    if front.1 == 0 {
+                        out.insert(front.0, wi);
+                        q.pop_front();
+                    }
+                }
+            }
+            wi += 1;
+        }
+        out
+    }
+}
+
+impl Orders {
+    /// What both `self` and `prev` order (the fixpoint only ever drops edges).
+    fn meet(self, prev: &Orders) -> Orders {
+        let joins = self
+            .joins
+            .into_iter()
+            .zip(&prev.joins)
+            .map(|(a, b)| match (a, b) {
+                (_, Join::Nothing) | (Join::Nothing, _) => Join::Nothing,
+                (a, Join::All) => a,
+                (Join::All, b) => b.clone(),
+                (Join::Some(x), Join::Some(y)) => {
+                    let both: Vec<usize> = x.into_iter().filter(|i| y.contains(i)).collect();
+                    if both.is_empty() {
+                        Join::Nothing
+                    } else {
+                        Join::Some(both)
+                    }
+                }
+            })
+            .collect();
+        Orders { joins }
+    }
+}
+
+/// The fixpoint: what every wait of the run in `log` is ordered after, and the facts of
+/// the last replay (which happened under those orders).
+pub fn orders(p: &Program, log: &[Event]) -> (Orders, Facts) {
+    let mut orders = Orders {
+        joins: vec![Join::All; count_waits(p, log)],
+    };
+    loop {
+        let mut facts = Facts::default();
+        replay(p, log, &orders, &mut facts);
+        let next = facts.decide().meet(&orders);
+        if next == orders {
+            return (orders, facts);
+        }
+        orders = next;
+    }
+}
