@@ -124,6 +124,26 @@ pub trait Sink {
     fn send(&mut self, _s: &Send, _clock: &Clock) {}
 }
 
+/// Two sinks fed by one replay.
+impl<A: Sink, B: Sink> Sink for (A, B) {
+    fn credit(&mut self, id: usize, c: &Credit) {
+        self.0.credit(id, c);
+        self.1.credit(id, c);
+    }
+    fn wait(&mut self, ordinal: usize, w: &Wait, clock: &Clock) {
+        self.0.wait(ordinal, w, clock);
+        self.1.wait(ordinal, w, clock);
+    }
+    fn access(&mut self, agent: Agent, v: &View, write: bool, clock: &Clock, site: Option<OpSite>) {
+        self.0.access(agent, v, write, clock, site);
+        self.1.access(agent, v, write, clock, site);
+    }
+    fn send(&mut self, s: &Send, clock: &Clock) {
+        self.0.send(s, clock);
+        self.1.send(s, clock);
+    }
+}
+
 /// Replays `log` under `orders`, telling `sink` every credit, wait, access and send.
 pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) {
     let n = p.devices;

@@ -11,7 +11,7 @@ mod sync;
 
 pub use clock::Clock;
 pub use log::{Event, EventLog};
-pub use race::{EarlySend, Race, RaceChecker, RaceSide, SharedSemaphore};
+pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
 
 use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
@@ -138,11 +138,9 @@ pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
     let mut log = EventLog::new(program.devices);
     let mut policy = spec.policy();
     let result = schedule_observed(program, policy.as_mut(), &mut log);
-    let (orders, facts) = sync::orders(program, &log.events);
-    let mut checker = RaceChecker::new(program, &orders, &facts);
-    hb::replay(program, &log.events, &orders, &mut checker);
-    let mut problems: Vec<Problem> = checker.early.into_iter().map(Problem::Early).collect();
-    problems.extend(checker.races.into_iter().map(Problem::Race));
+    let found = sync::check(program, &log.events);
+    let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
+    problems.extend(found.races.into_iter().map(Problem::Race));
     match result {
         Ok(_) => {}
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),

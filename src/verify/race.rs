@@ -13,7 +13,6 @@ use super::hb::{Agent, Credit, Join, Orders, Send, Sink, Wait};
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
-use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -185,49 +184,116 @@ impl fmt::Display for EarlySend {
     }
 }
 
+/// Two unordered accesses, as found (turned into a [`Race`] by [`RaceChecker::finish`]).
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    view: View,
+    first: Access,
+    second: Access,
+}
+
 /// The race checker: a [`Sink`] for a replay under the orders of the fixpoint.
 pub struct RaceChecker<'a> {
     p: &'a Program,
     orders: &'a Orders,
-    facts: &'a Facts,
+    /// Per credit id: the DMA side it is, if any.
+    credit_dma: Vec<Option<DmaSide>>,
     /// Per DMA side: (device, position) of the waits ordered after its completion.
     joined: HashMap<(usize, Completion), Vec<(usize, u32)>>,
     /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
     since_all: HashMap<usize, Vec<(usize, Completion)>>,
     shadow: Vec<Vec<Access>>,
-    /// Per DMA side: its credit id and the wait that consumed it (built on first use).
-    consumed: OnceCell<HashMap<DmaSide, (usize, Option<usize>)>>,
-    /// Races found, in order.
-    pub races: Vec<Race>,
+    found: Vec<Found>,
     /// Entry-rule violations found, in order (one per kernel line).
+    early: Vec<EarlySend>,
+}
+
+/// True when access `a` happened before `c`: a device's access through its component, a
+/// DMA side's through a wait ordered after its completion (`joined`).
+fn ordered(joined: &HashMap<DmaSide, Vec<(usize, u32)>>, a: &Access, c: &Clock) -> bool {
+    match a.agent {
+        Agent::Device(q) => c.device(q) >= a.time,
+        Agent::Dma(k, side) => joined
+            .get(&(k, side))
+            .is_some_and(|w| w.iter().any(|&(d, pos)| c.device(d) >= pos)),
+    }
+}
+
+/// What [`RaceChecker::finish`] reports.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Races, in the order found.
+    pub races: Vec<Race>,
+    /// Entry-rule violations, in order (one per kernel line).
     pub early: Vec<EarlySend>,
 }
 
+/// The explanations a finished replay can give: its facts, and per DMA side its credit
+/// id and the wait that consumed it.
+struct Explain<'f> {
+    facts: &'f Facts,
+    consumed: HashMap<DmaSide, (usize, Option<usize>)>,
+}
+
 impl<'a> RaceChecker<'a> {
-    /// A checker for `p`, whose waits are ordered as `orders` says (`facts`: the replay
-    /// those orders came from, to explain races).
-    pub fn new(p: &'a Program, orders: &'a Orders, facts: &'a Facts) -> Self {
+    /// A checker for `p`, whose waits are ordered as `orders` says.
+    pub fn new(p: &'a Program, orders: &'a Orders) -> Self {
         Self {
             p,
             orders,
-            facts,
+            credit_dma: Vec::new(),
             joined: HashMap::new(),
             since_all: HashMap::new(),
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
-            consumed: OnceCell::new(),
-            races: Vec::new(),
+            found: Vec::new(),
             early: Vec::new(),
         }
     }
 
-    fn ordered(&self, a: &Access, c: &Clock) -> bool {
-        match a.agent {
-            Agent::Device(q) => c.device(q) >= a.time,
-            Agent::Dma(k, side) => self
-                .joined
-                .get(&(k, side))
-                .is_some_and(|w| w.iter().any(|&(d, pos)| c.device(d) >= pos)),
+    /// The races and entry violations, explained with `facts` (the credits and waits of
+    /// the same replay).
+    pub fn finish(self, facts: &Facts) -> Findings {
+        let explain = (!self.found.is_empty()).then(|| {
+            let by = facts.consumers();
+            Explain {
+                facts,
+                consumed: facts
+                    .credits
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(id, c)| Some((c.dma?, (id, by.get(&id).copied()))))
+                    .collect(),
+            }
+        });
+        let races = self
+            .found
+            .iter()
+            .map(|f| {
+                let shared = explain.as_ref().and_then(|e| {
+                    self.shared_semaphore(e, f.first.agent)
+                        .or_else(|| self.shared_semaphore(e, f.second.agent))
+                });
+                Race {
+                    alloc: self.p.layout.allocs[f.view.alloc].name.clone(),
+                    device: f.view.device,
+                    bytes: (
+                        f.first.lo.max(f.second.lo) as u64 * 4,
+                        f.first.hi.min(f.second.hi) as u64 * 4,
+                    ),
+                    first: self.side(&f.first),
+                    second: self.side(&f.second),
+                    shared: shared.map(Box::new),
+                }
+            })
+            .collect();
+        Findings {
+            races,
+            early: self.early,
         }
+    }
+
+    fn ordered(&self, a: &Access, c: &Clock) -> bool {
+        ordered(&self.joined, a, c)
     }
 
     fn dma_actor(&self, k: usize) -> String {
@@ -268,32 +334,23 @@ impl<'a> RaceChecker<'a> {
 
     /// For a DMA side in a race: the wait that consumed its bytes without being ordered
     /// after it, and a credit that could have satisfied that wait instead.
-    fn shared_semaphore(&self, agent: Agent) -> Option<SharedSemaphore> {
+    fn shared_semaphore(&self, e: &Explain, agent: Agent) -> Option<SharedSemaphore> {
         let Agent::Dma(k, side) = agent else {
             return None;
         };
-        let consumed = self.consumed.get_or_init(|| {
-            let by = self.facts.consumers();
-            self.facts
-                .credits
-                .iter()
-                .enumerate()
-                .filter_map(|(id, c)| Some((c.dma?, (id, by.get(&id).copied()))))
-                .collect()
-        });
-        let (id, w_ord) = *consumed.get(&(k, side))?;
+        let (id, w_ord) = *e.consumed.get(&(k, side))?;
         let w_ord = w_ord?;
         match &self.orders.joins[w_ord] {
             Join::All => return None,
             Join::Some(ids) if ids.contains(&id) => return None,
             _ => {}
         }
-        let w: &Wait = &self.facts.waits[w_ord];
-        let others: Vec<usize> = self.facts.candidates(w).filter(|&i| i != id).collect();
+        let w: &Wait = &e.facts.waits[w_ord];
+        let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
             .copied()
-            .find(|&i| self.facts.credits[i].at > w.at)
+            .find(|&i| e.facts.credits[i].at > w.at)
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
             semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
@@ -301,13 +358,14 @@ impl<'a> RaceChecker<'a> {
                 .clone(),
             device: w.device,
             wait: self.p.site(&w.site),
-            instead: self.credit_side(&self.facts.credits[alt]),
+            instead: self.credit_side(&e.facts.credits[alt]),
         })
     }
 }
 
 impl Sink for RaceChecker<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
+        self.credit_dma.push(c.dma);
         if let Some(side) = c.dma {
             self.since_all.entry(c.slot).or_default().push(side);
         }
@@ -323,7 +381,7 @@ impl Sink for RaceChecker<'_> {
             }
             Join::Some(ids) => {
                 for &id in ids {
-                    if let Some(side) = self.facts.credits[id].dma {
+                    if let Some(side) = self.credit_dma[id] {
                         self.joined.entry(side).or_default().push(mark);
                     }
                 }
@@ -356,7 +414,6 @@ impl Sink for RaceChecker<'_> {
             site,
         };
         let slot = view.device * self.p.layout.allocs.len() + view.alloc;
-        let mut found = Vec::new();
         for a in &self.shadow[slot] {
             if a.lo < x.hi
                 && x.lo < a.hi
@@ -364,34 +421,21 @@ impl Sink for RaceChecker<'_> {
                 && a.agent != agent
                 && !self.ordered(a, clock)
             {
-                found.push((*a, x));
+                self.found.push(Found {
+                    view: *view,
+                    first: *a,
+                    second: x,
+                });
             }
-        }
-        for (a, x) in found {
-            let shared = self
-                .shared_semaphore(a.agent)
-                .or_else(|| self.shared_semaphore(x.agent))
-                .map(Box::new);
-            self.races.push(Race {
-                alloc: self.p.layout.allocs[view.alloc].name.clone(),
-                device: view.device,
-                bytes: (a.lo.max(x.lo) as u64 * 4, a.hi.min(x.hi) as u64 * 4),
-                first: self.side(&a),
-                second: self.side(&x),
-                shared,
-            });
         }
         // Accesses covered by this one and ordered before it can no longer race with
         // anything this one does not race with.
-        let shadow = std::mem::take(&mut self.shadow[slot]);
-        let mut kept: Vec<Access> = shadow
-            .into_iter()
-            .filter(|a| {
-                !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && self.ordered(a, clock))
-            })
-            .collect();
-        kept.push(x);
-        self.shadow[slot] = kept;
+        let joined = &self.joined;
+        let shadow = &mut self.shadow[slot];
+        shadow.retain(|a| {
+            !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && ordered(joined, a, clock))
+        });
+        shadow.push(x);
     }
 
     fn send(&mut self, s: &Send, clock: &Clock) {

@@ -14,6 +14,7 @@
 
 use super::hb::{count_waits, replay, Credit, Join, Orders, Sink, Wait};
 use super::log::Event;
+use super::race::{Findings, RaceChecker};
 use super::Clock;
 use crate::device_sim::program::Program;
 use std::collections::HashMap;
@@ -208,18 +209,20 @@ impl Orders {
     }
 }
 
-/// The fixpoint: what every wait of the run in `log` is ordered after, and the facts of
-/// the last replay (which happened under those orders).
-pub fn orders(p: &Program, log: &[Event]) -> (Orders, Facts) {
+/// The fixpoint over the run in `log`: what every wait is ordered after, and the races
+/// and entry violations of the replay under those orders (each replay checks as it
+/// goes, so a run whose first guess holds is replayed once).
+pub fn check(p: &Program, log: &[Event]) -> Findings {
     let mut orders = Orders {
         joins: vec![Join::All; count_waits(p, log)],
     };
     loop {
-        let mut facts = Facts::default();
-        replay(p, log, &orders, &mut facts);
+        let mut pass = (Facts::default(), RaceChecker::new(p, &orders));
+        replay(p, log, &orders, &mut pass);
+        let (facts, checker) = pass;
         let next = facts.decide().meet(&orders);
         if next == orders {
-            return (orders, facts);
+            return checker.finish(&facts);
         }
         orders = next;
     }
