@@ -332,25 +332,31 @@ fn bench_sweeps_sizes_checks_results_and_writes_json() {
     }
 }
 
+/// `tpusim run ARGS --dtype i32 --schedule S --backend B`.
+fn run_variant(args: &[&str], schedule: &str, backend: &str) -> (i32, String, String) {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.extend([
+        "--dtype",
+        "i32",
+        "--schedule",
+        schedule,
+        "--backend",
+        backend,
+    ]);
+    tpusim(&all)
+}
+
 #[test]
 fn a_racy_variant_gives_wrong_numbers_only_under_some_schedules() {
     // The race the checker reports (psum without its capacity handshake) is silent under
     // the eager schedule and corrupts the sum when DMAs stay in flight: exit 1.
     let run = |schedule: &str, backend: &str| {
-        tpusim(&[
-            "run",
-            "psum",
-            "--variant",
-            "no-capacity-sem",
-            "-p",
-            "3",
-            "--dtype",
-            "i32",
-            "--schedule",
+        run_variant(
+            &["psum", "--variant", "no-capacity-sem", "-p", "3"],
             schedule,
-            "--backend",
             backend,
-        ])
+        )
     };
     let (code, out, err) = run("eager", "cpu");
     assert_eq!(code, 0, "{out}{err}");
@@ -367,18 +373,11 @@ fn a_racy_variant_gives_wrong_numbers_only_under_some_schedules() {
     // back (lazy), a wait takes the next step's bytes and a device forwards a block
     // before it has landed.
     let shared = |schedule: &str, backend: &str| {
-        tpusim(&[
-            "run",
-            "all_gather",
-            "--variant",
-            "shared-recv-sem",
-            "--dtype",
-            "i32",
-            "--schedule",
+        run_variant(
+            &["all_gather", "--variant", "shared-recv-sem"],
             schedule,
-            "--backend",
             backend,
-        ])
+        )
     };
     let (code, out, err) = shared("eager", "cpu");
     assert_eq!(code, 0, "{out}{err}");

@@ -75,23 +75,26 @@ fn the_new_variants_are_found_by_every_check_whatever_the_seed() {
     }
 }
 
-#[test]
-fn a_shared_receive_semaphore_race_names_the_other_dma() {
-    let v = variants()
-        .into_iter()
-        .find(|v| v.name == "shared-recv-sem")
-        .unwrap();
+/// The first race `check` finds in variant `name` at P = 4 under `spec`, with the report.
+fn first_race(name: &str, spec: ScheduleSpec) -> (tpusim::verify::Race, String) {
+    let v = variants().into_iter().find(|v| v.name == name).unwrap();
     let mesh = Mesh::new(4, "x").unwrap();
     let call = v.call(&mesh, &[8, 128], DType::I32).unwrap();
-    let r = check(&call, &mesh, &[ScheduleSpec::Eager]).unwrap();
-    let Problem::Race(race) = &r.findings[0].problem else {
-        panic!("{:?}", r.kinds())
-    };
+    let r = check(&call, &mesh, &[spec]).unwrap();
+    assert_eq!(r.findings[0].schedule, Some(spec));
+    match &r.findings[0].problem {
+        Problem::Race(race) => (race.clone(), r.findings[0].problem.to_string()),
+        _ => panic!("{:?}", r.kinds()),
+    }
+}
+
+#[test]
+fn a_shared_receive_semaphore_race_names_the_other_dma() {
+    let (race, shown) = first_race("shared-recv-sem", ScheduleSpec::Eager);
     assert_eq!(race.alloc, "out_ref");
     let shared = race.shared.as_ref().expect("the shared semaphore is named");
     assert_eq!(shared.semaphore, "recv_sem");
     assert!(shared.instead.actor.starts_with("DMA device"), "{shared:?}");
-    let shown = r.findings[0].problem.to_string();
     assert!(shown.contains("can satisfy it as well"), "{shown}");
     assert!(shown.contains("all_gather.rs"), "{shown}");
 }
@@ -119,23 +122,13 @@ fn seed_kernels_are_clean_under_1000_schedules() {
 
 #[test]
 fn no_capacity_race_names_both_sides() {
-    let v = variants()
-        .into_iter()
-        .find(|v| v.name == "no-capacity-sem")
-        .unwrap();
-    let mesh = Mesh::new(4, "x").unwrap();
-    let call = v.call(&mesh, &[8, 128], DType::F32).unwrap();
-    let r = check(&call, &mesh, &[ScheduleSpec::Lazy]).unwrap();
-    let Problem::Race(race) = &r.findings[0].problem else {
-        panic!("{:?}", r.kinds())
-    };
+    let (race, _) = first_race("no-capacity-sem", ScheduleSpec::Lazy);
     assert_eq!(race.alloc, "hbm_buf");
     for side in [&race.first, &race.second] {
         let site = side.site.as_ref().expect("a DMA side names its start");
         assert!(site.location.contains("psum.rs"), "{site}");
     }
     assert!(race.first.access == "write" || race.second.access == "write");
-    assert_eq!(r.findings[0].schedule, Some(ScheduleSpec::Lazy));
 }
 
 /// A local DMA whose source is overwritten by compute before (`early`) or after the

@@ -46,18 +46,15 @@ pub fn variants() -> Vec<Variant> {
             summary: "the capacity-semaphore handshake removed: a fast device overwrites its neighbour's buffer while it is read (race)",
             expect: ProblemKind::Race,
             build: |mesh, shard, dtype| {
-                Ok(PallasCall::new("psum", psum::spec(mesh.size(), shard, dtype), |pl, a| {
-                    psum::psum_kernel_with(
-                        pl,
-                        ReduceOp::Sum,
-                        Handshakes {
-                            capacity: false,
-                            ..Handshakes::SEED
-                        },
-                        [a.r(0), a.r(1), a.r(2), a.r(7)],
-                        [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
-                    )
-                }))
+                psum_without(
+                    Handshakes {
+                        capacity: false,
+                        ..Handshakes::SEED
+                    },
+                    mesh,
+                    shard,
+                    dtype,
+                )
             },
         },
         Variant {
@@ -66,18 +63,15 @@ pub fn variants() -> Vec<Variant> {
             summary: "the neighbour barrier at entry removed: the first signal and DMA can reach a neighbour that has not entered the kernel (sent before entry)",
             expect: ProblemKind::SendBeforeEntry,
             build: |mesh, shard, dtype| {
-                Ok(PallasCall::new("psum", psum::spec(mesh.size(), shard, dtype), |pl, a| {
-                    psum::psum_kernel_with(
-                        pl,
-                        ReduceOp::Sum,
-                        Handshakes {
-                            barrier: false,
-                            ..Handshakes::SEED
-                        },
-                        [a.r(0), a.r(1), a.r(2), a.r(7)],
-                        [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
-                    )
-                }))
+                psum_without(
+                    Handshakes {
+                        barrier: false,
+                        ..Handshakes::SEED
+                    },
+                    mesh,
+                    shard,
+                    dtype,
+                )
             },
         },
         Variant {
@@ -148,6 +142,20 @@ pub fn variants() -> Vec<Variant> {
             },
         },
     ]
+}
+
+/// The seed's psum with only the handshakes in `h`.
+fn psum_without(h: Handshakes, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+    let spec = psum::spec(mesh.size(), shard, dtype);
+    Ok(PallasCall::new("psum", spec, move |pl, a| {
+        psum::psum_kernel_with(
+            pl,
+            ReduceOp::Sum,
+            h,
+            [a.r(0), a.r(1), a.r(2), a.r(7)],
+            [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
+        )
+    }))
 }
 
 /// The variant `name` of `collective`, or an error listing the ones that exist.

@@ -19,6 +19,17 @@ pub enum Join {
     Some(Vec<usize>),
 }
 
+impl Join {
+    /// Exactly `ids` (none: [`Join::Nothing`]).
+    pub fn of(ids: Vec<usize>) -> Join {
+        if ids.is_empty() {
+            Join::Nothing
+        } else {
+            Join::Some(ids)
+        }
+    }
+}
+
 /// One [`Join`] per wait of the run, by the wait's ordinal (its rank among the run's waits).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Orders {

@@ -135,11 +135,7 @@ impl Facts {
                     })
                     .collect();
                 forced.sort_unstable();
-                if forced.is_empty() {
-                    Join::Nothing
-                } else {
-                    Join::Some(forced)
-                }
+                Join::of(forced)
             })
             .collect();
         Orders { joins }
@@ -196,12 +192,7 @@ impl Orders {
                 (a, Join::All) => a,
                 (Join::All, b) => b.clone(),
                 (Join::Some(x), Join::Some(y)) => {
-                    let both: Vec<usize> = x.into_iter().filter(|i| y.contains(i)).collect();
-                    if both.is_empty() {
-                        Join::Nothing
-                    } else {
-                        Join::Some(both)
-                    }
+                    Join::of(x.into_iter().filter(|i| y.contains(i)).collect())
                 }
             })
             .collect();
