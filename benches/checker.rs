@@ -20,9 +20,18 @@ fn main() {
         ("ring_allreduce_push", 32, 50),
     ] {
         let mesh = Mesh::new(p, "x").expect("mesh");
-        let c = collectives::by_name(name).expect("collective");
+        let c = collectives::Registry::builtin()
+            .by_name(name)
+            .expect("collective");
         let program = c
-            .call(&mesh, &collectives::default_shape(name, p), DType::F32)
+            .call(
+                &mesh,
+                &collectives::Registry::builtin()
+                    .by_name(name)
+                    .unwrap()
+                    .default_shape(p),
+                DType::F32,
+            )
             .and_then(|call| call.lower(&mesh))
             .expect("lower");
         let specs = ScheduleSpec::check_set(p, n, 0);

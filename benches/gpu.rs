@@ -15,7 +15,9 @@ use tpusim::{DType, Mesh};
 /// in one submission, and end to end (one submission and wait per iteration).
 fn small(gpu: &GpuExecutor, name: &str, shape: &[usize], iters: usize) -> (f64, f64, usize) {
     let mesh = Mesh::new(4, "x").expect("mesh");
-    let c = collectives::by_name(name).expect("collective");
+    let c = collectives::Registry::builtin()
+        .by_name(name)
+        .expect("collective");
     let program = c
         .call(&mesh, shape, DType::F32)
         .and_then(|k| k.lower(&mesh))
@@ -82,14 +84,9 @@ fn main() {
         schedule: tpusim::device_sim::ScheduleSpec::Eager,
     };
     println!("{}", header());
-    for c in collectives::all() {
-        for row in sweep(
-            c.as_ref(),
-            &cfg,
-            Some(&gpu),
-            &mut |_: tpusim::bench::Progress| {},
-        )
-        .expect("sweep")
+    for c in collectives::Registry::builtin().iter() {
+        for row in
+            sweep(c.as_ref(), &cfg, &gpu, &mut |_: tpusim::bench::Progress| {}).expect("sweep")
         {
             println!("{}", line(&row));
         }
@@ -108,14 +105,11 @@ fn main() {
         };
         println!("{}", header());
         for name in ["psum", "ring_allreduce_push"] {
-            let c = collectives::by_name(name).expect("collective");
-            for row in sweep(
-                c.as_ref(),
-                &big,
-                Some(&gpu),
-                &mut |_: tpusim::bench::Progress| {},
-            )
-            .expect("sweep")
+            let c = collectives::Registry::builtin()
+                .by_name(name)
+                .expect("collective");
+            for row in
+                sweep(c.as_ref(), &big, &gpu, &mut |_: tpusim::bench::Progress| {}).expect("sweep")
             {
                 println!("{}", line(&row));
             }

@@ -11,11 +11,11 @@ fn main() {
         "{:<12} {:>5} {:>10} {:>10} {:>10} {:>14}",
         "collective", "P", "ops", "lower_ms", "sched_ms", "ops_per_s"
     );
-    for c in collectives::all() {
+    for c in collectives::Registry::builtin().iter() {
         for p in [4usize, 16, 64, 256] {
             let mesh = Mesh::new(p, "x").expect("mesh");
             let call = c
-                .call(&mesh, &collectives::default_shape(c.name(), p), DType::F32)
+                .call(&mesh, &c.default_shape(p), DType::F32)
                 .expect("call");
             let t0 = Instant::now();
             let program = call.lower(&mesh).expect("lower");

@@ -28,7 +28,13 @@ fn main() -> tpusim::Result<()> {
         .dma_sem("send_sem")
         .dma_sem("recv_sem");
     let call = PallasCall::new("left_shift", spec, |pl, a| {
-        left_shift_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3))
+        left_shift_kernel(
+            pl,
+            a.r("x_ref"),
+            a.r("y_ref"),
+            a.sem("send_sem"),
+            a.sem("recv_sem"),
+        )
     });
 
     let inputs = random_inputs(&call.lower(&mesh)?, 0)?;

@@ -4,16 +4,13 @@
 //! size, so a sweep does not reallocate per size.
 
 use crate::array::DType;
-use crate::collectives::{self, random_inputs, Collective};
+use crate::collectives::{random_inputs, Collective};
 use crate::device_sim::{schedule, ScheduleSpec};
 use crate::error::{Error, Result};
-use crate::exec::cpu::CpuExecutor;
-use crate::exec::gpu::GpuExecutor;
-use crate::exec::Executor;
+use crate::exec::{count_wrong, Executor};
 use crate::mesh::Mesh;
-use crate::model::{bus_factor, Traffic};
+use crate::model::bus_factor;
 use serde_json::{json, Value};
-use std::time::Instant;
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -126,22 +123,6 @@ pub fn sizes(cfg: &BenchConfig) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-/// One device's input shape for `size` bytes of collective `name` at `p` devices, with
-/// the count rounded down to what the algorithm can serve; `None` if nothing fits.
-pub fn bench_shape(name: &str, p: usize, size: u64, dtype: DType) -> Option<Vec<usize>> {
-    let total = (size / dtype.size() as u64) as usize;
-    // Per-device input elements, and the granularity of rows the algorithm needs.
-    let (count, rows_multiple) = match name {
-        "all_gather" => (total / p, 1),
-        "psum_scatter" => (total, 2 * p),
-        "ring_allreduce" | "ring_allreduce_push" => (total, p),
-        _ => (total, 1),
-    };
-    let cols = if count >= 128 * rows_multiple { 128 } else { 1 };
-    let rows = count / cols / rows_multiple * rows_multiple;
-    (rows > 0).then(|| vec![rows, cols])
-}
-
 /// What a sweep reports as it goes.
 #[derive(Clone, Copy, Debug)]
 pub enum Progress<'a> {
@@ -151,25 +132,26 @@ pub enum Progress<'a> {
     Skipped(&'a str),
 }
 
-/// Runs the sweep of `c`, on the GPU when `gpu` is given, else on the CPU executor.
-/// `progress` hears about each size before it runs, and about sizes it skips.
+/// Runs the sweep of `c` on `exec`. `progress` hears about each size before it runs,
+/// and about sizes it skips.
 pub fn sweep(
     c: &dyn Collective,
     cfg: &BenchConfig,
-    gpu: Option<&GpuExecutor>,
+    exec: &dyn Executor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
     let mesh = Mesh::new(cfg.devices, "x")?;
     let p = cfg.devices;
     let sizes = sizes(cfg)?;
-    let traffic = Traffic::of(c.name());
-    if let (Some(gpu), Some(&max)) = (gpu, sizes.last()) {
-        // Warm the pool at the largest size so the sweep reuses its buffers.
-        if let Some(shape) = bench_shape(c.name(), p, max, cfg.dtype) {
+    let traffic = c.traffic();
+    if let Some(&max) = sizes.last() {
+        // Warm the executor at the largest size (the GPU pools its buffers).
+        if let Some(shape) = c.bench_shape(p, max, cfg.dtype) {
             let call = c.call(&mesh, &shape, cfg.dtype)?;
             let program = call.lower(&mesh)?;
+            exec.check(&program)?;
             let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
-            drop(gpu.prepare(&program, &sched)?);
+            drop(exec.prepare(&program, &sched)?);
         }
     }
     let mut rows = Vec::new();
@@ -181,7 +163,7 @@ pub fn sweep(
             c.name(),
             human(size)
         )));
-        let Some(shape) = bench_shape(c.name(), p, size, cfg.dtype) else {
+        let Some(shape) = c.bench_shape(p, size, cfg.dtype) else {
             progress(Progress::Skipped(&format!(
                 "{} {}: too small to split over P={p} devices",
                 c.name(),
@@ -192,63 +174,32 @@ pub fn sweep(
         let count: usize = shape.iter().product();
         let call = c.call(&mesh, &shape, cfg.dtype)?;
         let program = call.lower(&mesh)?;
+        exec.check(&program)?;
         let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
-        if let Some(gpu) = gpu {
-            gpu.check(&program)?;
-        }
         let inputs = random_inputs(&program, size)?;
         let expected = if cfg.checks > 0 {
             Some(c.reference(&inputs)?)
         } else {
             None
         };
-        let count_wrong = |got: &[Vec<crate::HostArray>]| -> usize {
-            let Some(exp) = &expected else { return 0 };
-            got.iter()
-                .zip(exp)
-                .map(|(g, e)| {
-                    g.iter()
-                        .zip(e)
-                        .map(|(ga, ea)| ga.count_mismatches(ea, c.tolerance()))
-                        .sum::<usize>()
-                })
-                .sum()
-        };
         let mut wrong = 0;
-        let (seconds, copy_bw) = match gpu {
-            Some(gpu) => {
-                let run = gpu.prepare(&program, &sched)?;
-                run.upload(&inputs)?;
-                if cfg.warmup > 0 {
-                    run.run(cfg.warmup)?;
-                }
-                let t = run.run(cfg.iters.max(1))?;
-                for _ in 0..cfg.checks {
-                    run.run(1)?;
-                    wrong += count_wrong(&run.read_outputs()?);
-                }
-                drop(run);
-                let shard_bytes = (count * cfg.dtype.size()) as u64;
-                let bw = gpu.copy_bandwidth(shard_bytes, 5)?;
-                (t.as_secs_f64() / cfg.iters.max(1) as f64, Some(bw))
+        let mut run = exec.prepare(&program, &sched)?;
+        run.upload(&inputs)?;
+        if cfg.warmup > 0 {
+            run.run(cfg.warmup)?;
+        }
+        let iters = cfg.iters.max(1);
+        let seconds = run.run(iters)?.as_secs_f64() / iters as f64;
+        if let Some(want) = &expected {
+            for _ in 0..cfg.checks {
+                run.run(1)?;
+                wrong += count_wrong(&run.read_outputs()?, want, c.tolerance());
             }
-            None => {
-                let mut cpu = CpuExecutor::new();
-                for _ in 0..cfg.warmup {
-                    cpu.execute(&program, &sched, &inputs)?;
-                }
-                let t = Instant::now();
-                for _ in 0..cfg.iters.max(1) {
-                    cpu.execute(&program, &sched, &inputs)?;
-                }
-                let s = t.elapsed().as_secs_f64() / cfg.iters.max(1) as f64;
-                for _ in 0..cfg.checks {
-                    wrong += count_wrong(&cpu.execute(&program, &sched, &inputs)?);
-                }
-                (s, None)
-            }
-        };
-        let measured = traffic.size(p, (count * cfg.dtype.size()) as u64);
+        }
+        drop(run);
+        let shard_bytes = (count * cfg.dtype.size()) as u64;
+        let copy_bw = exec.copy_bandwidth(shard_bytes)?;
+        let measured = traffic.size(p, shard_bytes);
         let algbw = measured as f64 / seconds;
         rows.push(BenchRow {
             collective: c.name().to_string(),
@@ -306,11 +257,6 @@ pub fn line(r: &BenchRow) -> String {
     )
 }
 
-/// Every collective's name, for `bench all`.
-pub fn all_names() -> Vec<&'static str> {
-    collectives::NAMES.to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,19 +285,12 @@ mod tests {
 
     #[test]
     fn shapes_round_down_to_what_the_algorithm_serves() {
-        assert_eq!(bench_shape("psum", 4, 4096, DType::F32), Some(vec![8, 128]));
-        assert_eq!(
-            bench_shape("psum_scatter", 3, 4096, DType::F32),
-            Some(vec![6, 128])
-        );
-        assert_eq!(
-            bench_shape("all_gather", 4, 4096, DType::F32),
-            Some(vec![2, 128])
-        );
-        assert_eq!(
-            bench_shape("ring_allreduce", 3, 40, DType::F32),
-            Some(vec![9, 1])
-        );
-        assert_eq!(bench_shape("psum_scatter", 8, 32, DType::F32), None);
+        let r = crate::collectives::Registry::builtin();
+        let shape = |name: &str, p, size| r.by_name(name).unwrap().bench_shape(p, size, DType::F32);
+        assert_eq!(shape("psum", 4, 4096), Some(vec![8, 128]));
+        assert_eq!(shape("psum_scatter", 3, 4096), Some(vec![6, 128]));
+        assert_eq!(shape("all_gather", 4, 4096), Some(vec![2, 128]));
+        assert_eq!(shape("ring_allreduce", 3, 40), Some(vec![9, 1]));
+        assert_eq!(shape("psum_scatter", 8, 32), None);
     }
 }

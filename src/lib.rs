@@ -20,7 +20,8 @@
 //! let call = PallasCall::new("left_shift", spec, |pl, a| {
 //!     let n = pl.num_devices();
 //!     let left = (pl.axis_index("x") - 1 + n) % n;
-//!     let dma = pl.make_async_remote_copy(a.r(0), a.r(1), a.sem(2), a.sem(3), left);
+//!     let (x, y) = (a.r("x_ref"), a.r("y_ref"));
+//!     let dma = pl.make_async_remote_copy(x, y, a.sem("send_sem"), a.sem("recv_sem"), left);
 //!     dma.start();
 //!     dma.wait();
 //! });
@@ -34,8 +35,13 @@
 
 #![warn(missing_docs)]
 
+// The command line lives in the library (so a user crate can run it over its own
+// registry) and names the crate as a user would.
+extern crate self as tpusim;
+
 pub mod array;
 pub mod bench;
+pub mod cli;
 pub mod collectives;
 pub mod device_sim;
 pub mod error;
@@ -50,4 +56,4 @@ pub mod verify;
 
 pub use array::{DType, HostArray};
 pub use error::{Error, Result};
-pub use mesh::{DeviceId, Mesh};
+pub use mesh::{DeviceId, Mesh, SignalTarget};

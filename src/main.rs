@@ -1,7 +1,5 @@
-//! The `tpusim` command line: run, check, trace, bench, demo and info (see `src/cli/`).
-
-mod cli;
+//! The `tpusim` command line over the shipped collectives (see `src/cli/`).
 
 fn main() -> std::process::ExitCode {
-    cli::main()
+    tpusim::cli::main_with(tpusim::collectives::Registry::builtin())
 }

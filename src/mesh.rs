@@ -125,6 +125,43 @@ impl From<(i64, i64)> for DeviceId {
     }
 }
 
+/// Where `semaphore_signal` goes: the same device ids `make_async_remote_copy` takes
+/// (`right`, `(x, y)`, a [`DeviceId`]), or `None` for this device.
+pub trait SignalTarget {
+    /// The device id, or `None` for the signalling device itself.
+    fn device_id(self) -> Option<DeviceId>;
+}
+
+impl SignalTarget for Option<DeviceId> {
+    fn device_id(self) -> Option<DeviceId> {
+        self
+    }
+}
+
+impl SignalTarget for DeviceId {
+    fn device_id(self) -> Option<DeviceId> {
+        Some(self)
+    }
+}
+
+impl SignalTarget for i64 {
+    fn device_id(self) -> Option<DeviceId> {
+        Some(self.into())
+    }
+}
+
+impl SignalTarget for (i64,) {
+    fn device_id(self) -> Option<DeviceId> {
+        Some(self.into())
+    }
+}
+
+impl SignalTarget for (i64, i64) {
+    fn device_id(self) -> Option<DeviceId> {
+        Some(self.into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

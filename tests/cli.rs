@@ -62,7 +62,10 @@ fn bad_input_exits_two_with_a_reason() {
         ),
         (vec!["run", "ppermute", "--perm", "0:1,0:2"], "source twice"),
         (vec!["run", "ppermute", "--perm", "0:9"], "outside the mesh"),
-        (vec!["run", "psum_scatter", "-p", "3"], "not divisible by 3"),
+        (
+            vec!["run", "psum_scatter", "-p", "3", "--shape", "8x128"],
+            "not divisible by 3",
+        ),
         (
             vec!["run", "psum_scatter", "-p", "4", "--shape", "12x4"],
             "must be even",
@@ -83,6 +86,18 @@ fn bad_input_exits_two_with_a_reason() {
         let (code, out, err) = tpusim(&args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
         assert!(err.contains(reason), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn every_collective_runs_at_any_p_without_a_shape() {
+    for name in tpusim::collectives::Registry::builtin().names() {
+        for p in [1, 2, 3, 4, 5, 6, 7, 8, 16] {
+            let ps = p.to_string();
+            let (code, out, err) = tpusim(&["run", name, "-p", &ps, "--backend", "cpu"]);
+            assert_eq!(code, 0, "{name} -p {p}: {out}{err}");
+            assert!(out.contains(": 0 wrong of"), "{out}");
+        }
     }
 }
 

@@ -13,21 +13,18 @@ use tpusim::{DType, Mesh};
 const PS: [usize; 7] = [1, 2, 3, 4, 5, 8, 16];
 const SHAPES: [&[usize]; 3] = [&[8, 128], &[3, 5], &[2, 3, 7]];
 
-/// Shapes each collective can serve at `p` (psum_scatter: (P·R)xC with R even; the
-/// rings: a multiple of P elements).
-fn shapes_for(name: &str, p: usize) -> Vec<Vec<usize>> {
-    match name {
-        "psum_scatter" => vec![vec![2 * p, 128], vec![4 * p, 3]],
-        "ring_allreduce" | "ring_allreduce_push" => {
-            vec![vec![p, 128], vec![3 * p, 5], vec![p, 2, 3]]
-        }
-        _ => SHAPES.iter().map(|s| s.to_vec()).collect(),
+/// Shapes `c` can serve at `p`, from its own rule for the leading dimension
+/// (psum_scatter: a multiple of 2P rows; the rings: of P).
+fn shapes_for(c: &dyn Collective, p: usize) -> Vec<Vec<usize>> {
+    match c.rows_multiple(p) {
+        1 => SHAPES.iter().map(|s| s.to_vec()).collect(),
+        m => vec![c.default_shape(p), vec![2 * m, 3], vec![3 * m, 5]],
     }
 }
 
 fn check(c: &dyn Collective, exec: &mut dyn Executor) {
     for p in PS {
-        for shape in shapes_for(c.name(), p) {
+        for shape in shapes_for(c, p) {
             let shape = shape.as_slice();
             for dtype in [DType::I32, DType::F32] {
                 let mesh = Mesh::new(p, "x").unwrap();
@@ -73,7 +70,9 @@ fn all_gather_gpu() {
 
 fn check_all_ops(name: &str, exec: &mut dyn Executor) {
     for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-        let c = collectives::get(name, &Options { op, perm: None }).unwrap();
+        let c = collectives::Registry::builtin()
+            .get(name, &Options { op, perm: None })
+            .unwrap();
         check(c.as_ref(), exec);
     }
 }
@@ -91,7 +90,10 @@ fn psum_gpu() {
 #[test]
 fn psum_scatter_cpu() {
     check(
-        collectives::by_name("psum_scatter").unwrap().as_ref(),
+        collectives::Registry::builtin()
+            .by_name("psum_scatter")
+            .unwrap()
+            .as_ref(),
         &mut CpuExecutor::new(),
     );
 }
@@ -99,7 +101,10 @@ fn psum_scatter_cpu() {
 #[test]
 fn psum_scatter_gpu() {
     check(
-        collectives::by_name("psum_scatter").unwrap().as_ref(),
+        collectives::Registry::builtin()
+            .by_name("psum_scatter")
+            .unwrap()
+            .as_ref(),
         &mut *common::gpu(),
     );
 }
@@ -146,7 +151,9 @@ fn reductions_are_exact_on_hand_checkable_data() {
         (ReduceOp::Min, 1, -(p as i32)),
     ] {
         for name in ["psum", "ring_allreduce", "ring_allreduce_push"] {
-            let c = collectives::get(name, &Options { op, perm: None }).unwrap();
+            let c = collectives::Registry::builtin()
+                .get(name, &Options { op, perm: None })
+                .unwrap();
             let call = c.call(&mesh, &[2 * p, 4], tpusim::DType::I32).unwrap();
             let program = call.lower(&mesh).unwrap();
             let shaped: Vec<_> = inputs
@@ -174,7 +181,9 @@ fn psum_scatter_gives_each_device_its_block() {
     // Device k's block b is all 10*k + b: device d must get sum_k (10k + d).
     let p = 4usize;
     let mesh = Mesh::new(p, "x").unwrap();
-    let c = collectives::by_name("psum_scatter").unwrap();
+    let c = collectives::Registry::builtin()
+        .by_name("psum_scatter")
+        .unwrap();
     let call = c.call(&mesh, &[2 * p, 3], DType::I32).unwrap();
     let inputs: Vec<_> = (0..p as i32)
         .map(|k| {
@@ -203,14 +212,15 @@ fn unservable_shapes_are_bad_input() {
         ("ring_allreduce", vec![4, 5], "not divisible by P=3"),
         ("ring_allreduce_push", vec![2, 2], "not divisible by P=3"),
     ] {
-        let e = collectives::by_name(name)
+        let e = collectives::Registry::builtin()
+            .by_name(name)
             .unwrap()
             .call(&mesh, &shape, DType::F32)
             .unwrap_err();
         assert!(matches!(e, tpusim::Error::BadInput(_)), "{e}");
         assert!(e.to_string().contains(why), "{name} {shape:?}: {e}");
     }
-    let Err(e) = collectives::get(
+    let Err(e) = collectives::Registry::builtin().get(
         "all_gather",
         &Options {
             op: ReduceOp::Max,
@@ -245,7 +255,7 @@ fn ppermute_arbitrary_permutations_on_both_executors() {
 
 #[test]
 fn gpu_and_cpu_outputs_are_bit_identical() {
-    for c in collectives::all() {
+    for c in collectives::Registry::builtin().iter() {
         let mesh = Mesh::new(5, "x").unwrap();
         let call = c.call(&mesh, &[10, 32], DType::F32).unwrap();
         let program = call.lower(&mesh).unwrap();

@@ -171,9 +171,16 @@ fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
         "ring_allreduce",
         "ring_allreduce_push",
     ] {
-        let c = collectives::by_name(name).unwrap();
+        let c = collectives::Registry::builtin().by_name(name).unwrap();
         let call = c
-            .call(&mesh, &collectives::default_shape(name, 4), DType::I32)
+            .call(
+                &mesh,
+                &collectives::Registry::builtin()
+                    .by_name(name)
+                    .unwrap()
+                    .default_shape(4),
+                DType::I32,
+            )
             .unwrap();
         let program = call.lower(&mesh).unwrap();
         let sched = schedule(&program, &mut Eager::default()).unwrap();

@@ -233,3 +233,54 @@ fn allocation_beyond_the_adapter_is_a_limit_error() {
     assert_eq!((*requested, *limit), (n as u64 * 4, max));
     assert!(!gpu.describe().is_empty());
 }
+
+#[test]
+fn kernel_arguments_by_name_and_their_mistakes_name_the_line() {
+    // By name, the kernel reads like the seed's signature.
+    let named = PallasCall::new("named", spec(), |pl, a| {
+        let me = pl.axis_index("x");
+        let right = (me + 1) % pl.num_devices();
+        let dma = pl.make_async_remote_copy(
+            a.r("x_ref"),
+            a.r("y_ref"),
+            a.sem("send_sem"),
+            a.sem("recv_sem"),
+            right,
+        );
+        if pl.program_id(0) == 0 {
+            dma.start();
+            dma.wait();
+        }
+        pl.semaphore_signal(a.sem("flag"), 1, None);
+        pl.semaphore_wait(a.sem("flag"), 1);
+    });
+    let mesh = Mesh::new(2, "x").unwrap();
+    let program = named.lower(&mesh).unwrap();
+    schedule(&program, &mut Eager::default()).unwrap();
+    for (kernel, want) in [
+        (
+            (|_: &Ctx, a: &Args| {
+                a.r("nope");
+            }) as fn(&Ctx, &Args),
+            "no argument `nope` (it has: x_ref, y_ref, send_sem, recv_sem, flag, sems)",
+        ),
+        (
+            |_: &Ctx, a: &Args| {
+                a.sem("x_ref");
+            },
+            "argument `x_ref` (`x_ref`) is a ref, not a semaphore",
+        ),
+        (
+            |_: &Ctx, a: &Args| {
+                a.r(3);
+            },
+            "argument 3 (`recv_sem`) is a semaphore, not a ref",
+        ),
+    ] {
+        let e = run(2, kernel);
+        let Error::Kernel(k) = &e else { panic!("{e}") };
+        assert_eq!(k.kind, KernelErrorKind::Misuse);
+        assert!(k.detail.contains(want), "{}", k.detail);
+        assert!(k.site.location.contains("tests/errors.rs"), "{}", k.site);
+    }
+}

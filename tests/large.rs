@@ -17,7 +17,7 @@ fn reductions_at_64_mib_per_device() {
         "ring_allreduce",
         "ring_allreduce_push",
     ] {
-        let c = collectives::by_name(name).unwrap();
+        let c = collectives::Registry::builtin().by_name(name).unwrap();
         let gpu = run_checked(
             c.as_ref(),
             &mesh,

@@ -26,7 +26,7 @@ fn psum_over_column_shards_sums_the_blocks() {
     let mesh = Mesh::new(p, "x").unwrap();
     let g = global(8, 3 * p);
     let x = ShardedArray::shard(&g, &mesh, 1).unwrap();
-    let c = collectives::by_name("psum").unwrap();
+    let c = collectives::Registry::builtin().by_name("psum").unwrap();
     let out = shard_map(c.as_ref(), &mesh, &x, 1, &mut *common::gpu())
         .unwrap()
         .unshard()
@@ -48,7 +48,9 @@ fn all_gather_and_psum_scatter_follow_the_seed_specs() {
     // all_gather: rows sharded, every device gets every shard, joined along dim 0.
     let g = global(2 * p, 3);
     let x = ShardedArray::shard(&g, &mesh, 0).unwrap();
-    let ag = collectives::by_name("all_gather").unwrap();
+    let ag = collectives::Registry::builtin()
+        .by_name("all_gather")
+        .unwrap();
     let out = shard_map(ag.as_ref(), &mesh, &x, 0, &mut CpuExecutor::new())
         .unwrap()
         .unshard()
@@ -64,7 +66,9 @@ fn all_gather_and_psum_scatter_follow_the_seed_specs() {
     // psum_scatter: columns sharded; device d keeps block d of the rows, summed over devices.
     let g = global(8, 2 * p);
     let x = ShardedArray::shard(&g, &mesh, 1).unwrap();
-    let ps = collectives::by_name("psum_scatter").unwrap();
+    let ps = collectives::Registry::builtin()
+        .by_name("psum_scatter")
+        .unwrap();
     let out = shard_map(ps.as_ref(), &mesh, &x, 0, &mut *common::gpu())
         .unwrap()
         .unshard()

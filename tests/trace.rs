@@ -10,7 +10,7 @@ use tpusim::trace::{trace, Cell, Table};
 use tpusim::{DType, Error, Mesh};
 
 fn table(name: &str, p: usize) -> Table {
-    let c = collectives::by_name(name).unwrap();
+    let c = collectives::Registry::builtin().by_name(name).unwrap();
     trace(c.as_ref(), &Mesh::new(p, "x").unwrap()).unwrap()
 }
 
@@ -272,7 +272,8 @@ fn one_dma_and_a_full_ring_take_their_formula_times() {
     let bytes = (rows * 128 * 4) as f64;
     let mesh4 = Mesh::new(4, "x").unwrap();
     // One remote DMA per device, each on its own link: bytes / link_bw + latency.
-    let shift = collectives::by_name("ppermute")
+    let shift = collectives::Registry::builtin()
+        .by_name("ppermute")
         .unwrap()
         .call(&mesh4, &[rows, 128], DType::F32)
         .unwrap();
@@ -296,7 +297,8 @@ fn one_dma_and_a_full_ring_take_their_formula_times() {
         }
     }
     // The ring all_gather: one local copy, then P-1 hops each of bytes / link_bw + latency.
-    let ag = collectives::by_name("all_gather")
+    let ag = collectives::Registry::builtin()
+        .by_name("all_gather")
         .unwrap()
         .call(&mesh4, &[rows, 128], DType::F32)
         .unwrap();
@@ -339,7 +341,8 @@ fn concurrent_dmas_on_one_link_share_it() {
 fn vmem_beyond_the_preset_is_an_error_and_the_timeline_is_chrome_json() {
     let m = CostModel::preset("v5p").unwrap();
     let mesh = Mesh::new(2, "x").unwrap();
-    let big = collectives::by_name("psum")
+    let big = collectives::Registry::builtin()
+        .by_name("psum")
         .unwrap()
         .call(&mesh, &[4096, 4096], DType::F32)
         .unwrap();
@@ -350,7 +353,8 @@ fn vmem_beyond_the_preset_is_an_error_and_the_timeline_is_chrome_json() {
     assert_eq!(*limit, 64 << 20);
     assert!(e.to_string().contains("VMEM of `psum` on v5p"), "{e}");
 
-    let small = collectives::by_name("psum")
+    let small = collectives::Registry::builtin()
+        .by_name("psum")
         .unwrap()
         .call(&mesh, &[8, 128], DType::F32)
         .unwrap();
@@ -408,4 +412,49 @@ fn seed_003_ring_has_a_row_per_loop_step() {
             }
         }
     }
+}
+
+/// all_gather without its seed layout: the table is derived from the kernel's own
+/// allocations.
+struct PlainAllGather;
+
+impl collectives::Collective for PlainAllGather {
+    fn name(&self) -> &str {
+        "plain_all_gather"
+    }
+    fn summary(&self) -> &str {
+        "all_gather with no step-table layout of its own"
+    }
+    fn call(
+        &self,
+        mesh: &Mesh,
+        shard: &[usize],
+        dtype: DType,
+    ) -> tpusim::Result<tpusim::kernel::PallasCall> {
+        collectives::AllGather.call(mesh, shard, dtype)
+    }
+    fn reference(
+        &self,
+        inputs: &[Vec<tpusim::HostArray>],
+    ) -> tpusim::Result<Vec<Vec<tpusim::HostArray>>> {
+        collectives::AllGather.reference(inputs)
+    }
+    fn traffic(&self) -> tpusim::model::Traffic {
+        tpusim::model::Traffic::AllGather
+    }
+}
+
+#[test]
+fn a_kernel_without_a_layout_gets_columns_from_its_allocations() {
+    let mesh = Mesh::new(3, "x").unwrap();
+    let t = trace(&PlainAllGather, &mesh).unwrap();
+    // out_ref stacks P shard-shaped blocks: one column each; the input is not shown.
+    assert_eq!(t.columns, vec!["out_ref[0]", "out_ref[1]", "out_ref[2]"]);
+    let last = t.rows.last().unwrap();
+    for d in 0..3 {
+        for (i, cell) in last.cells[d].iter().enumerate() {
+            assert_eq!(*cell, Cell::Sum(vec![(i, 0)], 0), "device {d} block {i}");
+        }
+    }
+    assert!(t.markdown().contains("`(x0, x1, x2)`"), "{}", t.markdown());
 }

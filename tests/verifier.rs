@@ -17,7 +17,10 @@ fn every_broken_variant_is_reported_with_its_kind() {
     for v in variants() {
         for p in [3usize, 4, 5] {
             let mesh = Mesh::new(p, "x").unwrap();
-            let shape = collectives::default_shape(v.collective, p);
+            let shape = collectives::Registry::builtin()
+                .by_name(v.collective)
+                .unwrap()
+                .default_shape(p);
             let call = v.call(&mesh, &shape, DType::F32).unwrap();
             let r = check(&call, &mesh, &ScheduleSpec::check_set(p, 40, 0)).unwrap();
             assert!(
@@ -47,7 +50,10 @@ fn the_new_variants_are_found_by_every_check_whatever_the_seed() {
             let call = v
                 .call(
                     &mesh,
-                    &collectives::default_shape(collective, p),
+                    &collectives::Registry::builtin()
+                        .by_name(collective)
+                        .unwrap()
+                        .default_shape(p),
                     DType::F32,
                 )
                 .unwrap();
@@ -101,12 +107,19 @@ fn a_shared_receive_semaphore_race_names_the_other_dma() {
 
 #[test]
 fn seed_kernels_are_clean_under_1000_schedules() {
-    for name in collectives::NAMES {
+    for name in collectives::Registry::builtin().names() {
         for p in [2usize, 3, 4, 5, 8] {
             let mesh = Mesh::new(p, "x").unwrap();
-            let c = collectives::by_name(name).unwrap();
+            let c = collectives::Registry::builtin().by_name(name).unwrap();
             let call = c
-                .call(&mesh, &collectives::default_shape(name, p), DType::F32)
+                .call(
+                    &mesh,
+                    &collectives::Registry::builtin()
+                        .by_name(name)
+                        .unwrap()
+                        .default_shape(p),
+                    DType::F32,
+                )
                 .unwrap();
             let specs = ScheduleSpec::check_set(p, 1000, 1000);
             let r = check(&call, &mesh, &specs).unwrap();
@@ -213,7 +226,7 @@ fn reading_a_push_before_its_wait_is_a_race() {
 #[test]
 fn replaying_a_schedule_gives_the_same_order() {
     let mesh = Mesh::new(5, "x").unwrap();
-    let c = collectives::by_name("psum").unwrap();
+    let c = collectives::Registry::builtin().by_name("psum").unwrap();
     let program = c
         .call(&mesh, &[2, 8], DType::I32)
         .unwrap()
@@ -232,9 +245,12 @@ fn replaying_a_schedule_gives_the_same_order() {
 #[test]
 fn every_schedule_gives_the_same_result_on_the_gpu() {
     let mesh = Mesh::new(4, "x").unwrap();
-    for name in collectives::NAMES {
-        let c = collectives::by_name(name).unwrap();
-        let shape = collectives::default_shape(name, 4);
+    for name in collectives::Registry::builtin().names() {
+        let c = collectives::Registry::builtin().by_name(name).unwrap();
+        let shape = collectives::Registry::builtin()
+            .by_name(name)
+            .unwrap()
+            .default_shape(4);
         for s in [
             "eager",
             "lazy",

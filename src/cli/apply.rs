@@ -2,8 +2,8 @@
 
 use super::{executor, mesh};
 use std::path::PathBuf;
-use tpusim::collectives::{self, Options, Ppermute};
-use tpusim::exec::Backend;
+use tpusim::collectives::{Options, Ppermute, Registry};
+use tpusim::exec::{count_wrong, Backend};
 use tpusim::kernel::ReduceOp;
 use tpusim::npy::{read_npy, write_npy};
 use tpusim::sharded::{reference_map, shard_map, ShardedArray};
@@ -22,7 +22,7 @@ pub struct ApplyArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     pub devices: usize,
-    /// Input dimension sharded over the devices (default: the seed's, 0 for all_gather, else 1).
+    /// Input dimension sharded over the devices (default: the collective's, e.g. 0 for all_gather, else 1).
     #[arg(long)]
     pub dim: Option<usize>,
     /// Result dimension the per-device results are joined along (default: the seed's out_specs).
@@ -40,21 +40,20 @@ pub struct ApplyArgs {
 }
 
 /// `tpusim apply`: shard, run, compare with XLA's result, join, write.
-pub fn apply(a: &ApplyArgs) -> tpusim::Result<bool> {
+pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let mesh = mesh(a.devices)?;
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
-    let c = collectives::get(&a.collective, &opts)?;
-    // The seeds' specs: all_gather shards rows (P("x", None)); the others columns
-    // (P(None, "x")); all_gather and psum_scatter join their results along rows.
-    let dim = a
-        .dim
-        .unwrap_or(if c.name() == "all_gather" { 0 } else { 1 });
-    let out_dim = a.out_dim.unwrap_or(match c.name() {
-        "all_gather" | "psum_scatter" => 0,
-        _ => dim,
+    let c = reg.get(&a.collective, &opts)?;
+    // The collective's own in_specs / out_specs unless the user names dimensions.
+    let (dim0, out0) = c.apply_dims();
+    let dim = a.dim.unwrap_or(dim0);
+    let out_dim = a.out_dim.unwrap_or(if a.dim.is_some() && dim0 == out0 {
+        dim
+    } else {
+        out0
     });
     let backend = Backend::parse(&a.backend)?;
     let global = read_npy(&a.input)?;
@@ -62,12 +61,11 @@ pub fn apply(a: &ApplyArgs) -> tpusim::Result<bool> {
     let mut exec = executor(backend)?;
     let got = shard_map(c.as_ref(), &mesh, &x, out_dim, exec.as_mut())?;
     let want = reference_map(c.as_ref(), &mesh, &x, out_dim)?;
-    let wrong: usize = got
-        .shards
-        .iter()
-        .zip(&want.shards)
-        .map(|(g, w)| g.count_mismatches(w, c.tolerance()))
-        .sum();
+    let wrong = count_wrong(
+        std::slice::from_ref(&got.shards),
+        std::slice::from_ref(&want.shards),
+        c.tolerance(),
+    );
     let result = got.unshard()?;
     write_npy(&a.output, &result)?;
     println!(

@@ -1,10 +1,9 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
-use super::mesh;
-use tpusim::collectives;
+use super::{executor, mesh};
+use tpusim::collectives::Registry;
 use tpusim::device_sim::ScheduleSpec;
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::{Backend, Executor};
+use tpusim::exec::Backend;
 use tpusim::DType;
 
 #[derive(clap::Args)]
@@ -48,7 +47,7 @@ pub struct BenchArgs {
 }
 
 /// `tpusim bench`.
-pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
+pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
     use tpusim::bench::{header, line, parse_size, sweep, BenchConfig, Progress};
     let mesh = mesh(a.devices)?;
@@ -65,16 +64,12 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
     };
     tpusim::bench::sizes(&cfg)?;
     let names: Vec<&str> = if a.collective == "all" {
-        tpusim::bench::all_names()
+        reg.names()
     } else {
-        collectives::by_name(&a.collective)?;
+        reg.by_name(&a.collective)?;
         vec![a.collective.as_str()]
     };
-    let backend = Backend::parse(&a.backend)?;
-    let gpu = match backend {
-        Backend::Gpu => Some(GpuExecutor::from_env()?),
-        Backend::Cpu => None,
-    };
+    let exec = executor(Backend::parse(&a.backend)?)?;
     println!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
         cfg.devices,
@@ -83,14 +78,14 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         cfg.iters,
         cfg.warmup,
         cfg.checks,
-        gpu.as_ref().map_or("cpu".to_string(), |g| g.describe())
+        exec.describe()
     );
     println!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)");
     println!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time");
     println!("{}", header());
     let mut rows = Vec::new();
     for n in names {
-        let c = collectives::by_name(n)?;
+        let c = reg.by_name(n)?;
         let mut progress = |p: Progress| {
             match p {
                 Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
@@ -98,7 +93,7 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
             }
             let _ = std::io::stderr().flush();
         };
-        let r = sweep(c.as_ref(), &cfg, gpu.as_ref(), &mut progress)?;
+        let r = sweep(c.as_ref(), &cfg, exec.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
             println!("{}", line(row));

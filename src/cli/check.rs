@@ -1,8 +1,8 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::mesh;
-use tpusim::collectives;
 use tpusim::collectives::variants::{variant, variants};
+use tpusim::collectives::Registry;
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::verify::{self, Report};
 use tpusim::{array, DType, Error};
@@ -68,7 +68,7 @@ fn print_report(title: &str, replay_cmd: &str, r: &Report) {
 }
 
 /// `tpusim check`.
-pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
+pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     if a.list_variants {
         for v in variants() {
             println!(
@@ -99,24 +99,25 @@ pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
                 "--variant needs one collective, not `all`",
             ));
         }
-        collectives::NAMES.to_vec()
+        reg.names()
     } else {
-        collectives::by_name(name)?;
+        reg.by_name(name)?;
         vec![name]
     };
     let shape = a.shape.as_deref().map(array::parse_shape).transpose()?;
     let mut clean = true;
     for n in names {
-        let shape = shape
-            .clone()
-            .unwrap_or_else(|| collectives::default_shape(n, p));
+        let shape = match &shape {
+            Some(s) => s.clone(),
+            None => reg.by_name(n)?.default_shape(p),
+        };
         let (call, title) = match &a.variant {
             Some(v) => (
                 variant(n, v)?.call(&mesh, &shape, DType::F32)?,
                 format!("{n} --variant {v} P={p}"),
             ),
             None => (
-                collectives::by_name(n)?.call(&mesh, &shape, DType::F32)?,
+                reg.by_name(n)?.call(&mesh, &shape, DType::F32)?,
                 format!("{n} P={p}"),
             ),
         };

@@ -1,4 +1,6 @@
-//! The `tpusim` command line: one module per subcommand, shared helpers here.
+//! The `tpusim` command line: one module per subcommand, shared helpers here. It runs
+//! over a [`Registry`]: a user crate gets every subcommand for its own collectives with
+//! `tpusim::cli::main_with(Registry::builtin().with(Arc::new(MyCollective))?)`.
 
 mod apply;
 mod bench;
@@ -8,6 +10,7 @@ mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
@@ -46,7 +49,7 @@ enum Cmd {
     Info,
 }
 
-/// A failure: exit 2 for bad input, 1 otherwise.
+/// Prints a failure and says the exit status: 2 for bad input, 1 otherwise.
 pub fn fail(e: &Error) -> ExitCode {
     eprintln!("tpusim: {e}");
     match e {
@@ -55,6 +58,7 @@ pub fn fail(e: &Error) -> ExitCode {
     }
 }
 
+/// The exit status of a command's result: 0 success, 1 a failed check, else as [`fail`].
 pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -63,6 +67,7 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
     }
 }
 
+/// The executor for `backend`.
 pub fn executor(backend: Backend) -> tpusim::Result<Box<dyn Executor>> {
     Ok(match backend {
         Backend::Cpu => Box::new(CpuExecutor::new()),
@@ -70,6 +75,7 @@ pub fn executor(backend: Backend) -> tpusim::Result<Box<dyn Executor>> {
     })
 }
 
+/// A 1-D mesh of `devices` devices on axis `x`.
 pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
     if devices < 1 {
         return Err(Error::bad_input("P must be at least 1 (got -p 0)"));
@@ -77,9 +83,10 @@ pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
     Mesh::new(devices, "x")
 }
 
-/// Parses the command line and runs it.
-pub fn main() -> ExitCode {
+/// Parses the command line and runs it over the collectives of `registry`.
+pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
+    let reg = &registry;
     match cli.cmd {
         Cmd::Info => match adapters_report() {
             Ok(s) => {
@@ -88,11 +95,11 @@ pub fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        Cmd::Run(a) => exit(run::run(&a)),
-        Cmd::Apply(a) => exit(apply::apply(&a)),
-        Cmd::Trace(a) => exit(trace::trace(&a)),
-        Cmd::Check(a) => exit(check::check(&a)),
-        Cmd::Bench(a) => exit(bench::bench(&a)),
-        Cmd::Demo { backend } => exit(run::demo(&backend)),
+        Cmd::Run(a) => exit(run::run(reg, &a)),
+        Cmd::Apply(a) => exit(apply::apply(reg, &a)),
+        Cmd::Trace(a) => exit(trace::trace(reg, &a)),
+        Cmd::Check(a) => exit(check::check(reg, &a)),
+        Cmd::Bench(a) => exit(bench::bench(reg, &a)),
+        Cmd::Demo { backend } => exit(run::demo(reg, &backend)),
     }
 }

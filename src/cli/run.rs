@@ -2,25 +2,26 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::{executor, mesh};
+use std::sync::Arc;
 use tpusim::collectives::variants::variant;
-use tpusim::collectives::{self, Collective, Options, Ppermute};
+use tpusim::collectives::{Collective, Options, Ppermute, Registry};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
 use tpusim::kernel::PallasCall;
 use tpusim::kernel::ReduceOp;
-use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Traffic};
+use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed};
 use tpusim::{array, DType, Error, Mesh};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Collective: ppermute, all_gather, psum, psum_scatter, ring_allreduce, ring_allreduce_push.
+    /// Collective (`tpusim check --list-variants` and README list the shipped ones).
     collective: String,
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
-    /// One device's shard shape, e.g. 8x128.
-    #[arg(long, default_value = "8x128")]
-    shape: String,
+    /// One device's shard shape, e.g. 8x128 (default: a small shape the collective serves at P).
+    #[arg(long)]
+    shape: Option<String>,
     /// Element type: f32 or i32.
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -120,7 +121,7 @@ impl ModelArgs {
 }
 
 struct Prepared {
-    collective: Box<dyn Collective>,
+    collective: Arc<dyn Collective>,
     /// The kernel that runs: the collective's, or a broken variant of it.
     call: PallasCall,
     variant: Option<String>,
@@ -131,14 +132,17 @@ struct Prepared {
     model: Option<CostModel>,
 }
 
-fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
+fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     let mesh = mesh(a.devices)?;
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
-    let collective = collectives::get(&a.collective, &opts)?;
-    let shape = array::parse_shape(&a.shape)?;
+    let collective = reg.get(&a.collective, &opts)?;
+    let shape = match &a.shape {
+        Some(s) => array::parse_shape(s)?,
+        None => collective.default_shape(mesh.size()),
+    };
     let dtype = DType::parse(&a.dtype)?;
     let backend = Backend::parse(&a.backend)?;
     let schedule = ScheduleSpec::parse(&a.schedule)?;
@@ -167,7 +171,7 @@ fn prepare(a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
 }
 
 fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
-    let r = collectives::run_call(
+    let r = tpusim::collectives::run_call(
         p.collective.as_ref(),
         &p.call,
         &p.mesh,
@@ -207,7 +211,7 @@ fn model_report(
     let run = timed.finish();
     let n = p.mesh.size();
     let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as u64;
-    let traffic = Traffic::of(p.collective.name());
+    let traffic = p.collective.traffic();
     let size = traffic.size(n, shard_bytes) as f64;
     let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
     let ideal = ideal_seconds(traffic, n, size, m.link_bw);
@@ -234,8 +238,8 @@ fn model_report(
 }
 
 /// `tpusim run`.
-pub fn run(a: &RunArgs) -> tpusim::Result<bool> {
-    let (p, backend) = prepare(a)?;
+pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
+    let (p, backend) = prepare(reg, a)?;
     let mut exec = executor(backend)?;
     let ok = run_one(&p, exec.as_mut(), a.seed)?;
     if let Some(m) = &p.model {
@@ -245,20 +249,21 @@ pub fn run(a: &RunArgs) -> tpusim::Result<bool> {
 }
 
 /// `tpusim demo`: every collective once, small, f32 and i32.
-pub fn demo(backend: &str) -> tpusim::Result<bool> {
+pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
     let mut exec = executor(Backend::parse(backend)?)?;
     println!("tpusim demo on {}", exec.describe());
     let mut ok = true;
-    for c in collectives::all() {
+    for c in reg.iter() {
         println!("# {}: {}", c.name(), c.summary());
         for dtype in [DType::F32, DType::I32] {
             let mesh = Mesh::new(4, "x")?;
+            let shape = c.default_shape(mesh.size());
             let p = Prepared {
-                call: c.call(&mesh, &[8, 128], dtype)?,
+                call: c.call(&mesh, &shape, dtype)?,
                 variant: None,
-                collective: collectives::by_name(c.name())?,
+                collective: c.clone(),
                 mesh,
-                shape: vec![8, 128],
+                shape,
                 dtype,
                 schedule: ScheduleSpec::Eager,
                 model: None,

@@ -1,7 +1,7 @@
 //! `tpusim trace`: step tables.
 
 use super::mesh;
-use tpusim::collectives;
+use tpusim::collectives::Registry;
 use tpusim::Error;
 
 /// Arguments of `tpusim trace`.
@@ -18,9 +18,9 @@ pub struct TraceArgs {
 }
 
 /// `tpusim trace`.
-pub fn trace(a: &TraceArgs) -> tpusim::Result<bool> {
+pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
     let mesh = mesh(a.devices)?;
-    let c = collectives::by_name(&a.collective)?;
+    let c = reg.by_name(&a.collective)?;
     if a.format != "markdown" && a.format != "json" {
         return Err(Error::bad_input(format!(
             "unknown format `{}` (expected markdown or json)",

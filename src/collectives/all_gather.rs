@@ -5,6 +5,8 @@ use crate::array::{DType, HostArray};
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Ref, Sem};
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::{Column, Labels, TraceLayout};
 
 /// The seed's `all_gather_kernel`, line for line. At each step every device forwards
 /// slot `(my_id - step) mod P` of `out_ref` to the same slot on its right neighbour.
@@ -68,6 +70,25 @@ pub(crate) fn all_gather_kernel_with(
 pub struct AllGather;
 
 impl Collective for AllGather {
+    fn traffic(&self) -> Traffic {
+        Traffic::AllGather
+    }
+
+    /// The seed shards rows (`P("x", None)`) and joins the gathered blocks along rows.
+    fn apply_dims(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![1, 2],
+            columns: (0..p)
+                .map(|i| Column::new(format!("out_ref[{i}]"), "out_ref", i * 2, 2))
+                .collect(),
+            labels: Labels::Whole { elems: 2 },
+        })
+    }
+
     fn name(&self) -> &'static str {
         "all_gather"
     }
@@ -80,7 +101,16 @@ impl Collective for AllGather {
         Ok(PallasCall::new(
             "all_gather",
             spec(mesh.size(), shard, dtype, true),
-            |pl, a| all_gather_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3), a.sem(4)),
+            |pl, a| {
+                all_gather_kernel(
+                    pl,
+                    a.r("x_ref"),
+                    a.r("out_ref"),
+                    a.sem("local_sem"),
+                    a.sem("send_sem"),
+                    a.sem("recv_sems"),
+                )
+            },
         ))
     }
 

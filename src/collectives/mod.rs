@@ -6,6 +6,7 @@ mod ppermute;
 mod psum;
 mod psum_scatter;
 pub mod reference;
+mod registry;
 mod ring_allreduce;
 pub mod variants;
 
@@ -15,6 +16,7 @@ pub use barrier::neighbor_barrier;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};
 pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
+pub use registry::Registry;
 pub use ring_allreduce::{
     ring_allreduce_kernel, ring_allreduce_push_kernel, RingAllReduce, RingAllReducePush,
 };
@@ -22,22 +24,31 @@ pub use ring_allreduce::{
 use crate::array::{DType, HostArray};
 use crate::device_sim::{schedule, Eager, Policy, Program, Schedule, ScheduleSpec};
 use crate::error::{Error, Result};
-use crate::exec::{host_words, Executor};
+use crate::exec::{count_wrong, host_words, Executor};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::TraceLayout;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A collective: a kernel builder plus an independent reference.
+/// A collective: everything the tool knows about one, on the collective itself (its
+/// kernel, its reference, how to size and shard it, what it measures, which options it
+/// takes, how its step table reads). A [`Registry`] lists collectives; nothing else
+/// switches on a collective's name, so a user's collective gets every command a shipped
+/// one gets.
 pub trait Collective: Send + Sync {
     /// CLI name.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// One line: algorithm and cost (steps, bytes per step).
-    fn summary(&self) -> &'static str;
+    fn summary(&self) -> &str;
     /// The kernel for `mesh`, with `shard` the per-device input shape.
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall>;
     /// XLA's result for `inputs[device][operand]`, as `outputs[device][operand]`.
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>>;
+    /// What nccl-tests would call it: decides its size and bus bandwidth.
+    fn traffic(&self) -> Traffic;
     /// Relative float tolerance for comparing with the reference (0 for pure data movement).
     fn tolerance(&self) -> f32 {
         0.0
@@ -47,6 +58,52 @@ pub trait Collective: Send + Sync {
     fn output_shape(&self, _devices: usize, shard: &[usize]) -> Vec<usize> {
         shard.to_vec()
     }
+    /// The leading dimension of one device's shard must be a multiple of this at `p`
+    /// devices (1: any).
+    fn rows_multiple(&self, _p: usize) -> usize {
+        1
+    }
+    /// A small shard shape that works at `p` devices: what `run` and `check` use when
+    /// no shape is given.
+    fn default_shape(&self, p: usize) -> Vec<usize> {
+        vec![8usize.next_multiple_of(self.rows_multiple(p).max(1)), 128]
+    }
+    /// One device's input shape for `size` bytes (nccl-tests' size for this
+    /// collective's traffic) at `p` devices, rounded down to what the algorithm
+    /// serves; `None` when nothing fits.
+    fn bench_shape(&self, p: usize, size: u64, dtype: DType) -> Option<Vec<usize>> {
+        let elems = (size / dtype.size() as u64) as usize;
+        let count = match self.traffic() {
+            Traffic::AllGather => elems / p.max(1),
+            _ => elems,
+        };
+        let multiple = self.rows_multiple(p).max(1);
+        let cols = if count >= 128 * multiple { 128 } else { 1 };
+        let rows = count / cols / multiple * multiple;
+        (rows > 0).then(|| vec![rows, cols])
+    }
+    /// For `apply` (like `shard_map`'s in_specs and out_specs): the dimension of the
+    /// global input split over the devices, and the one the results are joined along.
+    fn apply_dims(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    /// The options it takes (`--op`, `--perm`).
+    fn takes(&self) -> Takes {
+        Takes::default()
+    }
+    /// This collective with `opts` (only called with options [`Collective::takes`] allows
+    /// and that differ from the defaults).
+    fn with_options(&self, _opts: &Options) -> Result<Arc<dyn Collective>> {
+        Err(Error::bad_input(format!(
+            "`{}` takes no options",
+            self.name()
+        )))
+    }
+    /// Step-table columns in the source document's names; `None`: columns derived from
+    /// the kernel's own allocations.
+    fn trace_layout(&self, _p: usize) -> Option<TraceLayout> {
+        None
+    }
 }
 
 /// Relative tolerance for float reductions. The kernels sum in ring order in f32, the
@@ -54,18 +111,8 @@ pub trait Collective: Send + Sync {
 /// by a few ulps of the result, far below 1e-5 of it (or of 1 near zero).
 pub const SUM_TOLERANCE: f32 = 1e-5;
 
-/// Every collective's name, in the order `demo` and `check all` run them.
-pub const NAMES: [&str; 6] = [
-    "ppermute",
-    "all_gather",
-    "psum",
-    "psum_scatter",
-    "ring_allreduce",
-    "ring_allreduce_push",
-];
-
 /// Options that some collectives take.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Reduction operator (psum and the ring all-reduces).
     pub op: ReduceOp,
@@ -82,58 +129,13 @@ impl Default for Options {
     }
 }
 
-/// The collective called `name` with `opts`, or an error saying what does not fit.
-pub fn get(name: &str, opts: &Options) -> Result<Box<dyn Collective>> {
-    let takes_op = matches!(name, "psum" | "ring_allreduce" | "ring_allreduce_push");
-    if opts.op != ReduceOp::Sum && !takes_op && NAMES.contains(&name) {
-        return Err(Error::bad_input(format!(
-            "`{name}` does not take --op; psum, ring_allreduce and ring_allreduce_push do"
-        )));
-    }
-    if opts.perm.is_some() && name != "ppermute" {
-        return Err(Error::bad_input("--perm only applies to ppermute"));
-    }
-    let op = opts.op;
-    Ok(match name {
-        "ppermute" => Box::new(Ppermute {
-            perm: opts.perm.clone(),
-        }),
-        "all_gather" => Box::new(AllGather),
-        "psum" => Box::new(Psum { op }),
-        "psum_scatter" => Box::new(PsumScatter),
-        "ring_allreduce" => Box::new(RingAllReduce { op }),
-        "ring_allreduce_push" => Box::new(RingAllReducePush { op }),
-        _ => {
-            return Err(Error::bad_input(format!(
-                "unknown collective `{name}` (known: {})",
-                NAMES.join(", ")
-            )))
-        }
-    })
-}
-
-/// The collective called `name` with default options.
-pub fn by_name(name: &str) -> Result<Box<dyn Collective>> {
-    get(name, &Options::default())
-}
-
-/// Every collective, with default options.
-pub fn all() -> Vec<Box<dyn Collective>> {
-    NAMES
-        .iter()
-        .map(|n| by_name(n).expect("every listed name is known"))
-        .collect()
-}
-
-/// A small per-device shape that collective `name` can serve at `p` devices (what
-/// `check` uses by default): `psum_scatter` needs (P·R)×C with R even, the rings a
-/// multiple of P elements.
-pub fn default_shape(name: &str, p: usize) -> Vec<usize> {
-    match name {
-        "psum_scatter" => vec![2 * p, 128],
-        "ring_allreduce" | "ring_allreduce_push" => vec![p, 128],
-        _ => vec![8, 128],
-    }
+/// Which [`Options`] a collective takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Takes {
+    /// `--op sum|max|min`.
+    pub op: bool,
+    /// `--perm src:dst,...`.
+    pub perm: bool,
 }
 
 /// The identity of `op` in `dtype`, as a fill value (what an accumulator starts at).
@@ -262,14 +264,8 @@ pub fn run_call(
     let t1 = Instant::now();
     let got = exec.execute(&program, &sched, &inputs)?;
     let exec_time = t1.elapsed();
-    let mut wrong = 0;
-    let mut total = 0;
-    for (g, e) in got.iter().zip(&expected) {
-        for (ga, ea) in g.iter().zip(e) {
-            wrong += ga.count_mismatches(ea, c.tolerance());
-            total += ea.len();
-        }
-    }
+    let wrong = count_wrong(&got, &expected, c.tolerance());
+    let total = expected.iter().flatten().map(HostArray::len).sum();
     Ok(Checked {
         wrong,
         total,

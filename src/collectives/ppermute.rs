@@ -1,10 +1,13 @@
 //! `lax.ppermute`: the seed's right shift (section 1) and any permutation given as pairs.
 
-use super::Collective;
+use super::{Collective, Options, Takes};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Ref, Sem};
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::{Column, Labels, TraceLayout};
+use std::sync::Arc;
 
 /// The seed's `right_shift_kernel`, line for line: each device pushes its shard into
 /// `y_ref` on its right neighbour.
@@ -108,6 +111,31 @@ impl Ppermute {
 }
 
 impl Collective for Ppermute {
+    fn traffic(&self) -> Traffic {
+        Traffic::SendRecv
+    }
+
+    fn takes(&self) -> Takes {
+        Takes {
+            perm: true,
+            ..Takes::default()
+        }
+    }
+
+    fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
+        Ok(Arc::new(Ppermute {
+            perm: opts.perm.clone(),
+        }))
+    }
+
+    fn trace_layout(&self, _p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![1, 2],
+            columns: vec![Column::new("y_ref", "y_ref", 0, 2)],
+            labels: Labels::Whole { elems: 2 },
+        })
+    }
+
     fn name(&self) -> &'static str {
         "ppermute"
     }
@@ -124,7 +152,13 @@ impl Collective for Ppermute {
             .dma_sem("recv_sem");
         match &self.perm {
             None => Ok(PallasCall::new("ppermute", spec, |pl, a| {
-                right_shift_kernel(pl, a.r(0), a.r(1), a.sem(2), a.sem(3))
+                right_shift_kernel(
+                    pl,
+                    a.r("x_ref"),
+                    a.r("y_ref"),
+                    a.sem("send_sem"),
+                    a.sem("recv_sem"),
+                )
             })),
             Some(perm) => {
                 Self::check(perm, mesh.size())?;
@@ -134,12 +168,12 @@ impl Collective for Ppermute {
                     ppermute_kernel(
                         pl,
                         &perm,
-                        a.r(0),
-                        a.r(1),
-                        a.sem(2),
-                        a.sem(3),
-                        a.r(4),
-                        a.sem(5),
+                        a.r("x_ref"),
+                        a.r("y_ref"),
+                        a.sem("send_sem"),
+                        a.sem("recv_sem"),
+                        a.r("zeros"),
+                        a.sem("local_sem"),
                     )
                 }))
             }

@@ -3,11 +3,14 @@
 //! buffer and the capacity-semaphore handshake.
 
 use super::barrier::neighbor_barrier;
-use super::{identity, Collective};
+use super::{identity, Collective, Options, Takes};
 use crate::array::{DType, HostArray};
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::{Column, Labels, TraceLayout};
+use std::sync::Arc;
 
 /// The seed's `psum_kernel`, line for line; `op` generalises `+=` to max / min
 /// (and `o_ref` starts at that operator's identity instead of zero).
@@ -92,7 +95,7 @@ pub(crate) fn psum_kernel_with(
 
     // Tell the left neighbour: I am ready for its next write.
     if handshakes.capacity {
-        pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+        pl.semaphore_signal(capacity_sem, 1, left);
     }
 
     // Local HBM -> VMEM, for the accumulate.
@@ -126,6 +129,33 @@ pub struct Psum {
 }
 
 impl Collective for Psum {
+    fn traffic(&self) -> Traffic {
+        Traffic::AllReduce
+    }
+
+    fn takes(&self) -> Takes {
+        Takes {
+            op: true,
+            ..Takes::default()
+        }
+    }
+
+    fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
+        Ok(Arc::new(Psum { op: opts.op }))
+    }
+
+    fn trace_layout(&self, _p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![1, 2],
+            columns: vec![
+                Column::new("hbm_buf[0]", "hbm_buf", 0, 2),
+                Column::new("hbm_buf[1]", "hbm_buf", 2, 2),
+                Column::new("o_ref", "o_ref", 0, 2),
+            ],
+            labels: Labels::Whole { elems: 2 },
+        })
+    }
+
     fn name(&self) -> &'static str {
         "psum"
     }
@@ -143,14 +173,14 @@ impl Collective for Psum {
                 psum_kernel(
                     pl,
                     op,
-                    a.r(0),
-                    a.r(1),
-                    a.r(2),
-                    a.sem(3),
-                    a.sem(4),
-                    a.sem(5),
-                    a.sem(6),
-                    a.r(7),
+                    a.r("x_ref"),
+                    a.r("o_ref"),
+                    a.r("hbm_buf"),
+                    a.sem("local_copy_sem"),
+                    a.sem("remote_recv_sem"),
+                    a.sem("remote_send_sem"),
+                    a.sem("capacity_sem"),
+                    a.r("vmem_recv"),
                 )
             },
         ))

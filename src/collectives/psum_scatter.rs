@@ -8,6 +8,8 @@ use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::kernel::{ds, Ctx, GridSpec, MemorySpace, PallasCall, Ref, Sem};
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::{Column, Labels, TraceLayout};
 
 /// Phase of the `(P, 2)` grid that computes the top half (sent left).
 pub const LEFT: i64 = 0;
@@ -26,7 +28,7 @@ fn signal(pl: &Ctx, direction: i64, sem: Sem) {
     } else {
         modulo(my_id + 1, num_devices)
     };
-    pl.semaphore_signal(sem, 1, Some(target.into()));
+    pl.semaphore_signal(sem, 1, target);
 }
 
 /// The seed's `reduce_scatter_kernel`, line for line. `x_ref` is `(P, R, C)`: block
@@ -190,6 +192,36 @@ impl PsumScatter {
 }
 
 impl Collective for PsumScatter {
+    fn traffic(&self) -> Traffic {
+        Traffic::ReduceScatter
+    }
+
+    /// Each device's block of rows splits into a top and a bottom half.
+    fn rows_multiple(&self, p: usize) -> usize {
+        2 * p
+    }
+
+    /// The seed shards columns (`P(None, "x")`) and joins the scattered blocks along rows.
+    fn apply_dims(&self) -> (usize, usize) {
+        (1, 0)
+    }
+
+    fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![2 * p, 1],
+            columns: vec![
+                Column::new("hbm_buf[0].top", "hbm_buf", 0, 1),
+                Column::new("hbm_buf[0].bottom", "hbm_buf", 1, 1),
+                Column::new("hbm_buf[1].top", "hbm_buf", 2, 1),
+                Column::new("hbm_buf[1].bottom", "hbm_buf", 3, 1),
+                Column::new("accum", "accum", 0, 1),
+                Column::new("o_ref.top", "o_ref", 0, 1),
+                Column::new("o_ref.bottom", "o_ref", 1, 1),
+            ],
+            labels: Labels::Halves,
+        })
+    }
+
     fn name(&self) -> &'static str {
         "psum_scatter"
     }
@@ -218,17 +250,17 @@ impl Collective for PsumScatter {
         Ok(PallasCall::new("psum_scatter", spec, |pl, a| {
             reduce_scatter_kernel(
                 pl,
-                a.r(0),
-                a.r(1),
-                a.r(2),
-                a.sem(3),
-                a.sem(4),
-                a.sem(5),
-                a.sem(6),
-                a.sem(7),
-                a.sem(8),
-                a.sem(9),
-                a.r(10),
+                a.r("x_ref"),
+                a.r("o_ref"),
+                a.r("hbm_buf"),
+                a.sem("local_copy_sem"),
+                a.sem("left_recv_sem"),
+                a.sem("left_send_sem"),
+                a.sem("right_recv_sem"),
+                a.sem("right_send_sem"),
+                a.sem("left_capacity_sem"),
+                a.sem("right_capacity_sem"),
+                a.r("accum"),
             )
         }))
     }

@@ -6,13 +6,16 @@
 //!   DMAs into an HBM double buffer, DMA/REGULAR semaphores, a capacity handshake).
 
 use super::barrier::neighbor_barrier;
-use super::Collective;
+use super::{Collective, Options, Takes};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::kernel::{
     ds, Ctx, GridSpec, MemorySpace, NotifyOp, PallasCall, ReduceOp, Ref, Sem, WaitCmp,
 };
 use crate::mesh::Mesh;
+use crate::model::Traffic;
+use crate::trace::{Column, Labels, TraceLayout};
+use std::sync::Arc;
 
 /// The seed-003 kernel, line for line. `scratch` is the `[1, N]` working buffer; `recv`
 /// and `acc` are the seed's tiles, held in VMEM. The seed elides its prologue: the input
@@ -132,7 +135,7 @@ pub fn ring_allreduce_push_kernel(
 
     // My slot `working` is free again: the left neighbour may write it. Then wait until
     // the right neighbour says the same before pushing into its slot.
-    pl.semaphore_signal(capacity_sem, 1, Some(left.into()));
+    pl.semaphore_signal(capacity_sem, 1, left);
     pl.semaphore_wait(capacity_sem, 1);
 
     let remote = pl.make_async_remote_copy(
@@ -189,6 +192,40 @@ pub struct RingAllReduce {
 }
 
 impl Collective for RingAllReduce {
+    fn traffic(&self) -> Traffic {
+        Traffic::AllReduce
+    }
+
+    /// One chunk of rows per device.
+    fn rows_multiple(&self, p: usize) -> usize {
+        p
+    }
+
+    fn takes(&self) -> Takes {
+        Takes {
+            op: true,
+            ..Takes::default()
+        }
+    }
+
+    fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
+        Ok(Arc::new(RingAllReduce { op: opts.op }))
+    }
+
+    fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![p, 1],
+            columns: (0..p)
+                .map(|c| Column::new(format!("scratch[c{c}]"), "scratch", c, 1))
+                .chain([
+                    Column::new("recv", "recv", 0, 1),
+                    Column::new("acc", "acc", 0, 1),
+                ])
+                .collect(),
+            labels: Labels::Chunks,
+        })
+    }
+
     fn name(&self) -> &'static str {
         "ring_allreduce"
     }
@@ -201,7 +238,15 @@ impl Collective for RingAllReduce {
         let spec = pull_spec(mesh.size(), shard, dtype)?;
         let op = self.op;
         Ok(PallasCall::new("ring_allreduce", spec, move |pl, a| {
-            ring_allreduce_kernel(pl, op, a.r(0), a.r(1), a.sem(2), a.r(3), a.r(4))
+            ring_allreduce_kernel(
+                pl,
+                op,
+                a.r("x_ref"),
+                a.r("scratch"),
+                a.sem("signal"),
+                a.r("recv"),
+                a.r("acc"),
+            )
         }))
     }
 
@@ -222,6 +267,41 @@ pub struct RingAllReducePush {
 }
 
 impl Collective for RingAllReducePush {
+    fn traffic(&self) -> Traffic {
+        Traffic::AllReduce
+    }
+
+    /// One chunk of rows per device.
+    fn rows_multiple(&self, p: usize) -> usize {
+        p
+    }
+
+    fn takes(&self) -> Takes {
+        Takes {
+            op: true,
+            ..Takes::default()
+        }
+    }
+
+    fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
+        Ok(Arc::new(RingAllReducePush { op: opts.op }))
+    }
+
+    fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
+        Some(TraceLayout {
+            shape: vec![p, 1],
+            columns: [
+                Column::new("hbm_buf[0]", "hbm_buf", 0, 1),
+                Column::new("hbm_buf[1]", "hbm_buf", 1, 1),
+            ]
+            .into_iter()
+            .chain((0..p).map(|c| Column::new(format!("o_ref[c{c}]"), "o_ref", c, 1)))
+            .chain([Column::new("vmem_recv", "vmem_recv", 0, 1)])
+            .collect(),
+            labels: Labels::Chunks,
+        })
+    }
+
     fn name(&self) -> &'static str {
         "ring_allreduce_push"
     }
@@ -252,14 +332,14 @@ impl Collective for RingAllReducePush {
                 ring_allreduce_push_kernel(
                     pl,
                     op,
-                    a.r(0),
-                    a.r(1),
-                    a.r(2),
-                    a.sem(3),
-                    a.sem(4),
-                    a.sem(5),
-                    a.sem(6),
-                    a.r(7),
+                    a.r("x_ref"),
+                    a.r("o_ref"),
+                    a.r("hbm_buf"),
+                    a.sem("local_sem"),
+                    a.sem("send_sem"),
+                    a.sem("recv_sem"),
+                    a.sem("capacity_sem"),
+                    a.r("vmem_recv"),
                 )
             },
         ))

@@ -85,11 +85,11 @@ pub fn variants() -> Vec<Variant> {
                     all_gather::all_gather_kernel_with(
                         pl,
                         false,
-                        a.r(0),
-                        a.r(1),
-                        a.sem(2),
-                        a.sem(3),
-                        a.sem(4),
+                        a.r("x_ref"),
+                        a.r("out_ref"),
+                        a.sem("local_sem"),
+                        a.sem("send_sem"),
+                        a.sem("recv_sem"),
                     )
                 }))
             },
@@ -120,11 +120,11 @@ pub fn variants() -> Vec<Variant> {
                         pl,
                         ReduceOp::Sum,
                         true,
-                        a.r(0),
-                        a.r(1),
-                        a.sem(2),
-                        a.r(3),
-                        a.r(4),
+                        a.r("x_ref"),
+                        a.r("scratch"),
+                        a.sem("signal"),
+                        a.r("recv"),
+                        a.r("acc"),
                     )
                 }))
             },
@@ -138,7 +138,7 @@ pub fn variants() -> Vec<Variant> {
                 let spec = GridSpec::new()
                     .input("x_ref", MemorySpace::Any, shard, dtype)
                     .output("y_ref", MemorySpace::Vmem, shard, dtype);
-                Ok(PallasCall::new("ppermute", spec, |pl, a| peer_read_kernel(pl, a.r(0), a.r(1))))
+                Ok(PallasCall::new("ppermute", spec, |pl, a| peer_read_kernel(pl, a.r("x_ref"), a.r("y_ref"))))
             },
         },
     ]
@@ -152,8 +152,13 @@ fn psum_without(h: Handshakes, mesh: &Mesh, shard: &[usize], dtype: DType) -> Re
             pl,
             ReduceOp::Sum,
             h,
-            [a.r(0), a.r(1), a.r(2), a.r(7)],
-            [a.sem(3), a.sem(4), a.sem(5), a.sem(6)],
+            [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
+            [
+                a.sem("local_copy_sem"),
+                a.sem("remote_recv_sem"),
+                a.sem("remote_send_sem"),
+                a.sem("capacity_sem"),
+            ],
         )
     }))
 }
@@ -195,7 +200,7 @@ pub fn handshake_kernel(
     dma.start();
     dma.wait_send();
     for _ in 0..signals {
-        pl.semaphore_signal(done, 1, Some(right.into()));
+        pl.semaphore_signal(done, 1, right);
     }
     pl.semaphore_wait(done, 1);
     dma.wait_recv();
@@ -209,7 +214,15 @@ fn handshake_call(shard: &[usize], dtype: DType, signals: usize) -> PallasCall {
         .dma_sem("recv_sem")
         .regular_sem("done");
     PallasCall::new("ppermute", spec, move |pl, a| {
-        handshake_kernel(pl, signals, a.r(0), a.r(1), a.sem(2), a.sem(3), a.sem(4))
+        handshake_kernel(
+            pl,
+            signals,
+            a.r("x_ref"),
+            a.r("y_ref"),
+            a.sem("send_sem"),
+            a.sem("recv_sem"),
+            a.sem("done"),
+        )
     })
 }
 

@@ -5,6 +5,7 @@
 //! and an executor (`crate::exec`) runs that schedule on the GPU or the CPU. An
 //! [`Observer`] sees every event of a run in order (the race checker is one).
 
+pub mod credits;
 pub mod observer;
 pub mod policies;
 pub mod program;

@@ -6,6 +6,7 @@
 //! [`Engine::credit`] and decremented in [`Engine::step_device`]; a DMA's data moves in
 //! [`Engine::complete`].
 
+use super::credits::Credits;
 use super::observer::{NoObserver, Observer};
 use super::policies::{Choice, Policy};
 use super::program::{
@@ -13,7 +14,7 @@ use super::program::{
 };
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -145,7 +146,7 @@ struct Engine<'p> {
     sems: Vec<u64>,
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
-    credits: HashMap<usize, VecDeque<(usize, u64)>>,
+    credits: HashMap<usize, Credits<usize>>,
     /// DMAs in flight, in start order.
     in_flight: Vec<InFlight>,
     /// Per device: the staging area of the DMAs it sent whose data is in flight.
@@ -232,7 +233,7 @@ impl<'p> Engine<'p> {
         let i = self.slot(s);
         self.sems[i] += amount;
         if let Some(id) = dma {
-            self.credits.entry(i).or_default().push_back((id, amount));
+            self.credits.entry(i).or_default().push(id, amount);
         }
     }
 
@@ -336,18 +337,7 @@ impl<'p> Engine<'p> {
                 let i = self.slot(*sem);
                 self.sems[i] -= amount;
                 if let Some(queue) = self.credits.get_mut(&i) {
-                    let mut left = *amount;
-                    while left > 0 {
-                        let Some(front) = queue.front_mut() else {
-                            break;
-                        };
-                        let take = front.1.min(left);
-                        front.1 -= take;
-                        left -= take;
-                        if front.1 == 0 {
-                            queue.pop_front();
-                        }
-                    }
+                    queue.consume(*amount, |_| {});
                 }
                 obs.acquire(d, op);
             }
@@ -402,7 +392,7 @@ impl<'p> Engine<'p> {
                 }
                 let owed = self.credits.get(&i).filter(|q| !q.is_empty());
                 if let (SemKind::Dma, Some(owed)) = (info.kind, owed) {
-                    for (id, bytes) in owed {
+                    for (id, bytes) in owed.iter() {
                         problems.push(ExitProblem::DmaNotWaited {
                             site: self.p.site(&self.p.dmas[*id].origin),
                             semaphore: format!("{} on device {device}", info.name),

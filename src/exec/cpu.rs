@@ -1,10 +1,11 @@
 //! The CPU executor: every allocation is a host vector; the oracle for tests.
 
-use super::{check_inputs, host_words, Executor};
+use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::device_sim::program::{DataOp, ReduceOp, View};
 use crate::device_sim::{Program, Schedule};
 use crate::error::Result;
+use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.
 #[derive(Debug, Default)]
@@ -75,59 +76,89 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
     }
 }
 
+/// A schedule prepared in host memory.
+struct CpuRun<'a> {
+    program: &'a Program,
+    schedule: &'a Schedule,
+    mem: Memory,
+}
+
 impl Executor for CpuExecutor {
     fn describe(&self) -> String {
         "cpu".into()
     }
 
-    fn execute(
-        &mut self,
-        program: &Program,
-        schedule: &Schedule,
-        inputs: &[Vec<HostArray>],
-    ) -> Result<Vec<Vec<HostArray>>> {
-        check_inputs(program, inputs)?;
-        let allocs = &schedule.allocations(program);
-        let mut mem = Memory {
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        let allocs = schedule.allocations(program);
+        let mem = Memory {
             per_device: allocs.len(),
             bufs: (0..program.devices)
                 .flat_map(|_| allocs.iter())
                 .map(|a| host_words(a.numel(), &format!("`{}`", a.name)))
                 .collect::<Result<_>>()?,
         };
+        Ok(Box::new(CpuRun {
+            program,
+            schedule,
+            mem,
+        }))
+    }
+}
+
+impl Prepared for CpuRun<'_> {
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        check_inputs(self.program, inputs)?;
         for (d, dev) in inputs.iter().enumerate() {
-            for (a, arr) in program.inputs.iter().zip(dev) {
-                mem.bufs[d * allocs.len() + a].copy_from_slice(&arr.words);
+            for (&a, arr) in self.program.inputs.iter().zip(dev) {
+                let i = d * self.mem.per_device + a;
+                self.mem.bufs[i].copy_from_slice(&arr.words);
             }
         }
-        for op in &schedule.ops {
-            match op {
-                DataOp::Copy { src, dst } => {
-                    mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
-                }
-                DataOp::Fill { dst, bits } => {
-                    let i = mem.index(dst);
-                    mem.bufs[i][dst.offset..dst.offset + dst.len].fill(*bits);
-                }
-                DataOp::Accumulate {
-                    dst,
-                    src,
-                    op,
-                    dtype,
-                } => {
-                    mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+        Ok(())
+    }
+
+    fn run(&mut self, iters: usize) -> Result<Duration> {
+        let t = Instant::now();
+        let mem = &mut self.mem;
+        for _ in 0..iters {
+            for op in &self.schedule.ops {
+                match op {
+                    DataOp::Copy { src, dst } => {
+                        mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
+                    }
+                    DataOp::Fill { dst, bits } => {
+                        let i = mem.index(dst);
+                        mem.bufs[i][dst.offset..dst.offset + dst.len].fill(*bits);
+                    }
+                    DataOp::Accumulate {
+                        dst,
+                        src,
+                        op,
+                        dtype,
+                    } => {
+                        mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+                    }
                 }
             }
         }
-        Ok((0..program.devices)
+        Ok(t.elapsed())
+    }
+
+    fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
+        let allocs = &self.program.layout.allocs;
+        Ok((0..self.program.devices)
             .map(|d| {
-                program
+                self.program
                     .outputs
                     .iter()
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: std::mem::take(&mut mem.bufs[d * allocs.len() + a]),
+                        words: self.mem.bufs[d * self.mem.per_device + a].clone(),
                     })
                     .collect()
             })

@@ -7,8 +7,11 @@ pub mod gpu;
 use crate::array::HostArray;
 use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
+use std::time::Duration;
 
-/// Runs a schedule on some memory.
+/// Runs a schedule on some memory. The lifecycle: [`Executor::prepare`] a schedule once
+/// (memory, and on the GPU the recorded commands), then [`Prepared::upload`] inputs,
+/// [`Prepared::run`] it any number of times and [`Prepared::read_outputs`].
 pub trait Executor {
     /// Short description: `cpu`, or the GPU adapter's name and backend.
     fn describe(&self) -> String;
@@ -19,13 +22,56 @@ pub trait Executor {
         Ok(())
     }
 
-    /// Loads `inputs[device][operand]`, runs `schedule`, returns `outputs[device][operand]`.
+    /// Allocates (zeroed) memory for `schedule` and records what it runs, once.
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>>;
+
+    /// The plain copy bandwidth of this executor for buffers of `bytes` bytes, in bytes
+    /// per second (the yardstick `bench` compares with), if it has a meaningful one.
+    fn copy_bandwidth(&self, _bytes: u64) -> Result<Option<f64>> {
+        Ok(None)
+    }
+
+    /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
     fn execute(
         &mut self,
         program: &Program,
         schedule: &Schedule,
         inputs: &[Vec<HostArray>],
-    ) -> Result<Vec<Vec<HostArray>>>;
+    ) -> Result<Vec<Vec<HostArray>>> {
+        check_inputs(program, inputs)?;
+        let mut run = self.prepare(program, schedule)?;
+        run.upload(inputs)?;
+        run.run(1)?;
+        run.read_outputs()
+    }
+}
+
+/// A schedule prepared on an executor, ready to run many times.
+pub trait Prepared {
+    /// Writes `inputs[device][operand]` into the input buffers.
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()>;
+    /// Runs the schedule `iters` times on the same memory; returns the wall time.
+    fn run(&mut self, iters: usize) -> Result<Duration>;
+    /// Reads every output: `outputs[device][operand]`.
+    fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>>;
+}
+
+/// Elements of `got` that differ from `want` (within `tolerance` for floats), over
+/// every device and output: the one mismatch count of runs, benches and `apply`.
+pub fn count_wrong(got: &[Vec<HostArray>], want: &[Vec<HostArray>], tolerance: f32) -> usize {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            g.iter()
+                .zip(w)
+                .map(|(ga, wa)| ga.count_mismatches(wa, tolerance))
+                .sum::<usize>()
+        })
+        .sum()
 }
 
 /// Checks that `inputs` has one array per device and operand, with the right shape and dtype.

@@ -1,13 +1,13 @@
 //! `Ctx`: what a kernel body calls (`pl.*` / `pltpu.*`). Every call is recorded as an
 //! op of the current device and grid point; nothing runs until the scheduler does.
 
-use super::refs::{Ref, Sem};
+use super::refs::{Fault, Ref, Sem};
 use crate::device_sim::program::{Cmp, SemId};
 use crate::device_sim::program::{
     DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
 };
 use crate::error::{KernelError, KernelErrorKind, Site};
-use crate::mesh::{DeviceId, Mesh};
+use crate::mesh::{DeviceId, Mesh, SignalTarget};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;
 
@@ -82,11 +82,14 @@ impl<'a> Ctx<'a> {
     }
 
     pub(super) fn name(&self, r: &Ref) -> &str {
-        &self.layout.allocs[r.alloc].name
+        self.layout.allocs.get(r.alloc).map_or("?", |a| &a.name)
     }
 
     /// Checks a ref used by an op; returns its view on `device`.
     pub(super) fn view(&self, r: &Ref, device: usize, site: OpSite) -> Option<View> {
+        if r.fault == Some(Fault::Arg) {
+            return None;
+        }
         if let Some(f) = r.fault {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
@@ -100,6 +103,9 @@ impl<'a> Ctx<'a> {
     }
 
     fn sem_ref(&self, s: &Sem, device: usize, want: &[SemKind], site: OpSite) -> Option<SemRef> {
+        if s.fault == Some(Fault::Arg) {
+            return None;
+        }
         let name = &self.layout.sems[s.base].name;
         let base = name.split('[').next().unwrap_or(name);
         if let Some(f) = s.fault {
@@ -135,6 +141,9 @@ impl<'a> Ctx<'a> {
     }
 
     pub(super) fn same_shape(&self, a: &Ref, b: &Ref, site: OpSite) -> bool {
+        if a.fault == Some(Fault::Arg) || b.fault == Some(Fault::Arg) {
+            return false;
+        }
         if a.shape() != b.shape() || a.dtype != b.dtype {
             self.fail(
                 site,
@@ -310,11 +319,13 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// `pl.semaphore_signal(sem, inc, device_id=…)`: adds `inc` to `sem` on `device`
-    /// (this device when `None`).
+    /// `pl.semaphore_signal(sem, inc, device_id=…)`: adds `inc` to `sem` on `device_id`
+    /// (this device when `None`). The device id is the same type `make_async_remote_copy`
+    /// takes: `right`, `DeviceId::Logical(3)`, `Some(right.into())`, or `None`.
     #[track_caller]
-    pub fn semaphore_signal(&self, sem: Sem, inc: i64, device_id: Option<DeviceId>) {
+    pub fn semaphore_signal(&self, sem: Sem, inc: i64, device_id: impl SignalTarget) {
         let site = self.site("semaphore_signal");
+        let device_id = device_id.device_id();
         let target = match &device_id {
             Some(id) => match self.resolve(id, site) {
                 Some(t) => t,

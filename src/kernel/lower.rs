@@ -174,7 +174,7 @@ impl PallasCall {
             name: format!("run_scoped[{d}]"),
             kind: SemKind::Regular,
         }));
-        let args = Args { args, names };
+        let args = Args::new(args, names);
 
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
@@ -226,6 +226,18 @@ impl PallasCall {
                 }
                 for e in rec.errors {
                     note(e);
+                }
+                for (at, detail) in args.errors.borrow_mut().drain(..) {
+                    note(KernelError {
+                        kind: KernelErrorKind::Misuse,
+                        site: Site {
+                            device,
+                            grid: grid_coords(&spec.grid, g),
+                            op: "kernel argument",
+                            location: format!("{}:{}", at.file(), at.line()),
+                        },
+                        detail,
+                    });
                 }
                 dev_ops.extend(rec.ops);
                 dmas.extend(rec.dmas);

@@ -14,4 +14,4 @@ pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};
-pub use spec::{Arg, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};
+pub use spec::{Arg, ArgKey, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};

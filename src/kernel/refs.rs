@@ -23,9 +23,19 @@ pub fn ds(start: i64, size: i64) -> Ds {
 /// Why an indexing step left the bounds of its ref; reported when the ref is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
-    At { index: i64, size: usize },
-    Ds { start: i64, size: i64, dim: usize },
+    At {
+        index: i64,
+        size: usize,
+    },
+    Ds {
+        start: i64,
+        size: i64,
+        dim: usize,
+    },
     AtScalar,
+    /// A kernel argument that does not exist or has the other kind (already reported
+    /// where the kernel asked for it).
+    Arg,
 }
 
 impl Fault {
@@ -39,6 +49,7 @@ impl Fault {
                 "`{name}` slice ds({start}, {size}) leaves a leading dimension of size {dim}"
             ),
             Fault::AtScalar => format!("`{name}.at(..)` on a ref with no dimensions left"),
+            Fault::Arg => format!("`{name}` is not a kernel argument"),
         }
     }
 }
@@ -58,6 +69,13 @@ pub struct Ref {
 }
 
 impl Ref {
+    /// A stand-in for a kernel argument that could not be given; every use is skipped.
+    pub(crate) fn poisoned() -> Self {
+        let mut r = Ref::whole(0, MemorySpace::Vmem, DType::F32, &[1]);
+        r.fault = Some(Fault::Arg);
+        r
+    }
+
     pub(crate) fn whole(alloc: AllocId, space: MemorySpace, dtype: DType, shape: &[usize]) -> Self {
         assert!(shape.len() <= MAX_RANK, "rank above {MAX_RANK}");
         let mut dims = [0; MAX_RANK];
@@ -162,6 +180,18 @@ pub struct Sem {
 }
 
 impl Sem {
+    /// A stand-in for a kernel argument that could not be given; every use is skipped.
+    pub(crate) fn poisoned() -> Self {
+        Sem {
+            base: 0,
+            count: 1,
+            cols: 0,
+            is_array: false,
+            kind: SemKind::Regular,
+            fault: Some(Fault::Arg),
+        }
+    }
+
     /// Kind of semaphore.
     pub fn kind(&self) -> SemKind {
         self.kind

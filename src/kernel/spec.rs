@@ -4,6 +4,8 @@ use super::ctx::Ctx;
 use super::refs::{Ref, Sem};
 use crate::array::DType;
 use crate::device_sim::program::{MemorySpace, SemKind};
+use std::cell::RefCell;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// An input or output operand (`pl.BlockSpec(memory_space=…)` plus its shape).
@@ -179,42 +181,95 @@ pub enum Arg {
     Sem(Sem),
 }
 
-/// The kernel's arguments in Pallas order: inputs, outputs, then scratch.
-#[derive(Clone, Debug)]
+/// Names a kernel argument: by its name in the spec (`"x_ref"`, reads like the
+/// seed's signature) or by its position in Pallas order (`0`).
+pub trait ArgKey: Copy {
+    /// Its position among `names`, if it names one.
+    fn position(self, names: &[String]) -> Option<usize>;
+    /// How a message names it.
+    fn describe(self) -> String;
+}
+
+impl ArgKey for usize {
+    fn position(self, names: &[String]) -> Option<usize> {
+        (self < names.len()).then_some(self)
+    }
+    fn describe(self) -> String {
+        format!("argument {self}")
+    }
+}
+
+impl ArgKey for &str {
+    fn position(self, names: &[String]) -> Option<usize> {
+        names.iter().position(|n| n == self)
+    }
+    fn describe(self) -> String {
+        format!("argument `{self}`")
+    }
+}
+
+/// The kernel's arguments in Pallas order: inputs, outputs, then scratch. Ask for one
+/// by name (`a.r("x_ref")`, `a.sem("send_sem")`) or position; a name that is not there,
+/// or a ref asked for as a semaphore (or the reverse), is a kernel error at that line.
+#[derive(Debug)]
 pub struct Args {
     pub(crate) args: Vec<Arg>,
     pub(crate) names: Vec<String>,
+    /// Mistakes in asking for arguments since the last drain: (kernel line, message).
+    pub(crate) errors: RefCell<Vec<(&'static Location<'static>, String)>>,
 }
 
 impl Args {
-    /// Argument `i` as a ref. Panics (reported as a kernel error) if it is a semaphore.
-    pub fn r(&self, i: usize) -> Ref {
-        match self.args.get(i) {
-            Some(Arg::Ref(r)) => *r,
-            Some(Arg::Sem(_)) => panic!(
-                "kernel argument {i} (`{}`) is a semaphore, not a ref",
-                self.names[i]
-            ),
-            None => panic!(
-                "the kernel has {} arguments; there is no argument {i}",
-                self.args.len()
-            ),
+    pub(crate) fn new(args: Vec<Arg>, names: Vec<String>) -> Self {
+        Self {
+            args,
+            names,
+            errors: RefCell::new(Vec::new()),
         }
     }
 
-    /// Argument `i` as a semaphore. Panics (reported as a kernel error) if it is a ref.
-    pub fn sem(&self, i: usize) -> Sem {
-        match self.args.get(i) {
-            Some(Arg::Sem(s)) => *s,
-            Some(Arg::Ref(_)) => panic!(
-                "kernel argument {i} (`{}`) is a ref, not a semaphore",
-                self.names[i]
+    fn find(&self, key: impl ArgKey, want: &str, at: &'static Location<'static>) -> Option<Arg> {
+        let found = key.position(&self.names).map(|i| (i, self.args[i]));
+        let problem = match found {
+            Some((_, a @ Arg::Ref(_))) if want == "ref" => return Some(a),
+            Some((_, a @ Arg::Sem(_))) if want == "semaphore" => return Some(a),
+            Some((i, _)) => format!(
+                "kernel {} (`{}`) is a {}, not a {want}",
+                key.describe(),
+                self.names[i],
+                if want == "ref" { "semaphore" } else { "ref" }
             ),
-            None => panic!(
-                "the kernel has {} arguments; there is no argument {i}",
-                self.args.len()
+            None => format!(
+                "the kernel has no {} (it has: {})",
+                key.describe(),
+                self.names.join(", ")
             ),
+        };
+        self.errors.borrow_mut().push((at, problem));
+        None
+    }
+
+    /// Argument `key` as a ref.
+    #[track_caller]
+    pub fn r(&self, key: impl ArgKey) -> Ref {
+        match self.find(key, "ref", Location::caller()) {
+            Some(Arg::Ref(r)) => r,
+            _ => Ref::poisoned(),
         }
+    }
+
+    /// Argument `key` as a semaphore (or semaphore array).
+    #[track_caller]
+    pub fn sem(&self, key: impl ArgKey) -> Sem {
+        match self.find(key, "semaphore", Location::caller()) {
+            Some(Arg::Sem(s)) => s,
+            _ => Sem::poisoned(),
+        }
+    }
+
+    /// Argument names, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Number of arguments.

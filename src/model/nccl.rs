@@ -12,18 +12,8 @@ pub enum Traffic {
     ReduceScatter,
     /// Send/receive: size = one device's buffer; busbw = algbw.
     SendRecv,
-}
-
-impl Traffic {
-    /// The traffic class of a collective by name.
-    pub fn of(collective: &str) -> Traffic {
-        match collective {
-            "all_gather" => Traffic::AllGather,
-            "psum_scatter" => Traffic::ReduceScatter,
-            "ppermute" => Traffic::SendRecv,
-            _ => Traffic::AllReduce,
-        }
-    }
+    /// Broadcast: size = the buffer; busbw = algbw.
+    Broadcast,
 }
 
 impl Traffic {
@@ -43,7 +33,7 @@ pub fn bus_factor(t: Traffic, p: usize) -> f64 {
     match t {
         Traffic::AllReduce => 2.0 * (p - 1.0) / p,
         Traffic::AllGather | Traffic::ReduceScatter => (p - 1.0) / p,
-        Traffic::SendRecv => 1.0,
+        Traffic::SendRecv | Traffic::Broadcast => 1.0,
     }
 }
 

@@ -2,6 +2,7 @@
 //! model and always takes the step that happens first in modeled time.
 
 use super::CostModel;
+use crate::device_sim::credits::Credits;
 use crate::device_sim::policies::{Choice, Policy};
 use crate::device_sim::program::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
 use std::collections::HashMap;
@@ -139,8 +140,8 @@ pub struct Timed<'p> {
     p: &'p Program,
     m: CostModel,
     t_dev: Vec<f64>,
-    /// Per semaphore slot: (arrival time, amount) of the credits not yet consumed.
-    credits: HashMap<usize, Vec<(f64, u64)>>,
+    /// Per semaphore slot: the credits not yet consumed, tagged and ordered by arrival time.
+    credits: HashMap<usize, Credits<f64>>,
     res: HashMap<Res, Resource>,
     dma_res: HashMap<usize, Res>,
     done: HashMap<usize, f64>,
@@ -177,14 +178,10 @@ impl<'p> Timed<'p> {
 
     /// When a wait for `amount` on `slot` is satisfied by the credits so far.
     fn arrival(&self, slot: usize, amount: u64) -> f64 {
-        let mut sum = 0;
-        for (t, a) in self.credits.get(&slot).map(Vec::as_slice).unwrap_or(&[]) {
-            sum += a;
-            if sum >= amount {
-                return *t;
-            }
-        }
-        0.0
+        self.credits
+            .get(&slot)
+            .and_then(|q| q.covering(amount))
+            .unwrap_or(0.0)
     }
 
     fn add_credit(&mut self, slot: usize, t: f64, amount: u64, set: bool) {
@@ -192,21 +189,12 @@ impl<'p> Timed<'p> {
         if set {
             q.clear();
         }
-        let at = q.partition_point(|c| c.0 <= t);
-        q.insert(at, (t, amount));
+        q.insert_by(t, amount, |t| *t);
     }
 
-    fn consume(&mut self, slot: usize, mut amount: u64) {
-        let Some(q) = self.credits.get_mut(&slot) else {
-            return;
-        };
-        while amount > 0 && !q.is_empty() {
-            let take = q[0].1.min(amount);
-            q[0].1 -= take;
-            amount -= take;
-            if q[0].1 == 0 {
-                q.remove(0);
-            }
+    fn consume(&mut self, slot: usize, amount: u64) {
+        if let Some(q) = self.credits.get_mut(&slot) {
+            q.consume(amount, |_| {});
         }
     }
 

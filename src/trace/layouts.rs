@@ -1,8 +1,53 @@
-//! Per collective: the small shape a trace runs at, the regions shown as columns, and
-//! how an input element is labeled (whole shard, top/bottom half of a block, chunk).
+//! What a step table shows: the small shape a trace runs at, the regions shown as
+//! columns, and how an input element is labeled (whole shard, top/bottom half of a
+//! block, chunk). Collectives give their own (the seeds' names) or get one derived
+//! from their kernel's allocations.
 
 use super::symbolic::{Sym, CONST};
 use super::Cell;
+use crate::device_sim::Program;
+
+/// Suffix of the HBM copy of a VMEM operand (see `PallasCall::trace`).
+const HBM_COPY: &str = " (HBM operand)";
+
+/// Columns for any kernel traced at input shape `shard`: every allocation but the
+/// inputs (and the HBM copies of VMEM operands), one column each, or one per block of
+/// its leading dimension when it stacks shard-shaped blocks (rank above the shard's).
+pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
+    let allocs = &program.layout.allocs;
+    let base = |n: &str| n.strip_suffix(HBM_COPY).unwrap_or(n).to_string();
+    let inputs: Vec<String> = program
+        .inputs
+        .iter()
+        .map(|&a| base(&allocs[a].name))
+        .collect();
+    let mut columns = Vec::new();
+    for a in allocs {
+        if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) {
+            continue;
+        }
+        if a.shape.len() > shard.len() && a.shape[0] > 0 {
+            let block = a.numel() / a.shape[0];
+            for i in 0..a.shape[0] {
+                columns.push(Column::new(
+                    format!("{}[{i}]", a.name),
+                    &a.name,
+                    i * block,
+                    block,
+                ));
+            }
+        } else {
+            columns.push(Column::new(a.name.clone(), &a.name, 0, a.numel()));
+        }
+    }
+    TraceLayout {
+        shape: shard.to_vec(),
+        columns,
+        labels: Labels::Whole {
+            elems: shard.iter().product::<usize>().max(1),
+        },
+    }
+}
 
 /// A named region of one allocation.
 #[derive(Clone, Debug)]
@@ -42,75 +87,15 @@ pub struct TraceLayout {
     pub labels: Labels,
 }
 
-fn col(name: impl Into<String>, alloc: &str, offset: usize, len: usize) -> Column {
-    Column {
-        name: name.into(),
-        alloc: alloc.into(),
-        offset,
-        len,
-    }
-}
-
-/// The layout for collective `name` at `p` devices.
-pub fn layout_for(name: &str, p: usize) -> TraceLayout {
-    const W: usize = 2; // elements per whole shard
-    let whole = Labels::Whole { elems: W };
-    match name {
-        "ppermute" => TraceLayout {
-            shape: vec![1, W],
-            columns: vec![col("y_ref", "y_ref", 0, W)],
-            labels: whole,
-        },
-        "all_gather" => TraceLayout {
-            shape: vec![1, W],
-            columns: (0..p)
-                .map(|i| col(format!("out_ref[{i}]"), "out_ref", i * W, W))
-                .collect(),
-            labels: whole,
-        },
-        "psum" => TraceLayout {
-            shape: vec![1, W],
-            columns: vec![
-                col("hbm_buf[0]", "hbm_buf", 0, W),
-                col("hbm_buf[1]", "hbm_buf", W, W),
-                col("o_ref", "o_ref", 0, W),
-            ],
-            labels: whole,
-        },
-        "psum_scatter" => TraceLayout {
-            shape: vec![2 * p, 1],
-            columns: vec![
-                col("hbm_buf[0].top", "hbm_buf", 0, 1),
-                col("hbm_buf[0].bottom", "hbm_buf", 1, 1),
-                col("hbm_buf[1].top", "hbm_buf", 2, 1),
-                col("hbm_buf[1].bottom", "hbm_buf", 3, 1),
-                col("accum", "accum", 0, 1),
-                col("o_ref.top", "o_ref", 0, 1),
-                col("o_ref.bottom", "o_ref", 1, 1),
-            ],
-            labels: Labels::Halves,
-        },
-        "ring_allreduce" => TraceLayout {
-            shape: vec![p, 1],
-            columns: (0..p)
-                .map(|c| col(format!("scratch[c{c}]"), "scratch", c, 1))
-                .chain([col("recv", "recv", 0, 1), col("acc", "acc", 0, 1)])
-                .collect(),
-            labels: Labels::Chunks,
-        },
-        _ => TraceLayout {
-            // ring_allreduce_push
-            shape: vec![p, 1],
-            columns: [
-                col("hbm_buf[0]", "hbm_buf", 0, 1),
-                col("hbm_buf[1]", "hbm_buf", 1, 1),
-            ]
-            .into_iter()
-            .chain((0..p).map(|c| col(format!("o_ref[c{c}]"), "o_ref", c, 1)))
-            .chain([col("vmem_recv", "vmem_recv", 0, 1)])
-            .collect(),
-            labels: Labels::Chunks,
-        },
+impl Column {
+    /// Column `name`: `len` elements of allocation `alloc` from element `offset`.
+    pub fn new(name: impl Into<String>, alloc: &str, offset: usize, len: usize) -> Self {
+        Column {
+            name: name.into(),
+            alloc: alloc.into(),
+            offset,
+            len,
+        }
     }
 }
 

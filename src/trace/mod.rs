@@ -5,12 +5,12 @@
 mod layouts;
 mod symbolic;
 
-pub use layouts::{layout_for, Column, Labels, TraceLayout};
+pub use layouts::{derived_layout, Column, Labels, TraceLayout};
 pub use symbolic::{Snapshot, Sym, Symbolic, Term, CONST};
 
 use crate::collectives::Collective;
 use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::DType;
 use serde_json::{json, Value};
@@ -54,30 +54,47 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
-/// Runs `c` on `mesh` under the lockstep policy with the symbolic executor.
+/// Runs `c` on `mesh` under the lockstep policy with the symbolic executor. The columns
+/// are the collective's own [`Collective::trace_layout`], or else derived from the
+/// kernel's allocations ([`derived_layout`]) at its default shape.
 pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
     let p = mesh.size();
-    let layout = layout_for(c.name(), p);
-    let call = c.call(mesh, &layout.shape, DType::F32)?;
+    let custom = c.trace_layout(p);
+    let shape = match &custom {
+        Some(l) => l.shape.clone(),
+        None => c.default_shape(p),
+    };
+    let call = c.call(mesh, &shape, DType::F32)?;
     let program = call.lower(mesh)?;
+    let layout = custom.unwrap_or_else(|| derived_layout(&program, &shape));
     let mut sym = Symbolic::new(&program);
     let mut policy = ScheduleSpec::Lockstep.policy();
     schedule_observed(&program, policy.as_mut(), &mut sym)?;
     sym.flush();
-    Ok(build(c.name(), &program, &layout, &sym.rows))
+    build(c.name(), &program, &layout, &sym.rows)
 }
 
-fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Table {
+fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Result<Table> {
     let n = program.layout.allocs.len();
     let alloc_of = |col: &Column| {
-        program
-            .layout
-            .allocs
-            .iter()
-            .position(|a| a.name == col.alloc)
-            .unwrap_or_else(|| panic!("trace layout names an unknown allocation `{}`", col.alloc))
+        let allocs = &program.layout.allocs;
+        let a = allocs.iter().position(|a| a.name == col.alloc).ok_or_else(|| {
+            let known: Vec<&str> = allocs.iter().map(|a| a.name.as_str()).collect();
+            Error::bad_input(format!(
+                "the step-table layout of `{name}` names an allocation `{}` the kernel does not have (it has: {})",
+                col.alloc,
+                known.join(", ")
+            ))
+        })?;
+        if col.offset + col.len > allocs[a].numel() {
+            return Err(Error::bad_input(format!(
+                "the step-table column `{}` of `{name}` reaches past the end of `{}`",
+                col.name, col.alloc
+            )));
+        }
+        Ok(a)
     };
-    let allocs: Vec<usize> = layout.columns.iter().map(alloc_of).collect();
+    let allocs: Vec<usize> = layout.columns.iter().map(alloc_of).collect::<Result<_>>()?;
     let rows = rows
         .iter()
         .map(|(g, step, mem)| Row {
@@ -106,13 +123,13 @@ fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot])
                 .collect(),
         })
         .collect();
-    Table {
+    Ok(Table {
         collective: name.to_string(),
         devices: program.devices,
         columns: layout.columns.iter().map(|c| c.name.clone()).collect(),
         labels: layout.labels,
         rows,
-    }
+    })
 }
 
 impl Table {

@@ -16,6 +16,7 @@ use super::hb::{count_waits, replay, Credit, Join, Orders, Sink, Wait};
 use super::log::Event;
 use super::race::{Findings, RaceChecker};
 use super::Clock;
+use crate::device_sim::credits::Credits;
 use crate::device_sim::program::Program;
 use std::collections::HashMap;
 
@@ -144,7 +145,7 @@ impl Facts {
     /// For each credit id, the decrementing wait (ordinal) that consumed its last unit
     /// in this run, first in, first out.
     pub fn consumers(&self) -> HashMap<usize, usize> {
-        let mut queues: HashMap<usize, std::collections::VecDeque<(usize, u64)>> = HashMap::new();
+        let mut queues: HashMap<usize, Credits<usize>> = HashMap::new();
         let mut out = HashMap::new();
         let (mut ci, mut wi) = (0, 0);
         while ci < self.credits.len() || wi < self.waits.len() {
@@ -155,24 +156,15 @@ impl Facts {
             };
             if credit_first {
                 let c = &self.credits[ci];
-                queues.entry(c.slot).or_default().push_back((ci, c.amount));
+                queues.entry(c.slot).or_default().push(ci, c.amount);
                 ci += 1;
                 continue;
             }
             let w = &self.waits[wi];
             if w.decrement {
-                let q = queues.entry(w.slot).or_default();
-                let mut left = w.amount;
-                while left > 0 {
-                    let Some(front) = q.front_mut() else { break };
-                    let take = front.1.min(left);
-                    front.1 -= take;
-                    left -= take;
-                    if front.1 == 0 {
-                        out.insert(front.0, wi);
-                        q.pop_front();
-                    }
-                }
+                queues.entry(w.slot).or_default().consume(w.amount, |id| {
+                    out.insert(id, wi);
+                });
             }
             wi += 1;
         }

@@ -13,7 +13,7 @@ use crate::array::HostArray;
 use crate::device_sim::program::{Allocation, DataOp};
 use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
-use crate::exec::{check_inputs, Executor};
+use crate::exec::{check_inputs, Executor, Prepared};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -451,16 +451,29 @@ impl Executor for GpuExecutor {
         self.check_limits(&program.layout.allocs)
     }
 
-    fn execute(
-        &mut self,
-        program: &Program,
-        schedule: &Schedule,
-        inputs: &[Vec<HostArray>],
-    ) -> Result<Vec<Vec<HostArray>>> {
-        check_inputs(program, inputs)?;
-        let run = self.prepare(program, schedule)?;
-        run.upload(inputs)?;
-        run.run(1)?;
-        run.read_outputs()
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        Ok(Box::new(GpuExecutor::prepare(self, program, schedule)?))
+    }
+
+    fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
+        GpuExecutor::copy_bandwidth(self, bytes, 5).map(Some)
+    }
+}
+
+impl Prepared for GpuRun<'_> {
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        GpuRun::upload(self, inputs)
+    }
+
+    fn run(&mut self, iters: usize) -> Result<Duration> {
+        GpuRun::run(self, iters)
+    }
+
+    fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
+        GpuRun::read_outputs(self)
     }
 }
