@@ -13,7 +13,7 @@ mod schedule;
 mod scheduler;
 
 pub use observer::{NoObserver, Observer};
-pub use policies::{Choice, Eager, Policy, ScheduleSpec};
+pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};
 pub use program::{DataOp, Layout, Program, View};
 pub use schedule::Schedule;
 pub use scheduler::{schedule, schedule_observed};

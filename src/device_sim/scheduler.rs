@@ -8,7 +8,7 @@
 
 use super::credits::Credits;
 use super::observer::{NoObserver, Observer};
-use super::policies::{Choice, Policy};
+use super::policies::{Choice, Choices, Policy};
 use super::program::{
     Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
 };
@@ -40,17 +40,17 @@ pub fn schedule_observed(
             obs.data(dst.device, op, None);
         }
     }
-    let mut choices = Vec::new();
+    let mut dmas = Vec::new();
     for d in 0..program.devices {
         e.refresh(d);
     }
     loop {
-        choices.clear();
+        dmas.clear();
         for f in &e.in_flight {
             let dma = &program.dmas[f.id];
             for &side in dma.completions() {
                 if f.pending(side) {
-                    choices.push(Choice::CompleteDma {
+                    dmas.push(Choice::CompleteDma {
                         id: f.id,
                         side,
                         issuer: dma.origin.device,
@@ -59,16 +59,16 @@ pub fn schedule_observed(
                 }
             }
         }
-        choices.extend(e.ready.iter().map(|&d| Choice::Device {
-            device: d,
-            grid: e.next_grid(d).unwrap_or(0),
-            op: e.pc[d],
-            enter: !e.entered[d],
-        }));
-        if choices.is_empty() {
+        if dmas.is_empty() && e.ready.is_empty() {
             break;
         }
-        let pick = choices[policy.pick(&choices).min(choices.len() - 1)];
+        let describe = |d: usize| e.device_choice(d);
+        let choices = Choices::new(&dmas, &e.ready, &describe);
+        let mut pick = policy.pick(&choices);
+        if !choices.contains(&pick) {
+            // A policy can only pick what can happen; anything else takes the first choice.
+            pick = choices.iter().next().expect("not empty");
+        }
         out.steps += 1;
         match pick {
             Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, obs),
@@ -174,6 +174,16 @@ impl<'p> Engine<'p> {
             last_signal: HashMap::new(),
             ready: BTreeSet::new(),
             touched: Vec::new(),
+        }
+    }
+
+    /// Device `d`'s next step as a choice.
+    fn device_choice(&self, d: usize) -> Choice {
+        Choice::Device {
+            device: d,
+            grid: self.next_grid(d).unwrap_or(0),
+            op: self.pc[d],
+            enter: !self.entered[d],
         }
     }
 

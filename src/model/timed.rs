@@ -3,7 +3,7 @@
 
 use super::CostModel;
 use crate::device_sim::credits::Credits;
-use crate::device_sim::policies::{Choice, Policy};
+use crate::device_sim::policies::{Choice, Choices, Policy};
 use crate::device_sim::program::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
 use std::collections::HashMap;
 
@@ -377,22 +377,22 @@ impl Policy for Timed<'_> {
         format!("timed:{}", self.m.name)
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        let (i, t) = choices
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        let (c, t) = choices
             .iter()
-            .enumerate()
-            .map(|(i, c)| (i, self.ready(c)))
-            .fold(
-                (0, f64::INFINITY),
-                |best, cur| if cur.1 < best.1 { cur } else { best },
-            );
+            .map(|c| (c, self.ready(&c)))
+            .fold(None, |best: Option<(Choice, f64)>, cur| match best {
+                Some(b) if b.1 <= cur.1 => Some(b),
+                _ => Some(cur),
+            })
+            .expect("the scheduler asks only when something can happen");
         self.advance(t);
-        match choices[i] {
+        match c {
             Choice::CompleteDma { id, side, .. } => self.complete(id, side, t),
             Choice::Device { enter: true, .. } => {}
             Choice::Device { device, op, .. } => self.run_op(device, op, t),
         }
-        i
+        c
     }
 }
 

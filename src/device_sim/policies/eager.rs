@@ -1,8 +1,8 @@
 //! `eager`: a DMA completes as soon as it starts; devices take turns, one op each.
 
-use super::{first_dma, round_robin, Choice, Policy, ScheduleSpec};
+use super::{next_device, Choice, Choices, Policy, ScheduleSpec};
 
-/// The default, deterministic policy.
+/// The default, deterministic policy; a step costs O(log P).
 #[derive(Debug, Default)]
 pub struct Eager {
     next: usize,
@@ -13,9 +13,10 @@ impl Policy for Eager {
         ScheduleSpec::Eager.to_string()
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        first_dma(choices)
-            .or_else(|| round_robin(choices, &mut self.next, |_| true))
-            .unwrap_or(0)
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        choices
+            .first_dma()
+            .or_else(|| next_device(choices, &mut self.next))
+            .expect("the scheduler asks only when something can happen")
     }
 }

@@ -1,7 +1,7 @@
-//! `lazy`: DMAs stay in flight as long as any device can run; then the newest DMA
-//! someone waits on completes (or the newest at all, at the very end).
+//! `lazy`: DMA completions wait as long as any device can run; then the newest one
+//! someone waits on happens (or the newest at all, at the very end).
 
-use super::{round_robin, Choice, Policy, ScheduleSpec};
+use super::{next_device, Choice, Choices, Policy, ScheduleSpec};
 
 /// Keeps every DMA in flight as long as possible.
 #[derive(Debug, Default)]
@@ -14,15 +14,17 @@ impl Policy for Lazy {
         ScheduleSpec::Lazy.to_string()
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        if let Some(i) = round_robin(choices, &mut self.next, |_| true) {
-            return i;
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        if let Some(c) = next_device(choices, &mut self.next) {
+            return c;
         }
         let newest = |awaited_only: bool| {
-            choices.iter().rposition(
+            choices.dmas.iter().rev().copied().find(
                 |c| matches!(c, Choice::CompleteDma { awaited, .. } if *awaited || !awaited_only),
             )
         };
-        newest(true).or_else(|| newest(false)).unwrap_or(0)
+        newest(true)
+            .or_else(|| newest(false))
+            .expect("the scheduler asks only when something can happen")
     }
 }

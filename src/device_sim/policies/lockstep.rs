@@ -2,7 +2,7 @@
 //! complete as soon as they start. If only a device ahead of the others can move, it
 //! moves (the lockstep order is a preference, never a deadlock of its own).
 
-use super::{first_dma, round_robin, Choice, Policy, ScheduleSpec};
+use super::{round_robin, Choice, Choices, Policy, ScheduleSpec};
 
 /// Grid points in lockstep across devices.
 #[derive(Debug, Default)]
@@ -15,14 +15,14 @@ impl Policy for Lockstep {
         ScheduleSpec::Lockstep.to_string()
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        if let Some(i) = first_dma(choices) {
-            return i;
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        if let Some(c) = choices.first_dma() {
+            return c;
         }
         let lowest = choices
-            .iter()
+            .devices()
             .filter_map(|c| match c {
-                Choice::Device { grid, .. } => Some(*grid),
+                Choice::Device { grid, .. } => Some(grid),
                 _ => None,
             })
             .min();
@@ -31,6 +31,6 @@ impl Policy for Lockstep {
             &mut self.next,
             |c| matches!(c, Choice::Device { grid, .. } if Some(*grid) == lowest),
         )
-        .unwrap_or(0)
+        .expect("the scheduler asks only when something can happen")
     }
 }

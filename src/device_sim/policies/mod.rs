@@ -15,6 +15,7 @@ pub use run_ahead::RunAhead;
 
 use super::program::Completion;
 use crate::error::{Error, Result};
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// One thing the scheduler can do next.
@@ -46,14 +47,97 @@ pub enum Choice {
     },
 }
 
-/// Picks the next step among the runnable choices (never empty). Choices list the
-/// pending completions of the in-flight DMAs in start order (a remote DMA's receive
-/// completion before its send completion), then the runnable devices in id order.
+/// What can happen next, as a policy sees it: the pending DMA completions (few, in
+/// start order, a remote DMA's receive completion before its send completion) and the
+/// runnable devices (many at large P: looked up, not listed, so that a step costs
+/// O(log P) for the policies that do not need them all).
+pub struct Choices<'a> {
+    /// Pending DMA completions.
+    pub dmas: &'a [Choice],
+    ready: &'a BTreeSet<usize>,
+    device: &'a dyn Fn(usize) -> Choice,
+}
+
+impl<'a> Choices<'a> {
+    /// `dmas`, and the devices in `ready` described by `device`.
+    pub fn new(
+        dmas: &'a [Choice],
+        ready: &'a BTreeSet<usize>,
+        device: &'a dyn Fn(usize) -> Choice,
+    ) -> Self {
+        Self {
+            dmas,
+            ready,
+            device,
+        }
+    }
+
+    /// Number of choices.
+    pub fn len(&self) -> usize {
+        self.dmas.len() + self.ready.len()
+    }
+
+    /// True when nothing can happen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runnable devices, in id order.
+    pub fn devices(&self) -> impl Iterator<Item = Choice> + '_ {
+        self.ready.iter().map(|&d| (self.device)(d))
+    }
+
+    /// Every choice: the DMA completions, then the devices.
+    pub fn iter(&self) -> impl Iterator<Item = Choice> + '_ {
+        self.dmas.iter().copied().chain(self.devices())
+    }
+
+    /// Choice `i` of [`Choices::iter`].
+    pub fn get(&self, i: usize) -> Option<Choice> {
+        match self.dmas.get(i) {
+            Some(c) => Some(*c),
+            None => self
+                .ready
+                .iter()
+                .nth(i - self.dmas.len())
+                .map(|&d| (self.device)(d)),
+        }
+    }
+
+    /// Device `d`, if it can run.
+    pub fn device(&self, d: usize) -> Option<Choice> {
+        self.ready.contains(&d).then(|| (self.device)(d))
+    }
+
+    /// Round robin: the first runnable device at or after `d`, else the lowest.
+    pub fn device_from(&self, d: usize) -> Option<Choice> {
+        self.ready
+            .range(d..)
+            .next()
+            .or_else(|| self.ready.iter().next())
+            .map(|&d| (self.device)(d))
+    }
+
+    /// The first pending DMA completion, if any.
+    pub fn first_dma(&self) -> Option<Choice> {
+        self.dmas.first().copied()
+    }
+
+    /// True when `c` is one of the choices.
+    pub fn contains(&self, c: &Choice) -> bool {
+        match c {
+            Choice::Device { device, .. } => self.ready.contains(device),
+            dma => self.dmas.contains(dma),
+        }
+    }
+}
+
+/// Picks the next step among the choices (never empty).
 pub trait Policy {
     /// The policy's name; for the built-in ones, the [`ScheduleSpec`] that recreates it.
     fn name(&self) -> String;
-    /// Index into `choices` of the step to take.
-    fn pick(&mut self, choices: &[Choice]) -> usize;
+    /// The step to take: one of `choices`.
+    fn pick(&mut self, choices: &Choices) -> Choice;
 }
 
 /// A named, replayable schedule.
@@ -139,31 +223,28 @@ impl fmt::Display for ScheduleSpec {
     }
 }
 
-/// Index of the first DMA choice, if any.
-fn first_dma(choices: &[Choice]) -> Option<usize> {
-    choices
-        .iter()
-        .position(|c| matches!(c, Choice::CompleteDma { .. }))
-}
-
-/// Round robin over devices: the first runnable device at or after `*next` (else the
-/// lowest), advancing `*next` past it. `None` when no device is runnable.
+/// Round robin over devices allowed by `allowed`: the first at or after `*next` (else
+/// the lowest), advancing `*next` past it.
 fn round_robin(
-    choices: &[Choice],
+    choices: &Choices,
     next: &mut usize,
     allowed: impl Fn(&Choice) -> bool,
-) -> Option<usize> {
-    let devices = || {
-        choices
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| matches!(c, Choice::Device { .. }) && allowed(c))
-    };
-    let pick = devices()
-        .find(|(_, c)| matches!(c, Choice::Device { device, .. } if *device >= *next))
-        .or_else(|| devices().next())
-        .map(|(i, _)| i)?;
-    if let Choice::Device { device, .. } = choices[pick] {
+) -> Option<Choice> {
+    let pick = choices
+        .devices()
+        .filter(&allowed)
+        .find(|c| matches!(c, Choice::Device { device, .. } if *device >= *next))
+        .or_else(|| choices.devices().find(&allowed))?;
+    if let Choice::Device { device, .. } = pick {
+        *next = device + 1;
+    }
+    Some(pick)
+}
+
+/// Round robin over every runnable device, in O(log P).
+fn next_device(choices: &Choices, next: &mut usize) -> Option<Choice> {
+    let pick = choices.device_from(*next)?;
+    if let Choice::Device { device, .. } = pick {
         *next = device + 1;
     }
     Some(pick)
@@ -209,40 +290,65 @@ mod pick_tests {
         }
     }
 
+    /// Runs `f` on the choices `dmas` plus the devices of `devs` (device, grid).
+    fn with<R>(dmas: &[Choice], devs: &[(usize, usize)], f: impl FnOnce(&Choices) -> R) -> R {
+        let ready: BTreeSet<usize> = devs.iter().map(|d| d.0).collect();
+        let grid = |d: usize| devs.iter().find(|x| x.0 == d).map_or(0, |x| x.1);
+        let describe = |d: usize| dev(d, grid(d));
+        f(&Choices::new(dmas, &ready, &describe))
+    }
+
     #[test]
     fn each_policy_picks_what_it_promises() {
-        let c = [dma(4, false), dma(9, true), dev(0, 3), dev(1, 2), dev(2, 2)];
-        assert_eq!(
-            Eager::default().pick(&c),
-            0,
-            "eager completes the oldest DMA"
-        );
-        assert!(
-            matches!(c[Lazy::default().pick(&c)], Choice::Device { .. }),
-            "lazy runs devices first"
-        );
-        let blocked = [dma(4, false), dma(9, true), dma(11, false)];
-        assert_eq!(
-            Lazy::default().pick(&blocked),
-            1,
-            "lazy completes the newest awaited DMA"
-        );
-        let d = [dev(0, 3), dev(1, 2), dev(2, 2)];
-        assert_eq!(
-            Lockstep::default().pick(&d),
-            1,
-            "lockstep runs the lowest grid point"
-        );
-        assert_eq!(RunAhead::new(2).pick(&c), 4, "run-ahead runs its leader");
-        assert_eq!(
-            RunAhead::new(3).pick(&c),
-            1,
-            "then the DMAs someone waits on"
-        );
-        let mut a = Random::new(5);
-        let mut b = Random::new(5);
-        let picks: Vec<usize> = (0..20).map(|_| a.pick(&c)).collect();
-        assert_eq!(picks, (0..20).map(|_| b.pick(&c)).collect::<Vec<_>>());
-        assert!(picks.iter().any(|&p| p != picks[0]), "random varies");
+        let dmas = [dma(4, false), dma(9, true)];
+        let devs = [(0, 3), (1, 2), (2, 2)];
+        with(&dmas, &devs, |c| {
+            assert_eq!(
+                Eager::default().pick(c),
+                dma(4, false),
+                "eager completes the oldest DMA"
+            );
+            assert!(
+                matches!(Lazy::default().pick(c), Choice::Device { .. }),
+                "lazy runs devices first"
+            );
+            assert_eq!(
+                RunAhead::new(2).pick(c),
+                dev(2, 2),
+                "run-ahead runs its leader"
+            );
+            assert_eq!(
+                RunAhead::new(3).pick(c),
+                dma(9, true),
+                "then the DMAs someone waits on"
+            );
+            let mut a = Random::new(5);
+            let mut b = Random::new(5);
+            let picks: Vec<Choice> = (0..20).map(|_| a.pick(c)).collect();
+            assert_eq!(picks, (0..20).map(|_| b.pick(c)).collect::<Vec<_>>());
+            assert!(picks.iter().any(|p| *p != picks[0]), "random varies");
+            assert!(picks.iter().all(|p| c.contains(p)));
+        });
+        with(&[dma(4, false), dma(9, true), dma(11, false)], &[], |c| {
+            assert_eq!(
+                Lazy::default().pick(c),
+                dma(9, true),
+                "lazy completes the newest awaited DMA"
+            );
+        });
+        with(&[], &devs, |c| {
+            assert_eq!(
+                Lockstep::default().pick(c),
+                dev(1, 2),
+                "lockstep runs the lowest grid point"
+            );
+            let mut e = Eager::default();
+            let order: Vec<Choice> = (0..4).map(|_| e.pick(c)).collect();
+            assert_eq!(
+                order,
+                vec![dev(0, 3), dev(1, 2), dev(2, 2), dev(0, 3)],
+                "eager takes turns"
+            );
+        });
     }
 }

@@ -1,7 +1,7 @@
 //! `random:SEED`: a seeded uniform choice among every runnable device and every
-//! in-flight DMA, so both the interleaving and the DMA completion order vary.
+//! pending DMA completion, so both the interleaving and the completion order vary.
 
-use super::{Choice, Policy, ScheduleSpec};
+use super::{Choice, Choices, Policy, ScheduleSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -27,7 +27,10 @@ impl Policy for Random {
         ScheduleSpec::Random(self.seed).to_string()
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        self.rng.random_range(0..choices.len())
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        let i = self.rng.random_range(0..choices.len());
+        choices
+            .get(i)
+            .expect("the scheduler asks only when something can happen")
     }
 }

@@ -1,8 +1,8 @@
 //! `run-ahead:D`: device D runs as far ahead as the semaphores allow. When it cannot
-//! move, the DMAs it needs complete first, then the other devices move one op at a
-//! time (lowest id first), so they lag as much as possible.
+//! move, the DMA completions someone waits on happen first, then the other devices move
+//! one op at a time (lowest id first), so they lag as much as possible.
 
-use super::{Choice, Policy, ScheduleSpec};
+use super::{Choice, Choices, Policy, ScheduleSpec};
 
 /// One device races ahead of the others.
 #[derive(Debug)]
@@ -22,11 +22,18 @@ impl Policy for RunAhead {
         ScheduleSpec::RunAhead(self.leader).to_string()
     }
 
-    fn pick(&mut self, choices: &[Choice]) -> usize {
-        let find = |f: &dyn Fn(&Choice) -> bool| choices.iter().position(f);
-        find(&|c| matches!(c, Choice::Device { device, .. } if *device == self.leader))
-            .or_else(|| find(&|c| matches!(c, Choice::CompleteDma { awaited: true, .. })))
-            .or_else(|| find(&|c| matches!(c, Choice::Device { .. })))
-            .unwrap_or(0)
+    fn pick(&mut self, choices: &Choices) -> Choice {
+        choices
+            .device(self.leader)
+            .or_else(|| {
+                choices
+                    .dmas
+                    .iter()
+                    .copied()
+                    .find(|c| matches!(c, Choice::CompleteDma { awaited: true, .. }))
+            })
+            .or_else(|| choices.devices().next())
+            .or_else(|| choices.first_dma())
+            .expect("the scheduler asks only when something can happen")
     }
 }

@@ -13,12 +13,15 @@ pub const ACCUMULATE_VEC4_WGSL: &str = include_str!("../../../shaders/accumulate
 pub const ACCUMULATE_BATCH_WGSL: &str = include_str!("../../../shaders/accumulate_batch.wgsl");
 /// WGSL source of the fill shader.
 pub const FILL_WGSL: &str = include_str!("../../../shaders/fill.wgsl");
+/// WGSL source of the schedule program (arena + op table).
+pub const SCHEDULE_WGSL: &str = include_str!("../../../shaders/schedule.wgsl");
 /// Every shader, by file name (for validation).
 pub const SHADERS: &[(&str, &str)] = &[
     ("accumulate.wgsl", ACCUMULATE_WGSL),
     ("accumulate_vec4.wgsl", ACCUMULATE_VEC4_WGSL),
     ("accumulate_batch.wgsl", ACCUMULATE_BATCH_WGSL),
     ("fill.wgsl", FILL_WGSL),
+    ("schedule.wgsl", SCHEDULE_WGSL),
 ];
 
 /// Threads per workgroup in every shader.
