@@ -1,8 +1,7 @@
-// The schedule as one GPU program: every device's allocations live in one arena
-// (`mem`, u32 words at host-computed offsets) and the schedule's data ops in a table.
-// `serial`: one workgroup runs groups of independent ops in order, a barrier between
-// groups (small schedules: a whole collective in one dispatch). `wave`: many
-// workgroups run one group of independent ops, each a chunk of one op's elements.
+// The compute of a schedule level in one dispatch: every device's allocations live in
+// one arena (`mem`, u32 words at host-computed offsets) and the level's ops in a table;
+// each workgroup runs one chunk of one op's elements. The ops of a level are
+// independent, so no barrier is needed (levels are separate dispatches).
 
 struct Op {
     // 0 copy, 1 fill, 2 accumulate.
@@ -18,7 +17,7 @@ struct Op {
 }
 
 struct Segment {
-    // serial: first group and group count; wave: first item and item count.
+    // First chunk and chunk count of this dispatch.
     first: u32,
     count: u32,
     _pad0: u32,
@@ -27,7 +26,7 @@ struct Segment {
 
 @group(0) @binding(0) var<storage, read_write> mem: array<u32>;
 @group(0) @binding(1) var<storage, read> ops: array<Op>;
-// serial: (first op, op count, 0, 0) per group; wave: (op, first element, count, 0) per chunk.
+// (op, first element, count, 0) per chunk.
 @group(0) @binding(2) var<storage, read> items: array<vec4<u32>>;
 @group(0) @binding(3) var<uniform> seg: Segment;
 
@@ -73,19 +72,6 @@ fn run(o: Op, start: u32, end: u32, lane: u32, step: u32) {
                 mem[o.dst + i] = bitcast<u32>(combine_f32(op, bitcast<f32>(a), bitcast<f32>(b)));
             }
         }
-    }
-}
-
-@compute @workgroup_size(256)
-fn serial(@builtin(local_invocation_index) lane: u32) {
-    for (var g = 0u; g < seg.count; g = g + 1u) {
-        let group = items[seg.first + g];
-        for (var k = 0u; k < group.y; k = k + 1u) {
-            let o = ops[group.x + k];
-            run(o, 0u, o.len, lane, 256u);
-        }
-        // The next group may read what this one wrote.
-        storageBarrier();
     }
 }
 

@@ -3,6 +3,7 @@
 //! buffers from the pool, bind groups, the command list) and can then run any number of
 //! iterations, each encoded from the prepared commands with no host round trip.
 
+use super::arena::ArenaRun;
 use super::batch::{self, Step};
 use super::context::GpuContext;
 use super::pipelines::{Pipelines, PARAMS_BYTES};
@@ -23,6 +24,41 @@ pub struct GpuExecutor {
     pipes: Pipelines,
     pool: BufferPool,
     batching: bool,
+    arena: ArenaMode,
+}
+
+/// When a schedule runs as a GPU program over one arena ([`ArenaRun`]: one compute
+/// dispatch per level of independent ops, whatever P is) rather than per op
+/// ([`GpuRun`]: a buffer per allocation, a dispatch per accumulate or batch of four).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArenaMode {
+    /// The program on a GPU, the per-op path on a CPU adapter (lavapipe), where shader
+    /// work rather than dispatches dominates and the per-op path measured as fast or
+    /// faster (benches/README.md); the program only while every device's memory
+    /// together is at most [`ArenaMode::AUTO_MAX`] bytes (it copies through a scratch
+    /// buffer, twice the traffic of a direct copy).
+    Auto,
+    /// The program whenever the memory is at most this many bytes and fits one binding.
+    UpTo(u64),
+    /// Never.
+    Off,
+}
+
+impl ArenaMode {
+    /// The largest simulated memory [`ArenaMode::Auto`] runs as a program.
+    pub const AUTO_MAX: u64 = 32 << 20;
+
+    /// `auto`, `on` or `off` (as `TPUSIM_GPU_PROGRAM` takes it).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(ArenaMode::Auto),
+            "on" => Ok(ArenaMode::UpTo(u64::MAX)),
+            "off" => Ok(ArenaMode::Off),
+            _ => Err(Error::bad_input(format!(
+                "TPUSIM_GPU_PROGRAM is `{s}` (expected auto, on or off)"
+            ))),
+        }
+    }
 }
 
 const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
@@ -40,7 +76,17 @@ impl GpuExecutor {
             pipes,
             pool: BufferPool::default(),
             batching: true,
+            arena: ArenaMode::Auto,
         }
+    }
+
+    /// Chooses when a schedule runs as one GPU program (default [`ArenaMode::Auto`]).
+    pub fn set_arena(&mut self, mode: ArenaMode) {
+        self.arena = mode;
+    }
+
+    pub(super) fn pipes(&self) -> &Pipelines {
+        &self.pipes
     }
 
     /// Turns batching of small accumulates on or off (on by default; off is for
@@ -49,9 +95,14 @@ impl GpuExecutor {
         self.batching = on;
     }
 
-    /// Opens the default adapter (see [`GpuContext::new`]).
+    /// Opens the default adapter (see [`GpuContext::new`]); `TPUSIM_GPU_PROGRAM`
+    /// (`auto`, `on`, `off`) sets the [`ArenaMode`].
     pub fn from_env() -> Result<Self> {
-        Ok(Self::new(Arc::new(GpuContext::new()?)))
+        let mut g = Self::new(Arc::new(GpuContext::new()?));
+        if let Ok(m) = std::env::var("TPUSIM_GPU_PROGRAM") {
+            g.set_arena(ArenaMode::parse(&m)?);
+        }
+        Ok(g)
     }
 
     /// The context in use.
@@ -456,6 +507,26 @@ impl Executor for GpuExecutor {
         program: &'a Program,
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
+        let cpu = self.ctx.adapter.get_info().device_type == wgpu::DeviceType::Cpu;
+        let limit = match self.arena {
+            ArenaMode::Auto if cpu => None,
+            ArenaMode::Auto => Some(ArenaMode::AUTO_MAX),
+            ArenaMode::UpTo(max) => Some(max),
+            ArenaMode::Off => None,
+        };
+        if let Some(max) = limit {
+            let bytes: u64 = schedule
+                .allocations(program)
+                .iter()
+                .map(|a| a.bytes().next_multiple_of(16))
+                .sum::<u64>()
+                * program.devices as u64;
+            if bytes <= max {
+                if let Some(run) = ArenaRun::prepare(self, program, schedule)? {
+                    return Ok(Box::new(run));
+                }
+            }
+        }
         Ok(Box::new(GpuExecutor::prepare(self, program, schedule)?))
     }
 

@@ -1,15 +1,18 @@
 //! The wgpu executor and its parts: adapter setup, pipelines, binding windows.
 
+mod arena;
 mod bandwidth;
 pub mod batch;
 mod context;
 mod executor;
 mod pipelines;
 mod pool;
+pub mod program;
 mod recorder;
 pub mod windows;
 
+pub use arena::ArenaRun;
 pub use context::{adapters_report, GpuContext};
-pub use executor::{GpuExecutor, GpuRun};
+pub use executor::{ArenaMode, GpuExecutor, GpuRun};
 pub use pipelines::{Params, SHADERS};
 pub use pool::BufferPool;

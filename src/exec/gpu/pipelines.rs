@@ -57,6 +57,8 @@ pub struct Pipelines {
     acc_pipeline_layout: wgpu::PipelineLayout,
     pub(crate) fill: wgpu::ComputePipeline,
     acc: Mutex<HashMap<(ReduceOp, DType, bool), wgpu::ComputePipeline>>,
+    pub(crate) schedule_layout: wgpu::BindGroupLayout,
+    pub(crate) schedule_wave: wgpu::ComputePipeline,
 }
 
 fn storage(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
@@ -127,7 +129,28 @@ impl Pipelines {
             compilation_options: Default::default(),
             cache: None,
         });
+        let schedule_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("schedule"),
+            entries: &[
+                storage(0, false),
+                storage(1, true),
+                storage(2, true),
+                uniform(3),
+            ],
+        });
+        let schedule_module = module("schedule", SCHEDULE_WGSL);
+        let schedule_pipeline_layout = layout(&schedule_layout);
+        let schedule_wave = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("schedule wave"),
+            layout: Some(&schedule_pipeline_layout),
+            module: &schedule_module,
+            entry_point: Some("wave"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
         Self {
+            schedule_layout,
+            schedule_wave,
             batch_module: module("accumulate_batch", ACCUMULATE_BATCH_WGSL),
             batch_pipeline_layout: layout(&batch_layout),
             batch_layout,
