@@ -98,5 +98,8 @@ fn repeated_runs_of_a_program_repeat_the_result() {
     let mut run = ArenaRun::prepare(&gpu, &program, &sched).unwrap().unwrap();
     run.upload(&inputs).unwrap();
     run.run(3).unwrap();
-    assert!(run.read_outputs().unwrap() == want, "three runs differ from the CPU's");
+    assert!(
+        run.read_outputs().unwrap() == want,
+        "three runs differ from the CPU's"
+    );
 }

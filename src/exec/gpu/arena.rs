@@ -37,8 +37,9 @@ impl<'a> ArenaRun<'a> {
         let ctx = exec.context();
         let dev = &ctx.device;
         let limits = &ctx.limits;
-        let max_binding =
-            (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
+        let max_binding = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
         let allocs = schedule.allocations(program);
         let Ok(plan) = GpuProgram::plan(program.devices, &allocs, &schedule.ops, max_binding / 4)
         else {
