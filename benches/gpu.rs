@@ -7,7 +7,7 @@ use std::time::Instant;
 use tpusim::bench::{header, line, sweep, BenchConfig};
 use tpusim::collectives::{self, random_inputs};
 use tpusim::device_sim::{schedule, Eager};
-use tpusim::exec::gpu::GpuExecutor;
+use tpusim::exec::gpu::{ArenaMode, ArenaRun, GpuExecutor};
 use tpusim::exec::Executor;
 use tpusim::{DType, Mesh};
 
@@ -70,6 +70,55 @@ fn main() {
         }
     }
     gpu.set_batching(true);
+
+    println!(
+        "\n## the schedule as one GPU program (arena, a dispatch per level) vs per op, ms/iter"
+    );
+    println!(
+        "{:<20} {:>5} {:>10} {:>10} {:>10} {:>10}",
+        "collective", "P", "shard", "per-op", "program", "dispatches"
+    );
+    for (name, p, rows) in [
+        ("psum", 4usize, 8usize),
+        ("psum", 8, 8),
+        ("psum", 64, 8),
+        ("psum", 4, 2048),
+        ("ring_allreduce_push", 8, 8),
+        ("ring_allreduce_push", 64, 64),
+        ("ring_allreduce_push", 4, 2048),
+    ] {
+        let mesh = Mesh::new(p, "x").expect("mesh");
+        let c = collectives::Registry::builtin()
+            .by_name(name)
+            .expect("collective");
+        let program = c
+            .call(&mesh, &[rows, 128], DType::F32)
+            .and_then(|k| k.lower(&mesh))
+            .expect("lower");
+        let sched = schedule(&program, &mut Eager::default()).expect("schedule");
+        let inputs = random_inputs(&program, 1).unwrap();
+        let mut time = |mode: ArenaMode| {
+            gpu.set_arena(mode);
+            let mut run = Executor::prepare(&gpu, &program, &sched).expect("prepare");
+            run.upload(&inputs).expect("upload");
+            run.run(2).expect("warm up");
+            run.run(10).expect("run").as_secs_f64() / 10.0 * 1e3
+        };
+        let (per_op, prog) = (time(ArenaMode::Off), time(ArenaMode::UpTo(u64::MAX)));
+        let dispatches = ArenaRun::prepare(&gpu, &program, &sched)
+            .expect("prepare")
+            .map_or(0, |r| r.dispatches());
+        println!(
+            "{:<20} {:>5} {:>10} {:>10.3} {:>10.3} {:>10}",
+            name,
+            p,
+            format!("{rows}x128"),
+            per_op,
+            prog,
+            dispatches
+        );
+    }
+    gpu.set_arena(ArenaMode::Auto);
 
     println!("\n## every collective, P=4, 4 KiB .. 4 MiB");
     let cfg = BenchConfig {

@@ -5,7 +5,8 @@
 
 use crate::array::DType;
 use crate::collectives::{random_inputs, Collective};
-use crate::device_sim::{schedule, ScheduleSpec};
+use crate::device_sim::{schedule, DataOp, Eager, ScheduleSpec};
+use crate::kernel::{GridSpec, PallasCall};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
 use crate::mesh::Mesh;
@@ -56,6 +57,70 @@ pub struct BenchRow {
     pub copy_bw: Option<f64>,
     /// Copy-equivalent bytes the schedule moves per iteration, per second.
     pub moved_bw: f64,
+    /// Seconds the schedule's ops would take at this executor's measured rates (the
+    /// roofline for this adapter).
+    pub roof_seconds: f64,
+}
+
+/// An executor's own rates, measured in the same run on ops of a given size: bytes per
+/// second of destination for copies, accumulates and (non-zero) fills.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    /// Copies (a VMEM copy; DMAs run the same way).
+    pub copy: f64,
+    /// Accumulates (`dst += src`).
+    pub accumulate: f64,
+    /// Fills with a non-zero value.
+    pub fill: f64,
+}
+
+impl Rates {
+    /// Measures `exec` on `ops` ops of `bytes` each of every kind (one device, a kernel
+    /// of VMEM scratch), timed over `iters` runs after one warm-up.
+    pub fn measure(exec: &dyn Executor, bytes: u64, dtype: DType, iters: usize) -> Result<Self> {
+        const OPS: usize = 4;
+        let elems = ((bytes / dtype.size() as u64) as usize).max(1);
+        let mesh = Mesh::new(1, "x")?;
+        let rate = |kind: usize| -> Result<f64> {
+            let spec = GridSpec::new()
+                .vmem("a", &[elems], dtype)
+                .vmem("b", &[elems], dtype);
+            let call = PallasCall::new("rate", spec, move |pl, a| {
+                for _ in 0..OPS {
+                    match kind {
+                        0 => pl.copy(a.r("a"), a.r("b")),
+                        1 => pl.add_assign(a.r("a"), a.r("b")),
+                        _ => pl.fill(a.r("a"), 1.0),
+                    }
+                }
+            });
+            let program = call.lower(&mesh)?;
+            exec.check(&program)?;
+            let sched = schedule(&program, &mut Eager::default())?;
+            let mut run = exec.prepare(&program, &sched)?;
+            run.run(1)?;
+            let t = run.run(iters.max(1))?.as_secs_f64();
+            Ok((elems * dtype.size() * OPS * iters.max(1)) as f64 / t.max(1e-12))
+        };
+        Ok(Rates {
+            copy: rate(0)?,
+            accumulate: rate(1)?,
+            fill: rate(2)?,
+        })
+    }
+
+    /// Seconds `sched`'s ops take at these rates (zero fills count as fills).
+    pub fn roofline(&self, sched: &crate::device_sim::Schedule) -> f64 {
+        sched
+            .ops
+            .iter()
+            .map(|o| match o {
+                DataOp::Copy { dst, .. } => dst.bytes() as f64 / self.copy,
+                DataOp::Accumulate { dst, .. } => dst.bytes() as f64 / self.accumulate,
+                DataOp::Fill { dst, .. } => dst.bytes() as f64 / self.fill,
+            })
+            .sum()
+    }
 }
 
 impl BenchRow {
@@ -72,6 +137,8 @@ impl BenchRow {
             "copy_gbps": self.copy_bw.map(|b| b / 1e9),
             "moved_gbps": self.moved_bw / 1e9,
             "copy_fraction": self.copy_bw.map(|b| self.moved_bw / b),
+            "roof_us": self.roof_seconds * 1e6,
+            "roof_fraction": self.roof_seconds / self.seconds,
         })
     }
 }
@@ -199,6 +266,9 @@ pub fn sweep(
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
         let copy_bw = exec.copy_bandwidth(shard_bytes)?;
+        // Rates of one op as large as every device's buffer together: the most this
+        // adapter does per byte when the work is batched (the roofline is a bound).
+        let rates = Rates::measure(exec, shard_bytes * p as u64, cfg.dtype, 3)?;
         let measured = traffic.size(p, shard_bytes);
         let algbw = measured as f64 / seconds;
         rows.push(BenchRow {
@@ -211,6 +281,7 @@ pub fn sweep(
             wrong,
             copy_bw,
             moved_bw: sched.copy_equivalent_bytes() / seconds,
+            roof_seconds: rates.roofline(&sched),
         });
     }
     Ok(rows)
@@ -219,7 +290,7 @@ pub fn sweep(
 /// The nccl-tests-style table header.
 pub fn header() -> String {
     format!(
-        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6}",
+        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6} {:>10} {:>6}",
         "collective",
         "size",
         "count",
@@ -229,7 +300,9 @@ pub fn header() -> String {
         "#wrong",
         "copy(GB/s)",
         "moved(GB/s)",
-        "%copy"
+        "%copy",
+        "roof(us)",
+        "%roof"
     )
 }
 
@@ -243,7 +316,7 @@ pub fn line(r: &BenchRow) -> String {
         None => ("-".into(), "-".into()),
     };
     format!(
-        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6}",
+        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0}",
         r.collective,
         r.size,
         r.count,
@@ -253,7 +326,9 @@ pub fn line(r: &BenchRow) -> String {
         r.wrong,
         copy,
         r.moved_bw / 1e9,
-        frac
+        frac,
+        r.roof_seconds * 1e6,
+        100.0 * r.roof_seconds / r.seconds
     )
 }
 
