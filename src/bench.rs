@@ -6,9 +6,9 @@
 use crate::array::DType;
 use crate::collectives::{random_inputs, Collective};
 use crate::device_sim::{schedule, DataOp, Eager, ScheduleSpec};
-use crate::kernel::{GridSpec, PallasCall};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
+use crate::kernel::{GridSpec, PallasCall};
 use crate::mesh::Mesh;
 use crate::model::bus_factor;
 use serde_json::{json, Value};

@@ -458,3 +458,52 @@ fn a_kernel_without_a_layout_gets_columns_from_its_allocations() {
     }
     assert!(t.markdown().contains("`(x0, x1, x2)`"), "{}", t.markdown());
 }
+
+#[test]
+fn all_to_all_table_shows_each_device_gathering_its_block_of_every_shard() {
+    let reg = collectives::Registry::builtin();
+    let mesh = Mesh::new(4, "x").unwrap();
+    let t = trace(reg.by_name("all_to_all").unwrap().as_ref(), &mesh).unwrap();
+    assert_eq!(
+        t.columns,
+        vec!["o_ref[0]", "o_ref[1]", "o_ref[2]", "o_ref[3]"]
+    );
+    let last = t.rows.last().unwrap();
+    for d in 0..4 {
+        for (j, cell) in last.cells[d].iter().enumerate() {
+            // Block d of device j's shard.
+            assert_eq!(*cell, Cell::Sum(vec![(j, d)], 0), "device {d} column {j}");
+        }
+    }
+    assert!(
+        t.markdown().contains("`(x0.1, x1.1, x2.1, x3.1)`"),
+        "{}",
+        t.markdown()
+    );
+}
+
+#[test]
+fn a_bidirectional_ring_gathers_in_about_half_the_time() {
+    let m = CostModel::preset("v5e").unwrap();
+    let reg = collectives::Registry::builtin();
+    let mesh = Mesh::new(8, "x").unwrap();
+    let rows = 1024usize;
+    let bytes = (rows * 128 * 4) as f64;
+    let time = |name: &str| {
+        let call = reg
+            .by_name(name)
+            .unwrap()
+            .call(&mesh, &[rows, 128], DType::F32)
+            .unwrap();
+        modeled(&call, 8, &m).0
+    };
+    let hop = bytes / m.link_bw + m.link_latency;
+    let local = bytes / m.hbm_bw + m.dma_latency;
+    assert_relative_eq!(time("all_gather"), local + 7.0 * hop, max_relative = 1e-9);
+    // ceil(7/2) = 4 steps, both directions at once on separate links.
+    assert_relative_eq!(
+        time("all_gather_bidir"),
+        local + 4.0 * hop,
+        max_relative = 1e-9
+    );
+}

@@ -1,6 +1,8 @@
 //! The seed collectives, their XLA-semantics references, and the API that runs them.
 
 mod all_gather;
+mod all_gather_bidir;
+mod all_to_all;
 mod barrier;
 mod ppermute;
 mod psum;
@@ -12,6 +14,8 @@ pub mod variants;
 
 use crate::kernel::ReduceOp;
 pub use all_gather::{all_gather_kernel, AllGather};
+pub use all_gather_bidir::{all_gather_bidir_kernel, AllGatherBidir};
+pub use all_to_all::{all_to_all_kernel, AllToAll};
 pub use barrier::neighbor_barrier;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};

@@ -33,6 +33,30 @@ pub fn all_gather(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
     vec![vec![gathered]; inputs.len()]
 }
 
+/// `lax.all_to_all(x, split_axis=0, concat_axis=0, tiled=True)` on inputs of shape
+/// `[P, ...block]`: device i's block j becomes device j's block i.
+pub fn all_to_all(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
+    let p = inputs.len();
+    (0..p)
+        .map(|i| {
+            let first = &inputs[i][0];
+            let block = first.len() / p;
+            let words = (0..p)
+                .flat_map(|j| {
+                    inputs[j][0].words[i * block..(i + 1) * block]
+                        .iter()
+                        .copied()
+                })
+                .collect();
+            vec![HostArray {
+                dtype: first.dtype,
+                shape: first.shape.clone(),
+                words,
+            }]
+        })
+        .collect()
+}
+
 /// `lax.psum` / `pmax` / `pmin` of operand 0 over every device (f32 sums in f64).
 pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
     let first = &inputs[0][0];

@@ -3,7 +3,8 @@
 //! `tpusim::cli::main_with`.
 
 use super::{
-    AllGather, Collective, Options, Ppermute, Psum, PsumScatter, RingAllReduce, RingAllReducePush,
+    AllGather, AllGatherBidir, AllToAll, Collective, Options, Ppermute, Psum, PsumScatter,
+    RingAllReduce, RingAllReducePush,
 };
 use crate::error::{Error, Result};
 use crate::kernel::ReduceOp;
@@ -24,13 +25,15 @@ impl Registry {
     /// The shipped collectives.
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        let all: [Arc<dyn Collective>; 6] = [
+        let all: [Arc<dyn Collective>; 8] = [
             Arc::new(Ppermute::default()),
             Arc::new(AllGather),
             Arc::new(Psum { op: ReduceOp::Sum }),
             Arc::new(PsumScatter),
             Arc::new(RingAllReduce { op: ReduceOp::Sum }),
             Arc::new(RingAllReducePush { op: ReduceOp::Sum }),
+            Arc::new(AllGatherBidir),
+            Arc::new(AllToAll),
         ];
         for c in all {
             r.register(c).expect("the shipped names are distinct");

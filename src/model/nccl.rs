@@ -14,6 +14,8 @@ pub enum Traffic {
     SendRecv,
     /// Broadcast: size = the buffer; busbw = algbw.
     Broadcast,
+    /// All-to-all: size = one device's buffer (P blocks); busbw = algbw · (P−1)/P.
+    AllToAll,
 }
 
 impl Traffic {
@@ -32,7 +34,7 @@ pub fn bus_factor(t: Traffic, p: usize) -> f64 {
     let p = p as f64;
     match t {
         Traffic::AllReduce => 2.0 * (p - 1.0) / p,
-        Traffic::AllGather | Traffic::ReduceScatter => (p - 1.0) / p,
+        Traffic::AllGather | Traffic::ReduceScatter | Traffic::AllToAll => (p - 1.0) / p,
         Traffic::SendRecv | Traffic::Broadcast => 1.0,
     }
 }

@@ -22,12 +22,15 @@ pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
         .map(|&a| base(&allocs[a].name))
         .collect();
     let mut columns = Vec::new();
+    let shard_elems = shard.iter().product::<usize>().max(1);
+    let mut unit = shard_elems;
     for a in allocs {
         if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) {
             continue;
         }
         if a.shape.len() > shard.len() && a.shape[0] > 0 {
             let block = a.numel() / a.shape[0];
+            unit = unit.min(block.max(1));
             for i in 0..a.shape[0] {
                 columns.push(Column::new(
                     format!("{}[{i}]", a.name),
@@ -43,8 +46,13 @@ pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
     TraceLayout {
         shape: shard.to_vec(),
         columns,
-        labels: Labels::Whole {
-            elems: shard.iter().product::<usize>().max(1),
+        labels: if unit == shard_elems {
+            Labels::Whole { elems: unit }
+        } else {
+            Labels::Blocks {
+                elems: unit,
+                per_shard: shard_elems / unit,
+            }
         },
     }
 }
@@ -69,6 +77,14 @@ pub enum Labels {
     Whole {
         /// Elements per shard.
         elems: usize,
+    },
+    /// Blocks of `elems` elements, `per_shard` to a shard: `x3.1` is block 1 of device
+    /// 3's shard (derived layouts of kernels that move parts of shards).
+    Blocks {
+        /// Elements per block.
+        elems: usize,
+        /// Blocks per shard.
+        per_shard: usize,
     },
     /// Blocks of two one-element halves: `T2(2+1+0)` / `B0(0+1)`.
     Halves,
@@ -104,6 +120,7 @@ impl Labels {
     fn label(&self, i: usize) -> (usize, usize, usize) {
         match self {
             Labels::Whole { elems } => (0, 0, i % elems),
+            Labels::Blocks { elems, .. } => (i / elems, 0, i % elems),
             Labels::Halves => (i / 2, i % 2, 0),
             Labels::Chunks => (i, 0, 0),
         }
@@ -111,7 +128,7 @@ impl Labels {
 
     fn part_len(&self) -> usize {
         match self {
-            Labels::Whole { elems } => *elems,
+            Labels::Whole { elems } | Labels::Blocks { elems, .. } => *elems,
             _ => 1,
         }
     }
@@ -160,6 +177,11 @@ impl Labels {
             Labels::Whole { .. } => terms
                 .iter()
                 .map(|t| format!("x{}", t.0))
+                .collect::<Vec<_>>()
+                .join("+"),
+            Labels::Blocks { .. } => terms
+                .iter()
+                .map(|t| format!("x{}.{}", t.0, t.1))
                 .collect::<Vec<_>>()
                 .join("+"),
             Labels::Halves => {
