@@ -248,7 +248,7 @@ fn run_with_a_model_prints_modeled_time_and_bus_bandwidth() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains("model v5e (overridden):")
+        out.contains("model v5e (overridden) on ring:")
             && out.contains("busbw")
             && out.contains("ideal ring bound"),
         "{out}"

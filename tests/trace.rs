@@ -5,7 +5,7 @@ use approx::assert_relative_eq;
 use tpusim::collectives;
 use tpusim::device_sim::schedule;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
-use tpusim::model::{chrome_trace, CostModel, Timed, TimedEvent};
+use tpusim::model::{chrome_trace, CostModel, Timed, TimedEvent, Topology};
 use tpusim::trace::{trace, Cell, Table};
 use tpusim::{DType, Error, Mesh};
 
@@ -259,7 +259,7 @@ fn json_has_the_documented_shape() {
 fn modeled(call: &PallasCall, p: usize, m: &CostModel) -> (f64, Vec<TimedEvent>) {
     let mesh = Mesh::new(p, "x").unwrap();
     let program = call.lower(&mesh).unwrap();
-    let mut timed = Timed::new(&program, m.clone());
+    let mut timed = Timed::new(&program, m.clone()).unwrap();
     schedule(&program, &mut timed).unwrap();
     let run = timed.finish();
     (run.seconds, run.events)
@@ -506,4 +506,80 @@ fn a_bidirectional_ring_gathers_in_about_half_the_time() {
         local + 4.0 * hop,
         max_relative = 1e-9
     );
+}
+
+/// Device `from` pushes its shard to device `to`; everyone else idles.
+fn one_push(from: i64, to: i64, rows: usize) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[rows, 128], DType::F32)
+        .output("y", MemorySpace::Any, &[rows, 128], DType::F32)
+        .dma_sem("send")
+        .dma_sem("recv");
+    PallasCall::new("one_push", spec, move |pl, a| {
+        let me = pl.axis_index("x");
+        let c = pl.make_async_remote_copy(a.r("x"), a.r("y"), a.sem("send"), a.sem("recv"), to);
+        if me == from {
+            c.start();
+            c.wait_send();
+        }
+        if me == to {
+            c.wait_recv();
+        }
+    })
+}
+
+#[test]
+fn dmas_are_routed_hop_by_hop_and_share_every_link_they_cross() {
+    let mut m = CostModel::preset("v5e").unwrap();
+    let rows = 1024usize;
+    let bytes = (rows * 128 * 4) as f64;
+    // Two hops on a ring of 4: the bytes stream through, each hop adds its latency.
+    let (t, events) = modeled(&one_push(0, 2, rows), 4, &m);
+    assert_relative_eq!(
+        t,
+        bytes / m.link_bw + 2.0 * m.link_latency,
+        max_relative = 1e-9
+    );
+    let route = events.iter().find_map(|e| match e {
+        TimedEvent::Dma { route, .. } => Some(route.clone()),
+        _ => None,
+    });
+    assert_eq!(route, Some(vec![0, 1, 2]));
+    // The shorter way round: 0 -> 3 on a ring of 4 is one hop, left.
+    let (t, _) = modeled(&one_push(0, 3, rows), 4, &m);
+    assert_relative_eq!(t, bytes / m.link_bw + m.link_latency, max_relative = 1e-9);
+    // With a link between every pair, the far push is one hop.
+    m.topology = Some(Topology::Full);
+    let (t, _) = modeled(&one_push(0, 2, rows), 4, &m);
+    assert_relative_eq!(t, bytes / m.link_bw + m.link_latency, max_relative = 1e-9);
+}
+
+#[test]
+fn an_all_to_all_on_a_ring_is_bounded_by_its_bisection() {
+    let m = CostModel::preset("v5e").unwrap();
+    let reg = collectives::Registry::builtin();
+    let p = 8usize;
+    let mesh = Mesh::new(p, "x").unwrap();
+    let rows = 256 * p;
+    let v = (rows * 1024 * 4) as f64; // bytes per device
+    let call = reg
+        .by_name("all_to_all")
+        .unwrap()
+        .call(&mesh, &[rows, 1024], DType::F32)
+        .unwrap();
+    let (ring, _) = modeled(&call, p, &m);
+    // Half the devices send P·V/4 bytes to the other half over the 2 links a cut crosses.
+    let bisection = p as f64 * v / 4.0 / 2.0 / m.link_bw;
+    assert!(ring >= bisection, "{ring} < {bisection}");
+    let mut full = m.clone();
+    full.topology = Some(Topology::Full);
+    let (direct, _) = modeled(&call, p, &full);
+    assert!(
+        direct < bisection,
+        "a link per pair has no bisection to cross"
+    );
+    let mut torus = m.clone();
+    torus.topology = Some(Topology::Torus(vec![4, 2]));
+    let (t2, _) = modeled(&call, p, &torus);
+    assert!(t2 < ring && t2 > direct, "{direct} < {t2} < {ring}");
 }

@@ -9,7 +9,7 @@ use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
 use tpusim::kernel::PallasCall;
 use tpusim::kernel::ReduceOp;
-use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed};
+use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Topology};
 use tpusim::{array, DType, Error, Mesh};
 
 #[derive(clap::Args)]
@@ -72,6 +72,10 @@ pub struct ModelArgs {
     /// Override: VMEM bytes per device (0: unlimited).
     #[arg(long)]
     vmem_bytes: Option<u64>,
+    /// How the devices are wired: ring, full (a link per pair) or torus:AxB[xC]
+    /// (default: the preset's pod torus when P fills it, else a ring).
+    #[arg(long)]
+    topology: Option<String>,
     /// Write a Chrome trace (Perfetto) of the modeled run to this file.
     #[arg(long)]
     timeline: Option<std::path::PathBuf>,
@@ -84,7 +88,8 @@ impl ModelArgs {
             || self.hbm_gbps.is_some()
             || self.dma_latency_us.is_some()
             || self.vector_gelems.is_some()
-            || self.vmem_bytes.is_some();
+            || self.vmem_bytes.is_some()
+            || self.topology.is_some();
         let mut m = match &self.model {
             Some(name) => CostModel::preset(name)?,
             None if overrides || self.timeline.is_some() => {
@@ -111,6 +116,9 @@ impl ModelArgs {
         }
         if let Some(v) = self.vmem_bytes {
             m.vmem_bytes = (v > 0).then_some(v);
+        }
+        if let Some(t) = &self.topology {
+            m.topology = Some(Topology::parse(t)?);
         }
         if overrides {
             m.name = format!("{} (overridden)", m.name);
@@ -206,7 +214,7 @@ fn model_report(
     timeline: Option<&std::path::Path>,
 ) -> tpusim::Result<()> {
     let program = p.call.lower(&p.mesh)?;
-    let mut timed = Timed::new(&program, m.clone());
+    let mut timed = Timed::new(&program, m.clone())?;
     tpusim::device_sim::schedule(&program, &mut timed)?;
     let run = timed.finish();
     let n = p.mesh.size();
@@ -216,8 +224,9 @@ fn model_report(
     let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
     let ideal = ideal_seconds(traffic, n, size, m.link_bw);
     println!(
-        "model {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
+        "model {} on {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
         m.name,
+        m.topology_for(n),
         run.seconds * 1e6,
         size,
         algbw / 1e9,

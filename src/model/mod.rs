@@ -8,10 +8,12 @@
 mod nccl;
 mod timed;
 mod timeline;
+mod topology;
 
 pub use nccl::{bus_factor, ideal_seconds, Traffic};
 pub use timed::{Timed, TimedEvent, TimedRun};
 pub use timeline::chrome_trace;
+pub use topology::{route, Topology};
 
 use crate::device_sim::program::MemorySpace;
 use crate::device_sim::Program;
@@ -34,6 +36,11 @@ pub struct CostModel {
     pub vector_rate: f64,
     /// VMEM bytes per device; a kernel whose VMEM is larger fails, as on the chip.
     pub vmem_bytes: Option<u64>,
+    /// The torus of a full pod of this generation (dimensions, x fastest).
+    pub pod: Vec<usize>,
+    /// How the run's devices are wired; `None`: the pod's torus when the run fills the
+    /// pod, else a ring of the run's devices (see [`CostModel::topology_for`]).
+    pub topology: Option<Topology>,
 }
 
 /// A named preset with its sources.
@@ -65,9 +72,12 @@ pub fn presets() -> Vec<Preset> {
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.5e9,
                 vmem_bytes: Some(128 * MIB),
+                pod: vec![16, 16],
+                topology: None,
             },
             source: "Cloud TPU v5e system architecture (docs.cloud.google.com/tpu/docs/v5e): \
-                     400 GBps bidirectional ICI per chip over 4 ports, 819 GBps HBM; \
+                     400 GBps bidirectional ICI per chip over 4 ports, 819 GBps HBM, \
+                     256 chips per pod in a 2-D torus (16x16); \
                      VMEM 128 MiB per core from jax.experimental.pallas.tpu get_tpu_info",
         },
         Preset {
@@ -80,9 +90,12 @@ pub fn presets() -> Vec<Preset> {
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.75e9,
                 vmem_bytes: Some(64 * MIB),
+                pod: vec![16, 20, 28],
+                topology: None,
             },
             source: "Cloud TPU v5p system architecture (docs.cloud.google.com/tpu/docs/v5p): \
-                     1200 GBps bidirectional ICI per chip, 3D torus (6 ports), 2765 GBps HBM; \
+                     1200 GBps bidirectional ICI per chip, 3D torus (6 ports), 2765 GBps HBM, \
+                     8960 chips per pod (16x20x28); \
                      VMEM 64 MiB per core from get_tpu_info",
         },
         Preset {
@@ -95,15 +108,28 @@ pub fn presets() -> Vec<Preset> {
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.75e9,
                 vmem_bytes: Some(128 * MIB),
+                pod: vec![16, 16],
+                topology: None,
             },
             source: "Cloud TPU v6e (Trillium) system architecture (docs.cloud.google.com/tpu/docs/v6e): \
-                     800 GBps bidirectional ICI per chip over 4 ports, 1638 GBps HBM; \
+                     800 GBps bidirectional ICI per chip over 4 ports, 1638 GBps HBM, \
+                     256 chips per pod in a 2-D torus (16x16); \
                      VMEM 128 MiB per core from get_tpu_info",
         },
     ]
 }
 
 impl CostModel {
+    /// The wiring of a run on `p` devices: the override, else the pod's torus when `p`
+    /// fills the pod, else a ring of `p` devices (the 1-D meshes the collectives use).
+    pub fn topology_for(&self, p: usize) -> Topology {
+        match &self.topology {
+            Some(t) => t.clone(),
+            None if self.pod.iter().product::<usize>() == p => Topology::Torus(self.pod.clone()),
+            None => Topology::Ring,
+        }
+    }
+
     /// The preset called `name`.
     pub fn preset(name: &str) -> Result<Self> {
         presets()

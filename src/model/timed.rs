@@ -1,6 +1,7 @@
 //! `Timed`: a scheduling policy that runs a discrete-event simulation of the cost
 //! model and always takes the step that happens first in modeled time.
 
+use super::topology::route;
 use super::CostModel;
 use crate::device_sim::credits::Credits;
 use crate::device_sim::policies::{Choice, Choices, Policy};
@@ -49,6 +50,8 @@ pub enum TimedEvent {
         sent: f64,
         /// Receive completion (the destination has been written, `recv_sem` credited).
         end: f64,
+        /// The devices it passed, sender first (one device for a local DMA).
+        route: Vec<usize>,
     },
     /// A device blocked on a semaphore.
     Wait {
@@ -74,64 +77,104 @@ pub struct TimedRun {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Res {
+    /// One direction of the link between two neighbours.
     Link(usize, usize),
+    /// A device's local HBM<->VMEM DMA engine.
     Local(usize),
 }
 
-/// One link or DMA engine: its active transfers share its bandwidth equally.
-#[derive(Debug)]
-struct Resource {
-    bw: f64,
-    now: f64,
-    active: Vec<(usize, f64)>,
+/// A transfer in progress: bytes left and the resources it crosses.
+#[derive(Clone, Debug)]
+struct Flow {
+    id: usize,
+    left: f64,
+    path: Vec<Res>,
 }
 
-impl Resource {
-    fn advance(&mut self, t: f64, done: &mut HashMap<usize, f64>) {
-        while !self.active.is_empty() && self.now < t {
-            let rate = self.bw / self.active.len() as f64;
-            let min = self
-                .active
-                .iter()
-                .map(|a| a.1)
-                .fold(f64::INFINITY, f64::min);
-            let t_fin = self.now + min / rate;
-            if t_fin <= t {
-                for a in &mut self.active {
-                    a.1 -= min;
-                }
-                self.now = t_fin;
-                self.active.retain(|a| {
-                    let finished = a.1 <= 1e-9;
-                    if finished {
-                        done.insert(a.0, t_fin);
-                    }
-                    !finished
-                });
-            } else {
-                for a in &mut self.active {
-                    a.1 -= (t - self.now) * rate;
-                }
-                self.now = t;
+/// Every transfer in flight. A transfer moves at the rate of the most shared resource
+/// on its path (each resource's bandwidth split equally among the transfers crossing
+/// it); a transfer on one resource is exactly processor sharing.
+#[derive(Clone, Debug, Default)]
+struct Network {
+    now: f64,
+    flows: Vec<Flow>,
+    /// Finish times of every flow if nothing else joins (cleared on every change).
+    projection: std::cell::RefCell<Option<HashMap<usize, f64>>>,
+}
+
+impl Network {
+    fn rates(&self, bw: &dyn Fn(Res) -> f64) -> Vec<f64> {
+        let mut count: HashMap<Res, usize> = HashMap::new();
+        for f in &self.flows {
+            for r in &f.path {
+                *count.entry(*r).or_default() += 1;
             }
+        }
+        self.flows
+            .iter()
+            .map(|f| {
+                f.path
+                    .iter()
+                    .map(|r| bw(*r) / count[r] as f64)
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .collect()
+    }
+
+    /// Runs the transfers to time `t`; `done` gets the finish time of each that ends.
+    fn advance(&mut self, t: f64, bw: &dyn Fn(Res) -> f64, done: &mut HashMap<usize, f64>) {
+        while !self.flows.is_empty() && self.now < t {
+            let rates = self.rates(bw);
+            let dt = self
+                .flows
+                .iter()
+                .zip(&rates)
+                .map(|(f, r)| f.left / r)
+                .fold(f64::INFINITY, f64::min);
+            let step = dt.min(t - self.now);
+            for (f, r) in self.flows.iter_mut().zip(&rates) {
+                f.left -= r * step;
+            }
+            self.now += step;
+            let now = self.now;
+            self.flows.retain(|f| {
+                let finished = f.left <= 1e-9;
+                if finished {
+                    done.insert(f.id, now);
+                }
+                !finished
+            });
+            self.projection.replace(None);
         }
         self.now = self.now.max(t);
     }
 
+    fn add(&mut self, f: Flow) {
+        self.flows.push(f);
+        self.projection.replace(None);
+    }
+
+    fn remove(&mut self, id: usize) {
+        self.flows.retain(|f| f.id != id);
+        self.projection.replace(None);
+    }
+
     /// When transfer `id`'s last byte is through, if nothing else joins.
-    fn projected(&self, id: usize) -> f64 {
-        let mut rem: Vec<(usize, f64)> = self.active.clone();
-        rem.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let n = rem.len();
-        let (mut t, mut prev) = (self.now, 0.0);
-        for (i, (k, r)) in rem.iter().enumerate() {
-            t += (r - prev) * (n - i) as f64 / self.bw;
-            prev = *r;
-            if *k == id {
-                return t;
-            }
+    fn projected(&self, id: usize, bw: &dyn Fn(Res) -> f64) -> Option<f64> {
+        if self.projection.borrow().is_none() {
+            let mut copy = Network {
+                now: self.now,
+                flows: self.flows.clone(),
+                projection: Default::default(),
+            };
+            let mut done = HashMap::new();
+            copy.advance(f64::INFINITY, bw, &mut done);
+            self.projection.replace(Some(done));
         }
-        self.now
+        self.projection
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.get(&id).copied())
     }
 }
 
@@ -142,8 +185,11 @@ pub struct Timed<'p> {
     t_dev: Vec<f64>,
     /// Per semaphore slot: the credits not yet consumed, tagged and ordered by arrival time.
     credits: HashMap<usize, Credits<f64>>,
-    res: HashMap<Res, Resource>,
-    dma_res: HashMap<usize, Res>,
+    /// Torus dimensions, or `None` for a direct link between every pair.
+    dims: Option<Vec<usize>>,
+    net: Network,
+    /// Devices each DMA in flight passes.
+    routes: HashMap<usize, Vec<usize>>,
     done: HashMap<usize, f64>,
     dma_start: HashMap<usize, f64>,
     /// Completions seen so far of DMAs in flight: (send, receive) times.
@@ -154,22 +200,38 @@ pub struct Timed<'p> {
 }
 
 impl<'p> Timed<'p> {
-    /// A timed policy for `p` under model `m`.
-    pub fn new(p: &'p Program, m: CostModel) -> Self {
-        Self {
+    /// A timed policy for `p` under model `m`, or an error when the model's topology
+    /// does not fit `p`'s devices.
+    pub fn new(p: &'p Program, m: CostModel) -> crate::Result<Self> {
+        let dims = m.topology_for(p.devices).dims(p.devices)?;
+        Ok(Self {
             p,
             m,
             t_dev: vec![0.0; p.devices],
             credits: HashMap::new(),
-            res: HashMap::new(),
-            dma_res: HashMap::new(),
+            dims,
+            net: Network::default(),
+            routes: HashMap::new(),
             done: HashMap::new(),
             dma_start: HashMap::new(),
             landed: HashMap::new(),
             grid: HashMap::new(),
             end: 0.0,
             events: Vec::new(),
+        })
+    }
+
+    /// Bandwidth of a resource.
+    fn bw(&self) -> impl Fn(Res) -> f64 + '_ {
+        |r| match r {
+            Res::Link(..) => self.m.link_bw,
+            Res::Local(_) => self.m.hbm_bw,
         }
+    }
+
+    /// Links between `a` and `b` (a route's hops; at least one for distinct devices).
+    fn hops(&self, a: usize, b: usize) -> usize {
+        route(self.dims.as_deref(), a, b).len().saturating_sub(1)
     }
 
     fn slot(&self, s: SemRef) -> usize {
@@ -199,12 +261,14 @@ impl<'p> Timed<'p> {
     }
 
     /// Time from the last byte leaving the source to completion `side`: a remote DMA's
-    /// source is read when its last byte has left; it lands a link latency later.
+    /// source is read when its last byte has left; it lands a link latency per hop later.
     fn latency(&self, id: usize, side: Completion) -> f64 {
         let d = &self.p.dmas[id];
         match side {
             Completion::Send => 0.0,
-            Completion::Recv if d.src.device != d.dst.device => self.m.link_latency,
+            Completion::Recv if d.src.device != d.dst.device => {
+                self.m.link_latency * self.hops(d.src.device, d.dst.device) as f64
+            }
             _ => self.m.dma_latency,
         }
     }
@@ -212,8 +276,8 @@ impl<'p> Timed<'p> {
     fn completion(&self, id: usize, side: Completion) -> f64 {
         let bytes_done = match self.done.get(&id) {
             Some(t) => *t,
-            None => match self.dma_res.get(&id).and_then(|r| self.res.get(r)) {
-                Some(r) => r.projected(id),
+            None => match self.net.projected(id, &self.bw()) {
+                Some(t) => t,
                 None => self.dma_start.get(&id).copied().unwrap_or(0.0),
             },
         };
@@ -241,9 +305,12 @@ impl<'p> Timed<'p> {
     }
 
     fn advance(&mut self, t: f64) {
-        for r in self.res.values_mut() {
-            r.advance(t, &mut self.done);
-        }
+        let (link, hbm) = (self.m.link_bw, self.m.hbm_bw);
+        let bw = move |r| match r {
+            Res::Link(..) => link,
+            Res::Local(_) => hbm,
+        };
+        self.net.advance(t, &bw, &mut self.done);
     }
 
     fn run_op(&mut self, device: usize, op_index: usize, t: f64) {
@@ -267,32 +334,29 @@ impl<'p> Timed<'p> {
                 }
             }
             OpKind::Signal { sem, inc, set } => {
-                let arrive = if sem.device == device {
-                    t
-                } else {
-                    t + self.m.link_latency
-                };
+                let arrive = t + self.m.link_latency * self.hops(device, sem.device) as f64;
                 self.add_credit(self.slot(*sem), arrive, *inc, *set);
             }
             OpKind::DmaStart(id) => {
                 let d = &self.p.dmas[*id];
-                let (r, bw) = if d.src.device != d.dst.device {
-                    (Res::Link(d.src.device, d.dst.device), self.m.link_bw)
+                let (path, devices) = if d.src.device != d.dst.device {
+                    let devices = route(self.dims.as_deref(), d.src.device, d.dst.device);
+                    let links = devices.windows(2).map(|w| Res::Link(w[0], w[1])).collect();
+                    (links, devices)
                 } else {
-                    (Res::Local(device), self.m.hbm_bw)
+                    (vec![Res::Local(device)], vec![device])
                 };
-                let res = self.res.entry(r).or_insert(Resource {
-                    bw,
-                    now: t,
-                    active: Vec::new(),
-                });
-                res.advance(t, &mut self.done);
+                self.advance(t);
                 if d.bytes == 0 {
                     self.done.insert(*id, t);
                 } else {
-                    res.active.push((*id, d.bytes as f64));
+                    self.net.add(Flow {
+                        id: *id,
+                        left: d.bytes as f64,
+                        path,
+                    });
                 }
-                self.dma_res.insert(*id, r);
+                self.routes.insert(*id, devices);
                 self.dma_start.insert(*id, t);
             }
             OpKind::Mark(_) => {}
@@ -338,10 +402,9 @@ impl<'p> Timed<'p> {
             return;
         };
         self.landed.remove(&id);
-        if let Some(r) = self.dma_res.remove(&id).and_then(|r| self.res.get_mut(&r)) {
-            r.active.retain(|a| a.0 != id);
-        }
+        self.net.remove(id);
         self.done.remove(&id);
+        let route = self.routes.remove(&id).unwrap_or_default();
         self.events.push(TimedEvent::Dma {
             id,
             from: d.src.device,
@@ -350,6 +413,7 @@ impl<'p> Timed<'p> {
             start: self.dma_start.remove(&id).unwrap_or(t),
             sent,
             end,
+            route,
         });
     }
 
@@ -401,18 +465,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn concurrent_transfers_share_a_link() {
+    fn transfers_share_the_most_shared_resource_on_their_path() {
+        let bw = |_: Res| 100.0;
+        let mut n = Network::default();
+        let (a, b, c) = (Res::Link(0, 1), Res::Link(1, 2), Res::Link(2, 3));
+        n.add(Flow {
+            id: 1,
+            left: 100.0,
+            path: vec![a],
+        });
+        n.add(Flow {
+            id: 2,
+            left: 300.0,
+            path: vec![a, b, c],
+        });
+        // Both at 50 B/s on link a: #1 is through at t=2; then #2 alone at 100 B/s.
+        assert_eq!(n.projected(1, &bw), Some(2.0));
+        assert_eq!(n.projected(2, &bw), Some(4.0));
         let mut done = HashMap::new();
-        let mut r = Resource {
-            bw: 100.0,
-            now: 0.0,
-            active: vec![(1, 100.0), (2, 300.0)],
-        };
-        // Both at 50 B/s: #1 is through at t=2; then #2 alone: 200 B left at 100 B/s.
-        assert_eq!(r.projected(1), 2.0);
-        assert_eq!(r.projected(2), 4.0);
-        r.advance(3.0, &mut done);
+        n.advance(3.0, &bw, &mut done);
         assert_eq!(done.get(&1), Some(&2.0));
-        assert!((r.active[0].1 - 100.0).abs() < 1e-9);
+        assert!((n.flows[0].left - 100.0).abs() < 1e-9);
     }
 }

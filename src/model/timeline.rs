@@ -15,9 +15,31 @@ fn us(s: f64) -> f64 {
     s * 1e6
 }
 
-/// The trace for `events` of a kernel on `devices` devices.
+/// The track of the link `a -> b` in the links process.
+fn link_track(devices: usize, a: usize, b: usize) -> u32 {
+    (a * devices + b) as u32
+}
+
+/// The trace for `events` of a kernel on `devices` devices: a process per device, and
+/// one more (pid `devices`) with a track per link that carried DMA bytes.
 pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Value {
     let mut out = Vec::new();
+    out.push(
+        json!({"ph": "M", "name": "process_name", "pid": devices, "args": {"name": "ICI links"}}),
+    );
+    let mut links: Vec<(usize, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            TimedEvent::Dma { route, .. } => Some(route.windows(2).map(|w| (w[0], w[1]))),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    links.sort_unstable();
+    links.dedup();
+    for (a, b) in links {
+        out.push(json!({"ph": "M", "name": "thread_name", "pid": devices, "tid": link_track(devices, a, b), "args": {"name": format!("link {a}->{b}")}}));
+    }
     for d in 0..devices {
         out.push(json!({"ph": "M", "name": "process_name", "pid": d, "args": {"name": format!("device {d}")}}));
         for (tid, name) in [
@@ -80,8 +102,20 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
                 start,
                 sent,
                 end,
+                route,
             } => {
                 let name = format!("DMA {from}->{to} ({bytes} B)");
+                // Each link it crossed, on the links' own tracks, while its bytes flowed.
+                for w in route.windows(2) {
+                    out.push(slice(
+                        devices,
+                        link_track(devices, w[0], w[1]),
+                        name.clone(),
+                        *start,
+                        *sent,
+                        json!({"bytes": bytes}),
+                    ));
+                }
                 // The sender's slice ends at the send completion (its source is free).
                 out.push(slice(
                     *from,
@@ -89,7 +123,7 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
                     name.clone(),
                     *start,
                     *sent,
-                    json!({"bytes": bytes, "received": us(*end)}),
+                    json!({"bytes": bytes, "received": us(*end), "route": route}),
                 ));
                 if from != to {
                     // The arrival, as a short slice the flow arrow can land on.
