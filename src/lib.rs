@@ -36,10 +36,12 @@
 
 pub mod array;
 pub mod bench;
+pub mod budget;
 pub mod collectives;
 pub mod device_sim;
 pub mod error;
 pub mod exec;
+pub mod files;
 pub mod kernel;
 pub mod mesh;
 pub mod model;
