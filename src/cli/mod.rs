@@ -50,7 +50,11 @@ enum Cmd {
 pub fn fail(e: &Error) -> ExitCode {
     eprintln!("tpusim: {e}");
     match e {
-        Error::BadInput(_) | Error::NoAdapter(_) | Error::Limit { .. } => ExitCode::from(2),
+        Error::BadInput(_)
+        | Error::NoAdapter(_)
+        | Error::Limit { .. }
+        | Error::TooLarge(_)
+        | Error::File { .. } => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }

@@ -7,6 +7,7 @@ mod executor;
 mod pipelines;
 mod pool;
 mod recorder;
+pub mod select;
 pub mod windows;
 
 pub use context::{adapters_report, GpuContext};
