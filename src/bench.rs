@@ -53,8 +53,8 @@ pub struct BenchRow {
     pub algbw: f64,
     /// algbw × nccl-tests' bus factor.
     pub busbw: f64,
-    /// Wrong elements over the check iterations.
-    pub wrong: usize,
+    /// Wrong elements over the check iterations (`None`: no check iteration ran).
+    pub wrong: Option<usize>,
     /// The adapter's plain copy bandwidth for one device's buffer, same run (GPU only).
     pub copy_bw: Option<f64>,
     /// Copy-equivalent bytes the schedule moves per iteration, per second.
@@ -102,6 +102,18 @@ pub fn human(bytes: u64) -> String {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
         b => b.to_string(),
+    }
+}
+
+impl BenchConfig {
+    /// Checks the ranges: at least one timed iteration, a factor of at least 2, sizes in
+    /// order, a schedule that names a device of the mesh.
+    pub fn validate(&self) -> Result<()> {
+        if self.iters == 0 {
+            return Err(Error::bad_input("-n (timed iterations) must be at least 1"));
+        }
+        self.schedule.validate(self.devices)?;
+        sizes(self).map(drop)
     }
 }
 
@@ -159,6 +171,7 @@ pub fn sweep(
     gpu: Option<&GpuExecutor>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
+    cfg.validate()?;
     let mesh = Mesh::new(cfg.devices, "x")?;
     let p = cfg.devices;
     let sizes = sizes(cfg)?;
@@ -214,7 +227,7 @@ pub fn sweep(
                 })
                 .sum()
         };
-        let mut wrong = 0;
+        let mut wrong = (cfg.checks > 0).then_some(0);
         let (seconds, copy_bw) = match gpu {
             Some(gpu) => {
                 let run = gpu.prepare(&program, &sched)?;
@@ -222,15 +235,15 @@ pub fn sweep(
                 if cfg.warmup > 0 {
                     run.run(cfg.warmup)?;
                 }
-                let t = run.run(cfg.iters.max(1))?;
+                let t = run.run(cfg.iters)?;
                 for _ in 0..cfg.checks {
                     run.run(1)?;
-                    wrong += count_wrong(&run.read_outputs()?);
+                    *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?);
                 }
                 drop(run);
                 let shard_bytes = (count * cfg.dtype.size()) as u64;
                 let bw = gpu.copy_bandwidth(shard_bytes, 5)?;
-                (t.as_secs_f64() / cfg.iters.max(1) as f64, Some(bw))
+                (t.as_secs_f64() / cfg.iters as f64, Some(bw))
             }
             None => {
                 let mut cpu = CpuExecutor::new();
@@ -238,12 +251,13 @@ pub fn sweep(
                     cpu.execute(&program, &sched, &inputs)?;
                 }
                 let t = Instant::now();
-                for _ in 0..cfg.iters.max(1) {
+                for _ in 0..cfg.iters {
                     cpu.execute(&program, &sched, &inputs)?;
                 }
-                let s = t.elapsed().as_secs_f64() / cfg.iters.max(1) as f64;
+                let s = t.elapsed().as_secs_f64() / cfg.iters as f64;
                 for _ in 0..cfg.checks {
-                    wrong += count_wrong(&cpu.execute(&program, &sched, &inputs)?);
+                    *wrong.get_or_insert(0) +=
+                        count_wrong(&cpu.execute(&program, &sched, &inputs)?);
                 }
                 (s, None)
             }
@@ -299,7 +313,7 @@ pub fn line(r: &BenchRow) -> String {
         r.seconds * 1e6,
         r.algbw / 1e9,
         r.busbw / 1e9,
-        r.wrong,
+        r.wrong.map_or("-".into(), |w| w.to_string()),
         copy,
         r.moved_bw / 1e9,
         frac

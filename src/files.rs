@@ -192,11 +192,15 @@ impl Output {
     }
 }
 
-/// `tempfile`'s errors carry the temporary file's path; messages name the target, so
-/// keep only the operating system's error.
+/// `tempfile`'s errors end with ` at path "…"` naming the temporary file; messages name
+/// the target, so that part is cut.
 fn plain(e: std::io::Error) -> std::io::Error {
-    match e.raw_os_error() {
-        Some(code) => std::io::Error::from_raw_os_error(code),
+    if e.raw_os_error().is_some() {
+        return e;
+    }
+    let text = e.to_string();
+    match text.split_once(" at path \"") {
+        Some((head, _)) => std::io::Error::new(e.kind(), head.to_string()),
         None => e,
     }
 }

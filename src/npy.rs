@@ -12,9 +12,10 @@ use std::path::Path;
 /// unless told otherwise; a float32 or int32 array's header is under 200).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
-/// Reads a `.npy` file of float32 or int32 values in C order.
+/// Reads a `.npy` file of float32 or int32 values in C order. A file larger than half
+/// the available memory (it is held twice: as read and as decoded) is refused unread.
 pub fn read_npy(path: &Path) -> Result<HostArray> {
-    let cap = crate::budget::available()?.map(|a| a.bytes);
+    let cap = crate::budget::available()?.map(|a| a.bytes / 2);
     let bytes = crate::files::read(path, "input", cap)?;
     parse_npy(&bytes, &path.display().to_string())
 }

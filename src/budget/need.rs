@@ -206,8 +206,11 @@ pub fn need(c: &Census, work: Work) -> Need {
         }
         Work::Check => {
             host("race checker", checker(c, &t, data_ops), Scales::Program);
-            host("inputs, reference and result", host_data, Scales::Data);
-            host("buffers", p * c.alloc_bytes, Scales::Data);
+            host(
+                "the data a run of this shape holds",
+                host_data + p * c.alloc_bytes,
+                Scales::Data,
+            );
         }
         Work::Trace => host("step table", step_table(c, &t), Scales::Program),
         Work::Bench {

@@ -1,11 +1,15 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
-use super::mesh;
+use super::{limits, mesh};
+use tpusim::bench::bench_shape;
+use tpusim::bench::BenchConfig;
+use tpusim::budget::{Buffers, Work};
 use tpusim::collectives;
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::gpu::GpuExecutor;
 use tpusim::exec::{Backend, Executor};
-use tpusim::DType;
+use tpusim::files::Output;
+use tpusim::{DType, Error, Mesh};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -50,7 +54,7 @@ pub struct BenchArgs {
 /// `tpusim bench`.
 pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
-    use tpusim::bench::{header, line, parse_size, sweep, BenchConfig, Progress};
+    use tpusim::bench::{header, line, parse_size, sweep, Progress};
     let mesh = mesh(a.devices)?;
     let cfg = BenchConfig {
         devices: mesh.size(),
@@ -63,7 +67,7 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         dtype: DType::parse(&a.dtype)?,
         schedule: ScheduleSpec::parse(&a.schedule)?,
     };
-    tpusim::bench::sizes(&cfg)?;
+    cfg.validate()?;
     let names: Vec<&str> = if a.collective == "all" {
         tpusim::bench::all_names()
     } else {
@@ -71,9 +75,30 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         vec![a.collective.as_str()]
     };
     let backend = Backend::parse(&a.backend)?;
+    let json = a
+        .json
+        .as_deref()
+        .map(|p| Output::check(p, "bench results"))
+        .transpose()?;
+    let fit_all = |buffers| {
+        for n in &names {
+            fit(n, &cfg, backend, buffers)?;
+        }
+        Ok::<(), Error>(())
+    };
     let gpu = match backend {
-        Backend::Gpu => Some(GpuExecutor::from_env()?),
-        Backend::Cpu => None,
+        Backend::Gpu => {
+            fit_all(Buffers::Device)?;
+            let g = GpuExecutor::from_env()?;
+            if g.buffers_in_host_memory() {
+                fit_all(Buffers::Host)?;
+            }
+            Some(g)
+        }
+        Backend::Cpu => {
+            fit_all(Buffers::Host)?;
+            None
+        }
     };
     println!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
@@ -105,13 +130,40 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         }
         rows.extend(r);
     }
-    if let Some(path) = &a.json {
+    if let Some(out) = &json {
         let v = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("JSON"))?;
+        out.write_with(|w| serde_json::to_writer_pretty(w, &v).map_err(std::io::Error::from))?;
     }
-    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();
     if wrong > 0 {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)
+}
+
+/// Refuses the sweep of collective `name` when its largest size cannot fit this machine.
+fn fit(name: &str, cfg: &BenchConfig, backend: Backend, buffers: Buffers) -> tpusim::Result<()> {
+    let c = collectives::by_name(name)?;
+    if bench_shape(name, cfg.devices, cfg.max_bytes, cfg.dtype).is_none() {
+        return Ok(()); // every size is skipped, and says so
+    }
+    let build = |q: usize| {
+        let shape = bench_shape(name, q, cfg.max_bytes, cfg.dtype)
+            .ok_or_else(|| Error::bad_input(format!("{name}: nothing to run at P={q}")))?;
+        c.call(&Mesh::new(q, "x")?, &shape, cfg.dtype)
+    };
+    limits::fit(
+        format!(
+            "`tpusim bench {name}` at P={} and {}",
+            cfg.devices,
+            tpusim::bench::human(cfg.max_bytes)
+        ),
+        cfg.devices,
+        &build,
+        Work::Bench {
+            buffers,
+            gpu: backend == Backend::Gpu,
+            iters: cfg.iters.max(cfg.warmup) as u64,
+        },
+    )
 }

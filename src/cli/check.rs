@@ -1,11 +1,16 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
-use super::mesh;
+use super::{limits, mesh};
+use tpusim::budget::Work;
 use tpusim::collectives;
 use tpusim::collectives::variants::{variant, variants};
 use tpusim::device_sim::ScheduleSpec;
+use tpusim::kernel::PallasCall;
 use tpusim::verify::{self, Report};
-use tpusim::{array, DType, Error};
+use tpusim::{array, DType, Error, Mesh};
+
+/// The most schedules one check runs (each is a whole run of the kernel).
+pub const MAX_SCHEDULES: usize = 1_000_000;
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
@@ -27,7 +32,7 @@ pub struct CheckArgs {
     #[arg(long)]
     replay: Option<String>,
     /// List the broken variants and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["collective", "devices", "schedules", "seed", "variant", "replay", "shape"])]
     list_variants: bool,
     /// One device's shard shape (default: a small shape the collective can serve).
     #[arg(long)]
@@ -85,10 +90,17 @@ pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
     let mesh = mesh(a.devices)?;
     let p = mesh.size();
     let specs = match &a.replay {
-        Some(s) => vec![ScheduleSpec::parse(s)?],
+        Some(s) => {
+            let spec = ScheduleSpec::parse(s)?;
+            spec.validate(p)?;
+            vec![spec]
+        }
         None => {
-            if a.schedules == 0 {
-                return Err(Error::bad_input("--schedules must be at least 1"));
+            if !(1..=MAX_SCHEDULES).contains(&a.schedules) {
+                return Err(Error::bad_input(format!(
+                    "--schedules must be between 1 and {MAX_SCHEDULES} (got {})",
+                    a.schedules
+                )));
             }
             ScheduleSpec::check_set(p, a.schedules, a.seed)
         }
@@ -105,25 +117,38 @@ pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
         vec![name]
     };
     let shape = a.shape.as_deref().map(array::parse_shape).transpose()?;
-    let mut clean = true;
+    // Every kernel is built and checked against this machine's limits before any runs.
+    let mut runs = Vec::new();
     for n in names {
         let shape = shape
             .clone()
             .unwrap_or_else(|| collectives::default_shape(n, p));
-        let (call, title) = match &a.variant {
+        let make = |m: &Mesh, s: &[usize]| -> tpusim::Result<PallasCall> {
+            match &a.variant {
+                Some(v) => variant(n, v)?.call(m, s, DType::F32),
+                None => collectives::by_name(n)?.call(m, s, DType::F32),
+            }
+        };
+        let call = make(&mesh, &shape)?;
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        // A check holds no data, but it only verifies shapes a run could hold.
+        limits::fit(
+            format!("`tpusim check {n}` at P={p} with shape {}", dims.join("x")),
+            p,
+            &|q| limits::call_at(q, n, &shape, DType::F32, &make),
+            Work::Check,
+        )?;
+        let (title, replay) = match &a.variant {
             Some(v) => (
-                variant(n, v)?.call(&mesh, &shape, DType::F32)?,
                 format!("{n} --variant {v} P={p}"),
+                format!("tpusim check {n} -p {p} --variant {v}"),
             ),
-            None => (
-                collectives::by_name(n)?.call(&mesh, &shape, DType::F32)?,
-                format!("{n} P={p}"),
-            ),
+            None => (format!("{n} P={p}"), format!("tpusim check {n} -p {p}")),
         };
-        let replay = match &a.variant {
-            Some(v) => format!("tpusim check {n} -p {p} --variant {v}"),
-            None => format!("tpusim check {n} -p {p}"),
-        };
+        runs.push((call, title, replay));
+    }
+    let mut clean = true;
+    for (call, title, replay) in runs {
         let report = verify::check(&call, &mesh, &specs)?;
         print_report(&title, &replay, &report);
         clean &= report.is_clean();

@@ -3,6 +3,8 @@
 mod apply;
 mod bench;
 mod check;
+mod driver_env;
+mod limits;
 mod run;
 mod trace;
 
@@ -84,6 +86,8 @@ pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
+    let _runtime_dir = driver_env::quiet_driver();
     match cli.cmd {
         Cmd::Info => match adapters_report() {
             Ok(s) => {

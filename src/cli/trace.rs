@@ -1,8 +1,9 @@
 //! `tpusim trace`: step tables.
 
-use super::mesh;
-use tpusim::collectives;
-use tpusim::Error;
+use super::{limits, mesh};
+use tpusim::budget::Work;
+use tpusim::trace::layout_for;
+use tpusim::{collectives, DType, Error, Mesh};
 
 /// Arguments of `tpusim trace`.
 #[derive(clap::Args)]
@@ -27,6 +28,19 @@ pub fn trace(a: &TraceArgs) -> tpusim::Result<bool> {
             a.format
         )));
     }
+    let p = mesh.size();
+    limits::fit(
+        format!("`tpusim trace {}` at P={p}", a.collective),
+        p,
+        &|q| {
+            c.call(
+                &Mesh::new(q, "x")?,
+                &layout_for(c.name(), q).shape,
+                DType::F32,
+            )
+        },
+        Work::Trace,
+    )?;
     let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
     if a.format == "json" {
         println!(

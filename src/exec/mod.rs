@@ -19,6 +19,12 @@ pub trait Executor {
         Ok(())
     }
 
+    /// True when the memory this executor allocates for a program is host memory (the
+    /// CPU executor, or a GPU driver that runs on the CPU, such as lavapipe).
+    fn buffers_in_host_memory(&self) -> bool {
+        true
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule`, returns `outputs[device][operand]`.
     fn execute(
         &mut self,

@@ -126,7 +126,7 @@ impl ScheduleSpec {
         let mut s = seed;
         while v.len() < n {
             v.push(ScheduleSpec::Random(s));
-            s += 1;
+            s = s.wrapping_add(1);
         }
         v
     }

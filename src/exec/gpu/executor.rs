@@ -448,6 +448,10 @@ impl Executor for GpuExecutor {
         self.check_limits(program)
     }
 
+    fn buffers_in_host_memory(&self) -> bool {
+        self.ctx.memory_is_host()
+    }
+
     fn execute(
         &mut self,
         program: &Program,
