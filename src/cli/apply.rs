@@ -1,5 +1,6 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
+use super::out::outln;
 use super::{executor, limits, mesh};
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
@@ -119,7 +120,7 @@ pub fn apply(a: &ApplyArgs) -> tpusim::Result<bool> {
         .sum();
     let result = got.unshard()?;
     output.write_with(|w| write_to(w, &result))?;
-    println!(
+    outln!(
         "{} on {} devices ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {out_dim}, written to {}; {wrong} wrong vs XLA semantics",
         c.name(),
         mesh.size(),
@@ -128,6 +129,6 @@ pub fn apply(a: &ApplyArgs) -> tpusim::Result<bool> {
         global.dtype,
         result.shape,
         a.output.display()
-    );
+    )?;
     Ok(wrong == 0)
 }

@@ -1,5 +1,6 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
+use super::out::outln;
 use super::{limits, mesh};
 use tpusim::bench::bench_shape;
 use tpusim::bench::BenchConfig;
@@ -100,7 +101,7 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
             None
         }
     };
-    println!(
+    outln!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
         cfg.devices,
         cfg.dtype,
@@ -109,10 +110,10 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         cfg.warmup,
         cfg.checks,
         gpu.as_ref().map_or("cpu".to_string(), |g| g.describe())
-    );
-    println!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)");
-    println!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time");
-    println!("{}", header());
+    )?;
+    outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
+    outln!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time")?;
+    outln!("{}", header())?;
     let mut rows = Vec::new();
     for n in names {
         let c = collectives::by_name(n)?;
@@ -126,7 +127,7 @@ pub fn bench(a: &BenchArgs) -> tpusim::Result<bool> {
         let r = sweep(c.as_ref(), &cfg, gpu.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
-            println!("{}", line(row));
+            outln!("{}", line(row))?;
         }
         rows.extend(r);
     }

@@ -1,5 +1,6 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
+use super::out::outln;
 use super::{limits, mesh};
 use tpusim::budget::Work;
 use tpusim::collectives;
@@ -39,47 +40,47 @@ pub struct CheckArgs {
     shape: Option<String>,
 }
 
-fn print_report(title: &str, replay_cmd: &str, r: &Report) {
+fn print_report(title: &str, replay_cmd: &str, r: &Report) -> tpusim::Result<()> {
     if r.is_clean() {
-        println!("{title}: clean under {} schedules", r.schedules);
-        return;
+        return outln!("{title}: clean under {} schedules", r.schedules);
     }
-    println!(
+    outln!(
         "{title}: {} problem{} in {} schedule{}",
         r.findings.len(),
         if r.findings.len() == 1 { "" } else { "s" },
         r.schedules,
         if r.schedules == 1 { "" } else { "s" }
-    );
+    )?;
     for (i, f) in r.findings.iter().enumerate() {
         match f.schedule {
-            Some(s) => println!(
+            Some(s) => outln!(
                 "[{}] {} (in {} of {} schedules; replay: {replay_cmd} --replay {s})",
                 i + 1,
                 f.problem.kind(),
                 f.schedules,
                 r.schedules
-            ),
-            None => println!(
+            )?,
+            None => outln!(
                 "[{}] {} (found while tracing: every schedule has it; replay: {replay_cmd})",
                 i + 1,
                 f.problem.kind()
-            ),
+            )?,
         }
         for line in f.problem.to_string().lines() {
-            println!("    {line}");
+            outln!("    {line}")?;
         }
     }
+    Ok(())
 }
 
 /// `tpusim check`.
 pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
     if a.list_variants {
         for v in variants() {
-            println!(
+            outln!(
                 "{:<15} --variant {:<16} {} [{}]",
                 v.collective, v.name, v.summary, v.expect
-            );
+            )?;
         }
         return Ok(true);
     }
@@ -150,7 +151,7 @@ pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
     let mut clean = true;
     for (call, title, replay) in runs {
         let report = verify::check(&call, &mesh, &specs)?;
-        print_report(&title, &replay, &report);
+        print_report(&title, &replay, &report)?;
         clean &= report.is_clean();
     }
     Ok(clean)

@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod driver_env;
 mod limits;
+mod out;
 mod run;
 mod trace;
 
@@ -65,6 +66,7 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        Err(e) if out::closed(&e) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }
@@ -89,13 +91,7 @@ pub fn main() -> ExitCode {
     // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
     let _runtime_dir = driver_env::quiet_driver();
     match cli.cmd {
-        Cmd::Info => match adapters_report() {
-            Ok(s) => {
-                print!("{s}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
+        Cmd::Info => exit(adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),
         Cmd::Run(a) => exit(run::run(&a)),
         Cmd::Apply(a) => exit(apply::apply(&a)),
         Cmd::Trace(a) => exit(trace::trace(&a)),

@@ -1,6 +1,7 @@
 //! `tpusim run` (and `demo`): one collective on random data, checked against its
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
+use super::out::outln;
 use super::{executor, limits, mesh};
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::variants::variant;
@@ -238,7 +239,7 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
         Some(v) => format!("{} --variant {v}", p.collective.name()),
         None => p.collective.name().to_string(),
     };
-    println!(
+    outln!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
         name,
         p.mesh.size(),
@@ -249,7 +250,7 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
         r.total,
         r.plan_time.as_secs_f64() * 1e3,
         r.exec_time.as_secs_f64() * 1e3
-    );
+    )?;
     Ok(r.wrong == 0)
 }
 
@@ -265,7 +266,7 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
     let size = traffic.size(n, shard_bytes) as f64;
     let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
     let ideal = ideal_seconds(traffic, n, size, m.link_bw);
-    println!(
+    outln!(
         "model {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
         m.name,
         run.seconds * 1e6,
@@ -274,15 +275,15 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
         algbw * bus_factor(traffic, n) / 1e9,
         ideal * 1e6,
         if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
-    );
+    )?;
     if let Some(out) = &p.timeline {
         let json = chrome_trace(p.collective.name(), n, &run.events);
         out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
-        println!(
+        outln!(
             "timeline written to {} ({} events)",
             out.path().display(),
             run.events.len()
-        );
+        )?;
     }
     Ok(())
 }
@@ -304,10 +305,10 @@ pub fn run(a: &RunArgs) -> tpusim::Result<bool> {
 /// `tpusim demo`: every collective once, small, f32 and i32.
 pub fn demo(backend: &str) -> tpusim::Result<bool> {
     let mut exec = executor(Backend::parse(backend)?)?;
-    println!("tpusim demo on {}", exec.describe());
+    outln!("tpusim demo on {}", exec.describe())?;
     let mut ok = true;
     for c in collectives::all() {
-        println!("# {}: {}", c.name(), c.summary());
+        outln!("# {}: {}", c.name(), c.summary())?;
         for dtype in [DType::F32, DType::I32] {
             let mesh = Mesh::new(4, "x")?;
             let p = Prepared {

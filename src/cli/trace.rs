@@ -1,5 +1,6 @@
 //! `tpusim trace`: step tables.
 
+use super::out::{out, outln};
 use super::{limits, mesh};
 use tpusim::budget::Work;
 use tpusim::trace::layout_for;
@@ -43,12 +44,12 @@ pub fn trace(a: &TraceArgs) -> tpusim::Result<bool> {
     )?;
     let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
     if a.format == "json" {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&table.json()).expect("JSON")
-        );
+        )?;
     } else {
-        print!("{}", table.markdown());
+        out!("{}", table.markdown())?;
     }
     Ok(true)
 }
