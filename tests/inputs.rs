@@ -23,7 +23,9 @@ fn tpusim_env(args: &[&str], env: &[(&str, &str)]) -> Out {
     let mut cmd = if cfg!(target_os = "linux") {
         let mut c = Command::new("sh");
         c.arg("-c")
-            .arg(format!("ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""))
+            .arg(format!(
+                "ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""
+            ))
             .arg(bin)
             .args(args);
         c
@@ -52,7 +54,7 @@ fn tpusim(args: &[&str]) -> Out {
 /// A `.npy` file with header text `dict` and `data` after it.
 fn npy(path: &Path, dict: &str, data: &[u8]) {
     let mut text = dict.to_string();
-    while (10 + text.len() + 1) % 64 != 0 {
+    while !(10 + text.len() + 1).is_multiple_of(64) {
         text.push(' ');
     }
     text.push('\n');
@@ -104,7 +106,12 @@ impl Files {
 
 /// No output of a bad input may look like a crash.
 fn assert_clean_failure(what: &str, o: &Out) {
-    for crash in ["panicked", "RUST_BACKTRACE", "memory allocation", "stack backtrace"] {
+    for crash in [
+        "panicked",
+        "RUST_BACKTRACE",
+        "memory allocation",
+        "stack backtrace",
+    ] {
         assert!(
             !o.stderr.contains(crash),
             "{what}: crash text `{crash}`:\n{}",
@@ -113,20 +120,33 @@ fn assert_clean_failure(what: &str, o: &Out) {
     }
 }
 
+/// What the case stands for, the command line, its environment, and the words its
+/// message must contain.
+type Case<'a> = (&'a str, Vec<String>, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+
 #[test]
 fn every_bad_input_is_a_clear_exit_two() {
     let f = Files::new();
     let (ok, out) = (f.path("ok.npy"), f.path("out.npy"));
     let apply = |input: &str, output: &str| -> Vec<String> {
-        ["apply", "psum", "--backend", "cpu", "--input", input, "--output", output]
-            .map(String::from)
-            .to_vec()
+        [
+            "apply",
+            "psum",
+            "--backend",
+            "cpu",
+            "--input",
+            input,
+            "--output",
+            output,
+        ]
+        .map(String::from)
+        .to_vec()
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let no_env: Vec<(&str, &str)> = vec![];
     let largest_p = "the largest P that fits is";
     #[rustfmt::skip]
-    let cases: Vec<(&str, Vec<String>, Vec<(&str, &str)>, Vec<&str>)> = vec![
+    let cases: Vec<Case> = vec![
         // The crashes: far beyond the machine, answered before planning.
         ("1 run P=100000", s(&["run", "psum", "-p", "100000"]), no_env.clone(), vec!["not enough memory", "P=100000", largest_p]),
         ("2 check P=100000", s(&["check", "psum", "-p", "100000", "--schedules", "1"]), no_env.clone(), vec!["not enough memory", "race checker", largest_p]),
@@ -186,11 +206,7 @@ fn every_bad_input_is_a_clear_exit_two() {
         assert_clean_failure(what, &o);
         // Refused up front: nothing ran, nothing was printed as a result.
         assert!(o.stdout.is_empty(), "{what}: printed\n{}", o.stdout);
-        assert!(
-            o.took < Duration::from_secs(5),
-            "{what}: took {:?}",
-            o.took
-        );
+        assert!(o.took < Duration::from_secs(5), "{what}: took {:?}", o.took);
     }
     // Nothing was written, and no temporary file was left, by any of them.
     let mut left: Vec<String> = std::fs::read_dir(&f.dir)
@@ -324,7 +340,10 @@ fn a_failed_run_keeps_the_old_output_and_a_good_one_replaces_it_whole() {
         "/dev/null",
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(!std::fs::metadata("/dev/null").unwrap().file_type().is_file());
+    assert!(!std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_file());
 }
 
 #[test]
@@ -383,7 +402,10 @@ fn stdout_failures_are_reported_or_quiet() {
         .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("standard output") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("standard output") && !err.contains("panicked"),
+        "{err}"
+    );
     // A reader that goes away (`| head -1`) ends the command quietly.
     let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
         .args(["trace", "psum", "-p", "64"])

@@ -32,16 +32,16 @@ pub struct Request<'a> {
 
 /// The need of `req` at `devices` devices: counted from the spec, and only sampled
 /// by tracing when the spec's part fits in `limit` (a lower bound otherwise, which is
-/// enough to refuse). `None` when the kernel cannot be built at that P.
-fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Option<Need> {
-    let call = (req.build)(devices).ok()?;
+/// enough to refuse). An error when the kernel cannot be built at that P.
+fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Result<Need> {
+    let call = (req.build)(devices)?;
     let mut census = Census::of_spec(&call, devices);
     let lower = need(&census, req.work);
     if limit.is_some_and(|l| lower.host() > l) {
-        return Some(lower);
+        return Ok(lower);
     }
-    census.sample(&call, &Mesh::new(devices, "x").ok()?);
-    Some(need(&census, req.work))
+    census.sample(&call, &Mesh::new(devices, "x")?);
+    Ok(need(&census, req.work))
 }
 
 fn planner_ok(n: &Need) -> bool {
@@ -73,14 +73,7 @@ pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> 
             largest_p_text(largest)
         )));
     }
-    let call = (req.build)(p)?;
-    drop(call);
-    let Some(n) = estimate_at(req, p, limit) else {
-        return Err(Error::bad_input(format!(
-            "{}: the kernel cannot be built",
-            req.what
-        )));
-    };
+    let n = estimate_at(req, p, limit)?;
     if fits(&n, limit) {
         return Ok(n);
     }
@@ -98,9 +91,10 @@ pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> 
     Err(Error::TooLarge(message(req, &n, avail, largest)))
 }
 
-/// The largest P below `above` whose need fits (0: none), by bisection (needs grow with P).
+/// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
+/// P). A P the kernel cannot be built at counts as not fitting.
 fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
-    let ok = |q: usize| estimate_at(req, q, limit).is_some_and(|n| fits(&n, limit));
+    let ok = |q: usize| estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit));
     let (mut lo, mut hi) = (0usize, above);
     // Invariant: lo fits (or is 0), hi does not.
     while hi - lo > 1 {

@@ -124,7 +124,7 @@ pub struct Need {
 }
 
 impl Need {
-    /// Bytes of host memory (`device_on_host`: GPU memory counts as host memory).
+    /// Bytes of host memory.
     pub fn host(&self) -> f64 {
         self.parts
             .iter()

@@ -79,7 +79,10 @@ pub fn check(a: &CheckArgs) -> tpusim::Result<bool> {
         for v in variants() {
             outln!(
                 "{:<15} --variant {:<16} {} [{}]",
-                v.collective, v.name, v.summary, v.expect
+                v.collective,
+                v.name,
+                v.summary,
+                v.expect
             )?;
         }
         return Ok(true);
