@@ -113,7 +113,7 @@ impl Census {
     /// within the difference between strata (a few percent for the shipped collectives).
     /// Kernel mistakes are ignored here: the full trace reports them.
     pub fn sample(&mut self, call: &PallasCall, mesh: &Mesh) {
-        let Ok(frame) = call.frame() else {
+        let Ok(frame) = call.frame(false) else {
             return;
         };
         let p = mesh.size();

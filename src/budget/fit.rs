@@ -157,15 +157,21 @@ fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String
         }
     }
     format!(
-        "not enough memory: {} needs about {} of host memory ({}), but {} {} available ({}); {}",
+        "not enough memory: {} needs {} {} of host memory ({}), but {} {} ({}); {}",
         req.what,
+        // Unsampled, the traced program is left out: a lower bound.
+        if n.census.traced.is_some() {
+            "about"
+        } else {
+            "at least"
+        },
         bytes(host),
         parts.join(", "),
         bytes(limit),
         if avail.source.starts_with(super::memory::LIMIT_VAR) {
-            "is allowed"
+            "are allowed"
         } else {
-            "is"
+            "are available"
         },
         avail.source,
         hints.join("; ")

@@ -48,7 +48,16 @@ impl PallasCall {
     }
 
     /// The layout and the kernel's arguments, built from the spec before any tracing.
-    pub(crate) fn frame(&self) -> Result<Frame> {
+    /// Without `named`, semaphore array elements get no names (for counting ops, where
+    /// a seed-003 signal matrix of 2P² cells would otherwise cost a string each).
+    pub(crate) fn frame(&self, named: bool) -> Result<Frame> {
+        let element = |name: &str, index: std::fmt::Arguments| {
+            if named {
+                format!("{name}[{index}]")
+            } else {
+                String::new()
+            }
+        };
         let spec = &self.spec;
         let mut layout = Layout::default();
         let mut args = Vec::new();
@@ -137,7 +146,7 @@ impl PallasCall {
                             kind: *kind,
                         }),
                         Some(n) => layout.sems.extend((0..*n).map(|i| SemInfo {
-                            name: format!("{name}[{i}]"),
+                            name: element(name, format_args!("{i}")),
                             kind: *kind,
                         })),
                     }
@@ -156,7 +165,7 @@ impl PallasCall {
                     for r in 0..*rows {
                         for c in 0..*cols {
                             layout.sems.push(SemInfo {
-                                name: format!("{name}[{r}, {c}]"),
+                                name: element(name, format_args!("{r}, {c}")),
                                 kind: SemKind::Signal,
                             });
                         }
@@ -248,7 +257,7 @@ impl PallasCall {
     /// mistake (by kind and source line); the program is only usable when there are none.
     pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
         let spec = &self.spec;
-        let frame = self.frame()?;
+        let frame = self.frame(true)?;
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
         let mut dmas = Vec::new();
