@@ -194,6 +194,8 @@ fn every_bad_input_is_a_clear_exit_two() {
         ("a timeline into a directory", s(&["run", "psum", "--backend", "cpu", "--model", "v5e", "--timeline", &f.path("a_directory")]), no_env.clone(), vec!["cannot write timeline to", "is a directory"]),
         ("a timeline in a missing directory", s(&["run", "psum", "--backend", "cpu", "--model", "v5e", "--timeline", &f.path("nowhere/t.json")]), no_env.clone(), vec!["cannot write timeline to", "nowhere/t.json"]),
         ("apply onto its own input", apply(&ok, &ok), no_env.clone(), vec!["is the input file"]),
+        ("apply, a dimension to join that is not there", [apply(&ok, &out), s(&["--out-dim", "9"])].concat(), no_env.clone(), vec!["--out-dim 9", "no dimension 9"]),
+        ("apply, a dimension to split that is not there", [apply(&ok, &out), s(&["--dim", "9"])].concat(), no_env.clone(), vec!["cannot shard dimension 9"]),
         ("apply on a text file", apply(&f.path("text.npy"), &out), no_env.clone(), vec!["text.npy is not a .npy file"]),
         ("apply, a 4 GiB header", apply(&f.path("huge_header.npy"), &out), no_env.clone(), vec!["huge_header.npy is not a .npy file", "its header claims"]),
     ];

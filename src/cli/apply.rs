@@ -102,6 +102,13 @@ pub fn apply(a: &ApplyArgs) -> tpusim::Result<bool> {
         )
     };
     let x = ShardedArray::shard(&global, &mesh, dim)?;
+    let out_shape = c.output_shape(p, &x.shards[0].shape);
+    if out_dim >= out_shape.len() {
+        return Err(Error::bad_input(format!(
+            "--out-dim {out_dim}: the result of `{}` has shape {out_shape:?}, with no dimension {out_dim} to join along",
+            c.name()
+        )));
+    }
     fit(match backend {
         Backend::Cpu => Buffers::Host,
         Backend::Gpu => Buffers::Device,
