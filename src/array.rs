@@ -148,14 +148,21 @@ impl HostArray {
     }
 }
 
+/// Elements of an array of `shape`, or `None` when the count overflows.
+pub fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 fn check_len(shape: &[usize], len: usize) -> Result<()> {
-    let n: usize = shape.iter().product();
-    if n != len {
-        return Err(Error::bad_input(format!(
+    match numel(shape) {
+        Some(n) if n == len => Ok(()),
+        Some(n) => Err(Error::bad_input(format!(
             "shape {shape:?} holds {n} elements but {len} were given"
-        )));
+        ))),
+        None => Err(Error::bad_input(format!(
+            "shape {shape:?} has more elements than any memory holds"
+        ))),
     }
-    Ok(())
 }
 
 /// Parses a shape written as `8x128` (or `8,128`); every dimension must be positive.

@@ -51,8 +51,8 @@ pub struct BenchRow {
     pub algbw: f64,
     /// algbw × nccl-tests' bus factor.
     pub busbw: f64,
-    /// Wrong elements over the check iterations.
-    pub wrong: usize,
+    /// Wrong elements over the check iterations (`None`: no check iteration ran).
+    pub wrong: Option<usize>,
     /// The adapter's plain copy bandwidth for one device's buffer, same run (GPU only).
     pub copy_bw: Option<f64>,
     /// Copy-equivalent bytes the schedule moves per iteration, per second.
@@ -169,6 +169,18 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+impl BenchConfig {
+    /// Checks the ranges: at least one timed iteration, a factor of at least 2, sizes in
+    /// order, a schedule that names a device of the mesh.
+    pub fn validate(&self) -> Result<()> {
+        if self.iters == 0 {
+            return Err(Error::bad_input("-n (timed iterations) must be at least 1"));
+        }
+        self.schedule.validate(self.devices)?;
+        sizes(self).map(drop)
+    }
+}
+
 /// The sizes of a sweep.
 pub fn sizes(cfg: &BenchConfig) -> Result<Vec<u64>> {
     if cfg.min_bytes > cfg.max_bytes {
@@ -207,6 +219,7 @@ pub fn sweep(
     exec: &dyn Executor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
+    cfg.validate()?;
     let mesh = Mesh::new(cfg.devices, "x")?;
     let p = cfg.devices;
     let sizes = sizes(cfg)?;
@@ -249,18 +262,17 @@ pub fn sweep(
         } else {
             None
         };
-        let mut wrong = 0;
+        let mut wrong = (cfg.checks > 0).then_some(0);
         let mut run = exec.prepare(&program, &sched)?;
         run.upload(&inputs)?;
         if cfg.warmup > 0 {
             run.run(cfg.warmup)?;
         }
-        let iters = cfg.iters.max(1);
-        let seconds = run.run(iters)?.as_secs_f64() / iters as f64;
+        let seconds = run.run(cfg.iters)?.as_secs_f64() / cfg.iters as f64;
         if let Some(want) = &expected {
             for _ in 0..cfg.checks {
                 run.run(1)?;
-                wrong += count_wrong(&run.read_outputs()?, want, c.tolerance());
+                *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?, want, c.tolerance());
             }
         }
         drop(run);
@@ -323,7 +335,7 @@ pub fn line(r: &BenchRow) -> String {
         r.seconds * 1e6,
         r.algbw / 1e9,
         r.busbw / 1e9,
-        r.wrong,
+        r.wrong.map_or("-".into(), |w| w.to_string()),
         copy,
         r.moved_bw / 1e9,
         frac,

@@ -123,6 +123,18 @@ pub enum Error {
     Deadlock(Vec<Blocked>),
     /// Leftovers at kernel exit.
     Exit(Vec<ExitProblem>),
+    /// A command that cannot fit in this machine's memory or the planner's limits,
+    /// with the numbers and what would fit.
+    TooLarge(String),
+    /// A file the user named could not be read or written.
+    File {
+        /// What was being done, e.g. `write timeline to` or `read input`.
+        action: String,
+        /// The path as the user gave it.
+        path: std::path::PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
     /// An I/O failure.
     Io(std::io::Error),
 }
@@ -219,6 +231,12 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::TooLarge(m) => write!(f, "{m}"),
+            Error::File {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
             Error::Io(e) => write!(f, "I/O error: {e}"),
         }
     }

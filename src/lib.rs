@@ -41,11 +41,13 @@ extern crate self as tpusim;
 
 pub mod array;
 pub mod bench;
+pub mod budget;
 pub mod cli;
 pub mod collectives;
 pub mod device_sim;
 pub mod error;
 pub mod exec;
+pub mod files;
 pub mod kernel;
 pub mod mesh;
 pub mod model;

@@ -1,82 +1,165 @@
 //! NumPy `.npy` files in and out (f32 and i32, C order), through the `npyz` crate.
+//! Headers are untrusted: the header's length and the shape's element count are checked
+//! against the bytes the file holds before anything is allocated for them.
 
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
+use crate::files::Output;
 use npyz::WriterBuilder;
 use std::path::Path;
 
-/// Reads a `.npy` file of float32 or int32 values in C order.
+/// The longest header accepted (NumPy's own readers refuse headers over 10 000 bytes
+/// unless told otherwise; a float32 or int32 array's header is under 200).
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Reads a `.npy` file of float32 or int32 values in C order. A file larger than half
+/// the available memory (it is held twice: as read and as decoded) is refused unread.
 pub fn read_npy(path: &Path) -> Result<HostArray> {
-    let bytes = std::fs::read(path)?;
-    let npy = npyz::NpyFile::new(&bytes[..])
-        .map_err(|e| Error::bad_input(format!("{} is not a .npy file: {e}", path.display())))?;
-    if npy.order() != npyz::Order::C {
-        return Err(Error::bad_input(format!(
-            "{} is in Fortran order; save it with np.ascontiguousarray first",
-            path.display()
+    let cap = crate::budget::available()?.map(|a| a.bytes / 2);
+    let bytes = crate::files::read(path, "input", cap)?;
+    parse_npy(&bytes, &path.display().to_string())
+}
+
+/// Length of the magic string, version and header-length prefix, and of the header
+/// text, from the first bytes of a `.npy` file (`name` names it in errors).
+fn prefix(bytes: &[u8], name: &str) -> Result<(usize, usize)> {
+    let not_npy = |why: &str| Error::bad_input(format!("{name} is not a .npy file: {why}"));
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(not_npy("it does not start with the NumPy magic string"));
+    }
+    let (start, len) = match bytes[6] {
+        1 => (10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
+        2 | 3 if bytes.len() >= 12 => (
+            12,
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+        ),
+        2 | 3 => return Err(not_npy("its header is truncated")),
+        v => return Err(not_npy(&format!("format version {v} is not 1, 2 or 3"))),
+    };
+    if len > MAX_HEADER_BYTES {
+        return Err(not_npy(&format!(
+            "its header claims {len} bytes (at most {MAX_HEADER_BYTES} are accepted)"
         )));
     }
-    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    if start + len > bytes.len() {
+        return Err(not_npy(&format!(
+            "its header claims {len} bytes but the file holds {} after the prefix",
+            bytes.len() - start
+        )));
+    }
+    Ok((start, len))
+}
+
+/// Parses the bytes of a `.npy` file (`name` names it in errors). Any bytes give a
+/// result or a bad-input error, never a panic or an allocation the bytes do not justify.
+pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
+    let (start, len) = prefix(bytes, name)?;
+    let header = npyz::NpyHeader::from_reader(&bytes[..start + len])
+        .map_err(|e| Error::bad_input(format!("{name} is not a .npy file: {e}")))?;
+    let data = &bytes[start + len..];
+    let npy = npyz::NpyFile::with_header(header, data);
+    if npy.order() != npyz::Order::C {
+        return Err(Error::bad_input(format!(
+            "{name} is in Fortran order; save it with np.ascontiguousarray first"
+        )));
+    }
     let descr = npy.dtype().descr();
     let kind = match &npy.dtype() {
         npyz::DType::Plain(ts) => Some((ts.type_char(), ts.size_field())),
         _ => None,
     };
+    let dtype = match kind {
+        Some((npyz::TypeChar::Float, 4)) => DType::F32,
+        Some((npyz::TypeChar::Int, 4)) => DType::I32,
+        _ => {
+            return Err(Error::bad_input(format!(
+                "{name} holds dtype {descr}; tpusim reads float32 (<f4) and int32 (<i4)"
+            )))
+        }
+    };
+    let shape = checked_shape(npy.shape(), data.len(), dtype, name)?;
     let shape = if shape.is_empty() { vec![1] } else { shape };
-    match kind {
-        Some((npyz::TypeChar::Float, 4)) => HostArray::from_f32(&shape, npy.into_vec::<f32>()?),
-        Some((npyz::TypeChar::Int, 4)) => HostArray::from_i32(&shape, npy.into_vec::<i32>()?),
+    let corrupt =
+        |e: std::io::Error| Error::bad_input(format!("{name}: cannot decode its data: {e}"));
+    match dtype {
+        DType::F32 => HostArray::from_f32(&shape, npy.into_vec::<f32>().map_err(corrupt)?),
+        DType::I32 => HostArray::from_i32(&shape, npy.into_vec::<i32>().map_err(corrupt)?),
+    }
+}
+
+/// The header's shape, if its element count fits in memory and matches the data bytes.
+fn checked_shape(dims: &[u64], data: usize, dtype: DType, name: &str) -> Result<Vec<usize>> {
+    let shape: Option<Vec<usize>> = dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+    let want = shape.as_ref().and_then(|s| {
+        s.iter()
+            .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
+    });
+    match (shape, want) {
+        (Some(s), Some(w)) if w == data => Ok(s),
+        (Some(s), Some(w)) => Err(Error::bad_input(format!(
+            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds {data} bytes of data{}",
+            if data < w { ": it is truncated" } else { "" }
+        ))),
         _ => Err(Error::bad_input(format!(
-            "{} holds dtype {descr}; tpusim reads float32 (<f4) and int32 (<i4)",
-            path.display()
+            "{name}: its header's shape {dims:?} has more elements than any memory holds"
         ))),
     }
 }
 
-/// Writes `a` as a `.npy` file (C order).
+/// Writes `a` as a `.npy` file (C order), whole or not at all (see [`crate::files`]).
 pub fn write_npy(path: &Path, a: &HostArray) -> Result<()> {
+    Output::check(path, "result")?.write_with(|w| write_to(w, a))
+}
+
+/// Writes `a` in `.npy` format to `w`.
+pub fn write_to(w: &mut dyn std::io::Write, a: &HostArray) -> std::io::Result<()> {
     let shape: Vec<u64> = a.shape.iter().map(|&d| d as u64).collect();
-    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
     match a.dtype {
         DType::F32 => {
-            let mut w = npyz::WriteOptions::new()
+            let mut n = npyz::WriteOptions::<f32>::new()
                 .default_dtype()
                 .shape(&shape)
-                .writer(file)
+                .writer(w)
                 .begin_nd()?;
-            w.extend(a.as_f32().iter().copied())?;
-            w.finish()?;
+            n.extend(a.as_f32().iter().copied())?;
+            n.finish()
         }
         DType::I32 => {
-            let mut w = npyz::WriteOptions::new()
+            let mut n = npyz::WriteOptions::<i32>::new()
                 .default_dtype()
                 .shape(&shape)
-                .writer(file)
+                .writer(w)
                 .begin_nd()?;
-            w.extend(a.as_i32().iter().copied())?;
-            w.finish()?;
+            n.extend(a.as_i32().iter().copied())?;
+            n.finish()
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn header(text: &str) -> Vec<u8> {
+        let mut v = b"\x93NUMPY\x01\x00".to_vec();
+        v.extend((text.len() as u16).to_le_bytes());
+        v.extend(text.as_bytes());
+        v
+    }
+
     #[test]
     fn round_trips_both_dtypes() {
-        let dir = std::env::temp_dir().join(format!("tpusim-npy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let f = HostArray::from_f32(&[2, 3], vec![0.5, -1.0, 2.25, 3.0, 4.0, 1e-3]).unwrap();
         let i = HostArray::from_i32(&[3, 1, 2], vec![1, -2, 3, -4, 5, i32::MAX]).unwrap();
         for (name, a) in [("f.npy", &f), ("i.npy", &i)] {
-            let p = dir.join(name);
+            let p = dir.path().join(name);
             write_npy(&p, a).unwrap();
             assert_eq!(&read_npy(&p).unwrap(), a);
         }
         // A float64 file is refused with its dtype named.
-        let p = dir.join("d.npy");
+        let p = dir.path().join("d.npy");
         let mut w = npyz::WriteOptions::new()
             .default_dtype()
             .shape(&[2])
@@ -87,5 +170,50 @@ mod tests {
         w.finish().unwrap();
         let e = read_npy(&p).unwrap_err().to_string();
         assert!(e.contains("<f8") && e.contains("float32"), "{e}");
+    }
+
+    #[test]
+    fn untrusted_headers_are_bad_input() {
+        let shape = |s: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {s}, }}");
+        for (bytes, why) in [
+            (
+                header(&shape("(4611686018427387904, 4611686018427387904)")),
+                "more elements than any memory holds",
+            ),
+            (
+                header(&shape("(18446744073709551615,)")),
+                "more elements than any memory holds",
+            ),
+            (
+                [header(&shape("(100000, 100000)")), vec![0; 512]].concat(),
+                "it is truncated",
+            ),
+            (
+                [header(&shape("(2,)")), vec![0; 12]].concat(),
+                "holds 12 bytes of data",
+            ),
+            (
+                b"\x93NUMPY\x02\x00\xf0\xff\xff\xff".to_vec(),
+                "its header claims",
+            ),
+            (
+                b"\x93NUMPY\x01\x00\xff\x00{".to_vec(),
+                "its header claims 255 bytes",
+            ),
+            (b"\x93NUMPY\x09\x00\x00\x00".to_vec(), "format version 9"),
+            (b"PK\x03\x04".to_vec(), "magic string"),
+            (header(&"(".repeat(60000)), "is not a .npy file"),
+        ] {
+            let e = parse_npy(&bytes, "x.npy").unwrap_err();
+            assert!(matches!(e, Error::BadInput(_)), "{e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+        let ok = [
+            header(&shape("(2, 1)")),
+            1f32.to_le_bytes().to_vec(),
+            2f32.to_le_bytes().to_vec(),
+        ]
+        .concat();
+        assert_eq!(parse_npy(&ok, "x").unwrap().as_f32(), &[1.0, 2.0]);
     }
 }

@@ -38,6 +38,13 @@ impl ShardedArray {
                 global.shape
             )));
         }
+        if crate::array::numel(&global.shape) != Some(global.words.len()) {
+            return Err(Error::bad_input(format!(
+                "an array of shape {:?} must hold that many elements, not {}",
+                global.shape,
+                global.words.len()
+            )));
+        }
         let (outer, n, inner) = split_at(&global.shape, dim);
         if n % p != 0 {
             return Err(Error::bad_input(format!(
@@ -80,6 +87,16 @@ impl ShardedArray {
             return Err(Error::bad_input(format!(
                 "shards must share one shape and dtype with a dimension {} to join along",
                 self.dim
+            )));
+        }
+        if self
+            .shards
+            .iter()
+            .any(|s| crate::array::numel(&s.shape) != Some(s.words.len()))
+        {
+            return Err(Error::bad_input(format!(
+                "every shard of shape {:?} must hold that many elements",
+                first.shape
             )));
         }
         let (outer, block, inner) = split_at(&first.shape, self.dim);
@@ -204,5 +221,16 @@ mod tests {
             "3 is not divisible by 2"
         );
         assert!(ShardedArray::shard(&g, &mesh, 3).is_err());
+        // An array whose shape does not match its elements is refused, not sliced.
+        let lying = HostArray {
+            shape: vec![1 << 62, 1 << 62],
+            ..g.clone()
+        };
+        assert!(ShardedArray::shard(&lying, &mesh, 1).is_err());
+        let short = HostArray {
+            shape: vec![4, 4],
+            ..g
+        };
+        assert!(ShardedArray::shard(&short, &mesh, 0).is_err());
     }
 }

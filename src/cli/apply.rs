@@ -1,12 +1,16 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
-use super::{executor, mesh};
+use super::out::outln;
+use super::{executor, limits, mesh};
 use std::path::PathBuf;
+use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{count_wrong, Backend};
+use tpusim::files::{same_file, Output};
 use tpusim::kernel::ReduceOp;
-use tpusim::npy::{read_npy, write_npy};
+use tpusim::npy::{read_npy, write_to};
 use tpusim::sharded::{reference_map, shard_map, ShardedArray};
+use tpusim::{Error, Mesh};
 
 /// Arguments of `tpusim apply`.
 #[derive(clap::Args)]
@@ -56,9 +60,62 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         out0
     });
     let backend = Backend::parse(&a.backend)?;
+    if same_file(&a.input, &a.output) {
+        return Err(Error::bad_input(format!(
+            "--output {} is the input file: write the result somewhere else, the input is kept",
+            a.output.display()
+        )));
+    }
+    let output = Output::check(&a.output, "result")?;
+    let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
     let global = read_npy(&a.input)?;
+    // Check the scale before the array is split (the shard shape, or the nearest one the
+    // collective serves at other P).
+    let p = mesh.size();
+    let shard_at = |q: usize| {
+        let mut s = global.shape.clone();
+        if let Some(d) = s.get_mut(dim) {
+            *d = (*d / q).max(1);
+        }
+        s
+    };
+    let fit = |buffers| {
+        limits::fit(
+            format!(
+                "`tpusim apply {}` at P={p} on {} ({:?} {})",
+                a.collective,
+                a.input.display(),
+                global.shape,
+                global.dtype
+            ),
+            p,
+            &|q| {
+                let make = |m: &Mesh, s: &[usize]| c.call(m, s, global.dtype);
+                limits::call_at(q, c.as_ref(), &shard_at(q), global.dtype, &make)
+            },
+            Work::Apply {
+                buffers,
+                gpu: backend == Backend::Gpu,
+                file_bytes,
+            },
+        )
+    };
     let x = ShardedArray::shard(&global, &mesh, dim)?;
+    let out_shape = c.output_shape(p, &x.shards[0].shape);
+    if out_dim >= out_shape.len() {
+        return Err(Error::bad_input(format!(
+            "--out-dim {out_dim}: the result of `{}` has shape {out_shape:?}, with no dimension {out_dim} to join along",
+            c.name()
+        )));
+    }
+    fit(match backend {
+        Backend::Cpu => Buffers::Host,
+        Backend::Gpu => Buffers::Device,
+    })?;
     let mut exec = executor(backend)?;
+    if backend == Backend::Gpu && exec.buffers_in_host_memory() {
+        fit(Buffers::Host)?;
+    }
     let got = shard_map(c.as_ref(), &mesh, &x, out_dim, exec.as_mut())?;
     let want = reference_map(c.as_ref(), &mesh, &x, out_dim)?;
     let wrong = count_wrong(
@@ -67,8 +124,8 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         c.tolerance(),
     );
     let result = got.unshard()?;
-    write_npy(&a.output, &result)?;
-    println!(
+    output.write_with(|w| write_to(w, &result))?;
+    outln!(
         "{} on {} devices ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {out_dim}, written to {}; {wrong} wrong vs XLA semantics",
         c.name(),
         mesh.size(),
@@ -77,6 +134,6 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         global.dtype,
         result.shape,
         a.output.display()
-    );
+    )?;
     Ok(wrong == 0)
 }

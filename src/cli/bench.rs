@@ -1,10 +1,15 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
-use super::{executor, mesh};
-use tpusim::collectives::Registry;
+use super::out::outln;
+use super::{executor, limits, mesh};
+use tpusim::bench::BenchConfig;
+use tpusim::budget::{Buffers, Work};
+use tpusim::collectives::{Collective, Registry};
 use tpusim::device_sim::ScheduleSpec;
-use tpusim::exec::Backend;
-use tpusim::DType;
+use tpusim::exec::gpu::GpuExecutor;
+use tpusim::exec::{Backend, Executor};
+use tpusim::files::Output;
+use tpusim::{DType, Error, Mesh};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -49,7 +54,7 @@ pub struct BenchArgs {
 /// `tpusim bench`.
 pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
-    use tpusim::bench::{header, line, parse_size, sweep, BenchConfig, Progress};
+    use tpusim::bench::{header, line, parse_size, sweep, Progress};
     let mesh = mesh(a.devices)?;
     let cfg = BenchConfig {
         devices: mesh.size(),
@@ -62,15 +67,40 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         dtype: DType::parse(&a.dtype)?,
         schedule: ScheduleSpec::parse(&a.schedule)?,
     };
-    tpusim::bench::sizes(&cfg)?;
+    cfg.validate()?;
     let names: Vec<&str> = if a.collective == "all" {
         reg.names()
     } else {
         reg.by_name(&a.collective)?;
         vec![a.collective.as_str()]
     };
-    let exec = executor(Backend::parse(&a.backend)?)?;
-    println!(
+    let backend = Backend::parse(&a.backend)?;
+    let json = a
+        .json
+        .as_deref()
+        .map(|p| Output::check(p, "bench results"))
+        .transpose()?;
+    let fit_all = |buffers| {
+        for n in &names {
+            fit(reg.by_name(n)?.as_ref(), &cfg, backend, buffers)?;
+        }
+        Ok::<(), Error>(())
+    };
+    let exec: Box<dyn Executor> = match backend {
+        Backend::Gpu => {
+            fit_all(Buffers::Device)?;
+            let g = GpuExecutor::from_env()?;
+            if g.buffers_in_host_memory() {
+                fit_all(Buffers::Host)?;
+            }
+            Box::new(g)
+        }
+        Backend::Cpu => {
+            fit_all(Buffers::Host)?;
+            executor(Backend::Cpu)?
+        }
+    };
+    outln!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
         cfg.devices,
         cfg.dtype,
@@ -79,10 +109,10 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         cfg.warmup,
         cfg.checks,
         exec.describe()
-    );
-    println!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)");
-    println!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time");
-    println!("{}", header());
+    )?;
+    outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
+    outln!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time")?;
+    outln!("{}", header())?;
     let mut rows = Vec::new();
     for n in names {
         let c = reg.by_name(n)?;
@@ -96,17 +126,52 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         let r = sweep(c.as_ref(), &cfg, exec.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
-            println!("{}", line(row));
+            outln!("{}", line(row))?;
         }
         rows.extend(r);
     }
-    if let Some(path) = &a.json {
+    if let Some(out) = &json {
         let v = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("JSON"))?;
+        out.write_with(|w| serde_json::to_writer_pretty(w, &v).map_err(std::io::Error::from))?;
     }
-    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();
     if wrong > 0 {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)
+}
+
+/// Refuses the sweep of collective `c` when its largest size cannot fit this machine.
+fn fit(
+    c: &dyn Collective,
+    cfg: &BenchConfig,
+    backend: Backend,
+    buffers: Buffers,
+) -> tpusim::Result<()> {
+    let name = c.name();
+    if c.bench_shape(cfg.devices, cfg.max_bytes, cfg.dtype)
+        .is_none()
+    {
+        return Ok(()); // every size is skipped, and says so
+    }
+    let build = |q: usize| {
+        let shape = c
+            .bench_shape(q, cfg.max_bytes, cfg.dtype)
+            .ok_or_else(|| Error::bad_input(format!("{name}: nothing to run at P={q}")))?;
+        c.call(&Mesh::new(q, "x")?, &shape, cfg.dtype)
+    };
+    limits::fit(
+        format!(
+            "`tpusim bench {name}` at P={} and {}",
+            cfg.devices,
+            tpusim::bench::human(cfg.max_bytes)
+        ),
+        cfg.devices,
+        &build,
+        Work::Bench {
+            buffers,
+            gpu: backend == Backend::Gpu,
+            iters: cfg.iters.max(cfg.warmup) as u64,
+        },
+    )
 }

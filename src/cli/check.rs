@@ -1,11 +1,17 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
-use super::mesh;
+use super::out::outln;
+use super::{limits, mesh};
+use tpusim::budget::Work;
 use tpusim::collectives::variants::{variant, variants};
 use tpusim::collectives::Registry;
 use tpusim::device_sim::ScheduleSpec;
+use tpusim::kernel::PallasCall;
 use tpusim::verify::{self, Report};
-use tpusim::{array, DType, Error};
+use tpusim::{array, DType, Error, Mesh};
+
+/// The most schedules one check runs (each is a whole run of the kernel).
+pub const MAX_SCHEDULES: usize = 1_000_000;
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
@@ -27,54 +33,57 @@ pub struct CheckArgs {
     #[arg(long)]
     replay: Option<String>,
     /// List the broken variants and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["collective", "devices", "schedules", "seed", "variant", "replay", "shape"])]
     list_variants: bool,
     /// One device's shard shape (default: a small shape the collective can serve).
     #[arg(long)]
     shape: Option<String>,
 }
 
-fn print_report(title: &str, replay_cmd: &str, r: &Report) {
+fn print_report(title: &str, replay_cmd: &str, r: &Report) -> tpusim::Result<()> {
     if r.is_clean() {
-        println!("{title}: clean under {} schedules", r.schedules);
-        return;
+        return outln!("{title}: clean under {} schedules", r.schedules);
     }
-    println!(
+    outln!(
         "{title}: {} problem{} in {} schedule{}",
         r.findings.len(),
         if r.findings.len() == 1 { "" } else { "s" },
         r.schedules,
         if r.schedules == 1 { "" } else { "s" }
-    );
+    )?;
     for (i, f) in r.findings.iter().enumerate() {
         match f.schedule {
-            Some(s) => println!(
+            Some(s) => outln!(
                 "[{}] {} (in {} of {} schedules; replay: {replay_cmd} --replay {s})",
                 i + 1,
                 f.problem.kind(),
                 f.schedules,
                 r.schedules
-            ),
-            None => println!(
+            )?,
+            None => outln!(
                 "[{}] {} (found while tracing: every schedule has it; replay: {replay_cmd})",
                 i + 1,
                 f.problem.kind()
-            ),
+            )?,
         }
         for line in f.problem.to_string().lines() {
-            println!("    {line}");
+            outln!("    {line}")?;
         }
     }
+    Ok(())
 }
 
 /// `tpusim check`.
 pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     if a.list_variants {
         for v in variants() {
-            println!(
+            outln!(
                 "{:<15} --variant {:<16} {} [{}]",
-                v.collective, v.name, v.summary, v.expect
-            );
+                v.collective,
+                v.name,
+                v.summary,
+                v.expect
+            )?;
         }
         return Ok(true);
     }
@@ -85,10 +94,17 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     let mesh = mesh(a.devices)?;
     let p = mesh.size();
     let specs = match &a.replay {
-        Some(s) => vec![ScheduleSpec::parse(s)?],
+        Some(s) => {
+            let spec = ScheduleSpec::parse(s)?;
+            spec.validate(p)?;
+            vec![spec]
+        }
         None => {
-            if a.schedules == 0 {
-                return Err(Error::bad_input("--schedules must be at least 1"));
+            if !(1..=MAX_SCHEDULES).contains(&a.schedules) {
+                return Err(Error::bad_input(format!(
+                    "--schedules must be between 1 and {MAX_SCHEDULES} (got {})",
+                    a.schedules
+                )));
             }
             ScheduleSpec::check_set(p, a.schedules, a.seed)
         }
@@ -105,28 +121,41 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         vec![name]
     };
     let shape = a.shape.as_deref().map(array::parse_shape).transpose()?;
-    let mut clean = true;
+    // Every kernel is built and checked against this machine's limits before any runs.
+    let mut runs = Vec::new();
     for n in names {
         let shape = match &shape {
             Some(s) => s.clone(),
             None => reg.by_name(n)?.default_shape(p),
         };
-        let (call, title) = match &a.variant {
+        let make = |m: &Mesh, s: &[usize]| -> tpusim::Result<PallasCall> {
+            match &a.variant {
+                Some(v) => variant(n, v)?.call(m, s, DType::F32),
+                None => reg.by_name(n)?.call(m, s, DType::F32),
+            }
+        };
+        let call = make(&mesh, &shape)?;
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        // A check holds no data, but it only verifies shapes a run could hold.
+        limits::fit(
+            format!("`tpusim check {n}` at P={p} with shape {}", dims.join("x")),
+            p,
+            &|q| limits::call_at(q, reg.by_name(n)?.as_ref(), &shape, DType::F32, &make),
+            Work::Check,
+        )?;
+        let (title, replay) = match &a.variant {
             Some(v) => (
-                variant(n, v)?.call(&mesh, &shape, DType::F32)?,
                 format!("{n} --variant {v} P={p}"),
+                format!("tpusim check {n} -p {p} --variant {v}"),
             ),
-            None => (
-                reg.by_name(n)?.call(&mesh, &shape, DType::F32)?,
-                format!("{n} P={p}"),
-            ),
+            None => (format!("{n} P={p}"), format!("tpusim check {n} -p {p}")),
         };
-        let replay = match &a.variant {
-            Some(v) => format!("tpusim check {n} -p {p} --variant {v}"),
-            None => format!("tpusim check {n} -p {p}"),
-        };
+        runs.push((call, title, replay));
+    }
+    let mut clean = true;
+    for (call, title, replay) in runs {
         let report = verify::check(&call, &mesh, &specs)?;
-        print_report(&title, &replay, &report);
+        print_report(&title, &replay, &report)?;
         clean &= report.is_clean();
     }
     Ok(clean)

@@ -5,6 +5,9 @@
 mod apply;
 mod bench;
 mod check;
+mod driver_env;
+mod limits;
+mod out;
 mod run;
 mod trace;
 
@@ -53,7 +56,11 @@ enum Cmd {
 pub fn fail(e: &Error) -> ExitCode {
     eprintln!("tpusim: {e}");
     match e {
-        Error::BadInput(_) | Error::NoAdapter(_) | Error::Limit { .. } => ExitCode::from(2),
+        Error::BadInput(_)
+        | Error::NoAdapter(_)
+        | Error::Limit { .. }
+        | Error::TooLarge(_)
+        | Error::File { .. } => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }
@@ -63,6 +70,7 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        Err(e) if out::closed(&e) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }
@@ -87,14 +95,10 @@ pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
 pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
     let reg = &registry;
+    // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
+    let _runtime_dir = driver_env::quiet_driver();
     match cli.cmd {
-        Cmd::Info => match adapters_report() {
-            Ok(s) => {
-                print!("{s}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
+        Cmd::Info => exit(adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),
         Cmd::Run(a) => exit(run::run(reg, &a)),
         Cmd::Apply(a) => exit(apply::apply(reg, &a)),
         Cmd::Trace(a) => exit(trace::trace(reg, &a)),

@@ -1,12 +1,15 @@
 //! `tpusim run` (and `demo`): one collective on random data, checked against its
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
-use super::{executor, mesh};
+use super::out::outln;
+use super::{executor, limits, mesh};
 use std::sync::Arc;
+use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{Collective, Options, Ppermute, Registry};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
+use tpusim::files::Output;
 use tpusim::kernel::PallasCall;
 use tpusim::kernel::ReduceOp;
 use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Topology};
@@ -138,6 +141,45 @@ struct Prepared {
     dtype: DType,
     schedule: ScheduleSpec,
     model: Option<CostModel>,
+    /// Where the timeline goes, checked writable before the run.
+    timeline: Option<Output>,
+}
+
+/// The kernel `run` runs (the collective's, or a variant of it) at any P, for the
+/// scale check: the shard shape where it serves it, else the same size rounded.
+fn build_at(
+    a: &RunArgs,
+    collective: &dyn Collective,
+    shape: &[usize],
+    dtype: DType,
+    q: usize,
+) -> tpusim::Result<PallasCall> {
+    let make = |m: &Mesh, s: &[usize]| match &a.variant {
+        Some(v) => variant(&a.collective, v)?.call(m, s, dtype),
+        None => collective.call(m, s, dtype),
+    };
+    limits::call_at(q, collective, shape, dtype, &make)
+}
+
+/// Refuses the run when it cannot fit this machine, with buffers in `buffers`.
+fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim::Result<()> {
+    let n = p.mesh.size();
+    let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
+    limits::fit(
+        format!(
+            "`tpusim run {}` at P={n} with shape {}",
+            a.collective,
+            shape.join("x")
+        ),
+        n,
+        &|q| build_at(a, p.collective.as_ref(), &p.shape, p.dtype, q),
+        Work::Run {
+            buffers,
+            gpu: backend == Backend::Gpu,
+            model: p.model.is_some(),
+            timeline: p.timeline.is_some(),
+        },
+    )
 }
 
 fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
@@ -154,28 +196,45 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     let dtype = DType::parse(&a.dtype)?;
     let backend = Backend::parse(&a.backend)?;
     let schedule = ScheduleSpec::parse(&a.schedule)?;
+    schedule.validate(mesh.size())?;
+    if a.variant.is_some() && (opts.op != ReduceOp::Sum || opts.perm.is_some()) {
+        return Err(Error::bad_input(
+            "--variant runs the broken kernel as shipped (a sum, the seed's permutation): it takes no --op or --perm",
+        ));
+    }
     let model = a.model.model()?;
+    let timeline = a
+        .model
+        .timeline
+        .as_deref()
+        .map(|t| Output::check(t, "timeline"))
+        .transpose()?;
     // Build the kernel now so that every input problem is reported before the GPU is touched.
     let call = match &a.variant {
         Some(v) => variant(&a.collective, v)?.call(&mesh, &shape, dtype)?,
         None => collective.call(&mesh, &shape, dtype)?,
     };
-    if let Some(m) = &model {
-        m.check_vmem(&call.lower(&mesh)?)?;
+    let p = Prepared {
+        collective,
+        call,
+        variant: a.variant.clone(),
+        mesh,
+        shape,
+        dtype,
+        schedule,
+        model,
+        timeline,
+    };
+    // The GPU's buffers count as host memory once the adapter says they are (`run`).
+    let buffers = match backend {
+        Backend::Cpu => Buffers::Host,
+        Backend::Gpu => Buffers::Device,
+    };
+    fit(a, &p, backend, buffers)?;
+    if let Some(m) = &p.model {
+        m.check_vmem(&p.call.lower(&p.mesh)?)?;
     }
-    Ok((
-        Prepared {
-            collective,
-            call,
-            variant: a.variant.clone(),
-            mesh,
-            shape,
-            dtype,
-            schedule,
-            model,
-        },
-        backend,
-    ))
+    Ok((p, backend))
 }
 
 fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
@@ -192,7 +251,7 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
         Some(v) => format!("{} --variant {v}", p.collective.name()),
         None => p.collective.name().to_string(),
     };
-    println!(
+    outln!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
         name,
         p.mesh.size(),
@@ -203,16 +262,12 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
         r.total,
         r.plan_time.as_secs_f64() * 1e3,
         r.exec_time.as_secs_f64() * 1e3
-    );
+    )?;
     Ok(r.wrong == 0)
 }
 
 /// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
-fn model_report(
-    p: &Prepared,
-    m: &CostModel,
-    timeline: Option<&std::path::Path>,
-) -> tpusim::Result<()> {
+fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
     let program = p.call.lower(&p.mesh)?;
     let mut timed = Timed::new(&program, m.clone())?;
     tpusim::device_sim::schedule(&program, &mut timed)?;
@@ -223,7 +278,7 @@ fn model_report(
     let size = traffic.size(n, shard_bytes) as f64;
     let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
     let ideal = ideal_seconds(traffic, n, size, m.link_bw);
-    println!(
+    outln!(
         "model {} on {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
         m.name,
         m.topology_for(n),
@@ -233,15 +288,15 @@ fn model_report(
         algbw * bus_factor(traffic, n) / 1e9,
         ideal * 1e6,
         if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
-    );
-    if let Some(path) = timeline {
+    )?;
+    if let Some(out) = &p.timeline {
         let json = chrome_trace(p.collective.name(), n, &run.events);
-        std::fs::write(path, serde_json::to_string(&json).expect("JSON"))?;
-        println!(
+        out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
+        outln!(
             "timeline written to {} ({} events)",
-            path.display(),
+            out.path().display(),
             run.events.len()
-        );
+        )?;
     }
     Ok(())
 }
@@ -250,9 +305,12 @@ fn model_report(
 pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     let (p, backend) = prepare(reg, a)?;
     let mut exec = executor(backend)?;
+    if backend == Backend::Gpu && exec.buffers_in_host_memory() {
+        fit(a, &p, backend, Buffers::Host)?;
+    }
     let ok = run_one(&p, exec.as_mut(), a.seed)?;
     if let Some(m) = &p.model {
-        model_report(&p, m, a.model.timeline.as_deref())?;
+        model_report(&p, m)?;
     }
     Ok(ok)
 }
@@ -260,10 +318,10 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
 /// `tpusim demo`: every collective once, small, f32 and i32.
 pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
     let mut exec = executor(Backend::parse(backend)?)?;
-    println!("tpusim demo on {}", exec.describe());
+    outln!("tpusim demo on {}", exec.describe())?;
     let mut ok = true;
     for c in reg.iter() {
-        println!("# {}: {}", c.name(), c.summary());
+        outln!("# {}: {}", c.name(), c.summary())?;
         for dtype in [DType::F32, DType::I32] {
             let mesh = Mesh::new(4, "x")?;
             let shape = c.default_shape(mesh.size());
@@ -276,6 +334,7 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
                 dtype,
                 schedule: ScheduleSpec::Eager,
                 model: None,
+                timeline: None,
             };
             ok &= run_one(&p, exec.as_mut(), 0)?;
         }

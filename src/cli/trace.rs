@@ -1,8 +1,10 @@
 //! `tpusim trace`: step tables.
 
-use super::mesh;
+use super::out::{out, outln};
+use super::{limits, mesh};
+use tpusim::budget::Work;
 use tpusim::collectives::Registry;
-use tpusim::Error;
+use tpusim::{DType, Error, Mesh};
 
 /// Arguments of `tpusim trace`.
 #[derive(clap::Args)]
@@ -27,14 +29,27 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
             a.format
         )));
     }
+    let p = mesh.size();
+    limits::fit(
+        format!("`tpusim trace {}` at P={p}", a.collective),
+        p,
+        &|q| {
+            c.call(
+                &Mesh::new(q, "x")?,
+                &tpusim::trace::trace_shape(c.as_ref(), q),
+                DType::F32,
+            )
+        },
+        Work::Trace,
+    )?;
     let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
     if a.format == "json" {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&table.json()).expect("JSON")
-        );
+        )?;
     } else {
-        print!("{}", table.markdown());
+        out!("{}", table.markdown())?;
     }
     Ok(true)
 }

@@ -89,18 +89,20 @@ impl Ppermute {
     }
 
     fn check(perm: &[(usize, usize)], p: usize) -> Result<()> {
-        for (i, &(s, d)) in perm.iter().enumerate() {
+        let mut sources = std::collections::HashSet::new();
+        let mut targets = std::collections::HashSet::new();
+        for &(s, d) in perm {
             if s >= p || d >= p {
                 return Err(Error::bad_input(format!(
                     "permutation pair {s}:{d} names a device outside the mesh of {p} devices"
                 )));
             }
-            if perm[..i].iter().any(|q| q.0 == s) {
+            if !sources.insert(s) {
                 return Err(Error::bad_input(format!(
                     "device {s} is a source twice in the permutation"
                 )));
             }
-            if perm[..i].iter().any(|q| q.1 == d) {
+            if !targets.insert(d) {
                 return Err(Error::bad_input(format!(
                     "device {d} is a destination twice in the permutation"
                 )));

@@ -35,6 +35,12 @@ pub trait Executor {
         Ok(None)
     }
 
+    /// True when the memory this executor allocates for a program is host memory (the
+    /// CPU executor, or a GPU driver that runs on the CPU, such as lavapipe).
+    fn buffers_in_host_memory(&self) -> bool {
+        true
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
     fn execute(
         &mut self,

@@ -11,6 +11,27 @@ use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// What a trace needs before the kernel runs: the layout every device shares, the
+/// kernel's arguments, and where operands live.
+pub(crate) struct Frame {
+    /// Allocations and semaphore slots.
+    pub(crate) layout: Layout,
+    /// The kernel's arguments.
+    pub(crate) args: Args,
+    /// The barrier semaphore, with a `collective_id`.
+    pub(crate) barrier: Option<Sem>,
+    /// The first `run_scoped` slot.
+    pub(crate) scoped_base: usize,
+    /// (HBM, VMEM) pairs copied in before the grid.
+    pub(crate) prologue_pairs: Vec<(usize, usize)>,
+    /// (VMEM, HBM) pairs copied out after the grid.
+    pub(crate) epilogue_pairs: Vec<(usize, usize)>,
+    /// Input allocations.
+    pub(crate) inputs: Vec<usize>,
+    /// Output allocations.
+    pub(crate) outputs: Vec<usize>,
+}
+
 /// How many distinct kernel mistakes one trace collects before it stops.
 const MAX_KERNEL_ERRORS: usize = 32;
 
@@ -26,9 +47,17 @@ impl PallasCall {
         }
     }
 
-    /// Traces the kernel and returns the program together with every distinct kernel
-    /// mistake (by kind and source line); the program is only usable when there are none.
-    pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
+    /// The layout and the kernel's arguments, built from the spec before any tracing.
+    /// Without `named`, semaphore array elements get no names (for counting ops, where
+    /// a seed-003 signal matrix of 2P² cells would otherwise cost a string each).
+    pub(crate) fn frame(&self, named: bool) -> Result<Frame> {
+        let element = |name: &str, index: std::fmt::Arguments| {
+            if named {
+                format!("{name}[{index}]")
+            } else {
+                String::new()
+            }
+        };
         let spec = &self.spec;
         let mut layout = Layout::default();
         let mut args = Vec::new();
@@ -117,7 +146,7 @@ impl PallasCall {
                             kind: *kind,
                         }),
                         Some(n) => layout.sems.extend((0..*n).map(|i| SemInfo {
-                            name: format!("{name}[{i}]"),
+                            name: element(name, format_args!("{i}")),
                             kind: *kind,
                         })),
                     }
@@ -136,7 +165,7 @@ impl PallasCall {
                     for r in 0..*rows {
                         for c in 0..*cols {
                             layout.sems.push(SemInfo {
-                                name: format!("{name}[{r}, {c}]"),
+                                name: element(name, format_args!("{r}, {c}")),
                                 kind: SemKind::Signal,
                             });
                         }
@@ -175,7 +204,60 @@ impl PallasCall {
             kind: SemKind::Regular,
         }));
         let args = Args::new(args, names);
+        Ok(Frame {
+            layout,
+            args,
+            barrier,
+            scoped_base,
+            prologue_pairs,
+            epilogue_pairs,
+            inputs,
+            outputs,
+        })
+    }
 
+    /// Traces device `device` at row-major grid point `g` (its DMAs numbered from
+    /// `dma_base`): what it recorded, and the message of a panic in the kernel body.
+    pub(crate) fn trace_point(
+        &self,
+        mesh: &Mesh,
+        frame: &Frame,
+        device: usize,
+        g: usize,
+        dma_base: usize,
+    ) -> (Recording, Option<String>) {
+        let spec = &self.spec;
+        let ctx = Ctx {
+            mesh,
+            layout: &frame.layout,
+            device,
+            grid: &spec.grid,
+            point: grid_coords(&spec.grid, g),
+            grid_linear: g,
+            dma_base,
+            barrier: frame.barrier,
+            pull_model: spec.pull_model,
+            scoped_base: frame.scoped_base,
+            scoped_depth: Cell::new(0),
+            rec: RefCell::new(Recording::default()),
+        };
+        let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));
+        let rec = ctx.rec.into_inner();
+        let panic = run.err().map(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the kernel panicked".into())
+        });
+        (rec, panic)
+    }
+
+    /// Traces the kernel and returns the program together with every distinct kernel
+    /// mistake (by kind and source line); the program is only usable when there are none.
+    pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
+        let spec = &self.spec;
+        let frame = self.frame(true)?;
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
         let mut dmas = Vec::new();
@@ -191,28 +273,8 @@ impl PallasCall {
         for device in 0..mesh.size() {
             let mut dev_ops = Vec::new();
             for g in 0..points {
-                let ctx = Ctx {
-                    mesh,
-                    layout: &layout,
-                    device,
-                    grid: &spec.grid,
-                    point: grid_coords(&spec.grid, g),
-                    grid_linear: g,
-                    dma_base: dmas.len(),
-                    barrier,
-                    pull_model: spec.pull_model,
-                    scoped_base,
-                    scoped_depth: Cell::new(0),
-                    rec: RefCell::new(Recording::default()),
-                };
-                let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &args)));
-                let rec = ctx.rec.into_inner();
-                if let Err(panic) = run {
-                    let msg = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "the kernel panicked".into());
+                let (rec, panic) = self.trace_point(mesh, &frame, device, g, dmas.len());
+                if let Some(msg) = panic {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
@@ -227,7 +289,7 @@ impl PallasCall {
                 for e in rec.errors {
                     note(e);
                 }
-                for (at, detail) in args.errors.borrow_mut().drain(..) {
+                for (at, detail) in frame.args.errors.borrow_mut().drain(..) {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
@@ -244,6 +306,14 @@ impl PallasCall {
             }
             ops.push(dev_ops);
         }
+        let Frame {
+            layout,
+            prologue_pairs,
+            epilogue_pairs,
+            inputs,
+            outputs,
+            ..
+        } = frame;
 
         let whole = |a: usize, device| View {
             device,

@@ -54,6 +54,13 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
+/// The shard shape a step table of `c` at `p` devices is traced at: its layout's, or
+/// its default shape.
+pub fn trace_shape(c: &dyn Collective, p: usize) -> Vec<usize> {
+    c.trace_layout(p)
+        .map_or_else(|| c.default_shape(p), |l| l.shape)
+}
+
 /// Runs `c` on `mesh` under the lockstep policy with the symbolic executor. The columns
 /// are the collective's own [`Collective::trace_layout`], or else derived from the
 /// kernel's allocations ([`derived_layout`]) at its default shape.

@@ -181,6 +181,19 @@ impl ScheduleSpec {
         })
     }
 
+    /// Checks the spec against a mesh of `devices` devices: `run-ahead:D` needs a
+    /// device D (D < P).
+    pub fn validate(&self, devices: usize) -> Result<()> {
+        match *self {
+            ScheduleSpec::RunAhead(d) if d >= devices => Err(Error::bad_input(format!(
+                "schedule `{self}` names device {d}, but the mesh has {devices} device{} (run-ahead:0 to run-ahead:{})",
+                if devices == 1 { "" } else { "s" },
+                devices.saturating_sub(1)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// A fresh policy for this spec.
     pub fn policy(&self) -> Box<dyn Policy> {
         match *self {
@@ -205,7 +218,7 @@ impl ScheduleSpec {
         let mut s = seed;
         while v.len() < n {
             v.push(ScheduleSpec::Random(s));
-            s += 1;
+            s = s.wrapping_add(1);
         }
         v
     }
@@ -262,6 +275,13 @@ mod tests {
         assert_eq!(ScheduleSpec::parse("7").unwrap(), ScheduleSpec::Random(7));
         assert!(ScheduleSpec::parse("sometimes").is_err());
         assert!(ScheduleSpec::parse("run-ahead:x").is_err());
+        assert!(ScheduleSpec::RunAhead(3).validate(4).is_ok());
+        let e = ScheduleSpec::RunAhead(99)
+            .validate(4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("device 99") && e.contains("run-ahead:3"), "{e}");
+        assert!(ScheduleSpec::Random(99).validate(1).is_ok());
         let set = ScheduleSpec::check_set(4, 10, 100);
         assert_eq!(set.len(), 10);
         assert_eq!(set[7], ScheduleSpec::Random(100));

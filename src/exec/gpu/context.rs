@@ -1,5 +1,6 @@
 //! Adapter and device setup, kept apart from the executor so tests can share one device.
 
+use super::select;
 use crate::error::{Error, Result};
 use std::fmt::Write;
 
@@ -15,23 +16,10 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
 }
 
-fn instance() -> wgpu::Instance {
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
-}
-
 impl GpuContext {
     /// Opens the adapter chosen by `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`, or the default one.
     pub fn new() -> Result<Self> {
-        let instance = instance();
-        let adapter = pollster::block_on(wgpu::util::initialize_adapter_from_env_or_default(
-            &instance, None,
-        ))
-        .map_err(|e| {
-            Error::NoAdapter(format!(
-                "{e}; install a GPU driver or Debian's mesa-vulkan-drivers (lavapipe), \
-                 and check WGPU_BACKEND / WGPU_ADAPTER_NAME"
-            ))
-        })?;
+        let adapter = select::choose(&select::instance()?)?;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tpusim"),
@@ -49,14 +37,18 @@ impl GpuContext {
 
     /// `name (backend, device type)` of the adapter.
     pub fn describe(&self) -> String {
-        let i = self.adapter.get_info();
-        format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+        select::label(&self.adapter)
+    }
+
+    /// True when the adapter's memory is host memory (a CPU driver such as lavapipe).
+    pub fn memory_is_host(&self) -> bool {
+        self.adapter.get_info().device_type == wgpu::DeviceType::Cpu
     }
 }
 
 /// A report of every adapter wgpu sees and the chosen adapter's limits (`tpusim info`).
 pub fn adapters_report() -> Result<String> {
-    let instance = instance();
+    let instance = select::instance()?;
     let all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     let mut s = String::new();
     writeln!(s, "adapters wgpu sees ({}):", all.len()).ok();

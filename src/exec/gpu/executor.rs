@@ -533,6 +533,10 @@ impl Executor for GpuExecutor {
     fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
         GpuExecutor::copy_bandwidth(self, bytes, 5).map(Some)
     }
+
+    fn buffers_in_host_memory(&self) -> bool {
+        self.ctx.memory_is_host()
+    }
 }
 
 impl Prepared for GpuRun<'_> {

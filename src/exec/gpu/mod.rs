@@ -9,6 +9,7 @@ mod pipelines;
 mod pool;
 pub mod program;
 mod recorder;
+pub mod select;
 pub mod windows;
 
 pub use arena::ArenaRun;

@@ -1,0 +1,277 @@
+//! Refusing work that cannot fit, before any of it is planned: the estimate against the
+//! host's available memory and the planner's limits, and a message with the numbers and
+//! the largest P (and shard size, or iteration count) that would fit.
+
+use super::census::Census;
+use super::memory::{available, Available};
+use super::need::{need, Need, Scales, Work};
+use crate::error::{Error, Result};
+use crate::kernel::PallasCall;
+use crate::mesh::Mesh;
+
+/// The most devices the planner supports: device ids are 32-bit in the step tables'
+/// symbolic terms.
+pub const MAX_DEVICES: usize = u32::MAX as usize - 1;
+
+/// The most traced ops per device the planner supports: the race checker's per-device
+/// clocks are 32-bit counters.
+pub const MAX_OPS_PER_DEVICE: f64 = (u32::MAX - 1) as f64;
+
+/// A command's work on a kernel, at the P asked for and, for the search of what would
+/// fit, at any other P.
+pub struct Request<'a> {
+    /// What is asked, for messages (e.g. "`tpusim run psum` at P=100000, shape 8x128").
+    pub what: String,
+    /// P asked for.
+    pub devices: usize,
+    /// The kernel at any P (an error where it cannot be built at that P).
+    pub build: &'a dyn Fn(usize) -> Result<PallasCall>,
+    /// What the command does with it.
+    pub work: Work,
+}
+
+/// The need of `req` at `devices` devices: counted from the spec, and only sampled
+/// by tracing when the spec's part fits in `limit` (a lower bound otherwise, which is
+/// enough to refuse). An error when the kernel cannot be built at that P.
+fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Result<Need> {
+    let call = (req.build)(devices)?;
+    let mut census = Census::of_spec(&call, devices);
+    let lower = need(&census, req.work);
+    if limit.is_some_and(|l| lower.host() > l) {
+        return Ok(lower);
+    }
+    census.sample(&call, &Mesh::new(devices, "x")?);
+    Ok(need(&census, req.work))
+}
+
+fn planner_ok(n: &Need) -> bool {
+    n.census.traced.is_none_or(|t| t.ops <= MAX_OPS_PER_DEVICE)
+}
+
+fn fits(n: &Need, limit: Option<f64>) -> bool {
+    planner_ok(n) && limit.is_none_or(|l| n.host() <= l)
+}
+
+/// Checks that `req` fits in this machine's memory and the planner's limits, and
+/// returns its estimated need; else [`Error::TooLarge`] with the numbers and the largest
+/// P (shard size, iterations) that would fit.
+pub fn ensure_fits(req: &Request) -> Result<Need> {
+    let avail = available()?;
+    ensure_fits_in(req, avail.as_ref())
+}
+
+/// [`ensure_fits`] against a given amount of available memory (`None`: unknown, only
+/// the planner's limits apply).
+pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> {
+    let p = req.devices;
+    let limit = avail.map(|a| a.bytes as f64);
+    if p > MAX_DEVICES {
+        let largest = largest_p(req, MAX_DEVICES + 1, limit);
+        return Err(Error::TooLarge(format!(
+            "{}: P={p} is beyond what the planner supports (at most {MAX_DEVICES} devices); {}",
+            req.what,
+            largest_p_text(largest)
+        )));
+    }
+    let n = estimate_at(req, p, limit)?;
+    if fits(&n, limit) {
+        return Ok(n);
+    }
+    let largest = largest_p(req, p, limit);
+    if !planner_ok(&n) {
+        let ops = n.census.traced.map_or(0.0, |t| t.ops);
+        return Err(Error::TooLarge(format!(
+            "{}: {} traced ops per device is beyond what the planner supports (at most {MAX_OPS_PER_DEVICE}); {}",
+            req.what,
+            count(ops),
+            largest_p_text(largest)
+        )));
+    }
+    let avail = avail.expect("a need only fails to fit a known limit");
+    Err(Error::TooLarge(message(req, &n, avail, largest)))
+}
+
+/// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
+/// P). A P the kernel cannot be built at counts as not fitting.
+fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
+    let ok = |q: usize| estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit));
+    let (mut lo, mut hi) = (0usize, above);
+    // Invariant: lo fits (or is 0), hi does not.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+fn largest_p_text(largest: usize) -> String {
+    if largest == 0 {
+        "even P=1 does not fit".into()
+    } else {
+        format!("the largest P that fits is {largest}")
+    }
+}
+
+fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String {
+    let host = n.host();
+    let limit = avail.bytes as f64;
+    let mut parts: Vec<String> = n
+        .parts
+        .iter()
+        .filter(|p| !p.on_device && p.bytes >= 0.01 * host)
+        .map(|p| format!("{} {}", p.name, bytes(p.bytes)))
+        .collect();
+    if let Some(t) = n.census.traced {
+        parts.push(format!(
+            "for {} traced ops and {} DMAs",
+            count(t.ops * n.census.devices),
+            count(t.dmas * n.census.devices)
+        ));
+    }
+    let mut hints = vec![largest_p_text(largest)];
+    let knob = |s: Scales| {
+        let rest = host - n.host_scaling(s);
+        let part = n.host_scaling(s);
+        (part > 0.0 && rest < limit).then(|| (limit - rest) / part)
+    };
+    if let Some(f) = knob(Scales::Data) {
+        let shard = n.census.input_bytes * f;
+        if shard >= 4.0 {
+            hints.push(format!(
+                "at P={} the largest shard that fits is about {} per device",
+                req.devices,
+                bytes(shard)
+            ));
+        }
+    }
+    if let Work::Bench { iters, .. } = req.work {
+        if let Some(f) = knob(Scales::Iterations) {
+            let most = (iters as f64 * f).floor();
+            if most >= 1.0 {
+                hints.push(format!("the largest -n / -w that fits is {most}"));
+            }
+        }
+    }
+    format!(
+        "not enough memory: {} needs {} {} of host memory ({}), but {} {} ({}); {}",
+        req.what,
+        // Unsampled, the traced program is left out: a lower bound.
+        if n.census.traced.is_some() {
+            "about"
+        } else {
+            "at least"
+        },
+        bytes(host),
+        parts.join(", "),
+        bytes(limit),
+        if avail.source.starts_with(super::memory::LIMIT_VAR) {
+            "are allowed"
+        } else {
+            "are available"
+        },
+        avail.source,
+        hints.join("; ")
+    )
+}
+
+/// `14.3 TiB`-style text for a byte count.
+pub fn bytes(b: f64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = b.max(0.0);
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `8.0e10`-style text for a large count, plain digits below a million.
+pub fn count(n: f64) -> String {
+    if n < 1e6 {
+        format!("{n:.0}")
+    } else {
+        format!("{n:.1e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::need::Buffers;
+    use crate::collectives;
+    use crate::DType;
+
+    fn psum_request(p: usize, build: &dyn Fn(usize) -> Result<PallasCall>) -> Request<'_> {
+        Request {
+            what: format!("`psum` at P={p}"),
+            devices: p,
+            build,
+            work: Work::Run {
+                buffers: Buffers::Host,
+                gpu: false,
+                model: false,
+                timeline: false,
+            },
+        }
+    }
+
+    fn psum(q: usize) -> Result<PallasCall> {
+        collectives::Registry::builtin().by_name("psum")?.call(
+            &Mesh::new(q, "x")?,
+            &[8, 128],
+            DType::F32,
+        )
+    }
+
+    #[test]
+    fn refuses_with_the_largest_p_that_fits() {
+        let avail = Available {
+            bytes: 64 << 20,
+            source: "a test".into(),
+        };
+        let small = psum_request(8, &psum);
+        assert!(ensure_fits_in(&small, Some(&avail)).is_ok());
+        let big = psum_request(100_000, &psum);
+        let e = ensure_fits_in(&big, Some(&avail)).unwrap_err().to_string();
+        assert!(
+            e.contains("not enough memory") && e.contains("64.0 MiB"),
+            "{e}"
+        );
+        let largest: usize = e
+            .split("the largest P that fits is ")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{e}"));
+        // The answer is the boundary: it fits, one more does not.
+        let at = |q| ensure_fits_in(&psum_request(q, &psum), Some(&avail));
+        assert!(at(largest).is_ok(), "{e}");
+        assert!(at(largest + 1).is_err(), "{e}");
+        assert!((50..1000).contains(&largest), "{e}");
+    }
+
+    #[test]
+    fn the_planner_limit_applies_without_a_memory_figure() {
+        let req = psum_request(MAX_DEVICES + 1, &psum);
+        let e = ensure_fits_in(&req, None).unwrap_err().to_string();
+        assert!(e.contains("beyond what the planner supports"), "{e}");
+    }
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.5 KiB");
+        assert_eq!(bytes(14.3 * (1u64 << 40) as f64), "14.3 TiB");
+        assert_eq!(count(12.0), "12");
+        assert_eq!(count(8.0e10), "8.0e10");
+    }
+}

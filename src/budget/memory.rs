@@ -1,0 +1,89 @@
+//! How much host memory this process may use, read when a command starts: the
+//! `TPUSIM_MEMORY_LIMIT` override, else `MemAvailable` in `/proc/meminfo`, lowered to
+//! what the process's cgroup (v2) still allows.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// The environment variable that sets the memory limit (e.g. `512M`, `8G`).
+pub const LIMIT_VAR: &str = "TPUSIM_MEMORY_LIMIT";
+
+/// Host memory a command may use, and where that figure comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Available {
+    /// Bytes.
+    pub bytes: u64,
+    /// Where the figure comes from, for messages.
+    pub source: String,
+}
+
+/// The host memory available now, or `None` where it cannot be read (not Linux).
+/// A malformed `TPUSIM_MEMORY_LIMIT` is bad input.
+pub fn available() -> Result<Option<Available>> {
+    if let Ok(v) = std::env::var(LIMIT_VAR) {
+        let bytes = crate::bench::parse_size(&v).map_err(|_| {
+            Error::bad_input(format!(
+                "{LIMIT_VAR}=`{v}` is not a size (expected e.g. 512M or 8G)"
+            ))
+        })?;
+        return Ok(Some(Available {
+            bytes,
+            source: format!("{LIMIT_VAR}={v}"),
+        }));
+    }
+    let Some(mut avail) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| meminfo_available(&s))
+        .map(|bytes| Available {
+            bytes,
+            source: "MemAvailable in /proc/meminfo".into(),
+        })
+    else {
+        return Ok(None);
+    };
+    if let Some(left) = cgroup_left(Path::new("/sys/fs/cgroup")) {
+        if left < avail.bytes {
+            avail = Available {
+                bytes: left,
+                source: "what this process's cgroup memory.max leaves".into(),
+            };
+        }
+    }
+    Ok(Some(avail))
+}
+
+/// `MemAvailable` from the text of `/proc/meminfo`, in bytes.
+pub fn meminfo_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let n: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => n.checked_mul(1024),
+        None => Some(n),
+        Some(_) => None,
+    }
+}
+
+/// Bytes the process's cgroup v2 still allows (`memory.max` − `memory.current`), if limited.
+fn cgroup_left(root: &Path) -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = root.join(rel.trim_start_matches('/'));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let max: u64 = read("memory.max")?.trim().parse().ok()?;
+    let current: u64 = read("memory.current")?.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_mem_available_in_kib() {
+        let text = "MemTotal:       24683656 kB\nMemFree:  100 kB\nMemAvailable:   24237164 kB\n";
+        assert_eq!(meminfo_available(text), Some(24237164 * 1024));
+        assert_eq!(meminfo_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(meminfo_available("MemAvailable: x kB\n"), None);
+    }
+}

@@ -1,0 +1,312 @@
+//! The memory a command needs, from a [`Census`]: the traced program, the scheduler's
+//! state and schedule, and per command what else it holds (data, GPU recording, race
+//! checker clocks, symbolic step tables). Each part is named, says what it scales with,
+//! and is computed from the sizes of the structures that hold it.
+
+use super::census::{Census, Traced};
+use crate::device_sim::program::{DataOp, Dma, Op, SemInfo};
+use std::mem::size_of;
+
+/// Where the kernel's buffers live while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffers {
+    /// In host memory (the CPU executor, or a GPU whose memory is host memory, such as
+    /// lavapipe).
+    Host,
+    /// In GPU memory, whose size wgpu does not report.
+    Device,
+}
+
+/// What a command does with the kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Work {
+    /// `run`: plan, execute once, compare with the reference; `model` also runs the cost
+    /// model (`timeline`: and writes its trace).
+    Run {
+        /// Where the buffers live.
+        buffers: Buffers,
+        /// On the GPU (recorded commands and bind groups).
+        gpu: bool,
+        /// The cost model runs too.
+        model: bool,
+        /// A timeline is written.
+        timeline: bool,
+    },
+    /// `check`: the race checker under one schedule at a time. It holds no data, but
+    /// only shapes a run could hold are checked, so the buffers count as on the host.
+    Check,
+    /// `trace`: the symbolic executor's step table.
+    Trace,
+    /// `bench` at its largest size, `iters` iterations encoded into one submission.
+    Bench {
+        /// Where the buffers live.
+        buffers: Buffers,
+        /// On the GPU.
+        gpu: bool,
+        /// The most iterations encoded at once (timed or warm-up).
+        iters: u64,
+    },
+    /// `apply` on a `.npy` file of `file_bytes`.
+    Apply {
+        /// Where the buffers live.
+        buffers: Buffers,
+        /// On the GPU.
+        gpu: bool,
+        /// Size of the input file.
+        file_bytes: u64,
+    },
+}
+
+/// What a part of the need grows with (the knob that makes it smaller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scales {
+    /// The traced program and its schedule: with P (and the kernel's grid).
+    Program,
+    /// The data: with the size of one device's shard.
+    Data,
+    /// With the number of iterations encoded at once.
+    Iterations,
+    /// With nothing a command line sets.
+    Fixed,
+}
+
+/// One named part of a need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    /// What it is, e.g. `traced program`.
+    pub name: &'static str,
+    /// Bytes.
+    pub bytes: f64,
+    /// What it grows with.
+    pub scales: Scales,
+    /// True when it lives in GPU memory.
+    pub on_device: bool,
+}
+
+/// Host bytes per GPU data op while a run is prepared: its recorded command, bind
+/// group and parameter block in wgpu and the driver. Measured on lavapipe with
+/// `tpusim run psum --backend gpu` at P = 100–400 (0.6–0.8 KiB per data op above the
+/// CPU run), rounded up.
+pub const GPU_BYTES_PER_DATA_OP: f64 = 1024.0;
+
+/// Host bytes per data op and iteration encoded into one command buffer (bench):
+/// measured on lavapipe as the growth with `-n` of `tpusim bench psum -p 64 -b 4K -e 4K`
+/// (about 0.75 KiB), rounded up.
+pub const ENCODE_BYTES_PER_DATA_OP: f64 = 1024.0;
+
+/// Host bytes of an opened GPU adapter with tpusim's shaders compiled, whatever the run:
+/// measured on lavapipe as the peak of `tpusim info` (about 88 MiB), rounded up.
+pub const GPU_BASE_BYTES: f64 = 96.0 * 1024.0 * 1024.0;
+
+/// Host bytes per traced op for the cost model's timed run (its events, about 94 B),
+/// and with a timeline also the JSON built from them (about 2.5 KiB). Measured with
+/// `tpusim run psum --backend cpu --model v5e` with and without `--timeline` at
+/// P = 64 and 128, rounded up.
+pub const MODEL_BYTES_PER_OP: f64 = 128.0;
+/// See [`MODEL_BYTES_PER_OP`].
+pub const TIMELINE_BYTES_PER_OP: f64 = 3072.0;
+
+/// Bytes of one semaphore slot's description in the layout (its struct and name).
+const SEM_INFO_BYTES: f64 = size_of::<SemInfo>() as f64 + 32.0;
+/// Bytes of one recorded access in the race checker's shadow memory (an upper bound of
+/// its private struct).
+const ACCESS_BYTES: f64 = 64.0;
+/// Bytes of a vector (pointer, capacity, length).
+const VEC_BYTES: f64 = 24.0;
+
+/// The memory a command needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Need {
+    /// Every part, host and device.
+    pub parts: Vec<Part>,
+    /// The census it was computed from.
+    pub census: Census,
+}
+
+impl Need {
+    /// Bytes of host memory.
+    pub fn host(&self) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| !p.on_device)
+            .map(|p| p.bytes)
+            .sum()
+    }
+
+    /// Bytes of GPU memory.
+    pub fn device(&self) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| p.on_device)
+            .map(|p| p.bytes)
+            .sum()
+    }
+
+    /// Bytes of host memory in parts that scale with `s`.
+    pub fn host_scaling(&self, s: Scales) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| !p.on_device && p.scales == s)
+            .map(|p| p.bytes)
+            .sum()
+    }
+}
+
+/// The need of `work` on the kernel counted by `c` (sampled or not: unsampled, the
+/// traced parts are left out, so the need is a lower bound).
+pub fn need(c: &Census, work: Work) -> Need {
+    let p = c.devices;
+    let t = c.traced.unwrap_or_default();
+    let ops = p * t.ops;
+    let dmas = p * t.dmas;
+    let data_ops = p * (t.computes + t.dmas + c.copies);
+    let mut parts = Vec::new();
+    let mut host = |name, bytes, scales| {
+        parts.push(Part {
+            name,
+            bytes,
+            scales,
+            on_device: false,
+        })
+    };
+    host(
+        "traced program",
+        ops * size_of::<Op>() as f64
+            + dmas * size_of::<Dma>() as f64
+            + c.sem_slots * SEM_INFO_BYTES,
+        Scales::Program,
+    );
+    host(
+        "scheduler state and schedule",
+        p * c.sem_slots * 8.0 + data_ops * size_of::<DataOp>() as f64,
+        Scales::Program,
+    );
+    // Inputs, the reference's result and the result read back, on the host.
+    let host_data = p * (c.input_bytes + 2.0 * c.output_bytes);
+    let mut device = Vec::new();
+    match work {
+        Work::Run {
+            buffers,
+            gpu,
+            model,
+            timeline,
+        } => {
+            host("inputs, reference and result", host_data, Scales::Data);
+            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+            if model {
+                host(
+                    "cost model events",
+                    ops * MODEL_BYTES_PER_OP,
+                    Scales::Program,
+                );
+            }
+            if timeline {
+                host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
+            }
+        }
+        Work::Check => {
+            host("race checker", checker(c, &t, data_ops), Scales::Program);
+            host(
+                "the data a run of this shape holds",
+                host_data + p * c.alloc_bytes,
+                Scales::Data,
+            );
+        }
+        Work::Trace => host("step table", step_table(c, &t), Scales::Program),
+        Work::Bench {
+            buffers,
+            gpu,
+            iters,
+        } => {
+            host("inputs, reference and result", host_data, Scales::Data);
+            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+            if gpu {
+                host(
+                    "encoded iterations",
+                    iters as f64 * data_ops * ENCODE_BYTES_PER_DATA_OP,
+                    Scales::Iterations,
+                );
+            }
+        }
+        Work::Apply {
+            buffers,
+            gpu,
+            file_bytes,
+        } => {
+            // The file and its decoded array, the shards and the kernel's copies of them;
+            // the results of the run and of the reference, joined, and the written result.
+            host(
+                "input file, array and shards",
+                2.0 * file_bytes as f64 + 2.0 * p * c.input_bytes,
+                Scales::Data,
+            );
+            host("results", 5.0 * p * c.output_bytes, Scales::Data);
+            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+        }
+    }
+    parts.extend(device);
+    Need {
+        parts,
+        census: c.clone(),
+    }
+}
+
+/// The executor's parts: its buffers (host or device) and, on the GPU, the recording.
+fn executor(
+    host: &mut impl FnMut(&'static str, f64, Scales),
+    device: &mut Vec<Part>,
+    c: &Census,
+    buffers: Buffers,
+    gpu: bool,
+    data_ops: f64,
+) {
+    let p = c.devices;
+    let bytes = if gpu {
+        // Pooled buffers and the readback staging buffers.
+        p * c.pooled_bytes + p * c.output_bytes
+    } else {
+        p * c.alloc_bytes
+    };
+    match buffers {
+        Buffers::Host => host("buffers", bytes, Scales::Data),
+        Buffers::Device => device.push(Part {
+            name: "GPU buffers",
+            bytes,
+            scales: Scales::Data,
+            on_device: true,
+        }),
+    }
+    if gpu {
+        host("GPU driver and shaders", GPU_BASE_BYTES, Scales::Fixed);
+        host(
+            "GPU commands and bind groups",
+            data_ops * GPU_BYTES_PER_DATA_OP,
+            Scales::Program,
+        );
+    }
+}
+
+/// The race checker's vector clocks (one per device, per signalled semaphore and per
+/// DMA in flight; each a counter per device and a bit per DMA) and its shadow accesses.
+fn checker(c: &Census, t: &Traced, data_ops: f64) -> f64 {
+    let p = c.devices;
+    let clock = 4.0 * p + p * t.dmas / 8.0 + 2.0 * VEC_BYTES;
+    let signalled = c.sem_slots.min(t.signals + 2.0 * t.dmas);
+    let clocks = p * (2.0 + signalled);
+    clocks * clock + p * t.dmas * 2.0 * VEC_BYTES + 2.0 * data_ops * ACCESS_BYTES
+}
+
+/// The symbolic executor's memory and a snapshot per row, each element holding the
+/// contributions summed into it (half the devices' on average: the ring all-reduces'
+/// chunks fill up to every device's; psum's forwarded shards hold one, so there it is
+/// about twice the real figure), and the table's text (about two accumulating columns
+/// per device, four characters per term).
+fn step_table(c: &Census, t: &Traced) -> f64 {
+    let p = c.devices;
+    let rows = c.grid_points + t.marks + 1.0;
+    let terms = (p + 1.0) / 2.0;
+    let elems = p * c.alloc_elems;
+    let snapshot = elems * (VEC_BYTES + 8.0 * terms);
+    let text = p * 2.0 * 4.0 * terms;
+    (rows + 1.0) * snapshot + rows * text
+}

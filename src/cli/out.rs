@@ -1,0 +1,36 @@
+//! Standard output that reports a failure instead of panicking: a full disk is an error
+//! naming standard output (exit 2); a reader that went away (`| head`) ends the command
+//! quietly, as other Unix tools do.
+
+use std::io::Write;
+use tpusim::Error;
+
+/// Writes `args` to standard output, then a newline if `newline`.
+pub fn write(args: std::fmt::Arguments, newline: bool) -> tpusim::Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args)
+        .and_then(|()| if newline { o.write_all(b"\n") } else { Ok(()) })
+        .map_err(|source| Error::File {
+            action: "write output to".into(),
+            path: "standard output".into(),
+            source,
+        })
+}
+
+/// True for a write to standard output whose reader has gone.
+pub fn closed(e: &Error) -> bool {
+    matches!(e, Error::File { path, source, .. }
+        if path.as_os_str() == "standard output" && source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// `print!` through [`write`]: evaluates to a `Result`.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::cli::out::write(format_args!($($t)*), false) };
+}
+
+/// `println!` through [`write`]: evaluates to a `Result`.
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::cli::out::write(format_args!($($t)*), true) };
+}
+
+pub(crate) use {out, outln};
