@@ -191,22 +191,30 @@ pub struct RingAllReduce {
     pub op: ReduceOp,
 }
 
-impl Collective for RingAllReduce {
-    fn traffic(&self) -> Traffic {
-        Traffic::AllReduce
-    }
-
-    /// One chunk of rows per device.
-    fn rows_multiple(&self, p: usize) -> usize {
-        p
-    }
-
-    fn takes(&self) -> Takes {
-        Takes {
-            op: true,
-            ..Takes::default()
+/// What both ring all-reduces are: an all-reduce of one chunk of rows per device
+/// that takes `--op`.
+macro_rules! ring_facts {
+    () => {
+        fn traffic(&self) -> Traffic {
+            Traffic::AllReduce
         }
-    }
+
+        /// One chunk of rows per device.
+        fn rows_multiple(&self, p: usize) -> usize {
+            p
+        }
+
+        fn takes(&self) -> Takes {
+            Takes {
+                op: true,
+                ..Takes::default()
+            }
+        }
+    };
+}
+
+impl Collective for RingAllReduce {
+    ring_facts!();
 
     fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
         Ok(Arc::new(RingAllReduce { op: opts.op }))
@@ -267,21 +275,7 @@ pub struct RingAllReducePush {
 }
 
 impl Collective for RingAllReducePush {
-    fn traffic(&self) -> Traffic {
-        Traffic::AllReduce
-    }
-
-    /// One chunk of rows per device.
-    fn rows_multiple(&self, p: usize) -> usize {
-        p
-    }
-
-    fn takes(&self) -> Takes {
-        Takes {
-            op: true,
-            ..Takes::default()
-        }
-    }
+    ring_facts!();
 
     fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
         Ok(Arc::new(RingAllReducePush { op: opts.op }))

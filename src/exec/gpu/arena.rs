@@ -7,7 +7,7 @@ use crate::array::HostArray;
 use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
 use crate::exec::{check_inputs, Prepared};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ARENA: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
@@ -186,24 +186,8 @@ impl Prepared for ArenaRun<'_> {
     }
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
-        let ctx = self.exec.context();
-        let dev = &ctx.device;
-        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let t = Instant::now();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("schedule program"),
-        });
-        for _ in 0..iters {
-            self.encode(&mut enc);
-        }
-        ctx.queue.submit([enc.finish()]);
-        dev.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
-        let elapsed = t.elapsed();
-        if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(Error::Gpu(e.to_string()));
-        }
-        Ok(elapsed)
+        self.exec
+            .submit_iterations("schedule program", iters, &|enc| self.encode(enc))
     }
 
     fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {

@@ -89,6 +89,32 @@ impl GpuExecutor {
         &self.pipes
     }
 
+    /// Encodes `iters` iterations with `encode` into one submission and waits for it;
+    /// returns the wall time from encoding to completion.
+    pub(super) fn submit_iterations(
+        &self,
+        label: &str,
+        iters: usize,
+        encode: &dyn Fn(&mut wgpu::CommandEncoder),
+    ) -> Result<Duration> {
+        let dev = &self.ctx.device;
+        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t = Instant::now();
+        let mut enc =
+            dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        for _ in 0..iters {
+            encode(&mut enc);
+        }
+        self.ctx.queue.submit([enc.finish()]);
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let elapsed = t.elapsed();
+        if let Some(e) = pollster::block_on(validation.pop()) {
+            return Err(Error::Gpu(e.to_string()));
+        }
+        Ok(elapsed)
+    }
+
     /// Turns batching of small accumulates on or off (on by default; off is for
     /// measuring what it saves).
     pub fn set_batching(&mut self, on: bool) {
@@ -386,23 +412,8 @@ impl GpuRun<'_> {
     /// Runs `iters` iterations of the schedule in one submission and waits for them;
     /// returns the wall time from encoding to completion.
     pub fn run(&self, iters: usize) -> Result<Duration> {
-        let dev = &self.exec.ctx.device;
-        let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let t = Instant::now();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("schedule"),
-        });
-        for _ in 0..iters {
-            self.encode(&mut enc);
-        }
-        self.exec.ctx.queue.submit([enc.finish()]);
-        dev.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
-        let elapsed = t.elapsed();
-        if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(Error::Gpu(e.to_string()));
-        }
-        Ok(elapsed)
+        self.exec
+            .submit_iterations("schedule", iters, &|enc| self.encode(enc))
     }
 
     /// Reads every output back: `outputs[device][operand]`.

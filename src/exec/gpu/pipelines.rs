@@ -222,17 +222,27 @@ impl Pipelines {
     }
 }
 
-fn op_constant(op: ReduceOp) -> f64 {
+/// The shaders' code of a reduction operator (`OP` / the op table's `bits`).
+pub(super) fn op_code(op: ReduceOp) -> u32 {
     match op {
-        ReduceOp::Sum => 0.0,
-        ReduceOp::Max => 1.0,
-        ReduceOp::Min => 2.0,
+        ReduceOp::Sum => 0,
+        ReduceOp::Max => 1,
+        ReduceOp::Min => 2,
     }
 }
 
-fn dtype_constant(dtype: DType) -> f64 {
+/// The shaders' code of an element type (`DTYPE` / the op table's `bits >> 4`).
+pub(super) fn dtype_code(dtype: DType) -> u32 {
     match dtype {
-        DType::F32 => 0.0,
-        DType::I32 => 1.0,
+        DType::F32 => 0,
+        DType::I32 => 1,
     }
+}
+
+fn op_constant(op: ReduceOp) -> f64 {
+    op_code(op) as f64
+}
+
+fn dtype_constant(dtype: DType) -> f64 {
+    dtype_code(dtype) as f64
 }

@@ -7,8 +7,8 @@
 //! Measured on lavapipe, shader copies cost far more than buffer copies and a dispatch
 //! about 0.1 ms, so this keeps dispatches to one per level of compute.
 
-use crate::device_sim::program::{Allocation, DataOp, ReduceOp, View};
-use crate::DType;
+use super::pipelines::{dtype_code, op_code};
+use crate::device_sim::program::{Allocation, DataOp, View};
 use std::collections::BTreeMap;
 
 /// Elements in one wave chunk (one workgroup's share of one op).
@@ -122,7 +122,7 @@ impl GpuProgram {
                     if src.overlaps(&dst) {
                         return Err("an accumulate whose source and destination overlap".into());
                     }
-                    let bits = reduce_code(op) | dtype_code(dtype) << 4;
+                    let bits = op_code(op) | dtype_code(dtype) << 4;
                     OpRec::new(2, at(&dst), at(&src), dst.len, bits)
                 }
             };
@@ -213,21 +213,6 @@ impl OpRec {
     }
 }
 
-fn reduce_code(op: ReduceOp) -> u32 {
-    match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Max => 1,
-        ReduceOp::Min => 2,
-    }
-}
-
-fn dtype_code(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::I32 => 1,
-    }
-}
-
 /// What happened last to a run of words: the level that last wrote it and the highest
 /// level that read it since.
 #[derive(Clone, Copy, Debug)]
@@ -308,6 +293,8 @@ fn levels(ops: &[OpRec]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device_sim::program::ReduceOp;
+    use crate::DType;
 
     fn rec(kind: u32, dst: u32, src: u32, len: u32) -> OpRec {
         OpRec::new(kind, dst, src, len as usize, 0)
