@@ -88,15 +88,16 @@ def _perm(perm):
     return None if perm is None else [tuple(p) for p in perm]
 
 
-def run(name, inputs, *, mesh=None, op="sum", perm=None, backend=None, schedule=None):
-    """Runs shipped collective `name` on one array per device (``inputs[d]``, or
-    ``inputs[d][k]`` for several operands); returns one result per device."""
+def run(name, inputs, *, mesh=None, op="sum", perm=None, backend=None, schedule=None, all_outputs=False):
+    """Runs shipped collective `name` on one array per device (``inputs[d]``); returns
+    XLA's result per device (with `all_outputs`, every output ref of the kernel per
+    device, e.g. psum's ``o_ref`` and ``hbm_buf``)."""
     mesh = _mesh(mesh, len(inputs))
-    per = [_arrays(d if isinstance(d, (list, tuple)) else [d]) for d in inputs]
+    per = [_arrays([d]) for d in inputs]
     out = _native.collective_run(
         name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule
     )
-    return [d[0] if len(d) == 1 else d for d in out]
+    return out if all_outputs else [d[0] for d in out]
 
 
 def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None):

@@ -327,7 +327,14 @@ class Value:
     def __lt__(self, other):
         self._no("<")
 
-    __le__ = __gt__ = __ge__ = __lt__
+    def __le__(self, other):
+        self._no("<=")
+
+    def __gt__(self, other):
+        self._no(">")
+
+    def __ge__(self, other):
+        self._no(">=")
 
     def __bool__(self):
         self._no("a loaded value as a condition")
