@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use tpusim::device_sim::ScheduleSpec;
-use tpusim::error::{Blocked, ExitProblem, KernelError, KernelErrorKind, Site};
+use tpusim::error::{Blocked, ExitProblem, KernelError, Site};
 use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, TimedRun, Traffic};
 use tpusim::trace::Table;
 use tpusim::verify::{Problem, RaceSide, Report};
@@ -18,21 +18,17 @@ fn side(s: &RaceSide) -> Value {
     json!({"actor": s.actor, "access": s.access, "site": s.site.as_ref().map(site)})
 }
 
-/// The name of a kernel error's kind.
-pub fn kernel_kind(k: KernelErrorKind) -> &'static str {
-    match k {
-        KernelErrorKind::DeviceIdOutOfRange => "device id out of range",
-        KernelErrorKind::OutOfBounds => "out of bounds",
-        KernelErrorKind::ShapeMismatch => "shape mismatch",
-        KernelErrorKind::HbmInCompute => "HBM used in compute",
-        KernelErrorKind::PeerRead => "peer read",
-        _ => "misuse",
-    }
+/// The name of a kernel error's kind, as the core's message starts (`device id out of
+/// range`, `out of bounds`, `shape mismatch`, `HBM used in compute`, `misuse`, …).
+pub fn kernel_kind(k: &KernelError) -> String {
+    let msg = Error::Kernel(k.clone()).to_string();
+    msg.split_once(": ")
+        .map_or(msg.clone(), |(kind, _)| kind.to_string())
 }
 
 /// A trace-time kernel error.
 pub fn kernel_error(k: &KernelError) -> Value {
-    json!({"kind": kernel_kind(k.kind), "site": site(&k.site), "detail": k.detail})
+    json!({"kind": kernel_kind(k), "site": site(&k.site), "detail": k.detail})
 }
 
 /// A device blocked in a deadlock.

@@ -96,7 +96,7 @@ fn to_py(e: Error) -> PyErr {
         Error::Kernel(k) => (
             KernelError::new_err(msg),
             vec![
-                ("kind", js!(json::kernel_kind(k.kind))),
+                ("kind", js!(json::kernel_kind(k))),
                 ("site", json::site(&k.site)),
                 ("detail", js!(k.detail)),
             ],

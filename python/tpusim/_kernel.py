@@ -634,29 +634,26 @@ def get_barrier_semaphore():
 # ---------------------------------------------------------------- control
 
 
-def program_id(axis):
-    """``pl.program_id(axis)``: this grid point's index on `axis` (int32)."""
-    c = ctx("program_id")
-    axis = concrete_int(axis, "program_id")
+def _grid_axis(axis, op):
+    """The invocation and a checked grid axis for `program_id` / `num_programs`."""
+    c = ctx(op)
+    axis = concrete_int(axis, op)
     if not 0 <= axis < len(c.grid):
         raise kernel_error(
-            "out of bounds",
-            f"grid axis {axis} does not exist (the grid is {list(c.grid)})",
-            "program_id",
+            "out of bounds", f"grid axis {axis} does not exist (the grid is {list(c.grid)})", op
         )
+    return c, axis
+
+
+def program_id(axis):
+    """``pl.program_id(axis)``: this grid point's index on `axis` (int32)."""
+    c, axis = _grid_axis(axis, "program_id")
     return np.int32(c.point[axis])
 
 
 def num_programs(axis):
     """``pl.num_programs(axis)``: the grid's size on `axis` (int32)."""
-    c = ctx("num_programs")
-    axis = concrete_int(axis, "num_programs")
-    if not 0 <= axis < len(c.grid):
-        raise kernel_error(
-            "out of bounds",
-            f"grid axis {axis} does not exist (the grid is {list(c.grid)})",
-            "num_programs",
-        )
+    c, axis = _grid_axis(axis, "num_programs")
     return np.int32(c.grid[axis])
 
 
