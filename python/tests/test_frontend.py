@@ -209,3 +209,21 @@ def test_check_needs_exactly_one_pallas_call(cpu):
     with pytest.raises(tpusim.BadInput) as e:
         f.check(np.arange(4, dtype=np.float32))
     assert "made 0 pallas_calls" in str(e.value)
+
+
+def test_lowered_kernel_and_old_import_paths(cpu):
+    import broken_kernels as bk
+    from conftest import marked_line
+    from tpusim.jax.experimental.shard_map import shard_map
+
+    x = np.zeros((8, 512), np.float32)
+    spec = pl.BlockSpec(memory_space=pltpu.TPUMemorySpace.ANY)
+    call = pl.pallas_call(bk.negative_left_kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          in_specs=[spec], out_specs=spec, scratch_shapes=[DMA, DMA])
+    f = shard_map(call, mesh=jax.make_mesh((4,), ("x",)), in_specs=P(None, "x"), out_specs=P(None, "x"))
+    kernel, inputs, first = f.kernel(x)
+    assert kernel.name == "negative_left_kernel" and len(inputs) == 4 and first[0].shape == (8, 128)
+    low = kernel.lower()
+    assert [e["kind"] for e in low["errors"]] == ["device id out of range"]
+    line = marked_line(bk.__file__, "negative left")
+    assert low["errors"][0]["site"]["location"] == f"{bk.__file__}:{line}"
