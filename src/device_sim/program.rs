@@ -3,7 +3,10 @@
 
 use crate::array::DType;
 use crate::error::Site;
+use std::collections::HashSet;
+use std::fmt;
 use std::panic::Location;
+use std::sync::Mutex;
 
 /// Index of an allocation in [`Layout::allocs`].
 pub type AllocId = usize;
@@ -304,6 +307,67 @@ pub enum OpKind {
     Mark(std::sync::Arc<str>),
 }
 
+/// A line of kernel source: a file name and a line number. A Rust kernel's come from
+/// `#[track_caller]` ([`SourceLoc::caller`]); a front end for kernels written in another
+/// language (the Python package) makes its own with [`SourceLoc::intern`] and hands
+/// them to `Ctx::set_source`, so every report names the line the kernel author wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLoc {
+    file: &'static str,
+    line: u32,
+}
+
+impl SourceLoc {
+    /// The location of the nearest caller that is not `#[track_caller]`.
+    #[track_caller]
+    pub fn caller() -> Self {
+        Location::caller().into()
+    }
+
+    /// `file:line` for a file name known only at run time. Each distinct file name is
+    /// copied once into memory that lives as long as the process (a kernel has few source
+    /// files), so sites stay `Copy`.
+    pub fn intern(file: &str, line: u32) -> Self {
+        static FILES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+        let mut files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        let files = files.get_or_insert_with(HashSet::new);
+        let file = match files.get(file) {
+            Some(f) => *f,
+            None => {
+                let f: &'static str = Box::leak(file.to_owned().into_boxed_str());
+                files.insert(f);
+                f
+            }
+        };
+        SourceLoc { file, line }
+    }
+
+    /// The file name.
+    pub fn file(&self) -> &'static str {
+        self.file
+    }
+
+    /// The line number (1-based).
+    pub fn line(&self) -> u32 {
+        self.line
+    }
+}
+
+impl From<&'static Location<'static>> for SourceLoc {
+    fn from(l: &'static Location<'static>) -> Self {
+        SourceLoc {
+            file: l.file(),
+            line: l.line(),
+        }
+    }
+}
+
+impl fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
 /// Where an op was recorded: grid point (linear), API call and kernel source line.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
@@ -314,7 +378,7 @@ pub struct OpSite {
     /// API call name.
     pub op: &'static str,
     /// Kernel source location.
-    pub location: &'static Location<'static>,
+    pub location: SourceLoc,
 }
 
 /// One traced op.
@@ -368,7 +432,7 @@ impl Program {
             device: s.device,
             grid: self.grid_point(s.grid_linear),
             op: s.op,
-            location: format!("{}:{}", s.location.file(), s.location.line()),
+            location: s.location.to_string(),
         }
     }
 

@@ -4,7 +4,8 @@
 use super::refs::{Fault, Ref, Sem};
 use crate::device_sim::program::{Cmp, SemId};
 use crate::device_sim::program::{
-    DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
+    DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, SourceLoc,
+    View, WaitKind,
 };
 use crate::error::{KernelError, KernelErrorKind, Site};
 use crate::mesh::{DeviceId, Mesh, SignalTarget};
@@ -31,6 +32,8 @@ pub struct Ctx<'a> {
     pub(crate) pull_model: bool,
     pub(crate) scoped_base: SemId,
     pub(crate) scoped_depth: Cell<usize>,
+    /// The source line calls are attributed to, when a front end set one.
+    pub(crate) source: Cell<Option<SourceLoc>>,
     pub(crate) rec: RefCell<Recording>,
 }
 
@@ -60,8 +63,27 @@ impl<'a> Ctx<'a> {
             device: self.device,
             grid_linear: self.grid_linear,
             op,
-            location: Location::caller(),
+            // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
+            location: self.source.get().unwrap_or(Location::caller().into()),
         }
+    }
+
+    /// Attributes the calls that follow to `loc` instead of the Rust line that makes
+    /// them (`None`: back to the Rust caller's line). This is how a front end for kernels
+    /// written in another language (the Python package) makes every report, trace-time
+    /// error and verifier finding name its kernel's own source line.
+    pub fn set_source(&self, loc: Option<SourceLoc>) {
+        self.source.set(loc);
+    }
+
+    /// This device's linear id in the mesh.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// This grid point's row-major index (0 for the first point).
+    pub fn grid_index(&self) -> usize {
+        self.grid_linear
     }
 
     pub(super) fn fail(&self, site: OpSite, kind: KernelErrorKind, detail: String) {
@@ -71,7 +93,7 @@ impl<'a> Ctx<'a> {
                 device: self.device,
                 grid: self.point.clone(),
                 op: site.op,
-                location: format!("{}:{}", site.location.file(), site.location.line()),
+                location: site.location.to_string(),
             },
             detail,
         });
@@ -605,5 +627,40 @@ impl AsyncRemoteCopy<'_, '_> {
             self.ctx
                 .wait_on(self.own_recv, d.bytes, WaitKind::WaitRecv, site);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernel::{GridSpec, MemorySpace, PallasCall, SourceLoc};
+    use crate::{DType, Mesh};
+
+    #[test]
+    fn set_source_attributes_ops_and_errors_to_that_line() {
+        let spec = GridSpec::new()
+            .input("x_ref", MemorySpace::Any, &[2], DType::F32)
+            .output("y_ref", MemorySpace::Any, &[2], DType::F32)
+            .dma_sem("sem");
+        let call = PallasCall::new("k", spec, |pl, a| {
+            pl.set_source(Some(SourceLoc::intern("kernel.py", 7)));
+            let c = pl.make_async_copy(a.r("x_ref"), a.r("y_ref"), a.sem("sem"));
+            c.start();
+            pl.set_source(None);
+            c.wait();
+            pl.set_source(Some(SourceLoc::intern("kernel.py", 9)));
+            pl.semaphore_signal(a.sem("sem"), 1, 5i64);
+        });
+        let mesh = Mesh::new(2, "x").unwrap();
+        let (program, errors) = call.trace(&mesh).unwrap();
+        let ops = &program.ops[0];
+        assert_eq!(ops[0].site.location.to_string(), "kernel.py:7");
+        assert!(ops[1].site.location.file().ends_with("ctx.rs"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].site.location, "kernel.py:9");
+        let a = SourceLoc::intern("kernel.py", 1);
+        assert!(std::ptr::eq(
+            a.file(),
+            SourceLoc::intern("kernel.py", 2).file()
+        ));
     }
 }

@@ -239,6 +239,7 @@ impl PallasCall {
             pull_model: spec.pull_model,
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
+            source: Cell::new(None),
             rec: RefCell::new(Recording::default()),
         };
         let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));

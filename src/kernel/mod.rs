@@ -10,7 +10,7 @@ mod pull;
 mod refs;
 mod spec;
 
-pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind};
+pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind, SourceLoc};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};

@@ -1,0 +1,380 @@
+//! The Pallas front end's Rust half: a Python kernel, evaluated by the stand-ins in
+//! `tpusim/jax/…` once per device and grid point, arrives here as a list of recorded
+//! calls per (device, grid point), each with the Python file and line that made it.
+//! [`python_call`] turns them into an ordinary [`PallasCall`] whose kernel replays each
+//! list on the Rust [`Ctx`], line attributed by [`Ctx::set_source`]. From there on the
+//! kernel is like any Rust kernel: the same checks at trace time, scheduler, verifier,
+//! step tables, cost model and executors.
+
+use serde::{Deserialize, Deserializer};
+use std::sync::Arc;
+use tpusim::kernel::{
+    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref,
+    Sem, SourceLoc,
+};
+use tpusim::{DType, DeviceId, Error, Result};
+
+/// A Python source line, interned when the recording is read.
+#[derive(Clone, Copy, Debug)]
+pub struct Loc(SourceLoc);
+
+impl<'de> Deserialize<'de> for Loc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let (file, line): (String, u32) = Deserialize::deserialize(d)?;
+        Ok(Loc(SourceLoc::intern(&file, line)))
+    }
+}
+
+/// A ref as the kernel named it: argument position, then `.at[i]` (`[0, i, 0]`) and
+/// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RefPath(usize, Vec<(u8, i64, i64)>);
+
+/// Where a semaphore comes from.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub enum SemSrc {
+    /// A kernel argument (scratch semaphore or array), by position.
+    Arg(usize),
+    /// The result of the n-th `get_barrier_semaphore()` call of this grid point.
+    Barrier(usize),
+    /// The semaphore of the n-th enclosing `run_scoped` (0: outermost).
+    Scoped(usize),
+}
+
+/// A semaphore and, for an array, the `.at[i]` index.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub struct SemPath(SemSrc, Option<i64>);
+
+/// A `device_id` with its `device_id_type`.
+#[derive(Clone, Debug, Deserialize)]
+pub enum Dev {
+    /// `DeviceIdType.MESH`: coordinates.
+    Mesh(Vec<i64>),
+    /// `DeviceIdType.LOGICAL`: a linear id.
+    Logical(i64),
+}
+
+impl From<&Dev> for DeviceId {
+    fn from(d: &Dev) -> Self {
+        match d {
+            Dev::Mesh(c) => DeviceId::Mesh(c.clone()),
+            Dev::Logical(i) => DeviceId::Logical(*i),
+        }
+    }
+}
+
+/// The reduction of `dst[...] = dst[...] op src[...]`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reduce {
+    /// `+=`.
+    Sum,
+    /// `jnp.maximum`.
+    Max,
+    /// `jnp.minimum`.
+    Min,
+}
+
+/// One recorded kernel call.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// `pltpu.make_async_copy(src, dst, sem)`, descriptor `id` of this grid point.
+    LocalCopy {
+        id: usize,
+        src: RefPath,
+        dst: RefPath,
+        sem: SemPath,
+        at: Loc,
+    },
+    /// `pltpu.make_async_remote_copy(src, dst, send_sem, recv_sem, device_id)`.
+    RemoteCopy {
+        id: usize,
+        src: RefPath,
+        dst: RefPath,
+        send_sem: SemPath,
+        recv_sem: SemPath,
+        dev: Dev,
+        at: Loc,
+    },
+    /// `descriptor.start()`.
+    Start { id: usize, at: Loc },
+    /// `descriptor.wait()`.
+    Wait { id: usize, at: Loc },
+    /// `descriptor.wait_send()`.
+    WaitSend { id: usize, at: Loc },
+    /// `descriptor.wait_recv()`.
+    WaitRecv { id: usize, at: Loc },
+    /// `pl.semaphore_signal(sem, inc, device_id=…)`.
+    Signal {
+        sem: SemPath,
+        inc: i64,
+        dev: Option<Dev>,
+        at: Loc,
+    },
+    /// `pl.semaphore_wait(sem, value)`.
+    SemWait { sem: SemPath, value: i64, at: Loc },
+    /// `dst[...] = jnp.zeros_like(dst)` (and `full_like`, `ones_like`, …).
+    Fill { dst: RefPath, value: f64, at: Loc },
+    /// `dst[...] = src[...]`.
+    Copy { dst: RefPath, src: RefPath, at: Loc },
+    /// `dst[...] += src[...]`, `jnp.maximum`, `jnp.minimum`.
+    Accumulate {
+        dst: RefPath,
+        src: RefPath,
+        reduce: Reduce,
+        at: Loc,
+    },
+    /// `pltpu.get_barrier_semaphore()`.
+    Barrier { at: Loc },
+    /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
+    Scoped { body: Vec<Op>, at: Loc },
+}
+
+/// Every device's recorded calls, per grid point (row-major).
+pub type Recording = Vec<Vec<Vec<Op>>>;
+
+/// Reads a recording from its JSON form.
+pub fn read_recording(json: &str) -> Result<Recording> {
+    serde_json::from_str(json)
+        .map_err(|e| Error::bad_input(format!("malformed kernel recording: {e}")))
+}
+
+enum Desc<'c, 'a> {
+    Local(AsyncCopy<'c, 'a>),
+    Remote(AsyncRemoteCopy<'c, 'a>),
+}
+
+/// Replays one grid point's calls on a [`Ctx`].
+struct Replay<'c, 'a> {
+    pl: &'c Ctx<'a>,
+    args: &'c Args,
+    descs: Vec<Option<Desc<'c, 'a>>>,
+    barriers: Vec<Sem>,
+    scoped: Vec<Sem>,
+}
+
+impl<'c, 'a> Replay<'c, 'a> {
+    fn r(&self, p: &RefPath) -> Ref {
+        p.1.iter().fold(self.args.r(p.0), |r, &(kind, a, b)| {
+            if kind == 0 {
+                r.at(a)
+            } else {
+                r.slice(ds(a, b))
+            }
+        })
+    }
+
+    fn sem(&self, p: &SemPath) -> Sem {
+        let s = match p.0 {
+            SemSrc::Arg(i) => self.args.sem(i),
+            SemSrc::Barrier(i) => self.barriers[i],
+            SemSrc::Scoped(i) => self.scoped[i],
+        };
+        match p.1 {
+            Some(i) => s.at(i),
+            None => s,
+        }
+    }
+
+    fn put(&mut self, id: usize, d: Desc<'c, 'a>) {
+        if self.descs.len() <= id {
+            self.descs.resize_with(id + 1, || None);
+        }
+        self.descs[id] = Some(d);
+    }
+
+    fn desc(&self, id: usize) -> &Desc<'c, 'a> {
+        self.descs[id]
+            .as_ref()
+            .expect("the recording starts or waits only descriptors it made")
+    }
+
+    fn run(&mut self, ops: &[Op]) {
+        let pl = self.pl;
+        for op in ops {
+            match op {
+                Op::LocalCopy {
+                    id,
+                    src,
+                    dst,
+                    sem,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let d = pl.make_async_copy(self.r(src), self.r(dst), self.sem(sem));
+                    self.put(*id, Desc::Local(d));
+                }
+                Op::RemoteCopy {
+                    id,
+                    src,
+                    dst,
+                    send_sem,
+                    recv_sem,
+                    dev,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let d = pl.make_async_remote_copy(
+                        self.r(src),
+                        self.r(dst),
+                        self.sem(send_sem),
+                        self.sem(recv_sem),
+                        DeviceId::from(dev),
+                    );
+                    self.put(*id, Desc::Remote(d));
+                }
+                Op::Start { id, at } => {
+                    pl.set_source(Some(at.0));
+                    match self.desc(*id) {
+                        Desc::Local(d) => d.start(),
+                        Desc::Remote(d) => d.start(),
+                    }
+                }
+                Op::Wait { id, at } => {
+                    pl.set_source(Some(at.0));
+                    match self.desc(*id) {
+                        Desc::Local(d) => d.wait(),
+                        Desc::Remote(d) => d.wait(),
+                    }
+                }
+                Op::WaitSend { id, at } | Op::WaitRecv { id, at } => {
+                    pl.set_source(Some(at.0));
+                    match (self.desc(*id), op) {
+                        (Desc::Remote(d), Op::WaitSend { .. }) => d.wait_send(),
+                        (Desc::Remote(d), _) => d.wait_recv(),
+                        (Desc::Local(_), _) => {
+                            unreachable!(
+                                "the stand-ins offer wait_send/wait_recv on remote copies only"
+                            )
+                        }
+                    }
+                }
+                Op::Signal { sem, inc, dev, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.semaphore_signal(self.sem(sem), *inc, dev.as_ref().map(DeviceId::from));
+                }
+                Op::SemWait { sem, value, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.semaphore_wait(self.sem(sem), *value);
+                }
+                Op::Fill { dst, value, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.fill(self.r(dst), *value);
+                }
+                Op::Copy { dst, src, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.copy(self.r(dst), self.r(src));
+                }
+                Op::Accumulate {
+                    dst,
+                    src,
+                    reduce,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let op = match reduce {
+                        Reduce::Sum => ReduceOp::Sum,
+                        Reduce::Max => ReduceOp::Max,
+                        Reduce::Min => ReduceOp::Min,
+                    };
+                    pl.accumulate(self.r(dst), self.r(src), op);
+                }
+                Op::Barrier { at } => {
+                    pl.set_source(Some(at.0));
+                    self.barriers.push(pl.get_barrier_semaphore());
+                }
+                Op::Scoped { body, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.run_scoped(|s| {
+                        self.scoped.push(s);
+                        self.run(body);
+                        self.scoped.pop();
+                    });
+                }
+            }
+        }
+        pl.set_source(None);
+    }
+}
+
+/// An operand as the Python spec gives it: name, `any`/`vmem`, shape, dtype.
+pub type Operand = (String, String, Vec<usize>, String);
+
+/// A scratch entry: name, `vmem`/`dma`/`regular`, shape (for semaphores: `[]` one,
+/// `[n]` an array), dtype (VMEM only).
+pub type Scratch = (String, String, Vec<usize>, String);
+
+fn space(s: &str, name: &str) -> Result<MemorySpace> {
+    match s {
+        "any" => Ok(MemorySpace::Any),
+        "vmem" => Ok(MemorySpace::Vmem),
+        _ => Err(Error::bad_input(format!(
+            "operand `{name}` has memory space `{s}`; tpusim supports ANY (HBM) and VMEM"
+        ))),
+    }
+}
+
+/// The [`GridSpec`] of a Python kernel.
+pub fn grid_spec(
+    grid: &[usize],
+    inputs: &[Operand],
+    outputs: &[Operand],
+    scratch: &[Scratch],
+    collective_id: Option<u32>,
+) -> Result<GridSpec> {
+    let mut spec = GridSpec::new().grid(grid);
+    for (name, sp, shape, dtype) in inputs {
+        spec = spec.input(name, space(sp, name)?, shape, DType::parse(dtype)?);
+    }
+    for (name, sp, shape, dtype) in outputs {
+        spec = spec.output(name, space(sp, name)?, shape, DType::parse(dtype)?);
+    }
+    for (name, kind, shape, dtype) in scratch {
+        spec = match (kind.as_str(), shape.as_slice()) {
+            ("vmem", _) => spec.vmem(name, shape, DType::parse(dtype)?),
+            ("dma", []) => spec.dma_sem(name),
+            ("dma", [n]) => spec.dma_sems(name, *n),
+            ("regular", []) => spec.regular_sem(name),
+            ("regular", [n]) => spec.regular_sems(name, *n),
+            ("dma" | "regular", _) => {
+                return Err(Error::bad_input(format!(
+                    "scratch `{name}`: semaphore arrays of shape {shape:?}; tpusim supports one dimension"
+                )))
+            }
+            _ => {
+                return Err(Error::bad_input(format!(
+                    "scratch `{name}` has kind `{kind}`; tpusim supports VMEM buffers and DMA and REGULAR semaphores"
+                )))
+            }
+        };
+    }
+    if let Some(id) = collective_id {
+        spec = spec.collective_id(id);
+    }
+    Ok(spec)
+}
+
+/// A [`PallasCall`] whose kernel replays `recording` (every device, every grid point).
+pub fn python_call(name: &str, spec: GridSpec, recording: Recording) -> PallasCall {
+    let recording = Arc::new(recording);
+    PallasCall::new(name, spec, move |pl, args| {
+        let ops = recording
+            .get(pl.device())
+            .and_then(|d| d.get(pl.grid_index()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the Python kernel was evaluated on {} devices; it cannot run on another mesh",
+                    recording.len()
+                )
+            });
+        Replay {
+            pl,
+            args,
+            descs: Vec::new(),
+            barriers: Vec::new(),
+            scoped: Vec::new(),
+        }
+        .run(ops);
+    })
+}

@@ -1,0 +1,124 @@
+"""The Rust core from Python: meshes, the shipped collectives on numpy arrays, check,
+trace, the cost model, bench, and errors as exceptions with the core's messages."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tpusim
+import tpusim.jax as jax
+from tpusim.jax import lax
+
+
+def test_mesh():
+    m = tpusim.Mesh(axes=[("x", 2), ("y", 3)])
+    assert m.size == 6 and m.axes == [("x", 2), ("y", 3)] and m.coords(5) == [1, 2]
+    assert tpusim.Mesh(4).axes == [("x", 4)]
+    assert jax.make_mesh((4,), ("x",)) == tpusim.Mesh(4)
+    with pytest.raises(tpusim.BadInput) as e:
+        tpusim.Mesh(0)
+    assert str(e.value) == "bad input: mesh axis `x` has 0 devices (P must be at least 1)"
+    with pytest.raises(tpusim.BadInput):
+        m.coords(6)
+
+
+def test_listings():
+    names = [c["name"] for c in tpusim.collectives()]
+    assert names[:4] == ["ppermute", "all_gather", "psum", "psum_scatter"]
+    assert any(v["name"] == "shared-recv-sem" for v in tpusim.variants())
+    assert {p["name"] for p in tpusim.presets()} == {"v5e", "v5p", "v6e"}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+@pytest.mark.parametrize("p", [1, 3, 4])
+def test_run_shipped_collectives_on_numpy(backend, p):
+    rng = np.random.default_rng(p)
+    xs = [rng.integers(-1000, 1000, size=(8, 128)).astype(np.int32) for _ in range(p)]
+    out = tpusim.run("psum", xs, backend=backend)
+    for d in range(p):
+        np.testing.assert_array_equal(out[d], np.sum(xs, axis=0))
+    out = tpusim.run("psum", xs, op="max", backend=backend)
+    np.testing.assert_array_equal(out[0], np.max(xs, axis=0))
+    both = tpusim.run("psum", xs, backend=backend, all_outputs=True)
+    assert [a.shape for a in both[0]] == [(8, 128), (2, 8, 128)]
+    out = tpusim.run("all_gather", xs, backend=backend)
+    np.testing.assert_array_equal(out[p - 1], np.stack(xs))
+    perm = [(d, (d + 2) % p) for d in range(p)]
+    out = tpusim.run("ppermute", xs, perm=perm, backend=backend)
+    for s, t in perm:
+        np.testing.assert_array_equal(out[t], xs[s])
+
+
+def test_shard_map_of_a_shipped_collective():
+    x = np.arange(16 * 4 * 128 * 4, dtype=np.float32).reshape(16 * 4, 128 * 4) / 7
+    y = tpusim.shard_map("psum_scatter", x, devices=4, backend="cpu")
+    want = x.reshape(64, 4, 128).astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(y, want, rtol=1e-5)
+    with pytest.raises(tpusim.BadInput) as e:
+        tpusim.shard_map("psum_scatter", x[:, :102], devices=4)
+    assert "not divisible by 4 devices" in str(e.value)
+
+
+def test_lax_collectives_inside_jax_shard_map(cpu):
+    mesh = jax.make_mesh((4,), ("x",))
+    P = jax.sharding.PartitionSpec
+    x = np.random.default_rng(1).uniform(size=(8, 512)).astype(np.float32)
+    f = jax.shard_map(lambda v: lax.psum(v, "x"), mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))
+    total = sum(np.split(x.astype(np.float64), 4, axis=1))
+    np.testing.assert_allclose(f(x), np.concatenate([total] * 4, axis=1), rtol=1e-5)
+    g = jax.shard_map(lambda v: lax.all_gather(v, "x", tiled=True), mesh=mesh, in_specs=P("x", None), out_specs=P("x", None))
+    np.testing.assert_array_equal(g(x), np.concatenate([x] * 4, axis=0))
+    h = jax.shard_map(lambda v: lax.pmin(v, "x"), mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))
+    np.testing.assert_array_equal(h(x), np.concatenate([np.min(np.split(x, 4, axis=1), axis=0)] * 4, axis=1))
+    with pytest.raises(tpusim.UnsupportedError) as e:
+        jax.shard_map(lambda v: lax.psum(v, "y"), mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))(x)
+    assert "lax.psum" in str(e.value)
+
+
+def test_check_shipped_and_broken_variants():
+    r = tpusim.check("psum", 4, schedules=30)
+    assert r.clean and r.schedules == 30 and str(r) == "psum P=4: clean under 30 schedules"
+    r = tpusim.check("psum", 4, schedules=30, variant="no-capacity-sem")
+    assert set(r.kinds()) == {"race"}
+    f = r.findings[0]
+    assert f.schedule is not None and all(s.file.endswith("psum.rs") for s in f.sites)
+    assert "replay" in str(r)
+    again = tpusim.check("psum", 4, variant="no-capacity-sem", replay=f.schedule)
+    assert "race" in again.kinds() and again.schedules == 1
+    with pytest.raises(tpusim.BadInput) as e:
+        tpusim.check("nope")
+    assert "unknown collective `nope`" in str(e.value)
+
+
+def test_trace_of_a_shipped_collective():
+    t = tpusim.trace("all_gather", 4)
+    assert t.columns == [f"out_ref[{i}]" for i in range(4)]
+    assert t.rows[0].after is None and t.rows[-1].after == (2,)
+    assert t.rows[-1].notation[0] == ["x0", "x1", "x2", "x3"]
+    assert t.rows[-1].cells[0][1] == [[1, 0]]
+    assert "| D0 |" in t.markdown
+    assert json.loads(json.dumps(t.json()))["devices"] == 4
+
+
+def test_model_and_timeline(tmp_path):
+    path = tmp_path / "psum.json"
+    m = tpusim.model("psum", 4, shape=[64, 128], preset="v5e", timeline=str(path))
+    assert m.seconds > 0 and m.busbw == pytest.approx(m.algbw * 1.5)
+    assert m.ideal_seconds < m.seconds
+    events = json.loads(path.read_text())["traceEvents"]
+    assert m.timeline_path == str(path) and len(events) > 4 * 6
+    assert {e["pid"] for e in events} == {0, 1, 2, 3}
+    faster = tpusim.model("psum", 4, shape=[64, 128], preset="v5e", link_gbps=500)
+    assert faster.seconds < m.seconds and faster.model == "v5e (overridden)"
+    with pytest.raises(tpusim.BadInput):
+        tpusim.model("psum", 4, warp_drive=1)
+    with pytest.raises(tpusim.LimitError) as e:
+        tpusim.model("psum", 2, shape=[1 << 16, 1024], preset="v5e")
+    assert "VMEM of `psum` on v5e" in str(e.value) and e.value.limit == 128 << 20
+
+
+def test_bench_rows():
+    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=3, warmup=1, backend="cpu")
+    assert [r["size"] for r in rows] == [4096, 16384]
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)

@@ -1,0 +1,148 @@
+"""tpusim for Python: simulated TPU devices for Pallas distributed kernels.
+
+Two ways in:
+
+- ``tpusim.jax``: stand-ins for ``jax``, ``jax.lax``, ``jax.numpy``,
+  ``jax.experimental.pallas`` and ``.pallas.tpu``. Change a script's imports to them and
+  its Pallas TPU kernels run, unchanged, on P simulated devices; ``jax.shard_map(...)``
+  results also offer ``.check``, ``.trace``, ``.model`` and ``.bench``.
+- the functions below: the shipped collectives (``psum``, ``all_gather``, …) on numpy
+  arrays, the verifier, step tables, the cost model and bench.
+
+Errors are exceptions carrying the Rust core's messages: :class:`BadInput`,
+:class:`KernelError` (and :class:`UnsupportedError`), :class:`DeadlockError`,
+:class:`ExitError`, :class:`LimitError`, :class:`NoAdapter`, :class:`GpuError`, all
+subclasses of :class:`TpusimError`.
+"""
+
+import json as _json
+
+import numpy as _np
+
+from . import config
+from ._native import (
+    BadInput,
+    DeadlockError,
+    ExitError,
+    GpuError,
+    KernelError,
+    LimitError,
+    Mesh,
+    NoAdapter,
+    TpusimError,
+    UnsupportedError,
+)
+from . import _native
+from .results import Finding, ModelRun, Report, Row, Site, Table
+
+__all__ = [
+    "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
+    "check", "trace", "model", "bench", "random_inputs", "config", "Report",
+    "Finding", "Site", "Table", "Row", "ModelRun", "TpusimError", "BadInput",
+    "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
+    "NoAdapter", "GpuError",
+]
+
+
+def collectives():
+    """The shipped collectives: ``[{"name", "summary", "takes_op", "takes_perm", "apply_dims"}]``."""
+    return _json.loads(_native.collectives())
+
+
+def variants():
+    """The deliberately broken variants ``check(..., variant=...)`` knows."""
+    return _json.loads(_native.variants())
+
+
+def presets():
+    """The cost-model presets (figures and sources)."""
+    return _json.loads(_native.presets())
+
+
+def adapters():
+    """The GPU adapters wgpu sees and the chosen one's limits (text)."""
+    return _native.adapters()
+
+
+def _mesh(mesh, devices):
+    if mesh is not None:
+        return mesh
+    return Mesh(devices)
+
+
+def _arrays(xs):
+    out = []
+    for a in xs:
+        a = _np.asarray(a)
+        if a.dtype == _np.float64:
+            a = a.astype(_np.float32)
+        elif a.dtype == _np.int64:
+            a = a.astype(_np.int32)
+        out.append(_np.ascontiguousarray(a))
+    return out
+
+
+def _perm(perm):
+    if isinstance(perm, str):
+        return _native.parse_perm(perm)
+    return None if perm is None else [tuple(p) for p in perm]
+
+
+def run(name, inputs, *, mesh=None, op="sum", perm=None, backend=None, schedule=None, all_outputs=False):
+    """Runs shipped collective `name` on one array per device (``inputs[d]``); returns
+    XLA's result per device (with `all_outputs`, every output ref of the kernel per
+    device, e.g. psum's ``o_ref`` and ``hbm_buf``)."""
+    mesh = _mesh(mesh, len(inputs))
+    per = [_arrays([d]) for d in inputs]
+    out = _native.collective_run(
+        name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule
+    )
+    return out if all_outputs else [d[0] for d in out]
+
+
+def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None):
+    """Like ``jax.shard_map(lambda x: lax.<collective>(x, "x"), …)`` on a global array:
+    split along `in_dim`, run shipped collective `name` on every device, join along
+    `out_dim` (defaults: the seed's partition specs, as ``tpusim apply`` uses)."""
+    (x,) = _arrays([x])
+    return _native.collective_shard_map(
+        name, _mesh(mesh, devices), x, in_dim, out_dim, op, _perm(perm), backend or config.backend
+    )
+
+
+def check(name, devices=4, *, schedules=200, seed=0, variant=None, shape=None, replay=None):
+    """The verifier on shipped collective `name` (or its broken `variant`)."""
+    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay)
+    title = f"{name}{' --variant ' + variant if variant else ''} P={devices}"
+    return Report.from_json(_json.loads(r), title)
+
+
+def trace(name, devices=4):
+    """The step table of shipped collective `name` at P = `devices`."""
+    return Table.from_json(_json.loads(_native.collective_trace(name, devices)))
+
+
+def model(name, devices=4, *, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, **overrides):
+    """Shipped collective `name` on the cost model's clock: modeled time, nccl-tests'
+    algbw and busbw, the ideal ring bound; `timeline` writes the Chrome trace there."""
+    r = _native.collective_model(
+        name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None
+    )
+    return ModelRun.from_json(_json.loads(r), timeline)
+
+
+def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5,
+          checks=1, dtype="f32", backend=None, schedule="eager"):
+    """``tpusim bench``: a size sweep of shipped collective `name`; one dict per size
+    (``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``wrong``, …)."""
+    return _json.loads(
+        _native.collective_bench(
+            name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
+            dtype, backend or config.backend, schedule,
+        )
+    )
+
+
+def random_inputs(name, mesh, shape, dtype="f32", seed=0):
+    """The deterministic random inputs ``tpusim run`` uses: ``[device][operand]``."""
+    return _native.collective_inputs(name, mesh, list(shape), dtype, seed)

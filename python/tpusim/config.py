@@ -1,0 +1,16 @@
+"""Settings of the Python package (read when used, so they can be changed at any time).
+
+- ``backend``: ``"gpu"`` (wgpu, the default) or ``"cpu"`` (host memory, the oracle);
+  environment ``TPUSIM_BACKEND``.
+- ``schedule``: the schedule a run follows (``eager``, ``lazy``, ``lockstep``,
+  ``run-ahead:D``, ``random:SEED``); environment ``TPUSIM_SCHEDULE``.
+- ``devices``: what ``tpusim.jax.local_device_count()`` answers, i.e. how many
+  simulated devices a script that sizes its mesh from it gets; environment
+  ``TPUSIM_DEVICES`` (default 4).
+"""
+
+import os
+
+backend = os.environ.get("TPUSIM_BACKEND", "gpu")
+schedule = os.environ.get("TPUSIM_SCHEDULE", "eager")
+devices = int(os.environ.get("TPUSIM_DEVICES", "4"))

@@ -1,0 +1,190 @@
+"""What tpusim reports, as Python objects: the verifier's :class:`Report`, step
+:class:`Table`, and a modeled run (:class:`ModelRun`). Each keeps the Rust core's text
+(``str(report)``, ``finding.message``, ``table.markdown``)."""
+
+import json
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where in a kernel: device, grid point, API call and ``file:line``."""
+
+    device: Optional[int]
+    grid: tuple
+    op: str
+    location: str
+
+    @property
+    def file(self):
+        return self.location.rsplit(":", 1)[0]
+
+    @property
+    def line(self):
+        tail = self.location.rsplit(":", 1)
+        return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"))
+
+    def __str__(self):
+        return f"device {self.device} at grid point {list(self.grid)}, `{self.op}` ({self.location})"
+
+
+@dataclass
+class Finding:
+    """One distinct problem: its kind (``race``, ``deadlock``, ``semaphore not zero at
+    exit``, ``DMA never waited``, ``device id out of range``, …), the Rust core's message,
+    the schedule that shows it (None: found while tracing), how many schedules did, the
+    kernel sites it names and its details."""
+
+    kind: str
+    message: str
+    schedule: Optional[str]
+    schedules: int
+    sites: List[Site]
+    details: dict
+
+    @property
+    def locations(self):
+        """Every ``file:line`` the problem names, in order, without repeats."""
+        seen = []
+        for s in self.sites:
+            if s.location not in seen:
+                seen.append(s.location)
+        return seen
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(
+            d["kind"],
+            d["message"],
+            d["schedule"],
+            d["schedules"],
+            [Site.from_json(s) for s in d["sites"]],
+            d["details"],
+        )
+
+
+@dataclass
+class Report:
+    """The verifier's report on one kernel."""
+
+    title: str
+    schedules: int
+    findings: List[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self):
+        return not self.findings
+
+    def kinds(self):
+        return [f.kind for f in self.findings]
+
+    @classmethod
+    def from_json(cls, d, title):
+        return cls(title, d["schedules"], [Finding.from_json(f) for f in d["findings"]])
+
+    def __str__(self):
+        if self.clean:
+            return f"{self.title}: clean under {self.schedules} schedules"
+        n = len(self.findings)
+        lines = [
+            f"{self.title}: {n} problem{'' if n == 1 else 's'} in {self.schedules} "
+            f"schedule{'' if self.schedules == 1 else 's'}"
+        ]
+        for i, f in enumerate(self.findings):
+            if f.schedule is None:
+                how = "found while tracing: every schedule has it"
+            else:
+                how = f"in {f.schedules} of {self.schedules} schedules; replay: check(..., replay={f.schedule!r})"
+            lines.append(f"[{i + 1}] {f.kind} ({how})")
+            lines.extend("    " + l for l in f.message.splitlines())
+        return "\n".join(lines)
+
+
+@dataclass
+class Row:
+    """The state after grid point `after` (None: before the grid); `cells[device][column]`
+    as data (None never written, [] zero, [[device, block], …] a sum, "mixed"), and
+    `notation` in the seeds' notation (``x3+x2``, ``T2(2+1+0)``)."""
+
+    after: Optional[tuple]
+    step: Optional[str]
+    cells: list
+    notation: list
+
+
+@dataclass
+class Table:
+    """A step table: what every device holds after every grid point."""
+
+    collective: str
+    devices: int
+    columns: List[str]
+    rows: List[Row]
+    markdown: str
+
+    @classmethod
+    def from_json(cls, d):
+        rows = [
+            Row(tuple(r["after"]) if r["after"] is not None else None, r.get("step"), r["cells"], n)
+            for r, n in zip(d["rows"], d["notation"])
+        ]
+        return cls(d["collective"], d["devices"], d["columns"], rows, d["markdown"])
+
+    def steps(self):
+        """(columns, [(after, step, cells)]): the table without its name, for comparing."""
+        return self.columns, [(r.after, r.step, r.cells) for r in self.rows]
+
+    def json(self):
+        return {
+            "collective": self.collective,
+            "devices": self.devices,
+            "columns": self.columns,
+            "rows": [
+                {"after": None if r.after is None else list(r.after), "step": r.step, "cells": r.cells}
+                for r in self.rows
+            ],
+        }
+
+    def __str__(self):
+        return self.markdown
+
+
+@dataclass
+class ModelRun:
+    """A kernel on the cost model's clock: modeled seconds; with a traffic class,
+    nccl-tests' size, algbw and busbw (bytes/s) and the ideal ring bound; the Chrome
+    trace when one was asked for (also written to `timeline_path`)."""
+
+    model: str
+    seconds: float
+    events: int
+    size: Optional[float] = None
+    algbw: Optional[float] = None
+    busbw: Optional[float] = None
+    ideal_seconds: Optional[float] = None
+    timeline: Optional[dict] = None
+    timeline_path: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d, path=None):
+        run = cls(
+            d["model"],
+            d["seconds"],
+            d["events"],
+            d.get("size"),
+            d.get("algbw"),
+            d.get("busbw"),
+            d.get("ideal_seconds"),
+            d.get("timeline"),
+            None,
+        )
+        if path is not None and run.timeline is not None:
+            with open(path, "w") as f:
+                json.dump(run.timeline, f)
+            run.timeline_path = str(path)
+        return run
