@@ -665,9 +665,6 @@ def when(condition):
     return decorate
 
 
-REGULAR_SCOPED = ("regular",)
-
-
 def run_scoped(f, *types, **named_types):
     """``pl.run_scoped(f, pltpu.SemaphoreType.REGULAR, …)``: calls `f` with scoped
     REGULAR semaphores (one scope level each)."""
