@@ -151,3 +151,9 @@ def data_dependent_kernel(x_ref, y_ref):
 
 def strided_kernel(x_ref, y_ref):
     y_ref[...] = x_ref[:, pl.ds(0, 64)]  # <- non-contiguous
+
+
+def local_wait_send_kernel(x_ref, y_ref, sem):
+    copy = pltpu.make_async_copy(x_ref, y_ref, sem)
+    copy.start()
+    copy.wait_send()  # <- local wait_send

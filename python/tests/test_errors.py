@@ -124,17 +124,17 @@ def test_barrier_semaphore_needs_a_collective_id(cpu):
 
 
 @pytest.mark.parametrize(
-    "kernel, marker, construct",
+    "kernel, marker, construct, scratch",
     [
-        (bk.unsupported_op_kernel, "unsupported multiply", "*"),
-        (bk.unsupported_jnp_kernel, "unsupported sin", "jnp.sin"),
-        (bk.data_dependent_kernel, "data dependent", ">"),
-        (bk.strided_kernel, "non-contiguous", "x_ref[...]"),
+        (bk.unsupported_op_kernel, "unsupported multiply", "*", []),
+        (bk.unsupported_jnp_kernel, "unsupported sin", "jnp.sin", []),
+        (bk.data_dependent_kernel, "data dependent", ">", []),
+        (bk.strided_kernel, "non-contiguous", "x_ref[...]", []),
+        (bk.local_wait_send_kernel, "local wait_send", "wait_send", [DMA]),
     ],
 )
-def test_unsupported_constructs_name_the_construct_and_line(cpu, kernel, marker, construct):
-    space = pltpu.VMEM
-    f = bk.mapped(bk.call(kernel, space=space))
+def test_unsupported_constructs_name_the_construct_and_line(cpu, kernel, marker, construct, scratch):
+    f = bk.mapped(bk.call(kernel, space=pltpu.VMEM, scratch=scratch))
     with pytest.raises(tpusim.UnsupportedError) as e:
         f(x())
     msg = str(e.value)

@@ -5,7 +5,6 @@ import re
 
 import numpy as np
 
-import tpusim
 from conftest import HERE
 
 README = os.path.join(HERE, "..", "README.md")

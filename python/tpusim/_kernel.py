@@ -297,45 +297,6 @@ class Value:
             return Combine("sum", other, self)
         self._no("+ on kernel values (other than ref[...] + ref[...])")
 
-    def __sub__(self, other):
-        self._no("-")
-
-    __rsub__ = __sub__
-
-    def __mul__(self, other):
-        self._no("*")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other):
-        self._no("/")
-
-    __rtruediv__ = __truediv__
-
-    def __floordiv__(self, other):
-        self._no("//")
-
-    def __mod__(self, other):
-        self._no("%")
-
-    def __neg__(self):
-        self._no("unary -")
-
-    def __matmul__(self, other):
-        self._no("@")
-
-    def __lt__(self, other):
-        self._no("<")
-
-    def __le__(self, other):
-        self._no("<=")
-
-    def __gt__(self, other):
-        self._no(">")
-
-    def __ge__(self, other):
-        self._no(">=")
-
     def __bool__(self):
         self._no("a loaded value as a condition")
 
@@ -346,6 +307,23 @@ class Value:
         if name.startswith("_"):
             raise AttributeError(name)
         self._no(f"value.{name}")
+
+
+def _refuse(symbol):
+    def op(self, *args):
+        self._no(symbol)
+
+    return op
+
+
+for _name, _symbol in [
+    ("__sub__", "-"), ("__rsub__", "-"), ("__mul__", "*"), ("__rmul__", "*"),
+    ("__truediv__", "/"), ("__rtruediv__", "/"), ("__floordiv__", "//"), ("__mod__", "%"),
+    ("__pow__", "**"), ("__neg__", "unary -"), ("__matmul__", "@"), ("__lt__", "<"),
+    ("__le__", "<="), ("__gt__", ">"), ("__ge__", ">="), ("__and__", "&"), ("__or__", "|"),
+    ("__invert__", "~"),
+]:
+    setattr(Value, _name, _refuse(_symbol))
 
 
 class Load(Value):
@@ -549,17 +527,18 @@ class AsyncCopy:
         """Waits for the DMA (a remote one: ``wait_send`` then ``wait_recv``)."""
         self._rec("wait")
 
+    def _remote(self, op):
+        if not self.remote:
+            raise unsupported(op, "a local copy has one completion: use `wait()`")
+        self._rec(op)
+
     def wait_send(self):
         """Waits until the source has been read (remote copies)."""
-        if not self.remote:
-            raise unsupported("wait_send", "a local copy has one completion: use `wait()`")
-        self._rec("wait_send")
+        self._remote("wait_send")
 
     def wait_recv(self):
         """Waits until the destination has been written (remote copies)."""
-        if not self.remote:
-            raise unsupported("wait_recv", "a local copy has one completion: use `wait()`")
-        self._rec("wait_recv")
+        self._remote("wait_recv")
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -684,9 +663,6 @@ def when(condition):
             f()
 
     return decorate
-
-
-REGULAR_SCOPED = ("regular",)
 
 
 def run_scoped(f, *types, **named_types):

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from . import _native, config
-from ._sites import caller, unsupported
+from ._sites import unsupported
 from .results import ModelRun, Report, Table
 
 

@@ -21,7 +21,7 @@ dtype = _np.dtype
 __all__ = [
     "float32", "int32", "bool_", "dtype", "zeros_like", "ones_like", "full_like", "zeros",
     "ones", "full", "maximum", "minimum", "logical_and", "logical_or", "logical_not",
-    "logical_xor", "where", "int32",
+    "logical_xor", "where",
 ]
 
 
