@@ -332,7 +332,7 @@ fn schedules(
 /// Runs `program` on a modeled clock.
 fn model_run(program: &Program, m: &CostModel) -> tpusim::Result<tpusim::model::TimedRun> {
     m.check_vmem(program)?;
-    let mut timed = Timed::new(program, m.clone());
+    let mut timed = Timed::new(program, m.clone())?;
     schedule(program, &mut timed)?;
     Ok(timed.finish())
 }

@@ -108,7 +108,10 @@ def test_model_and_timeline(tmp_path):
     assert m.ideal_seconds < m.seconds
     events = json.loads(path.read_text())["traceEvents"]
     assert m.timeline_path == str(path) and len(events) > 4 * 6
-    assert {e["pid"] for e in events} == {0, 1, 2, 3}
+    # One process per device, and one for the links (pid 4) with a track per link used.
+    assert {e["pid"] for e in events} == {0, 1, 2, 3, 4}
+    links = [e for e in events if e["pid"] == 4 and e.get("ph") == "X"]
+    assert links and all(e["name"].startswith("DMA ") for e in links)
     faster = tpusim.model("psum", 4, shape=[64, 128], preset="v5e", link_gbps=500)
     assert faster.seconds < m.seconds and faster.model == "v5e (overridden)"
     with pytest.raises(tpusim.BadInput):
