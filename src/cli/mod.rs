@@ -33,7 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one collective on deterministic random data and check it against XLA semantics.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Verify a collective under many schedules: races, deadlocks, semaphore misuse.
     Check(check::CheckArgs),
     /// Run a collective on your own data: a .npy array sharded over the devices, result to .npy.
@@ -89,6 +89,28 @@ pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
         return Err(Error::bad_input("P must be at least 1 (got -p 0)"));
     }
     Mesh::new(devices, "x")
+}
+
+/// A mesh from `--mesh AxB[xC]` (axes x, y, z), or the 1-D mesh of `-p` when none.
+pub fn mesh_arg(spec: Option<&str>, devices: usize) -> tpusim::Result<Mesh> {
+    let Some(spec) = spec else {
+        return mesh(devices);
+    };
+    let bad = || {
+        Error::bad_input(format!(
+            "bad mesh `{spec}` (expected sizes per axis, e.g. 2x4 for axes x and y)"
+        ))
+    };
+    let sizes: Vec<usize> = spec
+        .split('x')
+        .map(|d| d.trim().parse::<usize>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if sizes.is_empty() || sizes.len() > 3 {
+        return Err(bad());
+    }
+    let axes: Vec<(&str, usize)> = ["x", "y", "z"].into_iter().zip(sizes).collect();
+    Mesh::with_axes(&axes)
 }
 
 /// Parses the command line and runs it over the collectives of `registry`.

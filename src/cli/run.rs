@@ -2,11 +2,12 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::out::outln;
-use super::{executor, limits, mesh};
+use super::{executor, limits, mesh_arg};
 use std::sync::Arc;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{Collective, Options, Ppermute, Registry};
+use tpusim::device_sim::groups::{groups_along, replicate};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
 use tpusim::files::Output;
@@ -22,6 +23,13 @@ pub struct RunArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
+    /// A multi-axis mesh, e.g. 2x4 (axes x and y); the collective runs over `--axis`,
+    /// every group along it an independent ring.
+    #[arg(long, conflicts_with = "devices")]
+    mesh: Option<String>,
+    /// The mesh axis the collective runs over (with --mesh).
+    #[arg(long, requires = "mesh", default_value = "x")]
+    axis: String,
     /// One device's shard shape, e.g. 8x128 (default: a small shape the collective serves at P).
     #[arg(long)]
     shape: Option<String>,
@@ -133,6 +141,10 @@ impl ModelArgs {
 
 struct Prepared {
     collective: Arc<dyn Collective>,
+    /// With `--mesh`: the groups along `--axis` (each runs the kernel built for `ring`).
+    groups: Option<Vec<Vec<usize>>>,
+    /// The 1-D mesh the kernel is built for (`mesh` itself without `--mesh`).
+    ring: Mesh,
     /// The kernel that runs: the collective's, or a broken variant of it.
     call: PallasCall,
     variant: Option<String>,
@@ -183,7 +195,20 @@ fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim:
 }
 
 fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
-    let mesh = mesh(a.devices)?;
+    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
+    let (groups, ring) = match &a.mesh {
+        Some(_) => {
+            let g = groups_along(&mesh, &a.axis)?;
+            let ring = Mesh::new(g[0].len(), "x")?;
+            (Some(g), ring)
+        }
+        None => (None, mesh.clone()),
+    };
+    if groups.is_some() && a.variant.is_some() {
+        return Err(Error::bad_input(
+            "--variant runs on a 1-D mesh (-p); it does not take --mesh",
+        ));
+    }
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
@@ -191,7 +216,7 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     let collective = reg.get(&a.collective, &opts)?;
     let shape = match &a.shape {
         Some(s) => array::parse_shape(s)?,
-        None => collective.default_shape(mesh.size()),
+        None => collective.default_shape(ring.size()),
     };
     let dtype = DType::parse(&a.dtype)?;
     let backend = Backend::parse(&a.backend)?;
@@ -211,11 +236,13 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
         .transpose()?;
     // Build the kernel now so that every input problem is reported before the GPU is touched.
     let call = match &a.variant {
-        Some(v) => variant(&a.collective, v)?.call(&mesh, &shape, dtype)?,
-        None => collective.call(&mesh, &shape, dtype)?,
+        Some(v) => variant(&a.collective, v)?.call(&ring, &shape, dtype)?,
+        None => collective.call(&ring, &shape, dtype)?,
     };
     let p = Prepared {
         collective,
+        groups,
+        ring,
         call,
         variant: a.variant.clone(),
         mesh,
@@ -232,29 +259,64 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     };
     fit(a, &p, backend, buffers)?;
     if let Some(m) = &p.model {
-        m.check_vmem(&p.call.lower(&p.mesh)?)?;
+        m.check_vmem(&p.call.lower(&p.ring)?)?;
     }
     Ok((p, backend))
 }
 
-fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
-    let r = tpusim::collectives::run_call(
-        p.collective.as_ref(),
-        &p.call,
-        &p.mesh,
-        exec,
-        seed,
-        p.schedule,
-    )?;
+impl Prepared {
+    /// The program that runs on the whole mesh.
+    fn program(&self) -> tpusim::Result<tpusim::device_sim::Program> {
+        let one = self.call.lower(&self.ring)?;
+        match &self.groups {
+            Some(g) => replicate(&one, g),
+            None => Ok(one),
+        }
+    }
+}
+
+fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64, axis: &str) -> tpusim::Result<bool> {
+    let r = match &p.groups {
+        Some(_) => tpusim::collectives::run_along(
+            p.collective.as_ref(),
+            &p.mesh,
+            axis,
+            &p.shape,
+            p.dtype,
+            exec,
+            seed,
+            p.schedule,
+        )?,
+        None => tpusim::collectives::run_call(
+            p.collective.as_ref(),
+            &p.call,
+            &p.mesh,
+            exec,
+            seed,
+            p.schedule,
+        )?,
+    };
     let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
     let name = match &p.variant {
         Some(v) => format!("{} --variant {v}", p.collective.name()),
         None => p.collective.name().to_string(),
     };
+    let devices = match &p.groups {
+        Some(g) => {
+            let dims: Vec<String> = p.mesh.axes().iter().map(|a| a.1.to_string()).collect();
+            format!(
+                "{} ({} along {axis}, {} groups)",
+                p.mesh.size(),
+                dims.join("x"),
+                g.len()
+            )
+        }
+        None => p.mesh.size().to_string(),
+    };
     outln!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
         name,
-        p.mesh.size(),
+        devices,
         shape.join("x"),
         p.dtype,
         exec.describe(),
@@ -268,11 +330,12 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
 
 /// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
 fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
-    let program = p.call.lower(&p.mesh)?;
+    let program = p.program()?;
     let mut timed = Timed::new(&program, m.clone())?;
     tpusim::device_sim::schedule(&program, &mut timed)?;
     let run = timed.finish();
-    let n = p.mesh.size();
+    // Sizes and bus factors are per collective: per group on a multi-axis mesh.
+    let n = p.ring.size();
     let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as u64;
     let traffic = p.collective.traffic();
     let size = traffic.size(n, shard_bytes) as f64;
@@ -281,7 +344,7 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
     outln!(
         "model {} on {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
         m.name,
-        m.topology_for(n),
+        m.topology_for(p.mesh.size()),
         run.seconds * 1e6,
         size,
         algbw / 1e9,
@@ -290,7 +353,7 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
         if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
     )?;
     if let Some(out) = &p.timeline {
-        let json = chrome_trace(p.collective.name(), n, &run.events);
+        let json = chrome_trace(p.collective.name(), p.mesh.size(), &run.events);
         out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
         outln!(
             "timeline written to {} ({} events)",
@@ -308,7 +371,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     if backend == Backend::Gpu && exec.buffers_in_host_memory() {
         fit(a, &p, backend, Buffers::Host)?;
     }
-    let ok = run_one(&p, exec.as_mut(), a.seed)?;
+    let ok = run_one(&p, exec.as_mut(), a.seed, &a.axis)?;
     if let Some(m) = &p.model {
         model_report(&p, m)?;
     }
@@ -329,6 +392,8 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
                 call: c.call(&mesh, &shape, dtype)?,
                 variant: None,
                 collective: c.clone(),
+                groups: None,
+                ring: mesh.clone(),
                 mesh,
                 shape,
                 dtype,
@@ -336,7 +401,7 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
                 model: None,
                 timeline: None,
             };
-            ok &= run_one(&p, exec.as_mut(), 0)?;
+            ok &= run_one(&p, exec.as_mut(), 0, "x")?;
         }
     }
     Ok(ok)

@@ -206,6 +206,60 @@ pub fn simulate(
     exec.execute(&program, &sched, inputs)
 }
 
+/// Runs `c` over axis `axis` of a multi-axis `mesh` (independent rings: every group
+/// of devices that share the other coordinates runs the 1-D kernel over `axis`, as
+/// `shard_map` runs a collective over one named axis) under `spec`, on random data, and
+/// counts wrong elements against the 1-D reference applied per group.
+#[allow(clippy::too_many_arguments)]
+pub fn run_along(
+    c: &dyn Collective,
+    mesh: &Mesh,
+    axis: &str,
+    shard: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> Result<Checked> {
+    let t0 = Instant::now();
+    let groups = crate::device_sim::groups::groups_along(mesh, axis)?;
+    let ring = Mesh::new(groups[0].len(), "x")?;
+    let one = c.call(&ring, shard, dtype)?.lower(&ring)?;
+    let program = crate::device_sim::groups::replicate(&one, &groups)?;
+    let sched = schedule(&program, spec.policy().as_mut())?;
+    let plan_time = t0.elapsed();
+    exec.check(&program)?;
+    let inputs = random_inputs(&program, seed)?;
+    let expected = reference_along(c, &groups, &inputs)?;
+    let t1 = Instant::now();
+    let got = exec.execute(&program, &sched, &inputs)?;
+    let exec_time = t1.elapsed();
+    Ok(Checked {
+        wrong: count_wrong(&got, &expected, c.tolerance()),
+        total: expected.iter().flatten().map(HostArray::len).sum(),
+        exec_time,
+        plan_time,
+        data_ops: sched.ops.len(),
+    })
+}
+
+/// `c`'s reference applied to every group of devices on its own:
+/// `inputs[device][operand]` in mesh order, outputs likewise.
+pub fn reference_along(
+    c: &dyn Collective,
+    groups: &[Vec<usize>],
+    inputs: &[Vec<HostArray>],
+) -> Result<Vec<Vec<HostArray>>> {
+    let mut out = vec![Vec::new(); inputs.len()];
+    for g in groups {
+        let mine: Vec<Vec<HostArray>> = g.iter().map(|&d| inputs[d].clone()).collect();
+        for (&d, o) in g.iter().zip(c.reference(&mine)?) {
+            out[d] = o;
+        }
+    }
+    Ok(out)
+}
+
 /// The outcome of [`run_checked`].
 #[derive(Debug)]
 pub struct Checked {

@@ -6,6 +6,7 @@
 //! [`Observer`] sees every event of a run in order (the race checker is one).
 
 pub mod credits;
+pub mod groups;
 pub mod observer;
 pub mod policies;
 pub mod program;

@@ -1,0 +1,173 @@
+//! A collective over one axis of a multi-axis mesh: the 1-D program of that axis,
+//! instantiated once per group of devices that share every other coordinate
+//! (independent rings per row or column, as `shard_map` runs a collective over one
+//! named axis). The union is an ordinary program on the whole mesh, so the scheduler,
+//! the verifier, the cost model (with the mesh's real device ids on its topology) and
+//! the executors need nothing new.
+
+use super::program::{DataOp, Dma, OpKind, Program, SemRef, View};
+use crate::error::{Error, Result};
+use crate::mesh::Mesh;
+
+/// The groups of `mesh` along axis `axis`: for every combination of the other
+/// coordinates, the devices in order of their coordinate on `axis`.
+pub fn groups_along(mesh: &Mesh, axis: &str) -> Result<Vec<Vec<usize>>> {
+    let k = mesh.axis_position(axis).ok_or_else(|| {
+        let names: Vec<&str> = mesh.axes().iter().map(|a| a.0.as_str()).collect();
+        Error::bad_input(format!(
+            "the mesh has no axis `{axis}` (axes: {})",
+            names.join(", ")
+        ))
+    })?;
+    let mut groups: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
+    for d in 0..mesh.size() {
+        let mut c = mesh.coords(d);
+        c[k] = 0;
+        match groups.iter_mut().find(|g| g.0 == c) {
+            Some(g) => g.1.push(d),
+            None => groups.push((c, vec![d])),
+        }
+    }
+    // Devices come in linear order, which is their order on `axis` within a group.
+    Ok(groups.into_iter().map(|g| g.1).collect())
+}
+
+/// `program` (a 1-D program on `groups[g].len()` devices) run by every group at once:
+/// device i of group g is the mesh's device `groups[g][i]`.
+pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
+    let q = program.devices;
+    let total: usize = groups.iter().map(Vec::len).sum();
+    if groups.iter().any(|g| g.len() != q) {
+        return Err(Error::bad_input(format!(
+            "every group must have the {q} devices of the program"
+        )));
+    }
+    let mut ops = vec![Vec::new(); total];
+    let mut dmas = Vec::with_capacity(program.dmas.len() * groups.len());
+    let mut prologue = Vec::new();
+    let mut epilogue = Vec::new();
+    for g in groups {
+        let map = |d: usize| g[d];
+        let view = |v: View| View {
+            device: map(v.device),
+            ..v
+        };
+        let sem = |s: SemRef| SemRef {
+            device: map(s.device),
+            ..s
+        };
+        let data = |op: &DataOp| match *op {
+            DataOp::Copy { src, dst } => DataOp::Copy {
+                src: view(src),
+                dst: view(dst),
+            },
+            DataOp::Fill { dst, bits } => DataOp::Fill {
+                dst: view(dst),
+                bits,
+            },
+            DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => DataOp::Accumulate {
+                dst: view(dst),
+                src: view(src),
+                op,
+                dtype,
+            },
+        };
+        let base = dmas.len();
+        for m in &program.dmas {
+            let mut origin = m.origin;
+            origin.device = map(origin.device);
+            dmas.push(Dma {
+                src: view(m.src),
+                dst: view(m.dst),
+                send_sem: m.send_sem.map(sem),
+                recv_sem: sem(m.recv_sem),
+                bytes: m.bytes,
+                origin,
+            });
+        }
+        for (d, list) in program.ops.iter().enumerate() {
+            ops[map(d)] = list
+                .iter()
+                .map(|op| {
+                    let mut op = op.clone();
+                    op.site.device = map(op.site.device);
+                    op.kind = match op.kind {
+                        OpKind::DmaStart(k) => OpKind::DmaStart(base + k),
+                        OpKind::Wait {
+                            sem: s,
+                            amount,
+                            why,
+                            cmp,
+                        } => OpKind::Wait {
+                            sem: sem(s),
+                            amount,
+                            why,
+                            cmp,
+                        },
+                        OpKind::Signal { sem: s, inc, set } => OpKind::Signal {
+                            sem: sem(s),
+                            inc,
+                            set,
+                        },
+                        OpKind::Compute(c) => OpKind::Compute(data(&c)),
+                        mark @ OpKind::Mark(_) => mark,
+                    };
+                    op
+                })
+                .collect();
+        }
+        prologue.extend(program.prologue.iter().map(data));
+        epilogue.extend(program.epilogue.iter().map(data));
+    }
+    Ok(Program {
+        devices: total,
+        ops,
+        dmas,
+        prologue,
+        epilogue,
+        ..program.clone_header()
+    })
+}
+
+impl Program {
+    /// Everything but the per-device work: name, grid, layout, operands, entry barrier.
+    fn clone_header(&self) -> Program {
+        Program {
+            name: self.name.clone(),
+            devices: self.devices,
+            grid: self.grid.clone(),
+            layout: self.layout.clone(),
+            ops: Vec::new(),
+            dmas: Vec::new(),
+            prologue: Vec::new(),
+            epilogue: Vec::new(),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            entry_barrier: self.entry_barrier,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_run_along_one_axis_with_the_others_fixed() {
+        let mesh = Mesh::with_axes(&[("x", 2), ("y", 3)]).unwrap();
+        assert_eq!(
+            groups_along(&mesh, "y").unwrap(),
+            vec![vec![0, 1, 2], vec![3, 4, 5]]
+        );
+        assert_eq!(
+            groups_along(&mesh, "x").unwrap(),
+            vec![vec![0, 3], vec![1, 4], vec![2, 5]]
+        );
+        assert!(groups_along(&mesh, "z").is_err());
+    }
+}
