@@ -1,10 +1,11 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::out::outln;
-use super::{limits, mesh};
+use super::{limits, mesh_arg};
 use tpusim::budget::Work;
 use tpusim::collectives::variants::{variant, variants};
 use tpusim::collectives::Registry;
+use tpusim::device_sim::groups::groups_along;
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::kernel::PallasCall;
 use tpusim::verify::{self, Report};
@@ -20,6 +21,13 @@ pub struct CheckArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
+    /// A multi-axis mesh, e.g. 2x4 (axes x and y); the collective runs over `--axis`,
+    /// every group along it an independent ring.
+    #[arg(long, conflicts_with = "devices")]
+    mesh: Option<String>,
+    /// The mesh axis the collective runs over (with --mesh).
+    #[arg(long, requires = "mesh", default_value = "x")]
+    axis: String,
     /// Schedules to run: every deterministic policy, then seeded random ones.
     #[arg(long, default_value_t = 200)]
     schedules: usize,
@@ -91,8 +99,16 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .collective
         .as_deref()
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
-    let mesh = mesh(a.devices)?;
+    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
     let p = mesh.size();
+    let (groups, ring, at) = match &a.mesh {
+        Some(m) => {
+            let g = groups_along(&mesh, &a.axis)?;
+            let ring = Mesh::new(g[0].len(), "x")?;
+            (Some(g), ring, format!("--mesh {m} --axis {}", a.axis))
+        }
+        None => (None, mesh.clone(), format!("-p {p}")),
+    };
     let specs = match &a.replay {
         Some(s) => {
             let spec = ScheduleSpec::parse(s)?;
@@ -126,7 +142,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     for n in names {
         let shape = match &shape {
             Some(s) => s.clone(),
-            None => reg.by_name(n)?.default_shape(p),
+            None => reg.by_name(n)?.default_shape(ring.size()),
         };
         let make = |m: &Mesh, s: &[usize]| -> tpusim::Result<PallasCall> {
             match &a.variant {
@@ -134,7 +150,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
                 None => reg.by_name(n)?.call(m, s, DType::F32),
             }
         };
-        let call = make(&mesh, &shape)?;
+        let call = make(&ring, &shape)?;
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
         // A check holds no data, but it only verifies shapes a run could hold.
         limits::fit(
@@ -143,18 +159,22 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             &|q| limits::call_at(q, reg.by_name(n)?.as_ref(), &shape, DType::F32, &make),
             Work::Check,
         )?;
+        let shown = match &a.mesh {
+            Some(m) => format!("P={p} ({m} along {})", a.axis),
+            None => format!("P={p}"),
+        };
         let (title, replay) = match &a.variant {
             Some(v) => (
-                format!("{n} --variant {v} P={p}"),
-                format!("tpusim check {n} -p {p} --variant {v}"),
+                format!("{n} --variant {v} {shown}"),
+                format!("tpusim check {n} {at} --variant {v}"),
             ),
-            None => (format!("{n} P={p}"), format!("tpusim check {n} -p {p}")),
+            None => (format!("{n} {shown}"), format!("tpusim check {n} {at}")),
         };
         runs.push((call, title, replay));
     }
     let mut clean = true;
     for (call, title, replay) in runs {
-        let report = verify::check(&call, &mesh, &specs)?;
+        let report = verify::check_groups(&call, &ring, groups.as_deref(), &specs)?;
         print_report(&title, &replay, &report)?;
         clean &= report.is_clean();
     }

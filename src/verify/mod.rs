@@ -186,7 +186,19 @@ impl Report {
 /// Traces `call` on `mesh` and checks it under each schedule in `specs`. Mistakes found
 /// while tracing are the report (they hold under every schedule); bad input is an error.
 pub fn check(call: &PallasCall, mesh: &Mesh, specs: &[ScheduleSpec]) -> crate::Result<Report> {
-    let (program, errors) = call.trace(mesh)?;
+    check_groups(call, mesh, None, specs)
+}
+
+/// [`check`] of `call` traced on the 1-D `ring`, run by every group of `groups` at once
+/// (a collective over one axis of a multi-axis mesh, see `device_sim::groups`); `None`:
+/// on `ring` alone.
+pub fn check_groups(
+    call: &PallasCall,
+    ring: &Mesh,
+    groups: Option<&[Vec<usize>]>,
+    specs: &[ScheduleSpec],
+) -> crate::Result<Report> {
+    let (program, errors) = call.trace(ring)?;
     if !errors.is_empty() {
         return Ok(Report {
             schedules: 0,
@@ -200,7 +212,10 @@ pub fn check(call: &PallasCall, mesh: &Mesh, specs: &[ScheduleSpec]) -> crate::R
                 .collect(),
         });
     }
-    Ok(check_program(&program, specs))
+    Ok(match groups {
+        Some(g) => check_program(&crate::device_sim::groups::replicate(&program, g)?, specs),
+        None => check_program(&program, specs),
+    })
 }
 
 /// Checks a lowered program under each schedule in `specs`.
