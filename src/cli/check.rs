@@ -1,11 +1,10 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::out::outln;
-use super::{limits, mesh_arg};
+use super::{limits, placement, Placement};
 use tpusim::budget::Work;
 use tpusim::collectives::variants::{variant, variants};
 use tpusim::collectives::Registry;
-use tpusim::device_sim::groups::groups_along;
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::kernel::PallasCall;
 use tpusim::verify::{self, Report};
@@ -99,15 +98,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .collective
         .as_deref()
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
-    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
+    let Placement { mesh, groups, ring } = placement(a.mesh.as_deref(), a.devices, &a.axis)?;
     let p = mesh.size();
-    let (groups, ring, at) = match &a.mesh {
-        Some(m) => {
-            let g = groups_along(&mesh, &a.axis)?;
-            let ring = Mesh::new(g[0].len(), "x")?;
-            (Some(g), ring, format!("--mesh {m} --axis {}", a.axis))
-        }
-        None => (None, mesh.clone(), format!("-p {p}")),
+    let at = match &a.mesh {
+        Some(m) => format!("--mesh {m} --axis {}", a.axis),
+        None => format!("-p {p}"),
     };
     let specs = match &a.replay {
         Some(s) => {

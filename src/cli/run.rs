@@ -2,12 +2,12 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::out::outln;
-use super::{executor, limits, mesh_arg};
+use super::{executor, limits, placement, Placement};
 use std::sync::Arc;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{Collective, Options, Ppermute, Registry};
-use tpusim::device_sim::groups::{groups_along, replicate};
+use tpusim::device_sim::groups::replicate;
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
 use tpusim::files::Output;
@@ -195,15 +195,7 @@ fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim:
 }
 
 fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
-    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
-    let (groups, ring) = match &a.mesh {
-        Some(_) => {
-            let g = groups_along(&mesh, &a.axis)?;
-            let ring = Mesh::new(g[0].len(), "x")?;
-            (Some(g), ring)
-        }
-        None => (None, mesh.clone()),
-    };
+    let Placement { mesh, groups, ring } = placement(a.mesh.as_deref(), a.devices, &a.axis)?;
     if groups.is_some() && a.variant.is_some() {
         return Err(Error::bad_input(
             "--variant runs on a 1-D mesh (-p); it does not take --mesh",

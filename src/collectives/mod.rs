@@ -227,12 +227,32 @@ pub fn run_along(
     let one = c.call(&ring, shard, dtype)?.lower(&ring)?;
     let program = crate::device_sim::groups::replicate(&one, &groups)?;
     let sched = schedule(&program, spec.policy().as_mut())?;
+    run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
+        reference_along(c, &groups, inputs)
+    })
+}
+
+/// XLA's result for `inputs[device][operand]`, as `outputs[device][operand]`.
+type Reference<'a> = dyn Fn(&[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> + 'a;
+
+/// Runs a planned `program` (planning began at `t0`) on random data from `seed` and
+/// counts the elements that differ from `reference` of those inputs.
+#[allow(clippy::too_many_arguments)]
+fn run_planned(
+    c: &dyn Collective,
+    program: &Program,
+    sched: &Schedule,
+    t0: Instant,
+    exec: &mut dyn Executor,
+    seed: u64,
+    reference: &Reference,
+) -> Result<Checked> {
     let plan_time = t0.elapsed();
-    exec.check(&program)?;
-    let inputs = random_inputs(&program, seed)?;
-    let expected = reference_along(c, &groups, &inputs)?;
+    exec.check(program)?;
+    let inputs = random_inputs(program, seed)?;
+    let expected = reference(&inputs)?;
     let t1 = Instant::now();
-    let got = exec.execute(&program, &sched, &inputs)?;
+    let got = exec.execute(program, sched, &inputs)?;
     let exec_time = t1.elapsed();
     Ok(Checked {
         wrong: count_wrong(&got, &expected, c.tolerance()),
@@ -315,20 +335,7 @@ pub fn run_call(
 ) -> Result<Checked> {
     let t0 = Instant::now();
     let (program, sched) = plan(call, mesh, spec.policy().as_mut())?;
-    let plan_time = t0.elapsed();
-    exec.check(&program)?;
-    let inputs = random_inputs(&program, seed)?;
-    let expected = c.reference(&inputs)?;
-    let t1 = Instant::now();
-    let got = exec.execute(&program, &sched, &inputs)?;
-    let exec_time = t1.elapsed();
-    let wrong = count_wrong(&got, &expected, c.tolerance());
-    let total = expected.iter().flatten().map(HostArray::len).sum();
-    Ok(Checked {
-        wrong,
-        total,
-        exec_time,
-        plan_time,
-        data_ops: sched.ops.len(),
+    run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
+        c.reference(inputs)
     })
 }
