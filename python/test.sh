@@ -9,7 +9,7 @@ venv="${TPUSIM_VENV:-$PWD/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import maturin, numpy, pytest" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import maturin, numpy, pytest, ml_dtypes" 2>/dev/null; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 fi
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"

@@ -10,29 +10,70 @@ pub enum DType {
     F32,
     /// 32-bit signed integer.
     I32,
+    /// 16-bit IEEE float (numpy `float16`).
+    F16,
+    /// bfloat16: f32's exponent with an 8-bit significand (`jnp.bfloat16`).
+    BF16,
 }
 
 impl DType {
+    /// Every dtype, in the order `--dtype` lists them.
+    pub const ALL: [DType; 4] = [DType::F32, DType::I32, DType::F16, DType::BF16];
+
     /// Bytes per element.
     pub fn size(self) -> usize {
-        4
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
     }
 
-    /// Bit pattern of `value` in this dtype (as stored in a 32-bit word).
+    /// True for the floating-point dtypes.
+    pub fn is_float(self) -> bool {
+        self != DType::I32
+    }
+
+    /// Bit pattern of `value` in this dtype, rounded to nearest even (in the low bits of
+    /// a 32-bit word).
     pub fn bits_of(self, value: f64) -> u32 {
         match self {
             DType::F32 => (value as f32).to_bits(),
             DType::I32 => (value as i32) as u32,
+            DType::F16 => half::f16::from_f64(value).to_bits() as u32,
+            DType::BF16 => half::bf16::from_f64(value).to_bits() as u32,
         }
     }
 
-    /// Parses `f32` / `i32`.
+    /// The value of bit pattern `bits` (as [`DType::bits_of`] stores it), exactly.
+    pub fn value_of(self, bits: u32) -> f64 {
+        match self {
+            DType::F32 => f32::from_bits(bits) as f64,
+            DType::I32 => bits as i32 as f64,
+            DType::F16 => half::f16::from_bits(bits as u16).to_f64(),
+            DType::BF16 => half::bf16::from_bits(bits as u16).to_f64(),
+        }
+    }
+
+    /// Unit roundoff of a float dtype (half an ulp of 1: the largest relative error of
+    /// one rounding); 0 for integers.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            DType::F32 => f32::EPSILON as f64 / 2.0,
+            DType::I32 => 0.0,
+            DType::F16 => half::f16::EPSILON.to_f64() / 2.0,
+            DType::BF16 => half::bf16::EPSILON.to_f64() / 2.0,
+        }
+    }
+
+    /// Parses `f32`, `i32`, `f16`, `bf16` (or numpy's names).
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" | "float32" => Ok(DType::F32),
             "i32" | "int32" => Ok(DType::I32),
+            "f16" | "float16" => Ok(DType::F16),
+            "bf16" | "bfloat16" => Ok(DType::BF16),
             _ => Err(Error::bad_input(format!(
-                "unknown dtype `{s}` (expected f32 or i32)"
+                "unknown dtype `{s}` (expected f32, i32, f16 or bf16)"
             ))),
         }
     }
@@ -43,12 +84,16 @@ impl fmt::Display for DType {
         f.write_str(match self {
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
         })
     }
 }
 
-/// A dense row-major array on the host. Elements are kept as 32-bit words so one
-/// buffer type serves every dtype; [`HostArray::as_f32`] / [`HostArray::as_i32`] view them.
+/// A dense row-major array on the host. Each element is kept in a 32-bit word (a 16-bit
+/// dtype in the low half) so one buffer type serves every dtype; [`HostArray::as_f32`] /
+/// [`HostArray::as_i32`] view 32-bit ones, [`HostArray::values`] reads any. (On the GPU,
+/// 16-bit elements are packed two per word.)
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostArray {
     /// Element type.
@@ -78,6 +123,46 @@ impl HostArray {
             shape: shape.to_vec(),
             words: data.into_iter().map(|v| v as u32).collect(),
         })
+    }
+
+    /// An array of `f16` values.
+    pub fn from_f16(shape: &[usize], data: Vec<half::f16>) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self {
+            dtype: DType::F16,
+            shape: shape.to_vec(),
+            words: data.into_iter().map(|v| v.to_bits() as u32).collect(),
+        })
+    }
+
+    /// An array of `bf16` values.
+    pub fn from_bf16(shape: &[usize], data: Vec<half::bf16>) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self {
+            dtype: DType::BF16,
+            shape: shape.to_vec(),
+            words: data.into_iter().map(|v| v.to_bits() as u32).collect(),
+        })
+    }
+
+    /// An array of `dtype` holding `data` rounded to it (nearest even).
+    pub fn from_values(dtype: DType, shape: &[usize], data: &[f64]) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            words: data.iter().map(|&v| dtype.bits_of(v)).collect(),
+        })
+    }
+
+    /// Every element's exact value.
+    pub fn values(&self) -> Vec<f64> {
+        self.words.iter().map(|&w| self.dtype.value_of(w)).collect()
+    }
+
+    /// The elements as 16-bit patterns (meaningful when `dtype` is F16 or BF16).
+    pub fn halves(&self) -> Vec<u16> {
+        self.words.iter().map(|&w| w as u16).collect()
     }
 
     /// An array of zeros.
@@ -134,14 +219,16 @@ impl HostArray {
                 .zip(expected.as_i32())
                 .filter(|(a, b)| a != b)
                 .count(),
-            DType::F32 => self
-                .as_f32()
+            dtype => self
+                .words
                 .iter()
-                .zip(expected.as_f32())
-                .filter(|(a, b)| {
-                    let tol = rel_tol * b.abs().max(1.0);
-                    let diff = (*a - *b).abs();
-                    diff.is_nan() || diff > tol
+                .zip(&expected.words)
+                .filter(|(&a, &b)| {
+                    let (a, b) = (dtype.value_of(a), dtype.value_of(b));
+                    let tol = rel_tol as f64 * b.abs().max(1.0);
+                    let diff = (a - b).abs();
+                    // Equal infinities match; NaN never does.
+                    a != b && (diff.is_nan() || diff > tol)
                 })
                 .count(),
         }

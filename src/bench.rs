@@ -5,7 +5,7 @@
 
 use crate::array::DType;
 use crate::collectives::{random_inputs, Collective};
-use crate::device_sim::{schedule, DataOp, Eager, ScheduleSpec};
+use crate::device_sim::{schedule, DataOp, Eager, Program, ScheduleSpec};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
 use crate::kernel::{GridSpec, PallasCall};
@@ -110,14 +110,18 @@ impl Rates {
     }
 
     /// Seconds `sched`'s ops take at these rates (zero fills count as fills).
-    pub fn roofline(&self, sched: &crate::device_sim::Schedule) -> f64 {
+    pub fn roofline(&self, sched: &crate::device_sim::Schedule, program: &Program) -> f64 {
+        let allocs = sched.allocations(program);
         sched
             .ops
             .iter()
-            .map(|o| match o {
-                DataOp::Copy { dst, .. } => dst.bytes() as f64 / self.copy,
-                DataOp::Accumulate { dst, .. } => dst.bytes() as f64 / self.accumulate,
-                DataOp::Fill { dst, .. } => dst.bytes() as f64 / self.fill,
+            .map(|o| {
+                let b = o.bytes(&allocs) as f64;
+                b / match o {
+                    DataOp::Copy { .. } => self.copy,
+                    DataOp::Accumulate { .. } => self.accumulate,
+                    DataOp::Fill { .. } => self.fill,
+                }
             })
             .sum()
     }
@@ -272,7 +276,8 @@ pub fn sweep(
         if let Some(want) = &expected {
             for _ in 0..cfg.checks {
                 run.run(1)?;
-                *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?, want, c.tolerance());
+                *wrong.get_or_insert(0) +=
+                    count_wrong(&run.read_outputs()?, want, c.tolerance_for(cfg.dtype, p));
             }
         }
         drop(run);
@@ -293,8 +298,8 @@ pub fn sweep(
             busbw: algbw * bus_factor(traffic, p),
             wrong,
             copy_bw,
-            moved_bw: sched.copy_equivalent_bytes() / seconds,
-            roof_seconds: rates.roofline(&sched),
+            moved_bw: sched.copy_equivalent_bytes(&program) / seconds,
+            roof_seconds: rates.roofline(&sched, &program),
         });
     }
     Ok(rows)

@@ -71,9 +71,12 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
     let dtype = match kind {
         Some((npyz::TypeChar::Float, 4)) => DType::F32,
         Some((npyz::TypeChar::Int, 4)) => DType::I32,
+        Some((npyz::TypeChar::Float, 2)) => DType::F16,
+        // What numpy writes for ml_dtypes' bfloat16 (it has no bf16 of its own).
+        Some((npyz::TypeChar::RawData, 2)) => DType::BF16,
         _ => {
             return Err(Error::bad_input(format!(
-                "{name} holds dtype {descr}; tpusim reads float32 (<f4) and int32 (<i4)"
+                "{name} holds dtype {descr}; tpusim reads float32 (<f4), int32 (<i4), float16 (<f2) and ml_dtypes.bfloat16 (<V2)"
             )))
         }
     };
@@ -84,6 +87,15 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
     match dtype {
         DType::F32 => HostArray::from_f32(&shape, npy.into_vec::<f32>().map_err(corrupt)?),
         DType::I32 => HostArray::from_i32(&shape, npy.into_vec::<i32>().map_err(corrupt)?),
+        DType::F16 => HostArray::from_f16(&shape, npy.into_vec::<half::f16>().map_err(corrupt)?),
+        DType::BF16 => {
+            let raw = npy.into_vec::<npyz::FixedSizeBytes<2>>().map_err(corrupt)?;
+            let data = raw
+                .into_iter()
+                .map(|b| half::bf16::from_bits(u16::from_le_bytes(b.0)))
+                .collect();
+            HostArray::from_bf16(&shape, data)
+        }
     }
 }
 
@@ -134,6 +146,31 @@ pub fn write_to(w: &mut dyn std::io::Write, a: &HostArray) -> std::io::Result<()
             n.extend(a.as_i32().iter().copied())?;
             n.finish()
         }
+        DType::F16 => {
+            let mut n = npyz::WriteOptions::<half::f16>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(w)
+                .begin_nd()?;
+            n.extend(a.halves().into_iter().map(half::f16::from_bits))?;
+            n.finish()
+        }
+        DType::BF16 => {
+            // ml_dtypes' convention: 2-byte void elements, little-endian bits; read back
+            // with `np.load(f).view(ml_dtypes.bfloat16)`.
+            let v2: npyz::TypeStr = "<V2".parse().expect("a valid type string");
+            let mut n = npyz::WriteOptions::<npyz::FixedSizeBytes<2>>::new()
+                .dtype(npyz::DType::Plain(v2))
+                .shape(&shape)
+                .writer(w)
+                .begin_nd()?;
+            n.extend(
+                a.halves()
+                    .into_iter()
+                    .map(|h| npyz::FixedSizeBytes(h.to_le_bytes())),
+            )?;
+            n.finish()
+        }
     }
 }
 
@@ -170,6 +207,28 @@ mod tests {
         w.finish().unwrap();
         let e = read_npy(&p).unwrap_err().to_string();
         assert!(e.contains("<f8") && e.contains("float32"), "{e}");
+    }
+
+    #[test]
+    fn round_trips_16_bit_floats_as_numpy_and_ml_dtypes_write_them() {
+        let vals = [0.5, -1.0, 2.25, 65504.0, 1e-7, -0.0];
+        for (dtype, descr) in [(DType::F16, "<f2"), (DType::BF16, "<V2")] {
+            let a = HostArray::from_values(dtype, &[3, 2], &vals).unwrap();
+            let mut bytes = Vec::new();
+            write_to(&mut bytes, &a).unwrap();
+            let text = String::from_utf8_lossy(&bytes[10..40]).to_string();
+            assert!(text.contains(descr), "{text}");
+            assert_eq!(parse_npy(&bytes, "x").unwrap(), a);
+        }
+        // The bytes numpy writes for `np.array([1.5, 2, 3], dtype=ml_dtypes.bfloat16)`.
+        let mut npy =
+            header("{'descr': '<V2', 'fortran_order': False, 'shape': (3,), }             \n");
+        npy.extend([0xc0, 0x3f, 0x00, 0x40, 0x40, 0x40]);
+        let got = parse_npy(&npy, "x").unwrap();
+        assert_eq!(
+            (got.dtype, got.values()),
+            (DType::BF16, vec![1.5, 2.0, 3.0])
+        );
     }
 
     #[test]

@@ -60,19 +60,16 @@ fn expected(a: &[i64], b: &[i64], op: ReduceOp) -> Vec<i64> {
 fn run_case(n: usize, dtype: DType, op: ReduceOp) {
     let mesh = Mesh::new(1, "x").unwrap();
     let call = compute_call(n, dtype, op);
-    // Small integers, exact in f32 too.
+    // Small integers, exact in every dtype (sums stay below 2^8, bf16's exact range).
     let a: Vec<i64> = (0..n).map(|i| (i % 97) as i64 - 40).collect();
     let b: Vec<i64> = (0..n).map(|i| (i % 89) as i64 - 44).collect();
-    let arr = |v: &[i64]| match dtype {
-        DType::I32 => HostArray::from_i32(&[n], v.iter().map(|&x| x as i32).collect()).unwrap(),
-        DType::F32 => HostArray::from_f32(&[n], v.iter().map(|&x| x as f32).collect()).unwrap(),
+    let arr = |shape: &[usize], v: &[i64]| {
+        let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        HostArray::from_values(dtype, shape, &v).unwrap()
     };
-    let inputs = vec![vec![arr(&a), arr(&b)]];
-    let want = arr(&expected(&a, &b, op));
-    let want_h = match dtype {
-        DType::I32 => HostArray::from_i32(&[2, 4], vec![9; 8]).unwrap(),
-        DType::F32 => HostArray::from_f32(&[2, 4], vec![9.0; 8]).unwrap(),
-    };
+    let inputs = vec![vec![arr(&[n], &a), arr(&[n], &b)]];
+    let want = arr(&[n], &expected(&a, &b, op));
+    let want_h = arr(&[2, 4], &[9; 8]);
     let cpu = simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
     let gpu = simulate(&call, &mesh, &inputs, &mut *common::gpu()).unwrap();
     for (name, out) in [("cpu", &cpu), ("gpu", &gpu)] {
@@ -87,9 +84,11 @@ fn run_case(n: usize, dtype: DType, op: ReduceOp) {
 
 #[test]
 fn small_compute_matches_hand_reference() {
-    for dtype in [DType::I32, DType::F32] {
+    for dtype in DType::ALL {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             run_case(1000, dtype, op);
+            // 16-bit: odd lengths and offsets end mid-word.
+            run_case(1001, dtype, op);
         }
     }
 }
@@ -99,6 +98,8 @@ fn compute_beyond_one_storage_binding() {
     // 34,000,003 words = 136 MB > 128 MiB: every accumulate and fill runs in windows,
     // at unaligned offsets.
     run_case(34_000_003, DType::I32, ReduceOp::Sum);
+    // 68,000,007 bf16 = 136 MB: windows of 16-bit elements, packed two per word.
+    run_case(68_000_007, DType::BF16, ReduceOp::Sum);
 }
 
 #[test]

@@ -16,8 +16,9 @@ SEEDS = ["ppermute", "all_gather", "psum", "psum_scatter"]
 def load_seed(name, p, backend="cpu", replace=None):
     """Runs the seed script `seed/seed_<name>.py` with P = `p` simulated devices (what its
     `jax.local_device_count()` answers) and returns it as a fresh module. `replace`:
-    (old, new) text substituted once in the script's source before it runs (only used
-    to give psum_scatter a smaller block_size; kernels stay as they are)."""
+    (old, new) text, or a list of them, substituted in the script's source before it
+    runs: a smaller block_size for psum_scatter, or another dtype for every array (the
+    kernels' code stays as it is); each `old` must occur."""
     path = os.path.join(SEED_DIR, f"seed_{name}.py")
     prev = (tpusim.config.devices, tpusim.config.backend)
     tpusim.config.devices, tpusim.config.backend = p, backend
@@ -28,8 +29,10 @@ def load_seed(name, p, backend="cpu", replace=None):
             spec.loader.exec_module(mod)
         else:
             src = open(path).read()
-            assert src.count(replace[0]) == 1, replace[0]
-            code = compile(src.replace(replace[0], replace[1]), path, "exec")
+            for old, new in [replace] if isinstance(replace, tuple) else replace:
+                assert src.count(old) >= 1, old
+                src = src.replace(old, new)
+            code = compile(src, path, "exec")
             exec(code, mod.__dict__)
         return mod
     finally:

@@ -182,8 +182,8 @@ def test_pallas_calls_outside_a_kernel_or_shard_map_are_errors():
 
 def test_bad_input_dtype_and_arity(cpu):
     with pytest.raises(tpusim.BadInput) as e:
-        bk.mapped(bk.call(bk.hbm_compute_kernel))(x().astype(np.float16))
-    assert "float16" in str(e.value)
+        bk.mapped(bk.call(bk.hbm_compute_kernel))(x().astype(np.int16))
+    assert "int16" in str(e.value) and "float16 and bfloat16" in str(e.value)
     with pytest.raises(tpusim.BadInput) as e:
         bk.mapped(bk.call(bk.deadlock_kernel))(x())  # the kernel takes a third ref
     assert "takes 3 refs but the call gives 2" in str(e.value)

@@ -88,7 +88,8 @@ def concrete_bool(v, construct):
 
 
 def dtype_name(dt, what):
-    """`f32` / `i32` for a float32 / int32 dtype; anything else is an error naming `what`."""
+    """`f32` / `i32` / `f16` / `bf16` for float32, int32, float16 and bfloat16 (ml_dtypes',
+    which is jnp.bfloat16); anything else is an error naming `what`."""
     try:
         d = np.dtype(dt)
     except TypeError:
@@ -97,7 +98,13 @@ def dtype_name(dt, what):
         return "f32"
     if d == np.int32:
         return "i32"
-    raise _native_bad_input(f"{what} has dtype {dt}; tpusim supports float32 and int32")
+    if d == np.float16:
+        return "f16"
+    if d is not None and d.name == "bfloat16":
+        return "bf16"
+    raise _native_bad_input(
+        f"{what} has dtype {dt}; tpusim supports float32, int32, float16 and bfloat16"
+    )
 
 
 def _native_bad_input(msg):

@@ -121,7 +121,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let wrong = count_wrong(
         std::slice::from_ref(&got.shards),
         std::slice::from_ref(&want.shards),
-        c.tolerance(),
+        c.tolerance_for(global.dtype, mesh.size()),
     );
     let result = got.unshard()?;
     output.write_with(|w| write_to(w, &result))?;

@@ -37,7 +37,7 @@ pub struct BenchArgs {
     /// Check iterations per size (read back and compared with the reference).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     checks: usize,
-    /// Element type: f32 or i32.
+    /// Element type: f32, i32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// Executor: gpu or cpu.

@@ -33,7 +33,7 @@ pub struct RunArgs {
     /// One device's shard shape, e.g. 8x128 (default: a small shape the collective serves at P).
     #[arg(long)]
     shape: Option<String>,
-    /// Element type: f32 or i32.
+    /// Element type: f32, i32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// Executor: gpu or cpu.

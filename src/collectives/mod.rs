@@ -57,6 +57,19 @@ pub trait Collective: Send + Sync {
     fn tolerance(&self) -> f32 {
         0.0
     }
+    /// The tolerance for results in `dtype` when up to `terms` values are reduced: in a
+    /// 16-bit float each accumulate rounds (relative error at most the unit roundoff u),
+    /// so a reduction allows `2 * terms * u` (the ring's roundings and the reference's
+    /// one); [`Collective::tolerance`] otherwise.
+    fn tolerance_for(&self, dtype: DType, terms: usize) -> f32 {
+        let t = self.tolerance();
+        match dtype {
+            DType::F16 | DType::BF16 if t > 0.0 => {
+                t.max((2 * terms.max(1)) as f32 * dtype.unit_roundoff() as f32)
+            }
+            _ => t,
+        }
+    }
     /// One device's result shape for a per-device input of shape `shard` (XLA's
     /// per-shard output; the kernel's own output ref may be a reshape of it).
     fn output_shape(&self, _devices: usize, shard: &[usize]) -> Vec<usize> {
@@ -146,15 +159,16 @@ pub struct Takes {
 pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
     match (op, dtype) {
         (ReduceOp::Sum, _) => 0.0,
-        (ReduceOp::Max, DType::F32) => f64::NEG_INFINITY,
-        (ReduceOp::Min, DType::F32) => f64::INFINITY,
+        (ReduceOp::Max, DType::F32 | DType::F16 | DType::BF16) => f64::NEG_INFINITY,
+        (ReduceOp::Min, DType::F32 | DType::F16 | DType::BF16) => f64::INFINITY,
         (ReduceOp::Max, DType::I32) => i32::MIN as f64,
         (ReduceOp::Min, DType::I32) => i32::MAX as f64,
     }
 }
 
 /// Deterministic random inputs for every device and operand of `program`:
-/// f32 uniform in [0, 1), i32 uniform in [-1000, 1000) (exact under sums). Fails with a
+/// floats uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact
+/// under sums). Fails with a
 /// limit error when the host cannot hold them.
 pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -170,6 +184,7 @@ pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>
                         *w = match alloc.dtype {
                             DType::F32 => rng.random::<f32>().to_bits(),
                             DType::I32 => rng.random_range(-1000i32..1000) as u32,
+                            d => d.bits_of(rng.random::<f32>() as f64),
                         };
                     }
                     Ok(HostArray {
@@ -255,12 +270,24 @@ fn run_planned(
     let got = exec.execute(program, sched, &inputs)?;
     let exec_time = t1.elapsed();
     Ok(Checked {
-        wrong: count_wrong(&got, &expected, c.tolerance()),
+        wrong: count_wrong(
+            &got,
+            &expected,
+            c.tolerance_for(dtype_of(program), program.devices),
+        ),
         total: expected.iter().flatten().map(HostArray::len).sum(),
         exec_time,
         plan_time,
         data_ops: sched.ops.len(),
     })
+}
+
+/// The dtype of `program`'s first input (f32 when it has none).
+fn dtype_of(program: &Program) -> DType {
+    program
+        .inputs
+        .first()
+        .map_or(DType::F32, |&a| program.layout.allocs[a].dtype)
 }
 
 /// `c`'s reference applied to every group of devices on its own:

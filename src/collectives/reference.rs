@@ -57,20 +57,22 @@ pub fn all_to_all(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
         .collect()
 }
 
-/// `lax.psum` / `pmax` / `pmin` of operand 0 over every device (f32 sums in f64).
+/// `lax.psum` / `pmax` / `pmin` of operand 0 over every device (float sums in f64,
+/// rounded once to the dtype).
 pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
     let first = &inputs[0][0];
     let n = first.len();
-    let words = match first.dtype {
-        DType::F32 => (0..n)
+    let dtype = first.dtype;
+    let words = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => (0..n)
             .map(|i| {
-                let vals = inputs.iter().map(|d| d[0].as_f32()[i] as f64);
+                let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]));
                 let r = match op {
                     ReduceOp::Sum => vals.sum::<f64>(),
                     ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
                     ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
                 };
-                (r as f32).to_bits()
+                dtype.bits_of(r)
             })
             .collect(),
         DType::I32 => (0..n)

@@ -92,13 +92,13 @@ pub struct View {
 }
 
 impl View {
-    /// Byte offset in the allocation (all dtypes are 4 bytes wide).
-    pub fn byte_offset(&self) -> u64 {
-        self.offset as u64 * 4
+    /// Byte offset in the allocation, whose elements are `elem` bytes wide.
+    pub fn byte_offset(&self, elem: usize) -> u64 {
+        (self.offset * elem) as u64
     }
-    /// Size in bytes.
-    pub fn bytes(&self) -> u64 {
-        self.len as u64 * 4
+    /// Size in bytes of `len` elements of `elem` bytes.
+    pub fn bytes(&self, elem: usize) -> u64 {
+        (self.len * elem) as u64
     }
     /// True when the two views share a byte on the same allocation and device.
     pub fn overlaps(&self, other: &View) -> bool {
@@ -174,6 +174,23 @@ pub enum DataOp {
 }
 
 impl DataOp {
+    /// Width in bytes of the elements the op moves: its destination's dtype, or the
+    /// narrower side of a copy (the staging area holds any dtype in 4-byte slots).
+    /// `allocs` is [`crate::device_sim::Schedule::allocations`].
+    pub fn elem_bytes(&self, allocs: &[Allocation]) -> usize {
+        let width = |v: &View| allocs[v.alloc].dtype.size();
+        match self {
+            DataOp::Copy { src, dst } => width(src).min(width(dst)),
+            DataOp::Fill { dst, .. } | DataOp::Accumulate { dst, .. } => width(dst),
+        }
+    }
+
+    /// Bytes the op writes (see [`DataOp::elem_bytes`]).
+    pub fn bytes(&self, allocs: &[Allocation]) -> u64 {
+        let (_, dst) = self.reads_writes();
+        dst.bytes(self.elem_bytes(allocs))
+    }
+
     /// What the op reads (besides its destination) and what it writes: the one
     /// definition of a data op's accesses.
     pub fn reads_writes(&self) -> (Option<View>, View) {

@@ -43,25 +43,28 @@ impl Schedule {
     /// Bytes the schedule moves per run, in plain-copy equivalents: a copy of B bytes
     /// reads and writes B (counts B), an accumulate reads 2B and writes B (1.5B), a fill
     /// writes B (0.5B). Dividing by time gives a rate comparable to copy bandwidth.
-    pub fn copy_equivalent_bytes(&self) -> f64 {
+    pub fn copy_equivalent_bytes(&self, program: &Program) -> f64 {
+        let allocs = self.allocations(program);
         self.ops
             .iter()
-            .map(|o| match o {
-                DataOp::Copy { src, .. } => src.bytes() as f64,
-                DataOp::Accumulate { dst, .. } => 1.5 * dst.bytes() as f64,
-                DataOp::Fill { dst, .. } => 0.5 * dst.bytes() as f64,
+            .map(|o| {
+                let b = o.bytes(&allocs) as f64;
+                match o {
+                    DataOp::Copy { .. } => b,
+                    DataOp::Accumulate { .. } => 1.5 * b,
+                    DataOp::Fill { .. } => 0.5 * b,
+                }
             })
             .sum()
     }
 
     /// Bytes moved by copies (DMAs and VMEM copies) in this schedule.
-    pub fn bytes_copied(&self) -> u64 {
+    pub fn bytes_copied(&self, program: &Program) -> u64 {
+        let allocs = self.allocations(program);
         self.ops
             .iter()
-            .map(|o| match o {
-                DataOp::Copy { src, .. } => src.bytes(),
-                _ => 0,
-            })
+            .filter(|o| matches!(o, DataOp::Copy { .. }))
+            .map(|o| o.bytes(&allocs))
             .sum()
     }
 }

@@ -73,6 +73,41 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
                 } as u32;
             }
         }
+        DType::F16 => accumulate_halves(dst, src, op, |a, b| {
+            let (a, b) = (half::f16::from_bits(a), half::f16::from_bits(b));
+            half::f16::from_f32(a.to_f32() + b.to_f32()).to_bits()
+        }),
+        DType::BF16 => accumulate_halves(dst, src, op, |a, b| {
+            let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
+            half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
+        }),
+    }
+}
+
+/// A 16-bit float accumulate: `sum` adds in f32 and rounds to nearest even (correctly
+/// rounded for both formats: f32 carries more than twice their significand plus two bits,
+/// so rounding twice equals rounding once); max and min by [`order16`].
+fn accumulate_halves(dst: &mut [u32], src: &[u32], op: ReduceOp, sum: impl Fn(u16, u16) -> u16) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        let (a, b) = (*d as u16, *s as u16);
+        *d = match op {
+            ReduceOp::Sum => sum(a, b),
+            ReduceOp::Max if order16(b) > order16(a) => b,
+            ReduceOp::Min if order16(b) < order16(a) => b,
+            ReduceOp::Max | ReduceOp::Min => a,
+        } as u32;
+    }
+}
+
+/// The order max and min use for 16-bit floats (the shaders use the same): the value's
+/// order for numbers and infinities, -0 equal to +0 (the destination is kept on ties),
+/// NaNs above +inf (or below -inf when negative) by their bits.
+pub fn order16(bits: u16) -> i32 {
+    let magnitude = (bits & 0x7fff) as i32;
+    if bits & 0x8000 != 0 {
+        -magnitude
+    } else {
+        magnitude
     }
 }
 

@@ -364,7 +364,7 @@ impl<'p> Timed<'p> {
                 let dur = match c {
                     DataOp::Copy { src, dst } if src.device != dst.device => {
                         // A seed-003 pull: over the link, plus its latency.
-                        src.bytes() as f64 / self.m.link_bw + self.m.link_latency
+                        c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw + self.m.link_latency
                     }
                     DataOp::Copy { dst, .. }
                     | DataOp::Fill { dst, .. }

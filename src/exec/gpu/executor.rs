@@ -181,7 +181,7 @@ impl GpuExecutor {
             device: dev,
             pipes: &self.pipes,
             max_workgroups: limits.max_compute_workgroups_per_dimension,
-            nallocs: allocs.len(),
+            allocs,
             max_binding: limits.max_storage_buffer_binding_size,
             align: limits.min_storage_buffer_offset_alignment as u64,
             cmds: Vec::new(),
@@ -358,11 +358,10 @@ impl GpuRun<'_> {
         let n = self.nallocs;
         for (d, dev_inputs) in inputs.iter().enumerate() {
             for (a, arr) in self.program.inputs.iter().zip(dev_inputs) {
-                self.exec.ctx.queue.write_buffer(
-                    &self.bufs[d * n + a],
-                    0,
-                    bytemuck::cast_slice(&arr.words),
-                );
+                self.exec
+                    .ctx
+                    .queue
+                    .write_buffer(&self.bufs[d * n + a], 0, &device_bytes(arr));
             }
         }
         Ok(())
@@ -475,7 +474,7 @@ impl GpuRun<'_> {
                     let view = s
                         .get_mapped_range(..)
                         .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
-                    bytemuck::cast_slice::<u8, u32>(&view[..alloc.bytes() as usize]).to_vec()
+                    host_words(alloc.dtype.size(), &view[..alloc.bytes() as usize])
                 };
                 dev_out.push(HostArray {
                     dtype: alloc.dtype,
@@ -490,6 +489,28 @@ impl GpuRun<'_> {
         }
         Ok(out)
     }
+}
+
+/// `a`'s elements as the GPU holds them: 32-bit words, or 16-bit elements packed two
+/// per word (little end first), padded to whole words.
+pub(super) fn device_bytes(a: &HostArray) -> Vec<u8> {
+    if a.dtype.size() == 4 {
+        return bytemuck::cast_slice(&a.words).to_vec();
+    }
+    let mut b: Vec<u8> = a.halves().iter().flat_map(|h| h.to_le_bytes()).collect();
+    b.resize(b.len().next_multiple_of(4), 0);
+    b
+}
+
+/// The host's one-word-per-element form of `bytes` holding `elem`-byte elements.
+pub(super) fn host_words(elem: usize, bytes: &[u8]) -> Vec<u32> {
+    if elem == 4 {
+        return bytemuck::pod_collect_to_vec(bytes);
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|h| u16::from_le_bytes([h[0], h[1]]) as u32)
+        .collect()
 }
 
 impl Drop for GpuRun<'_> {

@@ -15,6 +15,8 @@ pub const ACCUMULATE_BATCH_WGSL: &str = include_str!("../../../shaders/accumulat
 pub const FILL_WGSL: &str = include_str!("../../../shaders/fill.wgsl");
 /// WGSL source of the schedule program (arena + op table).
 pub const SCHEDULE_WGSL: &str = include_str!("../../../shaders/schedule.wgsl");
+/// WGSL source of the 16-bit element ops (copy, fill, accumulate on packed halves).
+pub const HALVES_WGSL: &str = include_str!("../../../shaders/halves.wgsl");
 /// Every shader, by file name (for validation).
 pub const SHADERS: &[(&str, &str)] = &[
     ("accumulate.wgsl", ACCUMULATE_WGSL),
@@ -22,6 +24,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("accumulate_batch.wgsl", ACCUMULATE_BATCH_WGSL),
     ("fill.wgsl", FILL_WGSL),
     ("schedule.wgsl", SCHEDULE_WGSL),
+    ("halves.wgsl", HALVES_WGSL),
 ];
 
 /// Threads per workgroup in every shader.
@@ -59,6 +62,19 @@ pub struct Pipelines {
     acc: Mutex<HashMap<(ReduceOp, DType, bool), wgpu::ComputePipeline>>,
     pub(crate) schedule_layout: wgpu::BindGroupLayout,
     pub(crate) schedule_wave: wgpu::ComputePipeline,
+    halves_module: wgpu::ShaderModule,
+    halves: Mutex<HashMap<(HalfOp, DType), wgpu::ComputePipeline>>,
+}
+
+/// What a `halves.wgsl` dispatch does to its 16-bit destination elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HalfOp {
+    /// Copies the source.
+    Copy,
+    /// Writes the parameter block's value.
+    Fill,
+    /// Combines with the source.
+    Accumulate(ReduceOp),
 }
 
 fn storage(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
@@ -162,7 +178,39 @@ impl Pipelines {
             fill_layout,
             fill,
             acc: Mutex::new(HashMap::new()),
+            halves_module: module("halves", HALVES_WGSL),
+            halves: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The `halves.wgsl` pipeline doing `op` on 16-bit `dtype` elements (it binds like
+    /// an accumulate: source, destination, parameters).
+    pub fn halves(&self, device: &wgpu::Device, op: HalfOp, dtype: DType) -> wgpu::ComputePipeline {
+        let mut map = self.halves.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry((op, dtype))
+            .or_insert_with(|| {
+                let (mode, reduce) = match op {
+                    HalfOp::Copy => (0.0, 0.0),
+                    HalfOp::Fill => (1.0, 0.0),
+                    HalfOp::Accumulate(r) => (2.0, op_constant(r)),
+                };
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("halves"),
+                    layout: Some(&self.acc_pipeline_layout),
+                    module: &self.halves_module,
+                    entry_point: Some("main"),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants: &[
+                            ("MODE", mode),
+                            ("OP", reduce),
+                            ("DTYPE", dtype_constant(dtype)),
+                        ],
+                        zero_initialize_workgroup_memory: false,
+                    },
+                    cache: None,
+                })
+            })
+            .clone()
     }
 
     /// The batched accumulate pipeline for `op` and `dtype`.
@@ -236,6 +284,8 @@ pub(super) fn dtype_code(dtype: DType) -> u32 {
     match dtype {
         DType::F32 => 0,
         DType::I32 => 1,
+        DType::F16 => 2,
+        DType::BF16 => 3,
     }
 }
 

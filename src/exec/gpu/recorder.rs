@@ -3,9 +3,9 @@
 //! shader dispatches over binding-sized windows — plus the bind groups and parameter
 //! blocks those dispatches need.
 
-use super::pipelines::{Params, Pipelines, WORKGROUP};
+use super::pipelines::{HalfOp, Params, Pipelines, WORKGROUP};
 use super::windows::{windows, Binding};
-use crate::device_sim::program::{DataOp, View};
+use crate::device_sim::program::{Allocation, DataOp, View};
 use bytemuck::Zeroable;
 
 /// A recorded GPU command, before encoding.
@@ -59,7 +59,8 @@ pub(super) const DUMMIES: usize = 5;
 
 /// Turns data ops into GPU commands and the bind groups and parameters they need.
 pub(super) struct Recorder<'a> {
-    pub(super) nallocs: usize,
+    /// Every allocation of a device ([`crate::device_sim::Schedule::allocations`]).
+    pub(super) allocs: &'a [Allocation],
     pub(super) max_binding: u64,
     pub(super) align: u64,
     pub(super) cmds: Vec<Cmd>,
@@ -73,7 +74,12 @@ pub(super) struct Recorder<'a> {
 
 impl Recorder<'_> {
     fn buf(&self, v: &View) -> BufId {
-        BufId::Alloc(v.device * self.nallocs + v.alloc)
+        BufId::Alloc(v.device * self.allocs.len() + v.alloc)
+    }
+
+    /// Byte offset of `v` in its buffer.
+    fn off(&self, v: &View) -> u64 {
+        v.byte_offset(self.allocs[v.alloc].dtype.size())
     }
 
     fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32, items: u32) {
@@ -113,8 +119,8 @@ impl Recorder<'_> {
             kind = Some((*op, *dtype));
             let w = windows(
                 dst.len as u64,
-                dst.byte_offset(),
-                Some(src.byte_offset()),
+                self.off(dst),
+                Some(self.off(src)),
                 self.max_binding,
                 self.align,
                 4,
@@ -141,35 +147,119 @@ impl Recorder<'_> {
     }
 
     /// Same-buffer sources are staged through the scratch buffer first (wgpu refuses a
-    /// copy within one buffer and a read and a write binding of one buffer in a dispatch).
-    fn source(&mut self, src: &View, dst: &View) -> (BufId, u64) {
+    /// copy within one buffer and a read and a write binding of one buffer in a dispatch):
+    /// the whole words holding `src`'s `elem`-byte elements. Returns the buffer and the
+    /// byte offset of the source's first element in it.
+    fn source(&mut self, src: &View, dst: &View, elem: usize) -> (BufId, u64) {
+        let so = self.off(src);
         if self.buf(src) != self.buf(dst) {
-            return (self.buf(src), src.byte_offset());
+            return (self.buf(src), so);
         }
-        self.scratch_size = self.scratch_size.max(src.bytes());
+        let start = so / 4 * 4;
+        let size = (so + src.bytes(elem)).next_multiple_of(4) - start;
+        self.scratch_size = self.scratch_size.max(size);
         self.cmds.push(Cmd::Copy {
             src: self.buf(src),
-            src_off: src.byte_offset(),
+            src_off: start,
             dst: BufId::Scratch,
             dst_off: 0,
-            size: src.bytes(),
+            size,
         });
-        (BufId::Scratch, 0)
+        (BufId::Scratch, so - start)
+    }
+
+    /// 16-bit elements, packed two per word: whole-word copies and zero fills as buffer
+    /// commands, everything else `halves.wgsl` (one invocation per destination word).
+    fn record_halves(&mut self, op: &DataOp) {
+        let (src, dst) = op.reads_writes();
+        if dst.len == 0 {
+            return;
+        }
+        let (d_off, size) = (self.off(&dst), dst.bytes(2));
+        let whole = |o: u64| o.is_multiple_of(4) && size.is_multiple_of(4);
+        let (kind, dtype, value) = match *op {
+            DataOp::Copy { src, dst } => {
+                if self.buf(&src) != self.buf(&dst) && whole(d_off) && whole(self.off(&src)) {
+                    self.cmds.push(Cmd::Copy {
+                        src: self.buf(&src),
+                        src_off: self.off(&src),
+                        dst: self.buf(&dst),
+                        dst_off: d_off,
+                        size,
+                    });
+                    return;
+                }
+                let dtype = [dst, src]
+                    .iter()
+                    .map(|v| self.allocs[v.alloc].dtype)
+                    .find(|d| d.size() == 2)
+                    .expect("a 16-bit copy has a 16-bit side");
+                (HalfOp::Copy, dtype, 0)
+            }
+            DataOp::Fill { bits, .. } => {
+                if bits == 0 && whole(d_off) {
+                    self.cmds.push(Cmd::Clear {
+                        dst: self.buf(&dst),
+                        off: d_off,
+                        size,
+                    });
+                    return;
+                }
+                (HalfOp::Fill, self.allocs[dst.alloc].dtype, bits)
+            }
+            DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op), dtype, 0),
+        };
+        let source = src.map(|s| self.source(&s, &dst, 2));
+        let pipeline = self.pipes.halves(self.device, kind, dtype);
+        let dummy = Binding {
+            offset: 0,
+            size: 16,
+            elem_off: 0,
+        };
+        for w in windows(
+            dst.len as u64,
+            d_off,
+            source.map(|s| s.1),
+            self.max_binding,
+            self.align,
+            2,
+        ) {
+            let params = self.param(Params {
+                src_off: w.src.map_or(0, |s| s.elem_off),
+                dst_off: w.dst.elem_off,
+                n: w.n,
+                value,
+            });
+            let src = match (source, w.src) {
+                (Some((b, _)), Some(s)) => (b, s),
+                _ => (BufId::Dummy(0), dummy),
+            };
+            let spec = BindSpec::Single {
+                dst: (self.buf(&dst), w.dst),
+                src: Some(src),
+                params,
+            };
+            let words = (w.dst.elem_off % 2 + w.n).div_ceil(2);
+            self.dispatch(pipeline.clone(), spec, words, 1);
+        }
     }
 
     pub(super) fn record(&mut self, op: &DataOp) {
+        if op.elem_bytes(self.allocs) == 2 {
+            return self.record_halves(op);
+        }
         match op {
             DataOp::Copy { src, dst } => {
                 if src.len == 0 {
                     return;
                 }
-                let (sb, so) = self.source(src, dst);
+                let (sb, so) = self.source(src, dst, 4);
                 self.cmds.push(Cmd::Copy {
                     src: sb,
                     src_off: so,
                     dst: self.buf(dst),
-                    dst_off: dst.byte_offset(),
-                    size: dst.bytes(),
+                    dst_off: self.off(dst),
+                    size: dst.bytes(4),
                 });
             }
             DataOp::Fill { dst, bits } => {
@@ -179,14 +269,14 @@ impl Recorder<'_> {
                 if *bits == 0 {
                     self.cmds.push(Cmd::Clear {
                         dst: self.buf(dst),
-                        off: dst.byte_offset(),
-                        size: dst.bytes(),
+                        off: self.off(dst),
+                        size: dst.bytes(4),
                     });
                     return;
                 }
                 for w in windows(
                     dst.len as u64,
-                    dst.byte_offset(),
+                    self.off(dst),
                     None,
                     self.max_binding,
                     self.align,
@@ -215,20 +305,15 @@ impl Recorder<'_> {
                 if dst.len == 0 {
                     return;
                 }
-                let (sb, so) = self.source(src, dst);
+                let (sb, so) = self.source(src, dst, 4);
+                let d_off = self.off(dst);
                 // vec4 words when both sides are 16-byte aligned and whole vec4s long.
-                let vec4 = dst.len % 4 == 0 && dst.byte_offset() % 16 == 0 && so % 16 == 0;
+                let vec4 =
+                    dst.len.is_multiple_of(4) && d_off.is_multiple_of(16) && so.is_multiple_of(16);
                 let unit = if vec4 { 16 } else { 4 };
-                let n = dst.bytes() / unit;
+                let n = dst.bytes(4) / unit;
                 let pipeline = self.pipes.accumulate(self.device, *op, *dtype, vec4);
-                for w in windows(
-                    n,
-                    dst.byte_offset(),
-                    Some(so),
-                    self.max_binding,
-                    self.align,
-                    unit,
-                ) {
+                for w in windows(n, d_off, Some(so), self.max_binding, self.align, unit) {
                     let s = w.src.expect("accumulate windows have a source");
                     let params = self.param(Params {
                         src_off: s.elem_off,

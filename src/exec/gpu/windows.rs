@@ -32,12 +32,13 @@ fn bind(byte_off: u64, n: u64, align: u64, unit: u64) -> Binding {
     let lead = byte_off - offset;
     Binding {
         offset,
-        size: lead + n * unit,
+        // Whole words: 16-bit elements end mid-word (buffers are sized in words).
+        size: (lead + n * unit).next_multiple_of(4),
         elem_off: (lead / unit) as u32,
     }
 }
 
-/// Windows covering `n` elements of `unit` bytes (4, or 16 for vec4 words) at byte
+/// Windows covering `n` elements of `unit` bytes (2, 4, or 16 for vec4 words) at byte
 /// offsets `dst` (and `src`, both multiples of `unit`), with every binding at most
 /// `max_binding` bytes and aligned to `align` (raised to `unit` if smaller).
 pub fn windows(
