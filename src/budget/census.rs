@@ -22,9 +22,10 @@ pub struct Census {
     pub pooled_bytes: f64,
     /// Elements of every allocation of one device.
     pub alloc_elems: f64,
-    /// Bytes of one device's input operands.
+    /// Bytes of one device's input operands as host arrays hold them (a 32-bit word per
+    /// element, whatever the dtype).
     pub input_bytes: f64,
-    /// Bytes of one device's output operands.
+    /// Bytes of one device's output operands, likewise.
     pub output_bytes: f64,
     /// Operand copies into VMEM before the grid and out after it, per device.
     pub copies: f64,
@@ -46,6 +47,9 @@ pub struct Traced {
     /// Step marks (`Ctx::trace_step`).
     pub marks: f64,
 }
+
+/// Bytes a host array or the CPU executor spends per element (16-bit ones too).
+pub const HOST_WORD: f64 = 4.0;
 
 fn product(dims: &[usize]) -> f64 {
     dims.iter().map(|&d| d as f64).product()
@@ -78,7 +82,8 @@ impl Census {
         let (mut input_bytes, mut output_bytes) = (0.0, 0.0);
         for (is_out, ops) in [(false, &spec.inputs), (true, &spec.outputs)] {
             for o in ops.iter() {
-                let bytes = alloc(product(&o.shape), o.dtype.size());
+                alloc(product(&o.shape), o.dtype.size());
+                let bytes = product(&o.shape) * HOST_WORD;
                 if o.space == MemorySpace::Vmem {
                     alloc(product(&o.shape), o.dtype.size());
                     copies += 1.0;

@@ -3,7 +3,7 @@
 //! checker clocks, symbolic step tables). Each part is named, says what it scales with,
 //! and is computed from the sizes of the structures that hold it.
 
-use super::census::{Census, Traced};
+use super::census::{Census, Traced, HOST_WORD};
 use crate::device_sim::program::{DataOp, Dma, Op, SemInfo};
 use std::mem::size_of;
 
@@ -208,7 +208,7 @@ pub fn need(c: &Census, work: Work) -> Need {
             host("race checker", checker(c, &t, data_ops), Scales::Program);
             host(
                 "the data a run of this shape holds",
-                host_data + p * c.alloc_bytes,
+                host_data + p * c.alloc_elems * HOST_WORD,
                 Scales::Data,
             );
         }
@@ -265,7 +265,7 @@ fn executor(
         // Pooled buffers and the readback staging buffers.
         p * c.pooled_bytes + p * c.output_bytes
     } else {
-        p * c.alloc_bytes
+        p * c.alloc_elems * HOST_WORD
     };
     match buffers {
         Buffers::Host => host("buffers", bytes, Scales::Data),
