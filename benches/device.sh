@@ -12,6 +12,7 @@ tpusim=./target/release/tpusim
 {
   echo "# tpusim device benchmarks, $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   "$tpusim" info
+  echo; echo "## cargo bench --bench floors"; cargo bench -q --bench floors
   echo; echo "## cargo bench --bench gpu (TPUSIM_BENCH_LARGE=1)"
   TPUSIM_BENCH_LARGE=1 cargo bench -q --bench gpu
   for p in 4 8; do
