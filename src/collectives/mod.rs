@@ -5,6 +5,7 @@ mod all_gather_bidir;
 mod all_to_all;
 mod allreduce_2d;
 mod barrier;
+mod placement;
 mod ppermute;
 mod psum;
 mod psum_scatter;
@@ -20,6 +21,7 @@ pub use all_gather_bidir::{all_gather_bidir_kernel, AllGatherBidir};
 pub use all_to_all::{all_to_all_kernel, AllToAll};
 pub use allreduce_2d::{allreduce_2d_kernel, AllReduce2d};
 pub use barrier::{mesh_barrier, neighbor_barrier};
+pub use placement::Placement;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};
 pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
@@ -228,7 +230,8 @@ pub fn simulate(
 
 /// Runs `c` over axis `axis` of a multi-axis `mesh` (independent rings: every group
 /// of devices that share the other coordinates runs the 1-D kernel over `axis`, as
-/// `shard_map` runs a collective over one named axis) under `spec`, on random data, and
+/// `shard_map` runs a collective over one named axis; `x,y`: one ring through every
+/// device of both axes, row-major) under `spec`, on random data, and
 /// counts wrong elements against the 1-D reference applied per group.
 #[allow(clippy::too_many_arguments)]
 pub fn run_along(
@@ -241,14 +244,27 @@ pub fn run_along(
     seed: u64,
     spec: ScheduleSpec,
 ) -> Result<Checked> {
+    let place = Placement::along(mesh.clone(), axis)?;
+    let call = c.call(&place.ring, shard, dtype)?;
+    run_placed(c, &call, &place, exec, seed, spec)
+}
+
+/// Runs `call` (the kernel of `c` built for `place.ring`, or a variant of it) on the
+/// devices of `place` under `spec`, on random data, and counts wrong elements against
+/// `c`'s reference there.
+pub fn run_placed(
+    c: &dyn Collective,
+    call: &PallasCall,
+    place: &Placement,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> Result<Checked> {
     let t0 = Instant::now();
-    let groups = crate::device_sim::groups::groups_along(mesh, axis)?;
-    let ring = Mesh::new(groups[0].len(), "x")?;
-    let one = c.call(&ring, shard, dtype)?.lower(&ring)?;
-    let program = crate::device_sim::groups::replicate(&one, &groups)?;
+    let program = place.lower(call)?;
     let sched = schedule(&program, spec.policy().as_mut())?;
     run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
-        reference_along(c, &groups, inputs)
+        place.reference(c, inputs)
     })
 }
 
