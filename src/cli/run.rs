@@ -197,11 +197,6 @@ fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim:
 }
 
 fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
-    if a.mesh.is_some() && a.variant.is_some() {
-        return Err(Error::bad_input(
-            "--variant runs on a 1-D mesh (-p); it does not take --mesh",
-        ));
-    }
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
@@ -214,6 +209,11 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
         a.axis.as_deref(),
     )?;
     let (mesh, ring) = (&place.mesh, &place.ring);
+    if place.groups.is_some() && a.variant.is_some() {
+        return Err(Error::bad_input(
+            "--variant runs the broken kernel on the whole mesh (-p, or --mesh for a whole-mesh collective); it does not run along an --axis",
+        ));
+    }
     let shape = match &a.shape {
         Some(s) => array::parse_shape(s)?,
         None => collective.default_shape(ring.size()),

@@ -35,6 +35,47 @@ pub fn allreduce_2d_kernel(
     [capacity_x, capacity_y]: [Sem; 2],
     vmem_recv: Ref,
 ) {
+    allreduce_2d_kernel_with(
+        pl,
+        op,
+        Handshakes2d::RIGHT,
+        [x_ref, o_ref, hbm_buf, vmem_recv],
+        [local_sem, send_sem, recv_sem],
+        [capacity_x, capacity_y],
+    )
+}
+
+/// Which handshakes an allreduce_2d kernel makes right (the broken variants get one wrong).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handshakes2d {
+    /// The entry barrier includes the neighbours along y (not only along x).
+    pub barrier_y: bool,
+    /// Each axis has its own capacity semaphore (else x and y share `capacity_x`).
+    pub capacity_per_axis: bool,
+}
+
+impl Handshakes2d {
+    /// As the shipped kernel has them.
+    pub const RIGHT: Handshakes2d = Handshakes2d {
+        barrier_y: true,
+        capacity_per_axis: true,
+    };
+}
+
+/// [`allreduce_2d_kernel`] with its handshakes switchable (off only for the variants).
+pub(crate) fn allreduce_2d_kernel_with(
+    pl: &Ctx,
+    op: ReduceOp,
+    h: Handshakes2d,
+    [x_ref, o_ref, hbm_buf, vmem_recv]: [Ref; 4],
+    [local_sem, send_sem, recv_sem]: [Sem; 3],
+    [capacity_x, capacity_y]: [Sem; 2],
+) {
+    let capacity_y = if h.capacity_per_axis {
+        capacity_y
+    } else {
+        capacity_x
+    };
     let two_d = pl.has_axis("y");
     let (x, nx) = (pl.axis_index("x"), pl.axis_size("x"));
     let (y, ny) = if two_d {
@@ -61,8 +102,16 @@ pub fn allreduce_2d_kernel(
 
     let step = pl.program_id(0);
     if step == 0 {
-        let nbrs = [&along_x, &along_y].map(|r| [r.left.clone(), r.right.clone()]);
-        mesh_barrier(pl, nbrs.as_flattened(), true);
+        let rings: &[&RingPos] = if h.barrier_y {
+            &[&along_x, &along_y]
+        } else {
+            &[&along_x]
+        };
+        let nbrs: Vec<DeviceId> = rings
+            .iter()
+            .flat_map(|r| [r.left.clone(), r.right.clone()])
+            .collect();
+        mesh_barrier(pl, &nbrs, true);
         pl.copy(o_ref, x_ref);
     }
 
@@ -173,26 +222,7 @@ impl Collective for AllReduce2d {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        let (nx, ny) = torus(mesh)?;
-        let p = nx * ny;
-        let n: usize = shard.iter().product();
-        if !n.is_multiple_of(p) {
-            return Err(Error::bad_input(format!(
-                "allreduce_2d moves chunks of N/(X·Y), but N = {n} elements ({shard:?}) is not divisible by {nx}x{ny} = {p}"
-            )));
-        }
-        let spec = GridSpec::new()
-            .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
-            .output("o_ref", MemorySpace::Vmem, &[1, n], dtype)
-            .output("hbm_buf", MemorySpace::Any, &[2, n / nx], dtype)
-            .dma_sem("local_sem")
-            .dma_sem("send_sem")
-            .dma_sem("recv_sem")
-            .regular_sem("capacity_x")
-            .regular_sem("capacity_y")
-            .vmem("vmem_recv", &[n / nx], dtype)
-            .grid(&[steps(nx, ny).max(1)])
-            .collective_id(0);
+        let spec = spec(mesh, shard, dtype)?;
         let op = self.op;
         Ok(PallasCall::new("allreduce_2d", spec, move |pl, a| {
             allreduce_2d_kernel(
@@ -215,4 +245,52 @@ impl Collective for AllReduce2d {
     fn tolerance(&self) -> f32 {
         super::SUM_TOLERANCE
     }
+}
+
+/// The grid spec of allreduce_2d on `mesh` (axes x and y, or x alone).
+pub(crate) fn spec(mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<GridSpec> {
+    let (nx, ny) = torus(mesh)?;
+    let p = nx * ny;
+    let n: usize = shard.iter().product();
+    if !n.is_multiple_of(p) {
+        return Err(Error::bad_input(format!(
+                "allreduce_2d moves chunks of N/(X·Y), but N = {n} elements ({shard:?}) is not divisible by {nx}x{ny} = {p}"
+            )));
+    }
+    let spec = GridSpec::new()
+        .input("x_ref", MemorySpace::Vmem, &[1, n], dtype)
+        .output("o_ref", MemorySpace::Vmem, &[1, n], dtype)
+        .output("hbm_buf", MemorySpace::Any, &[2, n / nx], dtype)
+        .dma_sem("local_sem")
+        .dma_sem("send_sem")
+        .dma_sem("recv_sem")
+        .regular_sem("capacity_x")
+        .regular_sem("capacity_y")
+        .vmem("vmem_recv", &[n / nx], dtype)
+        .grid(&[steps(nx, ny).max(1)])
+        .collective_id(0);
+    Ok(spec)
+}
+
+/// The kernel with handshakes `h`, for the broken variants.
+pub(crate) fn call_with(
+    h: Handshakes2d,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+) -> Result<PallasCall> {
+    Ok(PallasCall::new(
+        "allreduce_2d",
+        spec(mesh, shard, dtype)?,
+        move |pl, a| {
+            allreduce_2d_kernel_with(
+                pl,
+                ReduceOp::Sum,
+                h,
+                [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
+                [a.sem("local_sem"), a.sem("send_sem"), a.sem("recv_sem")],
+                [a.sem("capacity_x"), a.sem("capacity_y")],
+            )
+        },
+    ))
 }
