@@ -5,6 +5,7 @@
 
 use super::barrier::mesh_barrier;
 use super::ring::{ring_step, RingPos, StepBufs};
+use super::ring_allreduce::ring_facts;
 use super::{Collective, Options, Span, Takes};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
@@ -190,21 +191,8 @@ impl Collective for AllReduce2d {
         Span::Mesh
     }
 
-    fn traffic(&self) -> Traffic {
-        Traffic::AllReduce
-    }
-
-    /// Chunks of N/(X·Y): the rows split over every device.
-    fn rows_multiple(&self, p: usize) -> usize {
-        p
-    }
-
-    fn takes(&self) -> Takes {
-        Takes {
-            op: true,
-            ..Takes::default()
-        }
-    }
+    // Chunks of N/(X·Y): one chunk of rows per device, as the rings'.
+    ring_facts!();
 
     fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
         Ok(Arc::new(AllReduce2d { op: opts.op }))
@@ -236,14 +224,6 @@ impl Collective for AllReduce2d {
                 a.r("vmem_recv"),
             )
         }))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }
 

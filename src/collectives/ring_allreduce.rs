@@ -175,10 +175,18 @@ pub struct RingAllReduce {
     pub op: ReduceOp,
 }
 
-/// What both ring all-reduces are: an all-reduce of one chunk of rows per device
-/// that takes `--op`.
+/// What the ring all-reduces (and `allreduce_2d`, built from the same ring step) are:
+/// an all-reduce of one chunk of rows per device that takes `--op`.
 macro_rules! ring_facts {
     () => {
+        fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+            Ok(super::reference::all_reduce_everywhere(inputs, self.op))
+        }
+
+        fn tolerance(&self) -> f32 {
+            super::SUM_TOLERANCE
+        }
+
         fn traffic(&self) -> Traffic {
             Traffic::AllReduce
         }
@@ -196,6 +204,7 @@ macro_rules! ring_facts {
         }
     };
 }
+pub(super) use ring_facts;
 
 impl Collective for RingAllReduce {
     ring_facts!();
@@ -240,14 +249,6 @@ impl Collective for RingAllReduce {
                 a.r("acc"),
             )
         }))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }
 
@@ -321,13 +322,5 @@ impl Collective for RingAllReducePush {
                 )
             },
         ))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }
