@@ -5,10 +5,12 @@
 
 use crate::array::HostArray;
 use crate::collectives::{Collective, Placement};
+use crate::device_sim::Program;
 use crate::device_sim::{schedule, Eager};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::mesh::Mesh;
+use crate::partition::{self, PartitionSpec};
 
 /// A global array split into equal blocks along dimension `dim`, one per device.
 #[derive(Clone, Debug, PartialEq)]
@@ -175,6 +177,68 @@ pub fn reference_map_placed(
         .lower(&place.ring)?;
     let inputs = kernel_inputs(x, &program.layout.allocs[program.inputs[0]].shape);
     joined(c, place.devices(), x, out_dim, place.reference(c, &inputs)?)
+}
+
+/// `jax.shard_map(c, mesh, in_specs=in_spec, out_specs=out_spec)` on a multi-axis mesh:
+/// `global` is split by `in_spec` (a dimension over x, another over y, or replicated),
+/// `c` runs as `place` says, and the per-device results are joined by `out_spec`
+/// (devices that hold the same block must agree, as replicated results do).
+pub fn shard_map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+    exec: &mut dyn Executor,
+) -> Result<HostArray> {
+    map_specs(
+        c,
+        place,
+        global,
+        [in_spec, out_spec],
+        &mut |program, inputs| {
+            let sched = schedule(program, &mut Eager::default())?;
+            exec.check(program)?;
+            exec.execute(program, &sched, inputs)
+        },
+    )
+}
+
+/// XLA's result for the same call as [`shard_map_specs`], from the collective's reference.
+pub fn reference_map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+) -> Result<HostArray> {
+    map_specs(c, place, global, [in_spec, out_spec], &mut |_, inputs| {
+        place.reference(c, inputs)
+    })
+}
+
+/// Per-device outputs of a lowered program for `inputs[device][operand]`.
+type RunFn<'a> = dyn FnMut(&Program, &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> + 'a;
+
+fn map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+    run: &mut RunFn,
+) -> Result<HostArray> {
+    let shards = partition::shard(global, &place.mesh, in_spec)?;
+    let x = ShardedArray { dim: 0, shards };
+    let shard = first_of(&x, &place.mesh)?;
+    let program = place.lower(&c.call(&place.ring, &shard.shape, shard.dtype)?)?;
+    let inputs = kernel_inputs(&x, &program.layout.allocs[program.inputs[0]].shape);
+    let out_shape = c.output_shape(place.devices(), &shard.shape);
+    let outputs: Vec<HostArray> = run(&program, &inputs)?
+        .into_iter()
+        .map(|mut o| HostArray {
+            shape: out_shape.clone(),
+            ..o.swap_remove(0)
+        })
+        .collect();
+    partition::unshard(&outputs, &place.mesh, out_spec)
 }
 
 /// The first shard of `x`, which must have one shard per device of `mesh`.
