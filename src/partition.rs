@@ -89,7 +89,7 @@ pub fn shard(global: &HostArray, mesh: &Mesh, spec: &PartitionSpec) -> Result<Ve
     let axes = spec.axes(mesh, global.shape.len())?;
     let mut shard_shape = global.shape.clone();
     for (d, &(n, _)) in blocks(mesh, &axes, 0).iter().enumerate() {
-        if global.shape[d] % n != 0 {
+        if !global.shape[d].is_multiple_of(n) {
             return Err(Error::bad_input(format!(
                 "dimension {d} of shape {:?} has {} entries, not divisible by the {n} devices of {:?}",
                 global.shape, global.shape[d], spec.0[d]
