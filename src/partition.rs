@@ -36,13 +36,7 @@ impl PartitionSpec {
         let mut out = vec![Vec::new(); rank];
         for (d, names) in self.0.iter().enumerate() {
             for a in names {
-                let k = mesh.axis_position(a).ok_or_else(|| {
-                    let known: Vec<&str> = mesh.axes().iter().map(|a| a.0.as_str()).collect();
-                    Error::bad_input(format!(
-                        "the PartitionSpec names axis `{a}`, but the mesh's axes are {}",
-                        known.join(", ")
-                    ))
-                })?;
+                let k = mesh.axis_named(a)?;
                 if seen.contains(&k) {
                     return Err(Error::bad_input(format!(
                         "the PartitionSpec {:?} names axis `{a}` twice",

@@ -14,15 +14,9 @@ use crate::mesh::Mesh;
 /// comma-separated (`x,y`): a group is then every device that shares the remaining
 /// coordinates, in row-major order, one ring through all of them.
 pub fn groups_along(mesh: &Mesh, axis: &str) -> Result<Vec<Vec<usize>>> {
-    let names: Vec<&str> = mesh.axes().iter().map(|a| a.0.as_str()).collect();
     let mut ks: Vec<usize> = Vec::new();
     for a in axis.split(',').map(str::trim) {
-        let k = mesh.axis_position(a).ok_or_else(|| {
-            Error::bad_input(format!(
-                "the mesh has no axis `{a}` (axes: {})",
-                names.join(", ")
-            ))
-        })?;
+        let k = mesh.axis_named(a)?;
         if ks.contains(&k) {
             return Err(Error::bad_input(format!(
                 "axis `{a}` is named twice in `{axis}` (name each axis once, e.g. x,y)"
