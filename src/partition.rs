@@ -12,6 +12,24 @@ use crate::mesh::Mesh;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionSpec(pub Vec<Vec<String>>);
 
+impl std::fmt::Display for PartitionSpec {
+    /// The notation [`PartitionSpec::parse`] reads, as `P(x,-)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims: Vec<String> = self
+            .0
+            .iter()
+            .map(|d| {
+                if d.is_empty() {
+                    "-".into()
+                } else {
+                    d.join("+")
+                }
+            })
+            .collect();
+        write!(f, "P({})", dims.join(","))
+    }
+}
+
 impl PartitionSpec {
     /// A spec from axis names per dimension.
     pub fn new(dims: &[&[&str]]) -> Self {
@@ -22,13 +40,38 @@ impl PartitionSpec {
         )
     }
 
+    /// Parses one entry per dimension, comma-separated: axis names joined by `+`, or `-`
+    /// for a replicated dimension (`x,y` is `P("x", "y")`, `-,x+y` is
+    /// `P(None, ("x", "y"))`, `-` alone replicates everything).
+    pub fn parse(s: &str) -> Result<Self> {
+        let dims = s
+            .split(',')
+            .map(|d| match d.trim() {
+                "-" => Ok(Vec::new()),
+                d => d
+                    .split('+')
+                    .map(|a| {
+                        let a = a.trim();
+                        if a.is_empty() || !a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                            Err(Error::bad_input(format!(
+                                "bad PartitionSpec `{s}` (expected axes per dimension, e.g. x,y or -,x+y)"
+                            )))
+                        } else {
+                            Ok(a.to_string())
+                        }
+                    })
+                    .collect(),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self(dims))
+    }
+
     /// For an array of rank `rank` on `mesh`: per dimension, the positions of its axes
     /// in the mesh; an error for an axis the mesh lacks or names twice.
     fn axes(&self, mesh: &Mesh, rank: usize) -> Result<Vec<Vec<usize>>> {
         if self.0.len() > rank {
             return Err(Error::bad_input(format!(
-                "the PartitionSpec {:?} has {} entries for an array of rank {rank}",
-                self.0,
+                "the PartitionSpec {self} has {} entries for an array of rank {rank}",
                 self.0.len()
             )));
         }
@@ -39,8 +82,7 @@ impl PartitionSpec {
                 let k = mesh.axis_named(a)?;
                 if seen.contains(&k) {
                     return Err(Error::bad_input(format!(
-                        "the PartitionSpec {:?} names axis `{a}` twice",
-                        self.0
+                        "the PartitionSpec {self} names axis `{a}` twice"
                     )));
                 }
                 seen.push(k);
@@ -85,8 +127,8 @@ pub fn shard(global: &HostArray, mesh: &Mesh, spec: &PartitionSpec) -> Result<Ve
     for (d, &(n, _)) in blocks(mesh, &axes, 0).iter().enumerate() {
         if !global.shape[d].is_multiple_of(n) {
             return Err(Error::bad_input(format!(
-                "dimension {d} of shape {:?} has {} entries, not divisible by the {n} devices of {:?}",
-                global.shape, global.shape[d], spec.0[d]
+                "dimension {d} of shape {:?} has {} entries, not divisible by the {n} devices it is split over in {spec}",
+                global.shape, global.shape[d]
             )));
         }
         shard_shape[d] /= n;
@@ -140,8 +182,8 @@ pub fn unshard(shards: &[HostArray], mesh: &Mesh, spec: &PartitionSpec) -> Resul
             match words[g] {
                 Some(v) if v != w => {
                     return Err(Error::bad_input(format!(
-                        "device {dev} disagrees with another device holding the same block under {:?} (replicated results must be equal)",
-                        spec.0
+                        "device {dev} and another device hold the same block of the result under {spec} but their values differ: \
+                         the result is not replicated over the axes {spec} leaves out"
                     )))
                 }
                 _ => words[g] = Some(w),

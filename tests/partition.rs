@@ -120,3 +120,79 @@ fn allreduce_2d_of_a_2d_sharded_array_is_replicated_everywhere() {
     assert_eq!(got, want);
     assert_eq!(got.shape, vec![8, 2]);
 }
+
+#[test]
+fn apply_takes_partition_specs_on_a_mesh() {
+    let dir = std::env::temp_dir().join(format!("tpusim-partition-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("x.npy"), dir.join("y.npy"));
+    let (rows, cols) = (4, 16);
+    let data: Vec<i32> = (0..(rows * cols) as i32).collect();
+    tpusim::npy::write_npy(
+        &input,
+        &HostArray::from_i32(&[rows, cols], data.clone()).unwrap(),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["apply", "--input", input.to_str().unwrap()];
+        args.extend(["--output", output.to_str().unwrap(), "--backend", "cpu"]);
+        args.extend(extra);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tpusim"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code().unwrap_or(-1), text)
+    };
+    // psum along y of P("x", "y"), replicated over y: block rows summed over columns.
+    let (code, out) = run(&[
+        "psum",
+        "--mesh",
+        "2x4",
+        "--axis",
+        "y",
+        "--in-spec",
+        "x,y",
+        "--out-spec",
+        "x,-",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 wrong"), "{out}");
+    let got = tpusim::npy::read_npy(&output).unwrap();
+    let blocks = |bi: usize| (0..4).map(move |bj| (bi, bj)).collect::<Vec<_>>();
+    let want: Vec<i32> = [0, 1]
+        .iter()
+        .flat_map(|&bi| block_sum(&data, cols, (2, 4), &blocks(bi)))
+        .collect();
+    assert_eq!(
+        (got.shape.clone(), got.as_i32().to_vec()),
+        (vec![4, 4], want)
+    );
+    // A result that differs across x cannot be replicated over x.
+    let (code, out) = run(&[
+        "psum",
+        "--mesh",
+        "2x4",
+        "--axis",
+        "y",
+        "--in-spec",
+        "x,y",
+        "--out-spec",
+        "-",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not replicated"), "{out}");
+    let (code, out) = run(&[
+        "psum",
+        "--mesh",
+        "2x4",
+        "--in-spec",
+        "x,w",
+        "--out-spec",
+        "x",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("no axis `w`"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -9,7 +9,10 @@ use tpusim::exec::{count_wrong, Backend};
 use tpusim::files::{same_file, Output};
 use tpusim::kernel::ReduceOp;
 use tpusim::npy::{read_npy, write_to};
-use tpusim::sharded::{reference_map_placed, shard_map_placed, ShardedArray};
+use tpusim::partition::{self, PartitionSpec};
+use tpusim::sharded::{
+    reference_map_placed, reference_map_specs, shard_map_placed, shard_map_specs, ShardedArray,
+};
 use tpusim::{Error, Mesh};
 
 /// Arguments of `tpusim apply`.
@@ -34,6 +37,13 @@ pub struct ApplyArgs {
     /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
     #[arg(long, requires = "mesh")]
     pub axis: Option<String>,
+    /// With --mesh: the input's PartitionSpec, one entry per dimension (`x,y`: rows over
+    /// x, columns over y; `-` replicated; `x+y` over both), instead of --dim.
+    #[arg(long, requires_all = ["mesh", "out_spec"], conflicts_with_all = ["dim", "out_dim"])]
+    pub in_spec: Option<String>,
+    /// With --in-spec: the result's PartitionSpec (`x,-`: rows over x, replicated over y).
+    #[arg(long, requires = "in_spec")]
+    pub out_spec: Option<String>,
     /// Input dimension sharded over the devices (default: the collective's, e.g. 0 for all_gather, else 1).
     #[arg(long)]
     pub dim: Option<usize>,
@@ -109,6 +119,37 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             },
         )
     };
+    if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
+        let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
+        // The shard shape and the joined result are checked before the run.
+        partition::shard(&global, mesh, &specs[0])?;
+        fit(match backend {
+            Backend::Cpu => Buffers::Host,
+            Backend::Gpu => Buffers::Device,
+        })?;
+        let mut exec = executor(backend)?;
+        if backend == Backend::Gpu && exec.buffers_in_host_memory() {
+            fit(Buffers::Host)?;
+        }
+        let [i, o] = [&specs[0], &specs[1]];
+        let want = reference_map_specs(c.as_ref(), &place, &global, [i, o])?;
+        let got = shard_map_specs(c.as_ref(), &place, &global, [i, o], exec.as_mut())?;
+        let wrong = count_wrong(&[vec![got.clone()]], &[vec![want]], c.tolerance());
+        output.write_with(|w| write_to(w, &got))?;
+        outln!(
+            "{} on P={} ({}): {:?} {} in P({i}) -> {:?} out P({o}), written to {}; {wrong} wrong vs XLA semantics",
+            c.name(),
+            place.describe(),
+            exec.describe(),
+            global.shape,
+            global.dtype,
+            got.shape,
+            a.output.display(),
+            i = a.in_spec.as_deref().unwrap_or_default(),
+            o = a.out_spec.as_deref().unwrap_or_default(),
+        )?;
+        return Ok(wrong == 0);
+    }
     let x = ShardedArray::shard(&global, mesh, dim)?;
     let out_shape = c.output_shape(place.devices(), &x.shards[0].shape);
     if out_dim >= out_shape.len() {
