@@ -146,17 +146,8 @@ fn apply_takes_partition_specs_on_a_mesh() {
         (o.status.code().unwrap_or(-1), text)
     };
     // psum along y of P("x", "y"), replicated over y: block rows summed over columns.
-    let (code, out) = run(&[
-        "psum",
-        "--mesh",
-        "2x4",
-        "--axis",
-        "y",
-        "--in-spec",
-        "x,y",
-        "--out-spec",
-        "x,-",
-    ]);
+    let psum_y = ["psum", "--mesh", "2x4", "--axis", "y", "--in-spec", "x,y"];
+    let (code, out) = run(&[&psum_y[..], &["--out-spec", "x,-"]].concat());
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("0 wrong"), "{out}");
     let got = tpusim::npy::read_npy(&output).unwrap();
@@ -170,17 +161,7 @@ fn apply_takes_partition_specs_on_a_mesh() {
         (vec![4, 4], want)
     );
     // A result that differs across x cannot be replicated over x.
-    let (code, out) = run(&[
-        "psum",
-        "--mesh",
-        "2x4",
-        "--axis",
-        "y",
-        "--in-spec",
-        "x,y",
-        "--out-spec",
-        "-",
-    ]);
+    let (code, out) = run(&[&psum_y[..], &["--out-spec", "-"]].concat());
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("not replicated"), "{out}");
     let (code, out) = run(&[

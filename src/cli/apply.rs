@@ -119,18 +119,24 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             },
         )
     };
-    if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
-        let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
-        // The shard shape and the joined result are checked before the run.
-        partition::shard(&global, mesh, &specs[0])?;
+    // The executor, once the work is known to fit its memory (and host memory, where
+    // the GPU's buffers live there).
+    let fitted_executor = || {
         fit(match backend {
             Backend::Cpu => Buffers::Host,
             Backend::Gpu => Buffers::Device,
         })?;
-        let mut exec = executor(backend)?;
+        let exec = executor(backend)?;
         if backend == Backend::Gpu && exec.buffers_in_host_memory() {
             fit(Buffers::Host)?;
         }
+        Ok::<_, Error>(exec)
+    };
+    if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
+        let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
+        // The shard shape and the joined result are checked before the run.
+        partition::shard(&global, mesh, &specs[0])?;
+        let mut exec = fitted_executor()?;
         let [i, o] = [&specs[0], &specs[1]];
         let want = reference_map_specs(c.as_ref(), &place, &global, [i, o])?;
         let got = shard_map_specs(c.as_ref(), &place, &global, [i, o], exec.as_mut())?;
@@ -158,14 +164,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             c.name()
         )));
     }
-    fit(match backend {
-        Backend::Cpu => Buffers::Host,
-        Backend::Gpu => Buffers::Device,
-    })?;
-    let mut exec = executor(backend)?;
-    if backend == Backend::Gpu && exec.buffers_in_host_memory() {
-        fit(Buffers::Host)?;
-    }
+    let mut exec = fitted_executor()?;
     let got = shard_map_placed(c.as_ref(), &place, &x, out_dim, exec.as_mut())?;
     let want = reference_map_placed(c.as_ref(), &place, &x, out_dim)?;
     let wrong = count_wrong(
