@@ -4,7 +4,7 @@
 //! size, so a sweep does not reallocate per size.
 
 use crate::array::DType;
-use crate::collectives::{random_inputs, Collective};
+use crate::collectives::{random_inputs, Collective, Placement};
 use crate::device_sim::{schedule, DataOp, Eager, Program, ScheduleSpec};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
@@ -223,16 +223,34 @@ pub fn sweep(
     exec: &dyn Executor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
+    let place = Placement::whole(Mesh::new(cfg.devices, "x")?);
+    sweep_placed(c, cfg, &place, exec, progress)
+}
+
+/// [`sweep`] of `c` placed on a mesh of `cfg.devices` devices: sizes, bus factors and
+/// references are those of one instance of the kernel (a group's, along an axis).
+pub fn sweep_placed(
+    c: &dyn Collective,
+    cfg: &BenchConfig,
+    place: &Placement,
+    exec: &dyn Executor,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<BenchRow>> {
     cfg.validate()?;
-    let mesh = Mesh::new(cfg.devices, "x")?;
-    let p = cfg.devices;
+    if place.mesh.size() != cfg.devices {
+        return Err(Error::bad_input(format!(
+            "the bench is configured for {} devices but the mesh has {}",
+            cfg.devices,
+            place.mesh.size()
+        )));
+    }
+    let p = place.devices();
     let sizes = sizes(cfg)?;
     let traffic = c.traffic();
     if let Some(&max) = sizes.last() {
         // Warm the executor at the largest size (the GPU pools its buffers).
         if let Some(shape) = c.bench_shape(p, max, cfg.dtype) {
-            let call = c.call(&mesh, &shape, cfg.dtype)?;
-            let program = call.lower(&mesh)?;
+            let program = place.lower(&c.call(&place.ring, &shape, cfg.dtype)?)?;
             exec.check(&program)?;
             let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
             drop(exec.prepare(&program, &sched)?);
@@ -256,13 +274,12 @@ pub fn sweep(
             continue;
         };
         let count: usize = shape.iter().product();
-        let call = c.call(&mesh, &shape, cfg.dtype)?;
-        let program = call.lower(&mesh)?;
+        let program = place.lower(&c.call(&place.ring, &shape, cfg.dtype)?)?;
         exec.check(&program)?;
         let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
         let inputs = random_inputs(&program, size)?;
         let expected = if cfg.checks > 0 {
-            Some(c.reference(&inputs)?)
+            Some(place.reference(c, &inputs)?)
         } else {
             None
         };

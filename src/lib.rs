@@ -52,6 +52,7 @@ pub mod kernel;
 pub mod mesh;
 pub mod model;
 pub mod npy;
+pub mod partition;
 pub mod sharded;
 pub mod trace;
 pub mod verify;

@@ -46,6 +46,17 @@ impl Mesh {
         self.axes.iter().position(|a| a.0 == name)
     }
 
+    /// Position of the axis called `name`, or a bad-input error naming the mesh's axes.
+    pub fn axis_named(&self, name: &str) -> Result<usize> {
+        self.axis_position(name).ok_or_else(|| {
+            let names: Vec<&str> = self.axes.iter().map(|a| a.0.as_str()).collect();
+            Error::bad_input(format!(
+                "the mesh has no axis `{name}` (axes: {})",
+                names.join(", ")
+            ))
+        })
+    }
+
     /// Mesh coordinates of linear device `device`.
     pub fn coords(&self, device: usize) -> Vec<usize> {
         let mut rest = device;

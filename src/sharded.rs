@@ -1,13 +1,16 @@
-//! Sharded arrays for library users: a global array split over a mesh axis along one
-//! dimension (a `PartitionSpec` with one sharded dimension), and [`shard_map`], which runs a
-//! collective on every shard like `jax.shard_map` and reassembles the result.
+//! Sharded arrays for library users: a global array split over a mesh's devices along one
+//! dimension (a `PartitionSpec` with one sharded dimension; on a multi-axis mesh, sharded
+//! over all its axes, row-major), and [`shard_map`], which runs a collective on every
+//! shard like `jax.shard_map` and reassembles the result.
 
 use crate::array::HostArray;
-use crate::collectives::{plan, Collective};
-use crate::device_sim::Eager;
+use crate::collectives::{Collective, Placement};
+use crate::device_sim::Program;
+use crate::device_sim::{schedule, Eager};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::mesh::Mesh;
+use crate::partition::{self, PartitionSpec};
 
 /// A global array split into equal blocks along dimension `dim`, one per device.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,20 +131,27 @@ pub fn shard_map(
     out_dim: usize,
     exec: &mut dyn Executor,
 ) -> Result<ShardedArray> {
-    if x.shards.len() != mesh.size() {
-        return Err(Error::bad_input(format!(
-            "{} shards for a mesh of {} devices",
-            x.shards.len(),
-            mesh.size()
-        )));
-    }
-    let shard = &x.shards[0];
-    let call = c.call(mesh, &shard.shape, shard.dtype)?;
-    let (program, sched) = plan(&call, mesh, &mut Eager::default())?;
+    shard_map_placed(c, &Placement::whole(mesh.clone()), x, out_dim, exec)
+}
+
+/// [`shard_map`] on a multi-axis mesh: `x` is sharded over every device of `place.mesh`
+/// in row-major order (`P(("x", "y"))` on its dimension), and `c` runs as `place` says
+/// (one kernel over the mesh, or a ring per group along an axis, as `shard_map` runs a
+/// collective over one named axis).
+pub fn shard_map_placed(
+    c: &dyn Collective,
+    place: &Placement,
+    x: &ShardedArray,
+    out_dim: usize,
+    exec: &mut dyn Executor,
+) -> Result<ShardedArray> {
+    let shard = first_of(x, &place.mesh)?;
+    let program = place.lower(&c.call(&place.ring, &shard.shape, shard.dtype)?)?;
+    let sched = schedule(&program, &mut Eager::default())?;
     exec.check(&program)?;
     let inputs = kernel_inputs(x, &program.layout.allocs[program.inputs[0]].shape);
     let outputs = exec.execute(&program, &sched, &inputs)?;
-    joined(c, mesh, x, out_dim, outputs)
+    joined(c, place.devices(), x, out_dim, outputs)
 }
 
 /// XLA's result for the same call as [`shard_map`], from the collective's reference.
@@ -151,13 +161,98 @@ pub fn reference_map(
     x: &ShardedArray,
     out_dim: usize,
 ) -> Result<ShardedArray> {
-    let shard = x
-        .shards
-        .first()
-        .ok_or_else(|| Error::bad_input("a sharded array needs at least one shard"))?;
-    let program = c.call(mesh, &shard.shape, shard.dtype)?.lower(mesh)?;
+    reference_map_placed(c, &Placement::whole(mesh.clone()), x, out_dim)
+}
+
+/// XLA's result for the same call as [`shard_map_placed`].
+pub fn reference_map_placed(
+    c: &dyn Collective,
+    place: &Placement,
+    x: &ShardedArray,
+    out_dim: usize,
+) -> Result<ShardedArray> {
+    let shard = first_of(x, &place.mesh)?;
+    let program = c
+        .call(&place.ring, &shard.shape, shard.dtype)?
+        .lower(&place.ring)?;
     let inputs = kernel_inputs(x, &program.layout.allocs[program.inputs[0]].shape);
-    joined(c, mesh, x, out_dim, c.reference(&inputs)?)
+    joined(c, place.devices(), x, out_dim, place.reference(c, &inputs)?)
+}
+
+/// `jax.shard_map(c, mesh, in_specs=in_spec, out_specs=out_spec)` on a multi-axis mesh:
+/// `global` is split by `in_spec` (a dimension over x, another over y, or replicated),
+/// `c` runs as `place` says, and the per-device results are joined by `out_spec`
+/// (devices that hold the same block must agree, as replicated results do).
+pub fn shard_map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+    exec: &mut dyn Executor,
+) -> Result<HostArray> {
+    map_specs(
+        c,
+        place,
+        global,
+        [in_spec, out_spec],
+        &mut |program, inputs| {
+            let sched = schedule(program, &mut Eager::default())?;
+            exec.check(program)?;
+            exec.execute(program, &sched, inputs)
+        },
+    )
+}
+
+/// XLA's result for the same call as [`shard_map_specs`], from the collective's reference.
+pub fn reference_map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+) -> Result<HostArray> {
+    map_specs(c, place, global, [in_spec, out_spec], &mut |_, inputs| {
+        place.reference(c, inputs)
+    })
+}
+
+/// Per-device outputs of a lowered program for `inputs[device][operand]`.
+type RunFn<'a> = dyn FnMut(&Program, &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> + 'a;
+
+fn map_specs(
+    c: &dyn Collective,
+    place: &Placement,
+    global: &HostArray,
+    [in_spec, out_spec]: [&PartitionSpec; 2],
+    run: &mut RunFn,
+) -> Result<HostArray> {
+    let shards = partition::shard(global, &place.mesh, in_spec)?;
+    let x = ShardedArray { dim: 0, shards };
+    let shard = first_of(&x, &place.mesh)?;
+    let program = place.lower(&c.call(&place.ring, &shard.shape, shard.dtype)?)?;
+    let inputs = kernel_inputs(&x, &program.layout.allocs[program.inputs[0]].shape);
+    let out_shape = c.output_shape(place.devices(), &shard.shape);
+    let outputs: Vec<HostArray> = run(&program, &inputs)?
+        .into_iter()
+        .map(|mut o| HostArray {
+            shape: out_shape.clone(),
+            ..o.swap_remove(0)
+        })
+        .collect();
+    partition::unshard(&outputs, &place.mesh, out_spec)
+}
+
+/// The first shard of `x`, which must have one shard per device of `mesh`.
+fn first_of<'x>(x: &'x ShardedArray, mesh: &Mesh) -> Result<&'x HostArray> {
+    if x.shards.len() != mesh.size() {
+        return Err(Error::bad_input(format!(
+            "{} shards for a mesh of {} devices",
+            x.shards.len(),
+            mesh.size()
+        )));
+    }
+    x.shards
+        .first()
+        .ok_or_else(|| Error::bad_input("a sharded array needs at least one shard"))
 }
 
 /// Each shard as the kernel's input ref sees it (the rings take `[1, N]`: a reshape).
@@ -176,12 +271,12 @@ fn kernel_inputs(x: &ShardedArray, in_shape: &[usize]) -> Vec<Vec<HostArray>> {
 /// Per-device first outputs, shaped as XLA's per-shard result, joined along `out_dim`.
 fn joined(
     c: &dyn Collective,
-    mesh: &Mesh,
+    devices: usize,
     x: &ShardedArray,
     out_dim: usize,
     outputs: Vec<Vec<HostArray>>,
 ) -> Result<ShardedArray> {
-    let out_shape = c.output_shape(mesh.size(), &x.shards[0].shape);
+    let out_shape = c.output_shape(devices, &x.shards[0].shape);
     if out_dim >= out_shape.len() {
         return Err(Error::bad_input(format!(
             "the result of `{}` has shape {out_shape:?}; it has no dimension {out_dim} to join along",

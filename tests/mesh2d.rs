@@ -173,7 +173,7 @@ fn run_takes_a_mesh_and_an_axis() {
         (vec!["run", "psum", "--mesh", "2x0"], "bad mesh `2x0`"),
         (
             vec!["run", "psum", "--mesh", "2x4", "--variant", "no-barrier"],
-            "does not take --mesh",
+            "does not run along an --axis",
         ),
         (
             vec!["run", "psum", "--mesh", "2x4", "-p", "3"],

@@ -16,13 +16,17 @@ use tpusim::{DType, Mesh};
 fn every_broken_variant_is_reported_with_its_kind() {
     for v in variants() {
         for p in [3usize, 4, 5] {
-            let mesh = Mesh::new(p, "x").unwrap();
-            let shape = collectives::Registry::builtin()
+            let c = collectives::Registry::builtin()
                 .by_name(v.collective)
-                .unwrap()
-                .default_shape(p);
+                .unwrap();
+            // A whole-mesh collective breaks on a 2-D mesh (its y ring is empty on -p).
+            let mesh = match c.span() {
+                collectives::Span::Ring => Mesh::new(p, "x").unwrap(),
+                collectives::Span::Mesh => Mesh::with_axes(&[("x", p), ("y", 2)]).unwrap(),
+            };
+            let shape = c.default_shape(mesh.size());
             let call = v.call(&mesh, &shape, DType::F32).unwrap();
-            let r = check(&call, &mesh, &ScheduleSpec::check_set(p, 40, 0)).unwrap();
+            let r = check(&call, &mesh, &ScheduleSpec::check_set(mesh.size(), 40, 0)).unwrap();
             assert!(
                 r.kinds().contains(&v.expect),
                 "{v:?} at P={p}: expected {}, got {:?}",

@@ -1,7 +1,7 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
 use super::out::outln;
-use super::{executor, limits, mesh};
+use super::{executor, limits, placement};
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
@@ -9,7 +9,10 @@ use tpusim::exec::{count_wrong, Backend};
 use tpusim::files::{same_file, Output};
 use tpusim::kernel::ReduceOp;
 use tpusim::npy::{read_npy, write_to};
-use tpusim::sharded::{reference_map, shard_map, ShardedArray};
+use tpusim::partition::{self, PartitionSpec};
+use tpusim::sharded::{
+    reference_map_placed, reference_map_specs, shard_map_placed, shard_map_specs, ShardedArray,
+};
 use tpusim::{Error, Mesh};
 
 /// Arguments of `tpusim apply`.
@@ -26,6 +29,21 @@ pub struct ApplyArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     pub devices: usize,
+    /// A multi-axis mesh, e.g. 2x4 (axes x and y): the input is sharded over every device,
+    /// row-major (`P(("x", "y"))`); a ring collective runs along `--axis`, a whole-mesh
+    /// one (allreduce_2d) on all of it.
+    #[arg(long, conflicts_with = "devices")]
+    pub mesh: Option<String>,
+    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
+    #[arg(long, requires = "mesh")]
+    pub axis: Option<String>,
+    /// With --mesh: the input's PartitionSpec, one entry per dimension (`x,y`: rows over
+    /// x, columns over y; `-` replicated; `x+y` over both), instead of --dim.
+    #[arg(long, requires_all = ["mesh", "out_spec"], conflicts_with_all = ["dim", "out_dim"])]
+    pub in_spec: Option<String>,
+    /// With --in-spec: the result's PartitionSpec (`x,-`: rows over x, replicated over y).
+    #[arg(long, requires = "in_spec")]
+    pub out_spec: Option<String>,
     /// Input dimension sharded over the devices (default: the collective's, e.g. 0 for all_gather, else 1).
     #[arg(long)]
     pub dim: Option<usize>,
@@ -45,12 +63,13 @@ pub struct ApplyArgs {
 
 /// `tpusim apply`: shard, run, compare with XLA's result, join, write.
 pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
-    let mesh = mesh(a.devices)?;
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
     let c = reg.get(&a.collective, &opts)?;
+    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+    let mesh = &place.mesh;
     // The collective's own in_specs / out_specs unless the user names dimensions.
     let (dim0, out0) = c.apply_dims();
     let dim = a.dim.unwrap_or(dim0);
@@ -100,24 +119,58 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             },
         )
     };
-    let x = ShardedArray::shard(&global, &mesh, dim)?;
-    let out_shape = c.output_shape(p, &x.shards[0].shape);
+    // The executor, once the work is known to fit its memory (and host memory, where
+    // the GPU's buffers live there).
+    let fitted_executor = || {
+        fit(match backend {
+            Backend::Cpu => Buffers::Host,
+            Backend::Gpu => Buffers::Device,
+        })?;
+        let exec = executor(backend)?;
+        if backend == Backend::Gpu && exec.buffers_in_host_memory() {
+            fit(Buffers::Host)?;
+        }
+        Ok::<_, Error>(exec)
+    };
+    if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
+        let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
+        // The shard shape and the joined result are checked before the run.
+        partition::shard(&global, mesh, &specs[0])?;
+        let mut exec = fitted_executor()?;
+        let [i, o] = [&specs[0], &specs[1]];
+        let want = reference_map_specs(c.as_ref(), &place, &global, [i, o])?;
+        let got = shard_map_specs(c.as_ref(), &place, &global, [i, o], exec.as_mut())?;
+        let wrong = count_wrong(
+            &[vec![got.clone()]],
+            &[vec![want]],
+            c.tolerance_for(global.dtype, mesh.size()),
+        );
+        output.write_with(|w| write_to(w, &got))?;
+        outln!(
+            "{} on P={} ({}): {:?} {} in P({i}) -> {:?} out P({o}), written to {}; {wrong} wrong vs XLA semantics",
+            c.name(),
+            place.describe(),
+            exec.describe(),
+            global.shape,
+            global.dtype,
+            got.shape,
+            a.output.display(),
+            i = a.in_spec.as_deref().unwrap_or_default(),
+            o = a.out_spec.as_deref().unwrap_or_default(),
+        )?;
+        return Ok(wrong == 0);
+    }
+    let x = ShardedArray::shard(&global, mesh, dim)?;
+    let out_shape = c.output_shape(place.devices(), &x.shards[0].shape);
     if out_dim >= out_shape.len() {
         return Err(Error::bad_input(format!(
             "--out-dim {out_dim}: the result of `{}` has shape {out_shape:?}, with no dimension {out_dim} to join along",
             c.name()
         )));
     }
-    fit(match backend {
-        Backend::Cpu => Buffers::Host,
-        Backend::Gpu => Buffers::Device,
-    })?;
-    let mut exec = executor(backend)?;
-    if backend == Backend::Gpu && exec.buffers_in_host_memory() {
-        fit(Buffers::Host)?;
-    }
-    let got = shard_map(c.as_ref(), &mesh, &x, out_dim, exec.as_mut())?;
-    let want = reference_map(c.as_ref(), &mesh, &x, out_dim)?;
+    let mut exec = fitted_executor()?;
+    let got = shard_map_placed(c.as_ref(), &place, &x, out_dim, exec.as_mut())?;
+    let want = reference_map_placed(c.as_ref(), &place, &x, out_dim)?;
     let wrong = count_wrong(
         std::slice::from_ref(&got.shards),
         std::slice::from_ref(&want.shards),
@@ -126,9 +179,9 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let result = got.unshard()?;
     output.write_with(|w| write_to(w, &result))?;
     outln!(
-        "{} on {} devices ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {out_dim}, written to {}; {wrong} wrong vs XLA semantics",
+        "{} on P={} ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {out_dim}, written to {}; {wrong} wrong vs XLA semantics",
         c.name(),
-        mesh.size(),
+        place.describe(),
         exec.describe(),
         global.shape,
         global.dtype,

@@ -1,10 +1,10 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
 use super::out::outln;
-use super::{executor, limits, mesh};
+use super::{executor, limits, mesh_arg, placement};
 use tpusim::bench::BenchConfig;
 use tpusim::budget::{Buffers, Work};
-use tpusim::collectives::{Collective, Registry};
+use tpusim::collectives::{Collective, Registry, Span};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::gpu::GpuExecutor;
 use tpusim::exec::{Backend, Executor};
@@ -19,6 +19,13 @@ pub struct BenchArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
+    /// A multi-axis mesh, e.g. 4x4 (axes x and y): a ring collective runs along `--axis`
+    /// (every group an independent ring); a whole-mesh one (allreduce_2d) on all of it.
+    #[arg(long, conflicts_with = "devices")]
+    mesh: Option<String>,
+    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
+    #[arg(long, requires = "mesh")]
+    axis: Option<String>,
     /// Smallest size (K/M/G suffixes), nccl-tests' definition per collective.
     #[arg(short = 'b', long = "minbytes", default_value = "4K")]
     min: String,
@@ -54,8 +61,8 @@ pub struct BenchArgs {
 /// `tpusim bench`.
 pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
-    use tpusim::bench::{header, line, parse_size, sweep, Progress};
-    let mesh = mesh(a.devices)?;
+    use tpusim::bench::{header, line, parse_size, sweep_placed, Progress};
+    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
     let cfg = BenchConfig {
         devices: mesh.size(),
         min_bytes: parse_size(&a.min)?,
@@ -69,7 +76,15 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     };
     cfg.validate()?;
     let names: Vec<&str> = if a.collective == "all" {
-        reg.names()
+        let mut v = Vec::new();
+        for n in reg.names() {
+            if a.axis.is_some() && reg.by_name(n)?.span() == Span::Mesh {
+                eprintln!("skipped {n}: one kernel over the whole mesh, it takes no --axis");
+            } else {
+                v.push(n);
+            }
+        }
+        v
     } else {
         reg.by_name(&a.collective)?;
         vec![a.collective.as_str()]
@@ -100,9 +115,14 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             executor(Backend::Cpu)?
         }
     };
+    let at = match (&a.mesh, &a.axis) {
+        (Some(m), Some(x)) => format!("{} (mesh {m} along {x})", cfg.devices),
+        (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
+        _ => cfg.devices.to_string(),
+    };
     outln!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
-        cfg.devices,
+        at,
         cfg.dtype,
         cfg.schedule,
         cfg.iters,
@@ -123,7 +143,8 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             }
             let _ = std::io::stderr().flush();
         };
-        let r = sweep(c.as_ref(), &cfg, exec.as_ref(), &mut progress)?;
+        let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+        let r = sweep_placed(c.as_ref(), &cfg, &place, exec.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
             outln!("{}", line(row))?;

@@ -1,10 +1,10 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::out::outln;
-use super::{limits, placement, Placement};
+use super::{limits, mesh_arg, placement};
 use tpusim::budget::Work;
 use tpusim::collectives::variants::{variant, variants};
-use tpusim::collectives::Registry;
+use tpusim::collectives::{Registry, Span};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::kernel::PallasCall;
 use tpusim::verify::{self, Report};
@@ -20,13 +20,14 @@ pub struct CheckArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
-    /// A multi-axis mesh, e.g. 2x4 (axes x and y); the collective runs over `--axis`,
-    /// every group along it an independent ring.
+    /// A multi-axis mesh, e.g. 2x4 (axes x and y): a ring collective runs over `--axis`,
+    /// every group along it an independent ring; a whole-mesh one (allreduce_2d) on all of it.
     #[arg(long, conflicts_with = "devices")]
     mesh: Option<String>,
-    /// The mesh axis the collective runs over (with --mesh).
-    #[arg(long, requires = "mesh", default_value = "x")]
-    axis: String,
+    /// The mesh axis a ring collective runs over (with --mesh; default x), or several
+    /// (`x,y`: one ring through every device of both, row-major).
+    #[arg(long, requires = "mesh")]
+    axis: Option<String>,
     /// Schedules to run: every deterministic policy, then seeded random ones.
     #[arg(long, default_value_t = 200)]
     schedules: usize,
@@ -98,11 +99,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .collective
         .as_deref()
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
-    let Placement { mesh, groups, ring } = placement(a.mesh.as_deref(), a.devices, &a.axis)?;
-    let p = mesh.size();
-    let at = match &a.mesh {
-        Some(m) => format!("--mesh {m} --axis {}", a.axis),
-        None => format!("-p {p}"),
+    let p = mesh_arg(a.mesh.as_deref(), a.devices)?.size();
+    let at = match (&a.mesh, &a.axis) {
+        (Some(m), Some(x)) => format!("--mesh {m} --axis {x}"),
+        (Some(m), None) => format!("--mesh {m}"),
+        _ => format!("-p {p}"),
     };
     let specs = match &a.replay {
         Some(s) => {
@@ -135,9 +136,16 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     // Every kernel is built and checked against this machine's limits before any runs.
     let mut runs = Vec::new();
     for n in names {
+        let c = reg.by_name(n)?;
+        if name == "all" && a.axis.is_some() && c.span() == Span::Mesh {
+            outln!("{n}: skipped (one kernel over the whole mesh: it takes no --axis)")?;
+            continue;
+        }
+        let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+        let ring = &place.ring;
         let shape = match &shape {
             Some(s) => s.clone(),
-            None => reg.by_name(n)?.default_shape(ring.size()),
+            None => c.default_shape(ring.size()),
         };
         let make = |m: &Mesh, s: &[usize]| -> tpusim::Result<PallasCall> {
             match &a.variant {
@@ -145,7 +153,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
                 None => reg.by_name(n)?.call(m, s, DType::F32),
             }
         };
-        let call = make(&ring, &shape)?;
+        let call = make(ring, &shape)?;
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
         // A check holds no data, but it only verifies shapes a run could hold.
         limits::fit(
@@ -154,10 +162,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             &|q| limits::call_at(q, reg.by_name(n)?.as_ref(), &shape, DType::F32, &make),
             Work::Check,
         )?;
-        let shown = match &a.mesh {
-            Some(m) => format!("P={p} ({m} along {})", a.axis),
-            None => format!("P={p}"),
-        };
+        let shown = format!("P={}", place.describe());
         let (title, replay) = match &a.variant {
             Some(v) => (
                 format!("{n} --variant {v} {shown}"),
@@ -165,11 +170,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             ),
             None => (format!("{n} {shown}"), format!("tpusim check {n} {at}")),
         };
-        runs.push((call, title, replay));
+        runs.push((call, place, title, replay));
     }
     let mut clean = true;
-    for (call, title, replay) in runs {
-        let report = verify::check_groups(&call, &ring, groups.as_deref(), &specs)?;
+    for (call, place, title, replay) in runs {
+        let report = verify::check_groups(&call, &place.ring, place.groups.as_deref(), &specs)?;
         print_report(&title, &replay, &report)?;
         clean &= report.is_clean();
     }

@@ -13,7 +13,7 @@ mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use tpusim::collectives::Registry;
+use tpusim::collectives::{Collective, Placement, Registry};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
@@ -91,37 +91,23 @@ pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
     Mesh::new(devices, "x")
 }
 
-/// Where a collective runs: the whole mesh, the groups along `--axis` when `--mesh` is
-/// given, and the 1-D mesh its kernel is built for (the whole mesh without `--mesh`).
-pub struct Placement {
-    /// Every device.
-    pub mesh: Mesh,
-    /// With `--mesh`: the groups of devices along `--axis`, each an independent ring.
-    pub groups: Option<Vec<Vec<usize>>>,
-    /// The 1-D mesh the kernel is built for.
-    pub ring: Mesh,
-}
-
-/// The placement of `--mesh`/`--axis`, or of `-p` when no mesh is given.
-pub fn placement(spec: Option<&str>, devices: usize, axis: &str) -> tpusim::Result<Placement> {
+/// Where `c` runs: on `--mesh` (along `--axis` for a ring collective; whole for a
+/// whole-mesh one), or on the 1-D mesh of `-p` when no mesh is given.
+pub fn placement(
+    c: &dyn Collective,
+    spec: Option<&str>,
+    devices: usize,
+    axis: Option<&str>,
+) -> tpusim::Result<Placement> {
     let mesh = mesh_arg(spec, devices)?;
     if spec.is_none() {
-        return Ok(Placement {
-            ring: mesh.clone(),
-            mesh,
-            groups: None,
-        });
+        return Ok(Placement::whole(mesh));
     }
-    let groups = tpusim::device_sim::groups::groups_along(&mesh, axis)?;
-    Ok(Placement {
-        ring: Mesh::new(groups[0].len(), "x")?,
-        mesh,
-        groups: Some(groups),
-    })
+    Placement::of(c, mesh, axis)
 }
 
 /// A mesh from `--mesh AxB[xC]` (axes x, y, z), or the 1-D mesh of `-p` when none.
-fn mesh_arg(spec: Option<&str>, devices: usize) -> tpusim::Result<Mesh> {
+pub fn mesh_arg(spec: Option<&str>, devices: usize) -> tpusim::Result<Mesh> {
     let Some(spec) = spec else {
         return mesh(devices);
     };

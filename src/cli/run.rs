@@ -2,12 +2,11 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::out::outln;
-use super::{executor, limits, placement, Placement};
+use super::{executor, limits, placement};
 use std::sync::Arc;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::variants::variant;
-use tpusim::collectives::{Collective, Options, Ppermute, Registry};
-use tpusim::device_sim::groups::replicate;
+use tpusim::collectives::{Collective, Options, Placement, Ppermute, Registry};
 use tpusim::device_sim::ScheduleSpec;
 use tpusim::exec::{Backend, Executor};
 use tpusim::files::Output;
@@ -23,13 +22,14 @@ pub struct RunArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     devices: usize,
-    /// A multi-axis mesh, e.g. 2x4 (axes x and y); the collective runs over `--axis`,
-    /// every group along it an independent ring.
+    /// A multi-axis mesh, e.g. 2x4 (axes x and y): a ring collective runs over `--axis`,
+    /// every group along it an independent ring; a whole-mesh one (allreduce_2d) on all of it.
     #[arg(long, conflicts_with = "devices")]
     mesh: Option<String>,
-    /// The mesh axis the collective runs over (with --mesh).
-    #[arg(long, requires = "mesh", default_value = "x")]
-    axis: String,
+    /// The mesh axis a ring collective runs over (with --mesh; default x), or several
+    /// (`x,y`: one ring through every device of both, row-major).
+    #[arg(long, requires = "mesh")]
+    axis: Option<String>,
     /// One device's shard shape, e.g. 8x128 (default: a small shape the collective serves at P).
     #[arg(long)]
     shape: Option<String>,
@@ -93,7 +93,9 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    fn model(&self) -> tpusim::Result<Option<CostModel>> {
+    /// The model for a run on `mesh`: a multi-axis mesh is wired as the torus of its
+    /// shape unless `--topology` says otherwise.
+    fn model(&self, mesh: &Mesh) -> tpusim::Result<Option<CostModel>> {
         let overrides = self.link_gbps.is_some()
             || self.link_latency_us.is_some()
             || self.hbm_gbps.is_some()
@@ -128,9 +130,11 @@ impl ModelArgs {
         if let Some(v) = self.vmem_bytes {
             m.vmem_bytes = (v > 0).then_some(v);
         }
-        if let Some(t) = &self.topology {
-            m.topology = Some(Topology::parse(t)?);
-        }
+        m.topology = match &self.topology {
+            Some(t) => Some(Topology::parse(t)?),
+            None if mesh.axes().len() > 1 => Some(Topology::of_mesh(mesh)),
+            None => None,
+        };
         if overrides {
             m.name = format!("{} (overridden)", m.name);
         }
@@ -141,14 +145,12 @@ impl ModelArgs {
 
 struct Prepared {
     collective: Arc<dyn Collective>,
-    /// With `--mesh`: the groups along `--axis` (each runs the kernel built for `ring`).
-    groups: Option<Vec<Vec<usize>>>,
-    /// The 1-D mesh the kernel is built for (`mesh` itself without `--mesh`).
-    ring: Mesh,
+    /// The devices: the whole mesh, or the groups along `--axis` (each runs the kernel
+    /// built for `place.ring`).
+    place: Placement,
     /// The kernel that runs: the collective's, or a broken variant of it.
     call: PallasCall,
     variant: Option<String>,
-    mesh: Mesh,
     shape: Vec<usize>,
     dtype: DType,
     schedule: ScheduleSpec,
@@ -175,7 +177,7 @@ fn build_at(
 
 /// Refuses the run when it cannot fit this machine, with buffers in `buffers`.
 fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim::Result<()> {
-    let n = p.mesh.size();
+    let n = p.place.mesh.size();
     let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
     limits::fit(
         format!(
@@ -195,17 +197,23 @@ fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim:
 }
 
 fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
-    let Placement { mesh, groups, ring } = placement(a.mesh.as_deref(), a.devices, &a.axis)?;
-    if groups.is_some() && a.variant.is_some() {
-        return Err(Error::bad_input(
-            "--variant runs on a 1-D mesh (-p); it does not take --mesh",
-        ));
-    }
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
     let collective = reg.get(&a.collective, &opts)?;
+    let place = placement(
+        collective.as_ref(),
+        a.mesh.as_deref(),
+        a.devices,
+        a.axis.as_deref(),
+    )?;
+    let (mesh, ring) = (&place.mesh, &place.ring);
+    if place.groups.is_some() && a.variant.is_some() {
+        return Err(Error::bad_input(
+            "--variant runs the broken kernel on the whole mesh (-p, or --mesh for a whole-mesh collective); it does not run along an --axis",
+        ));
+    }
     let shape = match &a.shape {
         Some(s) => array::parse_shape(s)?,
         None => collective.default_shape(ring.size()),
@@ -219,7 +227,7 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
             "--variant runs the broken kernel as shipped (a sum, the seed's permutation): it takes no --op or --perm",
         ));
     }
-    let model = a.model.model()?;
+    let model = a.model.model(mesh)?;
     let timeline = a
         .model
         .timeline
@@ -228,16 +236,14 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
         .transpose()?;
     // Build the kernel now so that every input problem is reported before the GPU is touched.
     let call = match &a.variant {
-        Some(v) => variant(&a.collective, v)?.call(&ring, &shape, dtype)?,
-        None => collective.call(&ring, &shape, dtype)?,
+        Some(v) => variant(&a.collective, v)?.call(ring, &shape, dtype)?,
+        None => collective.call(ring, &shape, dtype)?,
     };
     let p = Prepared {
         collective,
-        groups,
-        ring,
+        place,
         call,
         variant: a.variant.clone(),
-        mesh,
         shape,
         dtype,
         schedule,
@@ -251,64 +257,29 @@ fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
     };
     fit(a, &p, backend, buffers)?;
     if let Some(m) = &p.model {
-        m.check_vmem(&p.call.lower(&p.ring)?)?;
+        m.check_vmem(&p.call.lower(&p.place.ring)?)?;
     }
     Ok((p, backend))
 }
 
-impl Prepared {
-    /// The program that runs on the whole mesh.
-    fn program(&self) -> tpusim::Result<tpusim::device_sim::Program> {
-        let one = self.call.lower(&self.ring)?;
-        match &self.groups {
-            Some(g) => replicate(&one, g),
-            None => Ok(one),
-        }
-    }
-}
-
-fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64, axis: &str) -> tpusim::Result<bool> {
-    let r = match &p.groups {
-        Some(_) => tpusim::collectives::run_along(
-            p.collective.as_ref(),
-            &p.mesh,
-            axis,
-            &p.shape,
-            p.dtype,
-            exec,
-            seed,
-            p.schedule,
-        )?,
-        None => tpusim::collectives::run_call(
-            p.collective.as_ref(),
-            &p.call,
-            &p.mesh,
-            exec,
-            seed,
-            p.schedule,
-        )?,
-    };
+fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
+    let r = tpusim::collectives::run_placed(
+        p.collective.as_ref(),
+        &p.call,
+        &p.place,
+        exec,
+        seed,
+        p.schedule,
+    )?;
     let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
     let name = match &p.variant {
         Some(v) => format!("{} --variant {v}", p.collective.name()),
         None => p.collective.name().to_string(),
     };
-    let devices = match &p.groups {
-        Some(g) => {
-            let dims: Vec<String> = p.mesh.axes().iter().map(|a| a.1.to_string()).collect();
-            format!(
-                "{} ({} along {axis}, {} groups)",
-                p.mesh.size(),
-                dims.join("x"),
-                g.len()
-            )
-        }
-        None => p.mesh.size().to_string(),
-    };
     outln!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
         name,
-        devices,
+        p.place.describe(),
         shape.join("x"),
         p.dtype,
         exec.describe(),
@@ -322,12 +293,12 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64, axis: &str) -> tpus
 
 /// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
 fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
-    let program = p.program()?;
+    let program = p.place.lower(&p.call)?;
     let mut timed = Timed::new(&program, m.clone())?;
     tpusim::device_sim::schedule(&program, &mut timed)?;
     let run = timed.finish();
     // Sizes and bus factors are per collective: per group on a multi-axis mesh.
-    let n = p.ring.size();
+    let n = p.place.devices();
     let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as u64;
     let traffic = p.collective.traffic();
     let size = traffic.size(n, shard_bytes) as f64;
@@ -336,7 +307,7 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
     outln!(
         "model {} on {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
         m.name,
-        m.topology_for(p.mesh.size()),
+        m.topology_for(p.place.mesh.size()),
         run.seconds * 1e6,
         size,
         algbw / 1e9,
@@ -345,7 +316,7 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
         if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
     )?;
     if let Some(out) = &p.timeline {
-        let json = chrome_trace(p.collective.name(), p.mesh.size(), &run.events);
+        let json = chrome_trace(p.collective.name(), p.place.mesh.size(), &run.events);
         out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
         outln!(
             "timeline written to {} ({} events)",
@@ -363,7 +334,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     if backend == Backend::Gpu && exec.buffers_in_host_memory() {
         fit(a, &p, backend, Buffers::Host)?;
     }
-    let ok = run_one(&p, exec.as_mut(), a.seed, &a.axis)?;
+    let ok = run_one(&p, exec.as_mut(), a.seed)?;
     if let Some(m) = &p.model {
         model_report(&p, m)?;
     }
@@ -384,16 +355,14 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
                 call: c.call(&mesh, &shape, dtype)?,
                 variant: None,
                 collective: c.clone(),
-                groups: None,
-                ring: mesh.clone(),
-                mesh,
+                place: Placement::whole(mesh),
                 shape,
                 dtype,
                 schedule: ScheduleSpec::Eager,
                 model: None,
                 timeline: None,
             };
-            ok &= run_one(&p, exec.as_mut(), 0, "x")?;
+            ok &= run_one(&p, exec.as_mut(), 0)?;
         }
     }
     Ok(ok)

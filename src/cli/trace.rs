@@ -1,7 +1,7 @@
 //! `tpusim trace`: step tables.
 
 use super::out::{out, outln};
-use super::{limits, mesh};
+use super::{limits, placement};
 use tpusim::budget::Work;
 use tpusim::collectives::Registry;
 use tpusim::{DType, Error, Mesh};
@@ -14,6 +14,13 @@ pub struct TraceArgs {
     /// Number of devices.
     #[arg(short = 'p', long = "devices", default_value_t = 4)]
     pub devices: usize,
+    /// A multi-axis mesh, e.g. 2x2 (axes x and y): a ring collective runs along `--axis`
+    /// (every group an independent ring); a whole-mesh one (allreduce_2d) on all of it.
+    #[arg(long, conflicts_with = "devices")]
+    pub mesh: Option<String>,
+    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
+    #[arg(long, requires = "mesh")]
+    pub axis: Option<String>,
     /// Output format: markdown or json.
     #[arg(long, default_value = "markdown")]
     pub format: String,
@@ -21,15 +28,15 @@ pub struct TraceArgs {
 
 /// `tpusim trace`.
 pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
-    let mesh = mesh(a.devices)?;
     let c = reg.by_name(&a.collective)?;
+    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
     if a.format != "markdown" && a.format != "json" {
         return Err(Error::bad_input(format!(
             "unknown format `{}` (expected markdown or json)",
             a.format
         )));
     }
-    let p = mesh.size();
+    let p = place.mesh.size();
     limits::fit(
         format!("`tpusim trace {}` at P={p}", a.collective),
         p,
@@ -42,7 +49,7 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
         },
         Work::Trace,
     )?;
-    let table = tpusim::trace::trace(c.as_ref(), &mesh)?;
+    let table = tpusim::trace::trace_placed(c.as_ref(), &place)?;
     if a.format == "json" {
         outln!(
             "{}",

@@ -3,12 +3,15 @@
 mod all_gather;
 mod all_gather_bidir;
 mod all_to_all;
+mod allreduce_2d;
 mod barrier;
+mod placement;
 mod ppermute;
 mod psum;
 mod psum_scatter;
 pub mod reference;
 mod registry;
+mod ring;
 mod ring_allreduce;
 pub mod variants;
 
@@ -16,11 +19,14 @@ use crate::kernel::ReduceOp;
 pub use all_gather::{all_gather_kernel, AllGather};
 pub use all_gather_bidir::{all_gather_bidir_kernel, AllGatherBidir};
 pub use all_to_all::{all_to_all_kernel, AllToAll};
-pub use barrier::neighbor_barrier;
+pub use allreduce_2d::{allreduce_2d_kernel, AllReduce2d};
+pub use barrier::{mesh_barrier, neighbor_barrier};
+pub use placement::Placement;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};
 pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
 pub use registry::Registry;
+pub use ring::{ring_step, RingPos, StepBufs};
 pub use ring_allreduce::{
     ring_allreduce_kernel, ring_allreduce_push_kernel, RingAllReduce, RingAllReducePush,
 };
@@ -51,6 +57,11 @@ pub trait Collective: Send + Sync {
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall>;
     /// XLA's result for `inputs[device][operand]`, as `outputs[device][operand]`.
     fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>>;
+    /// Where it runs: over one ring (per group along `--axis` on a multi-axis mesh) or
+    /// as one kernel over the whole mesh.
+    fn span(&self) -> Span {
+        Span::Ring
+    }
     /// What nccl-tests would call it: decides its size and bus bandwidth.
     fn traffic(&self) -> Traffic;
     /// Relative float tolerance for comparing with the reference (0 for pure data movement).
@@ -127,6 +138,17 @@ pub trait Collective: Send + Sync {
 /// reference in f64 rounded once: for up to a few dozen terms in [0, 1) the two differ
 /// by a few ulps of the result, far below 1e-5 of it (or of 1 near zero).
 pub const SUM_TOLERANCE: f32 = 1e-5;
+
+/// Which devices one instance of a collective's kernel spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    /// A 1-D kernel over one ring (axis `x`). On a multi-axis mesh every group of
+    /// devices along `--axis` runs it as an independent ring.
+    Ring,
+    /// One kernel over the whole mesh, addressing devices by their coordinates
+    /// (`--mesh` without `--axis`).
+    Mesh,
+}
 
 /// Options that some collectives take.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,7 +245,8 @@ pub fn simulate(
 
 /// Runs `c` over axis `axis` of a multi-axis `mesh` (independent rings: every group
 /// of devices that share the other coordinates runs the 1-D kernel over `axis`, as
-/// `shard_map` runs a collective over one named axis) under `spec`, on random data, and
+/// `shard_map` runs a collective over one named axis; `x,y`: one ring through every
+/// device of both axes, row-major) under `spec`, on random data, and
 /// counts wrong elements against the 1-D reference applied per group.
 #[allow(clippy::too_many_arguments)]
 pub fn run_along(
@@ -236,14 +259,27 @@ pub fn run_along(
     seed: u64,
     spec: ScheduleSpec,
 ) -> Result<Checked> {
+    let place = Placement::along(mesh.clone(), axis)?;
+    let call = c.call(&place.ring, shard, dtype)?;
+    run_placed(c, &call, &place, exec, seed, spec)
+}
+
+/// Runs `call` (the kernel of `c` built for `place.ring`, or a variant of it) on the
+/// devices of `place` under `spec`, on random data, and counts wrong elements against
+/// `c`'s reference there.
+pub fn run_placed(
+    c: &dyn Collective,
+    call: &PallasCall,
+    place: &Placement,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> Result<Checked> {
     let t0 = Instant::now();
-    let groups = crate::device_sim::groups::groups_along(mesh, axis)?;
-    let ring = Mesh::new(groups[0].len(), "x")?;
-    let one = c.call(&ring, shard, dtype)?.lower(&ring)?;
-    let program = crate::device_sim::groups::replicate(&one, &groups)?;
+    let program = place.lower(call)?;
     let sched = schedule(&program, spec.policy().as_mut())?;
     run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
-        reference_along(c, &groups, inputs)
+        place.reference(c, inputs)
     })
 }
 

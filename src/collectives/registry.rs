@@ -3,8 +3,8 @@
 //! `tpusim::cli::main_with`.
 
 use super::{
-    AllGather, AllGatherBidir, AllToAll, Collective, Options, Ppermute, Psum, PsumScatter,
-    RingAllReduce, RingAllReducePush,
+    AllGather, AllGatherBidir, AllReduce2d, AllToAll, Collective, Options, Ppermute, Psum,
+    PsumScatter, RingAllReduce, RingAllReducePush,
 };
 use crate::error::{Error, Result};
 use crate::kernel::ReduceOp;
@@ -25,7 +25,7 @@ impl Registry {
     /// The shipped collectives.
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        let all: [Arc<dyn Collective>; 8] = [
+        let all: [Arc<dyn Collective>; 9] = [
             Arc::new(Ppermute::default()),
             Arc::new(AllGather),
             Arc::new(Psum { op: ReduceOp::Sum }),
@@ -34,6 +34,7 @@ impl Registry {
             Arc::new(RingAllReducePush { op: ReduceOp::Sum }),
             Arc::new(AllGatherBidir),
             Arc::new(AllToAll),
+            Arc::new(AllReduce2d { op: ReduceOp::Sum }),
         ];
         for c in all {
             r.register(c).expect("the shipped names are distinct");

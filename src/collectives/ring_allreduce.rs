@@ -6,6 +6,7 @@
 //!   DMAs into an HBM double buffer, DMA/REGULAR semaphores, a capacity handshake).
 
 use super::barrier::neighbor_barrier;
+use super::ring::{ring_step, RingPos, StepBufs};
 use super::{Collective, Options, Takes};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
@@ -126,39 +127,22 @@ pub fn ring_allreduce_push_kernel(
         return;
     }
     let reducing = step < p - 1;
-    let (send_c, recv_c) = if reducing {
-        ((my_id - step + p) % p, (my_id - step - 1 + 2 * p) % p)
-    } else {
-        let t = step - (p - 1);
-        ((my_id + 1 - t + p) % p, (my_id - t + p) % p)
+    let t = if reducing { step } else { step - (p - 1) };
+    let ring = RingPos {
+        me: my_id,
+        n: p,
+        left: left.into(),
+        right: right.into(),
     };
-
-    // My slot `working` is free again: the left neighbour may write it. Then wait until
-    // the right neighbour says the same before pushing into its slot.
-    pl.semaphore_signal(capacity_sem, 1, left);
-    pl.semaphore_wait(capacity_sem, 1);
-
-    let remote = pl.make_async_remote_copy(
-        block(send_c),
-        hbm_buf.at(working),
+    let bufs = StepBufs {
+        slot: hbm_buf.at(working),
+        stage: vmem_recv,
+        local_sem,
         send_sem,
         recv_sem,
-        right,
-    );
-    remote.start();
-    remote.wait_recv();
-
-    if reducing {
-        let local = pl.make_async_copy(hbm_buf.at(working), vmem_recv, local_sem);
-        local.start();
-        local.wait();
-        pl.accumulate(block(recv_c), vmem_recv, op);
-    } else {
-        let local = pl.make_async_copy(hbm_buf.at(working), block(recv_c), local_sem);
-        local.start();
-        local.wait();
-    }
-    remote.wait_send();
+        capacity_sem,
+    };
+    ring_step(pl, op, &ring, reducing, t, &block, bufs);
 }
 
 /// Elements per device for a per-device shape, checked divisible by P.
@@ -191,10 +175,18 @@ pub struct RingAllReduce {
     pub op: ReduceOp,
 }
 
-/// What both ring all-reduces are: an all-reduce of one chunk of rows per device
-/// that takes `--op`.
+/// What the ring all-reduces (and `allreduce_2d`, built from the same ring step) are:
+/// an all-reduce of one chunk of rows per device that takes `--op`.
 macro_rules! ring_facts {
     () => {
+        fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+            Ok(super::reference::all_reduce_everywhere(inputs, self.op))
+        }
+
+        fn tolerance(&self) -> f32 {
+            super::SUM_TOLERANCE
+        }
+
         fn traffic(&self) -> Traffic {
             Traffic::AllReduce
         }
@@ -212,6 +204,7 @@ macro_rules! ring_facts {
         }
     };
 }
+pub(super) use ring_facts;
 
 impl Collective for RingAllReduce {
     ring_facts!();
@@ -256,14 +249,6 @@ impl Collective for RingAllReduce {
                 a.r("acc"),
             )
         }))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }
 
@@ -337,13 +322,5 @@ impl Collective for RingAllReducePush {
                 )
             },
         ))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::all_reduce_everywhere(inputs, self.op))
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }

@@ -2,6 +2,7 @@
 //! and tested: `tpusim check COLLECTIVE --variant NAME`. Each is a seed kernel with
 //! one mistake a person could make, and the kind of problem it must be reported as.
 
+use super::allreduce_2d::{call_with, Handshakes2d};
 use super::psum::Handshakes;
 use super::{all_gather, psum, ring_allreduce};
 use crate::array::DType;
@@ -92,6 +93,32 @@ pub fn variants() -> Vec<Variant> {
                         a.sem("recv_sem"),
                     )
                 }))
+            },
+        },
+        Variant {
+            collective: "allreduce_2d",
+            name: "no-barrier-y",
+            summary: "the entry barrier waits for the x neighbours only: the y phase signals and pushes to a neighbour not known to have entered (sent before entry; run it on a 2-D --mesh)",
+            expect: ProblemKind::SendBeforeEntry,
+            build: |mesh, shard, dtype| {
+                let h = Handshakes2d {
+                    barrier_y: false,
+                    ..Handshakes2d::RIGHT
+                };
+                call_with(h, mesh, shard, dtype)
+            },
+        },
+        Variant {
+            collective: "allreduce_2d",
+            name: "shared-capacity",
+            summary: "one capacity semaphore for the x and y rings: a y neighbour's signal lets a device push along x before its x neighbour is ready (race; run it on a 2-D --mesh)",
+            expect: ProblemKind::Race,
+            build: |mesh, shard, dtype| {
+                let h = Handshakes2d {
+                    capacity_per_axis: false,
+                    ..Handshakes2d::RIGHT
+                };
+                call_with(h, mesh, shard, dtype)
             },
         },
         Variant {

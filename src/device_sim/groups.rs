@@ -9,26 +9,33 @@ use super::program::{DataOp, Dma, OpKind, Program, SemRef, View};
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 
-/// The groups of `mesh` along axis `axis`: for every combination of the other
-/// coordinates, the devices in order of their coordinate on `axis`.
+/// The groups of `mesh` along `axis`: for every combination of the other coordinates,
+/// the devices in order of their coordinate on `axis`. `axis` may name several axes,
+/// comma-separated (`x,y`): a group is then every device that shares the remaining
+/// coordinates, in row-major order, one ring through all of them.
 pub fn groups_along(mesh: &Mesh, axis: &str) -> Result<Vec<Vec<usize>>> {
-    let k = mesh.axis_position(axis).ok_or_else(|| {
-        let names: Vec<&str> = mesh.axes().iter().map(|a| a.0.as_str()).collect();
-        Error::bad_input(format!(
-            "the mesh has no axis `{axis}` (axes: {})",
-            names.join(", ")
-        ))
-    })?;
+    let mut ks: Vec<usize> = Vec::new();
+    for a in axis.split(',').map(str::trim) {
+        let k = mesh.axis_named(a)?;
+        if ks.contains(&k) {
+            return Err(Error::bad_input(format!(
+                "axis `{a}` is named twice in `{axis}` (name each axis once, e.g. x,y)"
+            )));
+        }
+        ks.push(k);
+    }
     let mut groups: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
     for d in 0..mesh.size() {
         let mut c = mesh.coords(d);
-        c[k] = 0;
+        for &k in &ks {
+            c[k] = 0;
+        }
         match groups.iter_mut().find(|g| g.0 == c) {
             Some(g) => g.1.push(d),
             None => groups.push((c, vec![d])),
         }
     }
-    // Devices come in linear order, which is their order on `axis` within a group.
+    // Devices come in linear order: their row-major order over `axis` within a group.
     Ok(groups.into_iter().map(|g| g.1).collect())
 }
 
@@ -169,5 +176,15 @@ mod tests {
             vec![vec![0, 3], vec![1, 4], vec![2, 5]]
         );
         assert!(groups_along(&mesh, "z").is_err());
+        assert_eq!(
+            groups_along(&mesh, "x,y").unwrap(),
+            vec![(0..6).collect::<Vec<_>>()]
+        );
+        let m3 = Mesh::with_axes(&[("x", 2), ("y", 2), ("z", 2)]).unwrap();
+        assert_eq!(
+            groups_along(&m3, "x,z").unwrap(),
+            vec![vec![0, 1, 4, 5], vec![2, 3, 6, 7]]
+        );
+        assert!(groups_along(&mesh, "x,x").is_err());
     }
 }

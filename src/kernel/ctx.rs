@@ -255,6 +255,12 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Whether the mesh has an axis called `name` (a kernel written for a 2-D torus can
+    /// also serve the 1-D mesh as its P x 1 case).
+    pub fn has_axis(&self, name: &str) -> bool {
+        self.mesh.axis_position(name).is_some()
+    }
+
     /// Number of devices on mesh axis `name` (`lax.psum(1, name)` / `num_devices`).
     #[track_caller]
     pub fn axis_size(&self, name: &str) -> i64 {

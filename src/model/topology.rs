@@ -43,6 +43,12 @@ impl Topology {
         }
     }
 
+    /// The torus of `mesh`'s shape: mesh device ids are row-major (the last axis
+    /// fastest) and torus positions x-fastest, so the axes come in reverse.
+    pub fn of_mesh(mesh: &crate::mesh::Mesh) -> Self {
+        Topology::Torus(mesh.axes().iter().rev().map(|a| a.1).collect())
+    }
+
     /// The torus dimensions for `p` devices (`None`: full), or an error when the torus
     /// does not have exactly `p` chips.
     pub fn dims(&self, p: usize) -> Result<Option<Vec<usize>>> {

@@ -8,7 +8,7 @@ mod symbolic;
 pub use layouts::{derived_layout, Column, Labels, TraceLayout};
 pub use symbolic::{Snapshot, Sym, Symbolic, Term, CONST};
 
-use crate::collectives::Collective;
+use crate::collectives::{Collective, Placement};
 use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
@@ -65,14 +65,20 @@ pub fn trace_shape(c: &dyn Collective, p: usize) -> Vec<usize> {
 /// are the collective's own [`Collective::trace_layout`], or else derived from the
 /// kernel's allocations ([`derived_layout`]) at its default shape.
 pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
-    let p = mesh.size();
+    trace_placed(c, &Placement::whole(mesh.clone()))
+}
+
+/// [`trace`] of `c` placed on a multi-axis mesh: one kernel over the whole mesh, or
+/// every group along an axis running its own ring (rows for every device of the mesh).
+pub fn trace_placed(c: &dyn Collective, place: &Placement) -> Result<Table> {
+    let p = place.devices();
     let custom = c.trace_layout(p);
     let shape = match &custom {
         Some(l) => l.shape.clone(),
         None => c.default_shape(p),
     };
-    let call = c.call(mesh, &shape, DType::F32)?;
-    let program = call.lower(mesh)?;
+    let call = c.call(&place.ring, &shape, DType::F32)?;
+    let program = place.lower(&call)?;
     let layout = custom.unwrap_or_else(|| derived_layout(&program, &shape));
     let mut sym = Symbolic::new(&program);
     let mut policy = ScheduleSpec::Lockstep.policy();
