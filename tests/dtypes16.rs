@@ -233,3 +233,19 @@ fn sixteen_bit_refs_count_two_bytes_per_element() {
     assert_eq!(bytes(DType::F32), 2 * bytes(DType::BF16));
     assert_eq!(bytes(DType::F16), bytes(DType::BF16));
 }
+
+#[test]
+fn the_2d_torus_all_reduce_is_bit_identical_in_16_bit() {
+    let reg = Registry::builtin();
+    let c = reg.by_name("allreduce_2d").unwrap();
+    for axes in [[("x", 2), ("y", 2)], [("x", 2), ("y", 3)]] {
+        let mesh = Mesh::with_axes(&axes).unwrap();
+        let shape = c.default_shape(mesh.size());
+        for dtype in HALVES {
+            let (inputs, got) = both(c.as_ref(), &mesh, &shape, dtype, "random:9", None);
+            let want = c.reference(&inputs).unwrap();
+            let tol = c.tolerance_for(dtype, mesh.size());
+            assert_eq!(count_wrong(&got, &want, tol), 0, "{axes:?} {dtype}");
+        }
+    }
+}
