@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tpusim::bench::{self, BenchConfig};
 use tpusim::collectives::variants::{variant, variants as all_variants};
-use tpusim::collectives::{random_inputs, Collective, Options, Ppermute, Registry};
+use tpusim::collectives::{random_inputs, Collective, Options, Placement, Ppermute, Registry};
 use tpusim::device_sim::{schedule, Program, ScheduleSpec};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
@@ -665,9 +665,11 @@ fn collective(
     Registry::builtin().get(name, &opts)
 }
 
-/// Runs shipped collective `name` on `inputs[device][operand]` under `schedule`.
+/// Runs shipped collective `name` on `inputs[device][operand]` under `schedule`: on a
+/// multi-axis mesh a ring collective runs along `axis` (default `x`; `x,y` one ring
+/// through both), a whole-mesh one (allreduce_2d) over every device.
 #[pyfunction]
-#[pyo3(signature = (name, mesh, inputs, op="sum", perm=None, backend="gpu", schedule="eager"))]
+#[pyo3(signature = (name, mesh, inputs, op="sum", perm=None, backend="gpu", schedule="eager", axis=None))]
 #[allow(clippy::too_many_arguments)]
 fn collective_run<'py>(
     py: Python<'py>,
@@ -678,8 +680,10 @@ fn collective_run<'py>(
     perm: Option<Vec<(usize, usize)>>,
     backend: &str,
     schedule: &str,
+    axis: Option<&str>,
 ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
     let c = collective(name, op, perm).py()?;
+    let place = Placement::of(c.as_ref(), mesh.mesh.clone(), axis).py()?;
     let mut inputs = per_device(&inputs)?;
     let first = inputs
         .first()
@@ -687,8 +691,8 @@ fn collective_run<'py>(
         .map(|a| (a.shape.clone(), a.dtype))
         .ok_or_else(|| BadInput::new_err("bad input: no inputs were given"))?;
     let exec = executor(backend)?;
-    let call = c.call(&mesh.mesh, &first.0, first.1).py()?;
-    let program = call.lower(&mesh.mesh).py()?;
+    let call = c.call(&place.ring, &first.0, first.1).py()?;
+    let program = place.lower(&call).py()?;
     // A kernel may view its input in another shape (psum_scatter's (P·R, C) as (P, R, C)).
     for dev in &mut inputs {
         for (a, &id) in dev.iter_mut().zip(&program.inputs) {

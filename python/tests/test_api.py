@@ -125,3 +125,22 @@ def test_bench_rows():
     rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=3, warmup=1, backend="cpu")
     assert [r["size"] for r in rows] == [4096, 16384]
     assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_collectives_on_a_2d_mesh(backend):
+    # Devices in mesh order, x major: device d is (d // 3, d % 3).
+    m = tpusim.Mesh(axes=[("x", 2), ("y", 3)])
+    xs = [np.full((6, 128), d + 1, np.int32) for d in range(6)]
+    # allreduce_2d: every device gets the sum over the whole mesh.
+    out = tpusim.run("allreduce_2d", xs, mesh=m, backend=backend)
+    assert all((o == 21).all() for o in out)
+    # psum along y: each row of the mesh (same x) sums its own 3 devices.
+    out = tpusim.run("psum", xs, mesh=m, axis="y", backend=backend)
+    assert [int(o[0, 0]) for o in out] == [6, 6, 6, 15, 15, 15]
+    # along x: columns (same y) of 2 devices.
+    out = tpusim.run("psum", xs, mesh=m, axis="x", backend=backend)
+    assert [int(o[0, 0]) for o in out] == [5, 7, 9, 5, 7, 9]
+    with pytest.raises(tpusim.BadInput) as e:
+        tpusim.run("allreduce_2d", xs, mesh=m, axis="x", backend=backend)
+    assert "without --axis" in str(e.value)

@@ -88,14 +88,19 @@ def _perm(perm):
     return None if perm is None else [tuple(p) for p in perm]
 
 
-def run(name, inputs, *, mesh=None, op="sum", perm=None, backend=None, schedule=None, all_outputs=False):
-    """Runs shipped collective `name` on one array per device (``inputs[d]``); returns
-    XLA's result per device (with `all_outputs`, every output ref of the kernel per
-    device, e.g. psum's ``o_ref`` and ``hbm_buf``)."""
+def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None, schedule=None,
+        all_outputs=False):
+    """Runs shipped collective `name` on one array per device (``inputs[d]``, in mesh
+    order); returns XLA's result per device (with `all_outputs`, every output ref of the
+    kernel per device, e.g. psum's ``o_ref`` and ``hbm_buf``). On a multi-axis `mesh` a
+    ring collective runs along `axis` (default ``"x"``; ``"x,y"``: one ring through
+    both), every group of devices an independent ring; ``allreduce_2d`` runs on the
+    whole mesh."""
     mesh = _mesh(mesh, len(inputs))
     per = [_arrays([d]) for d in inputs]
     out = _native.collective_run(
-        name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule
+        name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule,
+        axis,
     )
     return out if all_outputs else [d[0] for d in out]
 
