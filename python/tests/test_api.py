@@ -144,3 +144,20 @@ def test_collectives_on_a_2d_mesh(backend):
     with pytest.raises(tpusim.BadInput) as e:
         tpusim.run("allreduce_2d", xs, mesh=m, axis="x", backend=backend)
     assert "without --axis" in str(e.value)
+
+
+def test_lax_collectives_over_one_axis_of_a_2d_mesh(cpu):
+    mesh = jax.make_mesh((2, 4), ("x", "y"))
+    P = jax.sharding.PartitionSpec
+    x = np.arange(2 * 8 * 4 * 128, dtype=np.float32).reshape(2 * 8, 4 * 128) % 13
+    # Rows of the global array over x, columns over y; psum over y sums the 4 column
+    # blocks of each row block, psum over both sums all 8 blocks.
+    f = jax.shard_map(lambda v: lax.psum(v, "y"), mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    blocks = [np.split(r, 4, axis=1) for r in np.split(x.astype(np.float64), 2, axis=0)]
+    want = np.concatenate([np.concatenate([sum(b)] * 4, axis=1) for b in blocks], axis=0)
+    np.testing.assert_array_equal(f(x), want)
+    g = jax.shard_map(lambda v: lax.psum(v, ("x", "y")), mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    total = sum(sum(b) for b in blocks)
+    np.testing.assert_array_equal(g(x), np.tile(total, (2, 4)))
+    with pytest.raises(tpusim.UnsupportedError):
+        jax.shard_map(lambda v: lax.psum(v, "z"), mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))(x)

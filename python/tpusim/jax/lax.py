@@ -7,7 +7,8 @@ bounds (unrolled).
 
 Inside ``shard_map`` bodies, on per-device values: ``ppermute``, ``all_gather``,
 ``psum``, ``pmax``, ``pmin``, ``psum_scatter`` run tpusim's shipped Rust collectives
-(the seed's kernels) on the simulated devices, over a one-axis mesh named ``x``.
+(the seed's kernels) on the simulated devices, over the named mesh axis (or axes: one
+ring through all of them), every group of devices along it an independent ring.
 """
 
 import numpy as _np
@@ -75,17 +76,28 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     return val
 
 
+def _axes(axis_name, construct):
+    """The mesh axes `axis_name` names (a name or a tuple of names) and how many devices
+    one ring along them spans."""
+    mesh = _current_mesh(construct)
+    names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+    sizes = dict(mesh.axes)
+    if not names or any(n not in sizes for n in names):
+        raise _unsupported(
+            f"{construct}(axis_name={axis_name!r})",
+            f"the axes of the shard_map's mesh, {[a for a, _ in mesh.axes]}",
+        )
+    return mesh, names, int(_np.prod([sizes[n] for n in names]))
+
+
 def _collective(name, x, axis_name, construct, **kw):
     if not isinstance(x, _PerDevice):
         raise _unsupported(construct, "inside a shard_map body, on the per-device value it gets")
-    mesh = _current_mesh(construct)
-    if mesh.axes != [("x", mesh.size)] or axis_name != "x":
-        raise _unsupported(
-            f"{construct}(axis_name={axis_name!r})",
-            "tpusim's shipped collectives run over a one-axis mesh named `x`",
-        )
+    mesh, names, _ = _axes(axis_name, construct)
     arrays = [_np.ascontiguousarray(a) for a in x.arrays]
-    out = _native.collective_run(name, mesh, [[a] for a in arrays], backend=config.backend, **kw)
+    out = _native.collective_run(
+        name, mesh, [[a] for a in arrays], backend=config.backend, axis=",".join(names), **kw
+    )
     return _PerDevice(d[0] for d in out)
 
 
@@ -128,7 +140,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
             f"lax.psum_scatter(scatter_dimension={scatter_dimension})",
             "tpusim scatters the leading dimension",
         )
-    p = len(x.arrays)
+    p = _axes(axis_name, "lax.psum_scatter")[2]
     shape = tuple(x.shape)
     rows = shape[0] * shape[1] if not tiled else shape[0]
     rest = shape[2:] if not tiled else shape[1:]
