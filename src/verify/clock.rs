@@ -1,49 +1,139 @@
 //! Vector clocks for the happens-before checker: one counter per device. A DMA's
 //! accesses are not a component of their own: a DMA side is known to a clock once the
 //! clock knows a wait that was ordered after that side's completion (see `race.rs`).
+//!
+//! The replay keeps a copy of a device's clock at every DMA start and credit, so a
+//! copy must be cheap at large P: the components are shared (copied only when a join
+//! changes them), and the owning device's own component, which every op advances, is
+//! kept outside the shared part.
+
+use std::rc::Rc;
+
+/// No owner: every component lives in the shared part.
+const NONE: usize = usize::MAX;
 
 /// A vector clock over devices.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Clock {
-    dev: Vec<u32>,
+    /// Every component; the owner's own one is stale (see `own`).
+    shared: Rc<Vec<u32>>,
+    /// The device whose own component is `own`.
+    owner: usize,
+    own: u32,
 }
 
 impl Clock {
     /// The zero clock for `devices` devices.
     pub fn new(devices: usize) -> Self {
-        Self {
-            dev: vec![0; devices],
-        }
+        Self::filled(devices, 0)
     }
 
     /// The clock with every component at `v`.
     pub fn filled(devices: usize, v: u32) -> Self {
         Self {
-            dev: vec![v; devices],
+            shared: Rc::new(vec![v; devices]),
+            owner: NONE,
+            own: 0,
         }
+    }
+
+    /// This clock, as the clock of device `d`: `d`'s own component becomes cheap to
+    /// advance and copies of the clock stop copying the other components.
+    pub fn owned_by(mut self, d: usize) -> Self {
+        self.settle();
+        self.own = self.shared[d];
+        self.owner = d;
+        self
+    }
+
+    /// The device that owns this clock ([`Clock::owned_by`]), if any.
+    pub fn owner(&self) -> Option<usize> {
+        (self.owner != NONE).then_some(self.owner)
+    }
+
+    /// Writes `own` back into the shared part and drops the owner.
+    fn settle(&mut self) {
+        if self.owner != NONE && self.shared[self.owner] != self.own {
+            Rc::make_mut(&mut self.shared)[self.owner] = self.own;
+        }
+        self.owner = NONE;
+    }
+
+    /// Number of devices.
+    pub fn len(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// True for a clock over no device.
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty()
     }
 
     /// Component of device `d`.
     pub fn device(&self, d: usize) -> u32 {
-        self.dev[d]
+        if d == self.owner {
+            self.own
+        } else {
+            self.shared[d]
+        }
     }
 
     /// Advances device `d`'s own component.
     pub fn tick(&mut self, d: usize) {
-        self.dev[d] += 1;
+        if d == self.owner {
+            self.own += 1;
+        } else {
+            Rc::make_mut(&mut self.shared)[d] += 1;
+        }
     }
 
     /// Pointwise maximum.
     pub fn join(&mut self, other: &Clock) {
-        for (a, b) in self.dev.iter_mut().zip(&other.dev) {
-            *a = (*a).max(*b);
+        if !Rc::ptr_eq(&self.shared, &other.shared) {
+            // Reading first: most joins change nothing, and those need no copy.
+            let grows = grows(&self.shared, &other.shared, self.owner);
+            if grows {
+                let mine = Rc::make_mut(&mut self.shared);
+                for (a, b) in mine.iter_mut().zip(other.shared.iter()) {
+                    *a = (*a).max(*b);
+                }
+            }
+            if self.owner != NONE {
+                self.own = self.own.max(other.shared[self.owner]);
+            }
+        }
+        if other.owner != NONE && other.own > self.device(other.owner) {
+            if other.owner == self.owner {
+                self.own = other.own;
+            } else {
+                Rc::make_mut(&mut self.shared)[other.owner] = other.own;
+            }
         }
     }
 }
 
+/// True when `b` exceeds `a` in a component other than `skip` (two plain loops, so
+/// they vectorize).
+fn grows(a: &[u32], b: &[u32], skip: usize) -> bool {
+    let above = |a: &[u32], b: &[u32]| a.iter().zip(b).fold(false, |g, (x, y)| g | (y > x));
+    match skip {
+        NONE => above(a, b),
+        s => above(&a[..s], &b[..s]) || above(&a[s + 1..], &b[s + 1..]),
+    }
+}
+
+impl PartialEq for Clock {
+    fn eq(&self, other: &Clock) -> bool {
+        self.len() == other.len() && (0..self.len()).all(|d| self.device(d) == other.device(d))
+    }
+}
+
+impl Eq for Clock {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn join_is_pointwise_max() {
@@ -55,5 +145,58 @@ mod tests {
         a.join(&b);
         assert_eq!((a.device(0), a.device(1), a.device(2)), (1, 0, 2));
         assert_eq!(Clock::filled(2, 1).device(1), 1);
+    }
+
+    /// One step on a set of clocks: tick, join, or copy one into another.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Tick(usize, usize),
+        Join(usize, usize),
+        Copy(usize, usize),
+        Own(usize, usize),
+    }
+
+    fn step(n: usize) -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..n, 0..n).prop_map(|(c, d)| Step::Tick(c, d)),
+            (0..n, 0..n).prop_map(|(a, b)| Step::Join(a, b)),
+            (0..n, 0..n).prop_map(|(a, b)| Step::Copy(a, b)),
+            (0..n, 0..n).prop_map(|(c, d)| Step::Own(c, d)),
+        ]
+    }
+
+    proptest! {
+        /// The shared, owner-split clock behaves as a plain vector of counters.
+        #[test]
+        fn matches_plain_vectors(steps in proptest::collection::vec(step(4), 0..60)) {
+            let n = 4;
+            let mut fast: Vec<Clock> = (0..n).map(|_| Clock::new(n)).collect();
+            let mut plain: Vec<Vec<u32>> = vec![vec![0; n]; n];
+            for s in steps {
+                match s {
+                    Step::Tick(c, d) => {
+                        fast[c].tick(d);
+                        plain[c][d] += 1;
+                    }
+                    Step::Join(a, b) => {
+                        let other = fast[b].clone();
+                        fast[a].join(&other);
+                        let other = plain[b].clone();
+                        for (x, y) in plain[a].iter_mut().zip(other) {
+                            *x = (*x).max(y);
+                        }
+                    }
+                    Step::Copy(a, b) => {
+                        fast[a] = fast[b].clone();
+                        plain[a] = plain[b].clone();
+                    }
+                    Step::Own(c, d) => fast[c] = fast[c].clone().owned_by(d),
+                }
+                for (f, p) in fast.iter().zip(&plain) {
+                    let got: Vec<u32> = (0..n).map(|d| f.device(d)).collect();
+                    prop_assert_eq!(&got, p);
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::clock::Clock;
 use super::log::Event;
-use crate::device_sim::program::{Completion, DataOp, OpKind, OpSite, Program, SemKind, View};
+use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
 use std::collections::{HashMap, HashSet};
 
 /// Which credits a passed wait is ordered after.
@@ -77,9 +77,7 @@ pub struct Credit {
     pub atomic: bool,
     /// The DMA completion it is, if any.
     pub dma: Option<(usize, Completion)>,
-    /// The signal's site, for a signal.
-    pub site: Option<OpSite>,
-    /// Position in the log.
+    /// Position in the log (a signal's op is there).
     pub at: usize,
 }
 
@@ -96,10 +94,8 @@ pub struct Wait {
     pub decrement: bool,
     /// The waiting device's own clock component just after the wait.
     pub pos: u32,
-    /// Position in the log.
+    /// Position in the log (its op is there).
     pub at: usize,
-    /// Kernel site.
-    pub site: OpSite,
 }
 
 /// A remote DMA or signal sent to another device.
@@ -161,14 +157,9 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     let sems = p.layout.sems.len();
     // Behind Pallas' entry barrier every device knows every other has entered.
     let mut dev: Vec<Clock> = (0..n)
-        .map(|_| {
-            if p.entry_barrier {
-                Clock::filled(n, 1)
-            } else {
-                Clock::new(n)
-            }
-        })
+        .map(|d| Clock::filled(n, u32::from(p.entry_barrier)).owned_by(d))
         .collect();
+    let zero = Clock::new(n);
     let mut starts: HashMap<usize, (Clock, u8)> = HashMap::new();
     let mut rel = Released {
         devices: n,
@@ -184,7 +175,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 let op = &p.prologue[i as usize];
                 if let DataOp::Copy { dst, .. } = op {
                     let d = dst.device;
-                    data_accesses(op, Agent::Device(d), &Clock::new(n), None, sink);
+                    data_accesses(op, Agent::Device(d), &zero, None, sink);
                 }
             }
             Event::Enter(d) => dev[d as usize].tick(d as usize),
@@ -230,7 +221,6 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                             set: *set,
                             atomic: true,
                             dma: None,
-                            site: Some(op.site),
                             at,
                         };
                         rel.credit(c, &dev[d], sink);
@@ -241,11 +231,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                     } => {
                         let slot = sem.device * sems + sem.sem;
                         match &orders.joins[waits] {
-                            Join::All => {
-                                if let Some(c) = rel.all.get(&slot) {
-                                    dev[d].join(c);
-                                }
-                            }
+                            Join::All => rel.join_all(slot, &mut dev[d], d),
                             Join::Nothing => {}
                             Join::Some(ids) => {
                                 for id in ids {
@@ -263,7 +249,6 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                             decrement: *why != crate::device_sim::program::WaitKind::Signal,
                             pos: dev[d].device(d),
                             at,
-                            site: op.site,
                         };
                         sink.wait(waits, &w, &dev[d]);
                         waits += 1;
@@ -292,7 +277,6 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         set: false,
                         atomic: false,
                         dma: Some((k, side)),
-                        site: None,
                         at,
                     };
                     let clock = start.clone();
@@ -306,23 +290,53 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     }
 }
 
-/// The clocks of the credits so far: joined per semaphore, and kept one by one for
-/// the credits some wait joins individually.
+/// Credits a slot holds before they are folded into one clock: enough for the few in
+/// flight at once on a semaphore, few enough that their clocks cost little memory.
+const RECENT: usize = 16;
+
+/// The clocks of the credits so far: per semaphore, those a wait that joins them all
+/// has not joined yet, and one by one for the credits some wait joins individually.
 #[derive(Default)]
 struct Released {
     devices: usize,
     keep: HashSet<usize>,
-    all: HashMap<usize, Clock>,
+    pending: HashMap<usize, Pending>,
     kept: HashMap<usize, Clock>,
     next: usize,
 }
 
+/// A semaphore's credits not yet joined by a wait that joins them all: the recent ones
+/// as they are, older ones folded into one clock.
+#[derive(Default)]
+struct Pending {
+    folded: Option<Clock>,
+    recent: Vec<Clock>,
+}
+
 impl Released {
+    /// Joins into `clock`, device `d`'s, every credit of `slot` so far. The waits on a
+    /// slot are its device's, and a device's clock only grows, so the credits an
+    /// earlier such wait joined are in it already; so is a clock `d` itself had.
+    fn join_all(&mut self, slot: usize, clock: &mut Clock, d: usize) {
+        let Some(p) = self.pending.remove(&slot) else {
+            return;
+        };
+        for c in p.folded.iter().chain(&p.recent) {
+            if c.owner() != Some(d) {
+                clock.join(c);
+            }
+        }
+    }
+
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        self.all
-            .entry(c.slot)
-            .or_insert_with(|| Clock::new(self.devices))
-            .join(clock);
+        let p = self.pending.entry(c.slot).or_default();
+        if p.recent.len() == RECENT {
+            let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
+            for r in p.recent.drain(..) {
+                folded.join(&r);
+            }
+        }
+        p.recent.push(clock.clone());
         if self.keep.contains(&self.next) {
             self.kept.insert(self.next, clock.clone());
         }
@@ -344,6 +358,14 @@ fn data_accesses(
         sink.access(agent, &v, false, clock, site);
     }
     sink.access(agent, &writes, true, clock, site);
+}
+
+/// The op the event at `at` of `log` ran, for a device's op.
+pub fn op_at<'p>(p: &'p Program, log: &[Event], at: usize) -> Option<&'p Op> {
+    match log.get(at)? {
+        Event::Op { device, index } => p.ops[*device as usize].get(*index as usize),
+        _ => None,
+    }
 }
 
 /// The number of waits in `log` (every wait op a device passed).

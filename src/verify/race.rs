@@ -9,7 +9,8 @@
 //! not known to have entered the kernel breaks the entry rule.
 
 use super::clock::Clock;
-use super::hb::{Agent, Credit, Join, Orders, Send, Sink, Wait};
+use super::hb::{op_at, Agent, Credit, Join, Orders, Send, Sink, Wait};
+use super::log::Event;
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
@@ -196,10 +197,11 @@ struct Found {
 pub struct RaceChecker<'a> {
     p: &'a Program,
     orders: &'a Orders,
+    log: &'a [Event],
     /// Per credit id: the DMA side it is, if any.
     credit_dma: Vec<Option<DmaSide>>,
-    /// Per DMA side: (device, position) of the waits ordered after its completion.
-    joined: HashMap<(usize, Completion), Vec<(usize, u32)>>,
+    /// The waits ordered after each DMA side's completion.
+    joined: Joined,
     /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
     since_all: HashMap<usize, Vec<(usize, Completion)>>,
     shadow: Vec<Vec<Access>>,
@@ -208,14 +210,52 @@ pub struct RaceChecker<'a> {
     early: Vec<EarlySend>,
 }
 
+/// Per DMA side, (device, position) of the waits ordered after its completion: the
+/// first one inline (most sides have exactly one), the others on the side.
+#[derive(Default)]
+struct Joined {
+    first: Vec<(u32, u32)>,
+    more: HashMap<usize, Vec<(u32, u32)>>,
+}
+
+/// Not joined by any wait.
+const UNJOINED: (u32, u32) = (u32::MAX, 0);
+
+impl Joined {
+    fn index((k, side): DmaSide) -> usize {
+        2 * k + usize::from(side == Completion::Send)
+    }
+
+    fn push(&mut self, side: DmaSide, device: usize, pos: u32) {
+        let i = Self::index(side);
+        if self.first.len() <= i {
+            self.first.resize(i + 1, UNJOINED);
+        }
+        let mark = (device as u32, pos);
+        if self.first[i] == UNJOINED {
+            self.first[i] = mark;
+        } else {
+            self.more.entry(i).or_default().push(mark);
+        }
+    }
+
+    /// True when `c` knows a wait ordered after `side`'s completion.
+    fn known(&self, side: DmaSide, c: &Clock) -> bool {
+        let i = Self::index(side);
+        let seen = |&(d, pos): &(u32, u32)| c.device(d as usize) >= pos;
+        match self.first.get(i) {
+            None | Some(&UNJOINED) => false,
+            Some(m) => seen(m) || self.more.get(&i).is_some_and(|w| w.iter().any(seen)),
+        }
+    }
+}
+
 /// True when access `a` happened before `c`: a device's access through its component, a
 /// DMA side's through a wait ordered after its completion (`joined`).
-fn ordered(joined: &HashMap<DmaSide, Vec<(usize, u32)>>, a: &Access, c: &Clock) -> bool {
+fn ordered(joined: &Joined, a: &Access, c: &Clock) -> bool {
     match a.agent {
         Agent::Device(q) => c.device(q) >= a.time,
-        Agent::Dma(k, side) => joined
-            .get(&(k, side))
-            .is_some_and(|w| w.iter().any(|&(d, pos)| c.device(d) >= pos)),
+        Agent::Dma(k, side) => joined.known((k, side), c),
     }
 }
 
@@ -237,12 +277,13 @@ struct Explain<'f> {
 
 impl<'a> RaceChecker<'a> {
     /// A checker for `p`, whose waits are ordered as `orders` says.
-    pub fn new(p: &'a Program, orders: &'a Orders) -> Self {
+    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Event]) -> Self {
         Self {
             p,
             orders,
+            log,
             credit_dma: Vec::new(),
-            joined: HashMap::new(),
+            joined: Joined::default(),
             since_all: HashMap::new(),
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
@@ -318,7 +359,7 @@ impl<'a> RaceChecker<'a> {
     }
 
     fn credit_side(&self, c: &Credit) -> RaceSide {
-        match (c.dma, c.site) {
+        match (c.dma, op_at(self.p, self.log, c.at).map(|o| o.site)) {
             (Some((k, _)), _) => RaceSide {
                 actor: self.dma_actor(k),
                 site: Some(self.p.site(&self.p.dmas[k].origin)),
@@ -346,6 +387,7 @@ impl<'a> RaceChecker<'a> {
             _ => {}
         }
         let w: &Wait = &e.facts.waits[w_ord];
+        let site = op_at(self.p, self.log, w.at)?.site;
         let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
@@ -357,7 +399,7 @@ impl<'a> RaceChecker<'a> {
                 .name
                 .clone(),
             device: w.device,
-            wait: self.p.site(&w.site),
+            wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credits[alt]),
         })
     }
@@ -376,13 +418,13 @@ impl Sink for RaceChecker<'_> {
         match &self.orders.joins[ordinal] {
             Join::All => {
                 for side in self.since_all.remove(&w.slot).unwrap_or_default() {
-                    self.joined.entry(side).or_default().push(mark);
+                    self.joined.push(side, mark.0, mark.1);
                 }
             }
             Join::Some(ids) => {
                 for &id in ids {
                     if let Some(side) = self.credit_dma[id] {
-                        self.joined.entry(side).or_default().push(mark);
+                        self.joined.push(side, mark.0, mark.1);
                     }
                 }
             }

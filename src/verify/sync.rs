@@ -200,7 +200,7 @@ pub fn check(p: &Program, log: &[Event]) -> Findings {
         joins: vec![Join::All; count_waits(p, log)],
     };
     loop {
-        let mut pass = (Facts::default(), RaceChecker::new(p, &orders));
+        let mut pass = (Facts::default(), RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;
         let next = facts.decide().meet(&orders);
