@@ -90,13 +90,17 @@ impl Clock {
     /// Pointwise maximum.
     pub fn join(&mut self, other: &Clock) {
         if !Rc::ptr_eq(&self.shared, &other.shared) {
-            // Reading first: most joins change nothing, and those need no copy.
-            let grows = grows(&self.shared, &other.shared, self.owner);
-            if grows {
-                let mine = Rc::make_mut(&mut self.shared);
-                for (a, b) in mine.iter_mut().zip(other.shared.iter()) {
-                    *a = (*a).max(*b);
-                }
+            if let Some(mine) = Rc::get_mut(&mut self.shared) {
+                max_into(mine, &other.shared);
+            } else if grows(&self.shared, &other.shared, self.owner) {
+                // Shared and changed: one pass into a new vector, not a copy and a pass.
+                let joined = self
+                    .shared
+                    .iter()
+                    .zip(other.shared.iter())
+                    .map(|(a, b)| *a.max(b))
+                    .collect();
+                self.shared = Rc::new(joined);
             }
             if self.owner != NONE {
                 self.own = self.own.max(other.shared[self.owner]);
@@ -109,6 +113,13 @@ impl Clock {
                 Rc::make_mut(&mut self.shared)[other.owner] = other.own;
             }
         }
+    }
+}
+
+/// `a` = pointwise maximum of `a` and `b`.
+fn max_into(a: &mut [u32], b: &[u32]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = (*x).max(*y);
     }
 }
 

@@ -4,52 +4,11 @@
 //! to memory and semaphores is told to a [`Sink`].
 
 use super::clock::Clock;
+use super::ids::IdMap;
 use super::log::Event;
+use super::orders::{Join, Orders};
 use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
-use std::collections::{HashMap, HashSet};
-
-/// Which credits a passed wait is ordered after.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Join {
-    /// Every credit of its semaphore that came before it.
-    All,
-    /// None of them.
-    Nothing,
-    /// Exactly these credit ids.
-    Some(Vec<usize>),
-}
-
-impl Join {
-    /// Exactly `ids` (none: [`Join::Nothing`]).
-    pub fn of(ids: Vec<usize>) -> Join {
-        if ids.is_empty() {
-            Join::Nothing
-        } else {
-            Join::Some(ids)
-        }
-    }
-}
-
-/// One [`Join`] per wait of the run, by the wait's ordinal (its rank among the run's waits).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Orders {
-    /// Per wait ordinal.
-    pub joins: Vec<Join>,
-}
-
-impl Orders {
-    /// The credit ids some wait joins individually: the replay keeps their clocks.
-    fn kept(&self) -> HashSet<usize> {
-        self.joins
-            .iter()
-            .filter_map(|j| match j {
-                Join::Some(ids) => Some(ids.iter().copied()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    }
-}
+use std::collections::HashSet;
 
 /// Who accesses memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -160,10 +119,11 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
         .map(|d| Clock::filled(n, u32::from(p.entry_barrier)).owned_by(d))
         .collect();
     let zero = Clock::new(n);
-    let mut starts: HashMap<usize, (Clock, u8)> = HashMap::new();
+    let mut starts: IdMap<usize, (Clock, u8)> = IdMap::default();
     let mut rel = Released {
         devices: n,
-        keep: orders.kept(),
+        keep: orders.kept().collect(),
+        pending: (0..n * sems).map(|_| Pending::default()).collect(),
         ..Released::default()
     };
     let mut waits = 0usize;
@@ -230,7 +190,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         sem, amount, why, ..
                     } => {
                         let slot = sem.device * sems + sem.sem;
-                        match &orders.joins[waits] {
+                        match orders.get(waits) {
                             Join::All => rel.join_all(slot, &mut dev[d], d),
                             Join::Nothing => {}
                             Join::Some(ids) => {
@@ -300,8 +260,9 @@ const RECENT: usize = 16;
 struct Released {
     devices: usize,
     keep: HashSet<usize>,
-    pending: HashMap<usize, Pending>,
-    kept: HashMap<usize, Clock>,
+    /// Per semaphore slot.
+    pending: Vec<Pending>,
+    kept: IdMap<usize, Clock>,
     next: usize,
 }
 
@@ -318,18 +279,18 @@ impl Released {
     /// slot are its device's, and a device's clock only grows, so the credits an
     /// earlier such wait joined are in it already; so is a clock `d` itself had.
     fn join_all(&mut self, slot: usize, clock: &mut Clock, d: usize) {
-        let Some(p) = self.pending.remove(&slot) else {
-            return;
-        };
+        let p = &mut self.pending[slot];
         for c in p.folded.iter().chain(&p.recent) {
             if c.owner() != Some(d) {
                 clock.join(c);
             }
         }
+        p.folded = None;
+        p.recent.clear();
     }
 
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        let p = self.pending.entry(c.slot).or_default();
+        let p = &mut self.pending[c.slot];
         if p.recent.len() == RECENT {
             let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
             for r in p.recent.drain(..) {
@@ -337,7 +298,7 @@ impl Released {
             }
         }
         p.recent.push(clock.clone());
-        if self.keep.contains(&self.next) {
+        if !self.keep.is_empty() && self.keep.contains(&self.next) {
             self.kept.insert(self.next, clock.clone());
         }
         sink.credit(self.next, &c);

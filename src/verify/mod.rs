@@ -5,7 +5,9 @@
 
 mod clock;
 mod hb;
+mod ids;
 mod log;
+mod orders;
 mod race;
 mod sync;
 

@@ -9,8 +9,9 @@
 //! not known to have entered the kernel breaks the entry rule.
 
 use super::clock::Clock;
-use super::hb::{op_at, Agent, Credit, Join, Orders, Send, Sink, Wait};
+use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
 use super::log::Event;
+use super::orders::{Join, Orders};
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
@@ -199,11 +200,11 @@ pub struct RaceChecker<'a> {
     orders: &'a Orders,
     log: &'a [Event],
     /// Per credit id: the DMA side it is, if any.
-    credit_dma: Vec<Option<DmaSide>>,
+    credit_dma: Vec<u32>,
     /// The waits ordered after each DMA side's completion.
     joined: Joined,
     /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
-    since_all: HashMap<usize, Vec<(usize, Completion)>>,
+    since_all: Vec<Vec<DmaSide>>,
     shadow: Vec<Vec<Access>>,
     found: Vec<Found>,
     /// Entry-rule violations found, in order (one per kernel line).
@@ -218,6 +219,9 @@ struct Joined {
     more: HashMap<usize, Vec<(u32, u32)>>,
 }
 
+/// A credit that is no DMA side.
+const NO_SIDE: u32 = u32::MAX;
+
 /// Not joined by any wait.
 const UNJOINED: (u32, u32) = (u32::MAX, 0);
 
@@ -226,8 +230,8 @@ impl Joined {
         2 * k + usize::from(side == Completion::Send)
     }
 
-    fn push(&mut self, side: DmaSide, device: usize, pos: u32) {
-        let i = Self::index(side);
+    /// Marks wait (`device`, `pos`) as ordered after DMA side number `i`.
+    fn push(&mut self, i: usize, device: usize, pos: u32) {
         if self.first.len() <= i {
             self.first.resize(i + 1, UNJOINED);
         }
@@ -284,7 +288,7 @@ impl<'a> RaceChecker<'a> {
             log,
             credit_dma: Vec::new(),
             joined: Joined::default(),
-            since_all: HashMap::new(),
+            since_all: vec![Vec::new(); p.devices * p.layout.sems.len()],
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
             early: Vec::new(),
@@ -381,7 +385,7 @@ impl<'a> RaceChecker<'a> {
         };
         let (id, w_ord) = *e.consumed.get(&(k, side))?;
         let w_ord = w_ord?;
-        match &self.orders.joins[w_ord] {
+        match self.orders.get(w_ord) {
             Join::All => return None,
             Join::Some(ids) if ids.contains(&id) => return None,
             _ => {}
@@ -407,24 +411,28 @@ impl<'a> RaceChecker<'a> {
 
 impl Sink for RaceChecker<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
-        self.credit_dma.push(c.dma);
+        let side = c.dma.map_or(NO_SIDE, |side| {
+            u32::try_from(Joined::index(side)).expect("fewer than 2^31 DMAs")
+        });
+        self.credit_dma.push(side);
         if let Some(side) = c.dma {
-            self.since_all.entry(c.slot).or_default().push(side);
+            self.since_all[c.slot].push(side);
         }
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
         let mark = (w.device, w.pos);
-        match &self.orders.joins[ordinal] {
+        match self.orders.get(ordinal) {
             Join::All => {
-                for side in self.since_all.remove(&w.slot).unwrap_or_default() {
-                    self.joined.push(side, mark.0, mark.1);
+                for side in std::mem::take(&mut self.since_all[w.slot]) {
+                    self.joined.push(Joined::index(side), mark.0, mark.1);
                 }
             }
             Join::Some(ids) => {
                 for &id in ids {
-                    if let Some(side) = self.credit_dma[id] {
-                        self.joined.push(side, mark.0, mark.1);
+                    let side = self.credit_dma[id];
+                    if side != NO_SIDE {
+                        self.joined.push(side as usize, mark.0, mark.1);
                     }
                 }
             }

@@ -12,8 +12,9 @@
 //! sound: a wait that broke its answer in some execution would need an earlier one that
 //! broke its own first.
 
-use super::hb::{count_waits, replay, Credit, Join, Orders, Sink, Wait};
+use super::hb::{count_waits, replay, Credit, Sink, Wait};
 use super::log::Event;
+use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
 use super::Clock;
 use crate::device_sim::credits::Credits;
@@ -53,13 +54,14 @@ struct SlotCredits {
 }
 
 impl Facts {
-    fn by_slot(&self) -> HashMap<usize, SlotCredits> {
-        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+    /// Per semaphore slot (of `slots`), its credits.
+    fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
+        let mut m: Vec<Vec<usize>> = vec![Vec::new(); slots];
         for (id, c) in self.credits.iter().enumerate() {
-            m.entry(c.slot).or_default().push(id);
+            m[c.slot].push(id);
         }
         m.into_iter()
-            .map(|(slot, mut ids)| {
+            .map(|mut ids| {
                 ids.sort_by_key(|&i| self.credits[i].comp);
                 let mut total = vec![0];
                 let mut sets = vec![0];
@@ -73,16 +75,13 @@ impl Facts {
                     }
                 }
                 let comps = ids.iter().map(|&i| self.credits[i].comp).collect();
-                (
-                    slot,
-                    SlotCredits {
-                        ids,
-                        comps,
-                        total,
-                        sets,
-                        max_atomic,
-                    },
-                )
+                SlotCredits {
+                    ids,
+                    comps,
+                    total,
+                    sets,
+                    max_atomic,
+                }
             })
             .collect()
     }
@@ -96,50 +95,58 @@ impl Facts {
             .map(|(i, _)| i)
     }
 
-    /// What each wait is ordered after, given the happens-before these facts came from.
-    fn decide(&self) -> Orders {
-        let slots = self.by_slot();
-        let mut consumed: HashMap<usize, u64> = HashMap::new();
-        let joins = self
-            .waits
+    /// What each wait is ordered after, given the happens-before these facts came from
+    /// (`slots`: the number of semaphore slots).
+    fn decide(&self, slots: usize) -> Orders {
+        let by_slot = self.by_slot(slots);
+        let mut consumed = vec![0u64; slots];
+        let mut orders = Orders::default();
+        for w in &self.waits {
+            let need = if w.decrement {
+                consumed[w.slot] += w.amount;
+                consumed[w.slot]
+            } else {
+                w.amount
+            };
+            let forced = Self::forced(&self.credits, &by_slot[w.slot], w, need);
+            orders.push(match &forced {
+                None => Join::All,
+                Some(ids) => Join::Some(ids),
+            });
+        }
+        orders
+    }
+
+    /// The credits of slot `s` that wait `w`, having consumed `need` in all, is ordered
+    /// after: `None` for all of them.
+    fn forced(credits: &[Credit], s: &SlotCredits, w: &Wait, need: u64) -> Option<Vec<usize>> {
+        let nothing = Some(Vec::new());
+        if s.ids.is_empty() {
+            return nothing;
+        }
+        let k = s.comps.partition_point(|&c| c < w.pos);
+        let (total, sets) = (s.total[k], s.sets[k]);
+        if sets > 0 {
+            // A `Set` can replace any value: no credit is certain.
+            return nothing;
+        }
+        if total <= need {
+            return None;
+        }
+        let slack = total - need;
+        if s.max_atomic <= slack {
+            return nothing;
+        }
+        let mut forced: Vec<usize> = s.ids[..k]
             .iter()
-            .map(|w| {
-                let need = if w.decrement {
-                    let c = consumed.entry(w.slot).or_default();
-                    *c += w.amount;
-                    *c
-                } else {
-                    w.amount
-                };
-                let Some(s) = slots.get(&w.slot) else {
-                    return Join::Nothing;
-                };
-                let k = s.comps.partition_point(|&c| c < w.pos);
-                let (total, sets) = (s.total[k], s.sets[k]);
-                if sets > 0 {
-                    // A `Set` can replace any value: no credit is certain.
-                    return Join::Nothing;
-                }
-                if total <= need {
-                    return Join::All;
-                }
-                let slack = total - need;
-                if s.max_atomic <= slack {
-                    return Join::Nothing;
-                }
-                let mut forced: Vec<usize> = s.ids[..k]
-                    .iter()
-                    .copied()
-                    .filter(|&i| {
-                        let c = &self.credits[i];
-                        c.atomic && c.amount > slack && c.at < w.at
-                    })
-                    .collect();
-                forced.sort_unstable();
-                Join::of(forced)
+            .copied()
+            .filter(|&i| {
+                let c = &credits[i];
+                c.atomic && c.amount > slack && c.at < w.at
             })
             .collect();
-        Orders { joins }
+        forced.sort_unstable();
+        Some(forced)
     }
 
     /// For each credit id, the decrementing wait (ordinal) that consumed its last unit
@@ -172,38 +179,17 @@ impl Facts {
     }
 }
 
-impl Orders {
-    /// What both `self` and `prev` order (the fixpoint only ever drops edges).
-    fn meet(self, prev: &Orders) -> Orders {
-        let joins = self
-            .joins
-            .into_iter()
-            .zip(&prev.joins)
-            .map(|(a, b)| match (a, b) {
-                (_, Join::Nothing) | (Join::Nothing, _) => Join::Nothing,
-                (a, Join::All) => a,
-                (Join::All, b) => b.clone(),
-                (Join::Some(x), Join::Some(y)) => {
-                    Join::of(x.into_iter().filter(|i| y.contains(i)).collect())
-                }
-            })
-            .collect();
-        Orders { joins }
-    }
-}
-
 /// The fixpoint over the run in `log`: what every wait is ordered after, and the races
 /// and entry violations of the replay under those orders (each replay checks as it
 /// goes, so a run whose first guess holds is replayed once).
 pub fn check(p: &Program, log: &[Event]) -> Findings {
-    let mut orders = Orders {
-        joins: vec![Join::All; count_waits(p, log)],
-    };
+    let slots = p.devices * p.layout.sems.len();
+    let mut orders = Orders::all(count_waits(p, log));
     loop {
         let mut pass = (Facts::default(), RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;
-        let next = facts.decide().meet(&orders);
+        let next = facts.decide(slots).meet(&orders);
         if next == orders {
             return checker.finish(&facts);
         }
