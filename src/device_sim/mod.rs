@@ -17,4 +17,4 @@ pub use observer::{NoObserver, Observer};
 pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};
 pub use program::{DataOp, Layout, Program, View};
 pub use schedule::Schedule;
-pub use scheduler::{schedule, schedule_observed};
+pub use scheduler::{observe, schedule, schedule_observed};

@@ -28,9 +28,30 @@ pub fn schedule_observed(
     policy: &mut dyn Policy,
     obs: &mut dyn Observer,
 ) -> Result<Schedule> {
+    run(program, policy, obs, true)
+}
+
+/// [`schedule_observed`] for an observer that needs nothing else: the schedule's data
+/// ops are not kept (the verifier at large P would hold millions of them for nothing).
+pub fn observe(program: &Program, policy: &mut dyn Policy, obs: &mut dyn Observer) -> Result<()> {
+    run(program, policy, obs, false).map(|_| ())
+}
+
+/// Runs the schedule; `record`: keep its data ops.
+fn run(
+    program: &Program,
+    policy: &mut dyn Policy,
+    obs: &mut dyn Observer,
+    record: bool,
+) -> Result<Schedule> {
     let mut e = Engine::new(program);
+    e.record = record;
     let mut out = Schedule {
-        ops: program.prologue.clone(),
+        ops: if record {
+            program.prologue.clone()
+        } else {
+            Vec::new()
+        },
         policy: policy.name(),
         steps: 0,
         staging: 0,
@@ -87,7 +108,9 @@ pub fn schedule_observed(
     }
     e.exit_check()?;
     out.staging = e.staging.iter().map(|s| s.peak).max().unwrap_or(0);
-    out.ops.extend_from_slice(&program.epilogue);
+    if record {
+        out.ops.extend_from_slice(&program.epilogue);
+    }
     Ok(out)
 }
 
@@ -157,6 +180,8 @@ struct Engine<'p> {
     ready: BTreeSet<usize>,
     /// Devices to re-examine after the current step.
     touched: Vec<usize>,
+    /// Keep the data ops in the schedule.
+    record: bool,
 }
 
 impl<'p> Engine<'p> {
@@ -174,6 +199,7 @@ impl<'p> Engine<'p> {
             last_signal: HashMap::new(),
             ready: BTreeSet::new(),
             touched: Vec::new(),
+            record: true,
         }
     }
 
@@ -305,7 +331,7 @@ impl<'p> Engine<'p> {
         if !f.send && !f.recv {
             self.in_flight.remove(at);
         }
-        if let Some(op) = moved {
+        if let (Some(op), true) = (moved, self.record) {
             out.ops.push(op);
         }
         if let Some(s) = dma.credits(side) {
@@ -363,7 +389,9 @@ impl<'p> Engine<'p> {
                 obs.release(d, op);
             }
             OpKind::Compute(c) => {
-                out.ops.push(*c);
+                if self.record {
+                    out.ops.push(*c);
+                }
                 obs.data(d, c, Some(&op.site));
             }
             OpKind::Mark(label) => obs.mark(d, label),
