@@ -114,7 +114,7 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
                             inc,
                             set,
                         },
-                        OpKind::Compute(c) => OpKind::Compute(data(&c)),
+                        OpKind::Compute(c) => OpKind::Compute(Box::new(data(&c))),
                         mark @ OpKind::Mark(_) => mark,
                     };
                     op

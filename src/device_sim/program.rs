@@ -300,8 +300,9 @@ pub enum OpKind {
         /// Seed-003 `NotifyOp::Set`.
         set: bool,
     },
-    /// VMEM compute.
-    Compute(DataOp),
+    /// VMEM compute (boxed: the other kinds are under half its size, and a program at
+    /// large P holds millions of ops).
+    Compute(Box<DataOp>),
     /// A step boundary for step tables in kernels that loop inside one grid point
     /// (`Ctx::trace_step`); no effect on execution.
     Mark(std::sync::Arc<str>),

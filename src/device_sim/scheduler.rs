@@ -8,13 +8,13 @@
 
 use super::credits::Credits;
 use super::observer::{NoObserver, Observer};
-use super::policies::{Choice, Choices, Policy};
+use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use super::program::{
     Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
 };
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -177,7 +177,7 @@ struct Engine<'p> {
     /// Per semaphore slot: where its last signal came from (sparse).
     last_signal: HashMap<usize, OpSite>,
     /// Devices whose next step can run now.
-    ready: BTreeSet<usize>,
+    ready: DeviceSet,
     /// Devices to re-examine after the current step.
     touched: Vec<usize>,
     /// Keep the data ops in the schedule.
@@ -197,7 +197,7 @@ impl<'p> Engine<'p> {
             in_flight: Vec::new(),
             staging: (0..p.devices).map(|_| Staging::default()).collect(),
             last_signal: HashMap::new(),
-            ready: BTreeSet::new(),
+            ready: DeviceSet::new(p.devices),
             touched: Vec::new(),
             record: true,
         }
@@ -223,7 +223,7 @@ impl<'p> Engine<'p> {
         if self.runnable(d) {
             self.ready.insert(d);
         } else {
-            self.ready.remove(&d);
+            self.ready.remove(d);
         }
     }
 
@@ -390,7 +390,7 @@ impl<'p> Engine<'p> {
             }
             OpKind::Compute(c) => {
                 if self.record {
-                    out.ops.push(*c);
+                    out.ops.push(**c);
                 }
                 obs.data(d, c, Some(&op.site));
             }

@@ -460,10 +460,10 @@ impl<'a> Ctx<'a> {
         let site = self.site("fill");
         if let Some(d) = self.vmem_view(&dst, site) {
             self.push(
-                OpKind::Compute(DataOp::Fill {
+                OpKind::Compute(Box::new(DataOp::Fill {
                     dst: d,
                     bits: dst.dtype.bits_of(value),
-                }),
+                })),
                 site,
             );
         }
@@ -477,7 +477,10 @@ impl<'a> Ctx<'a> {
             return;
         };
         if self.same_shape(&dst, &src, site) {
-            self.push(OpKind::Compute(DataOp::Copy { src: s, dst: d }), site);
+            self.push(
+                OpKind::Compute(Box::new(DataOp::Copy { src: s, dst: d })),
+                site,
+            );
         }
     }
 
@@ -499,12 +502,12 @@ impl<'a> Ctx<'a> {
         };
         if self.same_shape(&dst, &src, site) {
             self.push(
-                OpKind::Compute(DataOp::Accumulate {
+                OpKind::Compute(Box::new(DataOp::Accumulate {
                     dst: d,
                     src: s,
                     op,
                     dtype: dst.dtype,
-                }),
+                })),
                 site,
             );
         }

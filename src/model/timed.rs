@@ -361,7 +361,7 @@ impl<'p> Timed<'p> {
             }
             OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
-                let dur = match c {
+                let dur = match **c {
                     DataOp::Copy { src, dst } if src.device != dst.device => {
                         // A seed-003 pull: over the link, plus its latency.
                         src.bytes() as f64 / self.m.link_bw + self.m.link_latency

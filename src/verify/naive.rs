@@ -271,12 +271,12 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
                     }
                     6 => wait(RECV, 16, WaitKind::WaitRecv),
                     7 => wait(SEND, 16, WaitKind::WaitSend),
-                    _ => OpKind::Compute(DataOp::Accumulate {
+                    _ => OpKind::Compute(Box::new(DataOp::Accumulate {
                         dst: view(d, 1, offset),
                         src: view(d, 1, 4 - offset % 4),
                         op: ReduceOp::Sum,
                         dtype: DType::F32,
-                    }),
+                    })),
                 };
                 Op { kind, site }
             })
