@@ -12,6 +12,7 @@ pub mod policies;
 pub mod program;
 mod schedule;
 mod scheduler;
+mod source_files;
 
 pub use observer::{NoObserver, Observer};
 pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};

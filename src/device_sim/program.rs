@@ -314,7 +314,8 @@ pub enum OpKind {
 /// them to `Ctx::set_source`, so every report names the line the kernel author wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SourceLoc {
-    file: &'static str,
+    /// The file name's number (`source_files`).
+    file: u32,
     line: u32,
 }
 
@@ -340,12 +341,15 @@ impl SourceLoc {
                 f
             }
         };
-        SourceLoc { file, line }
+        SourceLoc {
+            file: super::source_files::number(file),
+            line,
+        }
     }
 
     /// The file name.
     pub fn file(&self) -> &'static str {
-        self.file
+        super::source_files::name(self.file)
     }
 
     /// The line number (1-based).
@@ -357,7 +361,7 @@ impl SourceLoc {
 impl From<&'static Location<'static>> for SourceLoc {
     fn from(l: &'static Location<'static>) -> Self {
         SourceLoc {
-            file: l.file(),
+            file: super::source_files::number(l.file()),
             line: l.line(),
         }
     }
@@ -365,7 +369,7 @@ impl From<&'static Location<'static>> for SourceLoc {
 
 impl fmt::Display for SourceLoc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file, self.line)
+        write!(f, "{}:{}", self.file(), self.line)
     }
 }
 

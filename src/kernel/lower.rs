@@ -272,7 +272,8 @@ impl PallasCall {
             }
         };
         for device in 0..mesh.size() {
-            let mut dev_ops = Vec::new();
+            // Devices mostly trace alike: room for as many ops as the last one.
+            let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
                 let (rec, panic) = self.trace_point(mesh, &frame, device, g, dmas.len());
                 if let Some(msg) = panic {

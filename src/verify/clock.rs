@@ -47,6 +47,7 @@ impl Clock {
     }
 
     /// The device that owns this clock ([`Clock::owned_by`]), if any.
+    #[inline]
     pub fn owner(&self) -> Option<usize> {
         (self.owner != NONE).then_some(self.owner)
     }
@@ -70,6 +71,7 @@ impl Clock {
     }
 
     /// Component of device `d`.
+    #[inline]
     pub fn device(&self, d: usize) -> u32 {
         if d == self.owner {
             self.own
@@ -79,6 +81,7 @@ impl Clock {
     }
 
     /// Advances device `d`'s own component.
+    #[inline]
     pub fn tick(&mut self, d: usize) {
         if d == self.owner {
             self.own += 1;

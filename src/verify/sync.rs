@@ -184,9 +184,14 @@ impl Facts {
 /// goes, so a run whose first guess holds is replayed once).
 pub fn check(p: &Program, log: &[Event]) -> Findings {
     let slots = p.devices * p.layout.sems.len();
-    let mut orders = Orders::all(count_waits(p, log));
+    let waits = count_waits(p, log);
+    let mut orders = Orders::all(waits);
     loop {
-        let mut pass = (Facts::default(), RaceChecker::new(p, &orders, log));
+        let facts = Facts {
+            credits: Vec::with_capacity(waits),
+            waits: Vec::with_capacity(waits),
+        };
+        let mut pass = (facts, RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;
         let next = facts.decide(slots).meet(&orders);
