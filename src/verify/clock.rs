@@ -95,15 +95,22 @@ impl Clock {
         if !Rc::ptr_eq(&self.shared, &other.shared) {
             if let Some(mine) = Rc::get_mut(&mut self.shared) {
                 max_into(mine, &other.shared);
-            } else if grows(&self.shared, &other.shared, self.owner) {
-                // Shared and changed: one pass into a new vector, not a copy and a pass.
-                let joined = self
-                    .shared
-                    .iter()
+            } else {
+                // Shared: the result goes to a new vector, kept only if something grew
+                // (one pass, not a copy and a pass).
+                let mut joined = vec![0; self.shared.len()];
+                let mut grew = false;
+                for ((j, a), b) in joined
+                    .iter_mut()
+                    .zip(self.shared.iter())
                     .zip(other.shared.iter())
-                    .map(|(a, b)| *a.max(b))
-                    .collect();
-                self.shared = Rc::new(joined);
+                {
+                    grew |= b > a;
+                    *j = (*a).max(*b);
+                }
+                if grew {
+                    self.shared = Rc::new(joined);
+                }
             }
             if self.owner != NONE {
                 self.own = self.own.max(other.shared[self.owner]);
@@ -123,16 +130,6 @@ impl Clock {
 fn max_into(a: &mut [u32], b: &[u32]) {
     for (x, y) in a.iter_mut().zip(b) {
         *x = (*x).max(*y);
-    }
-}
-
-/// True when `b` exceeds `a` in a component other than `skip` (two plain loops, so
-/// they vectorize).
-fn grows(a: &[u32], b: &[u32], skip: usize) -> bool {
-    let above = |a: &[u32], b: &[u32]| a.iter().zip(b).fold(false, |g, (x, y)| g | (y > x));
-    match skip {
-        NONE => above(a, b),
-        s => above(&a[..s], &b[..s]) || above(&a[s + 1..], &b[s + 1..]),
     }
 }
 

@@ -53,6 +53,19 @@ struct SlotCredits {
     max_atomic: u64,
 }
 
+/// The number of the sorted `comps` below `pos`. `at` holds that number for the
+/// slot's previous wait, whose `pos` was no larger (a slot's waits are its device's,
+/// whose own position only grows), so a slot's waits cost one pass over its credits.
+fn below(comps: &[u32], pos: u32, at: &mut usize) -> usize {
+    if *at > 0 && comps[*at - 1] >= pos {
+        *at = comps.partition_point(|&c| c < pos);
+    }
+    while *at < comps.len() && comps[*at] < pos {
+        *at += 1;
+    }
+    *at
+}
+
 impl Facts {
     /// Per semaphore slot (of `slots`), its credits.
     fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
@@ -100,6 +113,7 @@ impl Facts {
     fn decide(&self, slots: usize) -> Orders {
         let by_slot = self.by_slot(slots);
         let mut consumed = vec![0u64; slots];
+        let mut cursor = vec![0usize; slots];
         let mut orders = Orders::default();
         for w in &self.waits {
             let need = if w.decrement {
@@ -108,7 +122,9 @@ impl Facts {
             } else {
                 w.amount
             };
-            let forced = Self::forced(&self.credits, &by_slot[w.slot], w, need);
+            let s = &by_slot[w.slot];
+            let k = below(&s.comps, w.pos, &mut cursor[w.slot]);
+            let forced = Self::forced(&self.credits, s, k, w, need);
             orders.push(match &forced {
                 None => Join::All,
                 Some(ids) => Join::Some(ids),
@@ -118,13 +134,18 @@ impl Facts {
     }
 
     /// The credits of slot `s` that wait `w`, having consumed `need` in all, is ordered
-    /// after: `None` for all of them.
-    fn forced(credits: &[Credit], s: &SlotCredits, w: &Wait, need: u64) -> Option<Vec<usize>> {
+    /// after (`k`: how many of them can come before it): `None` for all of them.
+    fn forced(
+        credits: &[Credit],
+        s: &SlotCredits,
+        k: usize,
+        w: &Wait,
+        need: u64,
+    ) -> Option<Vec<usize>> {
         let nothing = Some(Vec::new());
         if s.ids.is_empty() {
             return nothing;
         }
-        let k = s.comps.partition_point(|&c| c < w.pos);
         let (total, sets) = (s.total[k], s.sets[k]);
         if sets > 0 {
             // A `Set` can replace any value: no credit is certain.
@@ -199,5 +220,26 @@ pub fn check(p: &Program, log: &[Event]) -> Findings {
             return checker.finish(&facts);
         }
         orders = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::below;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The cursor answers as a binary search does, whatever order the positions come in.
+        #[test]
+        fn below_is_the_partition_point(
+            mut comps in proptest::collection::vec(0u32..50, 0..40),
+            positions in proptest::collection::vec(0u32..60, 0..30),
+        ) {
+            comps.sort_unstable();
+            let mut at = 0;
+            for pos in positions {
+                prop_assert_eq!(below(&comps, pos, &mut at), comps.partition_point(|&c| c < pos));
+            }
+        }
     }
 }
