@@ -34,19 +34,24 @@ pub struct Credit {
     pub set: bool,
     /// Lands whole (a signal) rather than byte by byte (a DMA).
     pub atomic: bool,
-    /// The DMA completion it is, if any.
-    pub dma: Option<(usize, Completion)>,
+    /// The DMA completion it is, if any (the id in 32 bits: a run has millions of credits).
+    pub dma: Option<(u32, Completion)>,
     /// Position in the log (a signal's op is there).
     pub at: usize,
+}
+
+impl Credit {
+    /// The DMA completion it is, if any.
+    pub fn dma_side(&self) -> Option<(usize, Completion)> {
+        self.dma.map(|(k, side)| (k as usize, side))
+    }
 }
 
 /// A passed wait.
 #[derive(Clone, Debug)]
 pub struct Wait {
-    /// Semaphore slot.
+    /// Semaphore slot (on the waiting device).
     pub slot: usize,
-    /// Waiting device.
-    pub device: usize,
     /// Amount waited for.
     pub amount: u64,
     /// Subtracts the amount (all but seed-003 signal waits).
@@ -204,7 +209,6 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         dev[d].tick(d);
                         let w = Wait {
                             slot,
-                            device: d,
                             amount: *amount,
                             decrement: *why != crate::device_sim::program::WaitKind::Signal,
                             pos: dev[d].device(d),
@@ -236,7 +240,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         comp: start.device(s.device),
                         set: false,
                         atomic: false,
-                        dma: Some((k, side)),
+                        dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),
                         at,
                     };
                     let clock = start.clone();

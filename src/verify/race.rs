@@ -306,7 +306,7 @@ impl<'a> RaceChecker<'a> {
                     .credits
                     .iter()
                     .enumerate()
-                    .filter_map(|(id, c)| Some((c.dma?, (id, by.get(&id).copied()))))
+                    .filter_map(|(id, c)| Some((c.dma_side()?, (id, by.get(&id).copied()))))
                     .collect(),
             }
         });
@@ -363,7 +363,7 @@ impl<'a> RaceChecker<'a> {
     }
 
     fn credit_side(&self, c: &Credit) -> RaceSide {
-        match (c.dma, op_at(self.p, self.log, c.at).map(|o| o.site)) {
+        match (c.dma_side(), op_at(self.p, self.log, c.at).map(|o| o.site)) {
             (Some((k, _)), _) => RaceSide {
                 actor: self.dma_actor(k),
                 site: Some(self.p.site(&self.p.dmas[k].origin)),
@@ -402,7 +402,7 @@ impl<'a> RaceChecker<'a> {
             semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
                 .name
                 .clone(),
-            device: w.device,
+            device: w.slot / self.p.layout.sems.len(),
             wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credits[alt]),
         })
@@ -411,17 +411,17 @@ impl<'a> RaceChecker<'a> {
 
 impl Sink for RaceChecker<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
-        let side = c.dma.map_or(NO_SIDE, |side| {
+        let side = c.dma_side().map_or(NO_SIDE, |side| {
             u32::try_from(Joined::index(side)).expect("fewer than 2^31 DMAs")
         });
         self.credit_dma.push(side);
-        if let Some(side) = c.dma {
+        if let Some(side) = c.dma_side() {
             self.since_all[c.slot].push(side);
         }
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
-        let mark = (w.device, w.pos);
+        let mark = (w.slot / self.p.layout.sems.len(), w.pos);
         match self.orders.get(ordinal) {
             Join::All => {
                 for side in std::mem::take(&mut self.since_all[w.slot]) {

@@ -42,13 +42,14 @@ impl Sink for Facts {
 
 /// Per semaphore slot: its credits sorted by `comp`, with running totals.
 struct SlotCredits {
-    /// Credit ids, by increasing `comp`.
-    ids: Vec<usize>,
+    /// Credit ids, by increasing `comp` (32 bits: a run has millions).
+    ids: Vec<u32>,
     /// `comps[i]` = comp of `ids[i]`.
     comps: Vec<u32>,
-    /// Prefix sums of amounts and of `set` credits (one longer than `ids`).
+    /// Prefix sums of amounts (one longer than `ids`).
     total: Vec<u64>,
-    sets: Vec<usize>,
+    /// Index in `ids` of the first `set` credit (`ids.len()` if none).
+    first_set: usize,
     /// Largest amount of a whole-landing credit.
     max_atomic: u64,
 }
@@ -69,30 +70,30 @@ fn below(comps: &[u32], pos: u32, at: &mut usize) -> usize {
 impl Facts {
     /// Per semaphore slot (of `slots`), its credits.
     fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
-        let mut m: Vec<Vec<usize>> = vec![Vec::new(); slots];
+        let mut m: Vec<Vec<u32>> = vec![Vec::new(); slots];
         for (id, c) in self.credits.iter().enumerate() {
-            m[c.slot].push(id);
+            m[c.slot].push(u32::try_from(id).expect("fewer than 2^32 credits"));
         }
         m.into_iter()
             .map(|mut ids| {
-                ids.sort_by_key(|&i| self.credits[i].comp);
+                ids.sort_by_key(|&i| self.credits[i as usize].comp);
+                let credit = |i: u32| &self.credits[i as usize];
                 let mut total = vec![0];
-                let mut sets = vec![0];
                 let mut max_atomic = 0;
                 for &i in &ids {
-                    let c = &self.credits[i];
+                    let c = credit(i);
                     total.push(total.last().unwrap_or(&0) + c.amount);
-                    sets.push(sets.last().unwrap_or(&0) + usize::from(c.set));
                     if c.atomic {
                         max_atomic = max_atomic.max(c.amount);
                     }
                 }
-                let comps = ids.iter().map(|&i| self.credits[i].comp).collect();
+                let first_set = ids.iter().position(|&i| credit(i).set);
+                let comps = ids.iter().map(|&i| credit(i).comp).collect();
                 SlotCredits {
+                    first_set: first_set.unwrap_or(ids.len()),
                     ids,
                     comps,
                     total,
-                    sets,
                     max_atomic,
                 }
             })
@@ -146,8 +147,8 @@ impl Facts {
         if s.ids.is_empty() {
             return nothing;
         }
-        let (total, sets) = (s.total[k], s.sets[k]);
-        if sets > 0 {
+        let total = s.total[k];
+        if s.first_set < k {
             // A `Set` can replace any value: no credit is certain.
             return nothing;
         }
@@ -160,7 +161,7 @@ impl Facts {
         }
         let mut forced: Vec<usize> = s.ids[..k]
             .iter()
-            .copied()
+            .map(|&i| i as usize)
             .filter(|&i| {
                 let c = &credits[i];
                 c.atomic && c.amount > slack && c.at < w.at
