@@ -7,6 +7,7 @@
 
 pub mod credits;
 pub mod groups;
+pub mod ids;
 pub mod observer;
 pub mod policies;
 pub mod program;

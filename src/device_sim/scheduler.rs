@@ -7,6 +7,7 @@
 //! [`Engine::complete`].
 
 use super::credits::Credits;
+use super::ids::IdMap;
 use super::observer::{NoObserver, Observer};
 use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use super::program::{
@@ -14,7 +15,7 @@ use super::program::{
 };
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -169,13 +170,13 @@ struct Engine<'p> {
     sems: Vec<u64>,
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
-    credits: HashMap<usize, Credits<usize>>,
+    credits: IdMap<usize, Credits<usize>>,
     /// DMAs in flight, in start order.
     in_flight: Vec<InFlight>,
     /// Per device: the staging area of the DMAs it sent whose data is in flight.
     staging: Vec<Staging>,
     /// Per semaphore slot: where its last signal came from (sparse).
-    last_signal: HashMap<usize, OpSite>,
+    last_signal: IdMap<usize, OpSite>,
     /// Devices whose next step can run now.
     ready: DeviceSet,
     /// Devices to re-examine after the current step.
@@ -193,10 +194,10 @@ impl<'p> Engine<'p> {
             entered: vec![false; p.devices],
             inside: 0,
             sems: vec![0; n],
-            credits: HashMap::new(),
+            credits: IdMap::default(),
             in_flight: Vec::new(),
             staging: (0..p.devices).map(|_| Staging::default()).collect(),
-            last_signal: HashMap::new(),
+            last_signal: IdMap::default(),
             ready: DeviceSet::new(p.devices),
             touched: Vec::new(),
             record: true,

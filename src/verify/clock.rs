@@ -98,16 +98,16 @@ impl Clock {
             } else {
                 // Shared: the result goes to a new vector, kept only if something grew
                 // (one pass, not a copy and a pass).
-                let mut joined = vec![0; self.shared.len()];
                 let mut grew = false;
-                for ((j, a), b) in joined
-                    .iter_mut()
-                    .zip(self.shared.iter())
+                let joined: Vec<u32> = self
+                    .shared
+                    .iter()
                     .zip(other.shared.iter())
-                {
-                    grew |= b > a;
-                    *j = (*a).max(*b);
-                }
+                    .map(|(a, b)| {
+                        grew |= b > a;
+                        *a.max(b)
+                    })
+                    .collect();
                 if grew {
                     self.shared = Rc::new(joined);
                 }

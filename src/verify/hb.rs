@@ -4,9 +4,9 @@
 //! to memory and semaphores is told to a [`Sink`].
 
 use super::clock::Clock;
-use super::ids::IdMap;
 use super::log::Event;
 use super::orders::{Join, Orders};
+use crate::device_sim::ids::IdMap;
 use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
 use std::collections::HashSet;
 

@@ -5,7 +5,6 @@
 
 mod clock;
 mod hb;
-mod ids;
 mod log;
 #[cfg(test)]
 mod naive;

@@ -424,7 +424,8 @@ impl Sink for RaceChecker<'_> {
         let mark = (w.slot / self.p.layout.sems.len(), w.pos);
         match self.orders.get(ordinal) {
             Join::All => {
-                for side in std::mem::take(&mut self.since_all[w.slot]) {
+                // Drained in place: the slot's vector keeps its room for the next credits.
+                for side in self.since_all[w.slot].drain(..) {
                     self.joined.push(Joined::index(side), mark.0, mark.1);
                 }
             }

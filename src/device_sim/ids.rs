@@ -1,5 +1,6 @@
-//! Hash maps keyed by ids (DMA ids, credit ids): the replay looks one up per event, and
-//! SipHash, made for keys an attacker picks, costs more than the rest of the lookup.
+//! Hash maps keyed by ids (DMA ids, credit ids, semaphore slots): the scheduler and the
+//! verifier's replay look one up per event, and SipHash, made for keys an attacker
+//! picks, costs more than the rest of the lookup.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
