@@ -226,6 +226,20 @@ impl PallasCall {
         g: usize,
         dma_base: usize,
     ) -> (Recording, Option<String>) {
+        self.trace_point_into(mesh, frame, device, g, dma_base, Recording::default())
+    }
+
+    /// [`Self::trace_point`], recording into `rec` (empty; a recycled one keeps the
+    /// room its vectors had, so a trace does not allocate anew at every grid point).
+    fn trace_point_into(
+        &self,
+        mesh: &Mesh,
+        frame: &Frame,
+        device: usize,
+        g: usize,
+        dma_base: usize,
+        rec: Recording,
+    ) -> (Recording, Option<String>) {
         let spec = &self.spec;
         let ctx = Ctx {
             mesh,
@@ -240,7 +254,7 @@ impl PallasCall {
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
-            rec: RefCell::new(Recording::default()),
+            rec: RefCell::new(rec),
         };
         let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));
         let rec = ctx.rec.into_inner();
@@ -271,11 +285,19 @@ impl PallasCall {
                 errors.push(e);
             }
         };
+        let mut spare = Recording::default();
         for device in 0..mesh.size() {
             // Devices mostly trace alike: room for as many ops as the last one.
             let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
-                let (rec, panic) = self.trace_point(mesh, &frame, device, g, dmas.len());
+                let (mut rec, panic) = self.trace_point_into(
+                    mesh,
+                    &frame,
+                    device,
+                    g,
+                    dmas.len(),
+                    std::mem::take(&mut spare),
+                );
                 if let Some(msg) = panic {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
@@ -288,7 +310,7 @@ impl PallasCall {
                         detail: msg,
                     });
                 }
-                for e in rec.errors {
+                for e in rec.errors.drain(..) {
                     note(e);
                 }
                 for (at, detail) in frame.args.errors.borrow_mut().drain(..) {
@@ -303,8 +325,9 @@ impl PallasCall {
                         detail,
                     });
                 }
-                dev_ops.extend(rec.ops);
-                dmas.extend(rec.dmas);
+                dev_ops.append(&mut rec.ops);
+                dmas.append(&mut rec.dmas);
+                spare = rec;
             }
             ops.push(dev_ops);
         }
