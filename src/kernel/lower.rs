@@ -217,21 +217,10 @@ impl PallasCall {
     }
 
     /// Traces device `device` at row-major grid point `g` (its DMAs numbered from
-    /// `dma_base`): what it recorded, and the message of a panic in the kernel body.
+    /// `dma_base`) into `rec` (empty; a recycled one keeps the room its vectors had, so
+    /// a trace does not allocate anew at every grid point): what it recorded, and the
+    /// message of a panic in the kernel body.
     pub(crate) fn trace_point(
-        &self,
-        mesh: &Mesh,
-        frame: &Frame,
-        device: usize,
-        g: usize,
-        dma_base: usize,
-    ) -> (Recording, Option<String>) {
-        self.trace_point_into(mesh, frame, device, g, dma_base, Recording::default())
-    }
-
-    /// [`Self::trace_point`], recording into `rec` (empty; a recycled one keeps the
-    /// room its vectors had, so a trace does not allocate anew at every grid point).
-    fn trace_point_into(
         &self,
         mesh: &Mesh,
         frame: &Frame,
@@ -290,7 +279,7 @@ impl PallasCall {
             // Devices mostly trace alike: room for as many ops as the last one.
             let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
-                let (mut rec, panic) = self.trace_point_into(
+                let (mut rec, panic) = self.trace_point(
                     mesh,
                     &frame,
                     device,
