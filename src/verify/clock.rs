@@ -7,16 +7,72 @@
 //! changes them), and the owning device's own component, which every op advances, is
 //! kept outside the shared part.
 
+use std::cell::RefCell;
+use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 
 /// No owner: every component lives in the shared part.
 const NONE: usize = usize::MAX;
 
+/// Counter vectors kept for reuse: a replay at large P builds millions of clocks of a
+/// few KiB, each soon dropped, and the allocator's path for blocks that size is slow.
+const POOL: usize = 64;
+
+thread_local! {
+    static FREE: RefCell<Vec<Vec<u32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A clock's counters; dropped ones go back to the pool.
+#[derive(Debug)]
+struct Counters(Vec<u32>);
+
+impl Counters {
+    /// Counters from `values`, in a vector from the pool when there is one.
+    fn collect(values: impl Iterator<Item = u32>) -> Self {
+        let mut v = FREE.with(|f| f.borrow_mut().pop()).unwrap_or_default();
+        v.clear();
+        v.extend(values);
+        Counters(v)
+    }
+}
+
+impl Clone for Counters {
+    fn clone(&self) -> Self {
+        Counters::collect(self.0.iter().copied())
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        // `try_with`: a clock dropped while the thread ends just frees its vector.
+        let _ = FREE.try_with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < POOL {
+                f.push(v);
+            }
+        });
+    }
+}
+
+impl Deref for Counters {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+impl DerefMut for Counters {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        &mut self.0
+    }
+}
+
 /// A vector clock over devices.
 #[derive(Clone, Debug)]
 pub struct Clock {
     /// Every component; the owner's own one is stale (see `own`).
-    shared: Rc<Vec<u32>>,
+    shared: Rc<Counters>,
     /// The device whose own component is `own`.
     owner: usize,
     own: u32,
@@ -31,7 +87,7 @@ impl Clock {
     /// The clock with every component at `v`.
     pub fn filled(devices: usize, v: u32) -> Self {
         Self {
-            shared: Rc::new(vec![v; devices]),
+            shared: Rc::new(Counters::collect(std::iter::repeat_n(v, devices))),
             owner: NONE,
             own: 0,
         }
@@ -99,15 +155,11 @@ impl Clock {
                 // Shared: the result goes to a new vector, kept only if something grew
                 // (one pass, not a copy and a pass).
                 let mut grew = false;
-                let joined: Vec<u32> = self
-                    .shared
-                    .iter()
-                    .zip(other.shared.iter())
-                    .map(|(a, b)| {
+                let joined =
+                    Counters::collect(self.shared.iter().zip(other.shared.iter()).map(|(a, b)| {
                         grew |= b > a;
                         *a.max(b)
-                    })
-                    .collect();
+                    }));
                 if grew {
                     self.shared = Rc::new(joined);
                 }
