@@ -376,10 +376,11 @@ impl fmt::Display for SourceLoc {
 /// Where an op was recorded: grid point (linear), API call and kernel source line.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
-    /// Device that recorded the op.
-    pub device: usize,
+    /// Device that recorded the op (32 bits, as the planner's limit on P: a program at
+    /// large P has millions of sites).
+    pub device: u32,
     /// Row-major index of the grid point.
-    pub grid_linear: usize,
+    pub grid_linear: u32,
     /// API call name.
     pub op: &'static str,
     /// Kernel source location.
@@ -434,8 +435,8 @@ impl Program {
     /// A printable [`Site`] for an op site.
     pub fn site(&self, s: &OpSite) -> Site {
         Site {
-            device: s.device,
-            grid: self.grid_point(s.grid_linear),
+            device: s.device as usize,
+            grid: self.grid_point(s.grid_linear as usize),
             op: s.op,
             location: s.location.to_string(),
         }

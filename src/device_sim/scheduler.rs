@@ -75,7 +75,7 @@ fn run(
                     dmas.push(Choice::CompleteDma {
                         id: f.id,
                         side,
-                        issuer: dma.origin.device,
+                        issuer: dma.origin.device as usize,
                         awaited: dma.credits(side).is_some_and(|s| e.waits_on(s)),
                     });
                 }
@@ -216,7 +216,9 @@ impl<'p> Engine<'p> {
 
     /// Grid point (row-major) of device `d`'s next op, if any.
     fn next_grid(&self, d: usize) -> Option<usize> {
-        self.p.ops[d].get(self.pc[d]).map(|o| o.site.grid_linear)
+        self.p.ops[d]
+            .get(self.pc[d])
+            .map(|o| o.site.grid_linear as usize)
     }
 
     /// Re-derives whether device `d` can take its next step.

@@ -60,8 +60,8 @@ impl<'a> Ctx<'a> {
     #[track_caller]
     pub(super) fn site(&self, op: &'static str) -> OpSite {
         OpSite {
-            device: self.device,
-            grid_linear: self.grid_linear,
+            device: u32::try_from(self.device).expect("fewer than 2^32 devices"),
+            grid_linear: u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
             op,
             // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
             location: self.source.get().unwrap_or(Location::caller().into()),

@@ -315,7 +315,7 @@ impl<'p> Timed<'p> {
 
     fn run_op(&mut self, device: usize, op_index: usize, t: f64) {
         let op = &self.p.ops[device][op_index];
-        let g = op.site.grid_linear;
+        let g = op.site.grid_linear as usize;
         let mut end = t;
         match &op.kind {
             OpKind::Wait {

@@ -219,7 +219,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
     let mut ops = Vec::new();
     for (d, list) in codes.iter().enumerate() {
         let site = OpSite {
-            device: d,
+            device: d as u32,
             grid_linear: 0,
             op: "op",
             location: SourceLoc::caller(),
