@@ -128,7 +128,7 @@ impl Census {
         let mut t = Traced::default();
         for &(d, wd) in &devices {
             for &(g, wg) in &grid {
-                let (rec, _) = call.trace_point(mesh, &frame, d, g, 0);
+                let (rec, _) = call.trace_point(mesh, &frame, d, g, 0, Default::default());
                 let w = wd * wg;
                 t.ops += w * rec.ops.len() as f64;
                 t.dmas += w * rec.dmas.len() as f64;

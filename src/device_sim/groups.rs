@@ -55,6 +55,8 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
     let mut epilogue = Vec::new();
     for g in groups {
         let map = |d: usize| g[d];
+        // Sites hold 32-bit device ids; the planner keeps P below 2^32.
+        let site_map = |d: u32| map(d as usize) as u32;
         let view = |v: View| View {
             device: map(v.device),
             ..v
@@ -87,7 +89,7 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
         let base = dmas.len();
         for m in &program.dmas {
             let mut origin = m.origin;
-            origin.device = map(origin.device);
+            origin.device = site_map(origin.device);
             dmas.push(Dma {
                 src: view(m.src),
                 dst: view(m.dst),
@@ -102,7 +104,7 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
                 .iter()
                 .map(|op| {
                     let mut op = op.clone();
-                    op.site.device = map(op.site.device);
+                    op.site.device = site_map(op.site.device);
                     op.kind = match op.kind {
                         OpKind::DmaStart(k) => OpKind::DmaStart(base + k),
                         OpKind::Wait {
@@ -121,7 +123,7 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
                             inc,
                             set,
                         },
-                        OpKind::Compute(c) => OpKind::Compute(data(&c)),
+                        OpKind::Compute(c) => OpKind::Compute(Box::new(data(&c))),
                         mark @ OpKind::Mark(_) => mark,
                     };
                     op

@@ -7,14 +7,16 @@
 
 pub mod credits;
 pub mod groups;
+pub mod ids;
 pub mod observer;
 pub mod policies;
 pub mod program;
 mod schedule;
 mod scheduler;
+mod source_files;
 
 pub use observer::{NoObserver, Observer};
 pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};
 pub use program::{DataOp, Layout, Program, View};
 pub use schedule::Schedule;
-pub use scheduler::{schedule, schedule_observed};
+pub use scheduler::{observe, schedule, schedule_observed};

@@ -317,8 +317,9 @@ pub enum OpKind {
         /// Seed-003 `NotifyOp::Set`.
         set: bool,
     },
-    /// VMEM compute.
-    Compute(DataOp),
+    /// VMEM compute (boxed: the other kinds are under half its size, and a program at
+    /// large P holds millions of ops).
+    Compute(Box<DataOp>),
     /// A step boundary for step tables in kernels that loop inside one grid point
     /// (`Ctx::trace_step`); no effect on execution.
     Mark(std::sync::Arc<str>),
@@ -330,7 +331,8 @@ pub enum OpKind {
 /// them to `Ctx::set_source`, so every report names the line the kernel author wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SourceLoc {
-    file: &'static str,
+    /// The file name's number (`source_files`).
+    file: u32,
     line: u32,
 }
 
@@ -356,12 +358,15 @@ impl SourceLoc {
                 f
             }
         };
-        SourceLoc { file, line }
+        SourceLoc {
+            file: super::source_files::number(file),
+            line,
+        }
     }
 
     /// The file name.
     pub fn file(&self) -> &'static str {
-        self.file
+        super::source_files::name(self.file)
     }
 
     /// The line number (1-based).
@@ -373,7 +378,7 @@ impl SourceLoc {
 impl From<&'static Location<'static>> for SourceLoc {
     fn from(l: &'static Location<'static>) -> Self {
         SourceLoc {
-            file: l.file(),
+            file: super::source_files::number(l.file()),
             line: l.line(),
         }
     }
@@ -381,17 +386,18 @@ impl From<&'static Location<'static>> for SourceLoc {
 
 impl fmt::Display for SourceLoc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file, self.line)
+        write!(f, "{}:{}", self.file(), self.line)
     }
 }
 
 /// Where an op was recorded: grid point (linear), API call and kernel source line.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
-    /// Device that recorded the op.
-    pub device: usize,
+    /// Device that recorded the op (32 bits, as the planner's limit on P: a program at
+    /// large P has millions of sites).
+    pub device: u32,
     /// Row-major index of the grid point.
-    pub grid_linear: usize,
+    pub grid_linear: u32,
     /// API call name.
     pub op: &'static str,
     /// Kernel source location.
@@ -446,8 +452,8 @@ impl Program {
     /// A printable [`Site`] for an op site.
     pub fn site(&self, s: &OpSite) -> Site {
         Site {
-            device: s.device,
-            grid: self.grid_point(s.grid_linear),
+            device: s.device as usize,
+            grid: self.grid_point(s.grid_linear as usize),
             op: s.op,
             location: s.location.to_string(),
         }

@@ -7,14 +7,15 @@
 //! [`Engine::complete`].
 
 use super::credits::Credits;
+use super::ids::IdMap;
 use super::observer::{NoObserver, Observer};
-use super::policies::{Choice, Choices, Policy};
+use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use super::program::{
     Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
 };
 use super::schedule::Schedule;
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -28,9 +29,30 @@ pub fn schedule_observed(
     policy: &mut dyn Policy,
     obs: &mut dyn Observer,
 ) -> Result<Schedule> {
+    run(program, policy, obs, true)
+}
+
+/// [`schedule_observed`] for an observer that needs nothing else: the schedule's data
+/// ops are not kept (the verifier at large P would hold millions of them for nothing).
+pub fn observe(program: &Program, policy: &mut dyn Policy, obs: &mut dyn Observer) -> Result<()> {
+    run(program, policy, obs, false).map(|_| ())
+}
+
+/// Runs the schedule; `record`: keep its data ops.
+fn run(
+    program: &Program,
+    policy: &mut dyn Policy,
+    obs: &mut dyn Observer,
+    record: bool,
+) -> Result<Schedule> {
     let mut e = Engine::new(program);
+    e.record = record;
     let mut out = Schedule {
-        ops: program.prologue.clone(),
+        ops: if record {
+            program.prologue.clone()
+        } else {
+            Vec::new()
+        },
         policy: policy.name(),
         steps: 0,
         staging: 0,
@@ -53,7 +75,7 @@ pub fn schedule_observed(
                     dmas.push(Choice::CompleteDma {
                         id: f.id,
                         side,
-                        issuer: dma.origin.device,
+                        issuer: dma.origin.device as usize,
                         awaited: dma.credits(side).is_some_and(|s| e.waits_on(s)),
                     });
                 }
@@ -87,7 +109,9 @@ pub fn schedule_observed(
     }
     e.exit_check()?;
     out.staging = e.staging.iter().map(|s| s.peak).max().unwrap_or(0);
-    out.ops.extend_from_slice(&program.epilogue);
+    if record {
+        out.ops.extend_from_slice(&program.epilogue);
+    }
     Ok(out)
 }
 
@@ -146,17 +170,19 @@ struct Engine<'p> {
     sems: Vec<u64>,
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
-    credits: HashMap<usize, Credits<usize>>,
+    credits: IdMap<usize, Credits<usize>>,
     /// DMAs in flight, in start order.
     in_flight: Vec<InFlight>,
     /// Per device: the staging area of the DMAs it sent whose data is in flight.
     staging: Vec<Staging>,
     /// Per semaphore slot: where its last signal came from (sparse).
-    last_signal: HashMap<usize, OpSite>,
+    last_signal: IdMap<usize, OpSite>,
     /// Devices whose next step can run now.
-    ready: BTreeSet<usize>,
+    ready: DeviceSet,
     /// Devices to re-examine after the current step.
     touched: Vec<usize>,
+    /// Keep the data ops in the schedule.
+    record: bool,
 }
 
 impl<'p> Engine<'p> {
@@ -168,12 +194,13 @@ impl<'p> Engine<'p> {
             entered: vec![false; p.devices],
             inside: 0,
             sems: vec![0; n],
-            credits: HashMap::new(),
+            credits: IdMap::default(),
             in_flight: Vec::new(),
             staging: (0..p.devices).map(|_| Staging::default()).collect(),
-            last_signal: HashMap::new(),
-            ready: BTreeSet::new(),
+            last_signal: IdMap::default(),
+            ready: DeviceSet::new(p.devices),
             touched: Vec::new(),
+            record: true,
         }
     }
 
@@ -189,7 +216,9 @@ impl<'p> Engine<'p> {
 
     /// Grid point (row-major) of device `d`'s next op, if any.
     fn next_grid(&self, d: usize) -> Option<usize> {
-        self.p.ops[d].get(self.pc[d]).map(|o| o.site.grid_linear)
+        self.p.ops[d]
+            .get(self.pc[d])
+            .map(|o| o.site.grid_linear as usize)
     }
 
     /// Re-derives whether device `d` can take its next step.
@@ -197,7 +226,7 @@ impl<'p> Engine<'p> {
         if self.runnable(d) {
             self.ready.insert(d);
         } else {
-            self.ready.remove(&d);
+            self.ready.remove(d);
         }
     }
 
@@ -305,7 +334,7 @@ impl<'p> Engine<'p> {
         if !f.send && !f.recv {
             self.in_flight.remove(at);
         }
-        if let Some(op) = moved {
+        if let (Some(op), true) = (moved, self.record) {
             out.ops.push(op);
         }
         if let Some(s) = dma.credits(side) {
@@ -363,7 +392,9 @@ impl<'p> Engine<'p> {
                 obs.release(d, op);
             }
             OpKind::Compute(c) => {
-                out.ops.push(*c);
+                if self.record {
+                    out.ops.push(**c);
+                }
                 obs.data(d, c, Some(&op.site));
             }
             OpKind::Mark(label) => obs.mark(d, label),

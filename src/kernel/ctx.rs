@@ -60,8 +60,8 @@ impl<'a> Ctx<'a> {
     #[track_caller]
     pub(super) fn site(&self, op: &'static str) -> OpSite {
         OpSite {
-            device: self.device,
-            grid_linear: self.grid_linear,
+            device: u32::try_from(self.device).expect("fewer than 2^32 devices"),
+            grid_linear: u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
             op,
             // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
             location: self.source.get().unwrap_or(Location::caller().into()),
@@ -466,10 +466,10 @@ impl<'a> Ctx<'a> {
         let site = self.site("fill");
         if let Some(d) = self.vmem_view(&dst, site) {
             self.push(
-                OpKind::Compute(DataOp::Fill {
+                OpKind::Compute(Box::new(DataOp::Fill {
                     dst: d,
                     bits: dst.dtype.bits_of(value),
-                }),
+                })),
                 site,
             );
         }
@@ -483,7 +483,10 @@ impl<'a> Ctx<'a> {
             return;
         };
         if self.same_shape(&dst, &src, site) {
-            self.push(OpKind::Compute(DataOp::Copy { src: s, dst: d }), site);
+            self.push(
+                OpKind::Compute(Box::new(DataOp::Copy { src: s, dst: d })),
+                site,
+            );
         }
     }
 
@@ -505,12 +508,12 @@ impl<'a> Ctx<'a> {
         };
         if self.same_shape(&dst, &src, site) {
             self.push(
-                OpKind::Compute(DataOp::Accumulate {
+                OpKind::Compute(Box::new(DataOp::Accumulate {
                     dst: d,
                     src: s,
                     op,
                     dtype: dst.dtype,
-                }),
+                })),
                 site,
             );
         }

@@ -217,7 +217,9 @@ impl PallasCall {
     }
 
     /// Traces device `device` at row-major grid point `g` (its DMAs numbered from
-    /// `dma_base`): what it recorded, and the message of a panic in the kernel body.
+    /// `dma_base`) into `rec` (empty; a recycled one keeps the room its vectors had, so
+    /// a trace does not allocate anew at every grid point): what it recorded, and the
+    /// message of a panic in the kernel body.
     pub(crate) fn trace_point(
         &self,
         mesh: &Mesh,
@@ -225,6 +227,7 @@ impl PallasCall {
         device: usize,
         g: usize,
         dma_base: usize,
+        rec: Recording,
     ) -> (Recording, Option<String>) {
         let spec = &self.spec;
         let ctx = Ctx {
@@ -240,7 +243,7 @@ impl PallasCall {
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
-            rec: RefCell::new(Recording::default()),
+            rec: RefCell::new(rec),
         };
         let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));
         let rec = ctx.rec.into_inner();
@@ -271,10 +274,19 @@ impl PallasCall {
                 errors.push(e);
             }
         };
+        let mut spare = Recording::default();
         for device in 0..mesh.size() {
-            let mut dev_ops = Vec::new();
+            // Devices mostly trace alike: room for as many ops as the last one.
+            let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
-                let (rec, panic) = self.trace_point(mesh, &frame, device, g, dmas.len());
+                let (mut rec, panic) = self.trace_point(
+                    mesh,
+                    &frame,
+                    device,
+                    g,
+                    dmas.len(),
+                    std::mem::take(&mut spare),
+                );
                 if let Some(msg) = panic {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
@@ -287,7 +299,7 @@ impl PallasCall {
                         detail: msg,
                     });
                 }
-                for e in rec.errors {
+                for e in rec.errors.drain(..) {
                     note(e);
                 }
                 for (at, detail) in frame.args.errors.borrow_mut().drain(..) {
@@ -302,8 +314,9 @@ impl PallasCall {
                         detail,
                     });
                 }
-                dev_ops.extend(rec.ops);
-                dmas.extend(rec.dmas);
+                dev_ops.append(&mut rec.ops);
+                dmas.append(&mut rec.dmas);
+                spare = rec;
             }
             ops.push(dev_ops);
         }

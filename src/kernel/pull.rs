@@ -155,7 +155,10 @@ impl Ctx<'_> {
             return;
         };
         if self.same_shape(&dst, &src, site) {
-            self.push(OpKind::Compute(DataOp::Copy { src: s, dst: d }), site);
+            self.push(
+                OpKind::Compute(Box::new(DataOp::Copy { src: s, dst: d })),
+                site,
+            );
         }
     }
 }

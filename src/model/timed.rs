@@ -315,7 +315,7 @@ impl<'p> Timed<'p> {
 
     fn run_op(&mut self, device: usize, op_index: usize, t: f64) {
         let op = &self.p.ops[device][op_index];
-        let g = op.site.grid_linear;
+        let g = op.site.grid_linear as usize;
         let mut end = t;
         match &op.kind {
             OpKind::Wait {
@@ -361,7 +361,7 @@ impl<'p> Timed<'p> {
             }
             OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
-                let dur = match c {
+                let dur = match **c {
                     DataOp::Copy { src, dst } if src.device != dst.device => {
                         // A seed-003 pull: over the link, plus its latency.
                         c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw + self.m.link_latency

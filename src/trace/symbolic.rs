@@ -50,7 +50,11 @@ impl<'p> Symbolic<'p> {
         }
         let points: usize = p.grid.iter().product();
         let cur = (0..p.devices)
-            .map(|d| p.ops[d].first().map_or(points, |o| o.site.grid_linear))
+            .map(|d| {
+                p.ops[d]
+                    .first()
+                    .map_or(points, |o| o.site.grid_linear as usize)
+            })
             .collect();
         Self {
             p,

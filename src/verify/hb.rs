@@ -5,51 +5,10 @@
 
 use super::clock::Clock;
 use super::log::Event;
-use crate::device_sim::program::{Completion, DataOp, OpKind, OpSite, Program, SemKind, View};
-use std::collections::{HashMap, HashSet};
-
-/// Which credits a passed wait is ordered after.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Join {
-    /// Every credit of its semaphore that came before it.
-    All,
-    /// None of them.
-    Nothing,
-    /// Exactly these credit ids.
-    Some(Vec<usize>),
-}
-
-impl Join {
-    /// Exactly `ids` (none: [`Join::Nothing`]).
-    pub fn of(ids: Vec<usize>) -> Join {
-        if ids.is_empty() {
-            Join::Nothing
-        } else {
-            Join::Some(ids)
-        }
-    }
-}
-
-/// One [`Join`] per wait of the run, by the wait's ordinal (its rank among the run's waits).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Orders {
-    /// Per wait ordinal.
-    pub joins: Vec<Join>,
-}
-
-impl Orders {
-    /// The credit ids some wait joins individually: the replay keeps their clocks.
-    fn kept(&self) -> HashSet<usize> {
-        self.joins
-            .iter()
-            .filter_map(|j| match j {
-                Join::Some(ids) => Some(ids.iter().copied()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    }
-}
+use super::orders::{Join, Orders};
+use crate::device_sim::ids::IdMap;
+use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
+use std::collections::HashSet;
 
 /// Who accesses memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,31 +34,32 @@ pub struct Credit {
     pub set: bool,
     /// Lands whole (a signal) rather than byte by byte (a DMA).
     pub atomic: bool,
-    /// The DMA completion it is, if any.
-    pub dma: Option<(usize, Completion)>,
-    /// The signal's site, for a signal.
-    pub site: Option<OpSite>,
-    /// Position in the log.
+    /// The DMA completion it is, if any (the id in 32 bits: a run has millions of credits).
+    pub dma: Option<(u32, Completion)>,
+    /// Position in the log (a signal's op is there).
     pub at: usize,
+}
+
+impl Credit {
+    /// The DMA completion it is, if any.
+    pub fn dma_side(&self) -> Option<(usize, Completion)> {
+        self.dma.map(|(k, side)| (k as usize, side))
+    }
 }
 
 /// A passed wait.
 #[derive(Clone, Debug)]
 pub struct Wait {
-    /// Semaphore slot.
+    /// Semaphore slot (on the waiting device).
     pub slot: usize,
-    /// Waiting device.
-    pub device: usize,
     /// Amount waited for.
     pub amount: u64,
     /// Subtracts the amount (all but seed-003 signal waits).
     pub decrement: bool,
     /// The waiting device's own clock component just after the wait.
     pub pos: u32,
-    /// Position in the log.
+    /// Position in the log (its op is there).
     pub at: usize,
-    /// Kernel site.
-    pub site: OpSite,
 }
 
 /// A remote DMA or signal sent to another device.
@@ -161,18 +121,14 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     let sems = p.layout.sems.len();
     // Behind Pallas' entry barrier every device knows every other has entered.
     let mut dev: Vec<Clock> = (0..n)
-        .map(|_| {
-            if p.entry_barrier {
-                Clock::filled(n, 1)
-            } else {
-                Clock::new(n)
-            }
-        })
+        .map(|d| Clock::filled(n, u32::from(p.entry_barrier)).owned_by(d))
         .collect();
-    let mut starts: HashMap<usize, (Clock, u8)> = HashMap::new();
+    let zero = Clock::new(n);
+    let mut starts: IdMap<usize, (Clock, u8)> = IdMap::default();
     let mut rel = Released {
         devices: n,
-        keep: orders.kept(),
+        keep: orders.kept().collect(),
+        pending: (0..n * sems).map(|_| Pending::default()).collect(),
         ..Released::default()
     };
     let mut waits = 0usize;
@@ -184,7 +140,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 let op = &p.prologue[i as usize];
                 if let DataOp::Copy { dst, .. } = op {
                     let d = dst.device;
-                    data_accesses(op, Agent::Device(d), &Clock::new(n), None, sink);
+                    data_accesses(op, Agent::Device(d), &zero, None, sink);
                 }
             }
             Event::Enter(d) => dev[d as usize].tick(d as usize),
@@ -230,7 +186,6 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                             set: *set,
                             atomic: true,
                             dma: None,
-                            site: Some(op.site),
                             at,
                         };
                         rel.credit(c, &dev[d], sink);
@@ -240,12 +195,8 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         sem, amount, why, ..
                     } => {
                         let slot = sem.device * sems + sem.sem;
-                        match &orders.joins[waits] {
-                            Join::All => {
-                                if let Some(c) = rel.all.get(&slot) {
-                                    dev[d].join(c);
-                                }
-                            }
+                        match orders.get(waits) {
+                            Join::All => rel.join_all(slot, &mut dev[d], d),
                             Join::Nothing => {}
                             Join::Some(ids) => {
                                 for id in ids {
@@ -258,12 +209,10 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         dev[d].tick(d);
                         let w = Wait {
                             slot,
-                            device: d,
                             amount: *amount,
                             decrement: *why != crate::device_sim::program::WaitKind::Signal,
                             pos: dev[d].device(d),
                             at,
-                            site: op.site,
                         };
                         sink.wait(waits, &w, &dev[d]);
                         waits += 1;
@@ -291,8 +240,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         comp: start.device(s.device),
                         set: false,
                         atomic: false,
-                        dma: Some((k, side)),
-                        site: None,
+                        dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),
                         at,
                     };
                     let clock = start.clone();
@@ -306,24 +254,56 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     }
 }
 
-/// The clocks of the credits so far: joined per semaphore, and kept one by one for
-/// the credits some wait joins individually.
+/// Credits a slot holds before they are folded into one clock: enough for the few in
+/// flight at once on a semaphore, few enough that their clocks cost little memory
+/// (tests fold early, so that the random programs fold too).
+const RECENT: usize = if cfg!(test) { 2 } else { 16 };
+
+/// The clocks of the credits so far: per semaphore, those a wait that joins them all
+/// has not joined yet, and one by one for the credits some wait joins individually.
 #[derive(Default)]
 struct Released {
     devices: usize,
     keep: HashSet<usize>,
-    all: HashMap<usize, Clock>,
-    kept: HashMap<usize, Clock>,
+    /// Per semaphore slot.
+    pending: Vec<Pending>,
+    kept: IdMap<usize, Clock>,
     next: usize,
 }
 
+/// A semaphore's credits not yet joined by a wait that joins them all: the recent ones
+/// as they are, older ones folded into one clock.
+#[derive(Default)]
+struct Pending {
+    folded: Option<Clock>,
+    recent: Vec<Clock>,
+}
+
 impl Released {
+    /// Joins into `clock`, device `d`'s, every credit of `slot` so far. The waits on a
+    /// slot are its device's, and a device's clock only grows, so the credits an
+    /// earlier such wait joined are in it already; so is a clock `d` itself had.
+    fn join_all(&mut self, slot: usize, clock: &mut Clock, d: usize) {
+        let p = &mut self.pending[slot];
+        for c in p.folded.iter().chain(&p.recent) {
+            if c.owner() != Some(d) {
+                clock.join(c);
+            }
+        }
+        p.folded = None;
+        p.recent.clear();
+    }
+
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        self.all
-            .entry(c.slot)
-            .or_insert_with(|| Clock::new(self.devices))
-            .join(clock);
-        if self.keep.contains(&self.next) {
+        let p = &mut self.pending[c.slot];
+        if p.recent.len() == RECENT {
+            let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
+            for r in p.recent.drain(..) {
+                folded.join(&r);
+            }
+        }
+        p.recent.push(clock.clone());
+        if !self.keep.is_empty() && self.keep.contains(&self.next) {
             self.kept.insert(self.next, clock.clone());
         }
         sink.credit(self.next, &c);
@@ -344,6 +324,14 @@ fn data_accesses(
         sink.access(agent, &v, false, clock, site);
     }
     sink.access(agent, &writes, true, clock, site);
+}
+
+/// The op the event at `at` of `log` ran, for a device's op.
+pub fn op_at<'p>(p: &'p Program, log: &[Event], at: usize) -> Option<&'p Op> {
+    match log.get(at)? {
+        Event::Op { device, index } => p.ops[*device as usize].get(*index as usize),
+        _ => None,
+    }
 }
 
 /// The number of waits in `log` (every wait op a device passed).

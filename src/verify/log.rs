@@ -1,7 +1,7 @@
 //! The verifier's record of one scheduled run: every event in schedule order, each
 //! naming the op it comes from (12 bytes an event, so large P stays affordable).
 
-use crate::device_sim::program::{Completion, DataOp, Op, OpSite};
+use crate::device_sim::program::{Completion, DataOp, Op, OpSite, Program};
 use crate::device_sim::Observer;
 
 /// One event of a run.
@@ -44,6 +44,16 @@ impl EventLog {
             next: vec![0; devices],
             prologue: 0,
         }
+    }
+
+    /// An empty log with room for every event a run of `p` can have (a run that
+    /// finishes has them all), so that it does not grow by copying.
+    pub fn for_program(p: &Program) -> Self {
+        let completions: usize = p.dmas.iter().map(|d| d.completions().len()).sum();
+        let mut log = Self::new(p.devices);
+        log.events
+            .reserve_exact(p.prologue.len() + p.devices + p.op_count() + completions);
+        log
     }
 
     fn op(&mut self, device: usize) {

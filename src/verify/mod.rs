@@ -6,6 +6,9 @@
 mod clock;
 mod hb;
 mod log;
+#[cfg(test)]
+mod naive;
+mod orders;
 mod race;
 mod sync;
 
@@ -13,7 +16,7 @@ pub use clock::Clock;
 pub use log::{Event, EventLog};
 pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
 
-use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
+use crate::device_sim::{observe, Program, ScheduleSpec};
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
@@ -135,9 +138,9 @@ impl fmt::Display for Problem {
 /// Runs `program` once under `spec`, then checks that run: races and the entry rule
 /// under the orders every schedule guarantees ([`sync`]), deadlocks and exit problems.
 pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
-    let mut log = EventLog::new(program.devices);
+    let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
-    let result = schedule_observed(program, policy.as_mut(), &mut log);
+    let result = observe(program, policy.as_mut(), &mut log);
     let found = sync::check(program, &log.events);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));

@@ -9,7 +9,9 @@
 //! not known to have entered the kernel breaks the entry rule.
 
 use super::clock::Clock;
-use super::hb::{Agent, Credit, Join, Orders, Send, Sink, Wait};
+use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
+use super::log::Event;
+use super::orders::{Join, Orders};
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
@@ -196,26 +198,68 @@ struct Found {
 pub struct RaceChecker<'a> {
     p: &'a Program,
     orders: &'a Orders,
+    log: &'a [Event],
     /// Per credit id: the DMA side it is, if any.
-    credit_dma: Vec<Option<DmaSide>>,
-    /// Per DMA side: (device, position) of the waits ordered after its completion.
-    joined: HashMap<(usize, Completion), Vec<(usize, u32)>>,
+    credit_dma: Vec<u32>,
+    /// The waits ordered after each DMA side's completion.
+    joined: Joined,
     /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
-    since_all: HashMap<usize, Vec<(usize, Completion)>>,
+    since_all: Vec<Vec<DmaSide>>,
     shadow: Vec<Vec<Access>>,
     found: Vec<Found>,
     /// Entry-rule violations found, in order (one per kernel line).
     early: Vec<EarlySend>,
 }
 
+/// Per DMA side, (device, position) of the waits ordered after its completion: the
+/// first one inline (most sides have exactly one), the others on the side.
+#[derive(Default)]
+struct Joined {
+    first: Vec<(u32, u32)>,
+    more: HashMap<usize, Vec<(u32, u32)>>,
+}
+
+/// A credit that is no DMA side.
+const NO_SIDE: u32 = u32::MAX;
+
+/// Not joined by any wait.
+const UNJOINED: (u32, u32) = (u32::MAX, 0);
+
+impl Joined {
+    fn index((k, side): DmaSide) -> usize {
+        2 * k + usize::from(side == Completion::Send)
+    }
+
+    /// Marks wait (`device`, `pos`) as ordered after DMA side number `i`.
+    fn push(&mut self, i: usize, device: usize, pos: u32) {
+        if self.first.len() <= i {
+            self.first.resize(i + 1, UNJOINED);
+        }
+        let mark = (device as u32, pos);
+        if self.first[i] == UNJOINED {
+            self.first[i] = mark;
+        } else {
+            self.more.entry(i).or_default().push(mark);
+        }
+    }
+
+    /// True when `c` knows a wait ordered after `side`'s completion.
+    fn known(&self, side: DmaSide, c: &Clock) -> bool {
+        let i = Self::index(side);
+        let seen = |&(d, pos): &(u32, u32)| c.device(d as usize) >= pos;
+        match self.first.get(i) {
+            None | Some(&UNJOINED) => false,
+            Some(m) => seen(m) || self.more.get(&i).is_some_and(|w| w.iter().any(seen)),
+        }
+    }
+}
+
 /// True when access `a` happened before `c`: a device's access through its component, a
 /// DMA side's through a wait ordered after its completion (`joined`).
-fn ordered(joined: &HashMap<DmaSide, Vec<(usize, u32)>>, a: &Access, c: &Clock) -> bool {
+fn ordered(joined: &Joined, a: &Access, c: &Clock) -> bool {
     match a.agent {
         Agent::Device(q) => c.device(q) >= a.time,
-        Agent::Dma(k, side) => joined
-            .get(&(k, side))
-            .is_some_and(|w| w.iter().any(|&(d, pos)| c.device(d) >= pos)),
+        Agent::Dma(k, side) => joined.known((k, side), c),
     }
 }
 
@@ -237,13 +281,14 @@ struct Explain<'f> {
 
 impl<'a> RaceChecker<'a> {
     /// A checker for `p`, whose waits are ordered as `orders` says.
-    pub fn new(p: &'a Program, orders: &'a Orders) -> Self {
+    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Event]) -> Self {
         Self {
             p,
             orders,
+            log,
             credit_dma: Vec::new(),
-            joined: HashMap::new(),
-            since_all: HashMap::new(),
+            joined: Joined::default(),
+            since_all: vec![Vec::new(); p.devices * p.layout.sems.len()],
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
             early: Vec::new(),
@@ -261,7 +306,7 @@ impl<'a> RaceChecker<'a> {
                     .credits
                     .iter()
                     .enumerate()
-                    .filter_map(|(id, c)| Some((c.dma?, (id, by.get(&id).copied()))))
+                    .filter_map(|(id, c)| Some((c.dma_side()?, (id, by.get(&id).copied()))))
                     .collect(),
             }
         });
@@ -318,7 +363,7 @@ impl<'a> RaceChecker<'a> {
     }
 
     fn credit_side(&self, c: &Credit) -> RaceSide {
-        match (c.dma, c.site) {
+        match (c.dma_side(), op_at(self.p, self.log, c.at).map(|o| o.site)) {
             (Some((k, _)), _) => RaceSide {
                 actor: self.dma_actor(k),
                 site: Some(self.p.site(&self.p.dmas[k].origin)),
@@ -340,12 +385,13 @@ impl<'a> RaceChecker<'a> {
         };
         let (id, w_ord) = *e.consumed.get(&(k, side))?;
         let w_ord = w_ord?;
-        match &self.orders.joins[w_ord] {
+        match self.orders.get(w_ord) {
             Join::All => return None,
             Join::Some(ids) if ids.contains(&id) => return None,
             _ => {}
         }
         let w: &Wait = &e.facts.waits[w_ord];
+        let site = op_at(self.p, self.log, w.at)?.site;
         let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
@@ -356,8 +402,8 @@ impl<'a> RaceChecker<'a> {
             semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
                 .name
                 .clone(),
-            device: w.device,
-            wait: self.p.site(&w.site),
+            device: w.slot / self.p.layout.sems.len(),
+            wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credits[alt]),
         })
     }
@@ -365,24 +411,29 @@ impl<'a> RaceChecker<'a> {
 
 impl Sink for RaceChecker<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
-        self.credit_dma.push(c.dma);
-        if let Some(side) = c.dma {
-            self.since_all.entry(c.slot).or_default().push(side);
+        let side = c.dma_side().map_or(NO_SIDE, |side| {
+            u32::try_from(Joined::index(side)).expect("fewer than 2^31 DMAs")
+        });
+        self.credit_dma.push(side);
+        if let Some(side) = c.dma_side() {
+            self.since_all[c.slot].push(side);
         }
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
-        let mark = (w.device, w.pos);
-        match &self.orders.joins[ordinal] {
+        let mark = (w.slot / self.p.layout.sems.len(), w.pos);
+        match self.orders.get(ordinal) {
             Join::All => {
-                for side in self.since_all.remove(&w.slot).unwrap_or_default() {
-                    self.joined.entry(side).or_default().push(mark);
+                // Drained in place: the slot's vector keeps its room for the next credits.
+                for side in self.since_all[w.slot].drain(..) {
+                    self.joined.push(Joined::index(side), mark.0, mark.1);
                 }
             }
             Join::Some(ids) => {
                 for &id in ids {
-                    if let Some(side) = self.credit_dma[id] {
-                        self.joined.entry(side).or_default().push(mark);
+                    let side = self.credit_dma[id];
+                    if side != NO_SIDE {
+                        self.joined.push(side as usize, mark.0, mark.1);
                     }
                 }
             }

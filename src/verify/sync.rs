@@ -12,8 +12,9 @@
 //! sound: a wait that broke its answer in some execution would need an earlier one that
 //! broke its own first.
 
-use super::hb::{count_waits, replay, Credit, Join, Orders, Sink, Wait};
+use super::hb::{count_waits, replay, Credit, Sink, Wait};
 use super::log::Event;
+use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
 use super::Clock;
 use crate::device_sim::credits::Credits;
@@ -41,48 +42,60 @@ impl Sink for Facts {
 
 /// Per semaphore slot: its credits sorted by `comp`, with running totals.
 struct SlotCredits {
-    /// Credit ids, by increasing `comp`.
-    ids: Vec<usize>,
+    /// Credit ids, by increasing `comp` (32 bits: a run has millions).
+    ids: Vec<u32>,
     /// `comps[i]` = comp of `ids[i]`.
     comps: Vec<u32>,
-    /// Prefix sums of amounts and of `set` credits (one longer than `ids`).
+    /// Prefix sums of amounts (one longer than `ids`).
     total: Vec<u64>,
-    sets: Vec<usize>,
+    /// Index in `ids` of the first `set` credit (`ids.len()` if none).
+    first_set: usize,
     /// Largest amount of a whole-landing credit.
     max_atomic: u64,
 }
 
+/// The number of the sorted `comps` below `pos`. `at` holds that number for the
+/// slot's previous wait, whose `pos` was no larger (a slot's waits are its device's,
+/// whose own position only grows), so a slot's waits cost one pass over its credits.
+fn below(comps: &[u32], pos: u32, at: &mut usize) -> usize {
+    if *at > 0 && comps[*at - 1] >= pos {
+        *at = comps.partition_point(|&c| c < pos);
+    }
+    while *at < comps.len() && comps[*at] < pos {
+        *at += 1;
+    }
+    *at
+}
+
 impl Facts {
-    fn by_slot(&self) -> HashMap<usize, SlotCredits> {
-        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+    /// Per semaphore slot (of `slots`), its credits.
+    fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
+        let mut m: Vec<Vec<u32>> = vec![Vec::new(); slots];
         for (id, c) in self.credits.iter().enumerate() {
-            m.entry(c.slot).or_default().push(id);
+            m[c.slot].push(u32::try_from(id).expect("fewer than 2^32 credits"));
         }
         m.into_iter()
-            .map(|(slot, mut ids)| {
-                ids.sort_by_key(|&i| self.credits[i].comp);
+            .map(|mut ids| {
+                ids.sort_by_key(|&i| self.credits[i as usize].comp);
+                let credit = |i: u32| &self.credits[i as usize];
                 let mut total = vec![0];
-                let mut sets = vec![0];
                 let mut max_atomic = 0;
                 for &i in &ids {
-                    let c = &self.credits[i];
+                    let c = credit(i);
                     total.push(total.last().unwrap_or(&0) + c.amount);
-                    sets.push(sets.last().unwrap_or(&0) + usize::from(c.set));
                     if c.atomic {
                         max_atomic = max_atomic.max(c.amount);
                     }
                 }
-                let comps = ids.iter().map(|&i| self.credits[i].comp).collect();
-                (
-                    slot,
-                    SlotCredits {
-                        ids,
-                        comps,
-                        total,
-                        sets,
-                        max_atomic,
-                    },
-                )
+                let first_set = ids.iter().position(|&i| credit(i).set);
+                let comps = ids.iter().map(|&i| credit(i).comp).collect();
+                SlotCredits {
+                    first_set: first_set.unwrap_or(ids.len()),
+                    ids,
+                    comps,
+                    total,
+                    max_atomic,
+                }
             })
             .collect()
     }
@@ -96,50 +109,66 @@ impl Facts {
             .map(|(i, _)| i)
     }
 
-    /// What each wait is ordered after, given the happens-before these facts came from.
-    fn decide(&self) -> Orders {
-        let slots = self.by_slot();
-        let mut consumed: HashMap<usize, u64> = HashMap::new();
-        let joins = self
-            .waits
+    /// What each wait is ordered after, given the happens-before these facts came from
+    /// (`slots`: the number of semaphore slots).
+    fn decide(&self, slots: usize) -> Orders {
+        let by_slot = self.by_slot(slots);
+        let mut consumed = vec![0u64; slots];
+        let mut cursor = vec![0usize; slots];
+        let mut orders = Orders::default();
+        for w in &self.waits {
+            let need = if w.decrement {
+                consumed[w.slot] += w.amount;
+                consumed[w.slot]
+            } else {
+                w.amount
+            };
+            let s = &by_slot[w.slot];
+            let k = below(&s.comps, w.pos, &mut cursor[w.slot]);
+            let forced = Self::forced(&self.credits, s, k, w, need);
+            orders.push(match &forced {
+                None => Join::All,
+                Some(ids) => Join::Some(ids),
+            });
+        }
+        orders
+    }
+
+    /// The credits of slot `s` that wait `w`, having consumed `need` in all, is ordered
+    /// after (`k`: how many of them can come before it): `None` for all of them.
+    fn forced(
+        credits: &[Credit],
+        s: &SlotCredits,
+        k: usize,
+        w: &Wait,
+        need: u64,
+    ) -> Option<Vec<usize>> {
+        let nothing = Some(Vec::new());
+        if s.ids.is_empty() {
+            return nothing;
+        }
+        let total = s.total[k];
+        if s.first_set < k {
+            // A `Set` can replace any value: no credit is certain.
+            return nothing;
+        }
+        if total <= need {
+            return None;
+        }
+        let slack = total - need;
+        if s.max_atomic <= slack {
+            return nothing;
+        }
+        let mut forced: Vec<usize> = s.ids[..k]
             .iter()
-            .map(|w| {
-                let need = if w.decrement {
-                    let c = consumed.entry(w.slot).or_default();
-                    *c += w.amount;
-                    *c
-                } else {
-                    w.amount
-                };
-                let Some(s) = slots.get(&w.slot) else {
-                    return Join::Nothing;
-                };
-                let k = s.comps.partition_point(|&c| c < w.pos);
-                let (total, sets) = (s.total[k], s.sets[k]);
-                if sets > 0 {
-                    // A `Set` can replace any value: no credit is certain.
-                    return Join::Nothing;
-                }
-                if total <= need {
-                    return Join::All;
-                }
-                let slack = total - need;
-                if s.max_atomic <= slack {
-                    return Join::Nothing;
-                }
-                let mut forced: Vec<usize> = s.ids[..k]
-                    .iter()
-                    .copied()
-                    .filter(|&i| {
-                        let c = &self.credits[i];
-                        c.atomic && c.amount > slack && c.at < w.at
-                    })
-                    .collect();
-                forced.sort_unstable();
-                Join::of(forced)
+            .map(|&i| i as usize)
+            .filter(|&i| {
+                let c = &credits[i];
+                c.atomic && c.amount > slack && c.at < w.at
             })
             .collect();
-        Orders { joins }
+        forced.sort_unstable();
+        Some(forced)
     }
 
     /// For each credit id, the decrementing wait (ordinal) that consumed its last unit
@@ -172,41 +201,46 @@ impl Facts {
     }
 }
 
-impl Orders {
-    /// What both `self` and `prev` order (the fixpoint only ever drops edges).
-    fn meet(self, prev: &Orders) -> Orders {
-        let joins = self
-            .joins
-            .into_iter()
-            .zip(&prev.joins)
-            .map(|(a, b)| match (a, b) {
-                (_, Join::Nothing) | (Join::Nothing, _) => Join::Nothing,
-                (a, Join::All) => a,
-                (Join::All, b) => b.clone(),
-                (Join::Some(x), Join::Some(y)) => {
-                    Join::of(x.into_iter().filter(|i| y.contains(i)).collect())
-                }
-            })
-            .collect();
-        Orders { joins }
-    }
-}
-
 /// The fixpoint over the run in `log`: what every wait is ordered after, and the races
 /// and entry violations of the replay under those orders (each replay checks as it
 /// goes, so a run whose first guess holds is replayed once).
 pub fn check(p: &Program, log: &[Event]) -> Findings {
-    let mut orders = Orders {
-        joins: vec![Join::All; count_waits(p, log)],
-    };
+    let slots = p.devices * p.layout.sems.len();
+    let waits = count_waits(p, log);
+    let mut orders = Orders::all(waits);
     loop {
-        let mut pass = (Facts::default(), RaceChecker::new(p, &orders));
+        let facts = Facts {
+            credits: Vec::with_capacity(waits),
+            waits: Vec::with_capacity(waits),
+        };
+        let mut pass = (facts, RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;
-        let next = facts.decide().meet(&orders);
+        let next = facts.decide(slots).meet(&orders);
         if next == orders {
             return checker.finish(&facts);
         }
         orders = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::below;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The cursor answers as a binary search does, whatever order the positions come in.
+        #[test]
+        fn below_is_the_partition_point(
+            mut comps in proptest::collection::vec(0u32..50, 0..40),
+            positions in proptest::collection::vec(0u32..60, 0..30),
+        ) {
+            comps.sort_unstable();
+            let mut at = 0;
+            for pos in positions {
+                prop_assert_eq!(below(&comps, pos, &mut at), comps.partition_point(|&c| c < pos));
+            }
+        }
     }
 }

@@ -5,16 +5,19 @@ mod eager;
 mod lazy;
 mod lockstep;
 mod random;
+mod ready;
 mod run_ahead;
 
 pub use eager::Eager;
 pub use lazy::Lazy;
 pub use lockstep::Lockstep;
 pub use random::Random;
+pub use ready::{DeviceSet, ReadySet};
 pub use run_ahead::RunAhead;
 
 use super::program::Completion;
 use crate::error::{Error, Result};
+#[cfg(test)]
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -54,7 +57,7 @@ pub enum Choice {
 pub struct Choices<'a> {
     /// Pending DMA completions.
     pub dmas: &'a [Choice],
-    ready: &'a BTreeSet<usize>,
+    ready: &'a dyn ReadySet,
     device: &'a dyn Fn(usize) -> Choice,
 }
 
@@ -62,7 +65,7 @@ impl<'a> Choices<'a> {
     /// `dmas`, and the devices in `ready` described by `device`.
     pub fn new(
         dmas: &'a [Choice],
-        ready: &'a BTreeSet<usize>,
+        ready: &'a dyn ReadySet,
         device: &'a dyn Fn(usize) -> Choice,
     ) -> Self {
         Self {
@@ -84,7 +87,7 @@ impl<'a> Choices<'a> {
 
     /// Runnable devices, in id order.
     pub fn devices(&self) -> impl Iterator<Item = Choice> + '_ {
-        self.ready.iter().map(|&d| (self.device)(d))
+        self.ready.members().map(|d| (self.device)(d))
     }
 
     /// Every choice: the DMA completions, then the devices.
@@ -98,24 +101,23 @@ impl<'a> Choices<'a> {
             Some(c) => Some(*c),
             None => self
                 .ready
-                .iter()
+                .members()
                 .nth(i - self.dmas.len())
-                .map(|&d| (self.device)(d)),
+                .map(|d| (self.device)(d)),
         }
     }
 
     /// Device `d`, if it can run.
     pub fn device(&self, d: usize) -> Option<Choice> {
-        self.ready.contains(&d).then(|| (self.device)(d))
+        self.ready.contains(d).then(|| (self.device)(d))
     }
 
     /// Round robin: the first runnable device at or after `d`, else the lowest.
     pub fn device_from(&self, d: usize) -> Option<Choice> {
         self.ready
-            .range(d..)
-            .next()
-            .or_else(|| self.ready.iter().next())
-            .map(|&d| (self.device)(d))
+            .first_from(d)
+            .or_else(|| self.ready.first_from(0))
+            .map(|d| (self.device)(d))
     }
 
     /// The first pending DMA completion, if any.
@@ -126,7 +128,7 @@ impl<'a> Choices<'a> {
     /// True when `c` is one of the choices.
     pub fn contains(&self, c: &Choice) -> bool {
         match c {
-            Choice::Device { device, .. } => self.ready.contains(device),
+            Choice::Device { device, .. } => self.ready.contains(*device),
             dma => self.dmas.contains(dma),
         }
     }
