@@ -116,12 +116,7 @@ impl<'a> Ctx<'a> {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
         }
-        Some(View {
-            device,
-            alloc: r.alloc,
-            offset: r.offset,
-            len: r.numel(),
-        })
+        Some(View::new(device, r.alloc, r.offset, r.numel()))
     }
 
     fn sem_ref(&self, s: &Sem, device: usize, want: &[SemKind], site: OpSite) -> Option<SemRef> {
@@ -156,10 +151,7 @@ impl<'a> Ctx<'a> {
             );
             return None;
         }
-        Some(SemRef {
-            device,
-            sem: s.base,
-        })
+        Some(SemRef::new(device, s.base))
     }
 
     pub(super) fn same_shape(&self, a: &Ref, b: &Ref, site: OpSite) -> bool {
@@ -537,10 +529,7 @@ impl<'a> Ctx<'a> {
         if let Some(s) = sem {
             self.push(
                 OpKind::Wait {
-                    sem: SemRef {
-                        device: self.device,
-                        sem: s.sem,
-                    },
+                    sem: SemRef::new(self.device, s.sem()),
                     amount,
                     why,
                     cmp: Cmp::Ge,

@@ -139,7 +139,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 // Part of entry: ordered before everything the kernel does.
                 let op = &p.prologue[i as usize];
                 if let DataOp::Copy { dst, .. } = op {
-                    let d = dst.device;
+                    let d = dst.device();
                     data_accesses(op, Agent::Device(d), &zero, None, sink);
                 }
             }
@@ -155,9 +155,9 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                     OpKind::Mark(_) => {}
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
-                        if dma.is_remote() && dma.dst.device != d {
+                        if dma.is_remote() && dma.dst.device() != d {
                             let s = Send {
-                                to: dma.dst.device,
+                                to: dma.dst.device(),
                                 site: op.site,
                                 sem: None,
                                 dma: Some(*k),
@@ -169,10 +169,10 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         dev[d].tick(d);
                     }
                     OpKind::Signal { sem, inc, set } => {
-                        let slot = sem.device * sems + sem.sem;
-                        if sem.device != d && p.layout.sems[sem.sem].kind != SemKind::Barrier {
+                        let slot = sem.device() * sems + sem.sem();
+                        if sem.device() != d && p.layout.sems[sem.sem()].kind != SemKind::Barrier {
                             let s = Send {
-                                to: sem.device,
+                                to: sem.device(),
                                 site: op.site,
                                 sem: Some(slot),
                                 dma: None,
@@ -182,7 +182,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         let c = Credit {
                             slot,
                             amount: *inc,
-                            comp: dev[d].device(sem.device),
+                            comp: dev[d].device(sem.device()),
                             set: *set,
                             atomic: true,
                             dma: None,
@@ -194,7 +194,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                     OpKind::Wait {
                         sem, amount, why, ..
                     } => {
-                        let slot = sem.device * sems + sem.sem;
+                        let slot = sem.device() * sems + sem.sem();
                         match orders.get(waits) {
                             Join::All => rel.join_all(slot, &mut dev[d], d),
                             Join::Nothing => {}
@@ -235,9 +235,9 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 let done = *left == 0;
                 if let Some(s) = dma.credits(side) {
                     let c = Credit {
-                        slot: s.device * sems + s.sem,
+                        slot: s.device() * sems + s.sem(),
                         amount: dma.bytes,
-                        comp: start.device(s.device),
+                        comp: start.device(s.device()),
                         set: false,
                         atomic: false,
                         dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),

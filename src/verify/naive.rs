@@ -92,8 +92,8 @@ fn naive(p: &Program, log: &[Event], orders: &Orders) -> Told {
             Event::Prologue(i) => {
                 if let DataOp::Copy { src, dst } = p.prologue[i as usize] {
                     let zero = vec![0; n];
-                    s.access(Agent::Device(dst.device), src, false, &zero);
-                    s.access(Agent::Device(dst.device), dst, true, &zero);
+                    s.access(Agent::Device(dst.device()), src, false, &zero);
+                    s.access(Agent::Device(dst.device()), dst, true, &zero);
                 }
             }
             Event::Enter(d) => dev[d as usize][d as usize] += 1,
@@ -111,25 +111,25 @@ fn naive(p: &Program, log: &[Event], orders: &Orders) -> Told {
                     OpKind::Mark(_) => {}
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
-                        if dma.is_remote() && dma.dst.device != d {
+                        if dma.is_remote() && dma.dst.device() != d {
                             s.told
                                 .0
-                                .push(format!("send {} {:?}", dma.dst.device, dev[d]));
+                                .push(format!("send {} {:?}", dma.dst.device(), dev[d]));
                         }
                         starts.insert(*k, (dev[d].clone(), dma.completions().len()));
                         dev[d][d] += 1;
                     }
                     OpKind::Signal { sem, .. } => {
-                        let slot = sem.device * sems + sem.sem;
-                        if sem.device != d && p.layout.sems[sem.sem].kind != SemKind::Barrier {
-                            s.told.0.push(format!("send {} {:?}", sem.device, dev[d]));
+                        let slot = sem.device() * sems + sem.sem();
+                        if sem.device() != d && p.layout.sems[sem.sem()].kind != SemKind::Barrier {
+                            s.told.0.push(format!("send {} {:?}", sem.device(), dev[d]));
                         }
                         let c = dev[d].clone();
-                        s.credit(slot, &c, c[sem.device]);
+                        s.credit(slot, &c, c[sem.device()]);
                         dev[d][d] += 1;
                     }
                     OpKind::Wait { sem, .. } => {
-                        let slot = sem.device * sems + sem.sem;
+                        let slot = sem.device() * sems + sem.sem();
                         match orders.get(waits) {
                             Join::All => {
                                 if let Some(c) = s.all.get(&slot) {
@@ -168,7 +168,7 @@ fn naive(p: &Program, log: &[Event], orders: &Orders) -> Told {
                     s.access(Agent::Dma(k, side), v, true, &start);
                 }
                 if let Some(sem) = dma.credits(side) {
-                    s.credit(sem.device * sems + sem.sem, &start, start[sem.device]);
+                    s.credit(sem.device() * sems + sem.sem(), &start, start[sem.device()]);
                 }
                 if done {
                     starts.remove(&k);
@@ -209,12 +209,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
             sem("bar", SemKind::Barrier),
         ],
     };
-    let view = |device, alloc, offset| View {
-        device,
-        alloc,
-        offset,
-        len: 4,
-    };
+    let view = |device, alloc, offset| View::new(device, alloc, offset, 4);
     let mut dmas = Vec::new();
     let mut ops = Vec::new();
     for (d, list) in codes.iter().enumerate() {
@@ -224,7 +219,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
             op: "op",
             location: SourceLoc::caller(),
         };
-        let on = |sem| SemRef { device: d, sem };
+        let on = |sem| SemRef::new(d, sem);
         let wait = |sem, amount, why| OpKind::Wait {
             sem: on(sem),
             amount,
@@ -238,18 +233,12 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
                 let offset = offset % 5;
                 let kind = match what % 9 {
                     0 => OpKind::Signal {
-                        sem: SemRef {
-                            device: peer,
-                            sem: SIG,
-                        },
+                        sem: SemRef::new(peer, SIG),
                         inc: 1 + offset as u64 % 2,
                         set: false,
                     },
                     1 => OpKind::Signal {
-                        sem: SemRef {
-                            device: peer,
-                            sem: BAR,
-                        },
+                        sem: SemRef::new(peer, BAR),
                         inc: 1,
                         set: false,
                     },
@@ -260,10 +249,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
                             src: view(d, 0, offset),
                             dst: view(peer, 0, 4 - offset % 4),
                             send_sem: (what % 9 == 4).then(|| on(SEND)),
-                            recv_sem: SemRef {
-                                device: if what % 9 == 4 { peer } else { d },
-                                sem: RECV,
-                            },
+                            recv_sem: SemRef::new(if what % 9 == 4 { peer } else { d }, RECV),
                             bytes: 16,
                             origin: site,
                         });
@@ -285,7 +271,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
     }
     // Local DMAs land on the issuer: point them there.
     for dma in dmas.iter_mut().filter(|m| m.send_sem.is_none()) {
-        dma.dst.device = dma.src.device;
+        dma.dst = dma.dst.on_device(dma.src.device());
     }
     Program {
         name: "random".into(),

@@ -319,8 +319,8 @@ impl<'a> RaceChecker<'a> {
                         .or_else(|| self.shared_semaphore(e, f.second.agent))
                 });
                 Race {
-                    alloc: self.p.layout.allocs[f.view.alloc].name.clone(),
-                    device: f.view.device,
+                    alloc: self.p.layout.allocs[f.view.alloc()].name.clone(),
+                    device: f.view.device(),
                     bytes: (
                         f.first.lo.max(f.second.lo) as u64 * 4,
                         f.first.hi.min(f.second.hi) as u64 * 4,
@@ -344,9 +344,9 @@ impl<'a> RaceChecker<'a> {
     fn dma_actor(&self, k: usize) -> String {
         let m = &self.p.dmas[k];
         if m.is_remote() {
-            format!("DMA device {} -> device {}", m.src.device, m.dst.device)
+            format!("DMA device {} -> device {}", m.src.device(), m.dst.device())
         } else {
-            format!("DMA on device {} (local)", m.src.device)
+            format!("DMA on device {} (local)", m.src.device())
         }
     }
 
@@ -449,7 +449,7 @@ impl Sink for RaceChecker<'_> {
         clock: &Clock,
         site: Option<OpSite>,
     ) {
-        if view.len == 0 {
+        if view.is_empty() {
             return;
         }
         let time = match agent {
@@ -457,14 +457,14 @@ impl Sink for RaceChecker<'_> {
             Agent::Dma(..) => 0,
         };
         let x = Access {
-            lo: view.offset,
-            hi: view.offset + view.len,
+            lo: view.offset(),
+            hi: view.offset() + view.len(),
             write,
             agent,
             time,
             site,
         };
-        let slot = view.device * self.p.layout.allocs.len() + view.alloc;
+        let slot = view.device() * self.p.layout.allocs.len() + view.alloc();
         for a in &self.shadow[slot] {
             if a.lo < x.hi
                 && x.lo < a.hi
@@ -504,7 +504,7 @@ impl Sink for RaceChecker<'_> {
         let what = match (s.dma, s.sem) {
             (Some(k), _) => format!(
                 "DMA into `{}`",
-                self.p.layout.allocs[self.p.dmas[k].dst.alloc].name
+                self.p.layout.allocs[self.p.dmas[k].dst.alloc()].name
             ),
             (None, Some(slot)) => format!(
                 "signal on `{}`",
