@@ -20,11 +20,13 @@ pub enum Agent {
     Dma(usize, Completion),
 }
 
-/// A semaphore credit: a signal, or a DMA completion.
+/// A semaphore credit: a signal, or a DMA completion. Slot and log position are 32 bits
+/// (a run at large P has millions of credits; [`Credit::slot`] and [`Credit::at`] give
+/// them as `usize`).
 #[derive(Clone, Debug)]
 pub struct Credit {
     /// Semaphore slot (device * sems + sem).
-    pub slot: usize,
+    pub slot: u32,
     /// Amount added (bytes for DMAs).
     pub amount: u64,
     /// The crediting event's knowledge of the semaphore's device: the credit can only
@@ -37,21 +39,31 @@ pub struct Credit {
     /// The DMA completion it is, if any (the id in 32 bits: a run has millions of credits).
     pub dma: Option<(u32, Completion)>,
     /// Position in the log (a signal's op is there).
-    pub at: usize,
+    pub at: u32,
 }
 
 impl Credit {
+    /// Semaphore slot.
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// Position in the log.
+    pub fn at(&self) -> usize {
+        self.at as usize
+    }
+
     /// The DMA completion it is, if any.
     pub fn dma_side(&self) -> Option<(usize, Completion)> {
         self.dma.map(|(k, side)| (k as usize, side))
     }
 }
 
-/// A passed wait.
+/// A passed wait (32-bit slot and position, as [`Credit`]'s).
 #[derive(Clone, Debug)]
 pub struct Wait {
     /// Semaphore slot (on the waiting device).
-    pub slot: usize,
+    pub slot: u32,
     /// Amount waited for.
     pub amount: u64,
     /// Subtracts the amount (all but seed-003 signal waits).
@@ -59,7 +71,19 @@ pub struct Wait {
     /// The waiting device's own clock component just after the wait.
     pub pos: u32,
     /// Position in the log (its op is there).
-    pub at: usize,
+    pub at: u32,
+}
+
+impl Wait {
+    /// Semaphore slot.
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// Position in the log.
+    pub fn at(&self) -> usize {
+        self.at as usize
+    }
 }
 
 /// A remote DMA or signal sent to another device.
@@ -180,13 +204,13 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                             sink.send(&s, &dev[d]);
                         }
                         let c = Credit {
-                            slot,
+                            slot: small(slot),
                             amount: *inc,
                             comp: dev[d].device(sem.device()),
                             set: *set,
                             atomic: true,
                             dma: None,
-                            at,
+                            at: small(at),
                         };
                         rel.credit(c, &dev[d], sink);
                         dev[d].tick(d);
@@ -208,11 +232,11 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         }
                         dev[d].tick(d);
                         let w = Wait {
-                            slot,
+                            slot: small(slot),
                             amount: *amount,
                             decrement: *why != crate::device_sim::program::WaitKind::Signal,
                             pos: dev[d].device(d),
-                            at,
+                            at: small(at),
                         };
                         sink.wait(waits, &w, &dev[d]);
                         waits += 1;
@@ -235,13 +259,13 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 let done = *left == 0;
                 if let Some(s) = dma.credits(side) {
                     let c = Credit {
-                        slot: s.device() * sems + s.sem(),
+                        slot: small(s.device() * sems + s.sem()),
                         amount: dma.bytes,
                         comp: start.device(s.device()),
                         set: false,
                         atomic: false,
                         dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),
-                        at,
+                        at: small(at),
                     };
                     let clock = start.clone();
                     rel.credit(c, &clock, sink);
@@ -295,7 +319,7 @@ impl Released {
     }
 
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        let p = &mut self.pending[c.slot];
+        let p = &mut self.pending[c.slot()];
         if p.recent.len() == RECENT {
             let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
             for r in p.recent.drain(..) {
@@ -309,6 +333,11 @@ impl Released {
         sink.credit(self.next, &c);
         self.next += 1;
     }
+}
+
+/// `x` in 32 bits: semaphore slots and log positions of a run stay below 2^32.
+fn small(x: usize) -> u32 {
+    u32::try_from(x).expect("fewer than 2^32 semaphore slots and events")
 }
 
 /// The reads and writes of a device's data op.
@@ -334,15 +363,20 @@ pub fn op_at<'p>(p: &'p Program, log: &[Event], at: usize) -> Option<&'p Op> {
     }
 }
 
-/// The number of waits in `log` (every wait op a device passed).
-pub fn count_waits(p: &Program, log: &[Event]) -> usize {
-    log.iter()
-        .filter(|e| match **e {
-            Event::Op { device, index } => matches!(
-                p.ops[device as usize][index as usize].kind,
-                OpKind::Wait { .. }
-            ),
-            _ => false,
-        })
-        .count()
+/// The number of waits in `log` (every wait op a device passed), and at most how many credits its replay has (every
+/// signal and DMA completion), to size the replay's records exactly.
+pub fn tally(p: &Program, log: &[Event]) -> (usize, usize) {
+    let (mut waits, mut credits) = (0, 0);
+    for e in log {
+        match *e {
+            Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
+                OpKind::Wait { .. } => waits += 1,
+                OpKind::Signal { .. } => credits += 1,
+                _ => {}
+            },
+            Event::Complete { .. } => credits += 1,
+            _ => {}
+        }
+    }
+    (waits, credits)
 }

@@ -315,7 +315,7 @@ proptest! {
         let p = program(codes.len(), &codes, barrier);
         let mut log = EventLog::new(p.devices);
         let _ = observe(&p, ScheduleSpec::Random(seed).policy().as_mut(), &mut log);
-        let waits = super::hb::count_waits(&p, &log.events);
+        let waits = super::hb::tally(&p, &log.events).0;
         let mut orders = Orders::default();
         for i in 0..waits {
             let (what, ids) = picks.get(i).cloned().unwrap_or((0, Vec::new()));

@@ -363,7 +363,10 @@ impl<'a> RaceChecker<'a> {
     }
 
     fn credit_side(&self, c: &Credit) -> RaceSide {
-        match (c.dma_side(), op_at(self.p, self.log, c.at).map(|o| o.site)) {
+        match (
+            c.dma_side(),
+            op_at(self.p, self.log, c.at()).map(|o| o.site),
+        ) {
             (Some((k, _)), _) => RaceSide {
                 actor: self.dma_actor(k),
                 site: Some(self.p.site(&self.p.dmas[k].origin)),
@@ -391,7 +394,7 @@ impl<'a> RaceChecker<'a> {
             _ => {}
         }
         let w: &Wait = &e.facts.waits[w_ord];
-        let site = op_at(self.p, self.log, w.at)?.site;
+        let site = op_at(self.p, self.log, w.at())?.site;
         let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
@@ -399,10 +402,10 @@ impl<'a> RaceChecker<'a> {
             .find(|&i| e.facts.credits[i].at > w.at)
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
-            semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
+            semaphore: self.p.layout.sems[w.slot() % self.p.layout.sems.len()]
                 .name
                 .clone(),
-            device: w.slot / self.p.layout.sems.len(),
+            device: w.slot() / self.p.layout.sems.len(),
             wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credits[alt]),
         })
@@ -416,16 +419,16 @@ impl Sink for RaceChecker<'_> {
         });
         self.credit_dma.push(side);
         if let Some(side) = c.dma_side() {
-            self.since_all[c.slot].push(side);
+            self.since_all[c.slot()].push(side);
         }
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
-        let mark = (w.slot / self.p.layout.sems.len(), w.pos);
+        let mark = (w.slot() / self.p.layout.sems.len(), w.pos);
         match self.orders.get(ordinal) {
             Join::All => {
                 // Drained in place: the slot's vector keeps its room for the next credits.
-                for side in self.since_all[w.slot].drain(..) {
+                for side in self.since_all[w.slot()].drain(..) {
                     self.joined.push(Joined::index(side), mark.0, mark.1);
                 }
             }

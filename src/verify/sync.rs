@@ -12,7 +12,7 @@
 //! sound: a wait that broke its answer in some execution would need an earlier one that
 //! broke its own first.
 
-use super::hb::{count_waits, replay, Credit, Sink, Wait};
+use super::hb::{replay, tally, Credit, Sink, Wait};
 use super::log::Event;
 use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
@@ -72,7 +72,7 @@ impl Facts {
     fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
         let mut m: Vec<Vec<u32>> = vec![Vec::new(); slots];
         for (id, c) in self.credits.iter().enumerate() {
-            m[c.slot].push(u32::try_from(id).expect("fewer than 2^32 credits"));
+            m[c.slot()].push(u32::try_from(id).expect("fewer than 2^32 credits"));
         }
         m.into_iter()
             .map(|mut ids| {
@@ -118,13 +118,13 @@ impl Facts {
         let mut orders = Orders::default();
         for w in &self.waits {
             let need = if w.decrement {
-                consumed[w.slot] += w.amount;
-                consumed[w.slot]
+                consumed[w.slot()] += w.amount;
+                consumed[w.slot()]
             } else {
                 w.amount
             };
-            let s = &by_slot[w.slot];
-            let k = below(&s.comps, w.pos, &mut cursor[w.slot]);
+            let s = &by_slot[w.slot()];
+            let k = below(&s.comps, w.pos, &mut cursor[w.slot()]);
             let forced = Self::forced(&self.credits, s, k, w, need);
             orders.push(match &forced {
                 None => Join::All,
@@ -185,13 +185,13 @@ impl Facts {
             };
             if credit_first {
                 let c = &self.credits[ci];
-                queues.entry(c.slot).or_default().push(ci, c.amount);
+                queues.entry(c.slot()).or_default().push(ci, c.amount);
                 ci += 1;
                 continue;
             }
             let w = &self.waits[wi];
             if w.decrement {
-                queues.entry(w.slot).or_default().consume(w.amount, |id| {
+                queues.entry(w.slot()).or_default().consume(w.amount, |id| {
                     out.insert(id, wi);
                 });
             }
@@ -206,11 +206,11 @@ impl Facts {
 /// goes, so a run whose first guess holds is replayed once).
 pub fn check(p: &Program, log: &[Event]) -> Findings {
     let slots = p.devices * p.layout.sems.len();
-    let waits = count_waits(p, log);
+    let (waits, credits) = tally(p, log);
     let mut orders = Orders::all(waits);
     loop {
         let facts = Facts {
-            credits: Vec::with_capacity(waits),
+            credits: Vec::with_capacity(credits),
             waits: Vec::with_capacity(waits),
         };
         let mut pass = (facts, RaceChecker::new(p, &orders, log));
