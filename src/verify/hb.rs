@@ -23,7 +23,7 @@ pub enum Agent {
 /// A semaphore credit: a signal, or a DMA completion. Slot and log position are 32 bits
 /// (a run at large P has millions of credits; [`Credit::slot`] and [`Credit::at`] give
 /// them as `usize`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credit {
     /// Semaphore slot (device * sems + sem).
     pub slot: u32,
@@ -60,7 +60,7 @@ impl Credit {
 }
 
 /// A passed wait (32-bit slot and position, as [`Credit`]'s).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wait {
     /// Semaphore slot (on the waiting device).
     pub slot: u32,
@@ -332,6 +332,60 @@ impl Released {
         }
         sink.credit(self.next, &c);
         self.next += 1;
+    }
+}
+
+/// The credit the event at `at` of `log` gave, whose crediting event knew `comp` of the
+/// semaphore's device (what [`replay`] tells a [`Sink`]).
+pub fn credit_at(p: &Program, log: &[Event], at: u32, comp: u32) -> Credit {
+    let sems = p.layout.sems.len();
+    match log[at as usize] {
+        Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
+            OpKind::Signal { sem, inc, set } => Credit {
+                slot: small(sem.device() * sems + sem.sem()),
+                amount: inc,
+                comp,
+                set,
+                atomic: true,
+                dma: None,
+                at,
+            },
+            _ => unreachable!("a credit's op is a signal"),
+        },
+        Event::Complete { dma: k, side } => {
+            let dma = &p.dmas[k as usize];
+            let s = dma.credits(side).expect("a credit's completion credits");
+            Credit {
+                slot: small(s.device() * sems + s.sem()),
+                amount: dma.bytes,
+                comp,
+                set: false,
+                atomic: false,
+                dma: Some((k, side)),
+                at,
+            }
+        }
+        _ => unreachable!("a credit is a signal or a completion"),
+    }
+}
+
+/// The wait at `at` of `log`, whose device was at `pos` just after it.
+pub fn wait_at(p: &Program, log: &[Event], at: u32, pos: u32) -> Wait {
+    let Some(Op {
+        kind: OpKind::Wait {
+            sem, amount, why, ..
+        },
+        ..
+    }) = op_at(p, log, at as usize)
+    else {
+        unreachable!("a wait's op is a wait")
+    };
+    Wait {
+        slot: small(sem.device() * p.layout.sems.len() + sem.sem()),
+        amount: *amount,
+        decrement: *why != crate::device_sim::program::WaitKind::Signal,
+        pos,
+        at,
     }
 }
 

@@ -275,7 +275,7 @@ pub struct Findings {
 /// The explanations a finished replay can give: its facts, and per DMA side its credit
 /// id and the wait that consumed it.
 struct Explain<'f> {
-    facts: &'f Facts,
+    facts: &'f Facts<'f>,
     consumed: HashMap<DmaSide, (usize, Option<usize>)>,
 }
 
@@ -297,16 +297,16 @@ impl<'a> RaceChecker<'a> {
 
     /// The races and entry violations, explained with `facts` (the credits and waits of
     /// the same replay).
-    pub fn finish(self, facts: &Facts) -> Findings {
+    pub fn finish(self, facts: &Facts<'_>) -> Findings {
         let explain = (!self.found.is_empty()).then(|| {
             let by = facts.consumers();
             Explain {
                 facts,
-                consumed: facts
-                    .credits
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(id, c)| Some((c.dma_side()?, (id, by.get(&id).copied()))))
+                consumed: (0..facts.credit_count())
+                    .filter_map(|id| {
+                        let side = facts.credit(id).dma_side()?;
+                        Some((side, (id, by.get(&id).copied())))
+                    })
                     .collect(),
             }
         });
@@ -393,13 +393,13 @@ impl<'a> RaceChecker<'a> {
             Join::Some(ids) if ids.contains(&id) => return None,
             _ => {}
         }
-        let w: &Wait = &e.facts.waits[w_ord];
+        let w: &Wait = &e.facts.wait(w_ord);
         let site = op_at(self.p, self.log, w.at())?.site;
         let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
             .copied()
-            .find(|&i| e.facts.credits[i].at > w.at)
+            .find(|&i| e.facts.credit(i).at > w.at)
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
             semaphore: self.p.layout.sems[w.slot() % self.p.layout.sems.len()]
@@ -407,7 +407,7 @@ impl<'a> RaceChecker<'a> {
                 .clone(),
             device: w.slot() / self.p.layout.sems.len(),
             wait: self.p.site(&site),
-            instead: self.credit_side(&e.facts.credits[alt]),
+            instead: self.credit_side(&e.facts.credit(alt)),
         })
     }
 }
