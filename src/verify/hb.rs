@@ -4,7 +4,7 @@
 //! to memory and semaphores is told to a [`Sink`].
 
 use super::clock::Clock;
-use super::log::Event;
+use super::log::{Entry, Event};
 use super::orders::{Join, Orders};
 use crate::device_sim::ids::IdMap;
 use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
@@ -140,7 +140,7 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
 }
 
 /// Replays `log` under `orders`, telling `sink` every credit, wait, access and send.
-pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) {
+pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) {
     let n = p.devices;
     let sems = p.layout.sems.len();
     // Behind Pallas' entry barrier every device knows every other has entered.
@@ -158,7 +158,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     let mut waits = 0usize;
 
     for (at, ev) in log.iter().enumerate() {
-        match *ev {
+        match ev.get() {
             Event::Prologue(i) => {
                 // Part of entry: ordered before everything the kernel does.
                 let op = &p.prologue[i as usize];
@@ -337,9 +337,9 @@ impl Released {
 
 /// The credit the event at `at` of `log` gave, whose crediting event knew `comp` of the
 /// semaphore's device (what [`replay`] tells a [`Sink`]).
-pub fn credit_at(p: &Program, log: &[Event], at: u32, comp: u32) -> Credit {
+pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
     let sems = p.layout.sems.len();
-    match log[at as usize] {
+    match log[at as usize].get() {
         Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
             OpKind::Signal { sem, inc, set } => Credit {
                 slot: small(sem.device() * sems + sem.sem()),
@@ -370,7 +370,7 @@ pub fn credit_at(p: &Program, log: &[Event], at: u32, comp: u32) -> Credit {
 }
 
 /// The wait at `at` of `log`, whose device was at `pos` just after it.
-pub fn wait_at(p: &Program, log: &[Event], at: u32, pos: u32) -> Wait {
+pub fn wait_at(p: &Program, log: &[Entry], at: u32, pos: u32) -> Wait {
     let Some(Op {
         kind: OpKind::Wait {
             sem, amount, why, ..
@@ -410,19 +410,19 @@ fn data_accesses(
 }
 
 /// The op the event at `at` of `log` ran, for a device's op.
-pub fn op_at<'p>(p: &'p Program, log: &[Event], at: usize) -> Option<&'p Op> {
-    match log.get(at)? {
-        Event::Op { device, index } => p.ops[*device as usize].get(*index as usize),
+pub fn op_at<'p>(p: &'p Program, log: &[Entry], at: usize) -> Option<&'p Op> {
+    match log.get(at)?.get() {
+        Event::Op { device, index } => p.ops[device as usize].get(index as usize),
         _ => None,
     }
 }
 
 /// The number of waits in `log` (every wait op a device passed), and at most how many credits its replay has (every
 /// signal and DMA completion), to size the replay's records exactly.
-pub fn tally(p: &Program, log: &[Event]) -> (usize, usize) {
+pub fn tally(p: &Program, log: &[Entry]) -> (usize, usize) {
     let (mut waits, mut credits) = (0, 0);
     for e in log {
-        match *e {
+        match e.get() {
             Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
                 OpKind::Wait { .. } => waits += 1,
                 OpKind::Signal { .. } => credits += 1,

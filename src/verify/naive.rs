@@ -4,7 +4,7 @@
 //! may deadlock: the log up to there is replayed) and random orders.
 
 use super::hb::{replay, Agent, Credit, Send, Sink, Wait};
-use super::log::{Event, EventLog};
+use super::log::{Entry, Event, EventLog};
 use super::orders::{Join, Orders};
 use super::Clock;
 use crate::array::DType;
@@ -76,7 +76,7 @@ impl Plain {
 }
 
 /// The replay's rules, written the plain way.
-fn naive(p: &Program, log: &[Event], orders: &Orders) -> Told {
+fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
     let n = p.devices;
     let sems = p.layout.sems.len();
     let mut s = Plain {
@@ -88,7 +88,7 @@ fn naive(p: &Program, log: &[Event], orders: &Orders) -> Told {
     let mut starts: HashMap<usize, (Vec<u32>, usize)> = HashMap::new();
     let mut waits = 0;
     for ev in log {
-        match *ev {
+        match ev.get() {
             Event::Prologue(i) => {
                 if let DataOp::Copy { src, dst } = p.prologue[i as usize] {
                     let zero = vec![0; n];

@@ -10,7 +10,7 @@
 
 use super::clock::Clock;
 use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
-use super::log::Event;
+use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
@@ -198,7 +198,7 @@ struct Found {
 pub struct RaceChecker<'a> {
     p: &'a Program,
     orders: &'a Orders,
-    log: &'a [Event],
+    log: &'a [Entry],
     /// Per credit id: the DMA side it is, if any.
     credit_dma: Vec<u32>,
     /// The waits ordered after each DMA side's completion.
@@ -281,7 +281,7 @@ struct Explain<'f> {
 
 impl<'a> RaceChecker<'a> {
     /// A checker for `p`, whose waits are ordered as `orders` says.
-    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Event]) -> Self {
+    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Entry]) -> Self {
         Self {
             p,
             orders,

@@ -13,7 +13,7 @@
 //! broke its own first.
 
 use super::hb::{credit_at, replay, tally, wait_at, Credit, Sink, Wait};
-use super::log::Event;
+use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
 use super::Clock;
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 /// the program when asked (8 bytes a credit or wait: a run at large P has millions).
 pub struct Facts<'a> {
     p: &'a Program,
-    log: &'a [Event],
+    log: &'a [Entry],
     /// Per credit id: (log position, `comp`).
     credits: Vec<(u32, u32)>,
     /// Per wait ordinal: (log position, `pos`).
@@ -78,7 +78,7 @@ fn below(comps: &[u32], pos: u32, at: &mut usize) -> usize {
 
 impl<'a> Facts<'a> {
     /// Room for `credits` credits and `waits` waits of a replay of `log`, a run of `p`.
-    pub fn new(p: &'a Program, log: &'a [Event], credits: usize, waits: usize) -> Self {
+    pub fn new(p: &'a Program, log: &'a [Entry], credits: usize, waits: usize) -> Self {
         Facts {
             p,
             log,
@@ -237,7 +237,7 @@ impl<'a> Facts<'a> {
 /// The fixpoint over the run in `log`: what every wait is ordered after, and the races
 /// and entry violations of the replay under those orders (each replay checks as it
 /// goes, so a run whose first guess holds is replayed once).
-pub fn check(p: &Program, log: &[Event]) -> Findings {
+pub fn check(p: &Program, log: &[Entry]) -> Findings {
     let slots = p.devices * p.layout.sems.len();
     let (waits, credits) = tally(p, log);
     let mut orders = Orders::all(waits);
