@@ -452,18 +452,35 @@ impl fmt::Display for SourceLoc {
     }
 }
 
-/// Where an op was recorded: grid point (linear), API call and kernel source line.
+/// Where an op was recorded: grid point (linear), API call and kernel source line. 20
+/// bytes: a program at large P has millions of sites.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
-    /// Device that recorded the op (32 bits, as the planner's limit on P: a program at
-    /// large P has millions of sites).
+    /// Device that recorded the op (32 bits, as the planner's limit on P).
     pub device: u32,
     /// Row-major index of the grid point.
     pub grid_linear: u32,
-    /// API call name.
-    pub op: &'static str,
+    /// The API call's name, by number ([`OpSite::op`]).
+    op: u32,
     /// Kernel source location.
     pub location: SourceLoc,
+}
+
+impl OpSite {
+    /// The site of API call `op` of `device` at grid point `grid_linear`, from `location`.
+    pub fn new(device: u32, grid_linear: u32, op: &'static str, location: SourceLoc) -> Self {
+        OpSite {
+            device,
+            grid_linear,
+            op: super::source_files::number(op),
+            location,
+        }
+    }
+
+    /// The API call's name.
+    pub fn op(&self) -> &'static str {
+        super::source_files::name(self.op)
+    }
 }
 
 /// One traced op.
@@ -516,7 +533,7 @@ impl Program {
         Site {
             device: s.device as usize,
             grid: self.grid_point(s.grid_linear as usize),
-            op: s.op,
+            op: s.op(),
             location: s.location.to_string(),
         }
     }

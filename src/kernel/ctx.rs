@@ -59,13 +59,13 @@ pub struct AsyncRemoteCopy<'c, 'a> {
 impl<'a> Ctx<'a> {
     #[track_caller]
     pub(super) fn site(&self, op: &'static str) -> OpSite {
-        OpSite {
-            device: u32::try_from(self.device).expect("fewer than 2^32 devices"),
-            grid_linear: u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
+        OpSite::new(
+            u32::try_from(self.device).expect("fewer than 2^32 devices"),
+            u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
             op,
             // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
-            location: self.source.get().unwrap_or(Location::caller().into()),
-        }
+            self.source.get().unwrap_or(Location::caller().into()),
+        )
     }
 
     /// Attributes the calls that follow to `loc` instead of the Rust line that makes
@@ -92,7 +92,7 @@ impl<'a> Ctx<'a> {
             site: Site {
                 device: self.device,
                 grid: self.point.clone(),
-                op: site.op,
+                op: site.op(),
                 location: site.location.to_string(),
             },
             detail,
@@ -146,7 +146,9 @@ impl<'a> Ctx<'a> {
                 KernelErrorKind::Misuse,
                 format!(
                     "`{name}` is a {:?} semaphore; `{}` needs {:?}",
-                    s.kind, site.op, want
+                    s.kind,
+                    site.op(),
+                    want
                 ),
             );
             return None;

@@ -373,7 +373,7 @@ impl<'p> Timed<'p> {
                 end = t + dur;
                 self.events.push(TimedEvent::Compute {
                     device,
-                    op: op.site.op,
+                    op: op.site.op(),
                     start: t,
                     end,
                 });

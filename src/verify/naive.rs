@@ -213,12 +213,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
     let mut dmas = Vec::new();
     let mut ops = Vec::new();
     for (d, list) in codes.iter().enumerate() {
-        let site = OpSite {
-            device: d as u32,
-            grid_linear: 0,
-            op: "op",
-            location: SourceLoc::caller(),
-        };
+        let site = OpSite::new(d as u32, 0, "op", SourceLoc::caller());
         let on = |sem| SemRef::new(d, sem);
         let wait = |sem, amount, why| OpKind::Wait {
             sem: on(sem),
