@@ -324,4 +324,18 @@ proptest! {
         replay(&p, &log.events, &orders, &mut fast);
         prop_assert_eq!(fast, naive(&p, &log.events, &orders));
     }
+
+    /// The fixpoint's facts read back from the log exactly the credits and waits the
+    /// replay told them (`Facts` checks each one as it is recorded, under test).
+    #[test]
+    fn facts_read_back_what_the_replay_told(
+        codes in codes(),
+        barrier in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let p = program(codes.len(), &codes, barrier);
+        let mut log = EventLog::new(p.devices);
+        let _ = observe(&p, ScheduleSpec::Random(seed).policy().as_mut(), &mut log);
+        let _ = super::sync::check(&p, &log.events);
+    }
 }
