@@ -417,8 +417,9 @@ pub fn op_at<'p>(p: &'p Program, log: &[Entry], at: usize) -> Option<&'p Op> {
     }
 }
 
-/// The number of waits in `log` (every wait op a device passed), and at most how many credits its replay has (every
-/// signal and DMA completion), to size the replay's records exactly.
+/// The number of waits in `log` (every wait op a device passed), and at most how many
+/// credits its replay has (every signal and DMA completion): the replay's records are
+/// sized from them.
 pub fn tally(p: &Program, log: &[Entry]) -> (usize, usize) {
     let (mut waits, mut credits) = (0, 0);
     for e in log {
