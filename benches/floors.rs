@@ -159,7 +159,7 @@ fn main() {
             .ops
             .iter()
             .map(|o| match o {
-                DataOp::Accumulate { dst, .. } => dst.len,
+                DataOp::Accumulate { dst, .. } => dst.len(),
                 _ => 0,
             })
             .sum();

@@ -113,6 +113,15 @@ const SEM_INFO_BYTES: f64 = size_of::<SemInfo>() as f64 + 32.0;
 const ACCESS_BYTES: f64 = 64.0;
 /// Bytes of a vector (pointer, capacity, length).
 const VEC_BYTES: f64 = 24.0;
+/// Bytes of one event of the verifier's log.
+const EVENT_BYTES: f64 = size_of::<crate::verify::Entry>() as f64;
+/// Bytes per credit in the check: its fact (8), its id, clock component and running
+/// total in its semaphore's list (16) and the race checker's mark (4).
+const CREDIT_BYTES: f64 = 28.0;
+/// Bytes per wait in the check: its fact (8) and the fixpoint's answer, old and new (8).
+const WAIT_BYTES: f64 = 16.0;
+/// Bytes per DMA in the race checker: a wait ordered after each of its two completions.
+const DMA_MARK_BYTES: f64 = 16.0;
 
 /// The memory a command needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -286,14 +295,27 @@ fn executor(
     }
 }
 
-/// The race checker's vector clocks (one per device, per signalled semaphore and per
-/// DMA in flight; each a counter per device and a bit per DMA) and its shadow accesses.
+/// The check of one run: its records, from the sizes of the verifier's structures (the
+/// event log; per credit its fact, its place in the fixpoint's per-semaphore lists and
+/// the race checker's mark; per wait its fact and the fixpoint's two answers; per DMA
+/// the waits ordered after its two completions), a vector clock per device and per
+/// semaphore slot (4 bytes a device), and the shadow accesses (one live per data op of
+/// a device, at most). Measured peak RSS of `tpusim check psum --replay eager` at
+/// P = 256, 512 and 1024 is about 0.7 of the whole need (check holds no data or
+/// schedule, so those parts are margin).
 fn checker(c: &Census, t: &Traced, data_ops: f64) -> f64 {
     let p = c.devices;
-    let clock = 4.0 * p + p * t.dmas / 8.0 + 2.0 * VEC_BYTES;
-    let signalled = c.sem_slots.min(t.signals + 2.0 * t.dmas);
-    let clocks = p * (2.0 + signalled);
-    clocks * clock + p * t.dmas * 2.0 * VEC_BYTES + 2.0 * data_ops * ACCESS_BYTES
+    let credits = p * (t.signals + 2.0 * t.dmas);
+    let waits = p * (t.ops - t.dmas - t.computes - t.signals - t.marks).max(0.0);
+    let events = p * (t.ops + 2.0 * t.dmas + 1.0 + c.copies);
+    let slots = p * c.sem_slots;
+    let clock = 4.0 * p + 2.0 * VEC_BYTES;
+    let records = events * EVENT_BYTES
+        + credits * CREDIT_BYTES
+        + waits * WAIT_BYTES
+        + p * t.dmas * DMA_MARK_BYTES
+        + slots * 6.0 * VEC_BYTES;
+    records + (p + slots) * clock + data_ops * ACCESS_BYTES
 }
 
 /// The symbolic executor's memory and a snapshot per row, each element holding the

@@ -57,14 +57,8 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
         let map = |d: usize| g[d];
         // Sites hold 32-bit device ids; the planner keeps P below 2^32.
         let site_map = |d: u32| map(d as usize) as u32;
-        let view = |v: View| View {
-            device: map(v.device),
-            ..v
-        };
-        let sem = |s: SemRef| SemRef {
-            device: map(s.device),
-            ..s
-        };
+        let view = |v: View| v.on_device(map(v.device()));
+        let sem = |s: SemRef| SemRef::new(map(s.device()), s.sem());
         let data = |op: &DataOp| match *op {
             DataOp::Copy { src, dst } => DataOp::Copy {
                 src: view(src),

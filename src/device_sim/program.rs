@@ -78,44 +78,106 @@ pub struct Layout {
     pub sems: Vec<SemInfo>,
 }
 
-/// A contiguous run of elements of one allocation on one device.
+/// A contiguous run of elements of one allocation on one device. The fields are 32 bits
+/// (a program at large P holds millions of views); the accessors give them as `usize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct View {
-    /// Device holding the allocation.
-    pub device: usize,
-    /// Allocation.
-    pub alloc: AllocId,
-    /// First element.
-    pub offset: usize,
-    /// Number of elements.
-    pub len: usize,
+    device: u32,
+    alloc: u32,
+    offset: u32,
+    len: u32,
+}
+
+/// `x` in 32 bits: device counts, allocation ids, semaphore slots and element counts of
+/// one allocation all fit (a simulated allocation is far below 2^32 elements).
+fn narrow(x: usize, what: &str) -> u32 {
+    u32::try_from(x).unwrap_or_else(|_| panic!("{what} {x} does not fit in 32 bits"))
 }
 
 impl View {
+    /// `len` elements from `offset` of allocation `alloc` on `device`.
+    pub fn new(device: usize, alloc: AllocId, offset: usize, len: usize) -> Self {
+        View {
+            device: narrow(device, "device"),
+            alloc: narrow(alloc, "allocation"),
+            offset: narrow(offset, "offset"),
+            len: narrow(len, "length"),
+        }
+    }
+    /// Device holding the allocation.
+    #[inline]
+    pub fn device(&self) -> usize {
+        self.device as usize
+    }
+    /// Allocation.
+    #[inline]
+    pub fn alloc(&self) -> AllocId {
+        self.alloc as usize
+    }
+    /// First element.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset as usize
+    }
+    /// Number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// True when the view has no element.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The same view on device `device`.
+    pub fn on_device(self, device: usize) -> Self {
+        View {
+            device: narrow(device, "device"),
+            ..self
+        }
+    }
     /// Byte offset in the allocation, whose elements are `elem` bytes wide.
     pub fn byte_offset(&self, elem: usize) -> u64 {
-        (self.offset * elem) as u64
+        self.offset as u64 * elem as u64
     }
     /// Size in bytes of `len` elements of `elem` bytes.
     pub fn bytes(&self, elem: usize) -> u64 {
-        (self.len * elem) as u64
+        self.len as u64 * elem as u64
     }
     /// True when the two views share a byte on the same allocation and device.
     pub fn overlaps(&self, other: &View) -> bool {
         self.device == other.device
             && self.alloc == other.alloc
-            && self.offset < other.offset + other.len
-            && other.offset < self.offset + self.len
+            && self.offset() < other.offset() + other.len()
+            && other.offset() < self.offset() + self.len()
     }
 }
 
-/// A semaphore slot on a device.
+/// A semaphore slot on a device (32-bit fields, as [`View`]'s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SemRef {
+    device: u32,
+    sem: u32,
+}
+
+impl SemRef {
+    /// Slot `sem` on `device`.
+    pub fn new(device: usize, sem: SemId) -> Self {
+        SemRef {
+            device: narrow(device, "device"),
+            sem: narrow(sem, "semaphore slot"),
+        }
+    }
     /// Device holding it.
-    pub device: usize,
+    #[inline]
+    pub fn device(&self) -> usize {
+        self.device as usize
+    }
     /// Slot.
-    pub sem: SemId,
+    #[inline]
+    pub fn sem(&self) -> SemId {
+        self.sem as usize
+    }
 }
 
 /// Reduction operator of an accumulate.
@@ -178,7 +240,7 @@ impl DataOp {
     /// narrower side of a copy (the staging area holds any dtype in 4-byte slots).
     /// `allocs` is [`crate::device_sim::Schedule::allocations`].
     pub fn elem_bytes(&self, allocs: &[Allocation]) -> usize {
-        let width = |v: &View| allocs[v.alloc].dtype.size();
+        let width = |v: &View| allocs[v.alloc()].dtype.size();
         match self {
             DataOp::Copy { src, dst } => width(src).min(width(dst)),
             DataOp::Fill { dst, .. } | DataOp::Accumulate { dst, .. } => width(dst),
@@ -390,18 +452,35 @@ impl fmt::Display for SourceLoc {
     }
 }
 
-/// Where an op was recorded: grid point (linear), API call and kernel source line.
+/// Where an op was recorded: grid point (linear), API call and kernel source line. 20
+/// bytes: a program at large P has millions of sites.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
-    /// Device that recorded the op (32 bits, as the planner's limit on P: a program at
-    /// large P has millions of sites).
+    /// Device that recorded the op (32 bits, as the planner's limit on P).
     pub device: u32,
     /// Row-major index of the grid point.
     pub grid_linear: u32,
-    /// API call name.
-    pub op: &'static str,
+    /// The API call's name, by number ([`OpSite::op`]).
+    op: u32,
     /// Kernel source location.
     pub location: SourceLoc,
+}
+
+impl OpSite {
+    /// The site of API call `op` of `device` at grid point `grid_linear`, from `location`.
+    pub fn new(device: u32, grid_linear: u32, op: &'static str, location: SourceLoc) -> Self {
+        OpSite {
+            device,
+            grid_linear,
+            op: super::source_files::number(op),
+            location,
+        }
+    }
+
+    /// The API call's name.
+    pub fn op(&self) -> &'static str {
+        super::source_files::name(self.op)
+    }
 }
 
 /// One traced op.
@@ -454,14 +533,14 @@ impl Program {
         Site {
             device: s.device as usize,
             grid: self.grid_point(s.grid_linear as usize),
-            op: s.op,
+            op: s.op(),
             location: s.location.to_string(),
         }
     }
 
     /// Display name of a semaphore slot.
     pub fn sem_name(&self, s: SemRef) -> String {
-        self.layout.sems[s.sem].name.clone()
+        self.layout.sems[s.sem()].name.clone()
     }
 
     /// Total number of traced ops over all devices.

@@ -59,7 +59,7 @@ fn run(
     };
     for op in &program.prologue {
         if let DataOp::Copy { dst, .. } = op {
-            obs.data(dst.device, op, None);
+            obs.data(dst.device(), op, None);
         }
     }
     let mut dmas = Vec::new();
@@ -233,13 +233,13 @@ impl<'p> Engine<'p> {
     /// True when `s`'s device is about to wait on `s`.
     fn waits_on(&self, s: SemRef) -> bool {
         matches!(
-            self.p.ops[s.device].get(self.pc[s.device]).map(|o| &o.kind),
+            self.p.ops[s.device()].get(self.pc[s.device()]).map(|o| &o.kind),
             Some(OpKind::Wait { sem, .. }) if *sem == s
         )
     }
 
     fn slot(&self, s: SemRef) -> usize {
-        s.device * self.p.layout.sems.len() + s.sem
+        s.device() * self.p.layout.sems.len() + s.sem()
     }
 
     fn runnable(&self, d: usize) -> bool {
@@ -268,7 +268,7 @@ impl<'p> Engine<'p> {
 
     /// The one place a semaphore gains value: a signal (`dma` None) or a DMA completion.
     fn credit(&mut self, s: SemRef, amount: u64, dma: Option<usize>) {
-        self.touched.push(s.device);
+        self.touched.push(s.device());
         let i = self.slot(s);
         self.sems[i] += amount;
         if let Some(id) = dma {
@@ -304,7 +304,7 @@ impl<'p> Engine<'p> {
                 f.recv = false;
                 let src = match f.staged.take() {
                     Some(v) => {
-                        self.staging[v.device].free(v.offset);
+                        self.staging[v.device()].free(v.offset());
                         v
                     }
                     None => dma.src,
@@ -314,13 +314,13 @@ impl<'p> Engine<'p> {
             Completion::Send => {
                 f.send = false;
                 if f.recv {
-                    let dev = dma.src.device;
-                    let v = View {
-                        device: dev,
-                        alloc: Schedule::staging_alloc(self.p),
-                        offset: self.staging[dev].alloc(dma.src.len),
-                        len: dma.src.len,
-                    };
+                    let dev = dma.src.device();
+                    let v = View::new(
+                        dev,
+                        Schedule::staging_alloc(self.p),
+                        self.staging[dev].alloc(dma.src.len()),
+                        dma.src.len(),
+                    );
                     f.staged = Some(v);
                     Some(DataOp::Copy {
                         src: dma.src,
@@ -384,7 +384,7 @@ impl<'p> Engine<'p> {
                 let i = self.slot(*sem);
                 if *set {
                     self.sems[i] = *inc;
-                    self.touched.push(sem.device);
+                    self.touched.push(sem.device());
                 } else {
                     self.credit(*sem, *inc, None);
                 }
@@ -426,7 +426,7 @@ impl<'p> Engine<'p> {
         let mut problems = Vec::new();
         for device in 0..self.p.devices {
             for (sem, info) in self.p.layout.sems.iter().enumerate() {
-                let s = SemRef { device, sem };
+                let s = SemRef::new(device, sem);
                 let i = self.slot(s);
                 if self.sems[i] == 0 || info.kind == SemKind::Signal {
                     continue;

@@ -1,5 +1,6 @@
-//! Kernel source file names by number: an op's site holds 4 bytes for its file instead
-//! of a 16-byte string slice (a program at large P has millions of sites).
+//! Kernel source file names and API call names by number: an op's site holds 4 bytes
+//! for each instead of a 16-byte string slice (a program at large P has millions of
+//! sites).
 
 use std::cell::RefCell;
 use std::sync::Mutex;

@@ -26,15 +26,15 @@ struct Memory {
 
 impl Memory {
     fn index(&self, v: &View) -> usize {
-        v.device * self.per_device + v.alloc
+        v.device() * self.per_device + v.alloc()
     }
 
     /// Mutable destination and shared source, which may be the same buffer.
     fn with_pair(&mut self, dst: &View, src: &View, f: impl FnOnce(&mut [u32], &[u32])) {
         let (di, si) = (self.index(dst), self.index(src));
         let (dr, sr) = (
-            dst.offset..dst.offset + dst.len,
-            src.offset..src.offset + src.len,
+            dst.offset()..dst.offset() + dst.len(),
+            src.offset()..src.offset() + src.len(),
         );
         if di == si {
             let tmp = self.bufs[si][sr].to_vec();
@@ -167,7 +167,7 @@ impl Prepared for CpuRun<'_> {
                     }
                     DataOp::Fill { dst, bits } => {
                         let i = mem.index(dst);
-                        mem.bufs[i][dst.offset..dst.offset + dst.len].fill(*bits);
+                        mem.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
                     }
                     DataOp::Accumulate {
                         dst,

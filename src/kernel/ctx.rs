@@ -59,13 +59,13 @@ pub struct AsyncRemoteCopy<'c, 'a> {
 impl<'a> Ctx<'a> {
     #[track_caller]
     pub(super) fn site(&self, op: &'static str) -> OpSite {
-        OpSite {
-            device: u32::try_from(self.device).expect("fewer than 2^32 devices"),
-            grid_linear: u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
+        OpSite::new(
+            u32::try_from(self.device).expect("fewer than 2^32 devices"),
+            u32::try_from(self.grid_linear).expect("fewer than 2^32 grid points"),
             op,
             // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
-            location: self.source.get().unwrap_or(Location::caller().into()),
-        }
+            self.source.get().unwrap_or(Location::caller().into()),
+        )
     }
 
     /// Attributes the calls that follow to `loc` instead of the Rust line that makes
@@ -92,7 +92,7 @@ impl<'a> Ctx<'a> {
             site: Site {
                 device: self.device,
                 grid: self.point.clone(),
-                op: site.op,
+                op: site.op(),
                 location: site.location.to_string(),
             },
             detail,
@@ -116,12 +116,7 @@ impl<'a> Ctx<'a> {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
         }
-        Some(View {
-            device,
-            alloc: r.alloc,
-            offset: r.offset,
-            len: r.numel(),
-        })
+        Some(View::new(device, r.alloc, r.offset, r.numel()))
     }
 
     fn sem_ref(&self, s: &Sem, device: usize, want: &[SemKind], site: OpSite) -> Option<SemRef> {
@@ -151,15 +146,14 @@ impl<'a> Ctx<'a> {
                 KernelErrorKind::Misuse,
                 format!(
                     "`{name}` is a {:?} semaphore; `{}` needs {:?}",
-                    s.kind, site.op, want
+                    s.kind,
+                    site.op(),
+                    want
                 ),
             );
             return None;
         }
-        Some(SemRef {
-            device,
-            sem: s.base,
-        })
+        Some(SemRef::new(device, s.base))
     }
 
     pub(super) fn same_shape(&self, a: &Ref, b: &Ref, site: OpSite) -> bool {
@@ -537,10 +531,7 @@ impl<'a> Ctx<'a> {
         if let Some(s) = sem {
             self.push(
                 OpKind::Wait {
-                    sem: SemRef {
-                        device: self.device,
-                        sem: s.sem,
-                    },
+                    sem: SemRef::new(self.device, s.sem()),
                     amount,
                     why,
                     cmp: Cmp::Ge,

@@ -329,12 +329,7 @@ impl PallasCall {
             ..
         } = frame;
 
-        let whole = |a: usize, device| View {
-            device,
-            alloc: a,
-            offset: 0,
-            len: layout.allocs[a].numel(),
-        };
+        let whole = |a: usize, device| View::new(device, a, 0, layout.allocs[a].numel());
         let copies = |pairs: &[(usize, usize)]| {
             (0..mesh.size())
                 .flat_map(|d| {

@@ -60,10 +60,10 @@ impl Ctx<'_> {
             );
             return None;
         }
-        Some(SemRef {
+        Some(SemRef::new(
             device,
-            sem: sig.base + r as usize * sig.cols + c as usize,
-        })
+            sig.base + r as usize * sig.cols + c as usize,
+        ))
     }
 
     /// Seed-003 `notify(signal, peer, offsets, value, op)`: writes cell `offsets` of

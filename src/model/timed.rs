@@ -235,7 +235,7 @@ impl<'p> Timed<'p> {
     }
 
     fn slot(&self, s: SemRef) -> usize {
-        s.device * self.p.layout.sems.len() + s.sem
+        s.device() * self.p.layout.sems.len() + s.sem()
     }
 
     /// When a wait for `amount` on `slot` is satisfied by the credits so far.
@@ -266,8 +266,8 @@ impl<'p> Timed<'p> {
         let d = &self.p.dmas[id];
         match side {
             Completion::Send => 0.0,
-            Completion::Recv if d.src.device != d.dst.device => {
-                self.m.link_latency * self.hops(d.src.device, d.dst.device) as f64
+            Completion::Recv if d.src.device() != d.dst.device() => {
+                self.m.link_latency * self.hops(d.src.device(), d.dst.device()) as f64
             }
             _ => self.m.dma_latency,
         }
@@ -334,13 +334,13 @@ impl<'p> Timed<'p> {
                 }
             }
             OpKind::Signal { sem, inc, set } => {
-                let arrive = t + self.m.link_latency * self.hops(device, sem.device) as f64;
+                let arrive = t + self.m.link_latency * self.hops(device, sem.device()) as f64;
                 self.add_credit(self.slot(*sem), arrive, *inc, *set);
             }
             OpKind::DmaStart(id) => {
                 let d = &self.p.dmas[*id];
-                let (path, devices) = if d.src.device != d.dst.device {
-                    let devices = route(self.dims.as_deref(), d.src.device, d.dst.device);
+                let (path, devices) = if d.src.device() != d.dst.device() {
+                    let devices = route(self.dims.as_deref(), d.src.device(), d.dst.device());
                     let links = devices.windows(2).map(|w| Res::Link(w[0], w[1])).collect();
                     (links, devices)
                 } else {
@@ -362,18 +362,18 @@ impl<'p> Timed<'p> {
             OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
                 let dur = match **c {
-                    DataOp::Copy { src, dst } if src.device != dst.device => {
+                    DataOp::Copy { src, dst } if src.device() != dst.device() => {
                         // A seed-003 pull: over the link, plus its latency.
                         c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw + self.m.link_latency
                     }
                     DataOp::Copy { dst, .. }
                     | DataOp::Fill { dst, .. }
-                    | DataOp::Accumulate { dst, .. } => dst.len as f64 / self.m.vector_rate,
+                    | DataOp::Accumulate { dst, .. } => dst.len() as f64 / self.m.vector_rate,
                 };
                 end = t + dur;
                 self.events.push(TimedEvent::Compute {
                     device,
-                    op: op.site.op,
+                    op: op.site.op(),
                     start: t,
                     end,
                 });
@@ -407,8 +407,8 @@ impl<'p> Timed<'p> {
         let route = self.routes.remove(&id).unwrap_or_default();
         self.events.push(TimedEvent::Dma {
             id,
-            from: d.src.device,
-            to: d.dst.device,
+            from: d.src.device(),
+            to: d.dst.device(),
             bytes: d.bytes,
             start: self.dma_start.remove(&id).unwrap_or(t),
             sent,

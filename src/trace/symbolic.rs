@@ -72,26 +72,26 @@ impl<'p> Symbolic<'p> {
 
     fn read(&self, v: &View) -> Vec<Sym> {
         let n = self.p.layout.allocs.len();
-        let mem = if v.alloc == n {
-            &self.staging[v.device]
+        let mem = if v.alloc() == n {
+            &self.staging[v.device()]
         } else {
-            &self.mem[v.device * n + v.alloc]
+            &self.mem[v.device() * n + v.alloc()]
         };
-        mem[v.offset..v.offset + v.len].to_vec()
+        mem[v.offset()..v.offset() + v.len()].to_vec()
     }
 
     fn region(&mut self, v: &View) -> &mut [Sym] {
         let n = self.p.layout.allocs.len();
-        let mem = if v.alloc == n {
-            let s = &mut self.staging[v.device];
-            if s.len() < v.offset + v.len {
-                s.resize(v.offset + v.len, None);
+        let mem = if v.alloc() == n {
+            let s = &mut self.staging[v.device()];
+            if s.len() < v.offset() + v.len() {
+                s.resize(v.offset() + v.len(), None);
             }
             s
         } else {
-            &mut self.mem[v.device * n + v.alloc]
+            &mut self.mem[v.device() * n + v.alloc()]
         };
-        &mut mem[v.offset..v.offset + v.len]
+        &mut mem[v.offset()..v.offset() + v.len()]
     }
 
     /// Records the initial row (after the prologue) before the first grid op.

@@ -4,7 +4,7 @@
 //! to memory and semaphores is told to a [`Sink`].
 
 use super::clock::Clock;
-use super::log::Event;
+use super::log::{Entry, Event};
 use super::orders::{Join, Orders};
 use crate::device_sim::ids::IdMap;
 use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
@@ -20,11 +20,13 @@ pub enum Agent {
     Dma(usize, Completion),
 }
 
-/// A semaphore credit: a signal, or a DMA completion.
-#[derive(Clone, Debug)]
+/// A semaphore credit: a signal, or a DMA completion. Slot and log position are 32 bits
+/// (a run at large P has millions of credits; [`Credit::slot`] and [`Credit::at`] give
+/// them as `usize`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credit {
     /// Semaphore slot (device * sems + sem).
-    pub slot: usize,
+    pub slot: u32,
     /// Amount added (bytes for DMAs).
     pub amount: u64,
     /// The crediting event's knowledge of the semaphore's device: the credit can only
@@ -37,21 +39,31 @@ pub struct Credit {
     /// The DMA completion it is, if any (the id in 32 bits: a run has millions of credits).
     pub dma: Option<(u32, Completion)>,
     /// Position in the log (a signal's op is there).
-    pub at: usize,
+    pub at: u32,
 }
 
 impl Credit {
+    /// Semaphore slot.
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// Position in the log.
+    pub fn at(&self) -> usize {
+        self.at as usize
+    }
+
     /// The DMA completion it is, if any.
     pub fn dma_side(&self) -> Option<(usize, Completion)> {
         self.dma.map(|(k, side)| (k as usize, side))
     }
 }
 
-/// A passed wait.
-#[derive(Clone, Debug)]
+/// A passed wait (32-bit slot and position, as [`Credit`]'s).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wait {
     /// Semaphore slot (on the waiting device).
-    pub slot: usize,
+    pub slot: u32,
     /// Amount waited for.
     pub amount: u64,
     /// Subtracts the amount (all but seed-003 signal waits).
@@ -59,7 +71,19 @@ pub struct Wait {
     /// The waiting device's own clock component just after the wait.
     pub pos: u32,
     /// Position in the log (its op is there).
-    pub at: usize,
+    pub at: u32,
+}
+
+impl Wait {
+    /// Semaphore slot.
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// Position in the log.
+    pub fn at(&self) -> usize {
+        self.at as usize
+    }
 }
 
 /// A remote DMA or signal sent to another device.
@@ -116,7 +140,7 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
 }
 
 /// Replays `log` under `orders`, telling `sink` every credit, wait, access and send.
-pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) {
+pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) {
     let n = p.devices;
     let sems = p.layout.sems.len();
     // Behind Pallas' entry barrier every device knows every other has entered.
@@ -134,12 +158,12 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
     let mut waits = 0usize;
 
     for (at, ev) in log.iter().enumerate() {
-        match *ev {
+        match ev.get() {
             Event::Prologue(i) => {
                 // Part of entry: ordered before everything the kernel does.
                 let op = &p.prologue[i as usize];
                 if let DataOp::Copy { dst, .. } = op {
-                    let d = dst.device;
+                    let d = dst.device();
                     data_accesses(op, Agent::Device(d), &zero, None, sink);
                 }
             }
@@ -155,9 +179,9 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                     OpKind::Mark(_) => {}
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
-                        if dma.is_remote() && dma.dst.device != d {
+                        if dma.is_remote() && dma.dst.device() != d {
                             let s = Send {
-                                to: dma.dst.device,
+                                to: dma.dst.device(),
                                 site: op.site,
                                 sem: None,
                                 dma: Some(*k),
@@ -169,10 +193,10 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         dev[d].tick(d);
                     }
                     OpKind::Signal { sem, inc, set } => {
-                        let slot = sem.device * sems + sem.sem;
-                        if sem.device != d && p.layout.sems[sem.sem].kind != SemKind::Barrier {
+                        let slot = sem.device() * sems + sem.sem();
+                        if sem.device() != d && p.layout.sems[sem.sem()].kind != SemKind::Barrier {
                             let s = Send {
-                                to: sem.device,
+                                to: sem.device(),
                                 site: op.site,
                                 sem: Some(slot),
                                 dma: None,
@@ -180,13 +204,13 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                             sink.send(&s, &dev[d]);
                         }
                         let c = Credit {
-                            slot,
+                            slot: small(slot),
                             amount: *inc,
-                            comp: dev[d].device(sem.device),
+                            comp: dev[d].device(sem.device()),
                             set: *set,
                             atomic: true,
                             dma: None,
-                            at,
+                            at: small(at),
                         };
                         rel.credit(c, &dev[d], sink);
                         dev[d].tick(d);
@@ -194,7 +218,7 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                     OpKind::Wait {
                         sem, amount, why, ..
                     } => {
-                        let slot = sem.device * sems + sem.sem;
+                        let slot = sem.device() * sems + sem.sem();
                         match orders.get(waits) {
                             Join::All => rel.join_all(slot, &mut dev[d], d),
                             Join::Nothing => {}
@@ -208,11 +232,11 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                         }
                         dev[d].tick(d);
                         let w = Wait {
-                            slot,
+                            slot: small(slot),
                             amount: *amount,
                             decrement: *why != crate::device_sim::program::WaitKind::Signal,
                             pos: dev[d].device(d),
-                            at,
+                            at: small(at),
                         };
                         sink.wait(waits, &w, &dev[d]);
                         waits += 1;
@@ -235,13 +259,13 @@ pub fn replay(p: &Program, log: &[Event], orders: &Orders, sink: &mut dyn Sink) 
                 let done = *left == 0;
                 if let Some(s) = dma.credits(side) {
                     let c = Credit {
-                        slot: s.device * sems + s.sem,
+                        slot: small(s.device() * sems + s.sem()),
                         amount: dma.bytes,
-                        comp: start.device(s.device),
+                        comp: start.device(s.device()),
                         set: false,
                         atomic: false,
                         dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),
-                        at,
+                        at: small(at),
                     };
                     let clock = start.clone();
                     rel.credit(c, &clock, sink);
@@ -295,7 +319,7 @@ impl Released {
     }
 
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        let p = &mut self.pending[c.slot];
+        let p = &mut self.pending[c.slot()];
         if p.recent.len() == RECENT {
             let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
             for r in p.recent.drain(..) {
@@ -309,6 +333,65 @@ impl Released {
         sink.credit(self.next, &c);
         self.next += 1;
     }
+}
+
+/// The credit the event at `at` of `log` gave, whose crediting event knew `comp` of the
+/// semaphore's device (what [`replay`] tells a [`Sink`]).
+pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
+    let sems = p.layout.sems.len();
+    match log[at as usize].get() {
+        Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
+            OpKind::Signal { sem, inc, set } => Credit {
+                slot: small(sem.device() * sems + sem.sem()),
+                amount: inc,
+                comp,
+                set,
+                atomic: true,
+                dma: None,
+                at,
+            },
+            _ => unreachable!("a credit's op is a signal"),
+        },
+        Event::Complete { dma: k, side } => {
+            let dma = &p.dmas[k as usize];
+            let s = dma.credits(side).expect("a credit's completion credits");
+            Credit {
+                slot: small(s.device() * sems + s.sem()),
+                amount: dma.bytes,
+                comp,
+                set: false,
+                atomic: false,
+                dma: Some((k, side)),
+                at,
+            }
+        }
+        _ => unreachable!("a credit is a signal or a completion"),
+    }
+}
+
+/// The wait at `at` of `log`, whose device was at `pos` just after it.
+pub fn wait_at(p: &Program, log: &[Entry], at: u32, pos: u32) -> Wait {
+    let Some(Op {
+        kind: OpKind::Wait {
+            sem, amount, why, ..
+        },
+        ..
+    }) = op_at(p, log, at as usize)
+    else {
+        unreachable!("a wait's op is a wait")
+    };
+    Wait {
+        slot: small(sem.device() * p.layout.sems.len() + sem.sem()),
+        amount: *amount,
+        decrement: *why != crate::device_sim::program::WaitKind::Signal,
+        pos,
+        at,
+    }
+}
+
+/// `x` in 32 bits: semaphore slots and log positions of a run stay below 2^32.
+fn small(x: usize) -> u32 {
+    u32::try_from(x).expect("fewer than 2^32 semaphore slots and events")
 }
 
 /// The reads and writes of a device's data op.
@@ -327,22 +410,28 @@ fn data_accesses(
 }
 
 /// The op the event at `at` of `log` ran, for a device's op.
-pub fn op_at<'p>(p: &'p Program, log: &[Event], at: usize) -> Option<&'p Op> {
-    match log.get(at)? {
-        Event::Op { device, index } => p.ops[*device as usize].get(*index as usize),
+pub fn op_at<'p>(p: &'p Program, log: &[Entry], at: usize) -> Option<&'p Op> {
+    match log.get(at)?.get() {
+        Event::Op { device, index } => p.ops[device as usize].get(index as usize),
         _ => None,
     }
 }
 
-/// The number of waits in `log` (every wait op a device passed).
-pub fn count_waits(p: &Program, log: &[Event]) -> usize {
-    log.iter()
-        .filter(|e| match **e {
-            Event::Op { device, index } => matches!(
-                p.ops[device as usize][index as usize].kind,
-                OpKind::Wait { .. }
-            ),
-            _ => false,
-        })
-        .count()
+/// The number of waits in `log` (every wait op a device passed), and at most how many
+/// credits its replay has (every signal and DMA completion): the replay's records are
+/// sized from them.
+pub fn tally(p: &Program, log: &[Entry]) -> (usize, usize) {
+    let (mut waits, mut credits) = (0, 0);
+    for e in log {
+        match e.get() {
+            Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
+                OpKind::Wait { .. } => waits += 1,
+                OpKind::Signal { .. } => credits += 1,
+                _ => {}
+            },
+            Event::Complete { .. } => credits += 1,
+            _ => {}
+        }
+    }
+    (waits, credits)
 }

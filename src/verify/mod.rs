@@ -13,7 +13,7 @@ mod race;
 mod sync;
 
 pub use clock::Clock;
-pub use log::{Event, EventLog};
+pub use log::{Entry, Event, EventLog};
 pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
 
 use crate::device_sim::{observe, Program, ScheduleSpec};

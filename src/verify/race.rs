@@ -10,7 +10,7 @@
 
 use super::clock::Clock;
 use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
-use super::log::Event;
+use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::sync::Facts;
 use crate::device_sim::program::{Completion, OpSite, Program, View};
@@ -198,7 +198,7 @@ struct Found {
 pub struct RaceChecker<'a> {
     p: &'a Program,
     orders: &'a Orders,
-    log: &'a [Event],
+    log: &'a [Entry],
     /// Per credit id: the DMA side it is, if any.
     credit_dma: Vec<u32>,
     /// The waits ordered after each DMA side's completion.
@@ -275,13 +275,13 @@ pub struct Findings {
 /// The explanations a finished replay can give: its facts, and per DMA side its credit
 /// id and the wait that consumed it.
 struct Explain<'f> {
-    facts: &'f Facts,
+    facts: &'f Facts<'f>,
     consumed: HashMap<DmaSide, (usize, Option<usize>)>,
 }
 
 impl<'a> RaceChecker<'a> {
     /// A checker for `p`, whose waits are ordered as `orders` says.
-    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Event]) -> Self {
+    pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Entry]) -> Self {
         Self {
             p,
             orders,
@@ -297,16 +297,16 @@ impl<'a> RaceChecker<'a> {
 
     /// The races and entry violations, explained with `facts` (the credits and waits of
     /// the same replay).
-    pub fn finish(self, facts: &Facts) -> Findings {
+    pub fn finish(self, facts: &Facts<'_>) -> Findings {
         let explain = (!self.found.is_empty()).then(|| {
             let by = facts.consumers();
             Explain {
                 facts,
-                consumed: facts
-                    .credits
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(id, c)| Some((c.dma_side()?, (id, by.get(&id).copied()))))
+                consumed: (0..facts.credit_count())
+                    .filter_map(|id| {
+                        let side = facts.credit(id).dma_side()?;
+                        Some((side, (id, by.get(&id).copied())))
+                    })
                     .collect(),
             }
         });
@@ -319,8 +319,8 @@ impl<'a> RaceChecker<'a> {
                         .or_else(|| self.shared_semaphore(e, f.second.agent))
                 });
                 Race {
-                    alloc: self.p.layout.allocs[f.view.alloc].name.clone(),
-                    device: f.view.device,
+                    alloc: self.p.layout.allocs[f.view.alloc()].name.clone(),
+                    device: f.view.device(),
                     bytes: (
                         f.first.lo.max(f.second.lo) as u64 * 4,
                         f.first.hi.min(f.second.hi) as u64 * 4,
@@ -344,9 +344,9 @@ impl<'a> RaceChecker<'a> {
     fn dma_actor(&self, k: usize) -> String {
         let m = &self.p.dmas[k];
         if m.is_remote() {
-            format!("DMA device {} -> device {}", m.src.device, m.dst.device)
+            format!("DMA device {} -> device {}", m.src.device(), m.dst.device())
         } else {
-            format!("DMA on device {} (local)", m.src.device)
+            format!("DMA on device {} (local)", m.src.device())
         }
     }
 
@@ -363,7 +363,10 @@ impl<'a> RaceChecker<'a> {
     }
 
     fn credit_side(&self, c: &Credit) -> RaceSide {
-        match (c.dma_side(), op_at(self.p, self.log, c.at).map(|o| o.site)) {
+        match (
+            c.dma_side(),
+            op_at(self.p, self.log, c.at()).map(|o| o.site),
+        ) {
             (Some((k, _)), _) => RaceSide {
                 actor: self.dma_actor(k),
                 site: Some(self.p.site(&self.p.dmas[k].origin)),
@@ -390,21 +393,21 @@ impl<'a> RaceChecker<'a> {
             Join::Some(ids) if ids.contains(&id) => return None,
             _ => {}
         }
-        let w: &Wait = &e.facts.waits[w_ord];
-        let site = op_at(self.p, self.log, w.at)?.site;
+        let w: &Wait = &e.facts.wait(w_ord);
+        let site = op_at(self.p, self.log, w.at())?.site;
         let others: Vec<usize> = e.facts.candidates(w).filter(|&i| i != id).collect();
         let alt = others
             .iter()
             .copied()
-            .find(|&i| e.facts.credits[i].at > w.at)
+            .find(|&i| e.facts.credit(i).at > w.at)
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
-            semaphore: self.p.layout.sems[w.slot % self.p.layout.sems.len()]
+            semaphore: self.p.layout.sems[w.slot() % self.p.layout.sems.len()]
                 .name
                 .clone(),
-            device: w.slot / self.p.layout.sems.len(),
+            device: w.slot() / self.p.layout.sems.len(),
             wait: self.p.site(&site),
-            instead: self.credit_side(&e.facts.credits[alt]),
+            instead: self.credit_side(&e.facts.credit(alt)),
         })
     }
 }
@@ -416,16 +419,16 @@ impl Sink for RaceChecker<'_> {
         });
         self.credit_dma.push(side);
         if let Some(side) = c.dma_side() {
-            self.since_all[c.slot].push(side);
+            self.since_all[c.slot()].push(side);
         }
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
-        let mark = (w.slot / self.p.layout.sems.len(), w.pos);
+        let mark = (w.slot() / self.p.layout.sems.len(), w.pos);
         match self.orders.get(ordinal) {
             Join::All => {
                 // Drained in place: the slot's vector keeps its room for the next credits.
-                for side in self.since_all[w.slot].drain(..) {
+                for side in self.since_all[w.slot()].drain(..) {
                     self.joined.push(Joined::index(side), mark.0, mark.1);
                 }
             }
@@ -449,7 +452,7 @@ impl Sink for RaceChecker<'_> {
         clock: &Clock,
         site: Option<OpSite>,
     ) {
-        if view.len == 0 {
+        if view.is_empty() {
             return;
         }
         let time = match agent {
@@ -457,14 +460,14 @@ impl Sink for RaceChecker<'_> {
             Agent::Dma(..) => 0,
         };
         let x = Access {
-            lo: view.offset,
-            hi: view.offset + view.len,
+            lo: view.offset(),
+            hi: view.offset() + view.len(),
             write,
             agent,
             time,
             site,
         };
-        let slot = view.device * self.p.layout.allocs.len() + view.alloc;
+        let slot = view.device() * self.p.layout.allocs.len() + view.alloc();
         for a in &self.shadow[slot] {
             if a.lo < x.hi
                 && x.lo < a.hi
@@ -504,7 +507,7 @@ impl Sink for RaceChecker<'_> {
         let what = match (s.dma, s.sem) {
             (Some(k), _) => format!(
                 "DMA into `{}`",
-                self.p.layout.allocs[self.p.dmas[k].dst.alloc].name
+                self.p.layout.allocs[self.p.dmas[k].dst.alloc()].name
             ),
             (None, Some(slot)) => format!(
                 "signal on `{}`",

@@ -12,8 +12,8 @@
 //! sound: a wait that broke its answer in some execution would need an earlier one that
 //! broke its own first.
 
-use super::hb::{count_waits, replay, Credit, Sink, Wait};
-use super::log::Event;
+use super::hb::{credit_at, replay, tally, wait_at, Credit, Sink, Wait};
+use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
 use super::Clock;
@@ -21,22 +21,31 @@ use crate::device_sim::credits::Credits;
 use crate::device_sim::program::Program;
 use std::collections::HashMap;
 
-/// Credits and waits of one replay.
-#[derive(Debug, Default)]
-pub struct Facts {
-    /// Every credit, by id.
-    pub credits: Vec<Credit>,
-    /// Every wait, by ordinal.
-    pub waits: Vec<Wait>,
+/// Credits and waits of one replay. Each keeps only what the replay alone knows (its
+/// clock component) and where it is in the log; the rest is read back from the log and
+/// the program when asked (8 bytes a credit or wait: a run at large P has millions).
+pub struct Facts<'a> {
+    p: &'a Program,
+    log: &'a [Entry],
+    /// Per credit id: (log position, `comp`).
+    credits: Vec<(u32, u32)>,
+    /// Per wait ordinal: (log position, `pos`).
+    waits: Vec<(u32, u32)>,
 }
 
-impl Sink for Facts {
+impl Sink for Facts<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
-        self.credits.push(c.clone());
+        self.credits.push((c.at, c.comp));
+        if cfg!(test) {
+            assert_eq!(&Facts::credit(self, self.credits.len() - 1), c);
+        }
     }
 
     fn wait(&mut self, _ordinal: usize, w: &Wait, _clock: &Clock) {
-        self.waits.push(w.clone());
+        self.waits.push((w.at, w.pos));
+        if cfg!(test) {
+            assert_eq!(&Facts::wait(self, self.waits.len() - 1), w);
+        }
     }
 }
 
@@ -67,28 +76,58 @@ fn below(comps: &[u32], pos: u32, at: &mut usize) -> usize {
     *at
 }
 
-impl Facts {
+impl<'a> Facts<'a> {
+    /// Room for `credits` credits and `waits` waits of a replay of `log`, a run of `p`.
+    pub fn new(p: &'a Program, log: &'a [Entry], credits: usize, waits: usize) -> Self {
+        Facts {
+            p,
+            log,
+            credits: Vec::with_capacity(credits),
+            waits: Vec::with_capacity(waits),
+        }
+    }
+
+    /// The number of credits.
+    pub fn credit_count(&self) -> usize {
+        self.credits.len()
+    }
+
+    /// Credit `id`.
+    pub fn credit(&self, id: usize) -> Credit {
+        let (at, comp) = self.credits[id];
+        credit_at(self.p, self.log, at, comp)
+    }
+
+    /// Wait `ordinal`.
+    pub fn wait(&self, ordinal: usize) -> Wait {
+        let (at, pos) = self.waits[ordinal];
+        wait_at(self.p, self.log, at, pos)
+    }
+
     /// Per semaphore slot (of `slots`), its credits.
     fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
         let mut m: Vec<Vec<u32>> = vec![Vec::new(); slots];
-        for (id, c) in self.credits.iter().enumerate() {
-            m[c.slot].push(u32::try_from(id).expect("fewer than 2^32 credits"));
+        for id in 0..self.credits.len() {
+            m[self.credit(id).slot()].push(u32::try_from(id).expect("fewer than 2^32 credits"));
         }
         m.into_iter()
             .map(|mut ids| {
-                ids.sort_by_key(|&i| self.credits[i as usize].comp);
-                let credit = |i: u32| &self.credits[i as usize];
-                let mut total = vec![0];
+                ids.sort_by_key(|&i| self.credits[i as usize].1);
+                let mut total = Vec::with_capacity(ids.len() + 1);
+                total.push(0);
                 let mut max_atomic = 0;
-                for &i in &ids {
-                    let c = credit(i);
+                let mut first_set = None;
+                for (n, &i) in ids.iter().enumerate() {
+                    let c = self.credit(i as usize);
                     total.push(total.last().unwrap_or(&0) + c.amount);
                     if c.atomic {
                         max_atomic = max_atomic.max(c.amount);
                     }
+                    if c.set && first_set.is_none() {
+                        first_set = Some(n);
+                    }
                 }
-                let first_set = ids.iter().position(|&i| credit(i).set);
-                let comps = ids.iter().map(|&i| credit(i).comp).collect();
+                let comps = ids.iter().map(|&i| self.credits[i as usize].1).collect();
                 SlotCredits {
                     first_set: first_set.unwrap_or(ids.len()),
                     ids,
@@ -101,12 +140,11 @@ impl Facts {
     }
 
     /// The credits that can reach wait `w`'s semaphore before it in some schedule.
-    pub fn candidates<'a>(&'a self, w: &'a Wait) -> impl Iterator<Item = usize> + 'a {
-        self.credits
-            .iter()
-            .enumerate()
-            .filter(move |(_, c)| c.slot == w.slot && c.comp < w.pos)
-            .map(|(i, _)| i)
+    pub fn candidates<'w>(&'w self, w: &'w Wait) -> impl Iterator<Item = usize> + 'w {
+        (0..self.credits.len()).filter(move |&i| {
+            let c = self.credit(i);
+            c.slot == w.slot && c.comp < w.pos
+        })
     }
 
     /// What each wait is ordered after, given the happens-before these facts came from
@@ -116,16 +154,17 @@ impl Facts {
         let mut consumed = vec![0u64; slots];
         let mut cursor = vec![0usize; slots];
         let mut orders = Orders::default();
-        for w in &self.waits {
+        for i in 0..self.waits.len() {
+            let w = &self.wait(i);
             let need = if w.decrement {
-                consumed[w.slot] += w.amount;
-                consumed[w.slot]
+                consumed[w.slot()] += w.amount;
+                consumed[w.slot()]
             } else {
                 w.amount
             };
-            let s = &by_slot[w.slot];
-            let k = below(&s.comps, w.pos, &mut cursor[w.slot]);
-            let forced = Self::forced(&self.credits, s, k, w, need);
+            let s = &by_slot[w.slot()];
+            let k = below(&s.comps, w.pos, &mut cursor[w.slot()]);
+            let forced = self.forced(s, k, w, need);
             orders.push(match &forced {
                 None => Join::All,
                 Some(ids) => Join::Some(ids),
@@ -136,13 +175,7 @@ impl Facts {
 
     /// The credits of slot `s` that wait `w`, having consumed `need` in all, is ordered
     /// after (`k`: how many of them can come before it): `None` for all of them.
-    fn forced(
-        credits: &[Credit],
-        s: &SlotCredits,
-        k: usize,
-        w: &Wait,
-        need: u64,
-    ) -> Option<Vec<usize>> {
+    fn forced(&self, s: &SlotCredits, k: usize, w: &Wait, need: u64) -> Option<Vec<usize>> {
         let nothing = Some(Vec::new());
         if s.ids.is_empty() {
             return nothing;
@@ -163,7 +196,7 @@ impl Facts {
             .iter()
             .map(|&i| i as usize)
             .filter(|&i| {
-                let c = &credits[i];
+                let c = self.credit(i);
                 c.atomic && c.amount > slack && c.at < w.at
             })
             .collect();
@@ -179,19 +212,19 @@ impl Facts {
         let (mut ci, mut wi) = (0, 0);
         while ci < self.credits.len() || wi < self.waits.len() {
             let credit_first = match (self.credits.get(ci), self.waits.get(wi)) {
-                (Some(c), Some(w)) => c.at < w.at,
+                (Some(c), Some(w)) => c.0 < w.0,
                 (Some(_), None) => true,
                 _ => false,
             };
             if credit_first {
-                let c = &self.credits[ci];
-                queues.entry(c.slot).or_default().push(ci, c.amount);
+                let c = self.credit(ci);
+                queues.entry(c.slot()).or_default().push(ci, c.amount);
                 ci += 1;
                 continue;
             }
-            let w = &self.waits[wi];
+            let w = self.wait(wi);
             if w.decrement {
-                queues.entry(w.slot).or_default().consume(w.amount, |id| {
+                queues.entry(w.slot()).or_default().consume(w.amount, |id| {
                     out.insert(id, wi);
                 });
             }
@@ -204,15 +237,12 @@ impl Facts {
 /// The fixpoint over the run in `log`: what every wait is ordered after, and the races
 /// and entry violations of the replay under those orders (each replay checks as it
 /// goes, so a run whose first guess holds is replayed once).
-pub fn check(p: &Program, log: &[Event]) -> Findings {
+pub fn check(p: &Program, log: &[Entry]) -> Findings {
     let slots = p.devices * p.layout.sems.len();
-    let waits = count_waits(p, log);
+    let (waits, credits) = tally(p, log);
     let mut orders = Orders::all(waits);
     loop {
-        let facts = Facts {
-            credits: Vec::with_capacity(waits),
-            waits: Vec::with_capacity(waits),
-        };
+        let facts = Facts::new(p, log, credits, waits);
         let mut pass = (facts, RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;

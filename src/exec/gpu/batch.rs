@@ -44,13 +44,13 @@ pub fn conflict(a: &DataOp, b: &DataOp) -> bool {
 }
 
 fn buffer(v: &View) -> (usize, usize) {
-    (v.device, v.alloc)
+    (v.device(), v.alloc())
 }
 
 /// An accumulate small enough to batch, reading a different buffer than it writes.
 fn eligible(op: &DataOp) -> bool {
     matches!(op, DataOp::Accumulate { dst, src, dtype, .. }
-        if dtype.size() == 4 && dst.len <= MAX_ELEMS && buffer(dst) != buffer(src))
+        if dtype.size() == 4 && dst.len() <= MAX_ELEMS && buffer(dst) != buffer(src))
 }
 
 /// Can `b` join `batch` without aliasing a written buffer in one dispatch?
@@ -132,12 +132,7 @@ mod tests {
     use crate::device_sim::program::ReduceOp;
 
     fn v(device: usize, alloc: usize, offset: usize, len: usize) -> View {
-        View {
-            device,
-            alloc,
-            offset,
-            len,
-        }
+        View::new(device, alloc, offset, len)
     }
 
     fn acc(dst: View, src: View) -> DataOp {

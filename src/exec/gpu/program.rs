@@ -105,7 +105,8 @@ impl GpuProgram {
                 max_words.min(u32::MAX as u64) * 4
             ));
         }
-        let at = |v: &View| (offsets[v.device * allocs.len() + v.alloc] + v.offset as u64) as u32;
+        let at =
+            |v: &View| (offsets[v.device() * allocs.len() + v.alloc()] + v.offset() as u64) as u32;
         let mut recs = Vec::with_capacity(ops.len());
         for op in ops {
             let rec = match *op {
@@ -113,9 +114,9 @@ impl GpuProgram {
                     if src.overlaps(&dst) {
                         return Err("a copy whose source and destination overlap".into());
                     }
-                    OpRec::new(0, at(&dst), at(&src), dst.len, 0)
+                    OpRec::new(0, at(&dst), at(&src), dst.len(), 0)
                 }
-                DataOp::Fill { dst, bits } => OpRec::new(1, at(&dst), 0, dst.len, bits),
+                DataOp::Fill { dst, bits } => OpRec::new(1, at(&dst), 0, dst.len(), bits),
                 DataOp::Accumulate {
                     dst,
                     src,
@@ -126,7 +127,7 @@ impl GpuProgram {
                         return Err("an accumulate whose source and destination overlap".into());
                     }
                     let bits = op_code(op) | dtype_code(dtype) << 4;
-                    OpRec::new(2, at(&dst), at(&src), dst.len, bits)
+                    OpRec::new(2, at(&dst), at(&src), dst.len(), bits)
                 }
             };
             if rec.len > 0 {
@@ -323,12 +324,7 @@ mod tests {
             dtype: DType::F32,
             shape: vec![n],
         };
-        let v = |device, alloc, len| View {
-            device,
-            alloc,
-            offset: 0,
-            len,
-        };
+        let v = |device, alloc, len| View::new(device, alloc, 0, len);
         let n = CHUNK as usize + 1;
         let acc = |device| DataOp::Accumulate {
             dst: v(device, 0, n),

@@ -74,12 +74,12 @@ pub(super) struct Recorder<'a> {
 
 impl Recorder<'_> {
     fn buf(&self, v: &View) -> BufId {
-        BufId::Alloc(v.device * self.allocs.len() + v.alloc)
+        BufId::Alloc(v.device() * self.allocs.len() + v.alloc())
     }
 
     /// Byte offset of `v` in its buffer.
     fn off(&self, v: &View) -> u64 {
-        v.byte_offset(self.allocs[v.alloc].dtype.size())
+        v.byte_offset(self.allocs[v.alloc()].dtype.size())
     }
 
     fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32, items: u32) {
@@ -118,7 +118,7 @@ impl Recorder<'_> {
             };
             kind = Some((*op, *dtype));
             let w = windows(
-                dst.len as u64,
+                dst.len() as u64,
                 self.off(dst),
                 Some(self.off(src)),
                 self.max_binding,
@@ -172,7 +172,7 @@ impl Recorder<'_> {
     /// commands, everything else `halves.wgsl` (one invocation per destination word).
     fn record_halves(&mut self, op: &DataOp) {
         let (src, dst) = op.reads_writes();
-        if dst.len == 0 {
+        if dst.is_empty() {
             return;
         }
         let (d_off, size) = (self.off(&dst), dst.bytes(2));
@@ -191,7 +191,7 @@ impl Recorder<'_> {
                 }
                 let dtype = [dst, src]
                     .iter()
-                    .map(|v| self.allocs[v.alloc].dtype)
+                    .map(|v| self.allocs[v.alloc()].dtype)
                     .find(|d| d.size() == 2)
                     .expect("a 16-bit copy has a 16-bit side");
                 (HalfOp::Copy, dtype, 0)
@@ -205,7 +205,7 @@ impl Recorder<'_> {
                     });
                     return;
                 }
-                (HalfOp::Fill, self.allocs[dst.alloc].dtype, bits)
+                (HalfOp::Fill, self.allocs[dst.alloc()].dtype, bits)
             }
             DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op), dtype, 0),
         };
@@ -217,7 +217,7 @@ impl Recorder<'_> {
             elem_off: 0,
         };
         for w in windows(
-            dst.len as u64,
+            dst.len() as u64,
             d_off,
             source.map(|s| s.1),
             self.max_binding,
@@ -250,7 +250,7 @@ impl Recorder<'_> {
         }
         match op {
             DataOp::Copy { src, dst } => {
-                if src.len == 0 {
+                if src.is_empty() {
                     return;
                 }
                 let (sb, so) = self.source(src, dst, 4);
@@ -263,7 +263,7 @@ impl Recorder<'_> {
                 });
             }
             DataOp::Fill { dst, bits } => {
-                if dst.len == 0 {
+                if dst.is_empty() {
                     return;
                 }
                 if *bits == 0 {
@@ -275,7 +275,7 @@ impl Recorder<'_> {
                     return;
                 }
                 for w in windows(
-                    dst.len as u64,
+                    dst.len() as u64,
                     self.off(dst),
                     None,
                     self.max_binding,
@@ -302,14 +302,15 @@ impl Recorder<'_> {
                 op,
                 dtype,
             } => {
-                if dst.len == 0 {
+                if dst.is_empty() {
                     return;
                 }
                 let (sb, so) = self.source(src, dst, 4);
                 let d_off = self.off(dst);
                 // vec4 words when both sides are 16-byte aligned and whole vec4s long.
-                let vec4 =
-                    dst.len.is_multiple_of(4) && d_off.is_multiple_of(16) && so.is_multiple_of(16);
+                let vec4 = dst.len().is_multiple_of(4)
+                    && d_off.is_multiple_of(16)
+                    && so.is_multiple_of(16);
                 let unit = if vec4 { 16 } else { 4 };
                 let n = dst.bytes(4) / unit;
                 let pipeline = self.pipes.accumulate(self.device, *op, *dtype, vec4);
