@@ -227,6 +227,13 @@ fn trace_prints_markdown_and_json() {
     let (code, _, err) = tpusim(&["trace", "psum", "--format", "html"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown format"), "{err}");
+    // The kernel is built in the dtype asked for; the symbolic cells do not depend on it.
+    let (_, f32_table, _) = tpusim(&["trace", "psum", "-p", "4"]);
+    let (code, bf16_table, err) = tpusim(&["trace", "psum", "-p", "4", "--dtype", "bf16"]);
+    assert_eq!((code, &bf16_table), (0, &f32_table), "{err}");
+    let (code, _, err) = tpusim(&["trace", "psum", "--dtype", "f64"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown dtype `f64`"), "{err}");
 }
 
 #[test]

@@ -21,6 +21,10 @@ pub struct TraceArgs {
     /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
     #[arg(long, requires = "mesh")]
     pub axis: Option<String>,
+    /// Element type the kernel is built in (f32, i32, f16, bf16); the table's cells are
+    /// symbolic, the same for every dtype.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
     /// Output format: markdown or json.
     #[arg(long, default_value = "markdown")]
     pub format: String,
@@ -36,6 +40,7 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
             a.format
         )));
     }
+    let dtype = DType::parse(&a.dtype)?;
     let p = place.mesh.size();
     limits::fit(
         format!("`tpusim trace {}` at P={p}", a.collective),
@@ -44,12 +49,12 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
             c.call(
                 &Mesh::new(q, "x")?,
                 &tpusim::trace::trace_shape(c.as_ref(), q),
-                DType::F32,
+                dtype,
             )
         },
         Work::Trace,
     )?;
-    let table = tpusim::trace::trace_placed(c.as_ref(), &place)?;
+    let table = tpusim::trace::trace_placed(c.as_ref(), &place, dtype)?;
     if a.format == "json" {
         outln!(
             "{}",

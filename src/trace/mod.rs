@@ -65,19 +65,21 @@ pub fn trace_shape(c: &dyn Collective, p: usize) -> Vec<usize> {
 /// are the collective's own [`Collective::trace_layout`], or else derived from the
 /// kernel's allocations ([`derived_layout`]) at its default shape.
 pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
-    trace_placed(c, &Placement::whole(mesh.clone()))
+    trace_placed(c, &Placement::whole(mesh.clone()), DType::F32)
 }
 
 /// [`trace`] of `c` placed on a multi-axis mesh: one kernel over the whole mesh, or
 /// every group along an axis running its own ring (rows for every device of the mesh).
-pub fn trace_placed(c: &dyn Collective, place: &Placement) -> Result<Table> {
+/// The kernel is built in `dtype` (its checks and limits apply); the cells are symbolic,
+/// the same for every dtype.
+pub fn trace_placed(c: &dyn Collective, place: &Placement, dtype: DType) -> Result<Table> {
     let p = place.devices();
     let custom = c.trace_layout(p);
     let shape = match &custom {
         Some(l) => l.shape.clone(),
         None => c.default_shape(p),
     };
-    let call = c.call(&place.ring, &shape, DType::F32)?;
+    let call = c.call(&place.ring, &shape, dtype)?;
     let program = place.lower(&call)?;
     let layout = custom.unwrap_or_else(|| derived_layout(&program, &shape));
     let mut sym = Symbolic::new(&program);
