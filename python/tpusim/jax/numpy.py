@@ -16,18 +16,21 @@ from .._sites import unsupported as _unsupported
 float32 = _np.float32
 int32 = _np.int32
 float16 = _np.float16
-try:  # jnp.bfloat16 is ml_dtypes' type; without ml_dtypes there is no bf16 in numpy.
-    from ml_dtypes import bfloat16
-except ImportError:  # pragma: no cover
-    pass
 bool_ = _np.bool_
 dtype = _np.dtype
 
 __all__ = [
-    "float32", "int32", "float16", "bfloat16", "bool_", "dtype", "zeros_like", "ones_like", "full_like", "zeros",
+    "float32", "int32", "float16", "bool_", "dtype", "zeros_like", "ones_like", "full_like", "zeros",
     "ones", "full", "maximum", "minimum", "logical_and", "logical_or", "logical_not",
     "logical_xor", "where",
 ]
+
+try:  # jnp.bfloat16 is ml_dtypes' type; without ml_dtypes numpy has no bf16.
+    from ml_dtypes import bfloat16
+
+    __all__.append("bfloat16")
+except ImportError:  # pragma: no cover
+    pass
 
 
 def _like(x, what):

@@ -63,7 +63,7 @@ pub struct Pipelines {
     pub(crate) schedule_layout: wgpu::BindGroupLayout,
     pub(crate) schedule_wave: wgpu::ComputePipeline,
     halves_module: wgpu::ShaderModule,
-    halves: Mutex<HashMap<(HalfOp, DType), wgpu::ComputePipeline>>,
+    halves: Mutex<HashMap<HalfOp, wgpu::ComputePipeline>>,
 }
 
 /// What a `halves.wgsl` dispatch does to its 16-bit destination elements.
@@ -73,8 +73,8 @@ pub enum HalfOp {
     Copy,
     /// Writes the parameter block's value.
     Fill,
-    /// Combines with the source.
-    Accumulate(ReduceOp),
+    /// Combines with the source in this 16-bit float dtype.
+    Accumulate(ReduceOp, DType),
 }
 
 fn storage(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
@@ -183,16 +183,21 @@ impl Pipelines {
         }
     }
 
-    /// The `halves.wgsl` pipeline doing `op` on 16-bit `dtype` elements (it binds like
-    /// an accumulate: source, destination, parameters).
-    pub fn halves(&self, device: &wgpu::Device, op: HalfOp, dtype: DType) -> wgpu::ComputePipeline {
+    /// The `halves.wgsl` pipeline doing `op` on 16-bit elements (it binds like an
+    /// accumulate: source, destination, parameters). Copies and fills are the same for
+    /// both 16-bit dtypes.
+    pub fn halves(&self, device: &wgpu::Device, op: HalfOp) -> wgpu::ComputePipeline {
         let mut map = self.halves.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry((op, dtype))
+        map.entry(op)
             .or_insert_with(|| {
-                let (mode, reduce) = match op {
-                    HalfOp::Copy => (0.0, 0.0),
-                    HalfOp::Fill => (1.0, 0.0),
-                    HalfOp::Accumulate(r) => (2.0, op_constant(r)),
+                let constants: &[(&str, f64)] = match op {
+                    HalfOp::Copy => &[("MODE", 0.0)],
+                    HalfOp::Fill => &[("MODE", 1.0)],
+                    HalfOp::Accumulate(r, d) => &[
+                        ("MODE", 2.0),
+                        ("OP", op_constant(r)),
+                        ("DTYPE", dtype_constant(d)),
+                    ],
                 };
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some("halves"),
@@ -200,11 +205,7 @@ impl Pipelines {
                     module: &self.halves_module,
                     entry_point: Some("main"),
                     compilation_options: wgpu::PipelineCompilationOptions {
-                        constants: &[
-                            ("MODE", mode),
-                            ("OP", reduce),
-                            ("DTYPE", dtype_constant(dtype)),
-                        ],
+                        constants,
                         zero_initialize_workgroup_memory: false,
                     },
                     cache: None,

@@ -177,7 +177,7 @@ impl Recorder<'_> {
         }
         let (d_off, size) = (self.off(&dst), dst.bytes(2));
         let whole = |o: u64| o.is_multiple_of(4) && size.is_multiple_of(4);
-        let (kind, dtype, value) = match *op {
+        let (kind, value) = match *op {
             DataOp::Copy { src, dst } => {
                 if self.buf(&src) != self.buf(&dst) && whole(d_off) && whole(self.off(&src)) {
                     self.cmds.push(Cmd::Copy {
@@ -189,12 +189,7 @@ impl Recorder<'_> {
                     });
                     return;
                 }
-                let dtype = [dst, src]
-                    .iter()
-                    .map(|v| self.allocs[v.alloc()].dtype)
-                    .find(|d| d.size() == 2)
-                    .expect("a 16-bit copy has a 16-bit side");
-                (HalfOp::Copy, dtype, 0)
+                (HalfOp::Copy, 0)
             }
             DataOp::Fill { bits, .. } => {
                 if bits == 0 && whole(d_off) {
@@ -205,12 +200,12 @@ impl Recorder<'_> {
                     });
                     return;
                 }
-                (HalfOp::Fill, self.allocs[dst.alloc()].dtype, bits)
+                (HalfOp::Fill, bits)
             }
-            DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op), dtype, 0),
+            DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op, dtype), 0),
         };
         let source = src.map(|s| self.source(&s, &dst, 2));
-        let pipeline = self.pipes.halves(self.device, kind, dtype);
+        let pipeline = self.pipes.halves(self.device, kind);
         let dummy = Binding {
             offset: 0,
             size: 16,
