@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 use tpusim::collectives;
-use tpusim::device_sim::ScheduleSpec;
+use tpusim::sched::ScheduleSpec;
 use tpusim::verify::check_program;
 use tpusim::{DType, Mesh};
 

@@ -6,9 +6,9 @@
 
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::device_sim::program::DataOp;
-use tpusim::device_sim::{schedule, Eager};
 use tpusim::exec::gpu::{GpuContext, GpuExecutor};
+use tpusim::ir::DataOp;
+use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 
 const ACCUMULATE: &str = r#"

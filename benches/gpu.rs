@@ -5,10 +5,12 @@
 
 use std::time::Instant;
 use tpusim::bench::{header, line, sweep, BenchConfig};
-use tpusim::collectives::{self, random_inputs};
-use tpusim::device_sim::{schedule, Eager};
+use tpusim::collectives;
 use tpusim::exec::gpu::{ArenaMode, ArenaRun, GpuExecutor};
 use tpusim::exec::Executor;
+use tpusim::mesh::Placement;
+use tpusim::run::{random_inputs, Job};
+use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 
 /// Per-iteration seconds of collective `name` at `shape`, P = 4: amortized over `iters`
@@ -130,12 +132,20 @@ fn main() {
         warmup: 1,
         checks: 1,
         dtype: DType::F32,
-        schedule: tpusim::device_sim::ScheduleSpec::Eager,
+        schedule: tpusim::sched::ScheduleSpec::Eager,
     };
     println!("{}", header());
     for c in collectives::Registry::builtin().iter() {
-        for row in
-            sweep(c.as_ref(), &cfg, &gpu, &mut |_: tpusim::bench::Progress| {}).expect("sweep")
+        for row in sweep(
+            &Job::collective(
+                c.clone(),
+                Placement::whole(tpusim::Mesh::new(4, "x").unwrap()),
+            ),
+            &cfg,
+            &gpu,
+            &mut |_: tpusim::bench::Progress| {},
+        )
+        .expect("sweep")
         {
             println!("{}", line(&row));
         }
@@ -157,8 +167,13 @@ fn main() {
             let c = collectives::Registry::builtin()
                 .by_name(name)
                 .expect("collective");
-            for row in
-                sweep(c.as_ref(), &big, &gpu, &mut |_: tpusim::bench::Progress| {}).expect("sweep")
+            for row in sweep(
+                &Job::collective(c, Placement::whole(tpusim::Mesh::new(4, "x").unwrap())),
+                &big,
+                &gpu,
+                &mut |_: tpusim::bench::Progress| {},
+            )
+            .expect("sweep")
             {
                 println!("{}", line(&row));
             }

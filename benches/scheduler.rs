@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 use tpusim::collectives;
-use tpusim::device_sim::{schedule, Eager};
+use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 
 fn main() {

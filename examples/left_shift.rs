@@ -3,9 +3,10 @@
 //!
 //! `cargo run --release --example left_shift`
 
-use tpusim::collectives::{random_inputs, reference, simulate};
+use tpusim::collectives::reference;
 use tpusim::exec::gpu::GpuExecutor;
 use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Ref, Sem};
+use tpusim::run::{random_inputs, Job};
 use tpusim::{DType, Mesh};
 
 fn left_shift_kernel(pl: &Ctx, x_ref: Ref, y_ref: Ref, send_sem: Sem, recv_sem: Sem) {
@@ -39,7 +40,7 @@ fn main() -> tpusim::Result<()> {
 
     let inputs = random_inputs(&call.lower(&mesh)?, 0)?;
     let mut gpu = GpuExecutor::from_env()?;
-    let out = simulate(&call, &mesh, &inputs, &mut gpu)?;
+    let out = Job::call(call, mesh).execute(&mut gpu, &inputs)?;
 
     let perm: Vec<_> = (0..p).map(|i| (i, (i + p - 1) % p)).collect();
     let want = reference::ppermute(&inputs, &perm);

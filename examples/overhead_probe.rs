@@ -1,6 +1,6 @@
 use std::time::Instant;
-use tpusim::device_sim::{schedule, Eager};
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
+use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 fn main() {
     let gpu = tpusim::exec::gpu::GpuExecutor::from_env().unwrap();

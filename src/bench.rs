@@ -4,13 +4,15 @@
 //! size, so a sweep does not reallocate per size.
 
 use crate::array::DType;
-use crate::collectives::{random_inputs, Collective, Placement};
-use crate::device_sim::{schedule, DataOp, Eager, Program, ScheduleSpec};
+use crate::budget::{Need, Work};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
+use crate::ir::{DataOp, Program, Schedule};
 use crate::kernel::{GridSpec, PallasCall};
 use crate::mesh::Mesh;
 use crate::model::bus_factor;
+use crate::run::{random_inputs, Job};
+use crate::sched::{schedule, Eager, ScheduleSpec};
 use serde_json::{json, Value};
 
 /// What to sweep.
@@ -110,7 +112,7 @@ impl Rates {
     }
 
     /// Seconds `sched`'s ops take at these rates (zero fills count as fills).
-    pub fn roofline(&self, sched: &crate::device_sim::Schedule, program: &Program) -> f64 {
+    pub fn roofline(&self, sched: &Schedule, program: &Program) -> f64 {
         let allocs = sched.allocations(program);
         sched
             .ops
@@ -215,28 +217,62 @@ pub enum Progress<'a> {
     Skipped(&'a str),
 }
 
-/// Runs the sweep of `c` on `exec`. `progress` hears about each size before it runs,
-/// and about sizes it skips.
-pub fn sweep(
-    c: &dyn Collective,
-    cfg: &BenchConfig,
-    exec: &dyn Executor,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Vec<BenchRow>> {
-    let place = Placement::whole(Mesh::new(cfg.devices, "x")?);
-    sweep_placed(c, cfg, &place, exec, progress)
+/// The job of `job`'s kernel at nccl-tests' size `size` for this sweep (`None`: the
+/// size is too small to split over the devices one instance spans).
+fn at_size(job: &Job, cfg: &BenchConfig, size: u64) -> Result<Option<Job>> {
+    let c = job.collective_of().ok_or_else(|| {
+        Error::bad_input(format!(
+            "`{}` is a kernel of your own: bench sweeps the sizes of a collective",
+            job.name()
+        ))
+    })?;
+    Ok(c.bench_shape(job.place().devices(), size, cfg.dtype)
+        .map(|s| {
+            job.clone()
+                .with_shape(&s)
+                .with_dtype(cfg.dtype)
+                .with_schedule(cfg.schedule)
+        }))
 }
 
-/// [`sweep`] of `c` placed on a mesh of `cfg.devices` devices: sizes, bus factors and
-/// references are those of one instance of the kernel (a group's, along an axis).
-pub fn sweep_placed(
-    c: &dyn Collective,
+/// Refuses the sweep of `job` when its largest size cannot fit this machine, with the
+/// buffers on `exec` (or, before an adapter is opened, in GPU memory when `gpu`).
+pub fn ensure_fits(
+    job: &Job,
     cfg: &BenchConfig,
-    place: &Placement,
+    gpu: bool,
+    host_buffers: bool,
+) -> Result<Option<Need>> {
+    let Some(largest) = at_size(job, cfg, cfg.max_bytes)? else {
+        return Ok(None); // every size is skipped, and says so
+    };
+    largest
+        .ensure_fits_noted(
+            Work::Bench {
+                buffers: if host_buffers {
+                    crate::budget::Buffers::Host
+                } else {
+                    crate::budget::Buffers::Device
+                },
+                gpu,
+                iters: cfg.iters.max(cfg.warmup) as u64,
+            },
+            &format!(", the sweep's largest size ({})", human(cfg.max_bytes)),
+        )
+        .map(Some)
+}
+
+/// Runs the sweep of `job`'s collective on `exec` (on a multi-axis mesh: sizes, bus
+/// factors and references are those of one instance of the kernel, a group's along an
+/// axis). `progress` hears about each size before it runs, and about sizes it skips.
+pub fn sweep(
+    job: &Job,
+    cfg: &BenchConfig,
     exec: &dyn Executor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<BenchRow>> {
     cfg.validate()?;
+    let place = job.place();
     if place.mesh.size() != cfg.devices {
         return Err(Error::bad_input(format!(
             "the bench is configured for {} devices but the mesh has {}",
@@ -244,47 +280,45 @@ pub fn sweep_placed(
             place.mesh.size()
         )));
     }
+    ensure_fits(job, cfg, exec.is_gpu(), exec.buffers_in_host_memory())?;
     let p = place.devices();
     let sizes = sizes(cfg)?;
-    let traffic = c.traffic();
+    let name = job.name();
     if let Some(&max) = sizes.last() {
         // Warm the executor at the largest size (the GPU pools its buffers).
-        if let Some(shape) = c.bench_shape(p, max, cfg.dtype) {
-            let program = place.lower(&c.call(&place.ring, &shape, cfg.dtype)?)?;
-            exec.check(&program)?;
-            let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
-            drop(exec.prepare(&program, &sched)?);
+        if let Some(j) = at_size(job, cfg, max)? {
+            let plan = j.plan()?;
+            exec.check(&plan.program)?;
+            drop(exec.prepare(&plan.program, &plan.schedule)?);
         }
     }
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         progress(Progress::Size(&format!(
-            "[{}/{}] {} {}",
+            "[{}/{}] {name} {}",
             i + 1,
             sizes.len(),
-            c.name(),
             human(size)
         )));
-        let Some(shape) = c.bench_shape(p, size, cfg.dtype) else {
+        let Some(j) = at_size(job, cfg, size)? else {
             progress(Progress::Skipped(&format!(
-                "{} {}: too small to split over P={p} devices",
-                c.name(),
+                "{name} {}: too small to split over P={p} devices",
                 human(size)
             )));
             continue;
         };
-        let count: usize = shape.iter().product();
-        let program = place.lower(&c.call(&place.ring, &shape, cfg.dtype)?)?;
-        exec.check(&program)?;
-        let sched = schedule(&program, cfg.schedule.policy().as_mut())?;
-        let inputs = random_inputs(&program, size)?;
+        let count: usize = j.shape().iter().product();
+        let plan = j.plan()?;
+        let (program, sched) = (&plan.program, &plan.schedule);
+        exec.check(program)?;
+        let inputs = random_inputs(program, size)?;
         let expected = if cfg.checks > 0 {
-            Some(place.reference(c, &inputs)?)
+            Some(j.reference(&inputs)?)
         } else {
             None
         };
         let mut wrong = (cfg.checks > 0).then_some(0);
-        let mut run = exec.prepare(&program, &sched)?;
+        let mut run = exec.prepare(program, sched)?;
         run.upload(&inputs)?;
         if cfg.warmup > 0 {
             run.run(cfg.warmup)?;
@@ -293,8 +327,7 @@ pub fn sweep_placed(
         if let Some(want) = &expected {
             for _ in 0..cfg.checks {
                 run.run(1)?;
-                *wrong.get_or_insert(0) +=
-                    count_wrong(&run.read_outputs()?, want, c.tolerance_for(cfg.dtype, p));
+                *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?, want, j.tolerance());
             }
         }
         drop(run);
@@ -304,10 +337,14 @@ pub fn sweep_placed(
         // (on lavapipe a copy of 4x the bytes runs nearly 2x faster per byte, so rates
         // of larger ops would be a bound no schedule of this size can reach).
         let rates = Rates::measure(exec, shard_bytes, cfg.dtype, 3)?;
+        let traffic = j
+            .collective_of()
+            .map(|c| c.traffic())
+            .expect("a bench job runs a collective");
         let measured = traffic.size(p, shard_bytes);
         let algbw = measured as f64 / seconds;
         rows.push(BenchRow {
-            collective: c.name().to_string(),
+            collective: name.clone(),
             size: measured,
             count,
             seconds,
@@ -315,8 +352,8 @@ pub fn sweep_placed(
             busbw: algbw * bus_factor(traffic, p),
             wrong,
             copy_bw,
-            moved_bw: sched.copy_equivalent_bytes(&program) / seconds,
-            roof_seconds: rates.roofline(&sched, &program),
+            moved_bw: sched.copy_equivalent_bytes(program) / seconds,
+            roof_seconds: rates.roofline(sched, program),
         });
     }
     Ok(rows)

@@ -2,13 +2,17 @@
 //! GPU through wgpu, or on the CPU as an oracle.
 //!
 //! A kernel is written against a Pallas-like API ([`kernel`]), traced per device and
-//! grid point into ops, ordered by a host scheduler ([`device_sim`]) from semaphore
-//! state, and the resulting linear schedule of copies, fills and accumulates is run by
-//! an executor ([`exec`]): GPU buffers and WGSL shaders, or host memory.
+//! grid point into the ops of the IR ([`ir`]), ordered by a host scheduler ([`sched`])
+//! from semaphore state, and the resulting linear schedule of copies, fills and
+//! accumulates is run by an executor ([`exec`]): GPU buffers and WGSL shaders, or host
+//! memory. The verifier ([`verify`]), the step tables ([`trace`]) and the cost model
+//! ([`model`]) listen to the scheduler. One pipeline ([`run::Job`]) strings the steps
+//! together for the command line, the Python package and library users alike.
 //!
 //! ```
 //! use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
-//! use tpusim::{collectives, exec::cpu::CpuExecutor, DType, HostArray, Mesh};
+//! use tpusim::run::Job;
+//! use tpusim::{exec::cpu::CpuExecutor, DType, HostArray, Mesh};
 //!
 //! // A left shift: every device pushes its shard to its left neighbour.
 //! let mesh = Mesh::new(4, "x").unwrap();
@@ -28,7 +32,7 @@
 //! let inputs: Vec<_> = (0..4)
 //!     .map(|d| vec![HostArray::from_i32(&[2], vec![d, 10 * d]).unwrap()])
 //!     .collect();
-//! let out = collectives::simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
+//! let out = Job::call(call, mesh).execute(&mut CpuExecutor::new(), &inputs).unwrap();
 //! assert_eq!(out[0][0].as_i32(), &[1, 10]);
 //! assert_eq!(out[3][0].as_i32(), &[0, 0]);
 //! ```
@@ -44,16 +48,16 @@ pub mod bench;
 pub mod budget;
 pub mod cli;
 pub mod collectives;
-pub mod device_sim;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod ir;
 pub mod kernel;
 pub mod mesh;
 pub mod model;
 pub mod npy;
-pub mod partition;
-pub mod sharded;
+pub mod run;
+pub mod sched;
 pub mod trace;
 pub mod verify;
 

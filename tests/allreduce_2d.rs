@@ -6,15 +6,15 @@
 
 mod common;
 
+use common::{check, run_along, run_scheduled, simulate};
 use tpusim::collectives::variants::variant;
-use tpusim::collectives::{
-    run_along, run_scheduled, simulate, Collective, Placement, Registry, Span,
-};
-use tpusim::device_sim::{schedule, ScheduleSpec};
+use tpusim::collectives::{Collective, Registry, Span};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::kernel::ReduceOp;
+use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};
-use tpusim::verify::{check, ProblemKind};
+use tpusim::sched::{schedule, ScheduleSpec};
+use tpusim::verify::ProblemKind;
 use tpusim::{DType, HostArray, Mesh};
 
 const MESHES: [(usize, usize); 6] = [(2, 2), (2, 4), (3, 2), (4, 4), (1, 3), (3, 1)];
@@ -59,19 +59,10 @@ fn every_device_gets_the_sum_over_the_torus_on_both_executors() {
                 ScheduleSpec::Random(5),
             ] {
                 let what = format!("{nx}x{ny} {dtype} {spec}");
-                let cpu = run_scheduled(
-                    c.as_ref(),
-                    &m,
-                    &shard,
-                    dtype,
-                    &mut CpuExecutor::new(),
-                    3,
-                    spec,
-                )
-                .unwrap();
+                let cpu =
+                    run_scheduled(&c, &m, &shard, dtype, &mut CpuExecutor::new(), 3, spec).unwrap();
                 let gpu =
-                    run_scheduled(c.as_ref(), &m, &shard, dtype, &mut *common::gpu(), 3, spec)
-                        .unwrap();
+                    run_scheduled(&c, &m, &shard, dtype, &mut *common::gpu(), 3, spec).unwrap();
                 assert_eq!((cpu.wrong, gpu.wrong), (0, 0), "{what}");
                 assert_eq!(cpu.total, m.size() * shard.iter().product::<usize>());
             }
@@ -87,7 +78,7 @@ fn max_and_min_reduce_over_both_axes() {
             let m = mesh(nx, ny);
             for dtype in [DType::I32, DType::F32] {
                 let r = run_scheduled(
-                    c.as_ref(),
+                    &c,
                     &m,
                     &c.default_shape(m.size()),
                     dtype,
@@ -169,7 +160,7 @@ fn a_ring_through_every_device_of_two_axes_is_the_whole_mesh_reduction() {
     );
     for dtype in [DType::I32, DType::F32] {
         let r = run_along(
-            psum.as_ref(),
+            &psum,
             &m,
             "x,y",
             &[8, 128],
@@ -183,8 +174,8 @@ fn a_ring_through_every_device_of_two_axes_is_the_whole_mesh_reduction() {
         assert_eq!(r.total, 6 * 8 * 128);
     }
     assert!(Placement::along(m.clone(), "x,x").is_err());
-    assert!(Placement::of(psum.as_ref(), m.clone(), Some("w")).is_err());
-    assert!(Placement::of(allreduce_2d(ReduceOp::Sum).as_ref(), m, Some("x")).is_err());
+    assert!(Placement::of(psum.span(), psum.name(), m.clone(), Some("w")).is_err());
+    assert!(Placement::of(Span::Mesh, "allreduce_2d", m, Some("x")).is_err());
 }
 
 #[test]

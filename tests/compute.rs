@@ -3,7 +3,7 @@
 
 mod common;
 
-use tpusim::collectives::simulate;
+use common::simulate;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall, ReduceOp};
 use tpusim::{DType, HostArray, Mesh};
@@ -105,10 +105,11 @@ fn compute_beyond_one_storage_binding() {
 #[test]
 fn collective_region_beyond_one_storage_binding() {
     // all_gather output of 2 x 2 x 8,500,001 i32 = 136 MB per device; GPU == reference.
-    use tpusim::collectives::{run_checked, AllGather};
+    use tpusim::collectives::{AllGather, Collective};
     let mesh = Mesh::new(2, "x").unwrap();
-    let r = run_checked(
-        &AllGather,
+    let c: std::sync::Arc<dyn Collective> = std::sync::Arc::new(AllGather);
+    let r = common::run_checked(
+        &c,
         &mesh,
         &[2, 8_500_001],
         DType::I32,
@@ -162,9 +163,10 @@ fn vec4_and_scalar_accumulates_agree_with_the_reference() {
 
 #[test]
 fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
-    use tpusim::collectives::{self, random_inputs};
-    use tpusim::device_sim::{schedule, Eager};
+    use tpusim::collectives;
     use tpusim::exec::gpu::GpuExecutor;
+    use tpusim::run::random_inputs;
+    use tpusim::sched::{schedule, Eager};
     let mesh = Mesh::new(4, "x").unwrap();
     for name in [
         "psum",

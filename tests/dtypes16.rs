@@ -7,11 +7,12 @@ mod common;
 
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
-use tpusim::collectives::{self, random_inputs, Collective, Options, Registry};
-use tpusim::device_sim::{schedule, Eager, ScheduleSpec};
+use tpusim::collectives::{Collective, Options, Registry};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::{count_wrong, Executor};
 use tpusim::kernel::ReduceOp;
+use tpusim::run::random_inputs;
+use tpusim::sched::{schedule, Eager, ScheduleSpec};
 use tpusim::{DType, HostArray, Mesh};
 
 const HALVES: [DType; 2] = [DType::F16, DType::BF16];
@@ -28,7 +29,7 @@ fn both(
 ) -> (Vec<Vec<HostArray>>, Vec<Vec<HostArray>>) {
     let call = c.call(mesh, shape, dtype).unwrap();
     let policy = ScheduleSpec::parse(spec).unwrap();
-    let (program, sched) = collectives::plan(&call, mesh, policy.policy().as_mut()).unwrap();
+    let (program, sched) = common::plan(&call, mesh, policy).unwrap();
     let inputs = inputs.unwrap_or_else(|| random_inputs(&program, 7).unwrap());
     let cpu = CpuExecutor::new()
         .execute(&program, &sched, &inputs)
@@ -189,8 +190,8 @@ fn a_psum_over_one_axis_of_a_mesh_runs_in_f16() {
     let mesh = Mesh::with_axes(&[("x", 2), ("y", 4)]).unwrap();
     for dtype in HALVES {
         let shape = c.default_shape(4);
-        let cpu = collectives::run_along(
-            c.as_ref(),
+        let cpu = common::run_along(
+            &c,
             &mesh,
             "y",
             &shape,
@@ -201,8 +202,8 @@ fn a_psum_over_one_axis_of_a_mesh_runs_in_f16() {
         )
         .unwrap();
         assert_eq!(cpu.wrong, 0, "{dtype}");
-        let gpu = collectives::run_along(
-            c.as_ref(),
+        let gpu = common::run_along(
+            &c,
             &mesh,
             "y",
             &shape,

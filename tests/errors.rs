@@ -2,12 +2,12 @@
 
 mod common;
 
-use tpusim::collectives::simulate;
-use tpusim::device_sim::{schedule, Eager};
+use common::simulate;
 use tpusim::error::{ExitProblem, KernelErrorKind};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::Executor;
 use tpusim::kernel::{Args, Ctx, GridSpec, MemorySpace, PallasCall};
+use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Error, HostArray, Mesh};
 
 fn spec() -> GridSpec {

@@ -3,7 +3,8 @@
 
 mod common;
 
-use tpusim::collectives::{self, run_checked};
+use common::run_checked;
+use tpusim::collectives;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::{DType, Mesh};
 
@@ -18,24 +19,8 @@ fn reductions_at_64_mib_per_device() {
         "ring_allreduce_push",
     ] {
         let c = collectives::Registry::builtin().by_name(name).unwrap();
-        let gpu = run_checked(
-            c.as_ref(),
-            &mesh,
-            &shard,
-            DType::I32,
-            &mut *common::gpu(),
-            1,
-        )
-        .unwrap();
-        let cpu = run_checked(
-            c.as_ref(),
-            &mesh,
-            &shard,
-            DType::I32,
-            &mut CpuExecutor::new(),
-            1,
-        )
-        .unwrap();
+        let gpu = run_checked(&c, &mesh, &shard, DType::I32, &mut *common::gpu(), 1).unwrap();
+        let cpu = run_checked(&c, &mesh, &shard, DType::I32, &mut CpuExecutor::new(), 1).unwrap();
         assert_eq!((gpu.wrong, cpu.wrong), (0, 0), "{name}");
         assert!(gpu.total >= 4 * 4096 * 4096 / 4, "{name}: {}", gpu.total);
     }

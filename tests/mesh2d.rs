@@ -4,12 +4,14 @@
 
 mod common;
 
+use common::run_along;
 use tpusim::collectives::variants::variant;
-use tpusim::collectives::{reference_along, run_along, Registry};
-use tpusim::device_sim::groups::{groups_along, replicate};
-use tpusim::device_sim::{schedule, ScheduleSpec};
+use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
+use tpusim::mesh::groups::{groups_along, replicate};
+use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};
+use tpusim::sched::{schedule, ScheduleSpec};
 use tpusim::verify::{check_program, ProblemKind};
 use tpusim::{DType, Mesh};
 
@@ -25,7 +27,7 @@ fn every_collective_runs_along_either_axis_of_a_2d_mesh() {
                 for dtype in [DType::I32, DType::F32] {
                     for spec in [ScheduleSpec::Eager, ScheduleSpec::Random(3)] {
                         let cpu = run_along(
-                            c.as_ref(),
+                            c,
                             &mesh,
                             axis,
                             &shard,
@@ -35,17 +37,9 @@ fn every_collective_runs_along_either_axis_of_a_2d_mesh() {
                             spec,
                         )
                         .unwrap();
-                        let gpu = run_along(
-                            c.as_ref(),
-                            &mesh,
-                            axis,
-                            &shard,
-                            dtype,
-                            &mut *common::gpu(),
-                            7,
-                            spec,
-                        )
-                        .unwrap();
+                        let gpu =
+                            run_along(c, &mesh, axis, &shard, dtype, &mut *common::gpu(), 7, spec)
+                                .unwrap();
                         let what = format!("{} on {nx}x{ny} along {axis} {dtype} {spec}", c.name());
                         assert_eq!((cpu.wrong, gpu.wrong), (0, 0), "{what}");
                         assert_eq!(cpu.total, gpu.total);
@@ -60,12 +54,13 @@ fn every_collective_runs_along_either_axis_of_a_2d_mesh() {
 fn the_reference_keeps_groups_apart() {
     // ppermute along y on a 2x3 mesh: (x, y) receives from (x, y-1) of its own row.
     let mesh = Mesh::with_axes(&[("x", 2), ("y", 3)]).unwrap();
-    let groups = groups_along(&mesh, "y").unwrap();
     let inputs: Vec<Vec<tpusim::HostArray>> = (0..6)
         .map(|d| vec![tpusim::HostArray::from_i32(&[1], vec![d]).unwrap()])
         .collect();
     let c = Registry::builtin().by_name("ppermute").unwrap();
-    let out = reference_along(c.as_ref(), &groups, &inputs).unwrap();
+    let place = Placement::along(mesh.clone(), "y").unwrap();
+    let out = place.per_group(&inputs, &|x| c.reference(x)).unwrap();
+    assert_eq!(place.groups, Some(groups_along(&mesh, "y").unwrap()));
     let got: Vec<i32> = out.iter().map(|o| o[0].as_i32()[0]).collect();
     assert_eq!(got, vec![2, 0, 1, 5, 3, 4]);
 }
@@ -105,7 +100,7 @@ fn the_union_of_rings_is_verified_like_one_kernel() {
 fn rings_on_different_rows_of_a_torus_do_not_share_links() {
     let reg = Registry::builtin();
     let c = reg.by_name("all_gather").unwrap();
-    let modeled = |program: &tpusim::device_sim::Program, m: &CostModel| {
+    let modeled = |program: &tpusim::ir::Program, m: &CostModel| {
         let mut t = Timed::new(program, m.clone()).unwrap();
         schedule(program, &mut t).unwrap();
         t.finish().seconds

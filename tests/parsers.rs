@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use tpusim::array::parse_shape;
 use tpusim::bench::parse_size;
 use tpusim::collectives::{self, Options, Ppermute};
-use tpusim::device_sim::ScheduleSpec;
 use tpusim::npy::{parse_npy, write_to};
+use tpusim::sched::ScheduleSpec;
 use tpusim::{DType, Error, HostArray, Mesh};
 
 fn config() -> ProptestConfig {

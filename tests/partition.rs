@@ -4,10 +4,11 @@
 
 mod common;
 
-use tpusim::collectives::{Placement, Registry};
+use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
-use tpusim::partition::PartitionSpec;
-use tpusim::sharded::{reference_map_specs, shard_map_specs};
+use tpusim::mesh::partition::PartitionSpec;
+use tpusim::mesh::Placement;
+use tpusim::run::Job;
 use tpusim::{HostArray, Mesh};
 
 /// The sum of the `(bi, bj)` blocks of `g` (rows x cols) over the blocks `js` of
@@ -39,24 +40,16 @@ fn psum_along_y_of_a_2d_sharded_array_is_a_sum_per_block_row() {
     let place = Placement::along(mesh.clone(), "y").unwrap();
     let in_spec = PartitionSpec::new(&[&["x"], &["y"]]);
     let out_spec = PartitionSpec::new(&[&["x"]]); // replicated along y
-    let want = reference_map_specs(psum.as_ref(), &place, &global, [&in_spec, &out_spec]).unwrap();
+    let want = Job::collective(psum.clone(), place.clone())
+        .reference_map_specs(&global, [&in_spec, &out_spec])
+        .unwrap();
     for got in [
-        shard_map_specs(
-            psum.as_ref(),
-            &place,
-            &global,
-            [&in_spec, &out_spec],
-            &mut CpuExecutor::new(),
-        )
-        .unwrap(),
-        shard_map_specs(
-            psum.as_ref(),
-            &place,
-            &global,
-            [&in_spec, &out_spec],
-            &mut *common::gpu(),
-        )
-        .unwrap(),
+        Job::collective(psum.clone(), place.clone())
+            .shard_map_specs(&global, [&in_spec, &out_spec], &mut CpuExecutor::new())
+            .unwrap(),
+        Job::collective(psum.clone(), place.clone())
+            .shard_map_specs(&global, [&in_spec, &out_spec], &mut *common::gpu())
+            .unwrap(),
     ] {
         assert_eq!(got, want);
     }
@@ -73,14 +66,9 @@ fn psum_along_y_of_a_2d_sharded_array_is_a_sum_per_block_row() {
     }
     // Rows of the mesh differ, so a result replicated over x as well is refused.
     let everywhere = PartitionSpec::default();
-    assert!(shard_map_specs(
-        psum.as_ref(),
-        &place,
-        &global,
-        [&in_spec, &everywhere],
-        &mut CpuExecutor::new()
-    )
-    .is_err());
+    assert!(Job::collective(psum.clone(), place.clone())
+        .shard_map_specs(&global, [&in_spec, &everywhere], &mut CpuExecutor::new())
+        .is_err());
 }
 
 #[test]
@@ -95,28 +83,20 @@ fn allreduce_2d_of_a_2d_sharded_array_is_replicated_everywhere() {
     let place = Placement::whole(mesh);
     let in_spec = PartitionSpec::new(&[&["x"], &["y"]]);
     let out_spec = PartitionSpec::default();
-    let got = shard_map_specs(
-        c.as_ref(),
-        &place,
-        &global,
-        [&in_spec, &out_spec],
-        &mut *common::gpu(),
-    )
-    .unwrap();
+    let got = Job::collective(c.clone(), place.clone())
+        .shard_map_specs(&global, [&in_spec, &out_spec], &mut *common::gpu())
+        .unwrap();
     let blocks: Vec<(usize, usize)> = (0..2).flat_map(|i| (0..4).map(move |j| (i, j))).collect();
     assert_eq!(got.shape, vec![4, 4]);
     assert_eq!(got.as_i32(), &block_sum(&data, cols, (4, 4), &blocks)[..]);
     // Columns sharded over both axes (x major) and the rows replicated.
     let cols_xy = PartitionSpec::new(&[&[], &["x", "y"]]);
-    let got = shard_map_specs(
-        c.as_ref(),
-        &place,
-        &global,
-        [&cols_xy, &out_spec],
-        &mut CpuExecutor::new(),
-    )
-    .unwrap();
-    let want = reference_map_specs(c.as_ref(), &place, &global, [&cols_xy, &out_spec]).unwrap();
+    let got = Job::collective(c.clone(), place.clone())
+        .shard_map_specs(&global, [&cols_xy, &out_spec], &mut CpuExecutor::new())
+        .unwrap();
+    let want = Job::collective(c.clone(), place.clone())
+        .reference_map_specs(&global, [&cols_xy, &out_spec])
+        .unwrap();
     assert_eq!(got, want);
     assert_eq!(got.shape, vec![8, 2]);
 }

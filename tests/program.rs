@@ -3,11 +3,12 @@
 
 mod common;
 
-use tpusim::collectives::{self, random_inputs, Registry};
+use tpusim::collectives::{self, Registry};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::ArenaRun;
 use tpusim::exec::{Executor, Prepared};
 use tpusim::kernel::ReduceOp;
+use tpusim::run::random_inputs;
 use tpusim::{DType, Mesh};
 
 #[test]
@@ -20,9 +21,8 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
                 for spec in ["eager", "lazy", "random:5"] {
                     let mesh = Mesh::new(p, "x").unwrap();
                     let call = c.call(&mesh, &c.default_shape(p), dtype).unwrap();
-                    let policy = tpusim::device_sim::ScheduleSpec::parse(spec).unwrap();
-                    let (program, sched) =
-                        collectives::plan(&call, &mesh, policy.policy().as_mut()).unwrap();
+                    let policy = tpusim::sched::ScheduleSpec::parse(spec).unwrap();
+                    let (program, sched) = common::plan(&call, &mesh, policy).unwrap();
                     let inputs = random_inputs(&program, p as u64).unwrap();
                     let want = CpuExecutor::new()
                         .execute(&program, &sched, &inputs)
@@ -56,12 +56,8 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
         pmax.call(&mesh, &[8, 128], DType::F32).unwrap(),
         v.call(&mesh, &[8, 128], DType::I32).unwrap(),
     ] {
-        let (program, sched) = collectives::plan(
-            &call,
-            &mesh,
-            tpusim::device_sim::ScheduleSpec::Lazy.policy().as_mut(),
-        )
-        .unwrap();
+        let (program, sched) =
+            common::plan(&call, &mesh, tpusim::sched::ScheduleSpec::Lazy).unwrap();
         let inputs = random_inputs(&program, 9).unwrap();
         let want = CpuExecutor::new()
             .execute(&program, &sched, &inputs)
@@ -80,12 +76,7 @@ fn repeated_runs_of_a_program_repeat_the_result() {
     let mesh = Mesh::new(5, "x").unwrap();
     let c = reg.by_name("ring_allreduce_push").unwrap();
     let call = c.call(&mesh, &c.default_shape(5), DType::I32).unwrap();
-    let (program, sched) = collectives::plan(
-        &call,
-        &mesh,
-        tpusim::device_sim::ScheduleSpec::Eager.policy().as_mut(),
-    )
-    .unwrap();
+    let (program, sched) = common::plan(&call, &mesh, tpusim::sched::ScheduleSpec::Eager).unwrap();
     let inputs = random_inputs(&program, 3).unwrap();
     let cpu = CpuExecutor::new();
     let mut want = cpu.prepare(&program, &sched).unwrap();

@@ -6,8 +6,10 @@ mod common;
 use std::process::Command;
 use tpusim::collectives;
 use tpusim::exec::cpu::CpuExecutor;
+use tpusim::mesh::sharded::ShardedArray;
+use tpusim::mesh::Placement;
 use tpusim::npy::{read_npy, write_npy};
-use tpusim::sharded::{shard_map, ShardedArray};
+use tpusim::run::Job;
 use tpusim::{HostArray, Mesh};
 
 fn global(rows: usize, cols: usize) -> HostArray {
@@ -27,7 +29,8 @@ fn psum_over_column_shards_sums_the_blocks() {
     let g = global(8, 3 * p);
     let x = ShardedArray::shard(&g, &mesh, 1).unwrap();
     let c = collectives::Registry::builtin().by_name("psum").unwrap();
-    let out = shard_map(c.as_ref(), &mesh, &x, 1, &mut *common::gpu())
+    let out = Job::collective(c.clone(), Placement::whole(mesh.clone()))
+        .shard_map(&x, 1, &mut *common::gpu())
         .unwrap()
         .unshard()
         .unwrap();
@@ -51,7 +54,8 @@ fn all_gather_and_psum_scatter_follow_the_seed_specs() {
     let ag = collectives::Registry::builtin()
         .by_name("all_gather")
         .unwrap();
-    let out = shard_map(ag.as_ref(), &mesh, &x, 0, &mut CpuExecutor::new())
+    let out = Job::collective(ag.clone(), Placement::whole(mesh.clone()))
+        .shard_map(&x, 0, &mut CpuExecutor::new())
         .unwrap()
         .unshard()
         .unwrap();
@@ -69,7 +73,8 @@ fn all_gather_and_psum_scatter_follow_the_seed_specs() {
     let ps = collectives::Registry::builtin()
         .by_name("psum_scatter")
         .unwrap();
-    let out = shard_map(ps.as_ref(), &mesh, &x, 0, &mut *common::gpu())
+    let out = Job::collective(ps.clone(), Placement::whole(mesh.clone()))
+        .shard_map(&x, 0, &mut *common::gpu())
         .unwrap()
         .unshard()
         .unwrap();

@@ -2,16 +2,25 @@
 //! the cost model against closed-form times.
 
 use approx::assert_relative_eq;
+use std::sync::Arc;
 use tpusim::collectives;
-use tpusim::device_sim::schedule;
+use tpusim::collectives::Collective;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
+use tpusim::mesh::Placement;
 use tpusim::model::{chrome_trace, CostModel, Timed, TimedEvent, Topology};
-use tpusim::trace::{trace, Cell, Table};
+use tpusim::run::Job;
+use tpusim::sched::schedule;
+use tpusim::trace::{Cell, Table};
+
+/// The step table of `c` on `mesh`.
+fn trace(c: Arc<dyn Collective>, mesh: &Mesh) -> tpusim::Result<Table> {
+    Job::collective(c, Placement::whole(mesh.clone())).trace()
+}
 use tpusim::{DType, Error, Mesh};
 
 fn table(name: &str, p: usize) -> Table {
     let c = collectives::Registry::builtin().by_name(name).unwrap();
-    trace(c.as_ref(), &Mesh::new(p, "x").unwrap()).unwrap()
+    trace(c, &Mesh::new(p, "x").unwrap()).unwrap()
 }
 
 /// Cells of one row, in the seed's notation, device by device.
@@ -447,7 +456,7 @@ impl collectives::Collective for PlainAllGather {
 #[test]
 fn a_kernel_without_a_layout_gets_columns_from_its_allocations() {
     let mesh = Mesh::new(3, "x").unwrap();
-    let t = trace(&PlainAllGather, &mesh).unwrap();
+    let t = trace(Arc::new(PlainAllGather), &mesh).unwrap();
     // out_ref stacks P shard-shaped blocks: one column each; the input is not shown.
     assert_eq!(t.columns, vec!["out_ref[0]", "out_ref[1]", "out_ref[2]"]);
     let last = t.rows.last().unwrap();
@@ -463,7 +472,7 @@ fn a_kernel_without_a_layout_gets_columns_from_its_allocations() {
 fn all_to_all_table_shows_each_device_gathering_its_block_of_every_shard() {
     let reg = collectives::Registry::builtin();
     let mesh = Mesh::new(4, "x").unwrap();
-    let t = trace(reg.by_name("all_to_all").unwrap().as_ref(), &mesh).unwrap();
+    let t = trace(reg.by_name("all_to_all").unwrap(), &mesh).unwrap();
     assert_eq!(
         t.columns,
         vec!["o_ref[0]", "o_ref[1]", "o_ref[2]", "o_ref[3]"]

@@ -4,12 +4,13 @@
 
 mod common;
 
+use common::{check, run_scheduled};
+use tpusim::collectives;
 use tpusim::collectives::variants::variants;
-use tpusim::collectives::{self, run_scheduled};
-use tpusim::device_sim::{schedule, ScheduleSpec};
 use tpusim::exec::Executor;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
-use tpusim::verify::{check, Problem, ProblemKind};
+use tpusim::sched::{schedule, ScheduleSpec};
+use tpusim::verify::{Problem, ProblemKind};
 use tpusim::{DType, Mesh};
 
 #[test]
@@ -264,16 +265,8 @@ fn every_schedule_gives_the_same_result_on_the_gpu() {
             "random:99",
         ] {
             let spec = ScheduleSpec::parse(s).unwrap();
-            let r = run_scheduled(
-                c.as_ref(),
-                &mesh,
-                &shape,
-                DType::I32,
-                &mut *common::gpu(),
-                5,
-                spec,
-            )
-            .unwrap();
+            let r =
+                run_scheduled(&c, &mesh, &shape, DType::I32, &mut *common::gpu(), 5, spec).unwrap();
             assert_eq!(r.wrong, 0, "{name} under {s}");
         }
     }
@@ -493,9 +486,9 @@ fn racy_data_is_identical_on_gpu_and_cpu_under_every_policy() {
     let mut staged = 0;
     for s in ["eager", "lazy", "run-ahead:1", "random:3", "random:8"] {
         let spec = ScheduleSpec::parse(s).unwrap();
-        let (program, sched) = collectives::plan(&call, &mesh, spec.policy().as_mut()).unwrap();
+        let (program, sched) = common::plan(&call, &mesh, spec).unwrap();
         staged += sched.staging;
-        let inputs = collectives::random_inputs(&program, 1).unwrap();
+        let inputs = tpusim::run::random_inputs(&program, 1).unwrap();
         let cpu = tpusim::exec::cpu::CpuExecutor::new()
             .execute(&program, &sched, &inputs)
             .unwrap();

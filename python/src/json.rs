@@ -2,7 +2,7 @@
 //! rows. The Python side turns them into objects (`tpusim/results.py`).
 
 use serde_json::{json, Value};
-use tpusim::device_sim::ScheduleSpec;
+use tpusim::sched::ScheduleSpec;
 use tpusim::error::{Blocked, ExitProblem, KernelError, Site};
 use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, TimedRun, Traffic};
 use tpusim::trace::Table;

@@ -19,7 +19,8 @@ use std::time::Instant;
 use tpusim::bench::{self, BenchConfig};
 use tpusim::collectives::variants::{variant, variants as all_variants};
 use tpusim::collectives::{random_inputs, Collective, Options, Placement, Ppermute, Registry};
-use tpusim::device_sim::{schedule, Program, ScheduleSpec};
+use tpusim::ir::Program;
+use tpusim::sched::{schedule, ScheduleSpec};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{check_inputs, Backend, Executor};
@@ -239,7 +240,7 @@ fn executor(backend: &str) -> PyResult<Rc<dyn Executor>> {
 fn execute(
     exec: &dyn Executor,
     program: &Program,
-    sched: &tpusim::device_sim::Schedule,
+    sched: &tpusim::ir::Schedule,
     inputs: &[Vec<HostArray>],
 ) -> tpusim::Result<Vec<Vec<HostArray>>> {
     check_inputs(program, inputs)?;
@@ -506,7 +507,7 @@ impl KernelCall {
         let spec = ScheduleSpec::parse(schedule).py()?;
         let exec = executor(backend)?;
         let program = self.call.lower(&self.mesh).py()?;
-        let sched = tpusim::device_sim::schedule(&program, spec.policy().as_mut()).py()?;
+        let sched = tpusim::sched::schedule(&program, spec.policy().as_mut()).py()?;
         let out = execute(exec.as_ref(), &program, &sched, &inputs).py()?;
         to_numpy_all(py, &out)
     }
@@ -578,7 +579,7 @@ impl KernelCall {
         let exec = executor(backend)?;
         let t0 = Instant::now();
         let program = self.call.lower(&self.mesh).py()?;
-        let sched = tpusim::device_sim::schedule(
+        let sched = tpusim::sched::schedule(
             &program,
             ScheduleSpec::parse(schedule).py()?.policy().as_mut(),
         )
@@ -702,7 +703,7 @@ fn collective_run<'py>(
             }
         }
     }
-    let sched = tpusim::device_sim::schedule(
+    let sched = tpusim::sched::schedule(
         &program,
         ScheduleSpec::parse(schedule).py()?.policy().as_mut(),
     )
@@ -755,7 +756,7 @@ impl Executor for Shared {
     fn prepare<'a>(
         &'a self,
         program: &'a Program,
-        schedule: &'a tpusim::device_sim::Schedule,
+        schedule: &'a tpusim::ir::Schedule,
     ) -> tpusim::Result<Box<dyn tpusim::exec::Prepared + 'a>> {
         self.0.prepare(program, schedule)
     }

@@ -3,7 +3,7 @@
 //! traced (device, grid point) samples. Counts are `f64`: at the scales this guards
 //! against, products of P and per-device counts overflow 64-bit integers.
 
-use crate::device_sim::program::{MemorySpace, OpKind};
+use crate::ir::{MemorySpace, OpKind};
 use crate::kernel::{PallasCall, ScratchSpec, MAX_SCOPED};
 use crate::mesh::Mesh;
 

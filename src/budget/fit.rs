@@ -24,8 +24,9 @@ pub struct Request<'a> {
     pub what: String,
     /// P asked for.
     pub devices: usize,
-    /// The kernel at any P (an error where it cannot be built at that P).
-    pub build: &'a dyn Fn(usize) -> Result<PallasCall>,
+    /// The kernel at any P and the mesh it is traced on (an error where it cannot be
+    /// built at that P).
+    pub build: &'a dyn Fn(usize) -> Result<(PallasCall, Mesh)>,
     /// What the command does with it.
     pub work: Work,
 }
@@ -34,13 +35,13 @@ pub struct Request<'a> {
 /// by tracing when the spec's part fits in `limit` (a lower bound otherwise, which is
 /// enough to refuse). An error when the kernel cannot be built at that P.
 fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Result<Need> {
-    let call = (req.build)(devices)?;
+    let (call, mesh) = (req.build)(devices)?;
     let mut census = Census::of_spec(&call, devices);
     let lower = need(&census, req.work);
     if limit.is_some_and(|l| lower.host() > l) {
         return Ok(lower);
     }
-    census.sample(&call, &Mesh::new(devices, "x")?);
+    census.sample(&call, &mesh);
     Ok(need(&census, req.work))
 }
 
@@ -210,7 +211,7 @@ mod tests {
     use crate::collectives;
     use crate::DType;
 
-    fn psum_request(p: usize, build: &dyn Fn(usize) -> Result<PallasCall>) -> Request<'_> {
+    fn psum_request(p: usize, build: &dyn Fn(usize) -> Result<(PallasCall, Mesh)>) -> Request<'_> {
         Request {
             what: format!("`psum` at P={p}"),
             devices: p,
@@ -224,12 +225,13 @@ mod tests {
         }
     }
 
-    fn psum(q: usize) -> Result<PallasCall> {
-        collectives::Registry::builtin().by_name("psum")?.call(
-            &Mesh::new(q, "x")?,
-            &[8, 128],
-            DType::F32,
-        )
+    fn psum(q: usize) -> Result<(PallasCall, Mesh)> {
+        let mesh = Mesh::new(q, "x")?;
+        let call =
+            collectives::Registry::builtin()
+                .by_name("psum")?
+                .call(&mesh, &[8, 128], DType::F32)?;
+        Ok((call, mesh))
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and is computed from the sizes of the structures that hold it.
 
 use super::census::{Census, Traced, HOST_WORD};
-use crate::device_sim::program::{DataOp, Dma, Op, SemInfo};
+use crate::ir::{DataOp, Dma, Op, SemInfo};
 use std::mem::size_of;
 
 /// Where the kernel's buffers live while it runs.
@@ -30,6 +30,11 @@ pub enum Work {
         /// The cost model runs too.
         model: bool,
         /// A timeline is written.
+        timeline: bool,
+    },
+    /// The cost model alone (`timeline`: and its events kept for a trace).
+    Model {
+        /// A timeline is kept.
         timeline: bool,
     },
     /// `check`: the race checker under one schedule at a time. It holds no data, but
@@ -209,6 +214,16 @@ pub fn need(c: &Census, work: Work) -> Need {
                     Scales::Program,
                 );
             }
+            if timeline {
+                host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
+            }
+        }
+        Work::Model { timeline } => {
+            host(
+                "cost model events",
+                ops * MODEL_BYTES_PER_OP,
+                Scales::Program,
+            );
             if timeline {
                 host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
             }

@@ -1,19 +1,18 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
 use super::out::outln;
-use super::{executor, limits, placement};
+use super::{executor, placement};
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{count_wrong, Backend};
 use tpusim::files::{same_file, Output};
 use tpusim::kernel::ReduceOp;
+use tpusim::mesh::partition::{self, PartitionSpec};
+use tpusim::mesh::sharded::ShardedArray;
 use tpusim::npy::{read_npy, write_to};
-use tpusim::partition::{self, PartitionSpec};
-use tpusim::sharded::{
-    reference_map_placed, reference_map_specs, shard_map_placed, shard_map_specs, ShardedArray,
-};
-use tpusim::{Error, Mesh};
+use tpusim::run::Job;
+use tpusim::Error;
 
 /// Arguments of `tpusim apply`.
 #[derive(clap::Args)]
@@ -88,35 +87,29 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let output = Output::check(&a.output, "result")?;
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
     let global = read_npy(&a.input)?;
+    let job = Job::collective(c.clone(), place.clone());
     // Check the scale before the array is split (the shard shape, or the nearest one the
     // collective serves at other P).
     let p = mesh.size();
-    let shard_at = |q: usize| {
-        let mut s = global.shape.clone();
-        if let Some(d) = s.get_mut(dim) {
-            *d = (*d / q).max(1);
-        }
-        s
-    };
+    let mut shard = global.shape.clone();
+    if let Some(d) = shard.get_mut(dim) {
+        *d = (*d / p).max(1);
+    }
+    let sized = job.clone().with_shape(&shard).with_dtype(global.dtype);
+    let note = format!(
+        " on {} ({:?} {})",
+        a.input.display(),
+        global.shape,
+        global.dtype
+    );
     let fit = |buffers| {
-        limits::fit(
-            format!(
-                "`tpusim apply {}` at P={p} on {} ({:?} {})",
-                a.collective,
-                a.input.display(),
-                global.shape,
-                global.dtype
-            ),
-            p,
-            &|q| {
-                let make = |m: &Mesh, s: &[usize]| c.call(m, s, global.dtype);
-                limits::call_at(q, c.as_ref(), &shard_at(q), global.dtype, &make)
-            },
+        sized.ensure_fits_noted(
             Work::Apply {
                 buffers,
                 gpu: backend == Backend::Gpu,
                 file_bytes,
             },
+            &note,
         )
     };
     // The executor, once the work is known to fit its memory (and host memory, where
@@ -138,8 +131,8 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         partition::shard(&global, mesh, &specs[0])?;
         let mut exec = fitted_executor()?;
         let [i, o] = [&specs[0], &specs[1]];
-        let want = reference_map_specs(c.as_ref(), &place, &global, [i, o])?;
-        let got = shard_map_specs(c.as_ref(), &place, &global, [i, o], exec.as_mut())?;
+        let want = job.reference_map_specs(&global, [i, o])?;
+        let got = job.shard_map_specs(&global, [i, o], exec.as_mut())?;
         let wrong = count_wrong(
             &[vec![got.clone()]],
             &[vec![want]],
@@ -169,8 +162,8 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         )));
     }
     let mut exec = fitted_executor()?;
-    let got = shard_map_placed(c.as_ref(), &place, &x, out_dim, exec.as_mut())?;
-    let want = reference_map_placed(c.as_ref(), &place, &x, out_dim)?;
+    let got = job.shard_map(&x, out_dim, exec.as_mut())?;
+    let want = job.reference_map(&x, out_dim)?;
     let wrong = count_wrong(
         std::slice::from_ref(&got.shards),
         std::slice::from_ref(&want.shards),

@@ -1,15 +1,14 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
 use super::out::outln;
-use super::{executor, limits, mesh_arg, placement};
+use super::{executor, mesh_arg, placement};
 use tpusim::bench::BenchConfig;
-use tpusim::budget::{Buffers, Work};
-use tpusim::collectives::{Collective, Registry, Span};
-use tpusim::device_sim::ScheduleSpec;
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::{Backend, Executor};
+use tpusim::collectives::{Registry, Span};
+use tpusim::exec::Backend;
 use tpusim::files::Output;
-use tpusim::{DType, Error, Mesh};
+use tpusim::run::Job;
+use tpusim::sched::ScheduleSpec;
+use tpusim::DType;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -61,7 +60,7 @@ pub struct BenchArgs {
 /// `tpusim bench`.
 pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
-    use tpusim::bench::{header, line, parse_size, sweep_placed, Progress};
+    use tpusim::bench::{header, line, parse_size, sweep, Progress};
     let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
     let cfg = BenchConfig {
         devices: mesh.size(),
@@ -95,26 +94,19 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .as_deref()
         .map(|p| Output::check(p, "bench results"))
         .transpose()?;
-    let fit_all = |buffers| {
-        for n in &names {
-            fit(reg.by_name(n)?.as_ref(), &cfg, backend, buffers)?;
-        }
-        Ok::<(), Error>(())
-    };
-    let exec: Box<dyn Executor> = match backend {
-        Backend::Gpu => {
-            fit_all(Buffers::Device)?;
-            let g = GpuExecutor::from_env()?;
-            if g.buffers_in_host_memory() {
-                fit_all(Buffers::Host)?;
-            }
-            Box::new(g)
-        }
-        Backend::Cpu => {
-            fit_all(Buffers::Host)?;
-            executor(Backend::Cpu)?
-        }
-    };
+    let jobs = names
+        .iter()
+        .map(|n| {
+            let c = reg.by_name(n)?;
+            let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+            Ok(Job::collective(c, place))
+        })
+        .collect::<tpusim::Result<Vec<Job>>>()?;
+    // Refused before the adapter is opened; the sweep checks again with its buffers.
+    for job in &jobs {
+        tpusim::bench::ensure_fits(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?;
+    }
+    let exec = executor(backend)?;
     let at = match (&a.mesh, &a.axis) {
         (Some(m), Some(x)) => format!("{} (mesh {m} along {x})", cfg.devices),
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
@@ -134,8 +126,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     outln!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time")?;
     outln!("{}", header())?;
     let mut rows = Vec::new();
-    for n in names {
-        let c = reg.by_name(n)?;
+    for job in &jobs {
         let mut progress = |p: Progress| {
             match p {
                 Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
@@ -143,8 +134,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             }
             let _ = std::io::stderr().flush();
         };
-        let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
-        let r = sweep_placed(c.as_ref(), &cfg, &place, exec.as_ref(), &mut progress)?;
+        let r = sweep(job, &cfg, exec.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
             outln!("{}", line(row))?;
@@ -160,39 +150,4 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)
-}
-
-/// Refuses the sweep of collective `c` when its largest size cannot fit this machine.
-fn fit(
-    c: &dyn Collective,
-    cfg: &BenchConfig,
-    backend: Backend,
-    buffers: Buffers,
-) -> tpusim::Result<()> {
-    let name = c.name();
-    if c.bench_shape(cfg.devices, cfg.max_bytes, cfg.dtype)
-        .is_none()
-    {
-        return Ok(()); // every size is skipped, and says so
-    }
-    let build = |q: usize| {
-        let shape = c
-            .bench_shape(q, cfg.max_bytes, cfg.dtype)
-            .ok_or_else(|| Error::bad_input(format!("{name}: nothing to run at P={q}")))?;
-        c.call(&Mesh::new(q, "x")?, &shape, cfg.dtype)
-    };
-    limits::fit(
-        format!(
-            "`tpusim bench {name}` at P={} and {}",
-            cfg.devices,
-            tpusim::bench::human(cfg.max_bytes)
-        ),
-        cfg.devices,
-        &build,
-        Work::Bench {
-            buffers,
-            gpu: backend == Backend::Gpu,
-            iters: cfg.iters.max(cfg.warmup) as u64,
-        },
-    )
 }

@@ -1,14 +1,14 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::out::outln;
-use super::{limits, mesh_arg, placement};
+use super::{mesh_arg, placement};
 use tpusim::budget::Work;
-use tpusim::collectives::variants::{variant, variants};
-use tpusim::collectives::{Registry, Span};
-use tpusim::device_sim::ScheduleSpec;
-use tpusim::kernel::PallasCall;
-use tpusim::verify::{self, Report};
-use tpusim::{array, DType, Error, Mesh};
+use tpusim::collectives::variants::variants;
+use tpusim::collectives::{Options, Registry, Span};
+use tpusim::run::Job;
+use tpusim::sched::ScheduleSpec;
+use tpusim::verify::Report;
+use tpusim::{array, Error};
 
 /// The most schedules one check runs (each is a whole run of the kernel).
 pub const MAX_SCHEDULES: usize = 1_000_000;
@@ -142,27 +142,13 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             continue;
         }
         let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
-        let ring = &place.ring;
-        let shape = match &shape {
-            Some(s) => s.clone(),
-            None => c.default_shape(ring.size()),
-        };
-        let make = |m: &Mesh, s: &[usize]| -> tpusim::Result<PallasCall> {
-            match &a.variant {
-                Some(v) => variant(n, v)?.call(m, s, DType::F32),
-                None => reg.by_name(n)?.call(m, s, DType::F32),
-            }
-        };
-        let call = make(ring, &shape)?;
-        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        // A check holds no data, but it only verifies shapes a run could hold.
-        limits::fit(
-            format!("`tpusim check {n}` at P={p} with shape {}", dims.join("x")),
-            p,
-            &|q| limits::call_at(q, reg.by_name(n)?.as_ref(), &shape, DType::F32, &make),
-            Work::Check,
-        )?;
-        let shown = format!("P={}", place.describe());
+        let mut job = Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?;
+        if let Some(s) = &shape {
+            job = job.with_shape(s);
+        }
+        job.pallas_call()?;
+        job.ensure_fits(Work::Check)?;
+        let shown = format!("P={}", job.place().describe());
         let (title, replay) = match &a.variant {
             Some(v) => (
                 format!("{n} --variant {v} {shown}"),
@@ -170,11 +156,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             ),
             None => (format!("{n} {shown}"), format!("tpusim check {n} {at}")),
         };
-        runs.push((call, place, title, replay));
+        runs.push((job, title, replay));
     }
     let mut clean = true;
-    for (call, place, title, replay) in runs {
-        let report = verify::check_groups(&call, &place.ring, place.groups.as_deref(), &specs)?;
+    for (job, title, replay) in runs {
+        let report = job.check(&specs)?;
         print_report(&title, &replay, &report)?;
         clean &= report.is_clean();
     }

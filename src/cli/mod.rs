@@ -6,17 +6,17 @@ mod apply;
 mod bench;
 mod check;
 mod driver_env;
-mod limits;
 mod out;
 mod run;
 mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use tpusim::collectives::{Collective, Placement, Registry};
+use tpusim::collectives::{Collective, Registry};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
+use tpusim::mesh::Placement;
 use tpusim::{Error, Mesh};
 
 #[derive(Parser)]
@@ -103,7 +103,7 @@ pub fn placement(
     if spec.is_none() {
         return Ok(Placement::whole(mesh));
     }
-    Placement::of(c, mesh, axis)
+    Placement::of(c.span(), c.name(), mesh, axis)
 }
 
 /// A mesh from `--mesh AxB[xC]` (axes x, y, z), or the 1-D mesh of `-p` when none.

@@ -2,17 +2,16 @@
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
 use super::out::outln;
-use super::{executor, limits, placement};
-use std::sync::Arc;
+use super::{executor, placement};
 use tpusim::budget::{Buffers, Work};
-use tpusim::collectives::variants::variant;
-use tpusim::collectives::{Collective, Options, Placement, Ppermute, Registry};
-use tpusim::device_sim::ScheduleSpec;
+use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{Backend, Executor};
 use tpusim::files::Output;
-use tpusim::kernel::PallasCall;
 use tpusim::kernel::ReduceOp;
-use tpusim::model::{bus_factor, chrome_trace, ideal_seconds, CostModel, Timed, Topology};
+use tpusim::mesh::Placement;
+use tpusim::model::{Knob, ModelSpec, Topology};
+use tpusim::run::{Job, Modeled};
+use tpusim::sched::ScheduleSpec;
 use tpusim::{array, DType, Error, Mesh};
 
 #[derive(clap::Args)]
@@ -84,7 +83,8 @@ pub struct ModelArgs {
     #[arg(long)]
     vmem_bytes: Option<u64>,
     /// How the devices are wired: ring, full (a link per pair) or torus:AxB[xC]
-    /// (default: the preset's pod torus when P fills it, else a ring).
+    /// (default: a multi-axis mesh's own torus; else the preset's pod torus when P fills
+    /// it, else a ring).
     #[arg(long)]
     topology: Option<String>,
     /// Write a Chrome trace (Perfetto) of the modeled run to this file.
@@ -93,195 +93,67 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The model for a run on `mesh`: a multi-axis mesh is wired as the torus of its
-    /// shape unless `--topology` says otherwise.
-    fn model(&self, mesh: &Mesh) -> tpusim::Result<Option<CostModel>> {
-        let overrides = self.link_gbps.is_some()
-            || self.link_latency_us.is_some()
-            || self.hbm_gbps.is_some()
-            || self.dma_latency_us.is_some()
-            || self.vector_gelems.is_some()
-            || self.vmem_bytes.is_some()
-            || self.topology.is_some();
-        let mut m = match &self.model {
-            Some(name) => CostModel::preset(name)?,
-            None if overrides || self.timeline.is_some() => {
+    /// The model asked for, if any.
+    pub fn spec(&self) -> tpusim::Result<Option<ModelSpec>> {
+        let overrides: Vec<(Knob, f64)> = [
+            (Knob::LinkGbps, self.link_gbps),
+            (Knob::LinkLatencyUs, self.link_latency_us),
+            (Knob::HbmGbps, self.hbm_gbps),
+            (Knob::DmaLatencyUs, self.dma_latency_us),
+            (Knob::VectorGelems, self.vector_gelems),
+            (Knob::VmemBytes, self.vmem_bytes.map(|v| v as f64)),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+        let Some(preset) = &self.model else {
+            if !overrides.is_empty() || self.topology.is_some() || self.timeline.is_some() {
                 return Err(Error::bad_input(
                     "model overrides and --timeline need a --model preset to start from",
-                ))
+                ));
             }
-            None => return Ok(None),
+            return Ok(None);
         };
-        if let Some(v) = self.link_gbps {
-            m.link_bw = v * 1e9;
-        }
-        if let Some(v) = self.link_latency_us {
-            m.link_latency = v * 1e-6;
-        }
-        if let Some(v) = self.hbm_gbps {
-            m.hbm_bw = v * 1e9;
-        }
-        if let Some(v) = self.dma_latency_us {
-            m.dma_latency = v * 1e-6;
-        }
-        if let Some(v) = self.vector_gelems {
-            m.vector_rate = v * 1e9;
-        }
-        if let Some(v) = self.vmem_bytes {
-            m.vmem_bytes = (v > 0).then_some(v);
-        }
-        m.topology = match &self.topology {
-            Some(t) => Some(Topology::parse(t)?),
-            None if mesh.axes().len() > 1 => Some(Topology::of_mesh(mesh)),
-            None => None,
-        };
-        if overrides {
-            m.name = format!("{} (overridden)", m.name);
-        }
-        m.validate()?;
-        Ok(Some(m))
+        Ok(Some(ModelSpec {
+            preset: preset.clone(),
+            overrides,
+            topology: self.topology.as_deref().map(Topology::parse).transpose()?,
+        }))
     }
 }
 
-struct Prepared {
-    collective: Arc<dyn Collective>,
-    /// The devices: the whole mesh, or the groups along `--axis` (each runs the kernel
-    /// built for `place.ring`).
-    place: Placement,
-    /// The kernel that runs: the collective's, or a broken variant of it.
-    call: PallasCall,
-    variant: Option<String>,
-    shape: Vec<usize>,
-    dtype: DType,
-    schedule: ScheduleSpec,
-    model: Option<CostModel>,
-    /// Where the timeline goes, checked writable before the run.
-    timeline: Option<Output>,
-}
-
-/// The kernel `run` runs (the collective's, or a variant of it) at any P, for the
-/// scale check: the shard shape where it serves it, else the same size rounded.
-fn build_at(
-    a: &RunArgs,
-    collective: &dyn Collective,
-    shape: &[usize],
-    dtype: DType,
-    q: usize,
-) -> tpusim::Result<PallasCall> {
-    let make = |m: &Mesh, s: &[usize]| match &a.variant {
-        Some(v) => variant(&a.collective, v)?.call(m, s, dtype),
-        None => collective.call(m, s, dtype),
-    };
-    limits::call_at(q, collective, shape, dtype, &make)
-}
-
-/// Refuses the run when it cannot fit this machine, with buffers in `buffers`.
-fn fit(a: &RunArgs, p: &Prepared, backend: Backend, buffers: Buffers) -> tpusim::Result<()> {
-    let n = p.place.mesh.size();
-    let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
-    limits::fit(
-        format!(
-            "`tpusim run {}` at P={n} with shape {}",
-            a.collective,
-            shape.join("x")
-        ),
-        n,
-        &|q| build_at(a, p.collective.as_ref(), &p.shape, p.dtype, q),
-        Work::Run {
-            buffers,
-            gpu: backend == Backend::Gpu,
-            model: p.model.is_some(),
-            timeline: p.timeline.is_some(),
-        },
-    )
-}
-
-fn prepare(reg: &Registry, a: &RunArgs) -> tpusim::Result<(Prepared, Backend)> {
+/// `tpusim run`'s job: the collective (or its variant) where the flags place it.
+fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
     let opts = Options {
         op: ReduceOp::parse(&a.op)?,
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
-    let collective = reg.get(&a.collective, &opts)?;
-    let place = placement(
-        collective.as_ref(),
-        a.mesh.as_deref(),
-        a.devices,
-        a.axis.as_deref(),
-    )?;
-    let (mesh, ring) = (&place.mesh, &place.ring);
-    if place.groups.is_some() && a.variant.is_some() {
-        return Err(Error::bad_input(
-            "--variant runs the broken kernel on the whole mesh (-p, or --mesh for a whole-mesh collective); it does not run along an --axis",
-        ));
-    }
+    let c = reg.get(&a.collective, &opts)?;
+    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
     let shape = match &a.shape {
         Some(s) => array::parse_shape(s)?,
-        None => collective.default_shape(ring.size()),
+        None => c.default_shape(place.devices()),
     };
-    let dtype = DType::parse(&a.dtype)?;
-    let backend = Backend::parse(&a.backend)?;
     let schedule = ScheduleSpec::parse(&a.schedule)?;
-    schedule.validate(mesh.size())?;
-    if a.variant.is_some() && (opts.op != ReduceOp::Sum || opts.perm.is_some()) {
-        return Err(Error::bad_input(
-            "--variant runs the broken kernel as shipped (a sum, the seed's permutation): it takes no --op or --perm",
-        ));
-    }
-    let model = a.model.model(mesh)?;
-    let timeline = a
-        .model
-        .timeline
-        .as_deref()
-        .map(|t| Output::check(t, "timeline"))
-        .transpose()?;
-    // Build the kernel now so that every input problem is reported before the GPU is touched.
-    let call = match &a.variant {
-        Some(v) => variant(&a.collective, v)?.call(ring, &shape, dtype)?,
-        None => collective.call(ring, &shape, dtype)?,
-    };
-    let p = Prepared {
-        collective,
-        place,
-        call,
-        variant: a.variant.clone(),
-        shape,
-        dtype,
-        schedule,
-        model,
-        timeline,
-    };
-    // The GPU's buffers count as host memory once the adapter says they are (`run`).
-    let buffers = match backend {
-        Backend::Cpu => Buffers::Host,
-        Backend::Gpu => Buffers::Device,
-    };
-    fit(a, &p, backend, buffers)?;
-    if let Some(m) = &p.model {
-        m.check_vmem(&p.call.lower(&p.place.ring)?)?;
-    }
-    Ok((p, backend))
+    schedule.validate(place.mesh.size())?;
+    Ok(
+        Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
+            .with_shape(&shape)
+            .with_dtype(DType::parse(&a.dtype)?)
+            .with_schedule(schedule),
+    )
 }
 
-fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
-    let r = tpusim::collectives::run_placed(
-        p.collective.as_ref(),
-        &p.call,
-        &p.place,
-        exec,
-        seed,
-        p.schedule,
-    )?;
-    let shape: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
-    let name = match &p.variant {
-        Some(v) => format!("{} --variant {v}", p.collective.name()),
-        None => p.collective.name().to_string(),
-    };
+/// One result line of `run` and `demo`.
+fn run_one(job: &Job, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool> {
+    let r = job.run(exec, seed)?;
+    let shape: Vec<String> = job.shape().iter().map(|d| d.to_string()).collect();
     outln!(
         "{:<19} P={:<3} shape={} dtype={} on {}: {} wrong of {}, plan {:.2} ms, run {:.2} ms",
-        name,
-        p.place.describe(),
+        job.name(),
+        job.place().describe(),
         shape.join("x"),
-        p.dtype,
+        job.dtype(),
         exec.describe(),
         r.wrong,
         r.total,
@@ -292,36 +164,29 @@ fn run_one(p: &Prepared, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<b
 }
 
 /// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
-fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
-    let program = p.place.lower(&p.call)?;
-    let mut timed = Timed::new(&program, m.clone())?;
-    tpusim::device_sim::schedule(&program, &mut timed)?;
-    let run = timed.finish();
-    // Sizes and bus factors are per collective: per group on a multi-axis mesh.
-    let n = p.place.devices();
-    let shard_bytes = (p.shape.iter().product::<usize>() * p.dtype.size()) as u64;
-    let traffic = p.collective.traffic();
-    let size = traffic.size(n, shard_bytes) as f64;
-    let algbw = size / run.seconds.max(f64::MIN_POSITIVE);
-    let ideal = ideal_seconds(traffic, n, size, m.link_bw);
+fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Result<()> {
+    let n = m.nccl.as_ref().expect("a collective has a traffic class");
     outln!(
         "model {} on {}: {:.3} us modeled, size {} B, algbw {:.2} GB/s, busbw {:.2} GB/s; ideal ring bound {:.3} us ({:.0}% of it)",
-        m.name,
-        m.topology_for(p.place.mesh.size()),
-        run.seconds * 1e6,
-        size,
-        algbw / 1e9,
-        algbw * bus_factor(traffic, n) / 1e9,
-        ideal * 1e6,
-        if run.seconds > 0.0 { 100.0 * ideal / run.seconds } else { 0.0 }
+        m.model.name,
+        m.topology,
+        m.seconds * 1e6,
+        n.size,
+        n.algbw / 1e9,
+        n.busbw / 1e9,
+        n.ideal_seconds * 1e6,
+        100.0 * m.ideal_fraction().unwrap_or(0.0)
     )?;
-    if let Some(out) = &p.timeline {
-        let json = chrome_trace(p.collective.name(), p.place.mesh.size(), &run.events);
+    if let Some(out) = timeline {
+        let name = job
+            .collective_of()
+            .map_or_else(|| job.name(), |c| c.name().to_string());
+        let json = m.chrome_trace(&name);
         out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
         outln!(
             "timeline written to {} ({} events)",
             out.path().display(),
-            run.events.len()
+            m.events.len()
         )?;
     }
     Ok(())
@@ -329,14 +194,33 @@ fn model_report(p: &Prepared, m: &CostModel) -> tpusim::Result<()> {
 
 /// `tpusim run`.
 pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
-    let (p, backend) = prepare(reg, a)?;
-    let mut exec = executor(backend)?;
-    if backend == Backend::Gpu && exec.buffers_in_host_memory() {
-        fit(a, &p, backend, Buffers::Host)?;
+    let job = job(reg, a)?;
+    let backend = Backend::parse(&a.backend)?;
+    let model = a.model.spec()?.map(|s| s.build()).transpose()?;
+    let timeline = a
+        .model
+        .timeline
+        .as_deref()
+        .map(|t| Output::check(t, "timeline"))
+        .transpose()?;
+    // Refused before the adapter is opened (the GPU's buffers count as host memory once
+    // it says they are, in the run itself).
+    job.ensure_fits(Work::Run {
+        buffers: match backend {
+            Backend::Cpu => Buffers::Host,
+            Backend::Gpu => Buffers::Device,
+        },
+        gpu: backend == Backend::Gpu,
+        model: model.is_some(),
+        timeline: timeline.is_some(),
+    })?;
+    if let Some(m) = &model {
+        m.check_vmem(&job.lower()?)?;
     }
-    let ok = run_one(&p, exec.as_mut(), a.seed)?;
-    if let Some(m) = &p.model {
-        model_report(&p, m)?;
+    let mut exec = executor(backend)?;
+    let ok = run_one(&job, exec.as_mut(), a.seed)?;
+    if let Some(m) = &model {
+        model_report(&job, &job.model(m, None)?, timeline.as_ref())?;
     }
     Ok(ok)
 }
@@ -349,20 +233,9 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
     for c in reg.iter() {
         outln!("# {}: {}", c.name(), c.summary())?;
         for dtype in [DType::F32, DType::I32] {
-            let mesh = Mesh::new(4, "x")?;
-            let shape = c.default_shape(mesh.size());
-            let p = Prepared {
-                call: c.call(&mesh, &shape, dtype)?,
-                variant: None,
-                collective: c.clone(),
-                place: Placement::whole(mesh),
-                shape,
-                dtype,
-                schedule: ScheduleSpec::Eager,
-                model: None,
-                timeline: None,
-            };
-            ok &= run_one(&p, exec.as_mut(), 0)?;
+            let job =
+                Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x")?)).with_dtype(dtype);
+            ok &= run_one(&job, exec.as_mut(), 0)?;
         }
     }
     Ok(ok)

@@ -1,10 +1,10 @@
 //! `tpusim trace`: step tables.
 
 use super::out::{out, outln};
-use super::{limits, placement};
-use tpusim::budget::Work;
+use super::placement;
 use tpusim::collectives::Registry;
-use tpusim::{DType, Error, Mesh};
+use tpusim::run::Job;
+use tpusim::{DType, Error};
 
 /// Arguments of `tpusim trace`.
 #[derive(clap::Args)]
@@ -41,20 +41,7 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
         )));
     }
     let dtype = DType::parse(&a.dtype)?;
-    let p = place.mesh.size();
-    limits::fit(
-        format!("`tpusim trace {}` at P={p}", a.collective),
-        p,
-        &|q| {
-            c.call(
-                &Mesh::new(q, "x")?,
-                &tpusim::trace::trace_shape(c.as_ref(), q),
-                dtype,
-            )
-        },
-        Work::Trace,
-    )?;
-    let table = tpusim::trace::trace_placed(c.as_ref(), &place, dtype)?;
+    let table = Job::collective(c, place).with_dtype(dtype).trace()?;
     if a.format == "json" {
         outln!(
             "{}",

@@ -5,7 +5,6 @@ mod all_gather_bidir;
 mod all_to_all;
 mod allreduce_2d;
 mod barrier;
-mod placement;
 mod ppermute;
 mod psum;
 mod psum_scatter;
@@ -21,7 +20,6 @@ pub use all_gather_bidir::{all_gather_bidir_kernel, AllGatherBidir};
 pub use all_to_all::{all_to_all_kernel, AllToAll};
 pub use allreduce_2d::{allreduce_2d_kernel, AllReduce2d};
 pub use barrier::{mesh_barrier, neighbor_barrier};
-pub use placement::Placement;
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};
 pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
@@ -31,17 +29,15 @@ pub use ring_allreduce::{
     ring_allreduce_kernel, ring_allreduce_push_kernel, RingAllReduce, RingAllReducePush,
 };
 
+pub use crate::mesh::Span;
+
 use crate::array::{DType, HostArray};
-use crate::device_sim::{schedule, Eager, Policy, Program, Schedule, ScheduleSpec};
 use crate::error::{Error, Result};
-use crate::exec::{count_wrong, host_words, Executor};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
 use crate::model::Traffic;
 use crate::trace::TraceLayout;
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// A collective: everything the tool knows about one, on the collective itself (its
 /// kernel, its reference, how to size and shard it, what it measures, which options it
@@ -139,17 +135,6 @@ pub trait Collective: Send + Sync {
 /// by a few ulps of the result, far below 1e-5 of it (or of 1 near zero).
 pub const SUM_TOLERANCE: f32 = 1e-5;
 
-/// Which devices one instance of a collective's kernel spans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Span {
-    /// A 1-D kernel over one ring (axis `x`). On a multi-axis mesh every group of
-    /// devices along `--axis` runs it as an independent ring.
-    Ring,
-    /// One kernel over the whole mesh, addressing devices by their coordinates
-    /// (`--mesh` without `--axis`).
-    Mesh,
-}
-
 /// Options that some collectives take.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -186,219 +171,4 @@ pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
         (ReduceOp::Max, DType::I32) => i32::MIN as f64,
         (ReduceOp::Min, DType::I32) => i32::MAX as f64,
     }
-}
-
-/// Deterministic random inputs for every device and operand of `program`:
-/// floats uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact
-/// under sums). Fails with a
-/// limit error when the host cannot hold them.
-pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    (0..program.devices)
-        .map(|_| {
-            program
-                .inputs
-                .iter()
-                .map(|&a| {
-                    let alloc = &program.layout.allocs[a];
-                    let mut words = host_words(alloc.numel(), &format!("input `{}`", alloc.name))?;
-                    for w in &mut words {
-                        *w = match alloc.dtype {
-                            DType::F32 => rng.random::<f32>().to_bits(),
-                            DType::I32 => rng.random_range(-1000i32..1000) as u32,
-                            d => d.bits_of(rng.random::<f32>() as f64),
-                        };
-                    }
-                    Ok(HostArray {
-                        dtype: alloc.dtype,
-                        shape: alloc.shape.clone(),
-                        words,
-                    })
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// Lowers `call` on `mesh` and schedules it under `policy`.
-pub fn plan(
-    call: &PallasCall,
-    mesh: &Mesh,
-    policy: &mut dyn Policy,
-) -> Result<(Program, Schedule)> {
-    let program = call.lower(mesh)?;
-    let sched = schedule(&program, policy)?;
-    Ok((program, sched))
-}
-
-/// Runs `call` on host data: lower, schedule (default policy), execute.
-/// `inputs[device][operand]` in, `outputs[device][operand]` out.
-pub fn simulate(
-    call: &PallasCall,
-    mesh: &Mesh,
-    inputs: &[Vec<HostArray>],
-    exec: &mut dyn Executor,
-) -> Result<Vec<Vec<HostArray>>> {
-    let (program, sched) = plan(call, mesh, &mut Eager::default())?;
-    exec.execute(&program, &sched, inputs)
-}
-
-/// Runs `c` over axis `axis` of a multi-axis `mesh` (independent rings: every group
-/// of devices that share the other coordinates runs the 1-D kernel over `axis`, as
-/// `shard_map` runs a collective over one named axis; `x,y`: one ring through every
-/// device of both axes, row-major) under `spec`, on random data, and
-/// counts wrong elements against the 1-D reference applied per group.
-#[allow(clippy::too_many_arguments)]
-pub fn run_along(
-    c: &dyn Collective,
-    mesh: &Mesh,
-    axis: &str,
-    shard: &[usize],
-    dtype: DType,
-    exec: &mut dyn Executor,
-    seed: u64,
-    spec: ScheduleSpec,
-) -> Result<Checked> {
-    let place = Placement::along(mesh.clone(), axis)?;
-    let call = c.call(&place.ring, shard, dtype)?;
-    run_placed(c, &call, &place, exec, seed, spec)
-}
-
-/// Runs `call` (the kernel of `c` built for `place.ring`, or a variant of it) on the
-/// devices of `place` under `spec`, on random data, and counts wrong elements against
-/// `c`'s reference there.
-pub fn run_placed(
-    c: &dyn Collective,
-    call: &PallasCall,
-    place: &Placement,
-    exec: &mut dyn Executor,
-    seed: u64,
-    spec: ScheduleSpec,
-) -> Result<Checked> {
-    let t0 = Instant::now();
-    let program = place.lower(call)?;
-    let sched = schedule(&program, spec.policy().as_mut())?;
-    run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
-        place.reference(c, inputs)
-    })
-}
-
-/// XLA's result for `inputs[device][operand]`, as `outputs[device][operand]`.
-type Reference<'a> = dyn Fn(&[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> + 'a;
-
-/// Runs a planned `program` (planning began at `t0`) on random data from `seed` and
-/// counts the elements that differ from `reference` of those inputs.
-#[allow(clippy::too_many_arguments)]
-fn run_planned(
-    c: &dyn Collective,
-    program: &Program,
-    sched: &Schedule,
-    t0: Instant,
-    exec: &mut dyn Executor,
-    seed: u64,
-    reference: &Reference,
-) -> Result<Checked> {
-    let plan_time = t0.elapsed();
-    exec.check(program)?;
-    let inputs = random_inputs(program, seed)?;
-    let expected = reference(&inputs)?;
-    let t1 = Instant::now();
-    let got = exec.execute(program, sched, &inputs)?;
-    let exec_time = t1.elapsed();
-    Ok(Checked {
-        wrong: count_wrong(
-            &got,
-            &expected,
-            c.tolerance_for(dtype_of(program), program.devices),
-        ),
-        total: expected.iter().flatten().map(HostArray::len).sum(),
-        exec_time,
-        plan_time,
-        data_ops: sched.ops.len(),
-    })
-}
-
-/// The dtype of `program`'s first input (f32 when it has none).
-fn dtype_of(program: &Program) -> DType {
-    program
-        .inputs
-        .first()
-        .map_or(DType::F32, |&a| program.layout.allocs[a].dtype)
-}
-
-/// `c`'s reference applied to every group of devices on its own:
-/// `inputs[device][operand]` in mesh order, outputs likewise.
-pub fn reference_along(
-    c: &dyn Collective,
-    groups: &[Vec<usize>],
-    inputs: &[Vec<HostArray>],
-) -> Result<Vec<Vec<HostArray>>> {
-    let mut out = vec![Vec::new(); inputs.len()];
-    for g in groups {
-        let mine: Vec<Vec<HostArray>> = g.iter().map(|&d| inputs[d].clone()).collect();
-        for (&d, o) in g.iter().zip(c.reference(&mine)?) {
-            out[d] = o;
-        }
-    }
-    Ok(out)
-}
-
-/// The outcome of [`run_checked`].
-#[derive(Debug)]
-pub struct Checked {
-    /// Elements that differ from the reference, over all devices and outputs.
-    pub wrong: usize,
-    /// Elements compared.
-    pub total: usize,
-    /// Time spent executing the schedule (upload, run, readback).
-    pub exec_time: Duration,
-    /// Time spent lowering and scheduling.
-    pub plan_time: Duration,
-    /// The schedule's length in data ops.
-    pub data_ops: usize,
-}
-
-/// Runs collective `c` on deterministic random data and counts wrong elements
-/// against its reference.
-pub fn run_checked(
-    c: &dyn Collective,
-    mesh: &Mesh,
-    shard: &[usize],
-    dtype: DType,
-    exec: &mut dyn Executor,
-    seed: u64,
-) -> Result<Checked> {
-    run_scheduled(c, mesh, shard, dtype, exec, seed, ScheduleSpec::Eager)
-}
-
-/// [`run_checked`] under the schedule `spec` (a race-free kernel gives the same
-/// result under every schedule).
-pub fn run_scheduled(
-    c: &dyn Collective,
-    mesh: &Mesh,
-    shard: &[usize],
-    dtype: DType,
-    exec: &mut dyn Executor,
-    seed: u64,
-    spec: ScheduleSpec,
-) -> Result<Checked> {
-    let call = c.call(mesh, shard, dtype)?;
-    run_call(c, &call, mesh, exec, seed, spec)
-}
-
-/// Runs `call` (the kernel of `c`, or a variant of it) under `spec` on random data and
-/// counts wrong elements against `c`'s reference.
-pub fn run_call(
-    c: &dyn Collective,
-    call: &PallasCall,
-    mesh: &Mesh,
-    exec: &mut dyn Executor,
-    seed: u64,
-    spec: ScheduleSpec,
-) -> Result<Checked> {
-    let t0 = Instant::now();
-    let (program, sched) = plan(call, mesh, spec.policy().as_mut())?;
-    run_planned(c, &program, &sched, t0, exec, seed, &|inputs| {
-        c.reference(inputs)
-    })
 }

@@ -2,7 +2,7 @@
 //! kernel machinery). `inputs[device][operand]` in, `outputs[device][operand]` out.
 
 use crate::array::{DType, HostArray};
-use crate::device_sim::program::ReduceOp;
+use crate::ir::ReduceOp;
 
 /// `lax.ppermute(x, perm)`: `out[dst] = x[src]` for each pair; others get zeros.
 pub fn ppermute(inputs: &[Vec<HostArray>], perm: &[(usize, usize)]) -> Vec<Vec<HostArray>> {

@@ -2,9 +2,9 @@
 
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
-use crate::device_sim::program::{DataOp, ReduceOp, View};
-use crate::device_sim::{Program, Schedule};
 use crate::error::Result;
+use crate::ir::{DataOp, ReduceOp, View};
+use crate::ir::{Program, Schedule};
 use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.

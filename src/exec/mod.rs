@@ -5,8 +5,8 @@ pub mod cpu;
 pub mod gpu;
 
 use crate::array::HostArray;
-use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
+use crate::ir::{Program, Schedule};
 use std::time::Duration;
 
 /// Runs a schedule on some memory. The lifecycle: [`Executor::prepare`] a schedule once
@@ -33,6 +33,11 @@ pub trait Executor {
     /// per second (the yardstick `bench` compares with), if it has a meaningful one.
     fn copy_bandwidth(&self, _bytes: u64) -> Result<Option<f64>> {
         Ok(None)
+    }
+
+    /// True for an executor on a GPU adapter (its recorded commands cost host memory).
+    fn is_gpu(&self) -> bool {
+        false
     }
 
     /// True when the memory this executor allocates for a program is host memory (the

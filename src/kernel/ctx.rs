@@ -2,12 +2,12 @@
 //! op of the current device and grid point; nothing runs until the scheduler does.
 
 use super::refs::{Fault, Ref, Sem};
-use crate::device_sim::program::{Cmp, SemId};
-use crate::device_sim::program::{
+use crate::error::{KernelError, KernelErrorKind, Site};
+use crate::ir::{Cmp, SemId};
+use crate::ir::{
     DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, SourceLoc,
     View, WaitKind,
 };
-use crate::error::{KernelError, KernelErrorKind, Site};
 use crate::mesh::{DeviceId, Mesh, SignalTarget};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;

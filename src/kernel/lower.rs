@@ -3,10 +3,10 @@
 use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
-use crate::device_sim::program::{
+use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
+use crate::ir::{
     grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
 };
-use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,7 +2,7 @@
 //!
 //! A kernel is a Rust closure called once per (device, grid point). Control flow is
 //! host-known (`pl.when` is a Rust `if`), so each call records ops instead of running
-//! them; [`PallasCall::lower`] collects them into a [`crate::device_sim::Program`].
+//! them; [`PallasCall::lower`] collects them into a [`crate::ir::Program`].
 
 mod ctx;
 mod lower;
@@ -10,7 +10,7 @@ mod pull;
 mod refs;
 mod spec;
 
-pub use crate::device_sim::program::{MemorySpace, ReduceOp, SemKind, SourceLoc};
+pub use crate::ir::{MemorySpace, ReduceOp, SemKind, SourceLoc};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};

@@ -4,8 +4,8 @@
 
 use super::ctx::Ctx;
 use super::refs::{Ref, Sem};
-use crate::device_sim::program::{Cmp, DataOp, OpKind, OpSite, SemKind, SemRef, WaitKind};
 use crate::error::KernelErrorKind;
+use crate::ir::{Cmp, DataOp, OpKind, OpSite, SemKind, SemRef, WaitKind};
 use crate::mesh::DeviceId;
 
 /// Seed-003 `NotifyOp`: how `notify` writes the peer's signal cell.

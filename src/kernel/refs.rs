@@ -1,7 +1,7 @@
 //! Refs (typed views of an allocation) and semaphore handles, as a kernel sees them.
 
 use crate::array::DType;
-use crate::device_sim::program::{AllocId, MemorySpace, SemId, SemKind};
+use crate::ir::{AllocId, MemorySpace, SemId, SemKind};
 
 /// Most dimensions a ref may have.
 pub const MAX_RANK: usize = 6;

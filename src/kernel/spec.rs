@@ -3,7 +3,7 @@
 use super::ctx::Ctx;
 use super::refs::{Ref, Sem};
 use crate::array::DType;
-use crate::device_sim::program::{MemorySpace, SemKind};
+use crate::ir::{MemorySpace, SemKind};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::Arc;

@@ -6,18 +6,20 @@
 //! figures (see [`Preset`]); every figure can be overridden.
 
 mod nccl;
+mod overrides;
 mod timed;
 mod timeline;
 mod topology;
 
 pub use nccl::{bus_factor, ideal_seconds, Traffic};
+pub use overrides::{Knob, ModelSpec};
 pub use timed::{Timed, TimedEvent, TimedRun};
 pub use timeline::chrome_trace;
 pub use topology::{route, Topology};
 
-use crate::device_sim::program::MemorySpace;
-use crate::device_sim::Program;
 use crate::error::{Error, Result};
+use crate::ir::MemorySpace;
+use crate::ir::Program;
 
 /// Figures of one TPU generation (per chip; links per direction).
 #[derive(Clone, Debug, PartialEq)]

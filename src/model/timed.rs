@@ -3,9 +3,9 @@
 
 use super::topology::route;
 use super::CostModel;
-use crate::device_sim::credits::Credits;
-use crate::device_sim::policies::{Choice, Choices, Policy};
-use crate::device_sim::program::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
+use crate::ir::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
+use crate::sched::credits::Credits;
+use crate::sched::policies::{Choice, Choices, Policy};
 use std::collections::HashMap;
 
 /// What the timeline shows.

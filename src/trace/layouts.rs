@@ -5,7 +5,7 @@
 
 use super::symbolic::{Sym, CONST};
 use super::Cell;
-use crate::device_sim::Program;
+use crate::ir::Program;
 
 /// Suffix of the HBM copy of a VMEM operand (see `PallasCall::trace`).
 const HBM_COPY: &str = " (HBM operand)";

@@ -8,11 +8,9 @@ mod symbolic;
 pub use layouts::{derived_layout, Column, Labels, TraceLayout};
 pub use symbolic::{Snapshot, Sym, Symbolic, Term, CONST};
 
-use crate::collectives::{Collective, Placement};
-use crate::device_sim::{schedule_observed, Program, ScheduleSpec};
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
-use crate::DType;
+use crate::ir::Program;
+use crate::sched::{schedule_observed, ScheduleSpec};
 use serde_json::{json, Value};
 
 /// One cell: a region's value on one device.
@@ -54,39 +52,14 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
-/// The shard shape a step table of `c` at `p` devices is traced at: its layout's, or
-/// its default shape.
-pub fn trace_shape(c: &dyn Collective, p: usize) -> Vec<usize> {
-    c.trace_layout(p)
-        .map_or_else(|| c.default_shape(p), |l| l.shape)
-}
-
-/// Runs `c` on `mesh` under the lockstep policy with the symbolic executor. The columns
-/// are the collective's own [`Collective::trace_layout`], or else derived from the
-/// kernel's allocations ([`derived_layout`]) at its default shape.
-pub fn trace(c: &dyn Collective, mesh: &Mesh) -> Result<Table> {
-    trace_placed(c, &Placement::whole(mesh.clone()), DType::F32)
-}
-
-/// [`trace`] of `c` placed on a multi-axis mesh: one kernel over the whole mesh, or
-/// every group along an axis running its own ring (rows for every device of the mesh).
-/// The kernel is built in `dtype` (its checks and limits apply); the cells are symbolic,
-/// the same for every dtype.
-pub fn trace_placed(c: &dyn Collective, place: &Placement, dtype: DType) -> Result<Table> {
-    let p = place.devices();
-    let custom = c.trace_layout(p);
-    let shape = match &custom {
-        Some(l) => l.shape.clone(),
-        None => c.default_shape(p),
-    };
-    let call = c.call(&place.ring, &shape, dtype)?;
-    let program = place.lower(&call)?;
-    let layout = custom.unwrap_or_else(|| derived_layout(&program, &shape));
-    let mut sym = Symbolic::new(&program);
+/// The step table of `program` (kernel `name`) with the columns of `layout`: the
+/// lockstep schedule run by the symbolic executor.
+pub fn trace_program(name: &str, program: &Program, layout: &TraceLayout) -> Result<Table> {
+    let mut sym = Symbolic::new(program);
     let mut policy = ScheduleSpec::Lockstep.policy();
-    schedule_observed(&program, policy.as_mut(), &mut sym)?;
+    schedule_observed(program, policy.as_mut(), &mut sym)?;
     sym.flush();
-    build(c.name(), &program, &layout, &sym.rows)
+    build(name, program, layout, &sym.rows)
 }
 
 fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Result<Table> {

@@ -2,8 +2,8 @@
 //! elements summed into it, in accumulation order (or "never written"). It is an
 //! [`Observer`], so it sees exactly the order the scheduler ran.
 
-use crate::device_sim::program::{Completion, DataOp, Op, OpSite, Program, View};
-use crate::device_sim::Observer;
+use crate::ir::{Completion, DataOp, Op, OpSite, Program, View};
+use crate::sched::Observer;
 
 /// An input element: (device, element index in that device's input operand 0).
 pub type Term = (u32, u32);

@@ -6,8 +6,8 @@
 use super::clock::Clock;
 use super::log::{Entry, Event};
 use super::orders::{Join, Orders};
-use crate::device_sim::ids::IdMap;
-use crate::device_sim::program::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
+use crate::ir::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
+use crate::sched::ids::IdMap;
 use std::collections::HashSet;
 
 /// Who accesses memory.
@@ -234,7 +234,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                         let w = Wait {
                             slot: small(slot),
                             amount: *amount,
-                            decrement: *why != crate::device_sim::program::WaitKind::Signal,
+                            decrement: *why != crate::ir::WaitKind::Signal,
                             pos: dev[d].device(d),
                             at: small(at),
                         };
@@ -383,7 +383,7 @@ pub fn wait_at(p: &Program, log: &[Entry], at: u32, pos: u32) -> Wait {
     Wait {
         slot: small(sem.device() * p.layout.sems.len() + sem.sem()),
         amount: *amount,
-        decrement: *why != crate::device_sim::program::WaitKind::Signal,
+        decrement: *why != crate::ir::WaitKind::Signal,
         pos,
         at,
     }

@@ -1,8 +1,8 @@
 //! The verifier's record of one scheduled run: every event in schedule order, each
 //! naming the op it comes from (8 bytes an event, so large P stays affordable).
 
-use crate::device_sim::program::{Completion, DataOp, Op, OpSite, Program};
-use crate::device_sim::Observer;
+use crate::ir::{Completion, DataOp, Op, OpSite, Program};
+use crate::sched::Observer;
 
 /// One event of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

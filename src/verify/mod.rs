@@ -16,10 +16,9 @@ pub use clock::Clock;
 pub use log::{Entry, Event, EventLog};
 pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
 
-use crate::device_sim::{observe, Program, ScheduleSpec};
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
-use crate::kernel::PallasCall;
-use crate::mesh::Mesh;
+use crate::ir::Program;
+use crate::sched::{observe, ScheduleSpec};
 use std::fmt;
 
 /// The kind of a problem, for tests and summaries.
@@ -180,30 +179,10 @@ impl Report {
         self.findings.is_empty()
     }
 
-    /// Kinds of the problems found.
-    pub fn kinds(&self) -> Vec<ProblemKind> {
-        self.findings.iter().map(|f| f.problem.kind()).collect()
-    }
-}
-
-/// Traces `call` on `mesh` and checks it under each schedule in `specs`. Mistakes found
-/// while tracing are the report (they hold under every schedule); bad input is an error.
-pub fn check(call: &PallasCall, mesh: &Mesh, specs: &[ScheduleSpec]) -> crate::Result<Report> {
-    check_groups(call, mesh, None, specs)
-}
-
-/// [`check`] of `call` traced on the 1-D `ring`, run by every group of `groups` at once
-/// (a collective over one axis of a multi-axis mesh, see `device_sim::groups`); `None`:
-/// on `ring` alone.
-pub fn check_groups(
-    call: &PallasCall,
-    ring: &Mesh,
-    groups: Option<&[Vec<usize>]>,
-    specs: &[ScheduleSpec],
-) -> crate::Result<Report> {
-    let (program, errors) = call.trace(ring)?;
-    if !errors.is_empty() {
-        return Ok(Report {
+    /// The report of a kernel whose trace found `errors` (they hold under every
+    /// schedule, so no schedule runs).
+    pub fn of_kernel_errors(errors: Vec<KernelError>) -> Self {
+        Report {
             schedules: 0,
             findings: errors
                 .into_iter()
@@ -213,12 +192,13 @@ pub fn check_groups(
                     schedules: 0,
                 })
                 .collect(),
-        });
+        }
     }
-    Ok(match groups {
-        Some(g) => check_program(&crate::device_sim::groups::replicate(&program, g)?, specs),
-        None => check_program(&program, specs),
-    })
+
+    /// Kinds of the problems found.
+    pub fn kinds(&self) -> Vec<ProblemKind> {
+        self.findings.iter().map(|f| f.problem.kind()).collect()
+    }
 }
 
 /// Checks a lowered program under each schedule in `specs`.

@@ -8,11 +8,11 @@ use super::log::{Entry, Event, EventLog};
 use super::orders::{Join, Orders};
 use super::Clock;
 use crate::array::DType;
-use crate::device_sim::program::{
+use crate::ir::{
     Allocation, Cmp, DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, Program, ReduceOp,
     SemInfo, SemKind, SemRef, SourceLoc, View, WaitKind,
 };
-use crate::device_sim::{observe, ScheduleSpec};
+use crate::sched::{observe, ScheduleSpec};
 use proptest::prelude::*;
 use std::collections::HashMap;
 

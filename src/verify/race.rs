@@ -13,8 +13,8 @@ use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
 use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::sync::Facts;
-use crate::device_sim::program::{Completion, OpSite, Program, View};
 use crate::error::Site;
+use crate::ir::{Completion, OpSite, Program, View};
 use std::collections::HashMap;
 use std::fmt;
 

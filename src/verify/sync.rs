@@ -17,8 +17,8 @@ use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::race::{Findings, RaceChecker};
 use super::Clock;
-use crate::device_sim::credits::Credits;
-use crate::device_sim::program::Program;
+use crate::ir::Program;
+use crate::sched::credits::Credits;
 use std::collections::HashMap;
 
 /// Credits and waits of one replay. Each keeps only what the replay alone knows (its

@@ -17,3 +17,101 @@ pub fn gpu() -> MutexGuard<'static, GpuExecutor> {
     .lock()
     .unwrap_or_else(|p| p.into_inner())
 }
+
+use std::sync::Arc;
+use tpusim::collectives::Collective;
+use tpusim::exec::Executor;
+use tpusim::kernel::PallasCall;
+use tpusim::mesh::Placement;
+use tpusim::run::{Checked, Job};
+use tpusim::sched::ScheduleSpec;
+use tpusim::{DType, HostArray, Mesh};
+
+/// `call` on `mesh` run once on `inputs` (the pipeline's execute step).
+pub fn simulate(
+    call: &PallasCall,
+    mesh: &Mesh,
+    inputs: &[Vec<HostArray>],
+    exec: &mut dyn Executor,
+) -> tpusim::Result<Vec<Vec<HostArray>>> {
+    Job::call(call.clone(), mesh.clone()).execute(exec, inputs)
+}
+
+/// The job of collective `c` on the 1-D `mesh` at `shape` and `dtype` under `spec`.
+pub fn job(
+    c: &Arc<dyn Collective>,
+    mesh: &Mesh,
+    shape: &[usize],
+    dtype: DType,
+    spec: ScheduleSpec,
+) -> Job {
+    Job::collective(c.clone(), Placement::whole(mesh.clone()))
+        .with_shape(shape)
+        .with_dtype(dtype)
+        .with_schedule(spec)
+}
+
+/// Collective `c` on random data from `seed`, checked against its reference.
+pub fn run_checked(
+    c: &Arc<dyn Collective>,
+    mesh: &Mesh,
+    shape: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+) -> tpusim::Result<Checked> {
+    job(c, mesh, shape, dtype, ScheduleSpec::Eager).run(exec, seed)
+}
+
+/// [`run_checked`] under schedule `spec`.
+pub fn run_scheduled(
+    c: &Arc<dyn Collective>,
+    mesh: &Mesh,
+    shape: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> tpusim::Result<Checked> {
+    job(c, mesh, shape, dtype, spec).run(exec, seed)
+}
+
+/// Ring collective `c` along `axis` of `mesh` (every group its own ring), checked.
+#[allow(clippy::too_many_arguments)]
+pub fn run_along(
+    c: &Arc<dyn Collective>,
+    mesh: &Mesh,
+    axis: &str,
+    shape: &[usize],
+    dtype: DType,
+    exec: &mut dyn Executor,
+    seed: u64,
+    spec: ScheduleSpec,
+) -> tpusim::Result<Checked> {
+    Job::collective(c.clone(), Placement::along(mesh.clone(), axis)?)
+        .with_shape(shape)
+        .with_dtype(dtype)
+        .with_schedule(spec)
+        .run(exec, seed)
+}
+
+/// The verifier on `call` traced on `mesh` under `specs`.
+pub fn check(
+    call: &PallasCall,
+    mesh: &Mesh,
+    specs: &[ScheduleSpec],
+) -> tpusim::Result<tpusim::verify::Report> {
+    Job::call(call.clone(), mesh.clone()).check(specs)
+}
+
+/// `call` on `mesh` lowered and scheduled under `spec`.
+pub fn plan(
+    call: &PallasCall,
+    mesh: &Mesh,
+    spec: ScheduleSpec,
+) -> tpusim::Result<(tpusim::ir::Program, tpusim::ir::Schedule)> {
+    let p = Job::call(call.clone(), mesh.clone())
+        .with_schedule(spec)
+        .plan()?;
+    Ok((p.program, p.schedule))
+}

@@ -4,9 +4,9 @@
 use super::executor::GpuExecutor;
 use super::program::{GpuProgram, Segment};
 use crate::array::HostArray;
-use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
 use crate::exec::{check_inputs, Prepared};
+use crate::ir::{Program, Schedule};
 use std::time::Duration;
 
 const ARENA: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE

@@ -7,7 +7,7 @@
 //! every op it jumps over (no overlapping bytes where either side writes), so the result
 //! is the same as the schedule's order.
 
-use crate::device_sim::program::{DataOp, View};
+use crate::ir::{DataOp, View};
 
 /// Items per batched dispatch (the shader binds 4 sources and 4 destinations).
 pub const MAX_ITEMS: usize = 4;
@@ -129,7 +129,7 @@ pub fn plan(ops: &[DataOp], max_items: usize) -> Vec<Step> {
 mod tests {
     use super::*;
     use crate::array::DType;
-    use crate::device_sim::program::ReduceOp;
+    use crate::ir::ReduceOp;
 
     fn v(device: usize, alloc: usize, offset: usize, len: usize) -> View {
         View::new(device, alloc, offset, len)

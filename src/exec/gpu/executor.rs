@@ -11,10 +11,10 @@ use super::pool::BufferPool;
 use super::recorder::{BindSpec, BufId, Cmd, Recorder, DUMMIES};
 use super::windows::Binding;
 use crate::array::HostArray;
-use crate::device_sim::program::{Allocation, DataOp};
-use crate::device_sim::{Program, Schedule};
 use crate::error::{Error, Result};
 use crate::exec::{check_inputs, Executor, Prepared};
+use crate::ir::{Allocation, DataOp};
+use crate::ir::{Program, Schedule};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -568,6 +568,10 @@ impl Executor for GpuExecutor {
 
     fn buffers_in_host_memory(&self) -> bool {
         self.ctx.memory_is_host()
+    }
+
+    fn is_gpu(&self) -> bool {
+        true
     }
 }
 

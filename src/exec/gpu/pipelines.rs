@@ -1,7 +1,7 @@
 //! Compute pipelines for the WGSL shaders in `shaders/`, built once per device.
 
 use crate::array::DType;
-use crate::device_sim::program::ReduceOp;
+use crate::ir::ReduceOp;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

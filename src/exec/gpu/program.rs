@@ -8,7 +8,7 @@
 //! about 0.1 ms, so this keeps dispatches to one per level of compute.
 
 use super::pipelines::{dtype_code, op_code};
-use crate::device_sim::program::{Allocation, DataOp, View};
+use crate::ir::{Allocation, DataOp, View};
 use std::collections::BTreeMap;
 
 /// Elements in one wave chunk (one workgroup's share of one op).
@@ -297,7 +297,7 @@ fn levels(ops: &[OpRec]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device_sim::program::ReduceOp;
+    use crate::ir::ReduceOp;
     use crate::DType;
 
     fn rec(kind: u32, dst: u32, src: u32, len: u32) -> OpRec {
@@ -320,7 +320,7 @@ mod tests {
     fn copies_and_zero_fills_are_commands_and_compute_one_dispatch_per_level() {
         let alloc = |n: usize| Allocation {
             name: "a".into(),
-            space: crate::device_sim::program::MemorySpace::Any,
+            space: crate::ir::MemorySpace::Any,
             dtype: DType::F32,
             shape: vec![n],
         };

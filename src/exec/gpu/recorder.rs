@@ -5,7 +5,7 @@
 
 use super::pipelines::{HalfOp, Params, Pipelines, WORKGROUP};
 use super::windows::{windows, Binding};
-use crate::device_sim::program::{Allocation, DataOp, View};
+use crate::ir::{Allocation, DataOp, View};
 use bytemuck::Zeroable;
 
 /// A recorded GPU command, before encoding.
@@ -59,7 +59,7 @@ pub(super) const DUMMIES: usize = 5;
 
 /// Turns data ops into GPU commands and the bind groups and parameters they need.
 pub(super) struct Recorder<'a> {
-    /// Every allocation of a device ([`crate::device_sim::Schedule::allocations`]).
+    /// Every allocation of a device ([`crate::ir::Schedule::allocations`]).
     pub(super) allocs: &'a [Allocation],
     pub(super) max_binding: u64,
     pub(super) align: u64,

@@ -1,14 +1,26 @@
 //! Where a collective runs on a mesh: a [`Span::Mesh`] collective is one kernel over
 //! the whole mesh; a [`Span::Ring`] collective on a multi-axis mesh runs its 1-D kernel
-//! once per group of devices along the chosen axes (`device_sim::groups`).
+//! once per group of devices along the chosen axes ([`super::groups`]).
 
-use super::{Collective, Span};
+use super::groups::{groups_along, replicate};
+use super::Mesh;
 use crate::array::HostArray;
-use crate::device_sim::groups::{groups_along, replicate};
-use crate::device_sim::Program;
 use crate::error::{Error, Result};
-use crate::kernel::PallasCall;
-use crate::mesh::Mesh;
+use crate::ir::Program;
+
+/// Which devices one instance of a collective's kernel spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    /// A 1-D kernel over one ring (axis `x`). On a multi-axis mesh every group of
+    /// devices along `--axis` runs it as an independent ring.
+    Ring,
+    /// One kernel over the whole mesh, addressing devices by their coordinates
+    /// (`--mesh` without `--axis`).
+    Mesh,
+}
+
+/// Outputs `[device][operand]` for inputs `[device][operand]` of one kernel instance.
+pub type PerDeviceFn<'a> = dyn Fn(&[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> + 'a;
 
 /// A collective's devices: the whole mesh, the groups its rings run on, and the mesh its
 /// kernel is built for.
@@ -48,15 +60,14 @@ impl Placement {
         })
     }
 
-    /// Where `c` runs on `mesh`: a whole-mesh collective takes no `axis`; a ring
-    /// collective runs along `axis` (default `x`) on a multi-axis mesh, or over a 1-D
-    /// mesh whole when no axis is named.
-    pub fn of(c: &dyn Collective, mesh: Mesh, axis: Option<&str>) -> Result<Self> {
-        match (c.span(), axis) {
+    /// Where a kernel of `span` called `name` runs on `mesh`: a whole-mesh kernel takes
+    /// no `axis`; a ring kernel runs along `axis` (default `x`) on a multi-axis mesh, or
+    /// over a 1-D mesh whole when no axis is named.
+    pub fn of(span: Span, name: &str, mesh: Mesh, axis: Option<&str>) -> Result<Self> {
+        match (span, axis) {
             (Span::Mesh, Some(a)) => Err(Error::bad_input(format!(
-                "`{}` is one kernel over the whole mesh (devices addressed by mesh coordinates): \
-                 give --mesh without --axis (got --axis {a})",
-                c.name()
+                "`{name}` is one kernel over the whole mesh (devices addressed by mesh coordinates): \
+                 give --mesh without --axis (got --axis {a})"
             ))),
             (Span::Mesh, None) => Ok(Self::whole(mesh)),
             (Span::Ring, None) if mesh.axes().len() == 1 => Ok(Self::whole(mesh)),
@@ -70,26 +81,34 @@ impl Placement {
         self.ring.size()
     }
 
-    /// `call` (built for [`Placement::ring`]) lowered on the whole mesh.
-    pub fn lower(&self, call: &PallasCall) -> Result<Program> {
-        let one = call.lower(&self.ring)?;
+    /// `one` (a program traced on [`Placement::ring`]) on the whole mesh: run by every
+    /// group, or as it is.
+    pub fn spread(&self, one: Program) -> Result<Program> {
         match &self.groups {
             Some(g) => replicate(&one, g),
             None => Ok(one),
         }
     }
 
-    /// `c`'s reference for `inputs[device][operand]` of the whole mesh: per group, or
+    /// `f` (a function of one kernel instance's devices, such as a collective's
+    /// reference) applied to `inputs[device][operand]` of the whole mesh: per group, or
     /// over every device.
-    pub fn reference(
+    pub fn per_group(
         &self,
-        c: &dyn Collective,
         inputs: &[Vec<HostArray>],
+        f: &PerDeviceFn,
     ) -> Result<Vec<Vec<HostArray>>> {
-        match &self.groups {
-            Some(g) => super::reference_along(c, g, inputs),
-            None => c.reference(inputs),
+        let Some(groups) = &self.groups else {
+            return f(inputs);
+        };
+        let mut out = vec![Vec::new(); inputs.len()];
+        for g in groups {
+            let mine: Vec<Vec<HostArray>> = g.iter().map(|&d| inputs[d].clone()).collect();
+            for (&d, o) in g.iter().zip(f(&mine)?) {
+                out[d] = o;
+            }
         }
+        Ok(out)
     }
 
     /// `P=…` as reports print it: `16 (4x4)`, `8 (2x4 along y, 2 groups)`, or `4`.

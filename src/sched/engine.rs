@@ -10,11 +10,11 @@ use super::credits::Credits;
 use super::ids::IdMap;
 use super::observer::{NoObserver, Observer};
 use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
-use super::program::{
+use crate::error::{Blocked, Error, ExitProblem, Result};
+use crate::ir::Schedule;
+use crate::ir::{
     Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
 };
-use super::schedule::Schedule;
-use crate::error::{Blocked, Error, ExitProblem, Result};
 use std::collections::BTreeMap;
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit

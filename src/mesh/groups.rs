@@ -5,9 +5,9 @@
 //! the verifier, the cost model (with the mesh's real device ids on its topology) and
 //! the executors need nothing new.
 
-use super::program::{DataOp, Dma, OpKind, Program, SemRef, View};
+use super::Mesh;
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
+use crate::ir::{DataOp, Dma, OpKind, Program, SemRef, View};
 
 /// The groups of `mesh` along `axis`: for every combination of the other coordinates,
 /// the devices in order of their coordinate on `axis`. `axis` may name several axes,

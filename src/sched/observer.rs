@@ -1,7 +1,7 @@
 //! What the scheduler reports as it runs: hooks for the verifier (and any other
 //! analysis that must see the same order of events).
 
-use super::program::{Completion, DataOp, Op, OpSite};
+use crate::ir::{Completion, DataOp, Op, OpSite};
 
 /// Receives every event of a scheduled run, in schedule order. All hooks default to nothing.
 pub trait Observer {

@@ -15,8 +15,8 @@ pub use random::Random;
 pub use ready::{DeviceSet, ReadySet};
 pub use run_ahead::RunAhead;
 
-use super::program::Completion;
 use crate::error::{Error, Result};
+use crate::ir::Completion;
 #[cfg(test)]
 use std::collections::BTreeSet;
 use std::fmt;

@@ -1,6 +1,9 @@
 //! The scheduler's output: one linear order of data ops, valid for every executor.
 
-use super::program::{AllocId, Allocation, DataOp, MemorySpace, Program};
+use super::data::DataOp;
+use super::layout::{AllocId, Allocation, MemorySpace, PerDevice};
+use super::program::Program;
+use super::view::View;
 use crate::array::DType;
 
 /// A linear schedule of data ops (prologue, the grid's work, epilogue).
@@ -28,16 +31,26 @@ impl Schedule {
     /// Every allocation an executor holds on each device for this schedule: the
     /// program's, then the staging area when the schedule uses one.
     pub fn allocations(&self, program: &Program) -> Vec<Allocation> {
-        let mut v = program.layout.allocs.clone();
+        self.memory(program).allocs
+    }
+
+    /// The memory an executor holds for this schedule: on every device the program's
+    /// allocations, then the staging area when the schedule uses one.
+    pub fn memory(&self, program: &Program) -> Memory {
+        let mut allocs = program.layout.allocs.clone();
         if self.staging > 0 {
-            v.push(Allocation {
+            allocs.push(Allocation {
                 name: "DMA data in flight".into(),
                 space: MemorySpace::Any,
                 dtype: DType::I32,
                 shape: vec![self.staging],
             });
         }
-        v
+        Memory {
+            table: PerDevice::new(allocs.len()),
+            devices: program.devices,
+            allocs,
+        }
     }
 
     /// Bytes the schedule moves per run, in plain-copy equivalents: a copy of B bytes
@@ -66,5 +79,49 @@ impl Schedule {
             .filter(|o| matches!(o, DataOp::Copy { .. }))
             .map(|o| o.bytes(&allocs))
             .sum()
+    }
+}
+
+/// Every device's allocations as an executor holds them: one table, device-major.
+#[derive(Clone, Debug)]
+pub struct Memory {
+    /// One device's allocations (the same on every device).
+    pub allocs: Vec<Allocation>,
+    /// Devices.
+    pub devices: usize,
+    table: PerDevice,
+}
+
+impl Memory {
+    /// The index of `v`'s allocation among every device's.
+    #[inline]
+    pub fn index(&self, v: &View) -> usize {
+        self.table.index(v.device(), v.alloc())
+    }
+
+    /// The index of allocation `alloc` of `device`.
+    #[inline]
+    pub fn index_of(&self, device: usize, alloc: AllocId) -> usize {
+        self.table.index(device, alloc)
+    }
+
+    /// Allocations over every device.
+    pub fn len(&self) -> usize {
+        self.table.len(self.devices)
+    }
+
+    /// True when there is no allocation.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The allocation at index `i` (of whichever device).
+    pub fn alloc(&self, i: usize) -> &Allocation {
+        &self.allocs[self.table.split(i).1]
+    }
+
+    /// Every (device, allocation) in index order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Allocation)> + '_ {
+        (0..self.devices).flat_map(move |d| self.allocs.iter().map(move |a| (d, a)))
     }
 }

@@ -1,4 +1,13 @@
-//! The device mesh: P devices laid out on named axes, and device ids into it.
+//! The device mesh: P devices laid out on named axes and device ids into it ([`Mesh`]),
+//! groups of devices along axes ([`groups`]), where a collective runs on a mesh
+//! ([`placement`]), PartitionSpecs ([`partition`]) and sharded arrays ([`sharded`]).
+
+pub mod groups;
+pub mod partition;
+pub mod placement;
+pub mod sharded;
+
+pub use placement::{Placement, Span};
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,142 @@
+//! The memory every device shares: allocations and semaphore slots, and the one
+//! definition of how a (device, id) pair becomes an index into per-device tables.
+
+use super::view::{SemRef, View};
+use crate::array::DType;
+
+/// Index of an allocation in [`Layout::allocs`].
+pub type AllocId = usize;
+/// Index of a semaphore slot in [`Layout::sems`].
+pub type SemId = usize;
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemorySpace {
+    /// HBM (`pl.ANY`): only DMAs may touch it.
+    Any,
+    /// VMEM: where compute runs.
+    Vmem,
+}
+
+/// One allocation, present on every device.
+#[derive(Clone, Debug)]
+pub struct Allocation {
+    /// The kernel's name for it (`x_ref`, `hbm_buf`, …).
+    pub name: String,
+    /// Memory space.
+    pub space: MemorySpace,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl Allocation {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+}
+
+/// Kind of a semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemKind {
+    /// Counts bytes of completed DMAs.
+    Dma,
+    /// Counts signals.
+    Regular,
+    /// The kernel's barrier semaphore (`get_barrier_semaphore`).
+    Barrier,
+    /// A cell of a seed-003 signal matrix: written by `notify`, read by a
+    /// non-decrementing `wait`; counters are monotonic, so no exit check.
+    Signal,
+}
+
+/// One semaphore slot, present on every device (arrays are flattened to `name[i]`).
+#[derive(Clone, Debug)]
+pub struct SemInfo {
+    /// Display name, e.g. `recv_sems[2]`.
+    pub name: String,
+    /// Kind.
+    pub kind: SemKind,
+}
+
+/// The per-device memory layout: allocations and semaphore slots.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    /// Allocations (the same on every device).
+    pub allocs: Vec<Allocation>,
+    /// Semaphore slots (the same on every device).
+    pub sems: Vec<SemInfo>,
+}
+
+/// A table with one entry per (device, id) pair, device-major: how a semaphore slot or an
+/// allocation of one device becomes an index among every device's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerDevice {
+    per_device: usize,
+}
+
+impl PerDevice {
+    /// A table of `per_device` entries for each device.
+    pub fn new(per_device: usize) -> Self {
+        Self { per_device }
+    }
+
+    /// Entries per device.
+    pub fn per_device(&self) -> usize {
+        self.per_device
+    }
+
+    /// The index of entry `id` of `device`.
+    #[inline]
+    pub fn index(&self, device: usize, id: usize) -> usize {
+        device * self.per_device + id
+    }
+
+    /// The device and entry of index `i`.
+    #[inline]
+    pub fn split(&self, i: usize) -> (usize, usize) {
+        (i / self.per_device, i % self.per_device)
+    }
+
+    /// Entries for `devices` devices.
+    pub fn len(&self, devices: usize) -> usize {
+        devices * self.per_device
+    }
+}
+
+impl Layout {
+    /// The table of every device's semaphore slots.
+    pub fn sem_table(&self) -> PerDevice {
+        PerDevice::new(self.sems.len())
+    }
+
+    /// The index of semaphore `s` among every device's slots.
+    #[inline]
+    pub fn sem_slot(&self, s: SemRef) -> usize {
+        self.sem_table().index(s.device(), s.sem())
+    }
+
+    /// The semaphore at index `slot` among every device's slots.
+    pub fn slot_sem(&self, slot: usize) -> SemRef {
+        let (device, sem) = self.sem_table().split(slot);
+        SemRef::new(device, sem)
+    }
+
+    /// The table of every device's allocations of this layout (without a schedule's
+    /// staging area: see [`crate::ir::Schedule::memory`]).
+    pub fn alloc_table(&self) -> PerDevice {
+        PerDevice::new(self.allocs.len())
+    }
+
+    /// The index of `v`'s allocation among every device's allocations of this layout.
+    #[inline]
+    pub fn alloc_index(&self, v: &View) -> usize {
+        self.alloc_table().index(v.device(), v.alloc())
+    }
+}

@@ -1,0 +1,26 @@
+//! The intermediate representation every pipeline step shares: a traced [`Program`]
+//! (the memory [`Layout`] every device has and each device's [`Op`]s: DMA starts, waits,
+//! signals, data ops on [`View`]s), and the [`Schedule`] of data ops the scheduler emits
+//! for the executors. The index arithmetic is defined here once: a semaphore's slot
+//! ([`Layout::sem_slot`]), an allocation's place among every device's
+//! ([`Memory::index`]), whether a wait consumes ([`WaitKind::decrements`]), and the
+//! staging area of DMAs in flight ([`Schedule::memory`]).
+
+mod data;
+mod dma;
+mod layout;
+mod op;
+mod program;
+mod schedule;
+mod site;
+mod source_files;
+mod view;
+
+pub use data::{DataOp, ReduceOp};
+pub use dma::{Completion, Dma};
+pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
+pub use op::{Cmp, Op, OpKind, WaitKind};
+pub use program::{grid_coords, Program};
+pub use schedule::{Memory, Schedule};
+pub use site::{OpSite, SourceLoc};
+pub use view::{SemRef, View};

@@ -1,0 +1,81 @@
+//! Traced ops: what one step of a device's program does.
+
+use super::data::DataOp;
+use super::site::OpSite;
+use super::view::SemRef;
+
+/// Why a device blocks on a semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// `copy.wait()` of a local DMA.
+    DmaWait,
+    /// `wait_send()` of a remote DMA.
+    WaitSend,
+    /// `wait_recv()` of a remote DMA.
+    WaitRecv,
+    /// `semaphore_wait`.
+    Semaphore,
+    /// Seed-003 `wait` on a signal cell (does not decrement).
+    Signal,
+}
+
+impl WaitKind {
+    /// True when passing the wait subtracts its amount from the semaphore: every wait but
+    /// a seed-003 signal wait, which only reads its cell.
+    #[inline]
+    pub fn decrements(self) -> bool {
+        self != WaitKind::Signal
+    }
+}
+
+/// How a wait compares the semaphore with its amount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    /// `value >= amount`.
+    Ge,
+    /// `value == amount`.
+    Eq,
+}
+
+/// What one traced op does.
+#[derive(Clone, Debug)]
+pub enum OpKind {
+    /// Put DMA `Program::dmas[id]` in flight.
+    DmaStart(usize),
+    /// Block until `sem` compares true with `amount`; then subtract `amount`
+    /// unless the wait is a seed-003 signal wait.
+    Wait {
+        /// Semaphore (always on the waiting device).
+        sem: SemRef,
+        /// Amount.
+        amount: u64,
+        /// Which API call.
+        why: WaitKind,
+        /// Comparison.
+        cmp: Cmp,
+    },
+    /// Add `inc` to `sem` (possibly on another device), or set it to `inc`.
+    Signal {
+        /// Semaphore.
+        sem: SemRef,
+        /// Increment (or the value, with `set`).
+        inc: u64,
+        /// Seed-003 `NotifyOp::Set`.
+        set: bool,
+    },
+    /// VMEM compute (boxed: the other kinds are under half its size, and a program at
+    /// large P holds millions of ops).
+    Compute(Box<DataOp>),
+    /// A step boundary for step tables in kernels that loop inside one grid point
+    /// (`Ctx::trace_step`); no effect on execution.
+    Mark(std::sync::Arc<str>),
+}
+
+/// One traced op.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// Where it came from.
+    pub site: OpSite,
+}

@@ -1,0 +1,124 @@
+//! Executing a job: its plan (program and schedule) on an executor, on the user's data
+//! or on deterministic random data checked against the reference.
+
+use super::Job;
+use crate::array::{DType, HostArray};
+use crate::budget::Work;
+use crate::error::Result;
+use crate::exec::{check_inputs, count_wrong, host_words, Executor};
+use crate::ir::{Program, Schedule};
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+/// A job lowered and scheduled: what every executor runs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The traced program on every device of the mesh.
+    pub program: Program,
+    /// Its schedule of data ops.
+    pub schedule: Schedule,
+    /// Time spent lowering and scheduling.
+    pub plan_time: Duration,
+}
+
+impl Plan {
+    /// Runs the plan once on `exec`: `inputs[device][operand]` in, outputs out.
+    pub fn execute(
+        &self,
+        exec: &mut dyn Executor,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        check_inputs(&self.program, inputs)?;
+        exec.check(&self.program)?;
+        exec.execute(&self.program, &self.schedule, inputs)
+    }
+}
+
+/// The outcome of [`Job::run`].
+#[derive(Debug)]
+pub struct Checked {
+    /// Elements that differ from the reference, over all devices and outputs.
+    pub wrong: usize,
+    /// Elements compared.
+    pub total: usize,
+    /// Time spent executing the schedule (upload, run, readback).
+    pub exec_time: Duration,
+    /// Time spent lowering and scheduling.
+    pub plan_time: Duration,
+    /// The schedule's length in data ops.
+    pub data_ops: usize,
+}
+
+/// Deterministic random inputs for every device and operand of `program`: floats
+/// uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact under
+/// sums). A limit error when the host cannot hold them.
+pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..program.devices)
+        .map(|_| {
+            program
+                .inputs
+                .iter()
+                .map(|&a| {
+                    let alloc = &program.layout.allocs[a];
+                    let mut words = host_words(alloc.numel(), &format!("input `{}`", alloc.name))?;
+                    for w in &mut words {
+                        *w = match alloc.dtype {
+                            DType::F32 => rng.random::<f32>().to_bits(),
+                            DType::I32 => rng.random_range(-1000i32..1000) as u32,
+                            d => d.bits_of(rng.random::<f32>() as f64),
+                        };
+                    }
+                    Ok(HostArray {
+                        dtype: alloc.dtype,
+                        shape: alloc.shape.clone(),
+                        words,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl Job {
+    /// The work of a run on `exec`, for the budget.
+    pub fn run_work(exec: &dyn Executor, model: bool, timeline: bool) -> Work {
+        Work::Run {
+            buffers: Job::buffers_on(exec),
+            gpu: exec.is_gpu(),
+            model,
+            timeline,
+        }
+    }
+
+    /// Runs the job once on `exec` on `inputs[device][operand]` (the kernel's input
+    /// shapes) and returns `outputs[device][operand]`.
+    pub fn execute(
+        &self,
+        exec: &mut dyn Executor,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        self.ensure_fits(Job::run_work(exec, false, false))?;
+        self.plan()?.execute(exec, inputs)
+    }
+
+    /// Runs the job on deterministic random data from `seed` and counts the elements
+    /// that differ from the reference.
+    pub fn run(&self, exec: &mut dyn Executor, seed: u64) -> Result<Checked> {
+        self.ensure_fits(Job::run_work(exec, false, false))?;
+        let plan = self.plan()?;
+        exec.check(&plan.program)?;
+        let inputs = random_inputs(&plan.program, seed)?;
+        let expected = self.reference(&inputs)?;
+        let t1 = Instant::now();
+        let got = exec.execute(&plan.program, &plan.schedule, &inputs)?;
+        let exec_time = t1.elapsed();
+        Ok(Checked {
+            wrong: count_wrong(&got, &expected, self.tolerance()),
+            total: expected.iter().flatten().map(HostArray::len).sum(),
+            exec_time,
+            plan_time: plan.plan_time,
+            data_ops: plan.schedule.ops.len(),
+        })
+    }
+}

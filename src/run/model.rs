@@ -1,0 +1,97 @@
+//! A job on the cost model's clock: the modeled time, the timeline, and nccl-tests'
+//! figures (size, algbw, busbw) with the ideal ring bound they are compared with.
+
+use super::Job;
+use crate::budget::Work;
+use crate::error::Result;
+use crate::model::{bus_factor, ideal_seconds, CostModel, Timed, TimedEvent, Topology, Traffic};
+
+/// nccl-tests' figures of a modeled run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nccl {
+    /// The traffic class the figures follow.
+    pub traffic: Traffic,
+    /// Devices one instance spans (the bus factor's P).
+    pub devices: usize,
+    /// nccl-tests' size in bytes.
+    pub size: u64,
+    /// size / time, bytes per second.
+    pub algbw: f64,
+    /// algbw times the bus factor.
+    pub busbw: f64,
+    /// The bandwidth bound of a ring on one link direction, seconds.
+    pub ideal_seconds: f64,
+}
+
+/// The outcome of [`Job::model`].
+#[derive(Clone, Debug)]
+pub struct Modeled {
+    /// The model it ran on (its topology filled in).
+    pub model: CostModel,
+    /// The wiring the run used.
+    pub topology: Topology,
+    /// Devices of the whole mesh.
+    pub devices: usize,
+    /// Modeled seconds from the first op to the last completion.
+    pub seconds: f64,
+    /// nccl-tests' figures, for collectives (and kernels given a traffic class).
+    pub nccl: Option<Nccl>,
+    /// The timeline.
+    pub events: Vec<TimedEvent>,
+}
+
+impl Modeled {
+    /// The ideal ring bound as a fraction of the modeled time.
+    pub fn ideal_fraction(&self) -> Option<f64> {
+        let n = self.nccl.as_ref()?;
+        (self.seconds > 0.0).then(|| n.ideal_seconds / self.seconds)
+    }
+
+    /// The timeline as Chrome trace JSON (Perfetto), for kernel `name`.
+    pub fn chrome_trace(&self, name: &str) -> serde_json::Value {
+        crate::model::chrome_trace(name, self.devices, &self.events)
+    }
+}
+
+impl Job {
+    /// The job on the cost model `m`'s clock. A multi-axis mesh is wired as the torus of
+    /// its shape unless `m` names a topology. `traffic` gives nccl-tests' figures for a
+    /// kernel of the user's own (a collective has its own class).
+    pub fn model(&self, m: &CostModel, traffic: Option<Traffic>) -> Result<Modeled> {
+        self.ensure_fits(Work::Model { timeline: true })?;
+        let mut m = m.clone();
+        let mesh = &self.place().mesh;
+        if m.topology.is_none() && mesh.axes().len() > 1 {
+            m.topology = Some(Topology::of_mesh(mesh));
+        }
+        let program = self.lower()?;
+        m.check_vmem(&program)?;
+        let mut timed = Timed::new(&program, m.clone())?;
+        crate::sched::schedule(&program, &mut timed)?;
+        let run = timed.finish();
+        let traffic = traffic.or_else(|| self.collective_of().map(|c| c.traffic()));
+        let nccl = traffic.map(|t| {
+            // Sizes and bus factors are per collective: per group on a multi-axis mesh.
+            let n = self.place().devices();
+            let shard_bytes = (self.shape().iter().product::<usize>() * self.dtype().size()) as u64;
+            let size = t.size(n, shard_bytes);
+            let algbw = size as f64 / run.seconds.max(f64::MIN_POSITIVE);
+            Nccl {
+                traffic: t,
+                devices: n,
+                size,
+                algbw,
+                busbw: algbw * bus_factor(t, n),
+                ideal_seconds: ideal_seconds(t, n, size as f64, m.link_bw),
+            }
+        });
+        Ok(Modeled {
+            topology: m.topology_for(mesh.size()),
+            model: m,
+            devices: mesh.size(),
+            seconds: run.seconds,
+            nccl,
+            events: run.events,
+        })
+    }
+}

@@ -1,0 +1,15 @@
+//! The scheduler: runs a traced [`crate::ir::Program`] against semaphore state under a
+//! [`Policy`] and emits the [`crate::ir::Schedule`] of data ops the executors run. An
+//! [`Observer`] sees every event of a run in order: entries, ops, DMA completions, and
+//! every credit and consumption of a semaphore (the verifier, the step tables and the
+//! cost model listen instead of re-deriving semaphore state).
+
+pub mod credits;
+mod engine;
+pub mod ids;
+pub mod observer;
+pub mod policies;
+
+pub use engine::{observe, schedule, schedule_observed};
+pub use observer::{NoObserver, Observer};
+pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};
