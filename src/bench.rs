@@ -149,6 +149,12 @@ impl BenchRow {
     }
 }
 
+impl serde::Serialize for BenchRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.json().serialize(s)
+    }
+}
+
 /// Parses `8`, `4K`, `64M`, `1G` (binary multiples) into bytes.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();

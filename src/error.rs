@@ -1,12 +1,13 @@
 //! One error type for the whole crate; every message names what went wrong and where.
 
+use serde::{Serialize, Serializer};
 use std::fmt;
 
 /// Crate-wide result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Where in a kernel something happened: device, grid point, op and kernel source line.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Site {
     /// Linear device id.
     pub device: usize,
@@ -46,8 +47,28 @@ pub enum KernelErrorKind {
     PeerRead,
 }
 
+impl KernelErrorKind {
+    /// How messages name the kind: `device id out of range`, `out of bounds`, ….
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelErrorKind::DeviceIdOutOfRange => "device id out of range",
+            KernelErrorKind::OutOfBounds => "out of bounds",
+            KernelErrorKind::ShapeMismatch => "shape mismatch",
+            KernelErrorKind::HbmInCompute => "HBM used in compute",
+            KernelErrorKind::Misuse => "misuse",
+            KernelErrorKind::PeerRead => "peer read in the TPU model",
+        }
+    }
+}
+
+impl Serialize for KernelErrorKind {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// A mistake found while tracing a kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelError {
     /// The kind of mistake.
     pub kind: KernelErrorKind,
@@ -58,7 +79,7 @@ pub struct KernelError {
 }
 
 /// A device that cannot make progress when the run deadlocks.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Blocked {
     /// Where the device waits.
     pub site: Site,
@@ -73,10 +94,12 @@ pub struct Blocked {
 }
 
 /// Something left over when every device finished the kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind")]
 #[non_exhaustive]
 pub enum ExitProblem {
     /// A semaphore is not back at zero.
+    #[serde(rename = "semaphore not zero")]
     SemaphoreNotZero {
         /// Device holding it.
         device: usize,
@@ -88,6 +111,7 @@ pub enum ExitProblem {
         last_signal: Option<Site>,
     },
     /// A DMA completed but nobody waited for it.
+    #[serde(rename = "DMA never waited")]
     DmaNotWaited {
         /// Where it was started.
         site: Site,
@@ -168,17 +192,7 @@ impl fmt::Display for Error {
                 f,
                 "{what} needs {requested} bytes but the limit is {limit} bytes"
             ),
-            Error::Kernel(e) => {
-                let kind = match e.kind {
-                    KernelErrorKind::DeviceIdOutOfRange => "device id out of range",
-                    KernelErrorKind::OutOfBounds => "out of bounds",
-                    KernelErrorKind::ShapeMismatch => "shape mismatch",
-                    KernelErrorKind::HbmInCompute => "HBM used in compute",
-                    KernelErrorKind::Misuse => "misuse",
-                    KernelErrorKind::PeerRead => "peer read in the TPU model",
-                };
-                write!(f, "{kind}: {} in {}", e.detail, e.site)
-            }
+            Error::Kernel(e) => write!(f, "{}: {} in {}", e.kind.name(), e.detail, e.site),
             Error::Deadlock(blocked) => {
                 writeln!(
                     f,

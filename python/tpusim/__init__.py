@@ -15,7 +15,6 @@ Errors are exceptions carrying the Rust core's messages: :class:`BadInput`,
 subclasses of :class:`TpusimError`.
 """
 
-import json as _json
 
 import numpy as _np
 
@@ -46,17 +45,17 @@ __all__ = [
 
 def collectives():
     """The shipped collectives: ``[{"name", "summary", "takes_op", "takes_perm", "apply_dims"}]``."""
-    return _json.loads(_native.collectives())
+    return _native.collectives()
 
 
 def variants():
     """The deliberately broken variants ``check(..., variant=...)`` knows."""
-    return _json.loads(_native.variants())
+    return _native.variants()
 
 
 def presets():
     """The cost-model presets (figures and sources)."""
-    return _json.loads(_native.presets())
+    return _native.presets()
 
 
 def adapters():
@@ -105,46 +104,55 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
     return out if all_outputs else [d[0] for d in out]
 
 
-def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None):
+def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None,
+              axis=None):
     """Like ``jax.shard_map(lambda x: lax.<collective>(x, "x"), …)`` on a global array:
     split along `in_dim`, run shipped collective `name` on every device, join along
     `out_dim` (defaults: the seed's partition specs, as ``tpusim apply`` uses)."""
     (x,) = _arrays([x])
     return _native.collective_shard_map(
-        name, _mesh(mesh, devices), x, in_dim, out_dim, op, _perm(perm), backend or config.backend
+        name, _mesh(mesh, devices), x, in_dim, out_dim, op, _perm(perm), backend or config.backend, axis
     )
 
 
-def check(name, devices=4, *, schedules=200, seed=0, variant=None, shape=None, replay=None):
-    """The verifier on shipped collective `name` (or its broken `variant`)."""
-    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay)
-    title = f"{name}{' --variant ' + variant if variant else ''} P={devices}"
-    return Report.from_json(_json.loads(r), title)
+def _devices(mesh, devices):
+    return mesh.size if mesh is not None else devices
 
 
-def trace(name, devices=4):
-    """The step table of shipped collective `name` at P = `devices`."""
-    return Table.from_json(_json.loads(_native.collective_trace(name, devices)))
+def check(name, devices=4, *, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
+          axis=None):
+    """The verifier on shipped collective `name` (or its broken `variant`), on a ring of
+    `devices` or on `mesh` (along `axis` for a ring collective on a multi-axis mesh)."""
+    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis)
+    title = f"{name}{' --variant ' + variant if variant else ''} P={_devices(mesh, devices)}"
+    return Report.from_dict(r, title)
 
 
-def model(name, devices=4, *, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, **overrides):
+def trace(name, devices=4, *, mesh=None, axis=None, dtype="f32"):
+    """The step table of shipped collective `name` at P = `devices` (or on `mesh`)."""
+    return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype))
+
+
+def model(name, devices=4, *, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,
+          axis=None, topology=None, **overrides):
     """Shipped collective `name` on the cost model's clock: modeled time, nccl-tests'
-    algbw and busbw, the ideal ring bound; `timeline` writes the Chrome trace there."""
+    algbw and busbw, the ideal ring bound; `timeline` writes the Chrome trace there.
+    On `mesh` it is placed and wired as ``tpusim run --mesh … --model`` does it (a
+    multi-axis mesh on its own torus unless `topology` says otherwise)."""
     r = _native.collective_model(
-        name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None
+        name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None,
+        mesh, axis, topology,
     )
-    return ModelRun.from_json(_json.loads(r), timeline)
+    return ModelRun.from_dict(r, timeline)
 
 
 def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5,
-          checks=1, dtype="f32", backend=None, schedule="eager"):
+          checks=1, dtype="f32", backend=None, schedule="eager", mesh=None, axis=None):
     """``tpusim bench``: a size sweep of shipped collective `name`; one dict per size
     (``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``wrong``, …)."""
-    return _json.loads(
-        _native.collective_bench(
-            name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
-            dtype, backend or config.backend, schedule,
-        )
+    return _native.collective_bench(
+        name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
+        dtype, backend or config.backend, schedule, mesh, axis,
     )
 
 

@@ -8,7 +8,6 @@ table (``.trace``), run on the cost model's clock (``.model``) and timed (``.ben
 each of these records the pallas_call the function makes (exactly one)."""
 
 import contextlib
-import json
 
 import numpy as np
 
@@ -282,30 +281,29 @@ class ShardMapped:
         `schedules` (or exactly the one `replay` names). Returns a :class:`Report`."""
         call, _, _ = self.kernel(*args)
         r = call.check(schedules, seed, replay)
-        return Report.from_json(json.loads(r), f"{call.name} P={self.mesh.size}")
+        return Report.from_dict(r, f"{call.name} P={self.mesh.size}")
 
     def trace(self, *args, like=None):
         """The step table: every device's buffers after every grid point (lockstep
         schedule). `like="psum"` uses that shipped collective's columns and notation."""
         call, _, first = self.kernel(*args)
         shard0 = list(first[0].shape) if first else []
-        return Table.from_json(json.loads(call.trace(shard0, like)))
+        return Table.from_dict(call.trace(shard0, like))
 
-    def model(self, *args, preset="v5e", traffic=None, timeline=None, **overrides):
+    def model(self, *args, preset="v5e", traffic=None, timeline=None, topology=None, **overrides):
         """The kernel on the cost model's clock (`preset` with overrides such as
-        ``link_gbps=…``). `traffic` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
-        ``send_recv``) adds nccl-tests' bandwidths; `timeline` writes the Chrome trace."""
-        call, _, first = self.kernel(*args)
-        shard_bytes = int(first[0].nbytes) if first else 0
-        r = json.loads(
-            call.model(preset, list(overrides.items()) or None, traffic, shard_bytes, timeline is not None)
-        )
-        return ModelRun.from_json(r, timeline)
+        ``link_gbps=…``; a multi-axis mesh on its own torus unless `topology` says
+        otherwise). `traffic` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+        ``send_recv``) adds nccl-tests' bandwidths for the first input's size; `timeline`
+        writes the Chrome trace."""
+        call, _, _ = self.kernel(*args)
+        r = call.model(preset, list(overrides.items()) or None, traffic, timeline is not None, topology)
+        return ModelRun.from_dict(r, timeline)
 
     def bench(self, *args, iters=20, warmup=5, backend=None, schedule="eager"):
         """Times the kernel's schedule on the executor (built and prepared once)."""
         call, inputs, _ = self.kernel(*args)
-        return json.loads(call.bench(inputs, backend or config.backend, iters, warmup, schedule))
+        return call.bench(inputs, backend or config.backend, iters, warmup, schedule)
 
 
 def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True, check_rep=None, axis_names=None):

@@ -1,4 +1,4 @@
-"""What tpusim reports, as Python objects: the verifier's :class:`Report`, step
+"""What tpusim reports, as Python objects (built from the core's data: dicts): the verifier's :class:`Report`, step
 :class:`Table`, and a modeled run (:class:`ModelRun`). Each keeps the Rust core's text
 (``str(report)``, ``finding.message``, ``table.markdown``)."""
 
@@ -26,7 +26,7 @@ class Site:
         return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
 
     @classmethod
-    def from_json(cls, d):
+    def from_dict(cls, d):
         return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"))
 
     def __str__(self):
@@ -57,13 +57,13 @@ class Finding:
         return seen
 
     @classmethod
-    def from_json(cls, d):
+    def from_dict(cls, d):
         return cls(
             d["kind"],
             d["message"],
             d["schedule"],
             d["schedules"],
-            [Site.from_json(s) for s in d["sites"]],
+            [Site.from_dict(s) for s in d["sites"]],
             d["details"],
         )
 
@@ -84,8 +84,8 @@ class Report:
         return [f.kind for f in self.findings]
 
     @classmethod
-    def from_json(cls, d, title):
-        return cls(title, d["schedules"], [Finding.from_json(f) for f in d["findings"]])
+    def from_dict(cls, d, title):
+        return cls(title, d["schedules"], [Finding.from_dict(f) for f in d["findings"]])
 
     def __str__(self):
         if self.clean:
@@ -128,7 +128,7 @@ class Table:
     markdown: str
 
     @classmethod
-    def from_json(cls, d):
+    def from_dict(cls, d):
         rows = [
             Row(tuple(r["after"]) if r["after"] is not None else None, r.get("step"), r["cells"], n)
             for r, n in zip(d["rows"], d["notation"])
@@ -163,6 +163,7 @@ class ModelRun:
     model: str
     seconds: float
     events: int
+    topology: Optional[str] = None
     size: Optional[float] = None
     algbw: Optional[float] = None
     busbw: Optional[float] = None
@@ -171,11 +172,12 @@ class ModelRun:
     timeline_path: Optional[str] = None
 
     @classmethod
-    def from_json(cls, d, path=None):
+    def from_dict(cls, d, path=None):
         run = cls(
             d["model"],
             d["seconds"],
             d["events"],
+            d.get("topology"),
             d.get("size"),
             d.get("algbw"),
             d.get("busbw"),

@@ -19,6 +19,43 @@ pub enum Traffic {
 }
 
 impl Traffic {
+    /// Every class, with its name ([`Traffic::name`]).
+    pub const ALL: [Traffic; 6] = [
+        Traffic::AllReduce,
+        Traffic::AllGather,
+        Traffic::ReduceScatter,
+        Traffic::SendRecv,
+        Traffic::Broadcast,
+        Traffic::AllToAll,
+    ];
+
+    /// Its name: `all_reduce`, `all_gather`, `reduce_scatter`, `send_recv`,
+    /// `broadcast`, `all_to_all`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Traffic::AllReduce => "all_reduce",
+            Traffic::AllGather => "all_gather",
+            Traffic::ReduceScatter => "reduce_scatter",
+            Traffic::SendRecv => "send_recv",
+            Traffic::Broadcast => "broadcast",
+            Traffic::AllToAll => "all_to_all",
+        }
+    }
+
+    /// The class called `name`.
+    pub fn parse(name: &str) -> crate::Result<Self> {
+        Traffic::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Traffic::ALL.iter().map(|t| t.name()).collect();
+                crate::Error::bad_input(format!(
+                    "unknown traffic `{name}` (expected {})",
+                    names.join(", ")
+                ))
+            })
+    }
+
     /// nccl-tests' size for one device's input of `shard_bytes` bytes on `p` devices:
     /// the gathered output for an all-gather, the device's own buffer otherwise.
     pub fn size(self, p: usize, shard_bytes: u64) -> u64 {

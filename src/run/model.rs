@@ -53,6 +53,27 @@ impl Modeled {
     }
 }
 
+/// A modeled run as data: the model, the topology, the modeled seconds, the number of
+/// timeline events and, with a traffic class, nccl-tests' size, algbw and busbw
+/// (bytes/s) and the ideal ring bound (the timeline itself: [`Modeled::chrome_trace`]).
+impl serde::Serialize for Modeled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut v = serde_json::json!({
+            "model": self.model.name,
+            "topology": self.topology.to_string(),
+            "seconds": self.seconds,
+            "events": self.events.len(),
+        });
+        if let Some(n) = &self.nccl {
+            v["size"] = serde_json::json!(n.size);
+            v["algbw"] = serde_json::json!(n.algbw);
+            v["busbw"] = serde_json::json!(n.busbw);
+            v["ideal_seconds"] = serde_json::json!(n.ideal_seconds);
+        }
+        v.serialize(s)
+    }
+}
+
 impl Job {
     /// The job on the cost model `m`'s clock. A multi-axis mesh is wired as the torus of
     /// its shape unless `m` names a topology. `traffic` gives nccl-tests' figures for a

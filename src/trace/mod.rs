@@ -181,3 +181,22 @@ impl Table {
         })
     }
 }
+
+/// The table as data: its JSON form ([`Table::json`]) with every cell in the seeds'
+/// notation (`notation[row][device][column]`) and the markdown.
+impl serde::Serialize for Table {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut v = self.json();
+        v["notation"] = json!(self
+            .rows
+            .iter()
+            .map(|r| r
+                .cells
+                .iter()
+                .map(|d| d.iter().map(|c| self.notation(c)).collect::<Vec<_>>())
+                .collect::<Vec<_>>())
+            .collect::<Vec<_>>());
+        v["markdown"] = json!(self.markdown());
+        v.serialize(s)
+    }
+}

@@ -10,6 +10,7 @@ mod log;
 mod naive;
 mod orders;
 mod race;
+mod serialize;
 mod sync;
 
 pub use clock::Clock;

@@ -32,7 +32,7 @@ struct Access {
 }
 
 /// One side of a race.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RaceSide {
     /// Who accessed: `device 2`, or `DMA device 1 -> device 2`.
     pub actor: String,
@@ -44,7 +44,7 @@ pub struct RaceSide {
 
 /// Why a wait that looked like it ordered a DMA does not: its semaphore can be
 /// credited by other DMAs (or signals) in flight at the same time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SharedSemaphore {
     /// The semaphore.
     pub semaphore: String,
@@ -57,7 +57,7 @@ pub struct SharedSemaphore {
 }
 
 /// Two unordered accesses to the same bytes, at least one a write.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Race {
     /// Allocation name.
     pub alloc: String,
@@ -71,6 +71,7 @@ pub struct Race {
     pub second: RaceSide,
     /// When a DMA's side looked waited for, the shared semaphore that makes the wait
     /// not enough.
+    #[serde(rename = "shared_semaphore")]
     pub shared: Option<Box<SharedSemaphore>>,
 }
 
@@ -146,7 +147,7 @@ impl RaceSide {
 }
 
 /// A remote DMA or signal sent to a device not known to have entered the kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct EarlySend {
     /// What was sent: `DMA into `out_ref`` or `signal on `capacity_sem``.
     pub what: String,

@@ -1,0 +1,87 @@
+//! Arrays across the boundary: numpy arrays (float32, int32, float16, ml_dtypes'
+//! bfloat16) in and out as host arrays.
+
+use crate::errors::{BadInput, OrPy};
+use numpy::{PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use tpusim::{DType, HostArray};
+
+/// A numpy array (C-contiguous) as a host array.
+pub fn to_host(x: &Bound<'_, PyAny>) -> PyResult<HostArray> {
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, f32>>() {
+        let shape = a.shape().to_vec();
+        return HostArray::from_f32(&shape, a.as_slice()?.to_vec()).py();
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, i32>>() {
+        let shape = a.shape().to_vec();
+        return HostArray::from_i32(&shape, a.as_slice()?.to_vec()).py();
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, half::f16>>() {
+        let shape = a.shape().to_vec();
+        return HostArray::from_f16(&shape, a.as_slice()?.to_vec()).py();
+    }
+    // Only a bfloat16 array is extracted as one: numpy's bf16 type exists only once
+    // ml_dtypes (which defines it) is imported.
+    let is_bf16 = x
+        .getattr("dtype")
+        .and_then(|d| d.getattr("name"))
+        .is_ok_and(|n| n.to_string() == "bfloat16");
+    if is_bf16 {
+        let a = x.extract::<PyReadonlyArrayDyn<'_, half::bf16>>()?;
+        let shape = a.shape().to_vec();
+        return HostArray::from_bf16(&shape, a.as_slice()?.to_vec()).py();
+    }
+    let what = x
+        .getattr("dtype")
+        .map(|d| d.to_string())
+        .unwrap_or_else(|_| x.get_type().to_string());
+    Err(BadInput::new_err(format!(
+        "bad input: arrays must be numpy float32, int32, float16 or bfloat16 (ml_dtypes), C-contiguous; got {what}"
+    )))
+}
+
+/// A host array as a numpy array.
+pub fn to_numpy<'py>(py: Python<'py>, a: &HostArray) -> PyResult<Bound<'py, PyAny>> {
+    let flat = match a.dtype {
+        DType::F32 => PyArray1::from_vec(py, a.as_f32().to_vec()).into_any(),
+        DType::I32 => PyArray1::from_vec(py, a.as_i32().to_vec()).into_any(),
+        DType::F16 => {
+            let v: Vec<half::f16> = a.halves().into_iter().map(half::f16::from_bits).collect();
+            PyArray1::from_vec(py, v).into_any()
+        }
+        DType::BF16 => {
+            // numpy's bfloat16 is ml_dtypes'; without it there is no array to return.
+            py.import("ml_dtypes").map_err(|_| {
+                BadInput::new_err(
+                    "bad input: bf16 results are ml_dtypes.bfloat16 arrays; install ml_dtypes (pip install ml_dtypes)",
+                )
+            })?;
+            let v: Vec<half::bf16> = a.halves().into_iter().map(half::bf16::from_bits).collect();
+            PyArray1::from_vec(py, v).into_any()
+        }
+    };
+    flat.call_method1("reshape", (a.shape.clone(),))
+}
+
+/// `inputs[device][operand]` numpy arrays as host arrays.
+pub fn per_device(inputs: &[Vec<Bound<'_, PyAny>>]) -> PyResult<Vec<Vec<HostArray>>> {
+    inputs
+        .iter()
+        .map(|d| d.iter().map(to_host).collect())
+        .collect()
+}
+
+/// `outputs[device][operand]` host arrays as numpy arrays.
+pub fn to_numpy_all<'py>(
+    py: Python<'py>,
+    out: &[Vec<HostArray>],
+) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    out.iter()
+        .map(|d| d.iter().map(|a| to_numpy(py, a)).collect())
+        .collect()
+}
+
+/// Rust data as Python objects (dicts, lists, numbers, strings).
+pub fn to_py_data<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    pythonize::pythonize(py, v).map_err(PyErr::from)
+}

@@ -1,0 +1,355 @@
+//! The shipped collectives for Python: run on numpy arrays, `shard_map` on a global
+//! array, verified, traced, modeled and benched, each a job of the pipeline placed on
+//! a mesh as the command line places it (`axis` on a multi-axis mesh).
+
+use crate::arrays::{per_device, to_host, to_numpy, to_numpy_all, to_py_data};
+use crate::errors::{BadInput, OrPy};
+use crate::executors::executor;
+use crate::kernel;
+use crate::PyMesh;
+use pyo3::prelude::*;
+use serde_json::json;
+use std::sync::Arc;
+use tpusim::bench::{self, BenchConfig};
+use tpusim::collectives::variants::variants as all_variants;
+use tpusim::collectives::{Collective, Options, Ppermute, Registry};
+use tpusim::kernel::ReduceOp;
+use tpusim::mesh::sharded::ShardedArray;
+use tpusim::mesh::{Mesh, Placement};
+use tpusim::model::{presets as model_presets, Knob, ModelSpec, Topology};
+use tpusim::run::{random_inputs, Job, Modeled};
+use tpusim::sched::ScheduleSpec;
+use tpusim::DType;
+
+/// The model Python asks for: `preset`, `(name, value)` overrides in the knobs' units
+/// (`link_gbps`, …) and a topology (`ring`, `full`, `torus:AxB`).
+pub fn model_spec(
+    preset: &str,
+    overrides: Option<Vec<(String, f64)>>,
+    topology: Option<&str>,
+) -> PyResult<ModelSpec> {
+    let overrides = overrides
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| Ok((Knob::parse(&k)?, v)))
+        .collect::<tpusim::Result<Vec<_>>>()
+        .py()?;
+    Ok(ModelSpec {
+        preset: preset.to_string(),
+        overrides,
+        topology: topology.map(Topology::parse).transpose().py()?,
+    })
+}
+
+/// A modeled run as Python data, with its Chrome trace when `timeline`.
+pub fn modeled<'py>(
+    py: Python<'py>,
+    m: &Modeled,
+    name: &str,
+    timeline: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut v = serde_json::to_value(m).map_err(|e| BadInput::new_err(e.to_string()))?;
+    if timeline {
+        v["timeline"] = m.chrome_trace(name);
+    }
+    to_py_data(py, &v)
+}
+
+fn collective(
+    name: &str,
+    op: &str,
+    perm: Option<Vec<(usize, usize)>>,
+) -> tpusim::Result<Arc<dyn Collective>> {
+    let opts = Options {
+        op: ReduceOp::parse(op)?,
+        perm,
+    };
+    Registry::builtin().get(name, &opts)
+}
+
+/// The job of shipped collective `name` (or its broken `variant`) with `op`/`perm` on
+/// `mesh` (or a ring of `devices`), along `axis` on a multi-axis mesh.
+#[allow(clippy::too_many_arguments)]
+fn job(
+    name: &str,
+    op: &str,
+    perm: Option<Vec<(usize, usize)>>,
+    variant: Option<&str>,
+    mesh: Option<&PyMesh>,
+    devices: usize,
+    axis: Option<&str>,
+) -> tpusim::Result<Job> {
+    let reg = Registry::builtin();
+    let opts = Options {
+        op: ReduceOp::parse(op)?,
+        perm,
+    };
+    let c = reg.get(name, &opts)?;
+    let mesh = match mesh {
+        Some(m) => m.mesh.clone(),
+        None => Mesh::new(devices, "x")?,
+    };
+    let place = Placement::of(c.span(), c.name(), mesh, axis)?;
+    Job::named(&reg, name, &opts, variant, place)
+}
+
+/// The shipped collectives: `[{"name", "summary", "takes_op", "takes_perm", "apply_dims"}]`.
+#[pyfunction]
+pub fn collectives(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let v: Vec<serde_json::Value> = Registry::builtin()
+        .iter()
+        .map(|c| {
+            let t = c.takes();
+            json!({"name": c.name(), "summary": c.summary(), "takes_op": t.op,
+                 "takes_perm": t.perm, "apply_dims": c.apply_dims()})
+        })
+        .collect();
+    to_py_data(py, &v)
+}
+
+/// The deliberately broken variants: `[{"collective", "name", "summary", "expect"}]`.
+#[pyfunction]
+pub fn variants(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let v: Vec<serde_json::Value> = all_variants()
+        .iter()
+        .map(|v| {
+            json!({"collective": v.collective, "name": v.name, "summary": v.summary,
+                 "expect": v.expect.to_string()})
+        })
+        .collect();
+    to_py_data(py, &v)
+}
+
+/// The cost-model presets: `[{"name", "source", figures...}]`.
+#[pyfunction]
+pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let v: Vec<serde_json::Value> = model_presets()
+        .iter()
+        .map(|p| {
+            let m = (p.model)();
+            json!({"name": p.name, "source": p.source, "link_bw": m.link_bw,
+                 "link_latency": m.link_latency, "hbm_bw": m.hbm_bw,
+                 "dma_latency": m.dma_latency, "vector_rate": m.vector_rate,
+                 "vmem_bytes": m.vmem_bytes})
+        })
+        .collect();
+    to_py_data(py, &v)
+}
+
+/// The adapters wgpu sees and the chosen one's limits.
+#[pyfunction]
+pub fn adapters() -> PyResult<String> {
+    tpusim::exec::gpu::adapters_report().py()
+}
+
+/// Runs shipped collective `name` on `inputs[device][operand]` under `schedule`: on a
+/// multi-axis mesh a ring collective runs along `axis` (default `x`; `x,y` one ring
+/// through both), a whole-mesh one (allreduce_2d) over every device.
+#[pyfunction]
+#[pyo3(signature = (name, mesh, inputs, op="sum", perm=None, backend="gpu", schedule="eager", axis=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_run<'py>(
+    py: Python<'py>,
+    name: &str,
+    mesh: &PyMesh,
+    inputs: Vec<Vec<Bound<'py, PyAny>>>,
+    op: &str,
+    perm: Option<Vec<(usize, usize)>>,
+    backend: &str,
+    schedule: &str,
+    axis: Option<&str>,
+) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    let mut inputs = per_device(&inputs)?;
+    let first = inputs
+        .first()
+        .and_then(|d| d.first())
+        .map(|a| (a.shape.clone(), a.dtype))
+        .ok_or_else(|| BadInput::new_err("bad input: no inputs were given"))?;
+    let job = job(name, op, perm, None, Some(mesh), 0, axis)
+        .py()?
+        .with_shape(&first.0)
+        .with_dtype(first.1)
+        .with_schedule(ScheduleSpec::parse(schedule).py()?);
+    let mut exec = executor(backend)?;
+    // A kernel may view its input in another shape (psum_scatter's (P·R, C) as (P, R, C)).
+    let call = job.pallas_call().py()?;
+    let want: Vec<Vec<usize>> = call
+        .spec()
+        .inputs()
+        .iter()
+        .map(|o| o.shape.clone())
+        .collect();
+    for dev in &mut inputs {
+        for (a, w) in dev.iter_mut().zip(&want) {
+            if a.shape.iter().product::<usize>() == w.iter().product::<usize>() {
+                a.shape = w.clone();
+            }
+        }
+    }
+    let out = job.execute(&mut exec, &inputs).py()?;
+    to_numpy_all(py, &out)
+}
+
+/// `jax.shard_map` of shipped collective `name` on a global array: split along
+/// `in_dim`, run, join along `out_dim` (defaults: the collective's, as in the seed).
+#[pyfunction]
+#[pyo3(signature = (name, mesh, x, in_dim=None, out_dim=None, op="sum", perm=None, backend="gpu", axis=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_shard_map<'py>(
+    py: Python<'py>,
+    name: &str,
+    mesh: &PyMesh,
+    x: &Bound<'py, PyAny>,
+    in_dim: Option<usize>,
+    out_dim: Option<usize>,
+    op: &str,
+    perm: Option<Vec<(usize, usize)>>,
+    backend: &str,
+    axis: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let c = collective(name, op, perm.clone()).py()?;
+    let (din, dout) = c.apply_dims();
+    let job = job(name, op, perm, None, Some(mesh), 0, axis).py()?;
+    let x = ShardedArray::shard(&to_host(x)?, &mesh.mesh, in_dim.unwrap_or(din)).py()?;
+    let mut exec = executor(backend)?;
+    let y = job.shard_map(&x, out_dim.unwrap_or(dout), &mut exec).py()?;
+    to_numpy(py, &y.unshard().py()?)
+}
+
+/// Shipped collective `name` (or its broken `variant`) on `mesh` (or a ring of
+/// `devices`): the verifier's report.
+#[pyfunction]
+#[pyo3(signature = (name, devices=4, schedules=200, seed=0, variant_name=None, shape=None, replay=None, mesh=None, axis=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_check<'py>(
+    py: Python<'py>,
+    name: &str,
+    devices: usize,
+    schedules: usize,
+    seed: u64,
+    variant_name: Option<&str>,
+    shape: Option<Vec<usize>>,
+    replay: Option<&str>,
+    mesh: Option<&PyMesh>,
+    axis: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut job = job(name, "sum", None, variant_name, mesh, devices, axis).py()?;
+    if let Some(s) = shape {
+        job = job.with_shape(&s);
+    }
+    let specs = kernel::schedules(job.place().mesh.size(), schedules, seed, replay).py()?;
+    to_py_data(py, &job.check(&specs).py()?)
+}
+
+/// Shipped collective `name`'s step table on `mesh` (or a ring of `devices`).
+#[pyfunction]
+#[pyo3(signature = (name, devices=4, mesh=None, axis=None, dtype="f32"))]
+pub fn collective_trace<'py>(
+    py: Python<'py>,
+    name: &str,
+    devices: usize,
+    mesh: Option<&PyMesh>,
+    axis: Option<&str>,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let job = job(name, "sum", None, None, mesh, devices, axis)
+        .py()?
+        .with_dtype(DType::parse(dtype).py()?);
+    to_py_data(py, &job.trace().py()?)
+}
+
+/// Shipped collective `name` on the cost model's clock, placed as the command line
+/// places it (a multi-axis mesh wired as its torus unless `topology` says otherwise).
+#[pyfunction]
+#[pyo3(signature = (name, devices=4, shape=None, dtype="f32", op="sum", preset="v5e", overrides=None, timeline=false, mesh=None, axis=None, topology=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_model<'py>(
+    py: Python<'py>,
+    name: &str,
+    devices: usize,
+    shape: Option<Vec<usize>>,
+    dtype: &str,
+    op: &str,
+    preset: &str,
+    overrides: Option<Vec<(String, f64)>>,
+    timeline: bool,
+    mesh: Option<&PyMesh>,
+    axis: Option<&str>,
+    topology: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut job = job(name, op, None, None, mesh, devices, axis)
+        .py()?
+        .with_dtype(DType::parse(dtype).py()?);
+    if let Some(s) = shape {
+        job = job.with_shape(&s);
+    }
+    let m = model_spec(preset, overrides, topology)?.build().py()?;
+    let run = job.model(&m, None).py()?;
+    modeled(py, &run, name, timeline)
+}
+
+/// `tpusim bench` for shipped collective `name`: the rows.
+#[pyfunction]
+#[pyo3(signature = (name, devices=4, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5, checks=1, dtype="f32", backend="gpu", schedule="eager", mesh=None, axis=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_bench<'py>(
+    py: Python<'py>,
+    name: &str,
+    devices: usize,
+    min_bytes: &str,
+    max_bytes: &str,
+    factor: u64,
+    iters: usize,
+    warmup: usize,
+    checks: usize,
+    dtype: &str,
+    backend: &str,
+    schedule: &str,
+    mesh: Option<&PyMesh>,
+    axis: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let job = job(name, "sum", None, None, mesh, devices, axis).py()?;
+    let cfg = BenchConfig {
+        devices: job.place().mesh.size(),
+        min_bytes: bench::parse_size(min_bytes).py()?,
+        max_bytes: bench::parse_size(max_bytes).py()?,
+        factor,
+        iters,
+        warmup,
+        checks,
+        dtype: DType::parse(dtype).py()?,
+        schedule: ScheduleSpec::parse(schedule).py()?,
+    };
+    let exec = executor(backend)?;
+    let rows = bench::sweep(&job, &cfg, &exec, &mut |_| {}).py()?;
+    to_py_data(py, &rows)
+}
+
+/// Deterministic random inputs for shipped collective `name` (what `tpusim run` uses):
+/// `[device][operand]` numpy arrays.
+#[pyfunction]
+#[pyo3(signature = (name, mesh, shape, dtype="f32", seed=0))]
+pub fn collective_inputs<'py>(
+    py: Python<'py>,
+    name: &str,
+    mesh: &PyMesh,
+    shape: Vec<usize>,
+    dtype: &str,
+    seed: u64,
+) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    let program = Job::collective(
+        Registry::builtin().by_name(name).py()?,
+        Placement::whole(mesh.mesh.clone()),
+    )
+    .with_shape(&shape)
+    .with_dtype(DType::parse(dtype).py()?)
+    .lower()
+    .py()?;
+    to_numpy_all(py, &random_inputs(&program, seed).py()?)
+}
+
+/// Parses a permutation written `0:1,1:2`.
+#[pyfunction]
+pub fn parse_perm(s: &str) -> PyResult<Vec<(usize, usize)>> {
+    Ppermute::parse_perm(s).py()
+}

@@ -1,0 +1,61 @@
+//! The executors Python calls run on: the CPU executor, or one GPU executor per thread
+//! opened on first use (its buffer pool kept across calls).
+
+use crate::errors::{NoAdapter, OrPy};
+use pyo3::prelude::*;
+use std::cell::OnceCell;
+use std::rc::Rc;
+use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::gpu::GpuExecutor;
+use tpusim::exec::{Backend, Executor, Prepared};
+use tpusim::ir::{Program, Schedule};
+
+thread_local! {
+    /// One GPU executor per thread, opened on first use (buffers pooled across calls).
+    static GPU: OnceCell<std::result::Result<Rc<GpuExecutor>, String>> = const { OnceCell::new() };
+}
+
+/// A shared executor behind the `&mut` the pipeline's steps take.
+pub struct Shared(Rc<dyn Executor>);
+
+impl Executor for Shared {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn check(&self, program: &Program) -> tpusim::Result<()> {
+        self.0.check(program)
+    }
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        self.0.prepare(program, schedule)
+    }
+    fn copy_bandwidth(&self, bytes: u64) -> tpusim::Result<Option<f64>> {
+        self.0.copy_bandwidth(bytes)
+    }
+    fn buffers_in_host_memory(&self) -> bool {
+        self.0.buffers_in_host_memory()
+    }
+    fn is_gpu(&self) -> bool {
+        self.0.is_gpu()
+    }
+}
+
+/// The executor for `backend` (`gpu` or `cpu`).
+pub fn executor(backend: &str) -> PyResult<Shared> {
+    match Backend::parse(backend).py()? {
+        Backend::Cpu => Ok(Shared(Rc::new(CpuExecutor::new()))),
+        Backend::Gpu => GPU.with(|g| {
+            match g.get_or_init(|| {
+                GpuExecutor::from_env()
+                    .map(Rc::new)
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(e) => Ok(Shared(e.clone() as Rc<dyn Executor>)),
+                Err(m) => Err(NoAdapter::new_err(m.clone())),
+            }
+        }),
+    }
+}

@@ -1,0 +1,241 @@
+//! [`KernelCall`]: a Pallas kernel written in Python, recorded by the stand-ins of the
+//! `tpusim.jax` package on every device and grid point (see `replay`), as a job of the
+//! pipeline: run, verified, traced, modeled and timed like any kernel.
+
+use crate::arrays::{per_device, to_numpy_all, to_py_data};
+use crate::collectives::model_spec;
+use crate::errors::{BadInput, OrPy};
+use crate::executors::executor;
+use crate::replay;
+use pyo3::prelude::*;
+use std::time::Instant;
+use tpusim::collectives::Registry;
+use tpusim::model::Traffic;
+use tpusim::run::Job;
+use tpusim::sched::ScheduleSpec;
+use tpusim::trace::{Labels, TraceLayout};
+use tpusim::Error;
+
+use crate::PyMesh;
+
+/// A Pallas kernel written in Python: its spec and the calls the stand-ins recorded on
+/// every device and grid point, as a job bound to its mesh.
+#[pyclass(module = "tpusim._native", frozen)]
+pub struct KernelCall {
+    job: Job,
+}
+
+/// The step-table layout of shipped collective `like` for a kernel whose first input
+/// has `shard` elements per device: whole-shard labels scale to the shard's size;
+/// half-block and chunk labels need the shipped layout's own size.
+fn borrowed_layout(like: &str, p: usize, shard: &[usize]) -> tpusim::Result<TraceLayout> {
+    let c = Registry::builtin().by_name(like)?;
+    let mut layout = c
+        .trace_layout(p)
+        .ok_or_else(|| Error::bad_input(format!("`{like}` has no step-table layout of its own")))?;
+    let have: usize = shard.iter().product();
+    let want: usize = layout.shape.iter().product();
+    match layout.labels {
+        Labels::Whole { elems } if have.is_multiple_of(elems) => {
+            let f = have / elems;
+            for col in &mut layout.columns {
+                col.offset *= f;
+                col.len *= f;
+            }
+            layout.labels = Labels::Whole { elems: have };
+        }
+        _ if have == want => {}
+        _ => {
+            return Err(Error::bad_input(format!(
+                "the step table of `{like}` at P={p} labels single elements: trace the kernel with \
+                 {want} elements per device (shape {:?}), not {have} (shape {shard:?})",
+                layout.shape
+            )))
+        }
+    }
+    layout.shape = shard.to_vec();
+    Ok(layout)
+}
+
+/// Schedules for a check: every deterministic one then seeded random ones, `n` in all,
+/// or exactly `replay`.
+pub fn schedules(
+    p: usize,
+    n: usize,
+    seed: u64,
+    replay: Option<&str>,
+) -> tpusim::Result<Vec<ScheduleSpec>> {
+    match replay {
+        Some(s) => Ok(vec![ScheduleSpec::parse(s)?]),
+        None if n == 0 => Err(Error::bad_input("schedules must be at least 1")),
+        None => Ok(ScheduleSpec::check_set(p, n, seed)),
+    }
+}
+
+#[pymethods]
+impl KernelCall {
+    /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
+    /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
+    /// `[device][grid point][op]`.
+    #[new]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: &str,
+        mesh: &PyMesh,
+        grid: Vec<usize>,
+        inputs: Vec<replay::Operand>,
+        outputs: Vec<replay::Operand>,
+        scratch: Vec<replay::Scratch>,
+        collective_id: Option<u32>,
+        recording: &str,
+    ) -> PyResult<Self> {
+        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id).py()?;
+        let rec = replay::read_recording(recording).py()?;
+        let points: usize = grid.iter().product();
+        if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {
+            return Err(BadInput::new_err(format!(
+                "bad input: the recording of `{name}` does not cover {} devices x {points} grid points",
+                mesh.mesh.size()
+            )));
+        }
+        let call = replay::python_call(name, spec, rec);
+        Ok(Self {
+            job: Job::call(call, mesh.mesh.clone()),
+        })
+    }
+
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.job.name()
+    }
+
+    /// Traces the kernel: `{"ops", "dmas", "errors": [kernel errors]}`.
+    fn lower<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (program, errors) = self.job.trace_kernel().py()?;
+        let v = serde_json::json!({
+            "ops": program.op_count(),
+            "dmas": program.dmas.len(),
+            "errors": errors,
+        });
+        to_py_data(py, &v)
+    }
+
+    /// Runs the kernel: `inputs[device][operand]` in, `outputs[device][operand]` out.
+    #[pyo3(signature = (inputs, backend="gpu", schedule="eager"))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Vec<Bound<'py, PyAny>>>,
+        backend: &str,
+        schedule: &str,
+    ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+        let inputs = per_device(&inputs)?;
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        let mut exec = executor(backend)?;
+        let out = job.execute(&mut exec, &inputs).py()?;
+        to_numpy_all(py, &out)
+    }
+
+    /// The verifier over `schedules` schedules (or one, `replay`): the report.
+    #[pyo3(signature = (schedules=200, seed=0, replay=None))]
+    fn check<'py>(
+        &self,
+        py: Python<'py>,
+        schedules: usize,
+        seed: u64,
+        replay: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let specs = self::schedules(self.job.place().mesh.size(), schedules, seed, replay).py()?;
+        to_py_data(py, &self.job.check(&specs).py()?)
+    }
+
+    /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
+    /// and labels of a shipped collective; otherwise they are derived from the kernel's
+    /// allocations. `shard`: the first input's per-device shape.
+    #[pyo3(signature = (shard, like=None))]
+    fn trace<'py>(
+        &self,
+        py: Python<'py>,
+        shard: Vec<usize>,
+        like: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let p = self.job.place().mesh.size();
+        let layout = like
+            .map(|l| borrowed_layout(l, p, &shard))
+            .transpose()
+            .py()?;
+        let job = self.job.clone().with_shape(&shard).with_layout(layout);
+        to_py_data(py, &job.trace().py()?)
+    }
+
+    /// The cost model's time for the kernel (`preset` with `overrides` and `topology`).
+    /// `traffic` (`all_reduce`, …) adds nccl-tests' bandwidths for the first input's
+    /// size; `timeline` the Chrome trace.
+    #[pyo3(signature = (preset="v5e", overrides=None, traffic=None, timeline=false, topology=None))]
+    fn model<'py>(
+        &self,
+        py: Python<'py>,
+        preset: &str,
+        overrides: Option<Vec<(String, f64)>>,
+        traffic: Option<&str>,
+        timeline: bool,
+        topology: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let m = model_spec(preset, overrides, topology)?.build().py()?;
+        let t = traffic.map(Traffic::parse).transpose().py()?;
+        let run = self.job.model(&m, t).py()?;
+        crate::collectives::modeled(py, &run, &self.job.name(), timeline)
+    }
+
+    /// Times the kernel on `inputs`: the schedule is built once, the run prepared once,
+    /// then `warmup` and `iters` iterations (one submission each on the GPU).
+    #[pyo3(signature = (inputs, backend="gpu", iters=20, warmup=5, schedule="eager"))]
+    fn bench<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Vec<Bound<'py, PyAny>>>,
+        backend: &str,
+        iters: usize,
+        warmup: usize,
+        schedule: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        use tpusim::exec::Executor;
+        let inputs = per_device(&inputs)?;
+        let exec = executor(backend)?;
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        let iters = iters.max(1);
+        job.ensure_fits(tpusim::budget::Work::Bench {
+            buffers: Job::buffers_on(&exec),
+            gpu: exec.is_gpu(),
+            iters: iters.max(warmup) as u64,
+        })
+        .py()?;
+        let t0 = Instant::now();
+        let plan = job.plan().py()?;
+        let plan_seconds = t0.elapsed().as_secs_f64();
+        tpusim::exec::check_inputs(&plan.program, &inputs).py()?;
+        exec.check(&plan.program).py()?;
+        let mut run = exec.prepare(&plan.program, &plan.schedule).py()?;
+        run.upload(&inputs).py()?;
+        if warmup > 0 {
+            run.run(warmup).py()?;
+        }
+        let secs = run.run(iters).py()?.as_secs_f64() / iters as f64;
+        let v = serde_json::json!({
+            "executor": exec.describe(),
+            "plan_seconds": plan_seconds,
+            "seconds": secs,
+            "iters": iters,
+            "data_ops": plan.schedule.ops.len(),
+        });
+        to_py_data(py, &v)
+    }
+}
