@@ -13,6 +13,8 @@ use crate::mesh::Mesh;
 use crate::model::bus_factor;
 use crate::run::{random_inputs, Job};
 use crate::sched::{schedule, Eager, ScheduleSpec};
+use crate::units::human;
+pub use crate::units::parse_size;
 use serde_json::{json, Value};
 
 /// What to sweep.
@@ -152,32 +154,6 @@ impl BenchRow {
 impl serde::Serialize for BenchRow {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         self.json().serialize(s)
-    }
-}
-
-/// Parses `8`, `4K`, `64M`, `1G` (binary multiples) into bytes.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| Error::bad_input(format!("bad size `{s}` (expected e.g. 4K, 64M, 1G)")))
-}
-
-/// `1.5 KiB`-style text for a byte count.
-pub fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
-        b => b.to_string(),
     }
 }
 
@@ -415,12 +391,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_and_sweep() {
-        assert_eq!(parse_size("4K").unwrap(), 4096);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert_eq!(parse_size("100").unwrap(), 100);
-        assert!(parse_size("4X").is_err() && parse_size("0").is_err() && parse_size("").is_err());
+    fn sizes_sweep_by_the_factor() {
         let cfg = BenchConfig {
             devices: 4,
             min_bytes: 1024,
@@ -433,7 +404,6 @@ mod tests {
             schedule: ScheduleSpec::Eager,
         };
         assert_eq!(sizes(&cfg).unwrap(), vec![1024, 4096, 16384, 65536]);
-        assert_eq!(human(64 << 20), "64M");
     }
 
     #[test]

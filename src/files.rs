@@ -31,8 +31,8 @@ pub fn read(path: &Path, what: &str, cap: Option<u64>) -> Result<Vec<u8>> {
             return Err(Error::TooLarge(format!(
                 "{what} {} is {} but {} of memory are available",
                 path.display(),
-                crate::budget::bytes(meta.len() as f64),
-                crate::budget::bytes(cap as f64)
+                crate::units::bytes(meta.len() as f64),
+                crate::units::bytes(cap as f64)
             )));
         }
     }
@@ -46,7 +46,7 @@ pub fn read(path: &Path, what: &str, cap: Option<u64>) -> Result<Vec<u8>> {
         return Err(Error::TooLarge(format!(
             "{what} {} holds more than the {} of memory available",
             path.display(),
-            crate::budget::bytes(limit as f64)
+            crate::units::bytes(limit as f64)
         )));
     }
     Ok(bytes)

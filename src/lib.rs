@@ -59,6 +59,7 @@ pub mod npy;
 pub mod run;
 pub mod sched;
 pub mod trace;
+pub mod units;
 pub mod verify;
 
 pub use array::{DType, HostArray};

@@ -13,7 +13,7 @@ use tpusim::exec::cpu::CpuExecutor;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};
-use tpusim::sched::{schedule, ScheduleSpec};
+use tpusim::sched::ScheduleSpec;
 use tpusim::verify::ProblemKind;
 use tpusim::{DType, HostArray, Mesh};
 
@@ -192,9 +192,7 @@ fn the_model_lays_the_mesh_on_its_torus() {
     let modeled = |t: Topology| {
         let mut model = CostModel::preset("v5e").unwrap();
         model.topology = Some(t);
-        let mut timed = Timed::new(&program, model).unwrap();
-        schedule(&program, &mut timed).unwrap();
-        timed.finish().seconds
+        Timed::new(&program, model).unwrap().run().unwrap().seconds
     };
     assert_eq!(Topology::of_mesh(&mesh(2, 4)), Topology::Torus(vec![4, 2]));
     let torus = modeled(Topology::of_mesh(&m));

@@ -11,7 +11,7 @@ use tpusim::exec::cpu::CpuExecutor;
 use tpusim::mesh::groups::{groups_along, replicate};
 use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};
-use tpusim::sched::{schedule, ScheduleSpec};
+use tpusim::sched::ScheduleSpec;
 use tpusim::verify::{check_program, ProblemKind};
 use tpusim::{DType, Mesh};
 
@@ -101,9 +101,11 @@ fn rings_on_different_rows_of_a_torus_do_not_share_links() {
     let reg = Registry::builtin();
     let c = reg.by_name("all_gather").unwrap();
     let modeled = |program: &tpusim::ir::Program, m: &CostModel| {
-        let mut t = Timed::new(program, m.clone()).unwrap();
-        schedule(program, &mut t).unwrap();
-        t.finish().seconds
+        Timed::new(program, m.clone())
+            .unwrap()
+            .run()
+            .unwrap()
+            .seconds
     };
     let ring = Mesh::new(4, "x").unwrap();
     let one = c

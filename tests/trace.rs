@@ -9,7 +9,6 @@ use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::mesh::Placement;
 use tpusim::model::{chrome_trace, CostModel, Timed, TimedEvent, Topology};
 use tpusim::run::Job;
-use tpusim::sched::schedule;
 use tpusim::trace::{Cell, Table};
 
 /// The step table of `c` on `mesh`.
@@ -268,9 +267,7 @@ fn json_has_the_documented_shape() {
 fn modeled(call: &PallasCall, p: usize, m: &CostModel) -> (f64, Vec<TimedEvent>) {
     let mesh = Mesh::new(p, "x").unwrap();
     let program = call.lower(&mesh).unwrap();
-    let mut timed = Timed::new(&program, m.clone()).unwrap();
-    schedule(&program, &mut timed).unwrap();
-    let run = timed.finish();
+    let run = Timed::new(&program, m.clone()).unwrap().run().unwrap();
     (run.seconds, run.events)
 }
 

@@ -8,6 +8,7 @@ use super::need::{need, Need, Scales, Work};
 use crate::error::{Error, Result};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
+use crate::units::{bytes, count};
 
 /// The most devices the planner supports: device ids are 32-bit in the step tables'
 /// symbolic terms.
@@ -179,31 +180,6 @@ fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String
     )
 }
 
-/// `14.3 TiB`-style text for a byte count.
-pub fn bytes(b: f64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = b.max(0.0);
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-/// `8.0e10`-style text for a large count, plain digits below a million.
-pub fn count(n: f64) -> String {
-    if n < 1e6 {
-        format!("{n:.0}")
-    } else {
-        format!("{n:.1e}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,14 +242,5 @@ mod tests {
         let req = psum_request(MAX_DEVICES + 1, &psum);
         let e = ensure_fits_in(&req, None).unwrap_err().to_string();
         assert!(e.contains("beyond what the planner supports"), "{e}");
-    }
-
-    #[test]
-    fn sizes_print_in_binary_units() {
-        assert_eq!(bytes(512.0), "512 B");
-        assert_eq!(bytes(1536.0), "1.5 KiB");
-        assert_eq!(bytes(14.3 * (1u64 << 40) as f64), "14.3 TiB");
-        assert_eq!(count(12.0), "12");
-        assert_eq!(count(8.0e10), "8.0e10");
     }
 }

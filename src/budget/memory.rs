@@ -21,7 +21,7 @@ pub struct Available {
 /// A malformed `TPUSIM_MEMORY_LIMIT` is bad input.
 pub fn available() -> Result<Option<Available>> {
     if let Ok(v) = std::env::var(LIMIT_VAR) {
-        let bytes = crate::bench::parse_size(&v).map_err(|_| {
+        let bytes = crate::units::parse_size(&v).map_err(|_| {
             Error::bad_input(format!(
                 "{LIMIT_VAR}=`{v}` is not a size (expected e.g. 512M or 8G)"
             ))

@@ -1,13 +1,9 @@
 //! The memory every device shares: allocations and semaphore slots, and the one
 //! definition of how a (device, id) pair becomes an index into per-device tables.
 
+pub use super::view::{AllocId, SemId};
 use super::view::{SemRef, View};
 use crate::array::DType;
-
-/// Index of an allocation in [`Layout::allocs`].
-pub type AllocId = usize;
-/// Index of a semaphore slot in [`Layout::sems`].
-pub type SemId = usize;
 
 /// Where an allocation lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,7 +1,10 @@
 //! Views: a run of elements of one allocation on one device, and a semaphore slot on one
 //! device.
 
-use super::layout::{AllocId, SemId};
+/// Index of an allocation in [`super::Layout::allocs`].
+pub type AllocId = usize;
+/// Index of a semaphore slot in [`super::Layout::sems`].
+pub type SemId = usize;
 
 /// A contiguous run of elements of one allocation on one device. The fields are 32 bits
 /// (a program at large P holds millions of views); the accessors give them as `usize`.

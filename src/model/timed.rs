@@ -1,11 +1,14 @@
 //! `Timed`: a scheduling policy that runs a discrete-event simulation of the cost
-//! model and always takes the step that happens first in modeled time.
+//! model and always takes the step that happens first in modeled time, and an observer
+//! of the scheduler that stamps every credit with the time it arrives (the engine says
+//! which semaphore gains or loses what; the model only says when).
 
 use super::topology::route;
 use super::CostModel;
-use crate::ir::{Completion, DataOp, OpKind, Program, SemRef, WaitKind};
+use crate::ir::{Completion, DataOp, OpKind, Program, SemRef};
 use crate::sched::credits::Credits;
 use crate::sched::policies::{Choice, Choices, Policy};
+use crate::sched::{Credit, Driver, Observer};
 use std::collections::HashMap;
 
 /// What the timeline shows.
@@ -178,8 +181,14 @@ impl Network {
     }
 }
 
-/// The timed policy. Run it through `schedule`, then take [`Timed::finish`].
-pub struct Timed<'p> {
+/// The cost model's clock: a program scheduled on it ([`Timed::run`]) gives the modeled
+/// time and timeline. It is the scheduler's policy and the observer of its credits at
+/// once, so it is only a [`Driver`] (a plain policy would hear no credit).
+pub struct Timed<'p>(Clock<'p>);
+
+/// The clock's state: the policy that picks the step that happens first, and the
+/// observer that stamps credits.
+struct Clock<'p> {
     p: &'p Program,
     m: CostModel,
     t_dev: Vec<f64>,
@@ -197,12 +206,37 @@ pub struct Timed<'p> {
     grid: HashMap<(usize, usize), (f64, f64)>,
     end: f64,
     events: Vec<TimedEvent>,
+    /// The modeled time of the step being taken (credits it makes arrive from then).
+    now: f64,
 }
 
 impl<'p> Timed<'p> {
-    /// A timed policy for `p` under model `m`, or an error when the model's topology
-    /// does not fit `p`'s devices.
+    /// The clock for `p` under model `m`, or an error when the model's topology does not
+    /// fit `p`'s devices.
     pub fn new(p: &'p Program, m: CostModel) -> crate::Result<Self> {
+        Clock::new(p, m).map(Timed)
+    }
+
+    /// Schedules the program on the model's clock and returns the modeled time and the
+    /// timeline.
+    pub fn run(mut self) -> crate::Result<TimedRun> {
+        let p = self.0.p;
+        crate::sched::schedule_driven(p, &mut self)?;
+        Ok(self.0.finish())
+    }
+}
+
+impl Driver for Timed<'_> {
+    fn policy(&mut self) -> &mut dyn Policy {
+        &mut self.0
+    }
+    fn observer(&mut self) -> &mut dyn Observer {
+        &mut self.0
+    }
+}
+
+impl<'p> Clock<'p> {
+    fn new(p: &'p Program, m: CostModel) -> crate::Result<Self> {
         let dims = m.topology_for(p.devices).dims(p.devices)?;
         Ok(Self {
             p,
@@ -218,6 +252,7 @@ impl<'p> Timed<'p> {
             grid: HashMap::new(),
             end: 0.0,
             events: Vec::new(),
+            now: 0.0,
         })
     }
 
@@ -235,7 +270,7 @@ impl<'p> Timed<'p> {
     }
 
     fn slot(&self, s: SemRef) -> usize {
-        s.device() * self.p.layout.sems.len() + s.sem()
+        self.p.layout.sem_slot(s)
     }
 
     /// When a wait for `amount` on `slot` is satisfied by the credits so far.
@@ -244,20 +279,6 @@ impl<'p> Timed<'p> {
             .get(&slot)
             .and_then(|q| q.covering(amount))
             .unwrap_or(0.0)
-    }
-
-    fn add_credit(&mut self, slot: usize, t: f64, amount: u64, set: bool) {
-        let q = self.credits.entry(slot).or_default();
-        if set {
-            q.clear();
-        }
-        q.insert_by(t, amount, |t| *t);
-    }
-
-    fn consume(&mut self, slot: usize, amount: u64) {
-        if let Some(q) = self.credits.get_mut(&slot) {
-            q.consume(amount, |_| {});
-        }
     }
 
     /// Time from the last byte leaving the source to completion `side`: a remote DMA's
@@ -318,9 +339,7 @@ impl<'p> Timed<'p> {
         let g = op.site.grid_linear as usize;
         let mut end = t;
         match &op.kind {
-            OpKind::Wait {
-                sem, amount, why, ..
-            } => {
+            OpKind::Wait { sem, .. } => {
                 if t > self.t_dev[device] {
                     self.events.push(TimedEvent::Wait {
                         device,
@@ -329,14 +348,8 @@ impl<'p> Timed<'p> {
                         end: t,
                     });
                 }
-                if *why != WaitKind::Signal {
-                    self.consume(self.slot(*sem), *amount);
-                }
             }
-            OpKind::Signal { sem, inc, set } => {
-                let arrive = t + self.m.link_latency * self.hops(device, sem.device()) as f64;
-                self.add_credit(self.slot(*sem), arrive, *inc, *set);
-            }
+            OpKind::Signal { .. } => {}
             OpKind::DmaStart(id) => {
                 let d = &self.p.dmas[*id];
                 let (path, devices) = if d.src.device() != d.dst.device() {
@@ -388,9 +401,6 @@ impl<'p> Timed<'p> {
 
     fn complete(&mut self, id: usize, side: Completion, t: f64) {
         let d = &self.p.dmas[id];
-        if let Some(s) = d.credits(side) {
-            self.add_credit(self.slot(s), t, d.bytes, false);
-        }
         self.end = self.end.max(t);
         let landed = self.landed.entry(id).or_default();
         match side {
@@ -418,7 +428,7 @@ impl<'p> Timed<'p> {
     }
 
     /// The modeled time and the timeline.
-    pub fn finish(mut self) -> TimedRun {
+    fn finish(mut self) -> TimedRun {
         let mut spans: Vec<_> = self.grid.drain().collect();
         spans.sort_by_key(|s| s.0);
         for ((device, g), (start, end)) in spans {
@@ -436,7 +446,7 @@ impl<'p> Timed<'p> {
     }
 }
 
-impl Policy for Timed<'_> {
+impl Policy for Clock<'_> {
     fn name(&self) -> String {
         format!("timed:{}", self.m.name)
     }
@@ -451,12 +461,37 @@ impl Policy for Timed<'_> {
             })
             .expect("the scheduler asks only when something can happen");
         self.advance(t);
+        self.now = t;
         match c {
             Choice::CompleteDma { id, side, .. } => self.complete(id, side, t),
             Choice::Device { enter: true, .. } => {}
             Choice::Device { device, op, .. } => self.run_op(device, op, t),
         }
         c
+    }
+}
+
+impl Observer for Clock<'_> {
+    /// A DMA's credit arrives at its completion; a signal a link latency per hop after
+    /// it is sent.
+    fn credit(&mut self, sem: SemRef, amount: u64, by: Credit) {
+        let at = match by {
+            Credit::Dma { .. } => self.now,
+            Credit::Signal { device, .. } => {
+                self.now + self.m.link_latency * self.hops(device, sem.device()) as f64
+            }
+        };
+        let q = self.credits.entry(self.slot(sem)).or_default();
+        if let Credit::Signal { set: true, .. } = by {
+            q.clear();
+        }
+        q.insert_by(at, amount, |t| *t);
+    }
+
+    fn consume(&mut self, sem: SemRef, amount: u64) {
+        if let Some(q) = self.credits.get_mut(&self.slot(sem)) {
+            q.consume(amount, |_| {});
+        }
     }
 }
 

@@ -87,9 +87,7 @@ impl Job {
         }
         let program = self.lower()?;
         m.check_vmem(&program)?;
-        let mut timed = Timed::new(&program, m.clone())?;
-        crate::sched::schedule(&program, &mut timed)?;
-        let run = timed.finish();
+        let run = Timed::new(&program, m.clone())?.run()?;
         let traffic = traffic.or_else(|| self.collective_of().map(|c| c.traffic()));
         let nccl = traffic.map(|t| {
             // Sizes and bus factors are per collective: per group on a multi-axis mesh.

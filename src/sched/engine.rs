@@ -8,13 +8,11 @@
 
 use super::credits::Credits;
 use super::ids::IdMap;
-use super::observer::{NoObserver, Observer};
+use super::observer::{Credit, Driver, NoObserver, Observer, Split};
 use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use crate::error::{Blocked, Error, ExitProblem, Result};
 use crate::ir::Schedule;
-use crate::ir::{
-    Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View, WaitKind,
-};
+use crate::ir::{Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View};
 use std::collections::BTreeMap;
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
@@ -23,28 +21,37 @@ pub fn schedule(program: &Program, policy: &mut dyn Policy) -> Result<Schedule> 
     schedule_observed(program, policy, &mut NoObserver)
 }
 
+/// [`schedule`] under a driver that is policy and observer at once (the cost model's
+/// clock).
+pub fn schedule_driven(program: &Program, driver: &mut dyn Driver) -> Result<Schedule> {
+    run(program, driver, true)
+}
+
 /// [`schedule`], reporting every event to `obs` as it happens.
 pub fn schedule_observed(
     program: &Program,
     policy: &mut dyn Policy,
     obs: &mut dyn Observer,
 ) -> Result<Schedule> {
-    run(program, policy, obs, true)
+    let mut d = Split {
+        policy,
+        observer: obs,
+    };
+    run(program, &mut d, true)
 }
 
 /// [`schedule_observed`] for an observer that needs nothing else: the schedule's data
 /// ops are not kept (the verifier at large P would hold millions of them for nothing).
 pub fn observe(program: &Program, policy: &mut dyn Policy, obs: &mut dyn Observer) -> Result<()> {
-    run(program, policy, obs, false).map(|_| ())
+    let mut d = Split {
+        policy,
+        observer: obs,
+    };
+    run(program, &mut d, false).map(|_| ())
 }
 
 /// Runs the schedule; `record`: keep its data ops.
-fn run(
-    program: &Program,
-    policy: &mut dyn Policy,
-    obs: &mut dyn Observer,
-    record: bool,
-) -> Result<Schedule> {
+fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> {
     let mut e = Engine::new(program);
     e.record = record;
     let mut out = Schedule {
@@ -53,13 +60,13 @@ fn run(
         } else {
             Vec::new()
         },
-        policy: policy.name(),
+        policy: d.policy().name(),
         steps: 0,
         staging: 0,
     };
     for op in &program.prologue {
         if let DataOp::Copy { dst, .. } = op {
-            obs.data(dst.device(), op, None);
+            d.observer().data(dst.device(), op, None);
         }
     }
     let mut dmas = Vec::new();
@@ -86,17 +93,17 @@ fn run(
         }
         let describe = |d: usize| e.device_choice(d);
         let choices = Choices::new(&dmas, &e.ready, &describe);
-        let mut pick = policy.pick(&choices);
+        let mut pick = d.policy().pick(&choices);
         if !choices.contains(&pick) {
             // A policy can only pick what can happen; anything else takes the first choice.
             pick = choices.iter().next().expect("not empty");
         }
         out.steps += 1;
         match pick {
-            Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, obs),
+            Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, d.observer()),
             Choice::Device { device, .. } => {
-                e.step_device(device, &mut out, obs);
-                obs.after_step(device, e.next_grid(device));
+                e.step_device(device, &mut out, d.observer());
+                d.observer().after_step(device, e.next_grid(device));
             }
         }
         // Only the devices whose semaphores or program counter changed can change readiness.
@@ -187,7 +194,7 @@ struct Engine<'p> {
 
 impl<'p> Engine<'p> {
     fn new(p: &'p Program) -> Self {
-        let n = p.devices * p.layout.sems.len();
+        let n = p.layout.sem_table().len(p.devices);
         Engine {
             p,
             pc: vec![0; p.devices],
@@ -239,7 +246,7 @@ impl<'p> Engine<'p> {
     }
 
     fn slot(&self, s: SemRef) -> usize {
-        s.device() * self.p.layout.sems.len() + s.sem()
+        self.p.layout.sem_slot(s)
     }
 
     fn runnable(&self, d: usize) -> bool {
@@ -266,14 +273,18 @@ impl<'p> Engine<'p> {
         }
     }
 
-    /// The one place a semaphore gains value: a signal (`dma` None) or a DMA completion.
-    fn credit(&mut self, s: SemRef, amount: u64, dma: Option<usize>) {
+    /// The one place a semaphore gains value: a signal or a DMA completion (`by`).
+    fn credit(&mut self, s: SemRef, amount: u64, by: Credit, obs: &mut dyn Observer) {
         self.touched.push(s.device());
         let i = self.slot(s);
-        self.sems[i] += amount;
-        if let Some(id) = dma {
+        match by {
+            Credit::Signal { set: true, .. } => self.sems[i] = amount,
+            _ => self.sems[i] += amount,
+        }
+        if let Credit::Dma { id, .. } = by {
             self.credits.entry(i).or_default().push(id, amount);
         }
+        obs.credit(s, amount, by);
     }
 
     /// Completion `side` of DMA `id`. The data moves once: at the receive completion
@@ -338,7 +349,7 @@ impl<'p> Engine<'p> {
             out.ops.push(op);
         }
         if let Some(s) = dma.credits(side) {
-            self.credit(s, dma.bytes, Some(id));
+            self.credit(s, dma.bytes, Credit::Dma { id, side }, obs);
         }
         obs.dma_complete(id, side, moved.as_ref());
     }
@@ -368,26 +379,30 @@ impl<'p> Engine<'p> {
                 obs.dma_start(d, *id);
             }
             OpKind::Wait {
-                why: WaitKind::Signal,
-                ..
-            } => obs.acquire(d, op),
-            OpKind::Wait { sem, amount, .. } => {
-                // The one place a semaphore loses value.
-                let i = self.slot(*sem);
-                self.sems[i] -= amount;
-                if let Some(queue) = self.credits.get_mut(&i) {
-                    queue.consume(*amount, |_| {});
+                sem, amount, why, ..
+            } => {
+                if why.decrements() {
+                    // The one place a semaphore loses value.
+                    let i = self.slot(*sem);
+                    self.sems[i] -= amount;
+                    if let Some(queue) = self.credits.get_mut(&i) {
+                        queue.consume(*amount, |_| {});
+                    }
+                    obs.consume(*sem, *amount);
                 }
                 obs.acquire(d, op);
             }
             OpKind::Signal { sem, inc, set } => {
                 let i = self.slot(*sem);
-                if *set {
-                    self.sems[i] = *inc;
-                    self.touched.push(sem.device());
-                } else {
-                    self.credit(*sem, *inc, None);
-                }
+                self.credit(
+                    *sem,
+                    *inc,
+                    Credit::Signal {
+                        device: d,
+                        set: *set,
+                    },
+                    obs,
+                );
                 self.last_signal.insert(i, op.site);
                 obs.release(d, op);
             }

@@ -4,6 +4,7 @@
 //! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
 
 mod clock;
+mod fixpoint;
 mod hb;
 mod log;
 #[cfg(test)]
@@ -141,7 +142,7 @@ pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
     let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
     let result = observe(program, policy.as_mut(), &mut log);
-    let found = sync::check(program, &log.events);
+    let found = fixpoint::check(program, &log.events);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));
     match result {

@@ -336,6 +336,6 @@ proptest! {
         let p = program(codes.len(), &codes, barrier);
         let mut log = EventLog::new(p.devices);
         let _ = observe(&p, ScheduleSpec::Random(seed).policy().as_mut(), &mut log);
-        let _ = super::sync::check(&p, &log.events);
+        let _ = super::fixpoint::check(&p, &log.events);
     }
 }

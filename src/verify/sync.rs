@@ -12,10 +12,9 @@
 //! sound: a wait that broke its answer in some execution would need an earlier one that
 //! broke its own first.
 
-use super::hb::{credit_at, replay, tally, wait_at, Credit, Sink, Wait};
+use super::hb::{credit_at, wait_at, Credit, Sink, Wait};
 use super::log::Entry;
 use super::orders::{Join, Orders};
-use super::race::{Findings, RaceChecker};
 use super::Clock;
 use crate::ir::Program;
 use crate::sched::credits::Credits;
@@ -149,7 +148,7 @@ impl<'a> Facts<'a> {
 
     /// What each wait is ordered after, given the happens-before these facts came from
     /// (`slots`: the number of semaphore slots).
-    fn decide(&self, slots: usize) -> Orders {
+    pub(super) fn decide(&self, slots: usize) -> Orders {
         let by_slot = self.by_slot(slots);
         let mut consumed = vec![0u64; slots];
         let mut cursor = vec![0usize; slots];
@@ -231,26 +230,6 @@ impl<'a> Facts<'a> {
             wi += 1;
         }
         out
-    }
-}
-
-/// The fixpoint over the run in `log`: what every wait is ordered after, and the races
-/// and entry violations of the replay under those orders (each replay checks as it
-/// goes, so a run whose first guess holds is replayed once).
-pub fn check(p: &Program, log: &[Entry]) -> Findings {
-    let slots = p.devices * p.layout.sems.len();
-    let (waits, credits) = tally(p, log);
-    let mut orders = Orders::all(waits);
-    loop {
-        let facts = Facts::new(p, log, credits, waits);
-        let mut pass = (facts, RaceChecker::new(p, &orders, log));
-        replay(p, log, &orders, &mut pass);
-        let (facts, checker) = pass;
-        let next = facts.decide(slots).meet(&orders);
-        if next == orders {
-            return checker.finish(&facts);
-        }
-        orders = next;
     }
 }
 
