@@ -208,26 +208,10 @@ pub fn need(c: &Census, work: Work) -> Need {
             host("inputs, reference and result", host_data, Scales::Data);
             executor(&mut host, &mut device, c, buffers, gpu, data_ops);
             if model {
-                host(
-                    "cost model events",
-                    ops * MODEL_BYTES_PER_OP,
-                    Scales::Program,
-                );
-            }
-            if timeline {
-                host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
+                cost_model(&mut host, ops, timeline);
             }
         }
-        Work::Model { timeline } => {
-            host(
-                "cost model events",
-                ops * MODEL_BYTES_PER_OP,
-                Scales::Program,
-            );
-            if timeline {
-                host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
-            }
-        }
+        Work::Model { timeline } => cost_model(&mut host, ops, timeline),
         Work::Check => {
             host("race checker", checker(c, &t, data_ops), Scales::Program);
             host(
@@ -272,6 +256,18 @@ pub fn need(c: &Census, work: Work) -> Need {
     Need {
         parts,
         census: c.clone(),
+    }
+}
+
+/// The cost model's parts: its events, and the timeline when one is kept.
+fn cost_model(host: &mut impl FnMut(&'static str, f64, Scales), ops: f64, timeline: bool) {
+    host(
+        "cost model events",
+        ops * MODEL_BYTES_PER_OP,
+        Scales::Program,
+    );
+    if timeline {
+        host("timeline", ops * TIMELINE_BYTES_PER_OP, Scales::Program);
     }
 }
 

@@ -1,7 +1,7 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
+use super::executor;
 use super::out::outln;
-use super::{executor, placement};
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
@@ -25,17 +25,8 @@ pub struct ApplyArgs {
     /// Where to write the global result (.npy).
     #[arg(long)]
     pub output: PathBuf,
-    /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    pub devices: usize,
-    /// A multi-axis mesh, e.g. 2x4 (axes x and y): the input is sharded over every device,
-    /// row-major (`P(("x", "y"))`); a ring collective runs along `--axis`, a whole-mesh
-    /// one (allreduce_2d) on all of it.
-    #[arg(long, conflicts_with = "devices")]
-    pub mesh: Option<String>,
-    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
-    #[arg(long, requires = "mesh")]
-    pub axis: Option<String>,
+    #[command(flatten)]
+    pub place: super::place::PlaceArgs,
     /// With --mesh: the input's PartitionSpec, one entry per dimension (`x,y`: rows over
     /// x, columns over y; `-` replicated; `x+y` over both), instead of --dim.
     #[arg(long, requires_all = ["mesh", "out_spec"], conflicts_with_all = ["dim", "out_dim"])]
@@ -67,7 +58,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
     let c = reg.get(&a.collective, &opts)?;
-    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+    let place = a.place.placement(c.as_ref())?;
     let mesh = &place.mesh;
     // The collective's own in_specs / out_specs unless the user names dimensions.
     let (dim0, out0) = c.apply_dims();

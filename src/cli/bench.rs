@@ -1,7 +1,7 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
+use super::executor;
 use super::out::outln;
-use super::{executor, mesh_arg, placement};
 use tpusim::bench::BenchConfig;
 use tpusim::collectives::{Registry, Span};
 use tpusim::exec::Backend;
@@ -15,16 +15,8 @@ pub struct BenchArgs {
     /// Collective, or `all`.
     #[arg(default_value = "all")]
     collective: String,
-    /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    devices: usize,
-    /// A multi-axis mesh, e.g. 4x4 (axes x and y): a ring collective runs along `--axis`
-    /// (every group an independent ring); a whole-mesh one (allreduce_2d) on all of it.
-    #[arg(long, conflicts_with = "devices")]
-    mesh: Option<String>,
-    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
-    #[arg(long, requires = "mesh")]
-    axis: Option<String>,
+    #[command(flatten)]
+    pub place: super::place::PlaceArgs,
     /// Smallest size (K/M/G suffixes), nccl-tests' definition per collective.
     #[arg(short = 'b', long = "minbytes", default_value = "4K")]
     min: String,
@@ -61,7 +53,7 @@ pub struct BenchArgs {
 pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     use std::io::Write;
     use tpusim::bench::{header, line, parse_size, sweep, Progress};
-    let mesh = mesh_arg(a.mesh.as_deref(), a.devices)?;
+    let mesh = a.place.mesh()?;
     let cfg = BenchConfig {
         devices: mesh.size(),
         min_bytes: parse_size(&a.min)?,
@@ -77,7 +69,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     let names: Vec<&str> = if a.collective == "all" {
         let mut v = Vec::new();
         for n in reg.names() {
-            if a.axis.is_some() && reg.by_name(n)?.span() == Span::Mesh {
+            if a.place.axis.is_some() && reg.by_name(n)?.span() == Span::Mesh {
                 eprintln!("skipped {n}: one kernel over the whole mesh, it takes no --axis");
             } else {
                 v.push(n);
@@ -98,7 +90,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .iter()
         .map(|n| {
             let c = reg.by_name(n)?;
-            let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+            let place = a.place.placement(c.as_ref())?;
             Ok(Job::collective(c, place))
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
@@ -107,7 +99,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         tpusim::bench::ensure_fits(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?;
     }
     let exec = executor(backend)?;
-    let at = match (&a.mesh, &a.axis) {
+    let at = match (&a.place.mesh, &a.place.axis) {
         (Some(m), Some(x)) => format!("{} (mesh {m} along {x})", cfg.devices),
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
         _ => cfg.devices.to_string(),

@@ -1,7 +1,6 @@
 //! `tpusim check`: the verifier over many schedules, broken variants, replay.
 
 use super::out::outln;
-use super::{mesh_arg, placement};
 use tpusim::budget::Work;
 use tpusim::collectives::variants::variants;
 use tpusim::collectives::{Options, Registry, Span};
@@ -17,17 +16,8 @@ pub const MAX_SCHEDULES: usize = 1_000_000;
 pub struct CheckArgs {
     /// Collective, or `all`.
     collective: Option<String>,
-    /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    devices: usize,
-    /// A multi-axis mesh, e.g. 2x4 (axes x and y): a ring collective runs over `--axis`,
-    /// every group along it an independent ring; a whole-mesh one (allreduce_2d) on all of it.
-    #[arg(long, conflicts_with = "devices")]
-    mesh: Option<String>,
-    /// The mesh axis a ring collective runs over (with --mesh; default x), or several
-    /// (`x,y`: one ring through every device of both, row-major).
-    #[arg(long, requires = "mesh")]
-    axis: Option<String>,
+    #[command(flatten)]
+    pub place: super::place::PlaceArgs,
     /// Schedules to run: every deterministic policy, then seeded random ones.
     #[arg(long, default_value_t = 200)]
     schedules: usize,
@@ -99,12 +89,8 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .collective
         .as_deref()
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
-    let p = mesh_arg(a.mesh.as_deref(), a.devices)?.size();
-    let at = match (&a.mesh, &a.axis) {
-        (Some(m), Some(x)) => format!("--mesh {m} --axis {x}"),
-        (Some(m), None) => format!("--mesh {m}"),
-        _ => format!("-p {p}"),
-    };
+    let p = a.place.mesh()?.size();
+    let at = a.place.flags();
     let specs = match &a.replay {
         Some(s) => {
             let spec = ScheduleSpec::parse(s)?;
@@ -137,11 +123,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     let mut runs = Vec::new();
     for n in names {
         let c = reg.by_name(n)?;
-        if name == "all" && a.axis.is_some() && c.span() == Span::Mesh {
+        if name == "all" && a.place.axis.is_some() && c.span() == Span::Mesh {
             outln!("{n}: skipped (one kernel over the whole mesh: it takes no --axis)")?;
             continue;
         }
-        let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+        let place = a.place.placement(c.as_ref())?;
         let mut job = Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?;
         if let Some(s) = &shape {
             job = job.with_shape(s);

@@ -7,17 +7,17 @@ mod bench;
 mod check;
 mod driver_env;
 mod out;
+mod place;
 mod run;
 mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use tpusim::collectives::{Collective, Registry};
+use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::{adapters_report, GpuExecutor};
 use tpusim::exec::{Backend, Executor};
-use tpusim::mesh::Placement;
-use tpusim::{Error, Mesh};
+use tpusim::Error;
 
 #[derive(Parser)]
 #[command(
@@ -81,51 +81,6 @@ pub fn executor(backend: Backend) -> tpusim::Result<Box<dyn Executor>> {
         Backend::Cpu => Box::new(CpuExecutor::new()),
         Backend::Gpu => Box::new(GpuExecutor::from_env()?),
     })
-}
-
-/// A 1-D mesh of `devices` devices on axis `x`.
-pub fn mesh(devices: usize) -> tpusim::Result<Mesh> {
-    if devices < 1 {
-        return Err(Error::bad_input("P must be at least 1 (got -p 0)"));
-    }
-    Mesh::new(devices, "x")
-}
-
-/// Where `c` runs: on `--mesh` (along `--axis` for a ring collective; whole for a
-/// whole-mesh one), or on the 1-D mesh of `-p` when no mesh is given.
-pub fn placement(
-    c: &dyn Collective,
-    spec: Option<&str>,
-    devices: usize,
-    axis: Option<&str>,
-) -> tpusim::Result<Placement> {
-    let mesh = mesh_arg(spec, devices)?;
-    if spec.is_none() {
-        return Ok(Placement::whole(mesh));
-    }
-    Placement::of(c.span(), c.name(), mesh, axis)
-}
-
-/// A mesh from `--mesh AxB[xC]` (axes x, y, z), or the 1-D mesh of `-p` when none.
-pub fn mesh_arg(spec: Option<&str>, devices: usize) -> tpusim::Result<Mesh> {
-    let Some(spec) = spec else {
-        return mesh(devices);
-    };
-    let bad = || {
-        Error::bad_input(format!(
-            "bad mesh `{spec}` (expected sizes per axis, e.g. 2x4 for axes x and y)"
-        ))
-    };
-    let sizes: Vec<usize> = spec
-        .split('x')
-        .map(|d| d.trim().parse::<usize>().ok().filter(|&n| n > 0))
-        .collect::<Option<_>>()
-        .ok_or_else(bad)?;
-    if sizes.is_empty() || sizes.len() > 3 {
-        return Err(bad());
-    }
-    let axes: Vec<(&str, usize)> = ["x", "y", "z"].into_iter().zip(sizes).collect();
-    Mesh::with_axes(&axes)
 }
 
 /// Parses the command line and runs it over the collectives of `registry`.

@@ -1,8 +1,8 @@
 //! `tpusim run` (and `demo`): one collective on random data, checked against its
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
+use super::executor;
 use super::out::outln;
-use super::{executor, placement};
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{Backend, Executor};
@@ -18,17 +18,8 @@ use tpusim::{array, DType, Error, Mesh};
 pub struct RunArgs {
     /// Collective (`tpusim check --list-variants` and README list the shipped ones).
     collective: String,
-    /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    devices: usize,
-    /// A multi-axis mesh, e.g. 2x4 (axes x and y): a ring collective runs over `--axis`,
-    /// every group along it an independent ring; a whole-mesh one (allreduce_2d) on all of it.
-    #[arg(long, conflicts_with = "devices")]
-    mesh: Option<String>,
-    /// The mesh axis a ring collective runs over (with --mesh; default x), or several
-    /// (`x,y`: one ring through every device of both, row-major).
-    #[arg(long, requires = "mesh")]
-    axis: Option<String>,
+    #[command(flatten)]
+    pub place: super::place::PlaceArgs,
     /// One device's shard shape, e.g. 8x128 (default: a small shape the collective serves at P).
     #[arg(long)]
     shape: Option<String>,
@@ -129,7 +120,7 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
         perm: a.perm.as_deref().map(Ppermute::parse_perm).transpose()?,
     };
     let c = reg.get(&a.collective, &opts)?;
-    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+    let place = a.place.placement(c.as_ref())?;
     let shape = match &a.shape {
         Some(s) => array::parse_shape(s)?,
         None => c.default_shape(place.devices()),

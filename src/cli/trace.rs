@@ -1,7 +1,6 @@
 //! `tpusim trace`: step tables.
 
 use super::out::{out, outln};
-use super::placement;
 use tpusim::collectives::Registry;
 use tpusim::run::Job;
 use tpusim::{DType, Error};
@@ -11,16 +10,8 @@ use tpusim::{DType, Error};
 pub struct TraceArgs {
     /// Collective.
     pub collective: String,
-    /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    pub devices: usize,
-    /// A multi-axis mesh, e.g. 2x2 (axes x and y): a ring collective runs along `--axis`
-    /// (every group an independent ring); a whole-mesh one (allreduce_2d) on all of it.
-    #[arg(long, conflicts_with = "devices")]
-    pub mesh: Option<String>,
-    /// The mesh axis (or axes, `x,y`) a ring collective runs over (with --mesh; default x).
-    #[arg(long, requires = "mesh")]
-    pub axis: Option<String>,
+    #[command(flatten)]
+    pub place: super::place::PlaceArgs,
     /// Element type the kernel is built in (f32, i32, f16, bf16); the table's cells are
     /// symbolic, the same for every dtype.
     #[arg(long, default_value = "f32")]
@@ -33,7 +24,7 @@ pub struct TraceArgs {
 /// `tpusim trace`.
 pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
     let c = reg.by_name(&a.collective)?;
-    let place = placement(c.as_ref(), a.mesh.as_deref(), a.devices, a.axis.as_deref())?;
+    let place = a.place.placement(c.as_ref())?;
     if a.format != "markdown" && a.format != "json" {
         return Err(Error::bad_input(format!(
             "unknown format `{}` (expected markdown or json)",

@@ -25,7 +25,7 @@ impl Registry {
     /// The shipped collectives.
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        let all: [Arc<dyn Collective>; 9] = [
+        let all: Vec<Arc<dyn Collective>> = vec![
             Arc::new(Ppermute::default()),
             Arc::new(AllGather),
             Arc::new(Psum { op: ReduceOp::Sum }),

@@ -192,41 +192,32 @@ impl<'a> Ctx<'a> {
     /// `pl.program_id(axis)`: this grid point's coordinate on `axis`.
     #[track_caller]
     pub fn program_id(&self, axis: usize) -> i64 {
-        match self.point.get(axis) {
-            Some(v) => *v as i64,
-            None => {
-                let site = self.site("program_id");
-                self.fail(
-                    site,
-                    KernelErrorKind::OutOfBounds,
-                    format!(
-                        "grid axis {axis} does not exist (the grid is {:?})",
-                        self.grid
-                    ),
-                );
-                0
-            }
-        }
+        self.grid_axis(axis, &self.point, "program_id", 0)
     }
 
     /// `pl.num_programs(axis)`: the grid's size on `axis`.
     #[track_caller]
     pub fn num_programs(&self, axis: usize) -> i64 {
-        match self.grid.get(axis) {
-            Some(v) => *v as i64,
-            None => {
-                let site = self.site("num_programs");
-                self.fail(
-                    site,
-                    KernelErrorKind::OutOfBounds,
-                    format!(
-                        "grid axis {axis} does not exist (the grid is {:?})",
-                        self.grid
-                    ),
-                );
-                1
-            }
+        self.grid_axis(axis, self.grid, "num_programs", 1)
+    }
+
+    /// `of[axis]` (this point's coordinates or the grid's sizes), or a kernel error of
+    /// `op` and `fallback` when the grid has no such axis.
+    #[track_caller]
+    fn grid_axis(&self, axis: usize, of: &[usize], op: &'static str, fallback: i64) -> i64 {
+        if let Some(v) = of.get(axis) {
+            return *v as i64;
         }
+        let site = self.site(op);
+        self.fail(
+            site,
+            KernelErrorKind::OutOfBounds,
+            format!(
+                "grid axis {axis} does not exist (the grid is {:?})",
+                self.grid
+            ),
+        );
+        fallback
     }
 
     /// `lax.axis_index(name)`: this device's coordinate on mesh axis `name`.

@@ -120,16 +120,26 @@ impl Ref {
         self.shape()[1..].iter().product()
     }
 
+    /// A copy of this ref to index on its leading dimension, or `None` when it is faulty
+    /// already or has no dimension (see [`Ref::faulted`]).
+    fn indexable(&self) -> Option<Ref> {
+        (self.fault.is_none() && self.rank > 0).then_some(*self)
+    }
+
+    /// This ref, faulty: as it is when it is faulty already, else indexed as a scalar.
+    fn faulted(&self) -> Ref {
+        let mut r = *self;
+        if r.fault.is_none() {
+            r.fault = Some(Fault::AtScalar);
+        }
+        r
+    }
+
     /// `ref.at[i]`: element `i` of the leading dimension, as a ref of one rank less.
     pub fn at(&self, i: i64) -> Ref {
-        let mut r = *self;
-        if r.fault.is_some() {
-            return r;
-        }
-        if r.rank == 0 {
-            r.fault = Some(Fault::AtScalar);
-            return r;
-        }
+        let Some(mut r) = self.indexable() else {
+            return self.faulted();
+        };
         let size = r.dims[0];
         if i < 0 || i as usize >= size {
             r.fault = Some(Fault::At { index: i, size });
@@ -144,14 +154,9 @@ impl Ref {
 
     /// `ref.at[pl.ds(start, size)]`: rows `start .. start + size` of the leading dimension.
     pub fn slice(&self, d: Ds) -> Ref {
-        let mut r = *self;
-        if r.fault.is_some() {
-            return r;
-        }
-        if r.rank == 0 {
-            r.fault = Some(Fault::AtScalar);
-            return r;
-        }
+        let Some(mut r) = self.indexable() else {
+            return self.faulted();
+        };
         let dim = r.dims[0];
         if d.start < 0 || d.size < 0 || (d.start + d.size) as usize > dim {
             r.fault = Some(Fault::Ds {
