@@ -36,6 +36,32 @@
 //! assert_eq!(out[0][0].as_i32(), &[1, 10]);
 //! assert_eq!(out[3][0].as_i32(), &[0, 0]);
 //! ```
+//!
+//! # Words a newcomer meets
+//!
+//! - **Program**: a kernel traced on every device and grid point: each device's list of
+//!   ops (DMA starts, waits, signals, data ops) over one memory layout ([`ir::Program`]).
+//! - **Schedule**: one order of every device's data ops that the semaphores allow,
+//!   chosen by a **policy** (eager, lazy, lockstep, run-ahead, random); a race-free
+//!   kernel gives the same result under every schedule ([`ir::Schedule`]).
+//! - **Completion**: a remote DMA has two, in either order: the *send* completion (its
+//!   source has been read) and the *receive* completion (its destination written).
+//! - **Staging**: when a DMA's send completion comes before its receive completion, the
+//!   schedule copies its source into the sender's staging allocation at the send and
+//!   from there into the destination at the receive (the source may be reused between).
+//! - **Credit**: a semaphore's gain, from a DMA completion (its bytes) or a signal; a
+//!   wait consumes credits first in, first out ([`sched::Credit`]).
+//! - **Arena**: on a GPU, every device's memory in one buffer, so one dispatch can run
+//!   ops of every device at once.
+//! - **Level** (or **wave**): a set of a schedule's data ops that touch disjoint bytes,
+//!   run as one GPU dispatch over an op table.
+//! - **Pull model**: seed 003's simulator, whose kernels may read a peer's memory
+//!   (`remote_load`) and wait on signal cells without consuming them; TPU kernels are
+//!   push-only.
+//! - **Placement**: where a collective runs on a mesh: one kernel over every device, or
+//!   one ring per group of devices along an axis ([`mesh::Placement`]).
+//! - **Job**: a kernel, its placement, shard shape, dtype and schedule: what every
+//!   pipeline step (budget, plan, run, model, check, trace, bench) takes ([`run::Job`]).
 
 #![warn(missing_docs)]
 

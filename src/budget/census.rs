@@ -113,7 +113,7 @@ impl Census {
     }
 
     /// Traces a sample of (device, grid point) pairs of `call` on `mesh` and fills in
-    /// [`Census::traced`]: the devices and grid points chosen by [`weighted`], each
+    /// [`Census::traced`]: the devices and grid points chosen by `weighted`, each
     /// weighted by how many it stands for. Exact on small meshes and grids; on large ones
     /// within the difference between strata (a few percent for the shipped collectives).
     /// Kernel mistakes are ignored here: the full trace reports them.

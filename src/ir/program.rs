@@ -22,7 +22,7 @@ pub struct Program {
     pub layout: Layout,
     /// Each device's ops in program order.
     pub ops: Vec<Vec<Op>>,
-    /// Every DMA started, indexed by [`OpKind::DmaStart`].
+    /// Every DMA started, indexed by [`super::OpKind::DmaStart`].
     pub dmas: Vec<Dma>,
     /// Data ops run before the grid (VMEM operands copied in).
     pub prologue: Vec<DataOp>,

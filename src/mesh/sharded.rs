@@ -1,7 +1,7 @@
 //! Sharded arrays for library users: a global array split over a mesh's devices along one
 //! dimension (a `PartitionSpec` with one sharded dimension; on a multi-axis mesh, sharded
-//! over all its axes, row-major), and [`shard_map`], which runs a collective on every
-//! shard like `jax.shard_map` and reassembles the result.
+//! over all its axes, row-major), split and reassembled; `crate::run::Job::shard_map`
+//! runs a collective on every shard like `jax.shard_map`.
 
 use super::Mesh;
 use crate::array::HostArray;

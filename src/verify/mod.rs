@@ -137,7 +137,7 @@ impl fmt::Display for Problem {
 }
 
 /// Runs `program` once under `spec`, then checks that run: races and the entry rule
-/// under the orders every schedule guarantees ([`sync`]), deadlocks and exit problems.
+/// under the orders every schedule guarantees (`sync`), deadlocks and exit problems.
 pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
     let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
