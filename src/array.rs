@@ -14,33 +14,70 @@ pub enum DType {
     F16,
     /// bfloat16: f32's exponent with an 8-bit significand (`jnp.bfloat16`).
     BF16,
+    /// 8-bit signed integer.
+    I8,
+    /// 8-bit unsigned integer.
+    U8,
+    /// Boolean (`jnp.bool_`): 0 or 1.
+    Bool,
 }
 
 impl DType {
     /// Every dtype, in the order `--dtype` lists them.
-    pub const ALL: [DType; 4] = [DType::F32, DType::I32, DType::F16, DType::BF16];
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::I32,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::Bool,
+    ];
 
-    /// Bytes per element.
+    /// The dtypes the shipped collectives run in (`--dtype`).
+    pub const COLLECTIVE: [DType; 4] = [DType::F32, DType::I32, DType::F16, DType::BF16];
+
+    /// Bytes per element, as a TPU holds it (what a DMA moves and its semaphore counts).
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    /// Bytes per element in the executors' memory: 32-bit and 16-bit dtypes as they
+    /// are (16-bit ones packed two per word on the GPU); 8-bit ones and bools one per
+    /// 32-bit word, so that every op addresses whole words or halves.
+    pub fn storage(self) -> usize {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            _ => 4,
         }
     }
 
     /// True for the floating-point dtypes.
     pub fn is_float(self) -> bool {
-        self != DType::I32
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
-    /// Bit pattern of `value` in this dtype, rounded to nearest even (in the low bits of
-    /// a 32-bit word).
+    /// True for the integer dtypes (bool is neither float nor integer).
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I8 | DType::U8)
+    }
+
+    /// Bit pattern of `value` in this dtype, as a 32-bit word holds it: floats rounded
+    /// to nearest even (16-bit ones in the low half), integers truncated toward zero and
+    /// wrapped to their width (8-bit ones sign- or zero-extended), bools 1 for nonzero.
     pub fn bits_of(self, value: f64) -> u32 {
         match self {
             DType::F32 => (value as f32).to_bits(),
-            DType::I32 => (value as i32) as u32,
+            DType::I32 => (value as i64 as i32) as u32,
             DType::F16 => half::f16::from_f64(value).to_bits() as u32,
             DType::BF16 => half::bf16::from_f64(value).to_bits() as u32,
+            DType::I8 => (value as i64 as i8) as i32 as u32,
+            DType::U8 => (value as i64 as u8) as u32,
+            DType::Bool => u32::from(value != 0.0),
         }
     }
 
@@ -51,30 +88,48 @@ impl DType {
             DType::I32 => bits as i32 as f64,
             DType::F16 => half::f16::from_bits(bits as u16).to_f64(),
             DType::BF16 => half::bf16::from_bits(bits as u16).to_f64(),
+            DType::I8 => bits as u8 as i8 as f64,
+            DType::U8 => (bits & 0xff) as f64,
+            DType::Bool => f64::from(bits & 1),
         }
     }
 
     /// Unit roundoff of a float dtype (half an ulp of 1: the largest relative error of
-    /// one rounding); 0 for integers.
+    /// one rounding); 0 for integers and bools.
     pub fn unit_roundoff(self) -> f64 {
         match self {
             DType::F32 => f32::EPSILON as f64 / 2.0,
-            DType::I32 => 0.0,
             DType::F16 => half::f16::EPSILON.to_f64() / 2.0,
             DType::BF16 => half::bf16::EPSILON.to_f64() / 2.0,
+            _ => 0.0,
         }
     }
 
-    /// Parses `f32`, `i32`, `f16`, `bf16` (or numpy's names).
+    /// Parses `f32`, `i32`, `f16`, `bf16`, `i8`, `u8`, `bool` (or numpy's names).
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" | "float32" => Ok(DType::F32),
             "i32" | "int32" => Ok(DType::I32),
             "f16" | "float16" => Ok(DType::F16),
             "bf16" | "bfloat16" => Ok(DType::BF16),
+            "i8" | "int8" => Ok(DType::I8),
+            "u8" | "uint8" => Ok(DType::U8),
+            "bool" | "bool_" => Ok(DType::Bool),
             _ => Err(Error::bad_input(format!(
-                "unknown dtype `{s}` (expected f32, i32, f16 or bf16)"
+                "unknown dtype `{s}` (expected f32, i32, f16, bf16, i8, u8 or bool)"
             ))),
+        }
+    }
+
+    /// `dtype` as a collective takes it: f32, i32, f16 or bf16.
+    pub fn parse_collective(s: &str) -> Result<Self> {
+        let d = Self::parse(s)?;
+        if Self::COLLECTIVE.contains(&d) {
+            Ok(d)
+        } else {
+            Err(Error::bad_input(format!(
+                "the collectives run in f32, i32, f16 or bf16 (got `{s}`)"
+            )))
         }
     }
 }
@@ -86,6 +141,9 @@ impl fmt::Display for DType {
             DType::I32 => "i32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
         })
     }
 }
@@ -142,6 +200,16 @@ impl HostArray {
             dtype: DType::BF16,
             shape: shape.to_vec(),
             words: data.into_iter().map(|v| v.to_bits() as u32).collect(),
+        })
+    }
+
+    /// An array of `dtype` from words as [`DType::bits_of`] stores elements.
+    pub fn from_words(dtype: DType, shape: &[usize], words: Vec<u32>) -> Result<Self> {
+        check_len(shape, words.len())?;
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            words,
         })
     }
 
@@ -213,10 +281,10 @@ impl HostArray {
             return expected.len().max(self.len());
         }
         match self.dtype {
-            DType::I32 => self
-                .as_i32()
+            d if !d.is_float() => self
+                .words
                 .iter()
-                .zip(expected.as_i32())
+                .zip(&expected.words)
                 .filter(|(a, b)| a != b)
                 .count(),
             dtype => self

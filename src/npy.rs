@@ -74,9 +74,12 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
         Some((npyz::TypeChar::Float, 2)) => DType::F16,
         // What numpy writes for ml_dtypes' bfloat16 (it has no bf16 of its own).
         Some((npyz::TypeChar::RawData, 2)) => DType::BF16,
+        Some((npyz::TypeChar::Int, 1)) => DType::I8,
+        Some((npyz::TypeChar::Uint, 1)) => DType::U8,
+        Some((npyz::TypeChar::Bool, 1)) => DType::Bool,
         _ => {
             return Err(Error::bad_input(format!(
-                "{name} holds dtype {descr}; tpusim reads float32 (<f4), int32 (<i4), float16 (<f2) and ml_dtypes.bfloat16 (<V2)"
+                "{name} holds dtype {descr}; tpusim reads float32 (<f4), int32 (<i4), float16 (<f2), ml_dtypes.bfloat16 (<V2), int8 (|i1), uint8 (|u1) and bool (|b1)"
             )))
         }
     };
@@ -95,6 +98,22 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
                 .map(|b| half::bf16::from_bits(u16::from_le_bytes(b.0)))
                 .collect();
             HostArray::from_bf16(&shape, data)
+        }
+        DType::I8 => {
+            let v = npy.into_vec::<i8>().map_err(corrupt)?;
+            HostArray::from_words(
+                DType::I8,
+                &shape,
+                v.into_iter().map(|x| x as i32 as u32).collect(),
+            )
+        }
+        DType::U8 => {
+            let v = npy.into_vec::<u8>().map_err(corrupt)?;
+            HostArray::from_words(DType::U8, &shape, v.into_iter().map(u32::from).collect())
+        }
+        DType::Bool => {
+            let v = npy.into_vec::<bool>().map_err(corrupt)?;
+            HostArray::from_words(DType::Bool, &shape, v.into_iter().map(u32::from).collect())
         }
     }
 }
@@ -169,6 +188,33 @@ pub fn write_to(w: &mut dyn std::io::Write, a: &HostArray) -> std::io::Result<()
                     .into_iter()
                     .map(|h| npyz::FixedSizeBytes(h.to_le_bytes())),
             )?;
+            n.finish()
+        }
+        DType::I8 => {
+            let mut n = npyz::WriteOptions::<i8>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(w)
+                .begin_nd()?;
+            n.extend(a.words.iter().map(|&x| x as i8))?;
+            n.finish()
+        }
+        DType::U8 => {
+            let mut n = npyz::WriteOptions::<u8>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(w)
+                .begin_nd()?;
+            n.extend(a.words.iter().map(|&x| x as u8))?;
+            n.finish()
+        }
+        DType::Bool => {
+            let mut n = npyz::WriteOptions::<bool>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(w)
+                .begin_nd()?;
+            n.extend(a.words.iter().map(|&x| x != 0))?;
             n.finish()
         }
     }

@@ -1,5 +1,5 @@
 //! Arrays across the boundary: numpy arrays (float32, int32, float16, ml_dtypes'
-//! bfloat16) in and out as host arrays.
+//! bfloat16, int8, uint8, bool) in and out as host arrays.
 
 use crate::errors::{BadInput, OrPy};
 use numpy::{PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -15,6 +15,18 @@ pub fn to_host(x: &Bound<'_, PyAny>) -> PyResult<HostArray> {
     if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, i32>>() {
         let shape = a.shape().to_vec();
         return HostArray::from_i32(&shape, a.as_slice()?.to_vec()).py();
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, i8>>() {
+        let words = a.as_slice()?.iter().map(|&v| v as i32 as u32).collect();
+        return HostArray::from_words(DType::I8, a.shape(), words).py();
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, u8>>() {
+        let words = a.as_slice()?.iter().map(|&v| u32::from(v)).collect();
+        return HostArray::from_words(DType::U8, a.shape(), words).py();
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, bool>>() {
+        let words = a.as_slice()?.iter().map(|&v| u32::from(v)).collect();
+        return HostArray::from_words(DType::Bool, a.shape(), words).py();
     }
     if let Ok(a) = x.extract::<PyReadonlyArrayDyn<'_, half::f16>>() {
         let shape = a.shape().to_vec();
@@ -36,7 +48,7 @@ pub fn to_host(x: &Bound<'_, PyAny>) -> PyResult<HostArray> {
         .map(|d| d.to_string())
         .unwrap_or_else(|_| x.get_type().to_string());
     Err(BadInput::new_err(format!(
-        "bad input: arrays must be numpy float32, int32, float16 or bfloat16 (ml_dtypes), C-contiguous; got {what}"
+        "bad input: arrays must be numpy float32, int32, float16, bfloat16 (ml_dtypes), int8, uint8 or bool, C-contiguous; got {what}"
     )))
 }
 
@@ -49,6 +61,9 @@ pub fn to_numpy<'py>(py: Python<'py>, a: &HostArray) -> PyResult<Bound<'py, PyAn
             let v: Vec<half::f16> = a.halves().into_iter().map(half::f16::from_bits).collect();
             PyArray1::from_vec(py, v).into_any()
         }
+        DType::I8 => PyArray1::from_vec(py, a.words.iter().map(|&w| w as i8).collect()).into_any(),
+        DType::U8 => PyArray1::from_vec(py, a.words.iter().map(|&w| w as u8).collect()).into_any(),
+        DType::Bool => PyArray1::from_vec(py, a.words.iter().map(|&w| w != 0).collect()).into_any(),
         DType::BF16 => {
             // numpy's bfloat16 is ml_dtypes'; without it there is no array to return.
             py.import("ml_dtypes").map_err(|_| {

@@ -254,7 +254,7 @@ pub fn collective_trace<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let job = job(name, "sum", None, None, mesh, devices, axis)
         .py()?
-        .with_dtype(DType::parse(dtype).py()?);
+        .with_dtype(DType::parse_collective(dtype).py()?);
     to_py_data(py, &job.trace().py()?)
 }
 
@@ -279,7 +279,7 @@ pub fn collective_model<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut job = job(name, op, None, None, mesh, devices, axis)
         .py()?
-        .with_dtype(DType::parse(dtype).py()?);
+        .with_dtype(DType::parse_collective(dtype).py()?);
     if let Some(s) = shape {
         job = job.with_shape(&s);
     }
@@ -317,7 +317,7 @@ pub fn collective_bench<'py>(
         iters,
         warmup,
         checks,
-        dtype: DType::parse(dtype).py()?,
+        dtype: DType::parse_collective(dtype).py()?,
         schedule: ScheduleSpec::parse(schedule).py()?,
     };
     let exec = executor(backend)?;
@@ -342,7 +342,7 @@ pub fn collective_inputs<'py>(
         Placement::whole(mesh.mesh.clone()),
     )
     .with_shape(&shape)
-    .with_dtype(DType::parse(dtype).py()?)
+    .with_dtype(DType::parse_collective(dtype).py()?)
     .lower()
     .py()?;
     to_numpy_all(py, &random_inputs(&program, seed).py()?)

@@ -53,4 +53,4 @@ def test_the_seed_psum_kernel_in_16_bit(name):
 def test_other_dtypes_are_refused_with_the_supported_list():
     with pytest.raises(tpusim.BadInput) as e:
         tpusim.run("psum", [np.zeros((8, 128), np.uint8)] * 2)
-    assert "float16 or bfloat16" in str(e.value)
+    assert "f32, i32, f16 or bf16, not u8" in str(e.value)

@@ -82,10 +82,10 @@ impl Census {
         let (mut input_bytes, mut output_bytes) = (0.0, 0.0);
         for (is_out, ops) in [(false, &spec.inputs), (true, &spec.outputs)] {
             for o in ops.iter() {
-                alloc(product(&o.shape), o.dtype.size());
+                alloc(product(&o.shape), o.dtype.storage());
                 let bytes = product(&o.shape) * HOST_WORD;
                 if o.space == MemorySpace::Vmem {
-                    alloc(product(&o.shape), o.dtype.size());
+                    alloc(product(&o.shape), o.dtype.storage());
                     copies += 1.0;
                 }
                 if is_out {
@@ -99,7 +99,7 @@ impl Census {
         for s in &spec.scratch {
             match s {
                 ScratchSpec::Vmem { shape, dtype, .. } => {
-                    alloc(product(shape), dtype.size());
+                    alloc(product(shape), dtype.storage());
                 }
                 ScratchSpec::Sem { count, .. } => sems += count.unwrap_or(1) as f64,
                 ScratchSpec::SignalMatrix { rows, cols, .. } => sems += *rows as f64 * *cols as f64,
@@ -233,7 +233,12 @@ mod tests {
                 program.layout.sems.len(),
                 "{what}: sems"
             );
-            let bytes: u64 = program.layout.allocs.iter().map(|a| a.bytes()).sum();
+            let bytes: u64 = program
+                .layout
+                .allocs
+                .iter()
+                .map(|a| a.storage_bytes())
+                .sum();
             assert_eq!(c.alloc_bytes as u64, bytes, "{what}: bytes");
             assert_eq!(
                 c.copies as usize * mesh.size(),

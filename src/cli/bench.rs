@@ -62,7 +62,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         iters: a.iters,
         warmup: a.warmup,
         checks: a.checks,
-        dtype: DType::parse(&a.dtype)?,
+        dtype: DType::parse_collective(&a.dtype)?,
         schedule: ScheduleSpec::parse(&a.schedule)?,
     };
     cfg.validate()?;

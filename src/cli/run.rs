@@ -130,7 +130,7 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
     Ok(
         Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
             .with_shape(&shape)
-            .with_dtype(DType::parse(&a.dtype)?)
+            .with_dtype(DType::parse_collective(&a.dtype)?)
             .with_schedule(schedule),
     )
 }

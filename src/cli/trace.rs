@@ -31,7 +31,7 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
             a.format
         )));
     }
-    let dtype = DType::parse(&a.dtype)?;
+    let dtype = DType::parse_collective(&a.dtype)?;
     let table = Job::collective(c, place).with_dtype(dtype).trace()?;
     if a.format == "json" {
         outln!(

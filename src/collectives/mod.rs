@@ -170,5 +170,10 @@ pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
         (ReduceOp::Min, DType::F32 | DType::F16 | DType::BF16) => f64::INFINITY,
         (ReduceOp::Max, DType::I32) => i32::MIN as f64,
         (ReduceOp::Min, DType::I32) => i32::MAX as f64,
+        (ReduceOp::Max, DType::I8) => i8::MIN as f64,
+        (ReduceOp::Min, DType::I8) => i8::MAX as f64,
+        (ReduceOp::Max, DType::U8 | DType::Bool) => 0.0,
+        (ReduceOp::Min, DType::U8) => u8::MAX as f64,
+        (ReduceOp::Min, DType::Bool) => 1.0,
     }
 }

@@ -75,15 +75,15 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
                 dtype.bits_of(r)
             })
             .collect(),
-        DType::I32 => (0..n)
+        _ => (0..n)
             .map(|i| {
-                let vals = inputs.iter().map(|d| d[0].as_i32()[i]);
+                let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]) as i64);
                 let r = match op {
-                    ReduceOp::Sum => vals.fold(0i32, i32::wrapping_add),
-                    ReduceOp::Max => vals.max().unwrap_or(i32::MIN),
-                    ReduceOp::Min => vals.min().unwrap_or(i32::MAX),
+                    ReduceOp::Sum => vals.fold(0i64, i64::wrapping_add),
+                    ReduceOp::Max => vals.max().unwrap_or(i64::MIN),
+                    ReduceOp::Min => vals.min().unwrap_or(i64::MAX),
                 };
-                r as u32
+                dtype.bits_of(r as f64)
             })
             .collect(),
     };

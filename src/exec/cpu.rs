@@ -81,6 +81,10 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
             let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
             half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
+        // Accumulates are traced for the collectives' dtypes only.
+        DType::I8 | DType::U8 | DType::Bool => {
+            unreachable!("an accumulate in {dtype}: the kernel API refuses it")
+        }
     }
 }
 

@@ -60,11 +60,11 @@ pub enum DataOp {
 }
 
 impl DataOp {
-    /// Width in bytes of the elements the op moves: its destination's dtype, or the
-    /// narrower side of a copy (the staging area holds any dtype in 4-byte slots).
+    /// Width in bytes of the elements the op moves in the executors' memory: its
+    /// destination's dtype, or the narrower side of a copy (the staging area holds any dtype in 4-byte slots).
     /// `allocs` is [`crate::ir::Schedule::memory`].
     pub fn elem_bytes(&self, allocs: &[Allocation]) -> usize {
-        let width = |v: &View| allocs[v.alloc()].dtype.size();
+        let width = |v: &View| allocs[v.alloc()].dtype.storage();
         match self {
             DataOp::Copy { src, dst } => width(src).min(width(dst)),
             DataOp::Fill { dst, .. } | DataOp::Accumulate { dst, .. } => width(dst),

@@ -32,9 +32,14 @@ impl Allocation {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
-    /// Size in bytes.
+    /// Size in bytes, as a TPU holds it.
     pub fn bytes(&self) -> u64 {
         (self.numel() * self.dtype.size()) as u64
+    }
+
+    /// Size in bytes in the executors' memory ([`DType::storage`]).
+    pub fn storage_bytes(&self) -> u64 {
+        (self.numel() * self.dtype.storage()) as u64
     }
 }
 

@@ -6,6 +6,7 @@
 //! ([`Memory::index`]), whether a wait consumes ([`WaitKind::decrements`]), and the
 //! staging area of DMAs in flight ([`Schedule::memory`]).
 
+mod compute;
 mod data;
 mod dma;
 mod layout;
@@ -16,6 +17,9 @@ mod site;
 mod source_files;
 mod view;
 
+pub use compute::{
+    dot_shape, Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction, Unary, Work,
+};
 pub use data::{DataOp, ReduceOp};
 pub use dma::{Completion, Dma};
 pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};

@@ -2,6 +2,7 @@
 //! op of the current device and grid point; nothing runs until the scheduler does.
 
 use super::refs::{Fault, Ref, Sem};
+use crate::array::DType;
 use crate::error::{KernelError, KernelErrorKind, Site};
 use crate::ir::{Cmp, SemId};
 use crate::ir::{
@@ -491,6 +492,18 @@ impl<'a> Ctx<'a> {
         let (Some(d), Some(s)) = (self.vmem_view(&dst, site), self.vmem_view(&src, site)) else {
             return;
         };
+        if !DType::COLLECTIVE.contains(&dst.dtype) {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "an accumulate takes f32, i32, f16 or bf16, not {} (`{}`): use the value ops",
+                    dst.dtype,
+                    self.name(&dst)
+                ),
+            );
+            return;
+        }
         if self.same_shape(&dst, &src, site) {
             self.push(
                 OpKind::Compute(Box::new(DataOp::Accumulate {

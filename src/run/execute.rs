@@ -51,7 +51,7 @@ pub struct Checked {
 
 /// Deterministic random inputs for every device and operand of `program`: floats
 /// uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact under
-/// sums). A limit error when the host cannot hold them.
+/// sums), i8 in [-100, 100), u8 in [0, 200), bools either way. A limit error when the host cannot hold them.
 pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..program.devices)
@@ -66,6 +66,9 @@ pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>
                         *w = match alloc.dtype {
                             DType::F32 => rng.random::<f32>().to_bits(),
                             DType::I32 => rng.random_range(-1000i32..1000) as u32,
+                            DType::I8 => rng.random_range(-100i32..100) as u32,
+                            DType::U8 => rng.random_range(0u32..200),
+                            DType::Bool => u32::from(rng.random::<bool>()),
                             d => d.bits_of(rng.random::<f32>() as f64),
                         };
                     }

@@ -205,6 +205,13 @@ impl Job {
 
     /// The kernel for `mesh` and `shard`.
     fn build(&self, mesh: &Mesh, shard: &[usize]) -> Result<PallasCall> {
+        if self.collective_of().is_some() && !DType::COLLECTIVE.contains(&self.dtype) {
+            return Err(Error::bad_input(format!(
+                "`{}` runs in f32, i32, f16 or bf16, not {}",
+                self.name(),
+                self.dtype
+            )));
+        }
         match &self.kernel {
             Kernel::Collective(c) => c.call(mesh, shard, self.dtype),
             Kernel::Variant(_, v) => v.call(mesh, shard, self.dtype),

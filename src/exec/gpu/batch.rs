@@ -50,7 +50,7 @@ fn buffer(v: &View) -> (usize, usize) {
 /// An accumulate small enough to batch, reading a different buffer than it writes.
 fn eligible(op: &DataOp) -> bool {
     matches!(op, DataOp::Accumulate { dst, src, dtype, .. }
-        if dtype.size() == 4 && dst.len() <= MAX_ELEMS && buffer(dst) != buffer(src))
+        if dtype.storage() == 4 && dst.len() <= MAX_ELEMS && buffer(dst) != buffer(src))
 }
 
 /// Can `b` join `batch` without aliasing a written buffer in one dispatch?

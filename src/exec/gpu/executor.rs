@@ -145,10 +145,10 @@ impl GpuExecutor {
     fn check_limits(&self, allocs: &[Allocation]) -> Result<()> {
         let max = self.ctx.limits.max_buffer_size;
         for a in allocs {
-            if a.bytes() > max {
+            if a.storage_bytes() > max {
                 return Err(Error::Limit {
                     what: format!("allocation `{}` ({:?} {})", a.name, a.shape, a.dtype),
-                    requested: a.bytes(),
+                    requested: a.storage_bytes(),
                     limit: max,
                 });
             }
@@ -168,7 +168,7 @@ impl GpuExecutor {
         let max = limits.max_buffer_size;
         let bufs: Vec<wgpu::Buffer> = (0..program.devices)
             .flat_map(|_| allocs.iter())
-            .map(|a| self.pool.take(dev, a.bytes(), STORAGE, max))
+            .map(|a| self.pool.take(dev, a.storage_bytes(), STORAGE, max))
             .collect();
 
         // Batching needs 8 storage buffers in one stage (WebGPU's default limit).
@@ -292,7 +292,10 @@ impl GpuExecutor {
             .collect();
         let staging: Vec<wgpu::Buffer> = (0..program.devices)
             .flat_map(|_| program.outputs.iter())
-            .map(|&a| self.pool.take(dev, allocs[a].bytes(), READBACK, max))
+            .map(|&a| {
+                self.pool
+                    .take(dev, allocs[a].storage_bytes(), READBACK, max)
+            })
             .collect();
 
         // Every allocation starts as zeros, as on the CPU executor (pooled buffers are reused).
@@ -300,7 +303,7 @@ impl GpuExecutor {
             label: Some("clear"),
         });
         for (i, b) in bufs.iter().enumerate() {
-            let bytes = allocs[i % allocs.len()].bytes().next_multiple_of(4);
+            let bytes = allocs[i % allocs.len()].storage_bytes().next_multiple_of(4);
             if bytes > 0 {
                 enc.clear_buffer(b, 0, Some(bytes));
             }
@@ -428,7 +431,7 @@ impl GpuRun<'_> {
             });
         for d in 0..self.program.devices {
             for (k, &a) in outs.iter().enumerate() {
-                let size = allocs[a].bytes().next_multiple_of(4);
+                let size = allocs[a].storage_bytes().next_multiple_of(4);
                 if size > 0 {
                     enc.copy_buffer_to_buffer(
                         &self.bufs[d * n + a],
@@ -474,7 +477,10 @@ impl GpuRun<'_> {
                     let view = s
                         .get_mapped_range(..)
                         .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
-                    host_words(alloc.dtype.size(), &view[..alloc.bytes() as usize])
+                    host_words(
+                        alloc.dtype.storage(),
+                        &view[..alloc.storage_bytes() as usize],
+                    )
                 };
                 dev_out.push(HostArray {
                     dtype: alloc.dtype,
@@ -494,7 +500,7 @@ impl GpuRun<'_> {
 /// `a`'s elements as the GPU holds them: 32-bit words, or 16-bit elements packed two
 /// per word (little end first), padded to whole words.
 pub(super) fn device_bytes(a: &HostArray) -> Vec<u8> {
-    if a.dtype.size() == 4 {
+    if a.dtype.storage() == 4 {
         return bytemuck::cast_slice(&a.words).to_vec();
     }
     let mut b: Vec<u8> = a.halves().iter().flat_map(|h| h.to_le_bytes()).collect();
@@ -550,7 +556,7 @@ impl Executor for GpuExecutor {
             let bytes: u64 = schedule
                 .allocations(program)
                 .iter()
-                .map(|a| a.bytes().next_multiple_of(16))
+                .map(|a| a.storage_bytes().next_multiple_of(16))
                 .sum::<u64>()
                 * program.devices as u64;
             if bytes <= max {

@@ -287,6 +287,9 @@ pub(super) fn dtype_code(dtype: DType) -> u32 {
         DType::I32 => 1,
         DType::F16 => 2,
         DType::BF16 => 3,
+        DType::I8 => 4,
+        DType::U8 => 5,
+        DType::Bool => 6,
     }
 }
 

@@ -87,7 +87,7 @@ impl GpuProgram {
         ops: &[DataOp],
         max_words: u64,
     ) -> Result<Self, String> {
-        if allocs.iter().any(|a| a.dtype.size() != 4) {
+        if allocs.iter().any(|a| a.dtype.storage() != 4) {
             return Err("16-bit elements run per op (packed two per word)".into());
         }
         let mut offsets = Vec::with_capacity(devices * allocs.len());

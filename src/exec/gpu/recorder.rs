@@ -79,7 +79,7 @@ impl Recorder<'_> {
 
     /// Byte offset of `v` in its buffer.
     fn off(&self, v: &View) -> u64 {
-        v.byte_offset(self.allocs[v.alloc()].dtype.size())
+        v.byte_offset(self.allocs[v.alloc()].dtype.storage())
     }
 
     fn dispatch(&mut self, pipeline: wgpu::ComputePipeline, spec: BindSpec, n: u32, items: u32) {
