@@ -48,6 +48,8 @@ pub(crate) struct Handshakes {
     pub barrier: bool,
     /// The capacity semaphore before each write to the right neighbour.
     pub capacity: bool,
+    /// The barrier's second round (the docs' double barrier).
+    pub double_barrier: bool,
 }
 
 impl Handshakes {
@@ -55,6 +57,7 @@ impl Handshakes {
     pub const SEED: Handshakes = Handshakes {
         barrier: true,
         capacity: true,
+        double_barrier: true,
     };
 }
 
@@ -77,7 +80,7 @@ pub(crate) fn psum_kernel_with(
 
     if step == 0 {
         if handshakes.barrier {
-            neighbor_barrier(pl, left, right, true);
+            neighbor_barrier(pl, left, right, handshakes.double_barrier);
         }
         pl.fill(o_ref, identity(op, o_ref.dtype()));
         pl.fill(vmem_recv, 0.0);

@@ -77,6 +77,29 @@ impl DataOp {
         dst.bytes(self.elem_bytes(allocs))
     }
 
+    /// The same op on the views `f` gives for its own (the one place a program's views
+    /// are moved to other devices or allocations).
+    pub fn map_views(&self, f: impl Fn(View) -> View) -> DataOp {
+        match *self {
+            DataOp::Copy { src, dst } => DataOp::Copy {
+                src: f(src),
+                dst: f(dst),
+            },
+            DataOp::Fill { dst, bits } => DataOp::Fill { dst: f(dst), bits },
+            DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => DataOp::Accumulate {
+                dst: f(dst),
+                src: f(src),
+                op,
+                dtype,
+            },
+        }
+    }
+
     /// What the op reads (besides its destination) and what it writes: the one
     /// definition of a data op's accesses.
     pub fn reads_writes(&self) -> (Option<View>, View) {

@@ -92,6 +92,7 @@ impl<'a> Ctx<'a> {
             kind,
             site: Site {
                 device: self.device,
+                invocation: None,
                 grid: self.point.clone(),
                 op: site.op(),
                 location: site.location.to_string(),

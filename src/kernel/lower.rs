@@ -5,7 +5,8 @@ use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
-    grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
+    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,
+    View,
 };
 use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
@@ -292,6 +293,7 @@ impl PallasCall {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
                             device,
+                            invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             op: "kernel body",
                             location: self.name.clone(),
@@ -307,6 +309,7 @@ impl PallasCall {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
                             device,
+                            invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             op: "kernel argument",
                             location: format!("{}:{}", at.file(), at.line()),
@@ -342,11 +345,20 @@ impl PallasCall {
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);
+        let invocation = Invocation {
+            name: self.name.clone(),
+            grid: spec.grid.clone(),
+            collective_id: spec.collective_id,
+            starts: vec![0; mesh.size()],
+            first_step: 0,
+            first_alloc: 0,
+            first_sem: 0,
+            feeds: Vec::new(),
+        };
         Ok((
             Program {
                 name: self.name.clone(),
                 devices: mesh.size(),
-                grid: spec.grid.clone(),
                 layout,
                 ops,
                 dmas,
@@ -354,7 +366,7 @@ impl PallasCall {
                 epilogue,
                 inputs,
                 outputs,
-                entry_barrier: spec.collective_id.is_none(),
+                invocations: vec![invocation],
             },
             errors,
         ))

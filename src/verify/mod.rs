@@ -4,6 +4,7 @@
 //! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
 
 mod clock;
+mod entry;
 mod fixpoint;
 mod hb;
 mod log;
@@ -15,8 +16,9 @@ mod serialize;
 mod sync;
 
 pub use clock::Clock;
+pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
-pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
+pub use race::{Race, RaceSide, SharedSemaphore};
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;
