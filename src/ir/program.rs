@@ -12,6 +12,9 @@ use super::site::OpSite;
 use super::view::SemRef;
 use crate::error::Site;
 
+/// How a label names the invocation a semaphore or buffer belongs to.
+const INVOCATION: &str = " of invocation ";
+
 /// Where an input of an invocation gets its value, from the invocation before it on the
 /// same device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +149,15 @@ impl Program {
         })
     }
 
+    /// What a label ([`Program::sem_label`], [`Program::alloc_label`]) names, without
+    /// its invocation: the same semaphore or buffer of every invocation is one bug.
+    pub fn unlabeled(label: &str) -> &str {
+        match label.rsplit_once(INVOCATION) {
+            Some((name, k)) if k.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => label,
+        }
+    }
+
     /// Display name of a semaphore slot (with its invocation in a sequence).
     pub fn sem_name(&self, s: SemRef) -> String {
         self.sem_label(s.sem())
@@ -155,7 +167,7 @@ impl Program {
     pub fn sem_label(&self, sem: usize) -> String {
         let name = &self.layout.sems[sem].name;
         match self.invocation_of_sem(sem) {
-            Some(k) => format!("{name} of invocation {k}"),
+            Some(k) => format!("{name}{INVOCATION}{k}"),
             None => name.clone(),
         }
     }
@@ -164,7 +176,7 @@ impl Program {
     pub fn alloc_label(&self, alloc: AllocId) -> String {
         let name = &self.layout.allocs[alloc].name;
         match self.invocation_of_alloc(alloc) {
-            Some(k) => format!("{name} of invocation {k}"),
+            Some(k) => format!("{name}{INVOCATION}{k}"),
             None => name.clone(),
         }
     }

@@ -233,3 +233,26 @@ impl Builder {
         Ok((ids, feeds))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_take_the_result_of_their_size_else_the_input_again() {
+        let f32s = |n| (n, DType::F32);
+        assert_eq!(
+            feed(0, f32s(8), &[f32s(8), f32s(16)], &[f32s(4)]),
+            Some(Feed::Output(0))
+        );
+        assert_eq!(
+            feed(0, f32s(4), &[f32s(8)], &[f32s(4)]),
+            Some(Feed::Input(0))
+        );
+        assert_eq!(feed(0, (8, DType::I32), &[f32s(8)], &[f32s(8)]), None);
+        assert_eq!(feed(1, f32s(8), &[f32s(8)], &[f32s(8)]), None);
+        assert_eq!(Program::unlabeled("recv_sem of invocation 12"), "recv_sem");
+        assert_eq!(Program::unlabeled("recv_sem"), "recv_sem");
+        assert_eq!(Program::unlabeled("a of invocation x"), "a of invocation x");
+    }
+}

@@ -105,14 +105,17 @@ impl Problem {
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
-                    .map(|b| format!("{}@{}:{}", b.site.op, b.site.location, b.semaphore))
+                    .map(|b| {
+                        let sem = Program::unlabeled(&b.semaphore);
+                        format!("{}@{}:{sem}", b.site.op, b.site.location)
+                    })
                     .collect();
                 sites.sort();
                 sites.dedup();
                 format!("deadlock:{}", sites.join(","))
             }
             Problem::Exit(ExitProblem::SemaphoreNotZero { semaphore, .. }) => {
-                format!("nonzero:{semaphore}")
+                format!("nonzero:{}", Program::unlabeled(semaphore))
             }
             Problem::Exit(ExitProblem::DmaNotWaited { site, .. }) => {
                 format!("unwaited:{}", site.location)

@@ -88,7 +88,7 @@ impl Race {
         };
         let (a, b) = (loc(&self.first), loc(&self.second));
         let (a, b) = if a <= b { (a, b) } else { (b, a) };
-        format!("race:{}:{a}:{b}", self.alloc)
+        format!("race:{}:{a}:{b}", Program::unlabeled(&self.alloc))
     }
 }
 
