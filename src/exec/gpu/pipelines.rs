@@ -1,34 +1,13 @@
 //! Compute pipelines for the WGSL shaders in `shaders/`, built once per device.
 
+use super::codes::{dtype_code, reduce_code, HALVES_ACCUMULATE, HALVES_COPY, HALVES_FILL};
+use super::shaders::assembled;
 use crate::array::DType;
 use crate::ir::ReduceOp;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// WGSL source of the accumulate family (`dst = op(dst, src)`).
-pub const ACCUMULATE_WGSL: &str = include_str!("../../../shaders/accumulate.wgsl");
-/// WGSL source of the vec4 accumulate family.
-pub const ACCUMULATE_VEC4_WGSL: &str = include_str!("../../../shaders/accumulate_vec4.wgsl");
-/// WGSL source of the batched accumulate family (up to four items per dispatch).
-pub const ACCUMULATE_BATCH_WGSL: &str = include_str!("../../../shaders/accumulate_batch.wgsl");
-/// WGSL source of the fill shader.
-pub const FILL_WGSL: &str = include_str!("../../../shaders/fill.wgsl");
-/// WGSL source of the schedule program (arena + op table).
-pub const SCHEDULE_WGSL: &str = include_str!("../../../shaders/schedule.wgsl");
-/// WGSL source of the 16-bit element ops (copy, fill, accumulate on packed halves).
-pub const HALVES_WGSL: &str = include_str!("../../../shaders/halves.wgsl");
-/// Every shader, by file name (for validation).
-pub const SHADERS: &[(&str, &str)] = &[
-    ("accumulate.wgsl", ACCUMULATE_WGSL),
-    ("accumulate_vec4.wgsl", ACCUMULATE_VEC4_WGSL),
-    ("accumulate_batch.wgsl", ACCUMULATE_BATCH_WGSL),
-    ("fill.wgsl", FILL_WGSL),
-    ("schedule.wgsl", SCHEDULE_WGSL),
-    ("halves.wgsl", HALVES_WGSL),
-];
-
-/// Threads per workgroup in every shader.
-pub const WORKGROUP: u32 = 256;
+pub use super::codes::WORKGROUP;
 
 /// Bytes of one parameter block (the batch shader's four items; others use the first).
 pub const PARAMS_BYTES: u64 = 64;
@@ -123,10 +102,10 @@ impl Pipelines {
             label: Some("accumulate_batch"),
             entries: &batch_entries,
         });
-        let module = |label, src: &str| {
+        let module = |name: &str| {
             device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(assembled(name).into()),
             })
         };
         let layout = |bgl: &wgpu::BindGroupLayout| {
@@ -136,7 +115,7 @@ impl Pipelines {
                 immediate_size: 0,
             })
         };
-        let fill_module = module("fill", FILL_WGSL);
+        let fill_module = module("fill.wgsl");
         let fill = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("fill"),
             layout: Some(&layout(&fill_layout)),
@@ -154,7 +133,7 @@ impl Pipelines {
                 uniform(3),
             ],
         });
-        let schedule_module = module("schedule", SCHEDULE_WGSL);
+        let schedule_module = module("schedule.wgsl");
         let schedule_pipeline_layout = layout(&schedule_layout);
         let schedule_wave = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("schedule wave"),
@@ -167,18 +146,18 @@ impl Pipelines {
         Self {
             schedule_layout,
             schedule_wave,
-            batch_module: module("accumulate_batch", ACCUMULATE_BATCH_WGSL),
+            batch_module: module("accumulate_batch.wgsl"),
             batch_pipeline_layout: layout(&batch_layout),
             batch_layout,
             batch: Mutex::new(HashMap::new()),
-            acc_module: module("accumulate", ACCUMULATE_WGSL),
-            acc4_module: module("accumulate_vec4", ACCUMULATE_VEC4_WGSL),
+            acc_module: module("accumulate.wgsl"),
+            acc4_module: module("accumulate_vec4.wgsl"),
             acc_pipeline_layout: layout(&acc_layout),
             acc_layout,
             fill_layout,
             fill,
             acc: Mutex::new(HashMap::new()),
-            halves_module: module("halves", HALVES_WGSL),
+            halves_module: module("halves.wgsl"),
             halves: Mutex::new(HashMap::new()),
         }
     }
@@ -191,10 +170,10 @@ impl Pipelines {
         map.entry(op)
             .or_insert_with(|| {
                 let constants: &[(&str, f64)] = match op {
-                    HalfOp::Copy => &[("MODE", 0.0)],
-                    HalfOp::Fill => &[("MODE", 1.0)],
+                    HalfOp::Copy => &[("MODE", HALVES_COPY as f64)],
+                    HalfOp::Fill => &[("MODE", HALVES_FILL as f64)],
                     HalfOp::Accumulate(r, d) => &[
-                        ("MODE", 2.0),
+                        ("MODE", HALVES_ACCUMULATE as f64),
                         ("OP", op_constant(r)),
                         ("DTYPE", dtype_constant(d)),
                     ],
@@ -271,27 +250,8 @@ impl Pipelines {
     }
 }
 
-/// The shaders' code of a reduction operator (`OP` / the op table's `bits`).
-pub(super) fn op_code(op: ReduceOp) -> u32 {
-    match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Max => 1,
-        ReduceOp::Min => 2,
-    }
-}
-
-/// The shaders' code of an element type (`DTYPE` / the op table's `bits >> 4`).
-pub(super) fn dtype_code(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::I32 => 1,
-        DType::F16 => 2,
-        DType::BF16 => 3,
-    }
-}
-
 fn op_constant(op: ReduceOp) -> f64 {
-    op_code(op) as f64
+    reduce_code(op) as f64
 }
 
 fn dtype_constant(dtype: DType) -> f64 {

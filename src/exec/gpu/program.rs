@@ -7,7 +7,7 @@
 //! Measured on lavapipe, shader copies cost far more than buffer copies and a dispatch
 //! about 0.1 ms, so this keeps dispatches to one per level of compute.
 
-use super::pipelines::{dtype_code, op_code};
+use super::codes::{dtype_code, reduce_code, ACC_DTYPE_SHIFT, OP_ACCUMULATE, OP_COPY, OP_FILL};
 use crate::ir::{Allocation, DataOp, View};
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ pub const CHUNK: u32 = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct OpRec {
-    /// 0 copy, 1 fill, 2 accumulate.
+    /// [`OP_COPY`], [`OP_FILL`] or [`OP_ACCUMULATE`].
     pub kind: u32,
     /// Destination word offset in the arena.
     pub dst: u32,
@@ -26,7 +26,7 @@ pub struct OpRec {
     pub src: u32,
     /// Elements.
     pub len: u32,
-    /// Fill bits, or `op | dtype << 4` for an accumulate.
+    /// Fill bits, or `op | dtype << ACC_DTYPE_SHIFT` for an accumulate.
     pub bits: u32,
     pad: [u32; 3],
 }
@@ -114,9 +114,9 @@ impl GpuProgram {
                     if src.overlaps(&dst) {
                         return Err("a copy whose source and destination overlap".into());
                     }
-                    OpRec::new(0, at(&dst), at(&src), dst.len(), 0)
+                    OpRec::new(OP_COPY, at(&dst), at(&src), dst.len(), 0)
                 }
-                DataOp::Fill { dst, bits } => OpRec::new(1, at(&dst), 0, dst.len(), bits),
+                DataOp::Fill { dst, bits } => OpRec::new(OP_FILL, at(&dst), 0, dst.len(), bits),
                 DataOp::Accumulate {
                     dst,
                     src,
@@ -126,8 +126,8 @@ impl GpuProgram {
                     if src.overlaps(&dst) {
                         return Err("an accumulate whose source and destination overlap".into());
                     }
-                    let bits = op_code(op) | dtype_code(dtype) << 4;
-                    OpRec::new(2, at(&dst), at(&src), dst.len(), bits)
+                    let bits = reduce_code(op) | dtype_code(dtype) << ACC_DTYPE_SHIFT;
+                    OpRec::new(OP_ACCUMULATE, at(&dst), at(&src), dst.len(), bits)
                 }
             };
             if rec.len > 0 {
@@ -148,7 +148,7 @@ impl GpuProgram {
             while i < order.len() && levels[order[i]] == lvl {
                 let o = recs[order[i]];
                 match o.kind {
-                    0 => {
+                    OP_COPY => {
                         scratch_words = scratch_words.max(o.len as u64);
                         segments.push(Segment::Copy {
                             src: o.src as u64,
@@ -156,7 +156,7 @@ impl GpuProgram {
                             words: o.len as u64,
                         });
                     }
-                    1 if o.bits == 0 => segments.push(Segment::Clear {
+                    OP_FILL if o.bits == 0 => segments.push(Segment::Clear {
                         at: o.dst as u64,
                         words: o.len as u64,
                     }),
@@ -212,7 +212,7 @@ impl OpRec {
     /// The arena words it reads (besides its destination) and writes.
     fn ranges(&self) -> (Option<(u32, u32)>, (u32, u32)) {
         let w = (self.dst, self.dst + self.len);
-        let r = (self.kind != 1).then_some((self.src, self.src + self.len));
+        let r = (self.kind != OP_FILL).then_some((self.src, self.src + self.len));
         (r, w)
     }
 }
