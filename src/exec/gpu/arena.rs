@@ -4,7 +4,7 @@
 use super::executor::GpuExecutor;
 use super::program::{GpuProgram, Segment};
 use crate::array::HostArray;
-use crate::error::{Error, Result};
+use crate::error::{Error, GpuError, GpuErrorKind, Result};
 use crate::exec::{check_inputs, Prepared};
 use crate::ir::{Program, Schedule};
 use std::time::Duration;
@@ -121,10 +121,10 @@ impl<'a> ArenaRun<'a> {
         enc.clear_buffer(&arena, 0, Some(plan.words * 4));
         queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(Error::Gpu(e.to_string()));
+            return Err(GpuError::new(GpuErrorKind::Validation, e.to_string()).into());
         }
         if let Some(e) = pollster::block_on(oom.pop()) {
-            return Err(Error::Gpu(format!("out of GPU memory: {e}")));
+            return Err(GpuError::new(GpuErrorKind::OutOfMemory, e.to_string()).into());
         }
         Ok(Some(Self {
             exec,
@@ -224,17 +224,36 @@ impl Prepared for ArenaRun<'_> {
         });
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+            .map_err(|e| {
+                Error::from(GpuError::new(
+                    GpuErrorKind::Lost,
+                    format!("waiting for the GPU: {e}"),
+                ))
+            })?;
         match pollster::block_on(rx) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Error::Gpu(format!("mapping the outputs for readback: {e}"))),
-            Err(_) => return Err(Error::Gpu("the outputs' readback was cancelled".into())),
+            Ok(Err(e)) => {
+                return Err(GpuError::new(
+                    GpuErrorKind::Readback,
+                    format!("mapping the outputs for readback: {e}"),
+                )
+                .into())
+            }
+            Err(_) => {
+                return Err(GpuError::new(
+                    GpuErrorKind::Readback,
+                    "the outputs' readback was cancelled",
+                )
+                .into())
+            }
         }
         let out = {
-            let view = self
-                .readback
-                .get_mapped_range(..)
-                .map_err(|e| Error::Gpu(format!("reading back the outputs: {e}")))?;
+            let view = self.readback.get_mapped_range(..).map_err(|e| {
+                GpuError::new(
+                    GpuErrorKind::Readback,
+                    format!("reading back the outputs: {e}"),
+                )
+            })?;
             let words: &[u32] = bytemuck::cast_slice(&view[..at as usize]);
             let mut it = places.into_iter();
             (0..self.program.devices)

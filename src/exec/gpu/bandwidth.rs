@@ -1,7 +1,7 @@
 //! The adapter's own plain buffer-copy bandwidth: the yardstick for collective throughput.
 
 use super::executor::GpuExecutor;
-use crate::error::{Error, Result};
+use crate::error::{Error, GpuError, GpuErrorKind, Result};
 use std::time::Instant;
 
 impl GpuExecutor {
@@ -32,7 +32,12 @@ impl GpuExecutor {
             ctx.queue.submit([enc.finish()]);
             ctx.device
                 .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+                .map_err(|e| {
+                    Error::from(GpuError::new(
+                        GpuErrorKind::Lost,
+                        format!("waiting for the GPU: {e}"),
+                    ))
+                })?;
             Ok(())
         };
         let result = run(1).and_then(|_| {

@@ -11,7 +11,7 @@ use super::pool::BufferPool;
 use super::recorder::{BindSpec, BufId, Cmd, Recorder, DUMMIES};
 use super::windows::Binding;
 use crate::array::HostArray;
-use crate::error::{Error, Result};
+use crate::error::{Error, GpuError, GpuErrorKind, Result};
 use crate::exec::{check_inputs, Executor, Prepared};
 use crate::ir::{Allocation, DataOp};
 use crate::ir::{Program, Schedule};
@@ -106,11 +106,15 @@ impl GpuExecutor {
             encode(&mut enc);
         }
         self.ctx.queue.submit([enc.finish()]);
-        dev.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| {
+            Error::from(GpuError::new(
+                GpuErrorKind::Lost,
+                format!("waiting for the GPU: {e}"),
+            ))
+        })?;
         let elapsed = t.elapsed();
         if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(Error::Gpu(e.to_string()));
+            return Err(GpuError::new(GpuErrorKind::Validation, e.to_string()).into());
         }
         Ok(elapsed)
     }
@@ -307,10 +311,10 @@ impl GpuExecutor {
         }
         ctx.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(Error::Gpu(e.to_string()));
+            return Err(GpuError::new(GpuErrorKind::Validation, e.to_string()).into());
         }
         if let Some(e) = pollster::block_on(oom.pop()) {
-            return Err(Error::Gpu(format!("out of GPU memory: {e}")));
+            return Err(GpuError::new(GpuErrorKind::OutOfMemory, e.to_string()).into());
         }
         Ok(GpuRun {
             exec: self,
@@ -454,14 +458,29 @@ impl GpuRun<'_> {
             .collect();
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+            .map_err(|e| {
+                Error::from(GpuError::new(
+                    GpuErrorKind::Lost,
+                    format!("waiting for the GPU: {e}"),
+                ))
+            })?;
         for rx in mapped {
             match pollster::block_on(rx) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    return Err(Error::Gpu(format!("mapping an output for readback: {e}")))
+                    return Err(GpuError::new(
+                        GpuErrorKind::Readback,
+                        format!("mapping an output for readback: {e}"),
+                    )
+                    .into())
                 }
-                Err(_) => return Err(Error::Gpu("an output's readback was cancelled".into())),
+                Err(_) => {
+                    return Err(GpuError::new(
+                        GpuErrorKind::Readback,
+                        "an output's readback was cancelled",
+                    )
+                    .into())
+                }
             }
         }
         let mut out = Vec::with_capacity(self.program.devices);
@@ -471,9 +490,12 @@ impl GpuRun<'_> {
                 let s = &self.staging[d * outs.len() + k];
                 let alloc = &allocs[a];
                 let words = {
-                    let view = s
-                        .get_mapped_range(..)
-                        .map_err(|e| Error::Gpu(format!("reading back `{}`: {e}", alloc.name)))?;
+                    let view = s.get_mapped_range(..).map_err(|e| {
+                        GpuError::new(
+                            GpuErrorKind::Readback,
+                            format!("reading back `{}`: {e}", alloc.name),
+                        )
+                    })?;
                     host_words(alloc.dtype.size(), &view[..alloc.bytes() as usize])
                 };
                 dev_out.push(HostArray {
