@@ -249,19 +249,37 @@ const MAX_RUNS: usize = 4096;
 /// The runs of `view` (a dense array of `shape`) that a window of `window` elements
 /// from `start` by `strides` covers, merged where contiguous; the whole view when
 /// there would be more than [`MAX_RUNS`].
-fn window_runs(view: View, shape: &[usize], start: &[usize], window: &[usize], strides: &[usize]) -> Vec<View> {
+fn window_runs(
+    view: View,
+    shape: &[usize],
+    start: &[usize],
+    window: &[usize],
+    strides: &[usize],
+) -> Vec<View> {
     let r = shape.len();
     if r == 0 || window.contains(&0) {
-        return if window.contains(&0) { vec![] } else { vec![view] };
+        return if window.contains(&0) {
+            vec![]
+        } else {
+            vec![view]
+        };
     }
     let mut st = vec![1usize; r];
     for i in (0..r - 1).rev() {
         st[i] = st[i + 1] * shape[i + 1];
     }
     // The innermost dimension is one run when its stride is 1, else single elements.
-    let inner = if strides[r - 1] == 1 { window[r - 1] } else { 1 };
+    let inner = if strides[r - 1] == 1 {
+        window[r - 1]
+    } else {
+        1
+    };
     let outer: usize = window[..r - 1].iter().product::<usize>()
-        * if strides[r - 1] == 1 { 1 } else { window[r - 1] };
+        * if strides[r - 1] == 1 {
+            1
+        } else {
+            window[r - 1]
+        };
     if outer > MAX_RUNS {
         return vec![view];
     }
@@ -269,7 +287,9 @@ fn window_runs(view: View, shape: &[usize], start: &[usize], window: &[usize], s
     let mut idx = vec![0usize; r];
     let last = if strides[r - 1] == 1 { r - 1 } else { r };
     loop {
-        let at: usize = (0..r).map(|k| (start[k] + idx[k] * strides[k]) * st[k]).sum();
+        let at: usize = (0..r)
+            .map(|k| (start[k] + idx[k] * strides[k]) * st[k])
+            .sum();
         let off = view.offset() + at;
         match runs.last_mut() {
             Some(v) if v.offset() + v.len() == off => {

@@ -41,10 +41,16 @@ pub fn compute(c: &Compute, srcs: &[&[u32]]) -> Vec<u32> {
         ComputeKind::Iota { dim } => {
             let strides = strides(&d.shape);
             (0..d.numel())
-                .map(|i| d.dtype.bits_of(((i / strides[*dim]) % d.shape[*dim]) as f64))
+                .map(|i| {
+                    d.dtype
+                        .bits_of(((i / strides[*dim]) % d.shape[*dim]) as f64)
+                })
                 .collect()
         }
-        ComputeKind::Slice { start, strides: step } => {
+        ComputeKind::Slice {
+            start,
+            strides: step,
+        } => {
             let from = strides(&c.srcs[0].shape);
             index_map(&d.shape, |idx| {
                 let at: usize = (0..idx.len())
@@ -534,14 +540,7 @@ fn move_front(words: &[u32], shape: &[usize], first: &[usize]) -> (Vec<u32>, Vec
     (out, perm.iter().map(|&p| shape[p]).collect())
 }
 
-fn dot(
-    dims: &DotDims,
-    l: &Operand,
-    r: &Operand,
-    lw: &[u32],
-    rw: &[u32],
-    d: &Operand,
-) -> Vec<u32> {
+fn dot(dims: &DotDims, l: &Operand, r: &Operand, lw: &[u32], rw: &[u32], d: &Operand) -> Vec<u32> {
     let size = |shape: &[usize], ks: &[usize]| ks.iter().map(|&k| shape[k]).product::<usize>();
     let batch = size(&l.shape, &dims.lhs_batch);
     let k = size(&l.shape, &dims.lhs_contract);
@@ -549,12 +548,18 @@ fn dot(
     let n = r.numel() / (batch * k).max(1);
     // Left as [batch, m, k], right as [batch, k, n].
     let mut lf: Vec<usize> = dims.lhs_batch.clone();
-    lf.extend((0..l.shape.len()).filter(|i| !dims.lhs_batch.contains(i) && !dims.lhs_contract.contains(i)));
+    lf.extend(
+        (0..l.shape.len())
+            .filter(|i| !dims.lhs_batch.contains(i) && !dims.lhs_contract.contains(i)),
+    );
     lf.extend(&dims.lhs_contract);
     let (lt, _) = move_front(lw, &l.shape, &lf);
     let mut rf: Vec<usize> = dims.rhs_batch.clone();
     rf.extend(&dims.rhs_contract);
-    rf.extend((0..r.shape.len()).filter(|i| !dims.rhs_batch.contains(i) && !dims.rhs_contract.contains(i)));
+    rf.extend(
+        (0..r.shape.len())
+            .filter(|i| !dims.rhs_batch.contains(i) && !dims.rhs_contract.contains(i)),
+    );
     let (rt, _) = move_front(rw, &r.shape, &rf);
     let t = d.dtype;
     let mut out = Vec::with_capacity(batch * m * n);
