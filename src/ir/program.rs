@@ -53,6 +53,20 @@ pub struct Invocation {
 }
 
 impl Invocation {
+    /// The one invocation of a single kernel `name` on `devices` devices.
+    pub fn single(name: &str, grid: &[usize], collective_id: Option<u32>, devices: usize) -> Self {
+        Invocation {
+            name: name.to_string(),
+            grid: grid.to_vec(),
+            collective_id,
+            starts: vec![0; devices],
+            first_step: 0,
+            first_alloc: 0,
+            first_sem: 0,
+            feeds: Vec::new(),
+        }
+    }
+
     /// True when Pallas puts a barrier at this invocation's entry (no `collective_id`).
     #[inline]
     pub fn entry_barrier(&self) -> bool {

@@ -345,16 +345,8 @@ impl PallasCall {
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);
-        let invocation = Invocation {
-            name: self.name.clone(),
-            grid: spec.grid.clone(),
-            collective_id: spec.collective_id,
-            starts: vec![0; mesh.size()],
-            first_step: 0,
-            first_alloc: 0,
-            first_sem: 0,
-            feeds: Vec::new(),
-        };
+        let invocation =
+            Invocation::single(&self.name, &spec.grid, spec.collective_id, mesh.size());
         Ok((
             Program {
                 name: self.name.clone(),

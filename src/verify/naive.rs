@@ -294,16 +294,12 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
         epilogue: Vec::new(),
         inputs: vec![0],
         outputs: vec![0],
-        invocations: vec![crate::ir::Invocation {
-            name: "random".into(),
-            grid: vec![1],
-            collective_id: (!entry_barrier).then_some(0),
-            starts: vec![0; n],
-            first_step: 0,
-            first_alloc: 0,
-            first_sem: 0,
-            feeds: Vec::new(),
-        }],
+        invocations: vec![crate::ir::Invocation::single(
+            "random",
+            &[1],
+            (!entry_barrier).then_some(0),
+            n,
+        )],
     }
 }
 

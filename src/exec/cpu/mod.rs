@@ -1,4 +1,7 @@
-//! The CPU executor: every allocation is a host vector; the oracle for tests.
+//! The CPU executor: every allocation is a host vector; the oracle for tests. Compute
+//! ops run in [`compute`].
+
+pub mod compute;
 
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
