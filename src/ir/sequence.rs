@@ -159,7 +159,7 @@ impl Builder {
             );
             let copies = |ops: &[DataOp], grid: u32, what: &'static str| {
                 ops.iter()
-                    .filter(move |c| c.reads_writes().1.device() == d)
+                    .filter(move |c| c.dst().device() == d)
                     .map(move |c| Op {
                         kind: OpKind::Compute(Box::new(c.map_views(m.view))),
                         site: site(OpSite::new(d as u32, grid, what, at)),

@@ -9,9 +9,11 @@ mod lower;
 mod pull;
 mod refs;
 mod spec;
+mod values;
 
 pub use crate::ir::{MemorySpace, ReduceOp, SemKind, SourceLoc};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};
 pub use spec::{Arg, ArgKey, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};
+pub use values::Value;

@@ -9,8 +9,8 @@ use super::refs::Ref;
 use crate::array::DType;
 use crate::error::KernelErrorKind;
 use crate::ir::{
-    dot_shape, AllocId, Binary, Comparison, Compute, ComputeKind, DataOp, DotDims, OpKind,
-    OpSite, Operand, Reduction, Unary, View,
+    dot_shape, AllocId, Binary, Comparison, Compute, ComputeKind, DataOp, DotDims, OpKind, OpSite,
+    Operand, Reduction, Unary, View,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,7 +94,10 @@ impl Temps {
 
     /// The allocations the temporaries need: (dtype, elements), in allocation order.
     pub(crate) fn allocations(&self) -> Vec<(DType, usize)> {
-        self.pools.iter().map(|p| (p.dtype, p.peak.max(ALIGN))).collect()
+        self.pools
+            .iter()
+            .map(|p| (p.dtype, p.peak.max(ALIGN)))
+            .collect()
     }
 }
 
@@ -209,8 +212,12 @@ impl<'c> Value<'c> {
             .filter(|i| !axes.contains(i))
             .map(|i| self.shape()[i])
             .collect();
-        self.ctx
-            .compute(ComputeKind::Reduce { op, axes }, &[self], &shape, self.dtype())
+        self.ctx.compute(
+            ComputeKind::Reduce { op, axes },
+            &[self],
+            &shape,
+            self.dtype(),
+        )
     }
 
     /// `x.sum(axes)`.
@@ -236,8 +243,12 @@ impl<'c> Value<'c> {
         if axis < shape.len() {
             shape.remove(axis);
         }
-        self.ctx
-            .compute(ComputeKind::ArgReduce { op, axis }, &[self], &shape, DType::I32)
+        self.ctx.compute(
+            ComputeKind::ArgReduce { op, axis },
+            &[self],
+            &shape,
+            DType::I32,
+        )
     }
 
     /// `jnp.argmax(x, axis)` (i32 indices).
@@ -413,13 +424,20 @@ impl<'a> Ctx<'a> {
     where
         'a: 'c,
     {
-        let Some(ops) = srcs.iter().map(|v| v.op.clone()).collect::<Option<Vec<_>>>() else {
+        let Some(ops) = srcs
+            .iter()
+            .map(|v| v.op.clone())
+            .collect::<Option<Vec<_>>>()
+        else {
             return self.value(None);
         };
         let dst = self.fresh(shape, dtype);
         match Compute::new(kind, ops, dst.clone()) {
             Ok(c) => {
-                self.push(OpKind::Compute(Box::new(DataOp::Compute(Arc::new(c)))), site);
+                self.push(
+                    OpKind::Compute(Box::new(DataOp::Compute(Arc::new(c)))),
+                    site,
+                );
                 self.value(Some(dst))
             }
             Err(why) => {
@@ -549,7 +567,10 @@ impl<'a> Ctx<'a> {
             start: start.to_vec(),
         };
         match Compute::new(kind, vec![whole.clone(), src], whole) {
-            Ok(c) => self.push(OpKind::Compute(Box::new(DataOp::Compute(Arc::new(c)))), site),
+            Ok(c) => self.push(
+                OpKind::Compute(Box::new(DataOp::Compute(Arc::new(c)))),
+                site,
+            ),
             Err(why) => self.fail(site, KernelErrorKind::ShapeMismatch, why),
         }
     }

@@ -27,7 +27,11 @@ pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
     let mut seen: Vec<&str> = Vec::new();
     for a in allocs {
         // A sequence has each name once per invocation: one column, per row its own.
-        if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) || seen.contains(&&*a.name) {
+        if a.name.ends_with(HBM_COPY)
+            || inputs.contains(&a.name)
+            || a.holds_values()
+            || seen.contains(&&*a.name)
+        {
             continue;
         }
         seen.push(&a.name);

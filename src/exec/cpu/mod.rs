@@ -6,8 +6,7 @@ pub mod compute;
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::Result;
-use crate::ir::{DataOp, ReduceOp, View};
-use crate::ir::{Program, Schedule};
+use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
 use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.
@@ -21,15 +20,32 @@ impl CpuExecutor {
     }
 }
 
-/// Host memory: one word vector per (device, allocation).
+/// Host memory: one word vector per (device, allocation), in the order of
+/// [`ir::Memory::index`].
 struct Memory {
-    per_device: usize,
+    table: ir::Memory,
     bufs: Vec<Vec<u32>>,
 }
 
 impl Memory {
     fn index(&self, v: &View) -> usize {
-        v.device() * self.per_device + v.alloc()
+        self.table.index(v)
+    }
+
+    fn words(&self, v: &View) -> &[u32] {
+        &self.bufs[self.index(v)][v.offset()..v.offset() + v.len()]
+    }
+
+    /// Runs compute op `c`: its sources are read whole before its destination is
+    /// written (they may share a buffer with it).
+    fn compute(&mut self, c: &Compute) {
+        let out = {
+            let srcs: Vec<&[u32]> = c.srcs.iter().map(|o| self.words(&o.view)).collect();
+            compute::compute(c, &srcs)
+        };
+        let d = &c.dst.view;
+        let i = self.index(d);
+        self.bufs[i][d.offset()..d.offset() + d.len()].copy_from_slice(&out);
     }
 
     /// Mutable destination and shared source, which may be the same buffer.
@@ -135,13 +151,13 @@ impl Executor for CpuExecutor {
         program: &'a Program,
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
-        let allocs = schedule.allocations(program);
+        let table = schedule.memory(program);
         let mem = Memory {
-            per_device: allocs.len(),
-            bufs: (0..program.devices)
-                .flat_map(|_| allocs.iter())
-                .map(|a| host_words(a.numel(), &format!("`{}`", a.name)))
+            bufs: table
+                .iter()
+                .map(|(_, a)| host_words(a.numel(), &format!("`{}`", a.name)))
                 .collect::<Result<_>>()?,
+            table,
         };
         Ok(Box::new(CpuRun {
             program,
@@ -156,7 +172,7 @@ impl Prepared for CpuRun<'_> {
         check_inputs(self.program, inputs)?;
         for (d, dev) in inputs.iter().enumerate() {
             for (&a, arr) in self.program.inputs.iter().zip(dev) {
-                let i = d * self.mem.per_device + a;
+                let i = self.mem.table.index_of(d, a);
                 self.mem.bufs[i].copy_from_slice(&arr.words);
             }
         }
@@ -184,6 +200,7 @@ impl Prepared for CpuRun<'_> {
                     } => {
                         mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
                     }
+                    DataOp::Compute(c) => mem.compute(c),
                 }
             }
         }
@@ -200,7 +217,7 @@ impl Prepared for CpuRun<'_> {
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: self.mem.bufs[d * self.mem.per_device + a].clone(),
+                        words: self.mem.bufs[self.mem.table.index_of(d, a)].clone(),
                     })
                     .collect()
             })

@@ -169,6 +169,15 @@ impl Executor for GpuExecutor {
     }
 
     fn check(&self, program: &Program) -> Result<()> {
+        let compute = program.ops.iter().flatten().any(|o| {
+            matches!(&o.kind, crate::ir::OpKind::Compute(c) if matches!(**c, crate::ir::DataOp::Compute(_)))
+        });
+        if compute {
+            return Err(Error::bad_input(format!(
+                "`{}` computes on values, which the GPU executor does not run yet: use --backend cpu",
+                program.name
+            )));
+        }
         self.check_limits(&program.layout.allocs)
     }
 

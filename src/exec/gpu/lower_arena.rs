@@ -174,7 +174,7 @@ fn records(memory: &Memory, ops: &[DataOp], offsets: &[u64]) -> Result<Vec<OpRec
     let at = |v: &View| (offsets[memory.index(v)] + v.offset() as u64) as u32;
     let mut recs = Vec::with_capacity(ops.len());
     for op in ops {
-        let rec = match *op {
+        let rec = match op.clone() {
             DataOp::Copy { src, dst } => {
                 if src.overlaps(&dst) {
                     return Err("a copy whose source and destination overlap".into());
@@ -194,6 +194,7 @@ fn records(memory: &Memory, ops: &[DataOp], offsets: &[u64]) -> Result<Vec<OpRec
                 let bits = reduce_code(op) | dtype_code(dtype) << ACC_DTYPE_SHIFT;
                 OpRec::new(OP_ACCUMULATE, at(&dst), at(&src), dst.len(), bits)
             }
+            DataOp::Compute(_) => return Err("compute ops run per op".into()),
         };
         if rec.len > 0 {
             recs.push(rec);

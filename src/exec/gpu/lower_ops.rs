@@ -198,13 +198,13 @@ impl PerOp<'_> {
     /// 16-bit elements, packed two per word: whole-word copies and zero fills as buffer
     /// commands, everything else `halves.wgsl` (one invocation per destination word).
     fn halves(&mut self, op: &DataOp) {
-        let (src, dst) = op.reads_writes();
+        let (src, dst) = (op.reads().next(), op.dst());
         if dst.is_empty() {
             return;
         }
         let (d_off, size) = (self.off(&dst), dst.bytes(2));
         let whole = |o: u64| o.is_multiple_of(4) && size.is_multiple_of(4);
-        let (kind, value) = match *op {
+        let (kind, value) = match op.clone() {
             DataOp::Copy { src, dst } => {
                 if self.buf(&src) != self.buf(&dst) && whole(d_off) && whole(self.off(&src)) {
                     let copy =
@@ -226,6 +226,7 @@ impl PerOp<'_> {
                 (HalfOp::Fill, bits)
             }
             DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op, dtype), 0),
+            DataOp::Compute(_) => unreachable!("the executor refuses compute ops on the GPU"),
         };
         let source = src.map(|s| self.source(&s, &dst, 2));
         for w in self.windows(dst.len() as u64, d_off, source.map(|s| s.1), 2) {
@@ -298,6 +299,9 @@ impl PerOp<'_> {
                     let bindings = vec![Self::bound(sb, s), Self::bound(self.buf(dst), w.dst)];
                     self.dispatch(key, bindings, block, w.n, 1);
                 }
+            }
+            DataOp::Compute(_) => {
+                unreachable!("the executor refuses compute ops on the GPU")
             }
         }
     }
