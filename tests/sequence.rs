@@ -448,3 +448,26 @@ fn step_tables_and_timelines_show_the_invocations() {
     });
     assert!(overlap, "{spans:?}");
 }
+
+#[test]
+fn a_computing_kernel_repeated_computes_on_its_own_result() {
+    use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[2, 4], DType::I32)
+        .output("y", MemorySpace::Vmem, &[2, 4], DType::I32);
+    let call = PallasCall::new("affine", spec, |pl, r| {
+        let x = pl.load(r.r("x"));
+        pl.store(r.r("y"), &(&(&x * 2.0) + 1.0));
+    });
+    let mesh = Mesh::new(2, "x").unwrap();
+    let x: Vec<i32> = (0..8).collect();
+    let inputs = vec![vec![tpusim::HostArray::from_i32(&[2, 4], x.clone()).unwrap()]; 2];
+    let job = Job::call(call, mesh).repeat(3).unwrap();
+    let out = job.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    let want: Vec<i32> = x.iter().map(|v| ((v * 2 + 1) * 2 + 1) * 2 + 1).collect();
+    assert_eq!(out[1][0].as_i32(), &want[..]);
+    assert!(job
+        .check(&ScheduleSpec::check_set(2, 20, 0))
+        .unwrap()
+        .is_clean());
+}
