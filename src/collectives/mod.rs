@@ -13,6 +13,7 @@ mod registry;
 mod ring;
 mod ring_allreduce;
 mod second_round;
+mod variant;
 pub mod variants;
 
 use crate::kernel::ReduceOp;

@@ -214,3 +214,27 @@ pub(crate) fn spec(p: usize, shard: &[usize], dtype: DType) -> GridSpec {
         .grid(&[p])
         .collective_id(0)
 }
+
+/// The seed's psum with only the handshakes in `h`.
+pub(super) fn psum_without(
+    h: Handshakes,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+) -> Result<PallasCall> {
+    let spec = spec(mesh.size(), shard, dtype);
+    Ok(PallasCall::new("psum", spec, move |pl, a| {
+        psum_kernel_with(
+            pl,
+            ReduceOp::Sum,
+            h,
+            [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
+            [
+                a.sem("local_copy_sem"),
+                a.sem("remote_recv_sem"),
+                a.sem("remote_send_sem"),
+                a.sem("capacity_sem"),
+            ],
+        )
+    }))
+}

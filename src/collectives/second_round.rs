@@ -10,7 +10,8 @@
 //! variants are clean under any `--repeat` (shipped to show that, and tested).
 
 use super::allreduce_2d::{call_with, Handshakes2d};
-use super::variants::{psum_without, Handshakes, Variant};
+use super::psum::{psum_without, Handshakes};
+use super::variant::Variant;
 use super::{PsumScatter, RingAllReducePush};
 use crate::array::DType;
 use crate::kernel::{GridSpec, MemorySpace, PallasCall, ReduceOp};

@@ -5,53 +5,13 @@
 //! clean, because the kernel's other handshakes make the mistake harmless).
 
 use super::allreduce_2d::{call_with, Handshakes2d};
-pub(super) use super::psum::Handshakes;
-use super::{all_gather, psum, ring_allreduce};
+use super::psum::{psum_without, Handshakes};
+pub use super::variant::Variant;
+use super::{all_gather, ring_allreduce};
 use crate::array::DType;
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
-use crate::mesh::Mesh;
 use crate::verify::ProblemKind;
-
-/// A named broken variant of a collective.
-#[derive(Clone, Copy)]
-pub struct Variant {
-    /// The collective it breaks.
-    pub collective: &'static str,
-    /// Variant name (`--variant`).
-    pub name: &'static str,
-    /// The mistake, in one line.
-    pub summary: &'static str,
-    /// The problem the verifier must report (`None`: none, the kernel's other
-    /// handshakes make the mistake harmless; it ships to show that).
-    pub expect: Option<ProblemKind>,
-    /// The kernel invocations back to back it takes to show (`--repeat`): 1 for a
-    /// mistake within one invocation.
-    pub repeat: usize,
-    pub(super) build: fn(&Mesh, &[usize], DType) -> Result<PallasCall>,
-}
-
-impl Variant {
-    /// The broken kernel for `mesh`.
-    pub fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        (self.build)(mesh, shard, dtype)
-    }
-
-    /// What the verifier says of it: `race`, `… under --repeat 2`, `clean …`.
-    pub fn expectation(&self) -> String {
-        match (self.expect, self.repeat) {
-            (Some(k), 1) => k.to_string(),
-            (Some(k), r) => format!("{k}, under --repeat {r}"),
-            (None, _) => "clean, under any --repeat".into(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Variant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} --variant {}", self.collective, self.name)
-    }
-}
 
 /// Every broken variant.
 pub fn variants() -> Vec<Variant> {
@@ -200,30 +160,6 @@ fn within_one() -> Vec<Variant> {
             },
         },
     ]
-}
-
-/// The seed's psum with only the handshakes in `h`.
-pub(super) fn psum_without(
-    h: Handshakes,
-    mesh: &Mesh,
-    shard: &[usize],
-    dtype: DType,
-) -> Result<PallasCall> {
-    let spec = psum::spec(mesh.size(), shard, dtype);
-    Ok(PallasCall::new("psum", spec, move |pl, a| {
-        psum::psum_kernel_with(
-            pl,
-            ReduceOp::Sum,
-            h,
-            [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
-            [
-                a.sem("local_copy_sem"),
-                a.sem("remote_recv_sem"),
-                a.sem("remote_send_sem"),
-                a.sem("capacity_sem"),
-            ],
-        )
-    }))
 }
 
 /// The variant `name` of `collective`, or an error listing the ones that exist.

@@ -3,7 +3,7 @@
 use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
-use super::values::Temps;
+use super::temps::Temps;
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
     grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,

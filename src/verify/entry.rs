@@ -9,7 +9,7 @@
 use super::hb::{op_at, Credit};
 use super::log::Entry;
 use super::orders::{Join, Orders};
-use super::race::RaceSide;
+use super::side::RaceSide;
 use super::sync::Facts;
 use crate::error::Site;
 use crate::ir::Program;

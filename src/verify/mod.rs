@@ -13,12 +13,14 @@ mod naive;
 mod orders;
 mod race;
 mod serialize;
+mod side;
 mod sync;
 
 pub use clock::Clock;
 pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
-pub use race::{Race, RaceSide, SharedSemaphore};
+pub use race::{Race, SharedSemaphore};
+pub use side::RaceSide;
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;

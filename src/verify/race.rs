@@ -14,6 +14,7 @@ use super::entry::{stand_in, EarlySend};
 use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
 use super::log::Entry;
 use super::orders::{Join, Orders};
+use super::side::RaceSide;
 use super::sync::Facts;
 use crate::error::Site;
 use crate::ir::{Completion, OpSite, Program, View};
@@ -31,17 +32,6 @@ struct Access {
     agent: Agent,
     time: u32,
     site: Option<OpSite>,
-}
-
-/// One side of a race.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct RaceSide {
-    /// Who accessed: `device 2`, or `DMA device 1 -> device 2`.
-    pub actor: String,
-    /// Where the access (or the DMA's `start`) is in the kernel.
-    pub site: Option<Site>,
-    /// `read` or `write`.
-    pub access: &'static str,
 }
 
 /// Why a wait that looked like it ordered a DMA does not: its semaphore can be
@@ -92,21 +82,6 @@ impl Race {
     }
 }
 
-impl fmt::Display for RaceSide {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} by {}", self.access, self.actor)?;
-        if let Some(s) = &self.site {
-            let what = if self.actor.starts_with("DMA") {
-                "started at"
-            } else {
-                "at"
-            };
-            write!(f, ", {what} {s}")?;
-        }
-        Ok(())
-    }
-}
-
 impl fmt::Display for Race {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -132,18 +107,6 @@ impl fmt::Display for Race {
                 f,
                 "    no semaphore orders one before the other: make the second wait for a signal the first side sends once it is done"
             ),
-        }
-    }
-}
-
-impl RaceSide {
-    fn actor_and_site(&self) -> String {
-        match &self.site {
-            Some(s) if self.actor.starts_with("DMA") => {
-                format!("the bytes of {} started at {s}", self.actor)
-            }
-            Some(s) => format!("{} at {s}", self.actor),
-            None => self.actor.clone(),
         }
     }
 }
