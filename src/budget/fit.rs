@@ -113,9 +113,16 @@ pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> 
 
 /// The largest repeat count below the request's whose need fits at its P (0: none).
 fn largest_repeat(req: &Request, limit: Option<f64>) -> usize {
-    let ok =
-        |r: usize| estimate_repeated(req, req.devices, limit, r).is_ok_and(|n| fits(&n, limit));
-    let (mut lo, mut hi) = (0usize, req.repeat);
+    largest_below(req.repeat, &|r| {
+        estimate_repeated(req, req.devices, limit, r).is_ok_and(|n| fits(&n, limit))
+    })
+}
+
+/// The largest count below `above` for which `ok` holds (0: none), by bisection: `ok`
+/// holds up to some count and fails above it (needs grow with P and repeats).
+fn largest_below(above: usize, ok: &dyn Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0usize, above);
+    // Invariant: lo fits (or is 0), hi does not.
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if ok(mid) {
@@ -137,18 +144,9 @@ fn repeat_text(largest: Option<usize>) -> String {
 /// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
 /// P). A P the kernel cannot be built at counts as not fitting.
 fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
-    let ok = |q: usize| estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit));
-    let (mut lo, mut hi) = (0usize, above);
-    // Invariant: lo fits (or is 0), hi does not.
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if ok(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
+    largest_below(above, &|q| {
+        estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit))
+    })
 }
 
 fn largest_p_text(largest: usize) -> String {

@@ -10,6 +10,7 @@
 mod compute;
 mod data;
 mod dma;
+mod first_fit;
 mod layout;
 mod op;
 mod program;
@@ -24,6 +25,7 @@ pub use compute::{
 };
 pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
+pub use first_fit::FirstFit;
 pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
 pub use op::{Cmp, Op, OpKind, Remap, WaitKind};
 pub use program::{grid_coords, Feed, Invocation, Program};

@@ -3,8 +3,7 @@
 //! when a value is dropped; the most each ever held is its size.
 
 use crate::array::DType;
-use crate::ir::AllocId;
-use std::collections::BTreeMap;
+use crate::ir::{AllocId, FirstFit};
 
 /// Elements a value's run is rounded up to (256 bytes of f32: aligned GPU bindings).
 const ALIGN: usize = 64;
@@ -16,24 +15,7 @@ const ALIGN: usize = 64;
 struct Pool {
     dtype: DType,
     alloc: AllocId,
-    live: BTreeMap<usize, usize>,
-    peak: usize,
-}
-
-impl Pool {
-    fn take(&mut self, len: usize) -> usize {
-        let len = len.max(1).next_multiple_of(ALIGN);
-        let mut at = 0;
-        for (&o, &l) in &self.live {
-            if o >= at + len {
-                break;
-            }
-            at = o + l;
-        }
-        self.live.insert(at, len);
-        self.peak = self.peak.max(at + len);
-        at
-    }
+    runs: FirstFit,
 }
 
 /// The value temporaries of a trace: one allocation per dtype, after the kernel's own.
@@ -60,26 +42,25 @@ impl Temps {
                 self.pools.push(Pool {
                     dtype,
                     alloc: self.first + self.pools.len(),
-                    live: BTreeMap::new(),
-                    peak: 0,
+                    runs: FirstFit::default(),
                 });
                 self.pools.len() - 1
             }
         };
         let p = &mut self.pools[k];
-        (p.alloc, p.take(len))
+        (p.alloc, p.runs.alloc(len.max(1).next_multiple_of(ALIGN)))
     }
 
     pub(crate) fn give_back(&mut self, alloc: AllocId, offset: usize) {
         if let Some(p) = self.pools.iter_mut().find(|p| p.alloc == alloc) {
-            p.live.remove(&offset);
+            p.runs.free(offset);
         }
     }
 
     /// Forgets every live value (a new grid point starts).
     pub(crate) fn reset(&mut self) {
         for p in &mut self.pools {
-            p.live.clear();
+            p.runs.clear();
         }
     }
 
@@ -87,7 +68,7 @@ impl Temps {
     pub(crate) fn allocations(&self) -> Vec<(DType, usize)> {
         self.pools
             .iter()
-            .map(|p| (p.dtype, p.peak.max(ALIGN)))
+            .map(|p| (p.dtype, p.runs.peak().max(ALIGN)))
             .collect()
     }
 }

@@ -12,9 +12,9 @@ use super::ids::IdMap;
 use super::observer::{Credit, Driver, NoObserver, Observer, Split};
 use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use crate::ir::Schedule;
-use crate::ir::{Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View};
-use std::collections::BTreeMap;
+use crate::ir::{
+    Cmp, Completion, DataOp, FirstFit, OpKind, OpSite, Program, Schedule, SemKind, SemRef, View,
+};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -117,7 +117,7 @@ fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> 
         return Err(Error::Deadlock(e.blocked()));
     }
     e.exit_check()?;
-    out.staging = e.staging.iter().map(|s| s.peak).max().unwrap_or(0);
+    out.staging = e.staging.iter().map(|s| s.peak()).max().unwrap_or(0);
     if record {
         out.ops.extend_from_slice(&program.epilogue);
     }
@@ -142,33 +142,8 @@ impl InFlight {
     }
 }
 
-/// First-fit allocation of word ranges in one device's staging area.
-#[derive(Default)]
-struct Staging {
-    /// Live ranges: offset -> length.
-    live: BTreeMap<usize, usize>,
-    /// Largest end ever used.
-    peak: usize,
-}
-
-impl Staging {
-    fn alloc(&mut self, len: usize) -> usize {
-        let mut at = 0;
-        for (&o, &l) in &self.live {
-            if o >= at + len {
-                break;
-            }
-            at = o + l;
-        }
-        self.live.insert(at, len);
-        self.peak = self.peak.max(at + len);
-        at
-    }
-
-    fn free(&mut self, offset: usize) {
-        self.live.remove(&offset);
-    }
-}
+/// Word ranges of one device's staging area.
+type Staging = FirstFit;
 
 struct Engine<'p> {
     p: &'p Program,
