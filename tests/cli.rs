@@ -34,12 +34,78 @@ fn run_prints_one_line_and_exits_zero() {
         "{out}"
     );
     assert!(out.contains("dtype=i32 on cpu: 0 wrong of 288"), "{out}");
-    let (code, out, err) = tpusim(&["run", "ppermute", "--perm", "0:1,1:0", "-p", "2"]);
+    let (code, out, err) = tpusim(&[
+        "run",
+        "ppermute",
+        "--perm",
+        "0:1,1:0",
+        "-p",
+        "2",
+        "--backend",
+        "gpu",
+    ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains(": 0 wrong of 2048") && !out.contains(" on cpu"),
         "{out}"
     );
+}
+
+/// The adapter wgpu picks by default, and whether it is a software one (as `auto` reads it).
+fn default_adapter() -> Option<(String, bool)> {
+    let inst = tpusim::exec::gpu::select::instance().ok()?;
+    let a = tpusim::exec::gpu::select::choose(&inst).ok()?;
+    let info = a.get_info();
+    Some((info.name, info.device_type == wgpu::DeviceType::Cpu))
+}
+
+#[test]
+fn auto_runs_the_cpu_executor_on_software_adapters_and_says_why() {
+    let (code, out, err) = tpusim(&["run", "psum"]);
+    assert_eq!(code, 0, "{out}{err}");
+    match default_adapter() {
+        Some((name, true)) => {
+            assert!(
+                out.contains(" on cpu (auto: the only adapter is a software one, "),
+                "{out}"
+            );
+            assert!(
+                out.contains(&name) && out.contains("--backend gpu runs on it"),
+                "{out}"
+            );
+        }
+        Some((name, false)) => {
+            assert!(out.contains(&format!(" on {name}")), "{out}");
+            assert!(out.contains("is a hardware adapter)"), "{out}");
+        }
+        None => assert!(
+            out.contains(" on cpu (auto: wgpu finds no adapter)"),
+            "{out}"
+        ),
+    }
+    // No adapter on the backends allowed: the CPU executor, not exit 2.
+    if !cfg!(target_os = "macos") {
+        let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+            .args(["run", "psum"])
+            .env("WGPU_BACKEND", "metal")
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(
+            text.contains(" on cpu (auto: wgpu finds no adapter)"),
+            "{text}"
+        );
+    }
+    // `--backend gpu` runs on whatever adapter there is, a software one too.
+    if let Some((name, _)) = default_adapter() {
+        let (code, out, err) = tpusim(&["run", "psum", "--backend", "gpu"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains(&format!(" on {name}")) && !out.contains("auto"),
+            "{out}"
+        );
+    }
 }
 
 #[test]
@@ -126,7 +192,7 @@ fn reductions_take_an_operator() {
 #[test]
 fn missing_adapter_exits_two() {
     let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
-        .args(["run", "ppermute"])
+        .args(["run", "ppermute", "--backend", "gpu"])
         .env("WGPU_BACKEND", "metal")
         .output()
         .expect("runs");
@@ -311,7 +377,7 @@ fn bench_sweeps_sizes_checks_results_and_writes_json() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains("algbw(GB/s)") && out.contains("busbw(GB/s)") && out.contains("%copy"),
+        out.contains("algbw(GB/s)") && out.contains("busbw(GB/s)") && out.contains("%roof"),
         "{out}"
     );
     let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("psum ")).collect();
@@ -323,7 +389,7 @@ fn bench_sweeps_sizes_checks_results_and_writes_json() {
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 3);
-    assert!(j[0]["copy_gbps"].as_f64().unwrap() > 0.0);
+    assert!(j[0]["rates"]["copy_gbps"].as_f64().unwrap() > 0.0);
     let (code, out, err) = tpusim(&[
         "bench",
         "all",

@@ -176,7 +176,7 @@ fn every_bad_input_is_a_clear_exit_two() {
         ("all_gather's P x P output", s(&["run", "all_gather", "-p", "100000", "--backend", "cpu"]), no_env.clone(), vec!["not enough memory", largest_p]),
         ("a shard larger than memory", s(&["run", "psum", "--shape", "100000x100000", "--backend", "cpu"]), no_env.clone(), vec!["not enough memory", "largest shard that fits"]),
         ("bench up to 4G", s(&["bench", "psum", "-e", "4G", "--backend", "cpu"]), no_env.clone(), vec!["not enough memory", "4G", "largest shard that fits"]),
-        ("bench encoding 1e8 iterations", s(&["bench", "psum", "-n", "100000000", "-e", "4K"]), no_env.clone(), vec!["encoded iterations", "the largest -n / -w that fits"]),
+        ("bench encoding 1e8 iterations", s(&["bench", "psum", "-n", "100000000", "-e", "4K", "--backend", "gpu"]), no_env.clone(), vec!["encoded iterations", "the largest -n / -w that fits"]),
         ("trace, signal matrix of 2P^2", s(&["trace", "ring_allreduce", "-p", "2000"]), no_env.clone(), vec!["not enough memory", largest_p]),
         ("run, signal matrix of 2P^2", s(&["run", "ring_allreduce", "-p", "100000", "--shape", "100000x1", "--backend", "cpu"]), no_env.clone(), vec!["needs at least", "scheduler state", largest_p]),
         ("P beyond the planner", s(&["run", "psum", "-p", "5000000000", "--backend", "cpu"]), no_env.clone(), vec!["beyond what the planner supports"]),

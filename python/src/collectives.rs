@@ -148,7 +148,7 @@ pub fn adapters() -> PyResult<String> {
 /// multi-axis mesh a ring collective runs along `axis` (default `x`; `x,y` one ring
 /// through both), a whole-mesh one (allreduce_2d) over every device.
 #[pyfunction]
-#[pyo3(signature = (name, mesh, inputs, op="sum", perm=None, backend="gpu", schedule="eager", axis=None))]
+#[pyo3(signature = (name, mesh, inputs, op="sum", perm=None, backend="auto", schedule="eager", axis=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_run<'py>(
     py: Python<'py>,
@@ -195,7 +195,7 @@ pub fn collective_run<'py>(
 /// `jax.shard_map` of shipped collective `name` on a global array: split along
 /// `in_dim`, run, join along `out_dim` (defaults: the collective's, as in the seed).
 #[pyfunction]
-#[pyo3(signature = (name, mesh, x, in_dim=None, out_dim=None, op="sum", perm=None, backend="gpu", axis=None))]
+#[pyo3(signature = (name, mesh, x, in_dim=None, out_dim=None, op="sum", perm=None, backend="auto", axis=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_shard_map<'py>(
     py: Python<'py>,
@@ -300,7 +300,7 @@ pub fn collective_model<'py>(
 
 /// `tpusim bench` for shipped collective `name`: the rows.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5, checks=1, dtype="f32", backend="gpu", schedule="eager", mesh=None, axis=None))]
+#[pyo3(signature = (name, devices=4, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5, checks=1, dtype="f32", backend="auto", schedule="eager", mesh=None, axis=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_bench<'py>(
     py: Python<'py>,

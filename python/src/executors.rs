@@ -7,20 +7,22 @@ use std::cell::OnceCell;
 use std::rc::Rc;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::{Backend, Executor, Prepared};
+use tpusim::exec::{Backend, Chosen, Executor, Prepared};
 use tpusim::ir::{Program, Schedule};
 
 thread_local! {
     /// One GPU executor per thread, opened on first use (buffers pooled across calls).
     static GPU: OnceCell<std::result::Result<Rc<GpuExecutor>, String>> = const { OnceCell::new() };
+    /// What `backend="auto"` chose on this thread.
+    static AUTO: OnceCell<std::result::Result<Chosen, String>> = const { OnceCell::new() };
 }
 
 /// A shared executor behind the `&mut` the pipeline's steps take.
-pub struct Shared(Rc<dyn Executor>);
+pub struct Shared(Rc<dyn Executor>, Chosen);
 
 impl Executor for Shared {
     fn describe(&self) -> String {
-        self.0.describe()
+        self.1.describe(&self.0.describe())
     }
     fn check(&self, program: &Program) -> tpusim::Result<()> {
         self.0.check(program)
@@ -43,19 +45,35 @@ impl Executor for Shared {
     }
 }
 
-/// The executor for `backend` (`gpu` or `cpu`).
+/// The GPU executor of this thread, opened on first use.
+fn gpu() -> PyResult<Rc<dyn Executor>> {
+    GPU.with(|g| {
+        match g.get_or_init(|| {
+            GpuExecutor::from_env()
+                .map(Rc::new)
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(e) => Ok(e.clone() as Rc<dyn Executor>),
+            Err(m) => Err(NoAdapter::new_err(m.clone())),
+        }
+    })
+}
+
+/// The executor for `backend` (`auto`, `gpu` or `cpu`; `auto` decided once per thread,
+/// as the command line decides it).
 pub fn executor(backend: &str) -> PyResult<Shared> {
-    match Backend::parse(backend).py()? {
-        Backend::Cpu => Ok(Shared(Rc::new(CpuExecutor::new()))),
-        Backend::Gpu => GPU.with(|g| {
-            match g.get_or_init(|| {
-                GpuExecutor::from_env()
-                    .map(Rc::new)
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(e) => Ok(Shared(e.clone() as Rc<dyn Executor>)),
-                Err(m) => Err(NoAdapter::new_err(m.clone())),
-            }
-        }),
-    }
+    let chosen = match Backend::parse(backend).py()? {
+        Backend::Auto => AUTO
+            .with(|a| {
+                a.get_or_init(|| Backend::Auto.resolve().map_err(|e| e.to_string()))
+                    .clone()
+            })
+            .map_err(NoAdapter::new_err)?,
+        b => b.resolve().py()?,
+    };
+    let exec: Rc<dyn Executor> = match chosen.backend {
+        Backend::Gpu => gpu()?,
+        _ => Rc::new(CpuExecutor::new()),
+    };
+    Ok(Shared(exec, chosen))
 }

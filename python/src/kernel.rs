@@ -123,7 +123,7 @@ impl KernelCall {
     }
 
     /// Runs the kernel: `inputs[device][operand]` in, `outputs[device][operand]` out.
-    #[pyo3(signature = (inputs, backend="gpu", schedule="eager"))]
+    #[pyo3(signature = (inputs, backend="auto", schedule="eager"))]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -197,7 +197,7 @@ impl KernelCall {
 
     /// Times the kernel on `inputs`: the schedule is built once, the run prepared once,
     /// then `warmup` and `iters` iterations (one submission each on the GPU).
-    #[pyo3(signature = (inputs, backend="gpu", iters=20, warmup=5, schedule="eager"))]
+    #[pyo3(signature = (inputs, backend="auto", iters=20, warmup=5, schedule="eager"))]
     fn bench<'py>(
         &self,
         py: Python<'py>,

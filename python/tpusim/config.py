@@ -1,7 +1,9 @@
 """Settings of the Python package (read when used, so they can be changed at any time).
 
-- ``backend``: ``"gpu"`` (wgpu, the default) or ``"cpu"`` (host memory, the oracle);
-  environment ``TPUSIM_BACKEND``.
+- ``backend``: ``"auto"`` (the default: the GPU executor on a hardware adapter, the CPU
+  executor where the only adapters are software ones such as lavapipe), ``"gpu"`` (wgpu,
+  on whatever adapter) or ``"cpu"`` (host memory, the oracle); environment
+  ``TPUSIM_BACKEND``.
 - ``schedule``: the schedule a run follows (``eager``, ``lazy``, ``lockstep``,
   ``run-ahead:D``, ``random:SEED``); environment ``TPUSIM_SCHEDULE``.
 - ``devices``: what ``tpusim.jax.local_device_count()`` answers, i.e. how many
@@ -11,6 +13,6 @@
 
 import os
 
-backend = os.environ.get("TPUSIM_BACKEND", "gpu")
+backend = os.environ.get("TPUSIM_BACKEND", "auto")
 schedule = os.environ.get("TPUSIM_SCHEDULE", "eager")
 devices = int(os.environ.get("TPUSIM_DEVICES", "4"))

@@ -1,6 +1,5 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
-use super::executor;
 use super::out::outln;
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
@@ -46,8 +45,8 @@ pub struct ApplyArgs {
     /// ppermute only: explicit `src:dst` pairs.
     #[arg(long)]
     pub perm: Option<String>,
-    /// Executor: gpu or cpu.
-    #[arg(long, default_value = "gpu")]
+    /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
+    #[arg(long, default_value = "auto")]
     pub backend: String,
 }
 
@@ -68,7 +67,8 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     } else {
         out0
     });
-    let backend = Backend::parse(&a.backend)?;
+    let chosen = Backend::parse(&a.backend)?.resolve()?;
+    let backend = chosen.backend;
     if same_file(&a.input, &a.output) {
         return Err(Error::bad_input(format!(
             "--output {} is the input file: write the result somewhere else, the input is kept",
@@ -107,10 +107,10 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     // the GPU's buffers live there).
     let fitted_executor = || {
         fit(match backend {
-            Backend::Cpu => Buffers::Host,
+            Backend::Cpu | Backend::Auto => Buffers::Host,
             Backend::Gpu => Buffers::Device,
         })?;
-        let exec = executor(backend)?;
+        let exec = chosen.open()?;
         if backend == Backend::Gpu && exec.buffers_in_host_memory() {
             fit(Buffers::Host)?;
         }

@@ -1,6 +1,5 @@
 //! `tpusim bench`: the nccl-tests-style sweep.
 
-use super::executor;
 use super::out::outln;
 use tpusim::bench::BenchConfig;
 use tpusim::collectives::{Registry, Span};
@@ -38,8 +37,8 @@ pub struct BenchArgs {
     /// Element type: f32, i32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// Executor: gpu or cpu.
-    #[arg(long, default_value = "gpu")]
+    /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
     /// Schedule: eager, lazy, lockstep, run-ahead:D, random:SEED.
     #[arg(long, default_value = "eager")]
@@ -84,7 +83,8 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         reg.by_name(&a.collective)?;
         vec![a.collective.as_str()]
     };
-    let backend = Backend::parse(&a.backend)?;
+    let chosen = Backend::parse(&a.backend)?.resolve()?;
+    let backend = chosen.backend;
     let json = a
         .json
         .as_deref()
@@ -102,7 +102,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     for job in &jobs {
         tpusim::bench::ensure_fits(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?;
     }
-    let exec = executor(backend)?;
+    let exec = chosen.open()?;
     let at = match (&a.place.mesh, &a.place.axis) {
         (Some(m), Some(x)) => format!("{} (mesh {m} along {x})", cfg.devices),
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
@@ -124,7 +124,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         exec.describe()
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
-    outln!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time")?;
+    outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops at this executor's best rates, same run, plus a submission's fixed cost)")?;
     outln!("{}", header())?;
     let mut rows = Vec::new();
     for job in &jobs {

@@ -14,9 +14,7 @@ mod trace;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::{adapters_report, GpuExecutor};
-use tpusim::exec::{Backend, Executor};
+use tpusim::exec::gpu::adapters_report;
 use tpusim::Error;
 
 #[derive(Parser)]
@@ -42,10 +40,10 @@ enum Cmd {
     Trace(trace::TraceArgs),
     /// Sweep sizes like nccl-tests: time, algorithm and bus bandwidth, correctness.
     Bench(bench::BenchArgs),
-    /// Run every collective once, small, on the default adapter.
+    /// Run every collective once, small, on the default executor.
     Demo {
-        /// Backend: gpu or cpu.
-        #[arg(long, default_value = "gpu")]
+        /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
+        #[arg(long, default_value = "auto")]
         backend: String,
     },
     /// Print the adapters wgpu sees and the chosen adapter's limits.
@@ -73,14 +71,6 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
         Err(e) if out::closed(&e) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
-}
-
-/// The executor for `backend`.
-pub fn executor(backend: Backend) -> tpusim::Result<Box<dyn Executor>> {
-    Ok(match backend {
-        Backend::Cpu => Box::new(CpuExecutor::new()),
-        Backend::Gpu => Box::new(GpuExecutor::from_env()?),
-    })
 }
 
 /// Parses the command line and runs it over the collectives of `registry`.

@@ -1,7 +1,6 @@
 //! `tpusim run` (and `demo`): one collective on random data, checked against its
 //! reference; with `--model`, its modeled time, bandwidths and timeline.
 
-use super::executor;
 use super::out::outln;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
@@ -26,8 +25,8 @@ pub struct RunArgs {
     /// Element type: f32, i32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// Executor: gpu or cpu.
-    #[arg(long, default_value = "gpu")]
+    /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
     /// Seed of the random input data.
     #[arg(long, default_value_t = 0)]
@@ -189,7 +188,8 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
 /// `tpusim run`.
 pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     let job = job(reg, a)?;
-    let backend = Backend::parse(&a.backend)?;
+    let chosen = Backend::parse(&a.backend)?.resolve()?;
+    let backend = chosen.backend;
     let model = a.model.spec()?.map(|s| s.build()).transpose()?;
     let timeline = a
         .model
@@ -201,7 +201,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     // it says they are, in the run itself).
     job.ensure_fits(Work::Run {
         buffers: match backend {
-            Backend::Cpu => Buffers::Host,
+            Backend::Cpu | Backend::Auto => Buffers::Host,
             Backend::Gpu => Buffers::Device,
         },
         gpu: backend == Backend::Gpu,
@@ -211,7 +211,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     if let Some(m) = &model {
         m.check_vmem(&job.lower()?)?;
     }
-    let mut exec = executor(backend)?;
+    let mut exec = chosen.open()?;
     let ok = run_one(&job, exec.as_mut(), a.seed)?;
     if let Some(m) = &model {
         model_report(&job, &job.model(m, None)?, timeline.as_ref())?;
@@ -221,7 +221,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
 
 /// `tpusim demo`: every collective once, small, f32 and i32.
 pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
-    let mut exec = executor(Backend::parse(backend)?)?;
+    let mut exec = Backend::parse(backend)?.resolve()?.open()?;
     outln!("tpusim demo on {}", exec.describe())?;
     let mut ok = true;
     for c in reg.iter() {

@@ -133,21 +133,137 @@ pub fn host_words(len: usize, what: &str) -> Result<Vec<u32>> {
 /// Which executor to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// The wgpu executor on the chosen adapter.
+    /// The wgpu executor on the chosen adapter (a software one, such as lavapipe, too).
     Gpu,
     /// The host-memory executor.
     Cpu,
+    /// The GPU executor when the adapter wgpu would choose is hardware, else (only
+    /// software adapters such as llvmpipe/lavapipe, SwiftShader or WARP, whose device
+    /// type is `Cpu`, or none at all) the CPU executor, which is faster there: the
+    /// default of the command line and of Python. [`Backend::resolve`] decides.
+    Auto,
 }
 
 impl Backend {
-    /// Parses `gpu|cpu`.
+    /// Parses `auto|gpu|cpu`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "gpu" => Ok(Backend::Gpu),
             "cpu" => Ok(Backend::Cpu),
+            "auto" => Ok(Backend::Auto),
             _ => Err(Error::bad_input(format!(
-                "unknown backend `{s}` (expected gpu or cpu)"
+                "unknown backend `{s}` (expected auto, gpu or cpu)"
             ))),
         }
+    }
+
+    /// The executor this backend stands for here: `Gpu` and `Cpu` as they are; `Auto`
+    /// looks at the adapter `--backend gpu` would open (`WGPU_BACKEND`,
+    /// `WGPU_ADAPTER_NAME`, wgpu's preference for hardware adapters) without opening it.
+    /// A `WGPU_ADAPTER_NAME` that matches nothing, or a `WGPU_BACKEND` wgpu does not
+    /// know, is an error as under `Gpu`; no adapter at all picks the CPU executor.
+    pub fn resolve(self) -> Result<Chosen> {
+        let (backend, why) = match self {
+            Backend::Gpu | Backend::Cpu => (self, None),
+            Backend::Auto => match gpu::select::software_or_hardware()? {
+                gpu::select::Found::Hardware(label) => (
+                    Backend::Gpu,
+                    Some(format!("auto: {label} is a hardware adapter")),
+                ),
+                gpu::select::Found::Software(label) => (
+                    Backend::Cpu,
+                    Some(format!(
+                        "auto: the only adapter is a software one, {label}; --backend gpu runs on it"
+                    )),
+                ),
+                gpu::select::Found::None => (
+                    Backend::Cpu,
+                    Some("auto: wgpu finds no adapter".to_string()),
+                ),
+            },
+        };
+        Ok(Chosen { backend, why })
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Gpu => "gpu",
+            Backend::Cpu => "cpu",
+            Backend::Auto => "auto",
+        })
+    }
+}
+
+/// A [`Backend`] resolved to an executor: `Gpu` or `Cpu`, and why, when `auto` chose it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    /// [`Backend::Gpu`] or [`Backend::Cpu`].
+    pub backend: Backend,
+    /// Why `auto` chose it (`None`: asked for by name).
+    pub why: Option<String>,
+}
+
+impl Chosen {
+    /// True for the GPU executor.
+    pub fn is_gpu(&self) -> bool {
+        self.backend == Backend::Gpu
+    }
+
+    /// `inner` (an executor's own description) with the reason for the choice, if any:
+    /// `cpu (auto: the only adapter is a software one, …)`.
+    pub fn describe(&self, inner: &str) -> String {
+        match &self.why {
+            Some(why) => format!("{inner} ({why})"),
+            None => inner.to_string(),
+        }
+    }
+
+    /// Opens the executor (the GPU one on the adapter `--backend gpu` opens); its
+    /// [`Executor::describe`] says why `auto` chose it.
+    pub fn open(&self) -> Result<Box<dyn Executor>> {
+        let inner: Box<dyn Executor> = match self.backend {
+            Backend::Gpu => Box::new(gpu::GpuExecutor::from_env()?),
+            _ => Box::new(cpu::CpuExecutor::new()),
+        };
+        Ok(match &self.why {
+            None => inner,
+            Some(_) => Box::new(Noted {
+                inner,
+                chosen: self.clone(),
+            }),
+        })
+    }
+}
+
+/// An executor whose description says why `auto` chose it.
+struct Noted {
+    inner: Box<dyn Executor>,
+    chosen: Chosen,
+}
+
+impl Executor for Noted {
+    fn describe(&self) -> String {
+        self.chosen.describe(&self.inner.describe())
+    }
+    fn check(&self, program: &Program) -> Result<()> {
+        self.inner.check(program)
+    }
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.inner.prepare(program, schedule)
+    }
+    fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
+        self.inner.copy_bandwidth(bytes)
+    }
+    fn is_gpu(&self) -> bool {
+        self.inner.is_gpu()
+    }
+    fn buffers_in_host_memory(&self) -> bool {
+        self.inner.buffers_in_host_memory()
     }
 }

@@ -95,6 +95,33 @@ pub fn choose(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
     })
 }
 
+/// What kind of adapter `--backend gpu` would open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A hardware adapter (any device type but `Cpu`), with its [`label`].
+    Hardware(String),
+    /// A software adapter (device type `Cpu`: llvmpipe/lavapipe, SwiftShader, WARP).
+    Software(String),
+    /// No adapter at all.
+    None,
+}
+
+/// The kind of the adapter [`choose`] picks (wgpu prefers hardware adapters to software
+/// ones, so `Software` means there is no hardware one, or `WGPU_ADAPTER_NAME` names a
+/// software one), without opening it. Errors as [`choose`] when `WGPU_BACKEND` is
+/// unknown or `WGPU_ADAPTER_NAME` matches nothing.
+pub fn software_or_hardware() -> Result<Found> {
+    let inst = instance()?;
+    match choose(&inst) {
+        Ok(a) if a.get_info().device_type == wgpu::DeviceType::Cpu => {
+            Ok(Found::Software(label(&a)))
+        }
+        Ok(a) => Ok(Found::Hardware(label(&a))),
+        Err(e) if std::env::var_os("WGPU_ADAPTER_NAME").is_some() => Err(e),
+        Err(_) => Ok(Found::None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
