@@ -57,17 +57,20 @@ pub struct BenchRow {
     pub busbw: f64,
     /// Wrong elements over the check iterations (`None`: no check iteration ran).
     pub wrong: Option<usize>,
-    /// The adapter's plain copy bandwidth for one device's buffer, same run (GPU only).
-    pub copy_bw: Option<f64>,
-    /// Copy-equivalent bytes the schedule moves per iteration, per second.
+    /// Copy-equivalent bytes the schedule moves per iteration (an accumulate counts as
+    /// reading two elements and writing one), per second.
     pub moved_bw: f64,
-    /// Seconds the schedule's ops would take at this executor's measured rates (the
-    /// roofline for this adapter).
+    /// The least seconds an iteration can take on this executor ([`Rates::roofline`]).
     pub roof_seconds: f64,
+    /// The rates the roof was computed from.
+    pub rates: Rates,
 }
 
-/// An executor's own rates, measured in the same run on ops of a given size: bytes per
-/// second of destination for copies, accumulates and (non-zero) fills.
+/// An executor's best rates and fixed cost, measured in the same run: bytes of
+/// destination per second for copies, accumulates, non-zero fills and zero fills (the
+/// best of ops of the schedule's own sizes and of one large op), and the least time one
+/// submitted run takes (a kernel that does nothing). [`Rates::roofline`] adds them up
+/// into the least time a schedule can take on the executor.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rates {
     /// Copies (a VMEM copy; DMAs run the same way).
@@ -76,59 +79,207 @@ pub struct Rates {
     pub accumulate: f64,
     /// Fills with a non-zero value.
     pub fill: f64,
+    /// Fills with zeros (a buffer clear on the GPU).
+    pub zero: f64,
+    /// Seconds of one submitted run of a kernel that does nothing.
+    pub fixed: f64,
+}
+
+/// The kinds of data op a rate is measured for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Copy,
+    Accumulate,
+    Fill,
+    Zero,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Copy, Kind::Accumulate, Kind::Fill, Kind::Zero];
+
+    fn of(op: &DataOp) -> Kind {
+        match op {
+            // A compute op writes its bytes at least as slowly as a copy does.
+            DataOp::Copy { .. } | DataOp::Compute(_) => Kind::Copy,
+            DataOp::Accumulate { .. } => Kind::Accumulate,
+            DataOp::Fill { bits: 0, .. } => Kind::Zero,
+            DataOp::Fill { .. } => Kind::Fill,
+        }
+    }
+}
+
+/// The size of the large op every rate is also measured on: two buffers of it exceed
+/// what the GPU executor runs as one arena program ([`crate::exec::gpu::ArenaMode`]), so
+/// the large op runs as a plain copy or dispatch.
+pub const LARGE_OP_BYTES: u64 = 20 << 20;
+
+/// Least seconds per iteration of `run`, over five timed runs of enough iterations to
+/// take about 1 ms each, after one warm-up; with the executor's `fixed` cost of a
+/// submission taken off each run.
+fn least_per_iter(run: &mut dyn crate::exec::Prepared, fixed: f64) -> Result<f64> {
+    let first = run.run(1)?.as_secs_f64();
+    let iters = ((1e-3 / first.max(1e-7)).ceil() as usize).clamp(1, 2000);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = run.run(iters)?.as_secs_f64();
+        best = best.min((t - fixed).max(0.0) / iters as f64);
+    }
+    Ok(best)
 }
 
 impl Rates {
-    /// Measures `exec` on `ops` ops of `bytes` each of every kind (one device, a kernel
-    /// of VMEM scratch), timed over `iters` runs after one warm-up.
-    pub fn measure(exec: &dyn Executor, bytes: u64, dtype: DType, iters: usize) -> Result<Self> {
-        const OPS: usize = 4;
-        let elems = ((bytes / dtype.size() as u64) as usize).max(1);
-        let mesh = Mesh::new(1, "x")?;
-        let rate = |kind: usize| -> Result<f64> {
-            let spec = GridSpec::new()
-                .vmem("a", &[elems], dtype)
-                .vmem("b", &[elems], dtype);
-            let call = PallasCall::new("rate", spec, move |pl, a| {
-                for _ in 0..OPS {
-                    match kind {
-                        0 => pl.copy(a.r("a"), a.r("b")),
-                        1 => pl.add_assign(a.r("a"), a.r("b")),
-                        _ => pl.fill(a.r("a"), 1.0),
-                    }
+    /// Measures `exec` for `sched`: for every kind of data op, the best rate of ops of
+    /// the smallest and of the largest size `sched`'s ops of that kind have (one device,
+    /// VMEM scratch, `dtype`), and of one op of [`LARGE_OP_BYTES`]; and the
+    /// fixed cost of a submitted run. Rates of the large op are measured once per
+    /// executor, dtype and process.
+    pub fn measure(
+        exec: &dyn Executor,
+        sched: &Schedule,
+        program: &Program,
+        dtype: DType,
+    ) -> Result<Self> {
+        let allocs = sched.allocations(program);
+        let fixed = Self::empty(exec, dtype)?;
+        let large = Self::large(exec, dtype, fixed)?;
+        let mut best = large;
+        for (k, kind) in Kind::ALL.into_iter().enumerate() {
+            let sizes = sched
+                .ops
+                .iter()
+                .filter(|o| Kind::of(o) == kind)
+                .map(|o| o.bytes(&allocs));
+            let (lo, hi) = sizes.fold((u64::MAX, 0), |(lo, hi), b| (lo.min(b), hi.max(b)));
+            for b in [lo, hi] {
+                if (1..LARGE_OP_BYTES).contains(&b) {
+                    best[k] = best[k].max(Self::rate(exec, kind, b, dtype, fixed)?);
                 }
-            });
-            let program = call.lower(&mesh)?;
-            exec.check(&program)?;
-            let sched = schedule(&program, &mut Eager::default())?;
-            let mut run = exec.prepare(&program, &sched)?;
-            run.run(1)?;
-            let t = run.run(iters.max(1))?.as_secs_f64();
-            Ok((elems * dtype.size() * OPS * iters.max(1)) as f64 / t.max(1e-12))
-        };
+            }
+        }
         Ok(Rates {
-            copy: rate(0)?,
-            accumulate: rate(1)?,
-            fill: rate(2)?,
+            copy: best[0],
+            accumulate: best[1],
+            fill: best[2],
+            zero: best[3],
+            fixed: fixed.0,
         })
     }
 
-    /// Seconds `sched`'s ops take at these rates (zero fills count as fills).
-    pub fn roofline(&self, sched: &Schedule, program: &Program) -> f64 {
+    /// The large op's rates, once per executor description and dtype in this process.
+    fn large(exec: &dyn Executor, dtype: DType, fixed: (f64, f64)) -> Result<[f64; 4]> {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        static CACHE: Mutex<Option<HashMap<(String, DType), [f64; 4]>>> = Mutex::new(None);
+        let key = (exec.describe(), dtype);
+        if let Some(r) = CACHE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .get(&key)
+        {
+            return Ok(*r);
+        }
+        let mut r = [0.0; 4];
+        for (k, kind) in Kind::ALL.into_iter().enumerate() {
+            r[k] = Self::rate(exec, kind, LARGE_OP_BYTES, dtype, fixed)?;
+        }
+        CACHE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(key, r);
+        Ok(r)
+    }
+
+    /// Bytes per second of `kind` on ops of `bytes`: below 1 MiB, from the difference
+    /// between kernels of 2 and 6 such ops (what an iteration costs beyond its ops
+    /// cancels out); from 1 MiB, one op, less an empty iteration.
+    fn rate(
+        exec: &dyn Executor,
+        kind: Kind,
+        bytes: u64,
+        dtype: DType,
+        fixed: (f64, f64),
+    ) -> Result<f64> {
+        let elems = ((bytes / dtype.size() as u64) as usize).max(1);
+        let per_op = if bytes >= 1 << 20 {
+            Self::time(exec, elems, dtype, 1, kind, fixed.0)? - fixed.1
+        } else {
+            let two = Self::time(exec, elems, dtype, 2, kind, fixed.0)?;
+            let six = Self::time(exec, elems, dtype, 6, kind, fixed.0)?;
+            (six - two) / 4.0
+        };
+        Ok((elems * dtype.size()) as f64 / per_op.max(1e-12))
+    }
+
+    /// The least time of one submitted run of a kernel that does nothing, and the least
+    /// time per iteration of many in one submission.
+    fn empty(exec: &dyn Executor, dtype: DType) -> Result<(f64, f64)> {
+        let mesh = Mesh::new(1, "x")?;
+        let spec = GridSpec::new().vmem("a", &[1], dtype);
+        let call = PallasCall::new("empty", spec, |_, _| {});
+        let program = call.lower(&mesh)?;
+        let sched = schedule(&program, &mut Eager::default())?;
+        let mut run = exec.prepare(&program, &sched)?;
+        run.run(1)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            best = best.min(run.run(1)?.as_secs_f64());
+        }
+        let per_iter = least_per_iter(run.as_mut(), best)?;
+        Ok((best, per_iter))
+    }
+
+    /// Least seconds per iteration of a kernel of `ops` ops of `kind` on `elems` elements.
+    fn time(
+        exec: &dyn Executor,
+        elems: usize,
+        dtype: DType,
+        ops: usize,
+        kind: Kind,
+        fixed: f64,
+    ) -> Result<f64> {
+        let mesh = Mesh::new(1, "x")?;
+        let spec = GridSpec::new()
+            .vmem("a", &[elems], dtype)
+            .vmem("b", &[elems], dtype);
+        let call = PallasCall::new("rate", spec, move |pl, a| {
+            for _ in 0..ops {
+                match kind {
+                    Kind::Copy => pl.copy(a.r("a"), a.r("b")),
+                    Kind::Accumulate => pl.add_assign(a.r("a"), a.r("b")),
+                    Kind::Fill => pl.fill(a.r("a"), 1.0),
+                    Kind::Zero => pl.fill(a.r("a"), 0.0),
+                }
+            }
+        });
+        let program = call.lower(&mesh)?;
+        exec.check(&program)?;
+        let sched = schedule(&program, &mut Eager::default())?;
+        let mut run = exec.prepare(&program, &sched)?;
+        least_per_iter(run.as_mut(), fixed)
+    }
+
+    /// The least seconds one iteration of `sched` can take on this executor when `iters`
+    /// iterations run in one submission: every data op's bytes at the best rate of its
+    /// kind, plus the fixed cost of the submission shared by the iterations. Costs the
+    /// executor has beyond those (a dispatch, a semaphore, the scheduler) only add time.
+    pub fn roofline(&self, sched: &Schedule, program: &Program, iters: usize) -> f64 {
         let allocs = sched.allocations(program);
-        sched
+        let data: f64 = sched
             .ops
             .iter()
             .map(|o| {
                 let b = o.bytes(&allocs) as f64;
-                b / match o {
-                    DataOp::Copy { .. } => self.copy,
-                    // Compute ops are at least an accumulate's work per element written.
-                    DataOp::Accumulate { .. } | DataOp::Compute(_) => self.accumulate,
-                    DataOp::Fill { .. } => self.fill,
+                b / match Kind::of(o) {
+                    Kind::Copy => self.copy,
+                    Kind::Accumulate => self.accumulate,
+                    Kind::Fill => self.fill,
+                    Kind::Zero => self.zero,
                 }
             })
-            .sum()
+            .sum();
+        data + self.fixed / iters.max(1) as f64
     }
 }
 
@@ -143,11 +294,16 @@ impl BenchRow {
             "algbw_gbps": self.algbw / 1e9,
             "busbw_gbps": self.busbw / 1e9,
             "wrong": self.wrong,
-            "copy_gbps": self.copy_bw.map(|b| b / 1e9),
             "moved_gbps": self.moved_bw / 1e9,
-            "copy_fraction": self.copy_bw.map(|b| self.moved_bw / b),
             "roof_us": self.roof_seconds * 1e6,
             "roof_fraction": self.roof_seconds / self.seconds,
+            "rates": {
+                "copy_gbps": self.rates.copy / 1e9,
+                "accumulate_gbps": self.rates.accumulate / 1e9,
+                "fill_gbps": self.rates.fill / 1e9,
+                "zero_gbps": self.rates.zero / 1e9,
+                "fixed_us": self.rates.fixed * 1e6,
+            },
         })
     }
 }
@@ -315,11 +471,7 @@ pub fn sweep(
         }
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
-        let copy_bw = exec.copy_bandwidth(shard_bytes)?;
-        // Rates of ops of one device's buffer, the size of a shard's DMA or accumulate
-        // (on lavapipe a copy of 4x the bytes runs nearly 2x faster per byte, so rates
-        // of larger ops would be a bound no schedule of this size can reach).
-        let rates = Rates::measure(exec, shard_bytes, cfg.dtype, 3)?;
+        let rates = Rates::measure(exec, sched, program, cfg.dtype)?;
         let traffic = j
             .collective_of()
             .map(|c| c.traffic())
@@ -335,9 +487,9 @@ pub fn sweep(
             algbw,
             busbw: algbw * bus_factor(traffic, p),
             wrong,
-            copy_bw,
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
-            roof_seconds: rates.roofline(sched, program),
+            roof_seconds: rates.roofline(sched, program, cfg.iters),
+            rates,
         });
     }
     Ok(rows)
@@ -346,7 +498,7 @@ pub fn sweep(
 /// The nccl-tests-style table header.
 pub fn header() -> String {
     format!(
-        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6} {:>10} {:>6}",
+        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>12} {:>10} {:>6}",
         "collective",
         "size",
         "count",
@@ -354,9 +506,7 @@ pub fn header() -> String {
         "algbw(GB/s)",
         "busbw(GB/s)",
         "#wrong",
-        "copy(GB/s)",
         "moved(GB/s)",
-        "%copy",
         "roof(us)",
         "%roof"
     )
@@ -364,15 +514,8 @@ pub fn header() -> String {
 
 /// One table line.
 pub fn line(r: &BenchRow) -> String {
-    let (copy, frac) = match r.copy_bw {
-        Some(b) => (
-            format!("{:.2}", b / 1e9),
-            format!("{:.0}", 100.0 * r.moved_bw / b),
-        ),
-        None => ("-".into(), "-".into()),
-    };
     format!(
-        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0}",
+        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>12.3} {:>10.1} {:>6.0}",
         r.collective,
         r.size,
         r.count,
@@ -380,9 +523,7 @@ pub fn line(r: &BenchRow) -> String {
         r.algbw / 1e9,
         r.busbw / 1e9,
         r.wrong.map_or("-".into(), |w| w.to_string()),
-        copy,
         r.moved_bw / 1e9,
-        frac,
         r.roof_seconds * 1e6,
         100.0 * r.roof_seconds / r.seconds
     )
