@@ -10,7 +10,7 @@ use crate::exec::{count_wrong, Executor};
 use crate::ir::{DataOp, Program, Schedule};
 use crate::kernel::{GridSpec, PallasCall};
 use crate::mesh::Mesh;
-use crate::model::bus_factor;
+use crate::model::{bus_factor, CostModel};
 use crate::run::{random_inputs, Job};
 use crate::sched::{schedule, Eager, ScheduleSpec};
 use crate::units::human;
@@ -495,6 +495,163 @@ pub fn sweep(
     Ok(rows)
 }
 
+/// One line of the modeled table: the collective on the cost model's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRow {
+    /// Collective.
+    pub collective: String,
+    /// Size in bytes (nccl-tests' definition).
+    pub size: u64,
+    /// Elements in one device's input.
+    pub count: usize,
+    /// Modeled seconds per iteration.
+    pub seconds: f64,
+    /// size / time.
+    pub algbw: f64,
+    /// algbw × nccl-tests' bus factor.
+    pub busbw: f64,
+    /// The bandwidth bound of a ring on one link direction, seconds.
+    pub ideal_seconds: f64,
+    /// The wiring the model used.
+    pub topology: String,
+}
+
+impl ModelRow {
+    /// The row as JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "collective": self.collective,
+            "size": self.size,
+            "count": self.count,
+            "time_us": self.seconds * 1e6,
+            "algbw_gbps": self.algbw / 1e9,
+            "busbw_gbps": self.busbw / 1e9,
+            "ideal_us": self.ideal_seconds * 1e6,
+            "topology": self.topology,
+        })
+    }
+}
+
+impl serde::Serialize for ModelRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.json().serialize(s)
+    }
+}
+
+/// The sweep of `job`'s collective on the cost model `model`'s clock: nccl-tests' table of
+/// the modeled TPU (nothing runs on an executor; `cfg`'s iterations do not apply, the
+/// model's clock has no noise). A size whose VMEM does not fit the model's chip is
+/// skipped, with the reason told to `progress`.
+pub fn sweep_model(
+    job: &Job,
+    cfg: &BenchConfig,
+    model: &CostModel,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<ModelRow>> {
+    cfg.validate()?;
+    let p = job.place().devices();
+    let sizes = sizes(cfg)?;
+    let name = job.name();
+    let mut rows = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        progress(Progress::Size(&format!(
+            "[{}/{}] {name} {} on {}",
+            i + 1,
+            sizes.len(),
+            human(size),
+            model.name
+        )));
+        let Some(j) = at_size(job, cfg, size)? else {
+            progress(Progress::Skipped(&format!(
+                "{name} {}: too small to split over P={p} devices",
+                human(size)
+            )));
+            continue;
+        };
+        // A kernel that keeps its shard in VMEM cannot run at sizes beyond the chip's
+        // VMEM: that size is skipped, as the chip would refuse it, and the sweep goes on.
+        if let Err(e) = model.check_vmem(&j.lower()?) {
+            progress(Progress::Skipped(&format!("{name} {}: {e}", human(size))));
+            continue;
+        }
+        let m = j.model(model, None)?;
+        let n = m
+            .nccl
+            .as_ref()
+            .expect("a bench job runs a collective, which has a traffic class");
+        rows.push(ModelRow {
+            collective: name.clone(),
+            size: n.size,
+            count: j.shape().iter().product(),
+            seconds: m.seconds,
+            algbw: n.algbw,
+            busbw: n.busbw,
+            ideal_seconds: n.ideal_seconds,
+            topology: m.topology.to_string(),
+        });
+    }
+    Ok(rows)
+}
+
+/// The modeled table's header.
+pub fn model_header() -> String {
+    format!(
+        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>10} {:>7}",
+        "collective",
+        "size",
+        "count",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "ideal(us)",
+        "%ideal"
+    )
+}
+
+/// One modeled table line.
+pub fn model_line(r: &ModelRow) -> String {
+    format!(
+        "{:<20} {:>10} {:>12} {:>11.3} {:>12.3} {:>12.3} {:>10.3} {:>7.0}",
+        r.collective,
+        r.size,
+        r.count,
+        r.seconds * 1e6,
+        r.algbw / 1e9,
+        r.busbw / 1e9,
+        r.ideal_seconds * 1e6,
+        100.0 * r.ideal_seconds / r.seconds.max(f64::MIN_POSITIVE)
+    )
+}
+
+/// The current time in UTC as ISO 8601 (`2026-12-01T23:45:07Z`), for result files.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc(secs)
+}
+
+/// `secs` since the Unix epoch as ISO 8601 in UTC (Howard Hinnant's civil-from-days).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// The nccl-tests-style table header.
 pub fn header() -> String {
     format!(
@@ -547,6 +704,15 @@ mod tests {
             schedule: ScheduleSpec::Eager,
         };
         assert_eq!(sizes(&cfg).unwrap(), vec![1024, 4096, 16384, 65536]);
+    }
+
+    #[test]
+    fn dates_are_utc_iso_8601() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        // `date -u -d @1709251199`: the last second of 29 February 2024.
+        assert_eq!(utc(1_709_251_199), "2024-02-29T23:59:59Z");
+        assert_eq!(utc(1_798_761_600), "2027-01-01T00:00:00Z");
+        assert_eq!(utc(951_827_696), "2000-02-29T12:34:56Z");
     }
 
     #[test]

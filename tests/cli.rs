@@ -388,8 +388,8 @@ fn bench_sweeps_sizes_checks_results_and_writes_json() {
     }
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(j.as_array().unwrap().len(), 3);
-    assert!(j[0]["rates"]["copy_gbps"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["rows"].as_array().unwrap().len(), 3);
+    assert!(j["rows"][0]["rates"]["copy_gbps"].as_f64().unwrap() > 0.0);
     let (code, out, err) = tpusim(&[
         "bench",
         "all",

@@ -117,5 +117,8 @@ fn roofline_adds_bytes_at_their_rates() {
         + zeros as f64 / 4e9
         + 1e-4 / 3.0;
     let got = rates.roofline(&plan.schedule, &plan.program, 3);
-    assert!((got - want).abs() < 1e-12 * want.max(1.0), "{got} vs {want}");
+    assert!(
+        (got - want).abs() < 1e-12 * want.max(1.0),
+        "{got} vs {want}"
+    );
 }

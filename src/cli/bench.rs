@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// barrier semaphore of a collective_id carries over between them).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// With --model: the table of the modeled TPU (time, algbw, busbw per size on the
+    /// cost model's clock) instead of the simulator's own timing.
+    #[command(flatten)]
+    model: super::run::ModelArgs,
 }
 
 /// `tpusim bench`.
@@ -83,7 +87,20 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         reg.by_name(&a.collective)?;
         vec![a.collective.as_str()]
     };
-    let chosen = Backend::parse(&a.backend)?.resolve()?;
+    if a.model.timeline.is_some() {
+        return Err(tpusim::Error::bad_input(
+            "bench writes no timeline: `tpusim run … --model PRESET --timeline FILE` writes one run's",
+        ));
+    }
+    let model = a.model.spec()?.map(|s| s.build()).transpose()?;
+    let chosen = match &model {
+        // The model needs no executor: nothing runs on one.
+        Some(_) => tpusim::exec::Chosen {
+            backend: Backend::Cpu,
+            why: None,
+        },
+        None => Backend::parse(&a.backend)?.resolve()?,
+    };
     let backend = chosen.backend;
     let json = a
         .json
@@ -99,10 +116,16 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
     // Refused before the adapter is opened; the sweep checks again with its buffers.
-    for job in &jobs {
-        tpusim::bench::ensure_fits(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?;
+    if model.is_none() {
+        for job in &jobs {
+            tpusim::bench::ensure_fits(
+                job,
+                &cfg,
+                backend == Backend::Gpu,
+                backend == Backend::Cpu,
+            )?;
+        }
     }
-    let exec = chosen.open()?;
     let at = match (&a.place.mesh, &a.place.axis) {
         (Some(m), Some(x)) => format!("{} (mesh {m} along {x})", cfg.devices),
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
@@ -112,6 +135,76 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         1 => String::new(),
         k => format!(" repeat={k} (one iteration: {k} invocations back to back)"),
     };
+    let mut progress = |p: Progress| {
+        match p {
+            Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
+            Progress::Skipped(s) => eprintln!("\r\x1b[2Kskipped {s}"),
+        }
+        let _ = std::io::stderr().flush();
+    };
+    let mut meta = serde_json::json!({
+        "tpusim": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "date": tpusim::bench::utc_now(),
+        "devices": cfg.devices,
+        "mesh": mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect::<Vec<_>>().join(","),
+        "axis": a.place.axis,
+        "group_devices": jobs.first().map(|j| j.place().devices()),
+        "dtype": cfg.dtype.to_string(),
+        "schedule": cfg.schedule.to_string(),
+        "iters": cfg.iters,
+        "warmup": cfg.warmup,
+        "checks": cfg.checks,
+        "repeat": a.repeat,
+        "min_bytes": cfg.min_bytes,
+        "max_bytes": cfg.max_bytes,
+        "factor": cfg.factor,
+    });
+    if let Some(model) = &model {
+        meta["backend"] = serde_json::Value::Null;
+        meta["executor"] = serde_json::Value::Null;
+        meta["model"] = serde_json::json!(model.name);
+        meta["timing"] = serde_json::json!("modeled");
+        for k in ["iters", "warmup", "checks"] {
+            meta[k] = serde_json::Value::Null; // the model's clock has no noise
+        }
+        outln!(
+            "# tpusim bench: P={} dtype={} schedule={}{} on the cost model {} (link {:.0} GB/s per direction, {:.2} us per hop)",
+            at,
+            cfg.dtype,
+            cfg.schedule,
+            repeat,
+            model.name,
+            model.link_bw / 1e9,
+            model.link_latency * 1e6,
+        )?;
+        outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input); time: modeled; ideal: the ring bound on one link direction")?;
+        outln!("{}", tpusim::bench::model_header())?;
+        let mut rows = Vec::new();
+        for job in &jobs {
+            let r = tpusim::bench::sweep_model(job, &cfg, model, &mut progress)?;
+            eprint!("\r\x1b[2K");
+            for row in &r {
+                outln!("{}", tpusim::bench::model_line(row))?;
+            }
+            rows.extend(r);
+        }
+        if let Some(t) = rows.first() {
+            meta["topology"] = serde_json::json!(t.topology);
+        }
+        meta["rows"] = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
+        if let Some(out) = &json {
+            out.write_with(|w| {
+                serde_json::to_writer_pretty(w, &meta).map_err(std::io::Error::from)
+            })?;
+        }
+        return Ok(true);
+    }
+    let exec = chosen.open()?;
+    meta["backend"] = serde_json::json!(a.backend);
+    meta["executor"] = serde_json::json!(if chosen.is_gpu() { "gpu" } else { "cpu" });
+    meta["adapter"] = serde_json::json!(exec.describe());
+    meta["timing"] = serde_json::json!("measured");
     outln!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={}{} on {}",
         at,
@@ -128,13 +221,6 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     outln!("{}", header())?;
     let mut rows = Vec::new();
     for job in &jobs {
-        let mut progress = |p: Progress| {
-            match p {
-                Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
-                Progress::Skipped(s) => eprintln!("\r\x1b[2Kskipped {s}"),
-            }
-            let _ = std::io::stderr().flush();
-        };
         let r = sweep(job, &cfg, exec.as_ref(), &mut progress)?;
         eprint!("\r\x1b[2K");
         for row in &r {
@@ -143,8 +229,8 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         rows.extend(r);
     }
     if let Some(out) = &json {
-        let v = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
-        out.write_with(|w| serde_json::to_writer_pretty(w, &v).map_err(std::io::Error::from))?;
+        meta["rows"] = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
+        out.write_with(|w| serde_json::to_writer_pretty(w, &meta).map_err(std::io::Error::from))?;
     }
     let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();
     if wrong > 0 {

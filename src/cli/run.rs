@@ -83,7 +83,7 @@ pub struct ModelArgs {
     topology: Option<String>,
     /// Write a Chrome trace (Perfetto) of the modeled run to this file.
     #[arg(long)]
-    timeline: Option<std::path::PathBuf>,
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 impl ModelArgs {
