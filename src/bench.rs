@@ -169,7 +169,9 @@ impl Rates {
     fn large(exec: &dyn Executor, dtype: DType, fixed: (f64, f64)) -> Result<[f64; 4]> {
         use std::collections::HashMap;
         use std::sync::Mutex;
-        static CACHE: Mutex<Option<HashMap<(String, DType), [f64; 4]>>> = Mutex::new(None);
+        /// Large-op rates by executor description and dtype.
+        type Cache = Option<HashMap<(String, DType), [f64; 4]>>;
+        static CACHE: Mutex<Cache> = Mutex::new(None);
         let key = (exec.describe(), dtype);
         if let Some(r) = CACHE
             .lock()
