@@ -87,6 +87,7 @@ pub mod kernel;
 pub mod mesh;
 pub mod model;
 pub mod npy;
+pub mod plot;
 pub mod run;
 pub mod sched;
 pub mod trace;

@@ -96,6 +96,8 @@ fn bench_model_prints_the_modeled_table_and_a_self_describing_file() {
         "{out}"
     );
     assert!(err.contains("skipped psum 64M: VMEM"), "{err}");
+    // Standard error is not a terminal here: plain lines, no cursor escapes.
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
 }
 
 #[test]
@@ -141,4 +143,151 @@ fn bench_files_record_the_executor_and_the_run() {
     );
     assert!(j["model"].is_null());
     assert_eq!(j["rows"][0]["wrong"], 0);
+}
+
+/// Width and height from a PNG's IHDR chunk, after checking its signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+#[test]
+fn plot_draws_bench_files_and_timelines_as_png_and_svg() {
+    let (measured, modeled, timeline) = (temp("m.json"), temp("v5e.json"), temp("tl.json"));
+    let (code, out, err) = tpusim(&[
+        "bench",
+        "psum",
+        "-p",
+        "4",
+        "-b",
+        "4K",
+        "-e",
+        "64K",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--backend",
+        "cpu",
+        "--json",
+        measured.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = tpusim(&[
+        "bench",
+        "all",
+        "-p",
+        "4",
+        "--model",
+        "v5e",
+        "-b",
+        "4K",
+        "-e",
+        "1M",
+        "--json",
+        modeled.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = tpusim(&[
+        "run",
+        "psum",
+        "-p",
+        "4",
+        "--backend",
+        "cpu",
+        "--model",
+        "v5e",
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let collectives = tpusim::collectives::Registry::builtin().names().len();
+
+    let png = temp("busbw.png");
+    let (code, out, err) = tpusim(&[
+        "plot",
+        modeled.to_str().unwrap(),
+        "-o",
+        png.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("({collectives} lines)")), "{out}");
+    assert_eq!(png_size(&std::fs::read(&png).unwrap()), (1200, 520));
+
+    // Two files: a line per collective and file, labelled with the file's name.
+    let svg = temp("busbw.svg");
+    let (code, out, err) = tpusim(&[
+        "plot",
+        modeled.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("({} lines)", collectives + 1)),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "text")
+        .filter_map(|n| n.text().map(str::trim))
+        .collect();
+    assert!(
+        texts.contains(&"psum (m)") && texts.contains(&"psum (v5e)"),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"bus bandwidth") && texts.contains(&"time per iteration"));
+    // One polyline per line and panel.
+    let lines = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "polyline")
+        .count();
+    assert!(lines >= 2 * (collectives + 1), "{lines} polylines");
+
+    // A timeline: a lane per device track (5 per device) and per ring link (4).
+    let t = temp("t.png");
+    let (code, out, err) = tpusim(&[
+        "plot",
+        timeline.to_str().unwrap(),
+        "-o",
+        t.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("(24 lanes)"), "{out}");
+    assert_eq!(png_size(&std::fs::read(&t).unwrap()), (1200, 90 + 22 * 24));
+    let tsvg = temp("t.svg");
+    let (code, out, err) = tpusim(&[
+        "plot",
+        timeline.to_str().unwrap(),
+        "-o",
+        tsvg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&tsvg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses");
+    let labels: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "text")
+        .filter_map(|n| n.text().map(str::trim))
+        .collect();
+    assert!(
+        labels.contains(&"device 3 / DMA out") && labels.contains(&"ICI links / link 3->0"),
+        "{labels:?}"
+    );
+
+    // Bad input: an unknown format, a file without rows.
+    let (code, _, err) = tpusim(&["plot", modeled.to_str().unwrap(), "-o", "x.jpg"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(".svg or .png"), "{err}");
+    let empty = temp("empty.json");
+    std::fs::write(&empty, "{}").unwrap();
+    let (code, _, err) = tpusim(&["plot", empty.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds no bench rows"), "{err}");
 }

@@ -58,7 +58,6 @@ pub struct BenchArgs {
 
 /// `tpusim bench`.
 pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
-    use std::io::Write;
     use tpusim::bench::{header, line, parse_size, sweep, Progress};
     let mesh = a.place.mesh()?;
     let cfg = BenchConfig {
@@ -135,13 +134,8 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         1 => String::new(),
         k => format!(" repeat={k} (one iteration: {k} invocations back to back)"),
     };
-    let mut progress = |p: Progress| {
-        match p {
-            Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
-            Progress::Skipped(s) => eprintln!("\r\x1b[2Kskipped {s}"),
-        }
-        let _ = std::io::stderr().flush();
-    };
+    let status = Status::new();
+    let mut progress = |p: Progress| status.report(p);
     let mut meta = serde_json::json!({
         "tpusim": env!("CARGO_PKG_VERSION"),
         "command": std::env::args().collect::<Vec<_>>(),
@@ -183,10 +177,10 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         let mut rows = Vec::new();
         for job in &jobs {
             let r = tpusim::bench::sweep_model(job, &cfg, model, &mut progress)?;
-            eprint!("\r\x1b[2K");
-            for row in &r {
-                outln!("{}", tpusim::bench::model_line(row))?;
-            }
+            status.suspend(|| {
+                r.iter()
+                    .try_for_each(|row| outln!("{}", tpusim::bench::model_line(row)))
+            })?;
             rows.extend(r);
         }
         if let Some(t) = rows.first() {
@@ -222,10 +216,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     let mut rows = Vec::new();
     for job in &jobs {
         let r = sweep(job, &cfg, exec.as_ref(), &mut progress)?;
-        eprint!("\r\x1b[2K");
-        for row in &r {
-            outln!("{}", line(row))?;
-        }
+        status.suspend(|| r.iter().try_for_each(|row| outln!("{}", line(row))))?;
         rows.extend(r);
     }
     if let Some(out) = &json {
@@ -237,4 +228,54 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)
+}
+
+/// Progress on standard error: a spinner with the size being run (indicatif) when
+/// standard error is a terminal; otherwise only skipped sizes, as plain lines, so a log
+/// file gets no cursor escapes.
+struct Status {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Status {
+    fn new() -> Self {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::new_spinner();
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            {
+                b.set_style(style);
+            }
+            b.enable_steady_tick(std::time::Duration::from_millis(120));
+            b
+        });
+        Self { bar }
+    }
+
+    fn report(&self, p: tpusim::bench::Progress) {
+        use tpusim::bench::Progress;
+        match (p, &self.bar) {
+            (Progress::Size(s), Some(b)) => b.set_message(s.to_string()),
+            (Progress::Size(_), None) => {}
+            (Progress::Skipped(s), Some(b)) => b.println(format!("skipped {s}")),
+            (Progress::Skipped(s), None) => eprintln!("skipped {s}"),
+        }
+    }
+
+    /// Runs `f` (which prints table lines) with the spinner hidden.
+    fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.bar {
+            Some(b) => b.suspend(f),
+            None => f(),
+        }
+    }
+}
+
+impl Drop for Status {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
 }

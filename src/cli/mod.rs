@@ -8,6 +8,7 @@ mod check;
 mod driver_env;
 mod out;
 mod place;
+mod plot;
 mod run;
 mod trace;
 
@@ -40,6 +41,8 @@ enum Cmd {
     Trace(trace::TraceArgs),
     /// Sweep sizes like nccl-tests: time, algorithm and bus bandwidth, correctness.
     Bench(bench::BenchArgs),
+    /// Draw bench result files (busbw and time against size) or a timeline, as SVG or PNG.
+    Plot(plot::PlotArgs),
     /// Run every collective once, small, on the default executor.
     Demo {
         /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
@@ -86,6 +89,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Cmd::Trace(a) => exit(trace::trace(reg, &a)),
         Cmd::Check(a) => exit(check::check(reg, &a)),
         Cmd::Bench(a) => exit(bench::bench(reg, &a)),
+        Cmd::Plot(a) => exit(plot::plot(&a)),
         Cmd::Demo { backend } => exit(run::demo(reg, &backend)),
     }
 }

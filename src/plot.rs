@@ -1,0 +1,566 @@
+//! `tpusim plot`: figures of `bench` result files (bus bandwidth and time against size,
+//! log axes, a line per collective and file) and of modeled timelines (a lane per
+//! device track and link), as SVG or PNG, drawn with `plotters`.
+//!
+//! Labels are laid out (and in a PNG drawn) with a TrueType font found on this machine
+//! (`TPUSIM_FONT`, else DejaVu Sans, Liberation Sans, Arial or any `.ttf` under the usual
+//! font directories); none found is an error that says so. An SVG names `sans-serif`
+//! and leaves the glyphs to its viewer.
+
+use crate::error::{Error, Result};
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The image format of a figure, from its file name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Scalable vector graphics.
+    Svg,
+    /// A PNG bitmap.
+    Png,
+}
+
+impl Format {
+    /// `.svg` or `.png` (any case); anything else is bad input.
+    pub fn of(path: &Path) -> Result<Self> {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_lowercase)
+            .as_deref()
+        {
+            Some("svg") => Ok(Format::Svg),
+            Some("png") => Ok(Format::Png),
+            _ => Err(Error::bad_input(format!(
+                "cannot tell the image format of {}: name it .svg or .png",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// One line of a bench figure: a collective of one file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Legend label: the collective, with the file's name when several files are drawn.
+    pub label: String,
+    /// (size in bytes, busbw in GB/s, time in us), by size.
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// The rows of a bench file: the `rows` of a self-describing file, or a bare array of
+/// rows (older files, Python's `tpusim.bench`).
+fn rows_of(v: &Value) -> Option<&Vec<Value>> {
+    v.get("rows")
+        .and_then(Value::as_array)
+        .or_else(|| v.as_array())
+}
+
+/// Reads a JSON file.
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
+        action: "read".into(),
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::bad_input(format!("{} is not JSON: {e}", path.display())))
+}
+
+/// The lines of bench files `files` ([`Series`]), in file order then collective order.
+pub fn bench_series(files: &[PathBuf]) -> Result<Vec<Series>> {
+    let mut out = Vec::new();
+    for f in files {
+        let v = read_json(f)?;
+        let rows = rows_of(&v).ok_or_else(|| {
+            Error::bad_input(format!(
+                "{} holds no bench rows (write one with `tpusim bench … --json FILE`)",
+                f.display()
+            ))
+        })?;
+        let stem = f
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        let mut by_name: Vec<Series> = Vec::new();
+        for r in rows {
+            let field = |k: &str| r.get(k).and_then(Value::as_f64);
+            let (Some(name), Some(size), Some(busbw), Some(time)) = (
+                r.get("collective").and_then(Value::as_str),
+                field("size"),
+                field("busbw_gbps"),
+                field("time_us"),
+            ) else {
+                return Err(Error::bad_input(format!(
+                    "{}: a row without collective, size, busbw_gbps and time_us: {r}",
+                    f.display()
+                )));
+            };
+            let label = if files.len() > 1 {
+                format!("{name} ({stem})")
+            } else {
+                name.to_string()
+            };
+            match by_name.iter_mut().find(|s| s.label == label) {
+                Some(s) => s.points.push((size, busbw, time)),
+                None => by_name.push(Series {
+                    label,
+                    points: vec![(size, busbw, time)],
+                }),
+            }
+        }
+        for s in &mut by_name {
+            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        out.extend(by_name);
+    }
+    if out.iter().all(|s| s.points.is_empty()) {
+        return Err(Error::bad_input("the bench files hold no rows to plot"));
+    }
+    Ok(out)
+}
+
+/// One bar of a timeline lane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lane {
+    /// `device 0 / DMA out`, `ICI links / link 0->1`.
+    pub name: String,
+    /// (start, duration) in microseconds.
+    pub spans: Vec<(f64, f64)>,
+}
+
+/// The lanes of a Chrome trace file written by `tpusim run … --timeline`: one per
+/// (process, thread) with complete events, named by their metadata, in process then
+/// thread order.
+pub fn timeline_lanes(path: &Path) -> Result<Vec<Lane>> {
+    let v = read_json(path)?;
+    let events = v
+        .get("traceEvents")
+        .and_then(Value::as_array)
+        .or_else(|| v.as_array())
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "{} holds no traceEvents (write one with `tpusim run … --model PRESET --timeline FILE`)",
+                path.display()
+            ))
+        })?;
+    use std::collections::BTreeMap;
+    let id = |e: &Value, k: &str| e.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let mut process = BTreeMap::new();
+    let mut thread = BTreeMap::new();
+    let mut spans: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
+    for e in events {
+        let name = e
+            .get("args")
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str);
+        match (
+            e.get("ph").and_then(Value::as_str),
+            e.get("name").and_then(Value::as_str),
+        ) {
+            (Some("M"), Some("process_name")) => {
+                process.insert(id(e, "pid"), name.unwrap_or("").to_string());
+            }
+            (Some("M"), Some("thread_name")) => {
+                thread.insert((id(e, "pid"), id(e, "tid")), name.unwrap_or("").to_string());
+            }
+            (Some("X"), _) => {
+                let f = |k: &str| e.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                spans
+                    .entry((id(e, "pid"), id(e, "tid")))
+                    .or_default()
+                    .push((f("ts"), f("dur")));
+            }
+            _ => {}
+        }
+    }
+    if spans.is_empty() {
+        return Err(Error::bad_input(format!(
+            "{} holds no timed events to draw",
+            path.display()
+        )));
+    }
+    Ok(spans
+        .into_iter()
+        .map(|((pid, tid), spans)| Lane {
+            name: format!(
+                "{} / {}",
+                process
+                    .get(&pid)
+                    .cloned()
+                    .unwrap_or_else(|| format!("process {pid}")),
+                thread
+                    .get(&(pid, tid))
+                    .cloned()
+                    .unwrap_or_else(|| format!("track {tid}"))
+            ),
+            spans,
+        })
+        .collect())
+}
+
+/// A drawing failure as an error.
+fn drawing<E: std::fmt::Debug>(e: E) -> Error {
+    Error::bad_input(format!("could not draw the figure: {e:?}"))
+}
+
+/// A TrueType font for PNG labels, registered with plotters once per process.
+fn ensure_font() -> Result<()> {
+    use std::sync::OnceLock;
+    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let path = find_font().ok_or_else(|| {
+            "a figure's labels need a TrueType font and none was found (TPUSIM_FONT unset; no DejaVu Sans, Liberation Sans, Arial or other .ttf under /usr/share/fonts, /usr/local/share/fonts, ~/.fonts, /Library/Fonts, /System/Library/Fonts, C:\\Windows\\Fonts): set TPUSIM_FONT=/path/to/font.ttf, or write an .svg".to_string()
+        })?;
+        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read font {}: {e}", path.display()))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{} is not a TrueType font plotters can read", path.display()))
+    })
+    .clone()
+    .map_err(Error::bad_input)
+}
+
+/// `TPUSIM_FONT`, or the first font of the preferred names, or any `.ttf`, under the
+/// usual font directories.
+fn find_font() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TPUSIM_FONT") {
+        return Some(PathBuf::from(p));
+    }
+    let mut dirs: Vec<PathBuf> = [
+        "/usr/share/fonts",
+        "/usr/local/share/fonts",
+        "/Library/Fonts",
+        "/System/Library/Fonts",
+        "C:\\Windows\\Fonts",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(Path::new(&home).join(".fonts"));
+        dirs.push(Path::new(&home).join(".local/share/fonts"));
+    }
+    let mut all = Vec::new();
+    for d in &dirs {
+        collect_ttf(d, 4, &mut all);
+    }
+    const PREFERRED: [&str; 5] = [
+        "DejaVuSans.ttf",
+        "LiberationSans-Regular.ttf",
+        "Arial.ttf",
+        "arial.ttf",
+        "FreeSans.ttf",
+    ];
+    PREFERRED
+        .iter()
+        .find_map(|n| all.iter().find(|p| p.file_name().is_some_and(|f| f == *n)))
+        .or_else(|| all.first())
+        .cloned()
+}
+
+/// Every `.ttf` under `dir`, at most `depth` levels down, in name order.
+fn collect_ttf(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for p in paths {
+        if p.is_dir() {
+            if depth > 0 {
+                collect_ttf(&p, depth - 1, out);
+            }
+        } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf")) {
+            out.push(p);
+        }
+    }
+}
+
+/// The bench figure: bus bandwidth (left) and time (right) against size, log axes.
+pub fn bench_figure(series: &[Series], format: Format) -> Result<Vec<u8>> {
+    let size = (1200, 520);
+    match format {
+        Format::Svg => {
+            ensure_font()?; // plotters measures text with it
+            let mut s = String::new();
+            {
+                let root = SVGBackend::with_string(&mut s, size).into_drawing_area();
+                draw_bench(&root, series)?;
+                root.present().map_err(drawing)?;
+            }
+            Ok(s.into_bytes())
+        }
+        Format::Png => {
+            ensure_font()?;
+            let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
+            {
+                let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+                draw_bench(&root, series)?;
+                root.present().map_err(drawing)?;
+            }
+            png_bytes(&rgb, size)
+        }
+    }
+}
+
+/// The timeline figure: a lane per track, a bar per event, on the modeled clock.
+pub fn timeline_figure(lanes: &[Lane], title: &str, format: Format) -> Result<Vec<u8>> {
+    let size = (1200, (90 + 22 * lanes.len()).min(20_000) as u32);
+    match format {
+        Format::Svg => {
+            ensure_font()?; // plotters measures text with it
+            let mut s = String::new();
+            {
+                let root = SVGBackend::with_string(&mut s, size).into_drawing_area();
+                draw_timeline(&root, lanes, title)?;
+                root.present().map_err(drawing)?;
+            }
+            Ok(s.into_bytes())
+        }
+        Format::Png => {
+            ensure_font()?;
+            let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
+            {
+                let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+                draw_timeline(&root, lanes, title)?;
+                root.present().map_err(drawing)?;
+            }
+            png_bytes(&rgb, size)
+        }
+    }
+}
+
+/// An RGB buffer as PNG bytes.
+fn png_bytes(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut writer = enc.write_header().map_err(drawing)?;
+        writer.write_image_data(rgb).map_err(drawing)?;
+    }
+    Ok(out)
+}
+
+/// The colour of line or track `i`.
+fn colour(i: usize) -> RGBColor {
+    const C: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    C[i % C.len()]
+}
+
+/// `bytes` as a tick label of the log axis, whose ticks are powers of ten: `100B`,
+/// `10kB`, `1MB`, `1.5GB` (decimal multiples).
+fn size_label(bytes: f64) -> String {
+    let (v, unit) = match bytes {
+        b if b >= 1e9 => (b / 1e9, "GB"),
+        b if b >= 1e6 => (b / 1e6, "MB"),
+        b if b >= 1e3 => (b / 1e3, "kB"),
+        b => (b, "B"),
+    };
+    if v >= 10.0 || (v - v.round()).abs() < 0.05 {
+        format!("{v:.0}{unit}")
+    } else {
+        format!("{v:.1}{unit}")
+    }
+}
+
+/// A log axis value: `100`, `2.5`, `0.04`.
+fn value_label(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn draw_bench<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    series: &[Series],
+) -> Result<()> {
+    root.fill(&WHITE).map_err(drawing)?;
+    let panels = root.split_evenly((1, 2));
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1) = (f64::INFINITY, 0.0f64);
+    let (mut b0, mut b1, mut t0, mut t1) = (f64::INFINITY, 0.0f64, f64::INFINITY, 0.0f64);
+    for &(x, b, t) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        if b > 0.0 {
+            b0 = b0.min(b);
+            b1 = b1.max(b);
+        }
+        if t > 0.0 {
+            t0 = t0.min(t);
+            t1 = t1.max(t);
+        }
+    }
+    let widen = |lo: f64, hi: f64| {
+        let (lo, hi) = if lo.is_finite() {
+            (lo, hi)
+        } else {
+            (1.0, 10.0)
+        };
+        (lo / 1.5, hi * 1.5)
+    };
+    let (x0, x1) = widen(x0, x1);
+    for (k, panel) in panels.iter().enumerate() {
+        let (lo, hi) = if k == 0 { widen(b0, b1) } else { widen(t0, t1) };
+        let (title, ylabel) = if k == 0 {
+            ("bus bandwidth", "busbw (GB/s)")
+        } else {
+            ("time per iteration", "time (us)")
+        };
+        let mut chart = ChartBuilder::on(panel)
+            .caption(title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x0..x1).log_scale(), (lo..hi).log_scale())
+            .map_err(drawing)?;
+        chart
+            .configure_mesh()
+            .x_desc("size (nccl-tests' bytes)")
+            .y_desc(ylabel)
+            .x_label_formatter(&|v| size_label(*v))
+            .y_label_formatter(&|v| value_label(*v))
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(drawing)?;
+        for (i, s) in series.iter().enumerate() {
+            let c = colour(i);
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|&(x, b, t)| (x, if k == 0 { b } else { t }))
+                .filter(|p| p.1 > 0.0)
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .map_err(drawing)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+                .map_err(drawing)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(if k == 0 {
+                SeriesLabelPosition::UpperLeft
+            } else {
+                SeriesLabelPosition::LowerRight
+            })
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(drawing)?;
+    }
+    Ok(())
+}
+
+fn draw_timeline<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    lanes: &[Lane],
+    title: &str,
+) -> Result<()> {
+    root.fill(&WHITE).map_err(drawing)?;
+    let end = lanes
+        .iter()
+        .flat_map(|l| l.spans.iter().map(|&(s, d)| s + d))
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    let n = lanes.len() as i32;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(190)
+        .build_cartesian_2d(0.0..end * 1.02, (0..n).into_segmented())
+        .map_err(drawing)?;
+    chart
+        .configure_mesh()
+        .x_desc("modeled time (us)")
+        .y_labels(lanes.len())
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => lanes
+                .get((n - 1 - *i) as usize)
+                .map_or_else(String::new, |l| l.name.clone()),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 12))
+        .disable_y_mesh()
+        .draw()
+        .map_err(drawing)?;
+    // Tracks of the same name share a colour across devices.
+    let mut kinds: Vec<&str> = Vec::new();
+    for (i, lane) in lanes.iter().enumerate() {
+        let kind = lane.name.rsplit(" / ").next().unwrap_or("");
+        let kind = if kind.starts_with("link") {
+            "link"
+        } else {
+            kind
+        };
+        let k = kinds.iter().position(|x| *x == kind).unwrap_or_else(|| {
+            kinds.push(kind);
+            kinds.len() - 1
+        });
+        let c = colour(k);
+        let row = n - 1 - i as i32;
+        chart
+            .draw_series(lane.spans.iter().map(|&(s, d)| {
+                Rectangle::new(
+                    [
+                        (s, SegmentValue::Exact(row)),
+                        ((s + d).max(s + end * 1e-3), SegmentValue::Exact(row + 1)),
+                    ],
+                    c.mix(0.85).filled(),
+                )
+            }))
+            .map_err(drawing)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_read_as_sizes_and_values() {
+        assert_eq!(size_label(10000.0), "10kB");
+        assert_eq!(size_label(1e6), "1MB");
+        assert_eq!(size_label(1.5e9), "1.5GB");
+        assert_eq!(size_label(4096.0), "4.1kB");
+        assert_eq!(size_label(100.0), "100B");
+        assert_eq!(value_label(100.0), "100");
+        assert_eq!(value_label(2.5), "2.5");
+        assert_eq!(value_label(0.04), "0.04");
+    }
+
+    #[test]
+    fn formats_come_from_the_file_name() {
+        assert_eq!(Format::of(Path::new("a/b.SVG")).unwrap(), Format::Svg);
+        assert_eq!(Format::of(Path::new("t.png")).unwrap(), Format::Png);
+        assert!(Format::of(Path::new("t.jpg")).is_err());
+        assert!(Format::of(Path::new("t")).is_err());
+    }
+}
