@@ -588,3 +588,37 @@ fn repeat_runs_checks_traces_and_benches_invocations_back_to_back() {
         assert!(err.contains("repeat"), "{err}");
     }
 }
+
+/// A remote DMA that overwrites a buffer the receiver still reads is missing a capacity
+/// handshake, and the hint says so; a semaphore shared by DMAs into different bytes is
+/// told to give each its own.
+#[test]
+fn race_hints_name_the_fix_that_matches_the_race() {
+    let (code, out, err) = tpusim(&[
+        "check",
+        "psum",
+        "--variant",
+        "no-capacity-sem",
+        "--schedules",
+        "10",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("device 0's DMA overwrites `hbm_buf` while device 1 still uses what it holds")
+            && out.contains("(a capacity semaphore), and device 0 wait for that signal"),
+        "{out}"
+    );
+    let (code, out, err) = tpusim(&[
+        "check",
+        "all_gather",
+        "--variant",
+        "shared-recv-sem",
+        "--schedules",
+        "10",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("give each DMA in flight its own semaphore") && !out.contains("capacity"),
+        "{out}"
+    );
+}

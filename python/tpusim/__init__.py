@@ -16,9 +16,32 @@ subclasses of :class:`TpusimError`.
 """
 
 
-import numpy as _np
+import os as _os
 
-from . import config
+
+def _quiet_driver():
+    """Mesa's Wayland client (loaded with the GL backend even when nothing is displayed)
+    prints ``error: XDG_RUNTIME_DIR is invalid or not set in the environment.`` when that
+    variable is unset or not an absolute directory; tpusim never opens a window, so it
+    points the variable at a private temporary directory for this process, before any
+    GPU instance is made (as the command line does)."""
+    v = _os.environ.get("XDG_RUNTIME_DIR")
+    if v and _os.path.isabs(v) and _os.path.isdir(v):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="tpusim-runtime-")
+    _os.environ["XDG_RUNTIME_DIR"] = d
+    atexit.register(shutil.rmtree, d, True)
+
+
+_quiet_driver()
+
+import numpy as _np  # noqa: E402
+
+from . import config  # noqa: E402
 from ._native import (
     BadInput,
     DeadlockError,
@@ -101,6 +124,11 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
         name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule,
         axis,
     )
+    # A kernel that views an (n,) input as (1, n) (the ring all-reduces) gives its result
+    # back in the input's shape, as psum does.
+    for d, o in zip(per, out):
+        if o and o[0].shape == (1,) + d[0].shape:
+            o[0] = o[0].reshape(d[0].shape)
     return out if all_outputs else [d[0] for d in out]
 
 

@@ -91,6 +91,10 @@ class Report:
     def from_dict(cls, d, title):
         return cls(title, d["schedules"], [Finding.from_dict(f) for f in d["findings"]])
 
+    def __repr__(self):
+        kinds = ", ".join(self.kinds())
+        return f"Report({self.title!r}, schedules={self.schedules}, findings=[{kinds}])"
+
     def __str__(self):
         if self.clean:
             return f"{self.title}: clean under {self.schedules} schedules"
@@ -157,6 +161,12 @@ class Table:
     def __str__(self):
         return self.markdown
 
+    def __repr__(self):
+        return (
+            f"Table(collective={self.collective!r}, devices={self.devices}, "
+            f"columns={len(self.columns)}, rows={len(self.rows)})"
+        )
+
 
 @dataclass
 class ModelRun:
@@ -172,7 +182,7 @@ class ModelRun:
     algbw: Optional[float] = None
     busbw: Optional[float] = None
     ideal_seconds: Optional[float] = None
-    timeline: Optional[dict] = None
+    timeline: Optional[dict] = field(default=None, repr=False)
     timeline_path: Optional[str] = None
 
     @classmethod

@@ -82,6 +82,29 @@ impl Race {
     }
 }
 
+impl Race {
+    /// The sender, when this race is a remote DMA's write into this device's buffer after
+    /// the device's own earlier use of the buffer (a read by it, or by a DMA it started):
+    /// the sender runs ahead of a receiver that has not released the buffer, which a
+    /// capacity handshake fixes (not separate semaphores: the bytes are the same).
+    pub fn overwrite_of_a_buffer_in_use(&self) -> Option<usize> {
+        let d = self.device;
+        let (first, second) = (&self.first, &self.second);
+        if first.access != "read" || second.access != "write" {
+            return None;
+        }
+        let (from, to) = second
+            .actor
+            .strip_prefix("DMA device ")?
+            .split_once(" -> device ")?;
+        let (from, to): (usize, usize) = (from.parse().ok()?, to.parse().ok()?);
+        let by_receiver = first.actor == format!("device {d}")
+            || first.actor.starts_with(&format!("DMA on device {d} "))
+            || first.actor.starts_with(&format!("DMA device {d} -> "));
+        (to == d && from != d && by_receiver).then_some(from)
+    }
+}
+
 impl fmt::Display for Race {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -91,6 +114,15 @@ impl fmt::Display for Race {
         )?;
         writeln!(f, "    {}", self.first)?;
         writeln!(f, "    {}", self.second)?;
+        if let Some(sender) = self.overwrite_of_a_buffer_in_use() {
+            return write!(
+                f,
+                "    device {sender}'s DMA overwrites `{}` while device {} still uses what it holds: \
+                 have device {} signal device {sender} once it is done with the buffer (a capacity \
+                 semaphore), and device {sender} wait for that signal before it starts the DMA",
+                self.alloc, self.device, self.device
+            );
+        }
         match &self.shared {
             Some(s) => write!(
                 f,
