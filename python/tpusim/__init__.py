@@ -124,12 +124,16 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
         name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule,
         axis,
     )
-    # A kernel that views an (n,) input as (1, n) (the ring all-reduces) gives its result
-    # back in the input's shape, as psum does.
-    for d, o in zip(per, out):
-        if o and o[0].shape == (1,) + d[0].shape:
-            o[0] = o[0].reshape(d[0].shape)
+    # The all-reduces' result has the input's shape (as lax.psum's): the ring kernels view
+    # their input as (1, N) and give the result back in the input's shape.
+    if name in _ALL_REDUCES:
+        for d, o in zip(per, out):
+            if o and o[0].size == d[0].size:
+                o[0] = o[0].reshape(d[0].shape)
     return out if all_outputs else [d[0] for d in out]
+
+
+_ALL_REDUCES = {"psum", "ring_allreduce", "ring_allreduce_push", "allreduce_2d"}
 
 
 def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None,
