@@ -176,8 +176,10 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
             .map_or_else(|| job.name(), |c| c.name().to_string());
         let json = m.chrome_trace(&name);
         out.write_with(|w| serde_json::to_writer(w, &json).map_err(std::io::Error::from))?;
+        // The file's own count: the modeled events, with the track names and flow arrows.
+        let written = json["traceEvents"].as_array().map_or(0, Vec::len);
         outln!(
-            "timeline written to {} ({} events)",
+            "timeline written to {} ({written} trace events of {} modeled)",
             out.path().display(),
             m.events.len()
         )?;
