@@ -363,3 +363,10 @@ pub fn collective_inputs<'py>(
 pub fn parse_perm(s: &str) -> PyResult<Vec<(usize, usize)>> {
     Ppermute::parse_perm(s).py()
 }
+
+/// `tpusim plot`: bench files (or one timeline) drawn to `output` (.svg or .png); what
+/// was drawn (`9 lines`, `24 lanes`).
+#[pyfunction]
+pub fn plot(files: Vec<std::path::PathBuf>, output: std::path::PathBuf) -> PyResult<String> {
+    tpusim::plot::plot_files(&files, &output).py()
+}

@@ -103,5 +103,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(c::collective_bench, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(c::parse_perm, m)?)?;
+    m.add_function(wrap_pyfunction!(c::plot, m)?)?;
     errors::register(m)
 }

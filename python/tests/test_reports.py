@@ -58,3 +58,22 @@ def test_the_driver_says_nothing_about_xdg_runtime_dir():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "4.0"
     assert "XDG_RUNTIME_DIR" not in r.stderr, r.stderr
+
+
+def test_plot_draws_bench_rows_and_timelines(tmp_path):
+    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=2, warmup=0, backend="cpu")
+    png = tmp_path / "busbw.png"
+    assert tpusim.plot(rows, png) == "1 lines"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 520
+    t = tmp_path / "t.json"
+    tpusim.model("ppermute", 2, timeline=str(t))
+    svg = tmp_path / "t.svg"
+    assert tpusim.plot(str(t), svg).endswith(" lanes")
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    with pytest.raises(tpusim.BadInput):
+        tpusim.plot(rows, tmp_path / "x.gif")

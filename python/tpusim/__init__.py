@@ -59,7 +59,7 @@ from .results import Finding, ModelRun, Report, Row, Site, Table
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
-    "check", "trace", "model", "bench", "random_inputs", "config", "Report",
+    "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
     "Finding", "Site", "Table", "Row", "ModelRun", "TpusimError", "BadInput",
     "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
     "NoAdapter", "GpuError",
@@ -198,6 +198,32 @@ def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=2
         name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
         dtype, backend or config.backend, schedule, mesh, axis,
     )
+
+
+def plot(files, output):
+    """``tpusim plot``: draws bench results (busbw and time against size, a line per
+    collective and file) or one timeline (a lane per device track and link) to `output`
+    (``.svg`` or ``.png``). Each of `files` is a path (``tpusim bench --json``, a
+    ``timeline=`` file of :func:`model`) or the rows :func:`bench` returned. Returns what
+    was drawn, e.g. ``"9 lines"``."""
+    import json
+    import tempfile
+
+    if isinstance(files, (str, _os.PathLike)) or (
+        isinstance(files, list) and files and isinstance(files[0], dict)
+    ):
+        files = [files]
+    with tempfile.TemporaryDirectory(prefix="tpusim-plot-") as tmp:
+        paths = []
+        for i, f in enumerate(files):
+            if isinstance(f, list):
+                name = f[0]["collective"] if len(files) == 1 and f else f"rows{i}"
+                p = _os.path.join(tmp, f"{name}.json")
+                with open(p, "w") as out:
+                    json.dump(f, out)
+                f = p
+            paths.append(_os.fspath(f))
+        return _native.plot(paths, _os.fspath(output))
 
 
 def random_inputs(name, mesh, shape, dtype="f32", seed=0):

@@ -2,8 +2,6 @@
 
 use super::out::outln;
 use std::path::PathBuf;
-use tpusim::files::Output;
-use tpusim::plot::{bench_figure, bench_series, timeline_figure, timeline_lanes, Format};
 
 #[derive(clap::Args)]
 pub struct PlotArgs {
@@ -16,37 +14,9 @@ pub struct PlotArgs {
     output: PathBuf,
 }
 
-/// True when `path` holds a Chrome trace (a timeline) rather than bench rows.
-fn is_timeline(path: &std::path::Path) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| v.get("traceEvents").is_some())
-}
-
 /// `tpusim plot`.
 pub fn plot(a: &PlotArgs) -> tpusim::Result<bool> {
-    let format = Format::of(&a.output)?;
-    let out = Output::check(&a.output, "figure")?;
-    let (bytes, what) = if a.files.len() == 1 && is_timeline(&a.files[0]) {
-        let lanes = timeline_lanes(&a.files[0])?;
-        let title = format!(
-            "{} (modeled timeline)",
-            a.files[0]
-                .file_stem()
-                .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
-        );
-        let n = lanes.len();
-        (
-            timeline_figure(&lanes, &title, format)?,
-            format!("{n} lanes"),
-        )
-    } else {
-        let series = bench_series(&a.files)?;
-        let n = series.len();
-        (bench_figure(&series, format)?, format!("{n} lines"))
-    };
-    out.write_with(|w| w.write_all(&bytes))?;
+    let what = tpusim::plot::plot_files(&a.files, &a.output)?;
     outln!("figure written to {} ({what})", a.output.display())?;
     Ok(true)
 }
