@@ -8,7 +8,6 @@
 //! and leaves the glyphs to its viewer.
 
 use crate::error::{Error, Result};
-use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -531,17 +530,20 @@ fn draw_timeline<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(190)
-        .build_cartesian_2d(0.0..end * 1.02, (0..n).into_segmented())
+        .build_cartesian_2d(0.0..end * 1.02, -0.5..(n as f64 - 0.5))
         .map_err(drawing)?;
     chart
         .configure_mesh()
         .x_desc("modeled time (us)")
-        .y_labels(lanes.len())
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => lanes
-                .get((n - 1 - *i) as usize)
-                .map_or_else(String::new, |l| l.name.clone()),
-            _ => String::new(),
+        .y_labels(lanes.len() + 1)
+        .y_label_formatter(&|v: &f64| {
+            let i = v.round();
+            if (v - i).abs() > 1e-6 || i < 0.0 {
+                return String::new();
+            }
+            lanes
+                .get((n - 1 - i as i32) as usize)
+                .map_or_else(String::new, |l| l.name.clone())
         })
         .label_style(("sans-serif", 12))
         .disable_y_mesh()
@@ -561,14 +563,11 @@ fn draw_timeline<DB: DrawingBackend>(
             kinds.len() - 1
         });
         let c = colour(k);
-        let row = n - 1 - i as i32;
+        let row = (n - 1 - i as i32) as f64;
         chart
             .draw_series(lane.spans.iter().map(|&(s, d)| {
                 Rectangle::new(
-                    [
-                        (s, SegmentValue::Exact(row)),
-                        ((s + d).max(s + end * 1e-3), SegmentValue::Exact(row + 1)),
-                    ],
+                    [(s, row - 0.38), ((s + d).max(s + end * 1e-3), row + 0.38)],
                     c.mix(0.85).filled(),
                 )
             }))
