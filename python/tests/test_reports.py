@@ -77,3 +77,50 @@ def test_plot_draws_bench_rows_and_timelines(tmp_path):
     assert root.tag.endswith("svg")
     with pytest.raises(tpusim.BadInput):
         tpusim.plot(rows, tmp_path / "x.gif")
+
+
+def test_trace_step_gives_a_loop_kernel_a_row_per_step():
+    import tpusim.jax as jax
+    from tpusim.jax import lax
+    from tpusim.jax import numpy as jnp
+    from tpusim.jax.experimental import pallas as pl
+    from tpusim.jax.experimental.pallas import tpu as pltpu
+    from tpusim.jax.sharding import PartitionSpec as P
+
+    n = 4
+
+    def kernel(x_ref, out_ref, local_sem, send_sem, recv_sems):
+        # all_gather with its grid turned into a loop, a step-table row per step.
+        my_id = lax.axis_index("x")
+        right = lax.rem(my_id + 1, n)
+        c = pltpu.make_async_copy(x_ref, out_ref.at[my_id], local_sem)
+        c.start()
+        c.wait()
+
+        def body(step, carry):
+            slot = lax.rem(my_id - step + n, n)
+            r = pltpu.make_async_remote_copy(out_ref.at[slot], out_ref.at[slot], send_sem,
+                                             recv_sems.at[step], device_id=(right,),
+                                             device_id_type=pl.DeviceIdType.MESH)
+            r.start()
+            r.wait()
+            pl.trace_step(f"step {step}")
+            return carry
+
+        lax.fori_loop(0, n - 1, body, 0)
+
+    mesh = jax.make_mesh((n,), ("x",))
+    any_ = pl.BlockSpec(memory_space=pl.ANY)
+    dma = pltpu.SemaphoreType.DMA
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((n, 8, 128), jnp.float32),
+                          in_specs=[any_], out_specs=any_, scratch_shapes=[dma, dma, dma((n - 1,))])
+    f = jax.shard_map(call, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None))
+    x = np.arange(n * 8 * 128, dtype=np.float32).reshape(n * 8, 128)
+    np.testing.assert_array_equal(f(x), np.concatenate([x.reshape(n, 8, 128)] * n))
+    t = f.trace(x)
+    steps = [r.step for r in t.rows if r.step is not None]
+    assert steps == ["step 0", "step 1", "step 2"], [(r.after, r.step) for r in t.rows]
+    # After step s, device d holds the shards of devices d, d-1, …, d-s-1 (mod n).
+    last = [r for r in t.rows if r.step == "step 1"][0]
+    held = [sum(1 for c in dev if c) for dev in last.cells]
+    assert held == [3] * n, last.notation
