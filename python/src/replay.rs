@@ -127,9 +127,6 @@ pub enum Op {
     },
     /// `pltpu.get_barrier_semaphore()`.
     Barrier { at: Loc },
-    /// `pl.trace_step(label)`: the end of a step for the step table (a tpusim
-    /// annotation, no effect on execution).
-    TraceStep { label: String, at: Loc },
     /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
     Scoped { body: Vec<Op>, at: Loc },
 }
@@ -282,10 +279,6 @@ impl<'c, 'a> Replay<'c, 'a> {
                         Reduce::Min => ReduceOp::Min,
                     };
                     pl.accumulate(self.r(dst), self.r(src), op);
-                }
-                Op::TraceStep { label, at } => {
-                    pl.set_source(Some(at.0));
-                    pl.trace_step(label.clone());
                 }
                 Op::Barrier { at } => {
                     pl.set_source(Some(at.0));

@@ -608,15 +608,6 @@ def semaphore_wait(sem, value=1):
     c.record("sem_wait", sem=_sem(sem, op, "sem"), value=concrete_int(value, op))
 
 
-def trace_step(label):
-    """``pl.trace_step(label)``, a tpusim annotation (no effect on execution, checking or
-    timing; not in JAX): marks the end of a step of a kernel that loops inside one grid
-    point, so its step table gets a row, labelled `label`, once every device passed its
-    k-th mark (as ``Ctx::trace_step`` in Rust)."""
-    c = ctx("trace_step")
-    c.record("trace_step", label=str(label))
-
-
 def get_barrier_semaphore():
     """``pltpu.get_barrier_semaphore()`` (needs ``CompilerParams(collective_id=…)``)."""
     c = ctx("get_barrier_semaphore")

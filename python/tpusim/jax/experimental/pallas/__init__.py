@@ -20,13 +20,12 @@ when = _kernel.when
 run_scoped = _kernel.run_scoped
 semaphore_signal = _kernel.semaphore_signal
 semaphore_wait = _kernel.semaphore_wait
-trace_step = _kernel.trace_step
 pallas_call = _pallas.PallasCall
 
 __all__ = [
     "ANY", "BlockSpec", "GridSpec", "DeviceIdType", "Slice", "ds", "program_id",
     "num_programs", "when", "run_scoped", "semaphore_signal", "semaphore_wait",
-    "trace_step", "pallas_call", "tpu",
+    "pallas_call", "tpu",
 ]
 
 
