@@ -79,6 +79,41 @@ pub enum PipelineKey {
     Halves(HalfOp),
     /// `schedule.wgsl`'s wave: binds the arena, the op table, the chunks.
     Schedule,
+    /// `compute_elementwise.wgsl`: binds three sources and a destination, every one
+    /// read-write (a source may share the destination's buffer).
+    Elementwise {
+        /// The op's code (`codes::EW_*`).
+        op: u32,
+        /// The sources' dtypes (F32 for unused slots).
+        srcs: [DType; 3],
+        /// The destination's dtype.
+        dst: DType,
+    },
+    /// `compute_layout.wgsl`: binds a source and a destination (read-write).
+    Layout {
+        /// Writes indices (iota) rather than copying source elements.
+        iota: bool,
+        /// The elements' dtype.
+        dtype: DType,
+        /// A 16-bit destination written as runs (`codes::PACK_RUNS`), else densely.
+        runs: bool,
+    },
+    /// `compute_reduce.wgsl`: binds a source and a destination (read-write).
+    Reduce {
+        /// An arg reduction (argmax/argmin) rather than values.
+        arg: bool,
+        /// `codes::REDUCE_SUM`, `REDUCE_MAX` or `REDUCE_MIN`.
+        op: u32,
+        /// The source's dtype.
+        src: DType,
+        /// A workgroup per output (`per_group`) rather than an invocation (`per_thread`).
+        per_group: bool,
+    },
+    /// `compute_matmul.wgsl`: binds the two operands and the product (read-write).
+    Matmul {
+        /// The operands' dtype.
+        input: DType,
+    },
 }
 
 /// One compute dispatch.

@@ -135,7 +135,8 @@ impl Engine {
         let ctx = &self.ctx;
         let align = ctx.limits.min_uniform_buffer_offset_alignment as u64;
         let largest = blocks.iter().map(|p| p.len() as u64 * 4).max();
-        let stride = largest.unwrap_or(16).next_multiple_of(16).max(align);
+        // Every block starts at a multiple of the uniform offset alignment.
+        let stride = largest.unwrap_or(16).next_multiple_of(align.max(16));
         let bytes = stride * blocks.len() as u64;
         let max = ctx.limits.max_buffer_size;
         let buf = self.pool.take(&ctx.device, "params", bytes, UNIFORM, max);
