@@ -273,7 +273,6 @@ pub(super) mod tests {
         Program {
             name: "test".into(),
             devices,
-            grid: vec![],
             layout: Layout {
                 allocs,
                 sems: vec![],
@@ -284,7 +283,7 @@ pub(super) mod tests {
             epilogue: vec![],
             inputs: vec![],
             outputs: vec![],
-            entry_barrier: false,
+            invocations: vec![crate::ir::Invocation::single("test", &[], Some(0), devices)],
         }
     }
 }
