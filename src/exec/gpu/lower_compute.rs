@@ -1,10 +1,10 @@
 //! The per-op lowering of compute ops ([`crate::ir::Compute`]): each kind as dispatches
-//! of one of four shaders over boxes ([`super::boxes`]) split into binding-sized
+//! of the compute shaders over boxes ([`super::boxes`]) split into binding-sized
 //! windows.
 //!
 //! | kind | shader | dispatches per window |
 //! | --- | --- | --- |
-//! | unary, binary, compare, select, convert | `compute_elementwise.wgsl` | 1 |
+//! | unary, binary, compare, select, convert | `compute_elementwise.wgsl`, or `compute_math.wgsl` for the transcendentals, pow and atan2 | 1 |
 //! | broadcast_in_dim, transpose, slice, iota | `compute_layout.wgsl` (gather, iota) | 1 |
 //! | reshape | a buffer copy (or `halves.wgsl` for 16-bit elements that start mid-word) | — |
 //! | dynamic_update_slice | a copy of the operand (none in place), then a layout scatter | 1 (+ copy) |
@@ -147,7 +147,7 @@ impl PerOp<'_> {
         )
         .map_err(|e| Error::Limit {
             what: format!(
-                "{} (a piece of it that one dispatch must bind whole, in at most {MAX_WINDOWS} windows)",
+                "{} (an operand of its smallest piece, in at most {MAX_WINDOWS} windows of one storage binding)",
                 what()
             ),
             requested: e.needs,
@@ -224,28 +224,14 @@ impl PerOp<'_> {
                 }
                 let shape = shape64(&d.shape);
                 let src = srcs[0].walk(0, strides, 0);
-                self.gather(
-                    c,
-                    &shape,
-                    dst.dense(&shape),
-                    dst,
-                    Some((src, srcs[0])),
-                    false,
-                )
+                self.gather(c, &shape, dst, (src, srcs[0]), false)
             }
             ComputeKind::Transpose { perm } => {
                 let st = row_major(&shape64(&c.srcs[0].shape));
                 let strides = perm.iter().map(|&p| st[p]).collect();
                 let shape = shape64(&d.shape);
                 let src = srcs[0].walk(0, strides, 0);
-                self.gather(
-                    c,
-                    &shape,
-                    dst.dense(&shape),
-                    dst,
-                    Some((src, srcs[0])),
-                    false,
-                )
+                self.gather(c, &shape, dst, (src, srcs[0]), false)
             }
             ComputeKind::Slice { start, strides } => {
                 let st = row_major(&shape64(&c.srcs[0].shape));
@@ -257,14 +243,7 @@ impl PerOp<'_> {
                     .collect();
                 let shape = shape64(&d.shape);
                 let src = srcs[0].walk(from, steps, 0);
-                self.gather(
-                    c,
-                    &shape,
-                    dst.dense(&shape),
-                    dst,
-                    Some((src, srcs[0])),
-                    false,
-                )
+                self.gather(c, &shape, dst, (src, srcs[0]), false)
             }
             ComputeKind::Iota { dim } => {
                 let shape = shape64(&d.shape);
@@ -277,7 +256,7 @@ impl PerOp<'_> {
                     strides: idx,
                     extra: 0,
                 };
-                self.gather(c, &shape, dst.dense(&shape), dst, Some((index, dst)), true)
+                self.gather(c, &shape, dst, (index, dst), true)
             }
             ComputeKind::UpdateSlice { start } => {
                 if !in_place {
@@ -389,19 +368,17 @@ impl PerOp<'_> {
         Ok(())
     }
 
-    /// A layout gather over `shape`: dst walks densely, `src` (a source, or the iota
-    /// index walk, unbound) by its strides (`compute_layout.wgsl`).
+    /// A layout gather over `shape` into the dense `dst`: `src` (a source, or for iota
+    /// the unbound index walk) by its strides (`compute_layout.wgsl`).
     fn gather(
         &mut self,
         c: &Compute,
         shape: &[u64],
-        dwalk: Walk,
         dst: Loc,
-        src: Option<(Walk, Loc)>,
+        src: (Walk, Loc),
         iota: bool,
     ) -> Result<()> {
-        let (swalk, sloc) = src.expect("a gather has a source or an index");
-        self.layout(c, shape, dwalk, dst, swalk, sloc, iota, false)
+        self.layout(c, shape, dst.dense(shape), dst, src.0, src.1, iota, false)
     }
 
     /// A layout scatter of the dense `src` over `shape` into `into`'s window of `dst`.
