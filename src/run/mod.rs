@@ -245,8 +245,7 @@ impl Job {
         };
         let mesh = Mesh::new(q, "x")?;
         let call = self.build(&mesh, &self.shape).or_else(|e| {
-            let bytes = (crate::array::numel(&self.shape).unwrap_or(usize::MAX) as u64)
-                .saturating_mul(self.dtype.size() as u64);
+            let bytes = c.shard_bytes(&self.shape, self.dtype);
             let size = match c.traffic() {
                 Traffic::AllGather => bytes.saturating_mul(q as u64),
                 _ => bytes,
@@ -343,8 +342,9 @@ impl Job {
     /// The relative tolerance results are compared with: the collective's for this
     /// dtype and the devices one instance reduces over.
     pub fn tolerance(&self) -> f32 {
-        self.collective_of()
-            .map_or(0.0, |c| c.tolerance_for(self.dtype, self.place.mesh.size()))
+        self.collective_of().map_or(0.0, |c| {
+            c.tolerance_at(&self.shape, self.dtype, self.place.mesh.size())
+        })
     }
 
     /// The verifier under `specs`: kernel mistakes found while tracing are the report
