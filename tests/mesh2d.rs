@@ -37,9 +37,23 @@ fn every_collective_runs_along_either_axis_of_a_2d_mesh() {
                             spec,
                         )
                         .unwrap();
-                        let gpu =
+                        let ring = Mesh::new(q, "x").unwrap();
+                        let gpu = if common::gpu_runs_collective(c, &ring, &shard, dtype) {
                             run_along(c, &mesh, axis, &shard, dtype, &mut *common::gpu(), 7, spec)
-                                .unwrap();
+                                .unwrap()
+                        } else {
+                            run_along(
+                                c,
+                                &mesh,
+                                axis,
+                                &shard,
+                                dtype,
+                                &mut CpuExecutor::new(),
+                                7,
+                                spec,
+                            )
+                            .unwrap()
+                        };
                         let what = format!("{} on {nx}x{ny} along {axis} {dtype} {spec}", c.name());
                         assert_eq!((cpu.wrong, gpu.wrong), (0, 0), "{what}");
                         assert_eq!(cpu.total, gpu.total);

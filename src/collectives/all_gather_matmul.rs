@@ -237,10 +237,12 @@ impl Collective for AllGatherMatmul {
         vec![8, 128, 128]
     }
 
-    /// x of `M x 128` per device (size: the gathered x), w of `128 x 128`.
+    /// x of `M x K` per device (size: the gathered x), w of `K x K`, K = 128 (or the
+    /// whole x's elements, in one row, when there are fewer).
     fn bench_shape(&self, p: usize, size: u64, dtype: DType) -> Option<Vec<usize>> {
-        let m = size / dtype.size() as u64 / p.max(1) as u64 / 128;
-        (m > 0).then(|| vec![m as usize, 128, 128])
+        let elems = (size / dtype.size() as u64 / p.max(1) as u64) as usize;
+        let k = elems.min(128);
+        (k > 0).then(|| vec![elems / k, k, k])
     }
 
     fn apply_dims(&self) -> (usize, usize) {

@@ -285,12 +285,13 @@ impl Collective for MatmulReduceScatter {
         vec![8usize.next_multiple_of(p.max(1)), 128, 128]
     }
 
-    /// x of `M x 128`, w of `128 x 128` (size: the partial product, `M x 128` in the
-    /// accumulator type), M a multiple of P.
+    /// x of `M x K`, w of `K x K` (size: the partial product, `M x K` in the accumulator
+    /// type), K = 128 (or less, for sizes below P rows of 128), M a multiple of P.
     fn bench_shape(&self, p: usize, size: u64, dtype: DType) -> Option<Vec<usize>> {
-        let p = p.max(1) as u64;
-        let m = size / accumulator(dtype).size() as u64 / 128 / p * p;
-        (m > 0).then(|| vec![m as usize, 128, 128])
+        let p = p.max(1);
+        let elems = (size / accumulator(dtype).size() as u64) as usize;
+        let k = (elems / p).min(128);
+        (k > 0).then(|| vec![elems / k / p * p, k, k])
     }
 
     /// Columns for one-row blocks of x (`x_i` is P x 2, w 2 x 2): the partial sums in

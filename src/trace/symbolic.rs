@@ -13,7 +13,7 @@ pub const CONST: u32 = u32::MAX;
 
 /// Marks a computed element (a compute op's result): its first term is `(COMPUTED, 0)`
 /// and the others are the input elements it depends on, in the order the op read them;
-/// `(COMPUTED, 1)` alone when it depends on more than [`MAX_DEPS`]. No device has this
+/// `(COMPUTED, 1)` alone when it depends on more than 64. No device has this
 /// id (the planner's limit is 2^32 − 2 devices).
 pub const COMPUTED: u32 = u32::MAX - 1;
 

@@ -115,3 +115,37 @@ pub fn plan(
         .plan()?;
     Ok((p.program, p.schedule))
 }
+
+/// True when the GPU executor runs `program`: always, unless it computes on values and
+/// the GPU does not run compute ops yet (their shaders land on their own; until then a
+/// kernel that computes runs on the CPU only, and GPU tests of it are skipped with a
+/// note, so they run as soon as the GPU takes them).
+pub fn gpu_runs(program: &tpusim::ir::Program) -> bool {
+    let computes = program.ops.iter().flatten().any(|o| {
+        matches!(&o.kind, tpusim::ir::OpKind::Compute(c)
+            if matches!(**c, tpusim::ir::DataOp::Compute(_)))
+    });
+    match gpu().check(program) {
+        Err(e) if computes => {
+            eprintln!("skipped on the GPU: {e}");
+            false
+        }
+        _ => true,
+    }
+}
+
+/// [`gpu_runs`] for collective `c` at `shape` and `dtype`, built on a ring of `mesh`'s
+/// devices (whether a kernel computes does not depend on the mesh's axes).
+pub fn gpu_runs_collective(
+    c: &Arc<dyn Collective>,
+    mesh: &Mesh,
+    shape: &[usize],
+    dtype: DType,
+) -> bool {
+    let ring = Mesh::new(mesh.size(), "x").expect("a ring of the mesh's devices");
+    let program = c
+        .call(&ring, shape, dtype)
+        .and_then(|call| call.lower(&ring))
+        .expect("the collective builds");
+    gpu_runs(&program)
+}
