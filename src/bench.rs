@@ -339,7 +339,8 @@ pub fn sweep(
         let rates = Rates::measure(exec, shard_bytes, cfg.dtype, 3)?;
         let traffic = c.traffic();
         let measured = traffic.size(p, shard_bytes);
-        let algbw = measured as f64 / seconds;
+        // An iteration of a sequence (`--repeat K`) runs the collective K times.
+        let algbw = measured as f64 * j.invocations() as f64 / seconds;
         rows.push(BenchRow {
             collective: name.clone(),
             size: measured,

@@ -200,14 +200,14 @@ fn broken_variants_are_reported_as_their_kind() {
         ("matmul_reduce_scatter", "no-capacity-sem"),
     ] {
         let var = variant(name, v).unwrap();
-        assert_eq!(var.expect, ProblemKind::Race);
+        assert_eq!(var.expect, Some(ProblemKind::Race));
         for p in [3usize, 4, 8] {
             let mesh = Mesh::new(p, "x").unwrap();
             let r = Job::variant(collective(name), var, Placement::whole(mesh))
                 .check(&ScheduleSpec::check_set(p, 30, 0))
                 .unwrap();
             assert!(
-                r.findings.iter().any(|f| f.problem.kind() == var.expect),
+                r.findings.iter().any(|f| Some(f.problem.kind()) == var.expect),
                 "{name} --variant {v} P={p}: {:?}",
                 r.findings
                     .iter()

@@ -120,17 +120,29 @@ def _devices(mesh, devices):
 
 
 def check(name, devices=4, *, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
-          axis=None):
+          axis=None, repeat=1):
     """The verifier on shipped collective `name` (or its broken `variant`), on a ring of
-    `devices` or on `mesh` (along `axis` for a ring collective on a multi-axis mesh)."""
-    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis)
-    title = f"{name}{' --variant ' + variant if variant else ''} P={_devices(mesh, devices)}"
+    `devices` or on `mesh` (along `axis` for a ring collective on a multi-axis mesh);
+    `repeat`: that many invocations back to back (the barrier semaphore carries over).
+    `name` may also be a list of kernel calls (``f.kernels(x)`` of a ``shard_map``):
+    they are checked as one sequence, in order."""
+    if isinstance(name, (list, tuple)):
+        r = _native.check_sequence(list(name), schedules, seed, replay, repeat)
+        title = " then ".join(c.name for c in name)
+        return Report.from_dict(r, f"{title}{_repeat(repeat)} P={_devices(mesh, devices)}")
+    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis, repeat)
+    title = f"{name}{' --variant ' + variant if variant else ''}{_repeat(repeat)} P={_devices(mesh, devices)}"
     return Report.from_dict(r, title)
 
 
-def trace(name, devices=4, *, mesh=None, axis=None, dtype="f32"):
-    """The step table of shipped collective `name` at P = `devices` (or on `mesh`)."""
-    return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype))
+def _repeat(repeat):
+    return f" --repeat {repeat}" if repeat != 1 else ""
+
+
+def trace(name, devices=4, *, mesh=None, axis=None, dtype="f32", repeat=1):
+    """The step table of shipped collective `name` at P = `devices` (or on `mesh`);
+    `repeat`: that many invocations back to back, rows per invocation."""
+    return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype, repeat))
 
 
 def model(name, devices=4, *, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,

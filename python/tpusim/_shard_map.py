@@ -276,12 +276,28 @@ class ShardMapped:
             )
         return got[0]
 
-    def check(self, *args, schedules=200, seed=0, replay=None):
+    def kernels(self, *args):
+        """The native KernelCalls of every pallas_call `f` makes on `args`, in order."""
+        with capturing() as got:
+            self._apply(args)
+        return [g[0] for g in got]
+
+    def check(self, *args, schedules=200, seed=0, replay=None, repeat=1):
         """The verifier: every deterministic schedule, then seeded random ones up to
-        `schedules` (or exactly the one `replay` names). Returns a :class:`Report`."""
-        call, _, _ = self.kernel(*args)
-        r = call.check(schedules, seed, replay)
-        return Report.from_dict(r, f"{call.name} P={self.mesh.size}")
+        `schedules` (or exactly the one `replay` names). When `f` makes several
+        pallas_calls they are checked as one sequence, each device entering the next
+        when it leaves one; `repeat` runs the whole of it that many times back to back.
+        Returns a :class:`Report`."""
+        calls = self.kernels(*args)
+        if not calls:
+            raise _native.BadInput(
+                "bad input: the mapped function made 0 pallas_calls; check takes a function "
+                "that makes at least one"
+            )
+        r = _native.check_sequence(calls, schedules, seed, replay, repeat)
+        title = " then ".join(c.name for c in calls)
+        again = f" --repeat {repeat}" if repeat != 1 else ""
+        return Report.from_dict(r, f"{title}{again} P={self.mesh.size}")
 
     def trace(self, *args, like=None):
         """The step table: every device's buffers after every grid point (lockstep

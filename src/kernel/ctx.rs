@@ -37,7 +37,7 @@ pub struct Ctx<'a> {
     pub(crate) source: Cell<Option<SourceLoc>>,
     pub(crate) rec: RefCell<Recording>,
     /// Where values live (shared by every device and grid point of the trace).
-    pub(crate) temps: &'a RefCell<super::values::Temps>,
+    pub(crate) temps: &'a RefCell<super::temps::Temps>,
 }
 
 /// How deeply `run_scoped` semaphore scopes may nest.
@@ -94,6 +94,7 @@ impl<'a> Ctx<'a> {
             kind,
             site: Site {
                 device: self.device,
+                invocation: None,
                 grid: self.point.clone(),
                 op: site.op(),
                 location: site.location.to_string(),
