@@ -207,7 +207,9 @@ fn broken_variants_are_reported_as_their_kind() {
                 .check(&ScheduleSpec::check_set(p, 30, 0))
                 .unwrap();
             assert!(
-                r.findings.iter().any(|f| Some(f.problem.kind()) == var.expect),
+                r.findings
+                    .iter()
+                    .any(|f| Some(f.problem.kind()) == var.expect),
                 "{name} --variant {v} P={p}: {:?}",
                 r.findings
                     .iter()
