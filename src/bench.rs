@@ -64,6 +64,16 @@ pub struct BenchRow {
     /// Seconds the schedule's ops would take at this executor's measured rates (the
     /// roofline for this adapter).
     pub roof_seconds: f64,
+    /// Multiply-adds of the schedule's matmuls, every device's (0: it computes none).
+    pub macs: u64,
+}
+
+impl BenchRow {
+    /// The FLOP/s this executor reached on the schedule's matmuls (2 per multiply-add,
+    /// every simulated device's together: they all ran on this adapter), if it has any.
+    pub fn flops(&self) -> Option<f64> {
+        (self.macs > 0).then(|| 2.0 * self.macs as f64 / self.seconds)
+    }
 }
 
 /// An executor's own rates, measured in the same run on ops of a given size: bytes per
@@ -148,6 +158,8 @@ impl BenchRow {
             "copy_fraction": self.copy_bw.map(|b| self.moved_bw / b),
             "roof_us": self.roof_seconds * 1e6,
             "roof_fraction": self.roof_seconds / self.seconds,
+            "macs": self.macs,
+            "tflops": self.flops().map(|f| f / 1e12),
         })
     }
 }
@@ -290,9 +302,13 @@ pub fn sweep(
             )));
             continue;
         };
-        let count: usize = j.shape().iter().product();
         let plan = j.plan()?;
         let (program, sched) = (&plan.program, &plan.schedule);
+        // Elements of one device's (first) input.
+        let count = program
+            .inputs
+            .first()
+            .map_or(0, |&a| program.layout.allocs[a].numel());
         exec.check(program)?;
         let inputs = random_inputs(program, size)?;
         let expected = if cfg.checks > 0 {
@@ -314,16 +330,14 @@ pub fn sweep(
             }
         }
         drop(run);
-        let shard_bytes = (count * cfg.dtype.size()) as u64;
+        let c = j.collective_of().expect("a bench job runs a collective");
+        let shard_bytes = c.shard_bytes(j.shape(), cfg.dtype);
         let copy_bw = exec.copy_bandwidth(shard_bytes)?;
         // Rates of ops of one device's buffer, the size of a shard's DMA or accumulate
         // (on lavapipe a copy of 4x the bytes runs nearly 2x faster per byte, so rates
         // of larger ops would be a bound no schedule of this size can reach).
         let rates = Rates::measure(exec, shard_bytes, cfg.dtype, 3)?;
-        let traffic = j
-            .collective_of()
-            .map(|c| c.traffic())
-            .expect("a bench job runs a collective");
+        let traffic = c.traffic();
         let measured = traffic.size(p, shard_bytes);
         // An iteration of a sequence (`--repeat K`) runs the collective K times.
         let algbw = measured as f64 * j.invocations() as f64 / seconds;
@@ -338,6 +352,7 @@ pub fn sweep(
             copy_bw,
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
             roof_seconds: rates.roofline(sched, program),
+            macs: sched.ops.iter().map(|o| o.work().macs).sum(),
         });
     }
     Ok(rows)
@@ -346,7 +361,7 @@ pub fn sweep(
 /// The nccl-tests-style table header.
 pub fn header() -> String {
     format!(
-        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6} {:>10} {:>6}",
+        "{:<21} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>11} {:>12} {:>6} {:>10} {:>6} {:>9}",
         "collective",
         "size",
         "count",
@@ -358,7 +373,8 @@ pub fn header() -> String {
         "moved(GB/s)",
         "%copy",
         "roof(us)",
-        "%roof"
+        "%roof",
+        "TFLOP/s"
     )
 }
 
@@ -372,7 +388,7 @@ pub fn line(r: &BenchRow) -> String {
         None => ("-".into(), "-".into()),
     };
     format!(
-        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0}",
+        "{:<21} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0} {:>9}",
         r.collective,
         r.size,
         r.count,
@@ -384,7 +400,8 @@ pub fn line(r: &BenchRow) -> String {
         r.moved_bw / 1e9,
         frac,
         r.roof_seconds * 1e6,
-        100.0 * r.roof_seconds / r.seconds
+        100.0 * r.roof_seconds / r.seconds,
+        r.flops().map_or("-".into(), |f| format!("{:.4}", f / 1e12))
     )
 }
 

@@ -49,6 +49,10 @@ pub struct RunArgs {
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// With --model: model the run without executing it (no data is made, no adapter
+    /// opened), for shapes too large to execute here.
+    #[arg(long)]
+    no_exec: bool,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -71,9 +75,12 @@ pub struct ModelArgs {
     /// Override: local DMA latency, microseconds.
     #[arg(long)]
     dma_latency_us: Option<f64>,
-    /// Override: VMEM compute rate, giga-elements per second.
+    /// Override: vector unit rate, giga-elements per second.
     #[arg(long)]
     vector_gelems: Option<f64>,
+    /// Override: matrix unit peak (bf16), TFLOP/s.
+    #[arg(long)]
+    mxu_tflops: Option<f64>,
     /// Override: VMEM bytes per device (0: unlimited).
     #[arg(long)]
     vmem_bytes: Option<u64>,
@@ -96,6 +103,7 @@ impl ModelArgs {
             (Knob::HbmGbps, self.hbm_gbps),
             (Knob::DmaLatencyUs, self.dma_latency_us),
             (Knob::VectorGelems, self.vector_gelems),
+            (Knob::MxuTflops, self.mxu_tflops),
             (Knob::VmemBytes, self.vmem_bytes.map(|v| v as f64)),
         ]
         .into_iter()
@@ -171,6 +179,32 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
         n.ideal_seconds * 1e6,
         100.0 * m.ideal_fraction().unwrap_or(0.0)
     )?;
+    let o = &m.overlap;
+    if o.mxu_seconds + o.vpu_seconds > 0.0 {
+        let per = |s: f64| s / m.devices.max(1) as f64 * 1e6;
+        let flops = match m.tflops() {
+            Some((t, peak)) => format!(
+                ", {t:.1} TFLOP/s per chip ({:.0}% of the {:.0} TFLOP/s bf16 peak)",
+                100.0 * peak,
+                m.model.mxu_flops / 1e12
+            ),
+            None => String::new(),
+        };
+        let hidden = match o.hidden() {
+            Some(h) => format!(
+                "; communication hidden: {:.0}% ({:.3} of {:.3} us per device under compute)",
+                100.0 * h,
+                per(o.hidden_seconds),
+                per(o.comm_seconds)
+            ),
+            None => String::new(),
+        };
+        outln!(
+            "compute: MXU {:.3} us, VPU {:.3} us per device{flops}{hidden}",
+            per(o.mxu_seconds),
+            per(o.vpu_seconds)
+        )?;
+    }
     if let Some(out) = timeline {
         let name = job
             .collective_of()
@@ -197,6 +231,27 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         .as_deref()
         .map(|t| Output::check(t, "timeline"))
         .transpose()?;
+    if a.no_exec {
+        let Some(m) = &model else {
+            return Err(Error::bad_input(
+                "--no-exec models the run without executing it: it needs --model",
+            ));
+        };
+        job.ensure_fits(Work::Model {
+            timeline: timeline.is_some(),
+        })?;
+        let modeled = job.model(m, None)?;
+        let shape: Vec<String> = job.shape().iter().map(|d| d.to_string()).collect();
+        outln!(
+            "{:<19} P={:<3} shape={} dtype={}: modeled only (--no-exec)",
+            job.name(),
+            job.place().describe(),
+            shape.join("x"),
+            job.dtype()
+        )?;
+        model_report(&job, &modeled, timeline.as_ref())?;
+        return Ok(true);
+    }
     // Refused before the adapter is opened (the GPU's buffers count as host memory once
     // it says they are, in the run itself).
     job.ensure_fits(Work::Run {

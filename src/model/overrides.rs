@@ -17,20 +17,23 @@ pub enum Knob {
     HbmGbps,
     /// Local DMA latency, microseconds.
     DmaLatencyUs,
-    /// VMEM compute rate, giga-elements per second.
+    /// Vector unit rate, giga-elements per second.
     VectorGelems,
+    /// Matrix unit peak (bf16), TFLOP/s.
+    MxuTflops,
     /// VMEM bytes per device (0: unlimited).
     VmemBytes,
 }
 
 impl Knob {
     /// Every knob, in the order messages list them.
-    pub const ALL: [Knob; 6] = [
+    pub const ALL: [Knob; 7] = [
         Knob::LinkGbps,
         Knob::LinkLatencyUs,
         Knob::HbmGbps,
         Knob::DmaLatencyUs,
         Knob::VectorGelems,
+        Knob::MxuTflops,
         Knob::VmemBytes,
     ];
 
@@ -42,6 +45,7 @@ impl Knob {
             Knob::HbmGbps => "hbm_gbps",
             Knob::DmaLatencyUs => "dma_latency_us",
             Knob::VectorGelems => "vector_gelems",
+            Knob::MxuTflops => "mxu_tflops",
             Knob::VmemBytes => "vmem_bytes",
         }
     }
@@ -69,6 +73,7 @@ impl Knob {
             Knob::HbmGbps => m.hbm_bw = v * 1e9,
             Knob::DmaLatencyUs => m.dma_latency = v * 1e-6,
             Knob::VectorGelems => m.vector_rate = v * 1e9,
+            Knob::MxuTflops => m.mxu_flops = v * 1e12,
             Knob::VmemBytes => m.vmem_bytes = (v > 0.0).then_some(v as u64),
         }
     }

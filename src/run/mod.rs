@@ -438,7 +438,8 @@ impl Job {
     /// rounds anew).
     pub fn tolerance(&self) -> f32 {
         self.collective_of().map_or(0.0, |c| {
-            c.tolerance_for(self.dtype(), self.place.mesh.size()) * self.invocations() as f32
+            c.tolerance_at(self.shape(), self.dtype(), self.place.mesh.size())
+                * self.invocations() as f32
         })
     }
 
@@ -536,8 +537,7 @@ impl Part {
             };
         };
         self.build(mesh, &self.shape).or_else(|e| {
-            let bytes = (crate::array::numel(&self.shape).unwrap_or(usize::MAX) as u64)
-                .saturating_mul(self.dtype.size() as u64);
+            let bytes = c.shard_bytes(&self.shape, self.dtype);
             let size = match c.traffic() {
                 Traffic::AllGather => bytes.saturating_mul(q as u64),
                 _ => bytes,
