@@ -10,6 +10,7 @@ use tpusim::Error;
 static QUIET: AtomicBool = AtomicBool::new(false);
 
 /// Makes this process print nothing (a rank other than 0).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub fn set_quiet() {
     QUIET.store(true, Ordering::SeqCst);
 }

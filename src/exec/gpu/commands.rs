@@ -208,7 +208,8 @@ impl Recording {
         let mut joined = parts
             .next()
             .unwrap_or_else(|| Recording::new(Lowering::PerOp));
-        let mut ranges = vec![0..joined.commands.len()];
+        let mut ranges = Vec::with_capacity(parts.len() + 1);
+        ranges.push(0..joined.commands.len());
         for part in parts {
             debug_assert_eq!(part.buffers[..shared], joined.buffers[..shared]);
             let ids: Vec<BufId> = part

@@ -539,7 +539,8 @@ impl Prepared for RankRun<'_> {
             check_inputs(&self.plan.program, &inputs[held.clone()])
                 .and_then(|()| self.inner.upload(&inputs[held]))
         };
-        Ok(self.ranks.or_abort(r))
+        self.ranks.or_abort(r);
+        Ok(())
     }
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
