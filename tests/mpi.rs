@@ -131,6 +131,22 @@ fn apply_on_2_and_3_ranks_equals_one_process_byte_for_byte() {
 }
 
 #[test]
+fn gpu_ranks_equal_one_cpu_process() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let x = input(dir.path(), "psum", 4, DType::BF16);
+    let (want, got) = (dir.path().join("want.npy"), dir.path().join("got.npy"));
+    let base = ["apply", "psum", "-p", "4", "--input", x.to_str().unwrap()];
+    let cpu = [&base[..], &["--backend", "cpu", "--output", want.to_str().unwrap()]].concat();
+    let (code, out, err) = alone(&cpu, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let gpu = [&base[..], &["--backend", "gpu", "--output", got.to_str().unwrap()]].concat();
+    let (code, out, err) = mpirun(2, &gpu, &[("WGPU_BACKEND", "vulkan")]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(std::fs::read(&got).unwrap() == std::fs::read(&want).unwrap());
+}
+
+#[test]
 fn a_run_one_process_must_refuse_completes_on_4_ranks() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let args = [
