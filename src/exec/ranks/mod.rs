@@ -106,8 +106,9 @@ impl Partition {
             vec![one(0), one(1), "…".into(), one(self.ranks - 1)]
         };
         format!(
-            "{} ranks over {} devices: {}",
+            "{} rank{} over {} devices: {}",
             self.ranks,
+            if self.ranks == 1 { "" } else { "s" },
             self.devices,
             list.join(", ")
         )
@@ -366,7 +367,12 @@ impl RankExecutor {
 
 impl Executor for RankExecutor {
     fn describe(&self) -> String {
-        format!("{} x {} ranks", self.inner.describe(), self.ranks.size)
+        let n = self.ranks.size;
+        format!(
+            "{} x {n} rank{}",
+            self.inner.describe(),
+            if n == 1 { "" } else { "s" }
+        )
     }
 
     fn check(&self, program: &Program) -> Result<()> {
