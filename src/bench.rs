@@ -66,6 +66,9 @@ pub struct BenchRow {
     pub roof_seconds: f64,
     /// Multiply-adds of the schedule's matmuls, every device's (0: it computes none).
     pub macs: u64,
+    /// On ranks ([`crate::exec::ranks`]): bytes that crossed ranks per iteration and
+    /// each rank's busy share of the timed run.
+    pub ranks: Option<RankShare>,
 }
 
 impl BenchRow {
@@ -74,6 +77,16 @@ impl BenchRow {
     pub fn flops(&self) -> Option<f64> {
         (self.macs > 0).then(|| 2.0 * self.macs as f64 / self.seconds)
     }
+}
+
+/// What a bench row on ranks adds: what the partition costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankShare {
+    /// Bytes sent from one rank to another per iteration.
+    pub crossed_bytes: u64,
+    /// Per rank, the fraction of the timed run's wall time it ran its own ops (the rest
+    /// it waited for messages).
+    pub busy: Vec<f64>,
 }
 
 /// An executor's own rates, measured in the same run on ops of a given size: bytes per
@@ -145,7 +158,7 @@ impl Rates {
 impl BenchRow {
     /// The row as JSON.
     pub fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "collective": self.collective,
             "size": self.size,
             "count": self.count,
@@ -160,7 +173,12 @@ impl BenchRow {
             "roof_fraction": self.roof_seconds / self.seconds,
             "macs": self.macs,
             "tflops": self.flops().map(|f| f / 1e12),
-        })
+        });
+        if let Some(r) = &self.ranks {
+            v["crossed_bytes"] = json!(r.crossed_bytes);
+            v["rank_busy"] = json!(r.busy);
+        }
+        v
     }
 }
 
@@ -230,6 +248,27 @@ fn at_size(job: &Job, cfg: &BenchConfig, size: u64) -> Result<Option<Job>> {
         }))
 }
 
+/// The sweep's largest size of `job` and its work, with the buffers on `exec` (or,
+/// before an adapter is opened, in GPU memory when `gpu`); `None` when every size is
+/// skipped.
+pub fn largest(
+    job: &Job,
+    cfg: &BenchConfig,
+    gpu: bool,
+    host_buffers: bool,
+) -> Result<Option<(Job, Work)>> {
+    let work = Work::Bench {
+        buffers: if host_buffers {
+            crate::budget::Buffers::Host
+        } else {
+            crate::budget::Buffers::Device
+        },
+        gpu,
+        iters: cfg.iters.max(cfg.warmup) as u64,
+    };
+    Ok(at_size(job, cfg, cfg.max_bytes)?.map(|j| (j, work)))
+}
+
 /// Refuses the sweep of `job` when its largest size cannot fit this machine, with the
 /// buffers on `exec` (or, before an adapter is opened, in GPU memory when `gpu`).
 pub fn ensure_fits(
@@ -238,20 +277,12 @@ pub fn ensure_fits(
     gpu: bool,
     host_buffers: bool,
 ) -> Result<Option<Need>> {
-    let Some(largest) = at_size(job, cfg, cfg.max_bytes)? else {
+    let Some((largest, work)) = largest(job, cfg, gpu, host_buffers)? else {
         return Ok(None); // every size is skipped, and says so
     };
     largest
         .ensure_fits_noted(
-            Work::Bench {
-                buffers: if host_buffers {
-                    crate::budget::Buffers::Host
-                } else {
-                    crate::budget::Buffers::Device
-                },
-                gpu,
-                iters: cfg.iters.max(cfg.warmup) as u64,
-            },
+            work,
             &format!(", the sweep's largest size ({})", human(cfg.max_bytes)),
         )
         .map(Some)
@@ -275,6 +306,7 @@ pub fn sweep(
             place.mesh.size()
         )));
     }
+    let job = &job.clone().on_ranks(crate::budget::Share::of(exec));
     ensure_fits(job, cfg, exec.is_gpu(), exec.buffers_in_host_memory())?;
     let p = place.devices();
     let sizes = sizes(cfg)?;
@@ -316,6 +348,22 @@ pub fn sweep(
         } else {
             None
         };
+        // On ranks, each keeps its own devices' inputs and expected results.
+        let (inputs, expected) = match exec.ranks() {
+            Some(r) => {
+                let held = r.held(program.devices)?;
+                let keep = |mut v: Vec<Vec<crate::HostArray>>| {
+                    for (d, x) in v.iter_mut().enumerate() {
+                        if !held.contains(&d) {
+                            *x = Vec::new();
+                        }
+                    }
+                    v
+                };
+                (keep(inputs), expected.map(keep))
+            }
+            None => (inputs, expected),
+        };
         let mut wrong = (cfg.checks > 0).then_some(0);
         let mut run = exec.prepare(program, sched)?;
         run.upload(&inputs)?;
@@ -323,10 +371,21 @@ pub fn sweep(
             run.run(cfg.warmup)?;
         }
         let seconds = run.run(cfg.iters)?.as_secs_f64() / cfg.iters as f64;
+        let share = exec.ranks().map(|r| {
+            let last = r.last_run();
+            RankShare {
+                crossed_bytes: last.crossed_bytes() / cfg.iters as u64,
+                busy: last.busy_fractions(),
+            }
+        });
         if let Some(want) = &expected {
             for _ in 0..cfg.checks {
                 run.run(1)?;
-                *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?, want, j.tolerance());
+                let got = run.read_held_outputs()?;
+                *wrong.get_or_insert(0) += count_wrong(&got, want, j.tolerance());
+            }
+            if let (Some(r), Some(w)) = (exec.ranks(), wrong.as_mut()) {
+                *w = r.sum(*w as u64)? as usize;
             }
         }
         drop(run);
@@ -336,7 +395,7 @@ pub fn sweep(
         // Rates of ops of one device's buffer, the size of a shard's DMA or accumulate
         // (on lavapipe a copy of 4x the bytes runs nearly 2x faster per byte, so rates
         // of larger ops would be a bound no schedule of this size can reach).
-        let rates = Rates::measure(exec, shard_bytes, cfg.dtype, 3)?;
+        let rates = Rates::measure(exec.inner().unwrap_or(exec), shard_bytes, cfg.dtype, 3)?;
         let traffic = c.traffic();
         let measured = traffic.size(p, shard_bytes);
         // An iteration of a sequence (`--repeat K`) runs the collective K times.
@@ -353,9 +412,16 @@ pub fn sweep(
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
             roof_seconds: rates.roofline(sched, program),
             macs: sched.ops.iter().map(|o| o.work().macs).sum(),
+            ranks: share,
         });
     }
     Ok(rows)
+}
+
+/// The columns a table on ranks adds to [`header`]: megabytes that crossed ranks per
+/// iteration, and each rank's busy share of the run (percent, in rank order).
+pub fn rank_header() -> String {
+    format!(" {:>12} {}", "xrank(MB)", "busy%/rank")
 }
 
 /// The nccl-tests-style table header.
@@ -387,8 +453,12 @@ pub fn line(r: &BenchRow) -> String {
         ),
         None => ("-".into(), "-".into()),
     };
+    let ranks = r.ranks.as_ref().map_or_else(String::new, |s| {
+        let busy: Vec<String> = s.busy.iter().map(|b| format!("{:.0}", 100.0 * b)).collect();
+        format!(" {:>12.1} {}", s.crossed_bytes as f64 / 1e6, busy.join("/"))
+    });
     format!(
-        "{:<21} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0} {:>9}",
+        "{:<21} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>11} {:>12.3} {:>6} {:>10.1} {:>6.0} {:>9}{ranks}",
         r.collective,
         r.size,
         r.count,

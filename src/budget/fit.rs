@@ -4,7 +4,7 @@
 
 use super::census::Census;
 use super::memory::{available, Available};
-use super::need::{need, Need, Scales, Work};
+use super::need::{need_on, Need, Scales, Work};
 use crate::error::{Error, Result};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
@@ -32,6 +32,53 @@ pub struct Request<'a> {
     pub repeat: usize,
     /// What the command does with it.
     pub work: Work,
+    /// One process, or one rank of a partitioned run.
+    pub share: Share,
+}
+
+/// How a command's work is shared: by `ranks` processes of a partitioned run
+/// ([`crate::exec::ranks`]), `on_host` of them on this host (they share its memory:
+/// each may use its share of what the host has available; `TPUSIM_MEMORY_LIMIT` is per
+/// process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    /// Ranks.
+    pub ranks: usize,
+    /// Ranks on this host.
+    pub on_host: usize,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share {
+            ranks: 1,
+            on_host: 1,
+        }
+    }
+}
+
+impl Share {
+    /// The share of a command on `exec`: its ranks, or one process.
+    pub fn of(exec: &dyn crate::exec::Executor) -> Self {
+        exec.ranks().map_or_else(Share::default, |r| Share {
+            ranks: r.size(),
+            on_host: r.on_host(),
+        })
+    }
+
+    /// What this rank may use of `avail`: all of an explicit limit, its share of the host's.
+    fn of_available(&self, avail: Available) -> Available {
+        if self.on_host <= 1 || avail.source.starts_with(super::memory::LIMIT_VAR) {
+            return avail;
+        }
+        Available {
+            bytes: avail.bytes / self.on_host as u64,
+            source: format!(
+                "{}, shared by {} ranks on this host",
+                avail.source, self.on_host
+            ),
+        }
+    }
 }
 
 /// The need of `req` at `devices` devices: counted from the spec, and only sampled
@@ -50,14 +97,15 @@ fn estimate_repeated(
 ) -> Result<Need> {
     let (calls, mesh) = (req.build)(devices)?;
     let mut parts: Vec<Census> = calls.iter().map(|c| Census::of_spec(c, devices)).collect();
-    let lower = need(&Census::sequence(&parts, repeat), req.work);
+    let ranks = req.share.ranks;
+    let lower = need_on(&Census::sequence(&parts, repeat), req.work, ranks);
     if limit.is_some_and(|l| lower.host() > l) {
         return Ok(lower);
     }
     for (census, call) in parts.iter_mut().zip(&calls) {
         census.sample(call, &mesh);
     }
-    Ok(need(&Census::sequence(&parts, repeat), req.work))
+    Ok(need_on(&Census::sequence(&parts, repeat), req.work, ranks))
 }
 
 fn planner_ok(n: &Need) -> bool {
@@ -72,8 +120,89 @@ fn fits(n: &Need, limit: Option<f64>) -> bool {
 /// returns its estimated need; else [`Error::TooLarge`] with the numbers and the largest
 /// P (shard size, iterations) that would fit.
 pub fn ensure_fits(req: &Request) -> Result<Need> {
-    let avail = available()?;
+    let avail = available()?.map(|a| req.share.of_available(a));
     ensure_fits_in(req, avail.as_ref())
+}
+
+/// How many ranks of this process's size (each with the memory this process may use)
+/// `req` needs at its P, and one rank's need there: the fewest whose share fits.
+/// [`Error::TooLarge`] when even one device per rank does not fit.
+pub fn ranks_needed(req: &Request) -> Result<(usize, Need, Option<Available>)> {
+    let avail = available()?;
+    let limit = avail.as_ref().map(|a| a.bytes as f64);
+    let p = req.devices;
+    if p > MAX_DEVICES {
+        return Err(Error::TooLarge(format!(
+            "{}: P={p} is beyond what the planner supports (at most {MAX_DEVICES} devices)",
+            req.what
+        )));
+    }
+    let one = Request {
+        what: req.what.clone(),
+        devices: p,
+        build: req.build,
+        repeat: req.repeat,
+        work: req.work,
+        share: most_ranks(p),
+    };
+    let census = estimate_at(&one, p, limit)?.census;
+    let at = |r: usize| need_on(&census, req.work, r);
+    if !planner_ok(&at(1)) {
+        return Err(Error::TooLarge(format!(
+            "{}: {} traced ops per device is beyond what the planner supports (at most {MAX_OPS_PER_DEVICE}), on any number of ranks",
+            req.what,
+            count(census.traced.map_or(0.0, |t| t.ops)),
+        )));
+    }
+    let most = at(p);
+    if !fits(&most, limit) {
+        let avail = avail.expect("a need only fails to fit a known limit");
+        return Err(Error::TooLarge(format!(
+            "not enough memory: {} needs about {} of host memory per rank even on {p} ranks of one device each, but {} {} ({}); no number of ranks of this size fits it",
+            req.what,
+            bytes(most.host()),
+            bytes(avail.bytes as f64),
+            if avail.source.starts_with(super::memory::LIMIT_VAR) {
+                "are allowed"
+            } else {
+                "are available"
+            },
+            avail.source,
+        )));
+    }
+    // The fewest ranks that fit: needs shrink as ranks grow.
+    let r = largest_below(p, &|x| !fits(&at(x), limit)) + 1;
+    Ok((r, at(r), avail))
+}
+
+/// One device per rank: the share whose need is the least, so that the estimate's
+/// spec-only lower bound refuses before tracing a kernel no number of ranks could hold
+/// (tracing it would allocate in proportion to its shapes).
+fn most_ranks(p: usize) -> Share {
+    Share {
+        ranks: p.max(1),
+        on_host: 1,
+    }
+}
+
+/// The fewest ranks of this size that fit `req` in `limit` bytes each, if any does
+/// (for messages).
+fn fewest_ranks(req: &Request, limit: f64) -> Option<usize> {
+    let one = Request {
+        what: String::new(),
+        devices: req.devices,
+        build: req.build,
+        repeat: req.repeat,
+        work: req.work,
+        share: most_ranks(req.devices),
+    };
+    let census = estimate_at(&one, req.devices, Some(limit)).ok()?.census;
+    let (p, work) = (req.devices, req.work);
+    let at = |r: usize| need_on(&census, work, r);
+    if !fits(&at(p.max(1)), Some(limit)) {
+        return None;
+    }
+    Some(largest_below(p, &|x| !fits(&at(x), Some(limit))) + 1)
 }
 
 /// [`ensure_fits`] against a given amount of available memory (`None`: unknown, only
@@ -174,6 +303,12 @@ fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String
         ));
     }
     let mut hints = vec![largest_p_text(largest)];
+    match fewest_ranks(req, limit) {
+        Some(r) if r > req.share.ranks => hints.push(format!(
+            "it needs {r} ranks of this size (`mpirun -np {r}` with a build of --features mpi; `--ranks-needed` tells)"
+        )),
+        _ => {}
+    }
     let knob = |s: Scales| {
         let rest = host - n.host_scaling(s);
         let part = n.host_scaling(s);
@@ -235,6 +370,7 @@ mod tests {
             devices: p,
             build,
             repeat: 1,
+            share: Share::default(),
             work: Work::Run {
                 buffers: Buffers::Host,
                 gpu: false,

@@ -13,9 +13,11 @@ mod memory;
 mod need;
 
 pub use census::{Census, Traced};
-pub use fit::{ensure_fits, ensure_fits_in, Request, MAX_DEVICES, MAX_OPS_PER_DEVICE};
+pub use fit::{
+    ensure_fits, ensure_fits_in, ranks_needed, Request, Share, MAX_DEVICES, MAX_OPS_PER_DEVICE,
+};
 pub use memory::{available, meminfo_available, Available, LIMIT_VAR};
 pub use need::{
-    need, Buffers, Need, Part, Scales, Work, ENCODE_BYTES_PER_DATA_OP, GPU_BYTES_PER_DATA_OP,
-    MODEL_BYTES_PER_OP, TIMELINE_BYTES_PER_OP,
+    need, need_on, Buffers, Need, Part, Scales, Work, ENCODE_BYTES_PER_DATA_OP,
+    GPU_BYTES_PER_DATA_OP, MODEL_BYTES_PER_OP, TIMELINE_BYTES_PER_OP,
 };

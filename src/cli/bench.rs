@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// barrier semaphore of a collective_id carries over between them).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Print how many ranks (processes with this one's memory, `mpirun -np N`) the
+    /// sweep's largest size needs, and exit.
+    #[arg(long)]
+    ranks_needed: bool,
 }
 
 /// `tpusim bench`.
@@ -95,9 +99,22 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .map(|n| {
             let c = reg.by_name(n)?;
             let place = a.place.placement(c.as_ref())?;
-            Job::collective(c, place).repeat(a.repeat)
+            Ok(Job::collective(c, place)
+                .repeat(a.repeat)?
+                .on_ranks(super::ranks::share()))
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
+    if a.ranks_needed {
+        let mut ok = true;
+        for job in &jobs {
+            if let Some((j, work)) =
+                tpusim::bench::largest(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?
+            {
+                ok &= super::run::ranks_needed(&j, work)?;
+            }
+        }
+        return Ok(ok);
+    }
     // Refused before the adapter is opened; the sweep checks again with its buffers.
     for job in &jobs {
         tpusim::bench::ensure_fits(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?;
@@ -125,10 +142,29 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
     outln!("# copy: plain buffer copy of one device's input, same run; moved: copy-equivalent bytes the schedule moves / time")?;
-    outln!("{}", header())?;
+    let on_ranks = super::ranks::current().is_some();
+    if let Some(r) = super::ranks::current() {
+        outln!(
+            "# {}",
+            tpusim::exec::ranks::Partition::new(cfg.devices, r.size())?.describe()
+        )?;
+        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages)")?;
+    }
+    outln!(
+        "{}{}",
+        header(),
+        if on_ranks {
+            tpusim::bench::rank_header()
+        } else {
+            String::new()
+        }
+    )?;
     let mut rows = Vec::new();
     for job in &jobs {
         let mut progress = |p: Progress| {
+            if super::out::quiet() {
+                return;
+            }
             match p {
                 Progress::Size(s) => eprint!("\r\x1b[2K{s}"),
                 Progress::Skipped(s) => eprintln!("\r\x1b[2Kskipped {s}"),
@@ -136,18 +172,20 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             let _ = std::io::stderr().flush();
         };
         let r = sweep(job, &cfg, exec.as_ref(), &mut progress)?;
-        eprint!("\r\x1b[2K");
+        if !super::out::quiet() {
+            eprint!("\r\x1b[2K");
+        }
         for row in &r {
             outln!("{}", line(row))?;
         }
         rows.extend(r);
     }
-    if let Some(out) = &json {
+    if let Some(out) = json.as_ref().filter(|_| super::ranks::runs_alone()) {
         let v = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
         out.write_with(|w| serde_json::to_writer_pretty(w, &v).map_err(std::io::Error::from))?;
     }
     let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();
-    if wrong > 0 {
+    if wrong > 0 && !super::out::quiet() {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)

@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// opened), for shapes too large to execute here.
     #[arg(long)]
     no_exec: bool,
+    /// Print how many ranks (processes with this one's memory, `mpirun -np N`) the run
+    /// needs, and exit.
+    #[arg(long)]
+    ranks_needed: bool,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -144,6 +148,45 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
         .with_dtype(DType::parse_collective(&a.dtype)?)
         .with_schedule(schedule)
         .repeat(a.repeat)
+        .map(|j| j.on_ranks(super::ranks::share()))
+}
+
+/// `--ranks-needed`: how many ranks of this process's size `work` on `job` needs.
+pub fn ranks_needed(job: &Job, work: Work) -> tpusim::Result<bool> {
+    let (r, need, avail) = job.ranks_needed(work)?;
+    let shape: Vec<String> = job.shape().iter().map(|d| d.to_string()).collect();
+    let of = avail.map_or_else(
+        || "memory unknown".to_string(),
+        |a| format!("of {} ({})", tpusim::units::bytes(a.bytes as f64), a.source),
+    );
+    outln!(
+        "{} P={} shape={}: {r} rank{} of this size (about {} of host memory per rank, {of})",
+        job.name(),
+        job.place().describe(),
+        shape.join("x"),
+        if r == 1 { "" } else { "s" },
+        tpusim::units::bytes(need.host()),
+    )?;
+    Ok(true)
+}
+
+/// The ranks' line under a run's result: the split, the bytes that crossed ranks, each
+/// rank's busy share of the run.
+pub fn ranks_line(
+    part: &tpusim::exec::ranks::Partition,
+    report: &tpusim::exec::ranks::RunReport,
+) -> tpusim::Result<()> {
+    let busy: Vec<String> = report
+        .busy_fractions()
+        .iter()
+        .map(|b| format!("{:.0}%", 100.0 * b))
+        .collect();
+    outln!(
+        "ranks: {}; {} crossed ranks; busy share of the run per rank: {}",
+        part.describe(),
+        tpusim::units::bytes(report.crossed_bytes() as f64),
+        busy.join(" ")
+    )
 }
 
 /// One result line of `run` and `demo`.
@@ -162,6 +205,9 @@ fn run_one(job: &Job, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool
         r.plan_time.as_secs_f64() * 1e3,
         r.exec_time.as_secs_f64() * 1e3
     )?;
+    if let Some((part, report)) = &r.ranks {
+        ranks_line(part, report)?;
+    }
     Ok(r.wrong == 0)
 }
 
@@ -205,7 +251,7 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
             per(o.vpu_seconds)
         )?;
     }
-    if let Some(out) = timeline {
+    if let Some(out) = timeline.filter(|_| super::ranks::runs_alone()) {
         let name = job
             .collective_of()
             .map_or_else(|| job.name(), |c| c.name().to_string());
@@ -254,7 +300,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     }
     // Refused before the adapter is opened (the GPU's buffers count as host memory once
     // it says they are, in the run itself).
-    job.ensure_fits(Work::Run {
+    let work = Work::Run {
         buffers: match backend {
             Backend::Cpu => Buffers::Host,
             Backend::Gpu => Buffers::Device,
@@ -262,7 +308,11 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         gpu: backend == Backend::Gpu,
         model: model.is_some(),
         timeline: timeline.is_some(),
-    })?;
+    };
+    if a.ranks_needed {
+        return ranks_needed(&job, work);
+    }
+    job.ensure_fits(work)?;
     if let Some(m) = &model {
         m.check_vmem(&job.lower()?)?;
     }
@@ -282,8 +332,9 @@ pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
     for c in reg.iter() {
         outln!("# {}: {}", c.name(), c.summary())?;
         for dtype in [DType::F32, DType::I32] {
-            let job =
-                Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x")?)).with_dtype(dtype);
+            let job = Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x")?))
+                .with_dtype(dtype)
+                .on_ranks(super::ranks::share());
             ok &= run_one(&job, exec.as_mut(), 0)?;
         }
     }

@@ -27,7 +27,7 @@ pub use execute::{random_inputs, Checked, Plan};
 pub use model::{Modeled, Nccl};
 
 use crate::array::DType;
-use crate::budget::{ensure_fits, Buffers, Need, Request, Work};
+use crate::budget::{ensure_fits, ranks_needed, Available, Buffers, Need, Request, Share, Work};
 use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
 use crate::error::{Error, Result};
@@ -80,6 +80,8 @@ pub struct Job {
     repeat: usize,
     place: Placement,
     schedule: ScheduleSpec,
+    /// One process, or the ranks of a partitioned run (for the budget).
+    share: Share,
 }
 
 impl Job {
@@ -96,6 +98,7 @@ impl Job {
             repeat: 1,
             place,
             schedule: ScheduleSpec::Eager,
+            share: Share::default(),
         }
     }
 
@@ -148,6 +151,7 @@ impl Job {
             repeat: 1,
             place: Placement::whole(mesh),
             schedule: ScheduleSpec::Eager,
+            share: Share::default(),
         }
     }
 
@@ -218,6 +222,18 @@ impl Job {
     pub fn with_schedule(mut self, spec: ScheduleSpec) -> Self {
         self.schedule = spec;
         self
+    }
+
+    /// This job run by the ranks of a partitioned run ([`crate::exec::ranks`]): the
+    /// budget counts one rank's share.
+    pub fn on_ranks(mut self, share: Share) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// How the job's work is shared (one process, or ranks).
+    pub fn share(&self) -> Share {
+        self.share
     }
 
     /// A kernel job with these step-table columns (collectives have their own).
@@ -344,6 +360,21 @@ impl Job {
             build: &|q| self.census_at(q),
             repeat: self.repeat,
             work,
+            share: self.share,
+        })
+    }
+
+    /// How many ranks of this process's size `work` on this job needs (each with the
+    /// memory this process may use), with one rank's need and that memory; too large
+    /// when even one device per rank does not fit.
+    pub fn ranks_needed(&self, work: Work) -> Result<(usize, Need, Option<Available>)> {
+        ranks_needed(&Request {
+            what: format!("a run of {}", self.describe()),
+            devices: self.place.mesh.size(),
+            build: &|q| self.census_at(q),
+            repeat: self.repeat,
+            work,
+            share: Share::default(),
         })
     }
 

@@ -7,6 +7,7 @@ use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::Result;
 use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.
@@ -139,6 +140,49 @@ struct CpuRun<'a> {
     program: &'a Program,
     schedule: &'a Schedule,
     mem: Memory,
+    /// The ops of each piece ([`Executor::prepare_pieces`]; one piece: all of them).
+    pieces: Vec<Range<usize>>,
+}
+
+/// The op ranges between `cuts` (op indices) of a schedule of `ops` ops.
+pub(crate) fn pieces(ops: usize, cuts: &[usize]) -> Vec<Range<usize>> {
+    let mut at = 0;
+    let mut v: Vec<Range<usize>> = cuts
+        .iter()
+        .map(|&c| {
+            let r = at..c.clamp(at, ops);
+            at = r.end;
+            r
+        })
+        .collect();
+    v.push(at..ops);
+    v
+}
+
+impl Memory {
+    /// Runs `ops` in order.
+    fn run(&mut self, ops: &[DataOp]) {
+        for op in ops {
+            match op {
+                DataOp::Copy { src, dst } => {
+                    self.with_pair(dst, src, |d, s| d.copy_from_slice(s));
+                }
+                DataOp::Fill { dst, bits } => {
+                    let i = self.index(dst);
+                    self.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
+                }
+                DataOp::Accumulate {
+                    dst,
+                    src,
+                    op,
+                    dtype,
+                } => {
+                    self.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+                }
+                DataOp::Compute(c) => self.compute(c),
+            }
+        }
+    }
 }
 
 impl Executor for CpuExecutor {
@@ -150,6 +194,15 @@ impl Executor for CpuExecutor {
         &'a self,
         program: &'a Program,
         schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.prepare_pieces(program, schedule, &[])
+    }
+
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
     ) -> Result<Box<dyn Prepared + 'a>> {
         let table = schedule.memory(program);
         let mem = Memory {
@@ -163,6 +216,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             mem,
+            pieces: pieces(schedule.ops.len(), cuts),
         }))
     }
 }
@@ -181,30 +235,48 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
-        let mem = &mut self.mem;
         for _ in 0..iters {
-            for op in &self.schedule.ops {
-                match op {
-                    DataOp::Copy { src, dst } => {
-                        mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
-                    }
-                    DataOp::Fill { dst, bits } => {
-                        let i = mem.index(dst);
-                        mem.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
-                    }
-                    DataOp::Accumulate {
-                        dst,
-                        src,
-                        op,
-                        dtype,
-                    } => {
-                        mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
-                    }
-                    DataOp::Compute(c) => mem.compute(c),
-                }
-            }
+            self.mem.run(&self.schedule.ops);
         }
         Ok(t.elapsed())
+    }
+
+    fn run_piece(&mut self, k: usize) -> Result<()> {
+        let r = self.pieces.get(k).cloned().ok_or_else(|| {
+            crate::Error::bad_input(format!("no piece {k} of {}", self.pieces.len()))
+        })?;
+        self.mem.run(&self.schedule.ops[r]);
+        Ok(())
+    }
+
+    fn read_view(&mut self, v: View, elem: usize) -> Result<Vec<u8>> {
+        let words = self.mem.words(&v);
+        Ok(match elem {
+            4 => bytemuck::cast_slice(words).to_vec(),
+            _ => words
+                .iter()
+                .flat_map(|w| (*w as u16).to_le_bytes())
+                .collect(),
+        })
+    }
+
+    fn write_view(&mut self, v: View, elem: usize, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != v.len() * elem {
+            return Err(crate::Error::bad_input(format!(
+                "{} bytes for a view of {} elements of {elem} bytes",
+                bytes.len(),
+                v.len()
+            )));
+        }
+        let i = self.mem.index(&v);
+        let dst = &mut self.mem.bufs[i][v.offset()..v.offset() + v.len()];
+        for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(elem)) {
+            *d = match elem {
+                4 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                _ => u16::from_le_bytes([b[0], b[1]]) as u32,
+            };
+        }
+        Ok(())
     }
 
     fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {

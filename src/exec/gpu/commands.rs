@@ -234,6 +234,71 @@ impl Recording {
         self.params.len() - 1
     }
 
+    /// One recording of `parts` (lowerings of consecutive pieces of one schedule over
+    /// one memory, whose first `shared` buffers are that memory's and the same in every
+    /// part), and the range of its commands each part became. Scratch buffers and
+    /// placeholders ([`Init::Any`]) of one label are one buffer, as large as the largest.
+    pub fn join(parts: Vec<Recording>, shared: usize) -> (Recording, Vec<std::ops::Range<usize>>) {
+        let mut parts = parts.into_iter();
+        let mut joined = parts
+            .next()
+            .unwrap_or_else(|| Recording::new(Lowering::PerOp));
+        let mut ranges = Vec::with_capacity(parts.len() + 1);
+        ranges.push(0..joined.commands.len());
+        for part in parts {
+            debug_assert_eq!(part.buffers[..shared], joined.buffers[..shared]);
+            let ids: Vec<BufId> = part
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i < shared {
+                        return BufId(i);
+                    }
+                    let same = joined.buffers[shared..].iter().position(|j| {
+                        j.init == Init::Any && b.init == Init::Any && j.label == b.label
+                    });
+                    match same {
+                        Some(k) => {
+                            let j = &mut joined.buffers[shared + k];
+                            j.size = j.size.max(b.size);
+                            BufId(shared + k)
+                        }
+                        None => joined.buffer(b.label.clone(), b.size, b.init.clone()),
+                    }
+                })
+                .collect();
+            let params = joined.params.len();
+            joined.params.extend(part.params);
+            let start = joined.commands.len();
+            joined
+                .commands
+                .extend(part.commands.into_iter().map(|c| match c {
+                    Command::Copy {
+                        src,
+                        src_off,
+                        dst,
+                        dst_off,
+                        size,
+                    } => Command::copy(ids[src.0], src_off, ids[dst.0], dst_off, size),
+                    Command::Clear { dst, off, size } => Command::Clear {
+                        dst: ids[dst.0],
+                        off,
+                        size,
+                    },
+                    Command::Dispatch(mut d) => {
+                        for b in &mut d.bindings {
+                            b.buf = ids[b.buf.0];
+                        }
+                        d.params += params;
+                        Command::Dispatch(d)
+                    }
+                }));
+            ranges.push(start..joined.commands.len());
+        }
+        (joined, ranges)
+    }
+
     /// Compute dispatches per iteration.
     pub fn dispatches(&self) -> usize {
         self.commands

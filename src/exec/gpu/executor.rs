@@ -69,7 +69,13 @@ impl GpuExecutor {
     /// Opens the default adapter (see [`GpuContext::new`]); `TPUSIM_GPU_PROGRAM`
     /// (`auto`, `on`, `off`) sets the [`ArenaMode`].
     pub fn from_env() -> Result<Self> {
-        let mut g = Self::new(Arc::new(GpuContext::new()?));
+        Self::from_env_for_rank(None)
+    }
+
+    /// [`GpuExecutor::from_env`] on the adapter of the `local_rank`-th rank of this host
+    /// ([`GpuContext::for_local_rank`]).
+    pub fn from_env_for_rank(local_rank: Option<usize>) -> Result<Self> {
+        let mut g = Self::new(Arc::new(GpuContext::for_local_rank(local_rank)?));
         if let Ok(m) = std::env::var("TPUSIM_GPU_PROGRAM") {
             g.set_arena(ArenaMode::parse(&m)?);
         }
@@ -170,6 +176,27 @@ impl GpuExecutor {
         lower_ops::lower(memory, ops, &limits, self.batching)
     }
 
+    /// What [`Executor::prepare_pieces`] does, as the concrete run: every piece lowered
+    /// per op (the arena program is one piece), joined into one recording.
+    pub fn prepare_pieces_run<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &Schedule,
+        cuts: &[usize],
+    ) -> Result<GpuRun<'a>> {
+        let memory = schedule.memory(program);
+        self.check_limits(&memory.allocs)?;
+        let limits = self.engine.ctx.lowering_limits();
+        let parts = crate::exec::cpu::pieces(schedule.ops.len(), cuts)
+            .into_iter()
+            .map(|r| lower_ops::lower(&memory, &schedule.ops[r], &limits, self.batching))
+            .collect::<Result<Vec<_>>>()?;
+        let (rec, pieces) = Recording::join(parts, memory.len());
+        let mut run = self.engine.load(program, memory, rec)?;
+        run.set_pieces(pieces);
+        Ok(run)
+    }
+
     /// What [`Executor::prepare`] does, as the concrete run (its dispatch count and
     /// lowering can be read).
     pub fn prepare_run<'a>(
@@ -198,6 +225,15 @@ impl Executor for GpuExecutor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         Ok(Box::new(self.prepare_run(program, schedule)?))
+    }
+
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        Ok(Box::new(self.prepare_pieces_run(program, schedule, cuts)?))
     }
 
     fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
