@@ -9,8 +9,8 @@
 use serde::{Deserialize, Deserializer};
 use std::sync::Arc;
 use tpusim::kernel::{
-    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref,
-    Sem, SourceLoc,
+    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, GridSpec, KernelErrorKind, MemorySpace,
+    PallasCall, ReduceOp, Ref, Sem, SourceLoc,
 };
 use tpusim::{DType, DeviceId, Error, Result};
 
@@ -26,7 +26,9 @@ impl<'de> Deserialize<'de> for Loc {
 }
 
 /// A ref as the kernel named it: argument position, then `.at[i]` (`[0, i, 0]`) and
-/// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension.
+/// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension, or a run of
+/// `len` elements from element `offset` of the whole view (`[2, offset, len]`: how the
+/// jaxpr front end addresses a window that leading-dimension steps cannot express).
 #[derive(Clone, Debug, Deserialize)]
 pub struct RefPath(usize, Vec<(u8, i64, i64)>);
 
@@ -129,6 +131,27 @@ pub enum Op {
     Barrier { at: Loc },
     /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
     Scoped { body: Vec<Op>, at: Loc },
+    /// A mistake the front end found itself (an index or a device id it resolved).
+    Error {
+        kind: ErrorKind,
+        what: String,
+        detail: String,
+        at: Loc,
+    },
+}
+
+/// The kinds of [`Op::Error`].
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// An index or slice outside its ref.
+    OutOfBounds,
+    /// A device id outside the mesh.
+    DeviceIdOutOfRange,
+    /// A ref or semaphore used in a way its kind does not allow.
+    Misuse,
+    /// Two views of one op whose sizes or dtypes differ.
+    ShapeMismatch,
 }
 
 /// Every device's recorded calls, per grid point (row-major).
@@ -157,10 +180,10 @@ struct Replay<'c, 'a> {
 impl<'c, 'a> Replay<'c, 'a> {
     fn r(&self, p: &RefPath) -> Ref {
         p.1.iter().fold(self.args.r(p.0), |r, &(kind, a, b)| {
-            if kind == 0 {
-                r.at(a)
-            } else {
-                r.slice(ds(a, b))
+            match kind {
+                0 => r.at(a),
+                1 => r.slice(ds(a, b)),
+                _ => r.flat().slice(ds(a, b)),
             }
         })
     }
@@ -283,6 +306,23 @@ impl<'c, 'a> Replay<'c, 'a> {
                 Op::Barrier { at } => {
                     pl.set_source(Some(at.0));
                     self.barriers.push(pl.get_barrier_semaphore());
+                }
+                Op::Error {
+                    kind,
+                    what,
+                    detail,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let kind = match kind {
+                        ErrorKind::OutOfBounds => KernelErrorKind::OutOfBounds,
+                        ErrorKind::DeviceIdOutOfRange => KernelErrorKind::DeviceIdOutOfRange,
+                        ErrorKind::Misuse => KernelErrorKind::Misuse,
+                        ErrorKind::ShapeMismatch => KernelErrorKind::ShapeMismatch,
+                    };
+                    // Sites name their op by a static string: intern it as file names are.
+                    let op = SourceLoc::intern(what, 0).file();
+                    pl.report(kind, op, detail.clone());
                 }
                 Op::Scoped { body, at } => {
                     pl.set_source(Some(at.0));

@@ -77,6 +77,15 @@ impl<'a> Ctx<'a> {
         self.source.set(loc);
     }
 
+    /// Reports a kernel mistake that a front end found itself (an index it resolved, a
+    /// device id it computed), at the current source line: like the checks of this API,
+    /// it is a finding of every command, not an abort.
+    #[track_caller]
+    pub fn report(&self, kind: KernelErrorKind, op: &'static str, detail: impl Into<String>) {
+        let site = self.site(op);
+        self.fail(site, kind, detail.into());
+    }
+
     /// This device's linear id in the mesh.
     pub fn device(&self) -> usize {
         self.device

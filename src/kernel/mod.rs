@@ -10,6 +10,7 @@ mod pull;
 mod refs;
 mod spec;
 
+pub use crate::error::KernelErrorKind;
 pub use crate::ir::{MemorySpace, ReduceOp, SemKind, SourceLoc};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};

@@ -1,0 +1,290 @@
+"""tpusim as the engine behind ``pallas_call``.
+
+JAX lowers a ``pallas_call`` through one rule (``pallas_call._pallas_call_lowering``,
+which ``pl.kernel`` and ``pl.core_map`` reach too). :func:`install` wraps it: a call
+whose ``interpret`` is :class:`TpusimParams` — what :func:`simulate` makes every
+``pallas_call`` get, as JAX's ``force_tpu_interpret_mode`` does for its interpreter —
+lowers to one host callback per device, with the device's mesh coordinates and its
+operands. The P devices' callbacks meet (:class:`Meeting`): the last to arrive hands
+the gathered operands to one worker thread, which evaluates the kernel jaxpr (once per
+kernel, shapes, mesh and SMEM values: the plan is cached) and runs the Rust pipeline;
+each device's callback returns its outputs. Everything around the kernel is JAX's.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import queue
+import threading
+
+import numpy as np
+
+from . import _native, config
+
+_installed = False
+_lock = threading.Lock()
+
+
+def _jax():
+    import jax
+
+    return jax
+
+
+# The interpret value that routes a pallas_call here (a subclass of JAX's TPU interpret
+# params, so the effects and checks JAX applies to interpreted calls apply).
+TpusimParams = None
+
+
+def install():
+    """Wraps JAX's pallas_call lowering (once)."""
+    global _installed, TpusimParams
+    with _lock:
+        if _installed:
+            return
+        from jax._src.interpreters import mlir
+        from jax._src.pallas import pallas_call as pc
+        from jax._src.pallas.mosaic.interpret import params as tpu_params
+
+        @dataclasses.dataclass(frozen=True)
+        class _TpusimParams(tpu_params.InterpretParams):
+            """``interpret=`` value of a pallas_call that tpusim runs."""
+
+        _TpusimParams.__name__ = _TpusimParams.__qualname__ = "TpusimParams"
+        TpusimParams = _TpusimParams
+        original = pc._pallas_call_lowering
+
+        def lowering(ctx, *in_nodes, interpret, **params):
+            if isinstance(interpret, TpusimParams):
+                impl = functools.partial(_impl, **params)
+                return mlir.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
+            return original(ctx, *in_nodes, interpret=interpret, **params)
+
+        pc._pallas_call_lowering = lowering
+        mlir.register_lowering(pc.pallas_call_p, lowering)
+        _installed = True
+
+
+def _impl(*args, out_avals, **params):
+    """The traced body of a pallas_call: one callback per device."""
+    jax = _jax()
+    from jax import lax
+    from jax._src import callback
+    from jax._src import core as jax_core
+    import jax.numpy as jnp
+
+    from ._plan import CallSpec
+
+    axis_sizes = dict(jax_core.get_axis_env().axis_sizes)
+    params = dict(params, out_avals=out_avals)
+    spec = CallSpec(params, axis_sizes)
+    meeting = Meeting(spec)
+    if axis_sizes:
+        coords = jnp.stack([lax.axis_index(k) for k in axis_sizes]).astype(jnp.int32)
+    else:
+        coords = jnp.zeros((0,), jnp.int32)
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
+    outs = callback.io_callback(meeting, shapes, coords, *args, ordered=False)
+    return list(outs)
+
+
+# ---------------------------------------------------------------- meeting
+
+
+class _Round:
+    __slots__ = ("args", "done", "result", "error")
+
+    def __init__(self):
+        self.args = {}
+        self.done = threading.Event()
+        self.result = None
+        self.error = None
+
+
+class Meeting:
+    """Where the P devices' callbacks of one lowered pallas_call meet, call after call."""
+
+    timeout = 120.0
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.P = 1
+        for _, n in spec.axes:
+            self.P *= n
+        self.cond = threading.Condition()
+        self.count = {}
+        self.rounds = {}
+        self.plans = {}
+
+    def _device(self, coords):
+        d = 0
+        for (_, n), c in zip(self.spec.axes, coords):
+            d = d * n + int(c)
+        return d
+
+    def __call__(self, coords, *args):
+        d = self._device(np.asarray(coords))
+        with self.cond:
+            k = self.count.get(d, 0)
+            self.count[d] = k + 1
+            r = self.rounds.setdefault(k, _Round())
+            r.args[d] = [np.asarray(a) for a in args]
+            leader = len(r.args) == self.P
+            if leader:
+                del self.rounds[k]
+                self.cond.notify_all()
+            else:
+                ok = self.cond.wait_for(lambda: len(r.args) == self.P, timeout=self.timeout)
+                if not ok:
+                    r.error = _native.BadInput(
+                        f"bad input: only {len(r.args)} of the {self.P} devices reached "
+                        f"pallas_call `{self.spec.name}` within {self.timeout:.0f} s "
+                        "(every device of the shard_map must make the same calls)"
+                    )
+                    r.done.set()
+        if leader:
+            try:
+                r.result = _worker.submit(self._run, [r.args[i] for i in range(self.P)])
+            except BaseException as e:  # handed to every device
+                r.error = e
+            r.done.set()
+        r.done.wait()
+        if r.error is not None:
+            raise r.error
+        return r.result[d]
+
+    def plan(self, per_device):
+        """The cached plan for these operands (keyed by the SMEM values they hold)."""
+        from ._plan import Plan
+
+        spec = self.spec
+        keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
+        key = tuple(per_device[d][k].tobytes() for d in range(len(per_device)) for k in keys)
+        plan = self.plans.get(key)
+        if plan is None:
+            smem = [{k: per_device[d][k] for k in keys} for d in range(len(per_device))]
+            plan = Plan(spec, smem)
+            if len(self.plans) > 64:
+                self.plans.clear()
+            self.plans[key] = plan
+            _observe("planned", plan)
+        return plan
+
+    def _run(self, per_device):
+        if self.spec.cores > 1:
+            per_device = [a for a in per_device for _ in range(self.spec.cores)]
+        plan = self.plan(per_device)
+        _observe("call", plan)
+        outs = plan.call.run(
+            plan.rust_inputs(per_device), backend=config.backend, schedule=config.schedule
+        )
+        res = plan.results(outs)
+        if self.spec.cores > 1:
+            res = [res[i * self.spec.cores] for i in range(len(res) // self.spec.cores)]
+        return [[np.asarray(x).astype(a.dtype, copy=False).reshape(a.shape)
+                 for x, a in zip(row, self.spec.out_avals)] for row in res]
+
+
+class _Worker:
+    """One thread runs every simulation: the GPU executor belongs to one thread."""
+
+    def __init__(self):
+        self.q = None
+        self.lock = threading.Lock()
+
+    def submit(self, f, *args):
+        with self.lock:
+            if self.q is None:
+                self.q = queue.Queue()
+                threading.Thread(target=self._loop, daemon=True, name="tpusim").start()
+        box = {}
+        ev = threading.Event()
+        self.q.put((f, args, box, ev))
+        ev.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _loop(self):
+        while True:
+            f, args, box, ev = self.q.get()
+            try:
+                box["value"] = f(*args)
+            except BaseException as e:
+                box["error"] = e
+            ev.set()
+
+
+_worker = _Worker()
+
+# ---------------------------------------------------------------- observers
+
+#: Callbacks told of every plan made ("planned") and every call run ("call").
+_observers = []
+
+
+def _observe(what, plan):
+    for f in list(_observers):
+        f(what, plan)
+
+
+@contextlib.contextmanager
+def observing(f):
+    _observers.append(f)
+    try:
+        yield
+    finally:
+        _observers.remove(f)
+
+
+# ---------------------------------------------------------------- simulate
+
+
+def ensure_devices(n):
+    """Makes JAX start with `n` CPU devices (before its first use), or checks it has."""
+    jax = _jax()
+    from jax._src import xla_bridge
+
+    if n is None:
+        return
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", int(n))
+        return
+    have = len(jax.devices())
+    if have < n:
+        raise _native.BadInput(
+            f"bad input: JAX already started with {have} devices, fewer than the {n} asked for: "
+            "enter tpusim.simulate(devices=N) before JAX's first use, or run the script "
+            "with `python -m tpusim run --devices N`"
+        )
+
+
+@contextlib.contextmanager
+def simulate(devices=None, backend=None, schedule=None):
+    """Runs every ``pallas_call`` made (traced) inside on tpusim's engine, whatever its
+    ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use)."""
+    install()
+    from jax._src import config as jax_config
+
+    ensure_devices(devices)
+    prev_cfg = (config.backend, config.schedule)
+    if backend is not None:
+        config.backend = backend
+    if schedule is not None:
+        config.schedule = schedule
+    prev = jax_config.pallas_tpu_interpret_mode_context_manager.swap_local(TpusimParams())
+    try:
+        yield
+    finally:
+        jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
+        config.backend, config.schedule = prev_cfg
+
+
+def simulate_globally():
+    """What ``python -m tpusim run`` does before the script: every pallas_call of the
+    process runs on tpusim."""
+    install()
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(TpusimParams())
