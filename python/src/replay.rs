@@ -9,7 +9,7 @@
 use serde::{Deserialize, Deserializer};
 use std::sync::Arc;
 use tpusim::kernel::{
-    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, GridSpec, KernelErrorKind, MemorySpace,
+    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, KernelErrorKind, MemorySpace,
     PallasCall, ReduceOp, Ref, Sem, SourceLoc,
 };
 use tpusim::{DType, DeviceId, Error, Result};
@@ -131,6 +131,13 @@ pub enum Op {
     Barrier { at: Loc },
     /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
     Scoped { body: Vec<Op>, at: Loc },
+    /// A `dma_wait` equation: wait for `bytes` on this device's `sem`.
+    DmaWait {
+        sem: SemPath,
+        bytes: u64,
+        side: Side,
+        at: Loc,
+    },
     /// A mistake the front end found itself (an index or a device id it resolved).
     Error {
         kind: ErrorKind,
@@ -138,6 +145,18 @@ pub enum Op {
         detail: String,
         at: Loc,
     },
+}
+
+/// The completion of an [`Op::DmaWait`].
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// A local copy's.
+    Local,
+    /// A remote copy's send completion.
+    Send,
+    /// A remote copy's receive completion.
+    Recv,
 }
 
 /// The kinds of [`Op::Error`].
@@ -306,6 +325,20 @@ impl<'c, 'a> Replay<'c, 'a> {
                 Op::Barrier { at } => {
                     pl.set_source(Some(at.0));
                     self.barriers.push(pl.get_barrier_semaphore());
+                }
+                Op::DmaWait {
+                    sem,
+                    bytes,
+                    side,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let side = match side {
+                        Side::Local => DmaSide::Local,
+                        Side::Send => DmaSide::Send,
+                        Side::Recv => DmaSide::Recv,
+                    };
+                    pl.dma_wait(self.sem(sem), *bytes, side);
                 }
                 Op::Error {
                     kind,

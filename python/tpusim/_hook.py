@@ -150,6 +150,8 @@ class Meeting:
             r.done.set()
         r.done.wait()
         if r.error is not None:
+            global _last_error
+            _last_error = r.error
             raise r.error
         return r.result[d]
 
@@ -175,14 +177,45 @@ class Meeting:
             per_device = [a for a in per_device for _ in range(self.spec.cores)]
         plan = self.plan(per_device)
         _observe("call", plan)
-        outs = plan.call.run(
-            plan.rust_inputs(per_device), backend=config.backend, schedule=config.schedule
-        )
+        outs = plan.call.run(plan.rust_inputs(per_device), backend=_backend(), schedule=config.schedule)
         res = plan.results(outs)
         if self.spec.cores > 1:
             res = [res[i * self.spec.cores] for i in range(len(res) // self.spec.cores)]
         return [[np.asarray(x).astype(a.dtype, copy=False).reshape(a.shape)
                  for x, a in zip(row, self.spec.out_avals)] for row in res]
+
+
+_last_error = None
+_auto = None
+
+
+def last_error():
+    """The tpusim error the last failed pallas_call raised (JAX re-raises it as a
+    runtime error of its own)."""
+    return _last_error
+
+
+def _backend():
+    """`config.backend`, with `auto` resolved once: the GPU executor where wgpu has an
+    adapter, else the CPU executor."""
+    global _auto
+    if config.backend != "auto":
+        return config.backend
+    if _auto is None:
+        try:
+            _native.adapters()
+            import numpy as _np
+
+            m = _native.Mesh(1)
+            _native.KernelCall("probe", m, [], [("x", "any", [1], "f32")], [("y", "any", [1], "f32")],
+                               [("s", "dma", [], "i32")], None,
+                               '[[[{"op":"local_copy","id":0,"src":[0,[]],"dst":[1,[]],"sem":[{"Arg":2},null],"at":["probe",0]},'
+                               '{"op":"start","id":0,"at":["probe",0]},{"op":"wait","id":0,"at":["probe",0]}]]]'
+                               ).run([[_np.zeros(1, _np.float32)]], backend="gpu")
+            _auto = "gpu"
+        except Exception:
+            _auto = "cpu"
+    return _auto
 
 
 class _Worker:

@@ -275,8 +275,9 @@ def _concrete_int(v, what, where):
     return int(a)
 
 
-def apply_indexer(view, idx, where):
-    """`view` indexed by NDIndexer `idx` (ints and slices over its dims)."""
+def apply_indexer(view, idx, where, check=True):
+    """`view` indexed by NDIndexer `idx` (ints and slices over its dims); `check`:
+    an index outside the view raises _OutOfBounds (a wait's view only gives a size)."""
     if not isinstance(idx, indexing.NDIndexer):
         raise unsupported(
             f"ref transform {type(idx).__name__}",
@@ -299,14 +300,14 @@ def apply_indexer(view, idx, where):
             s = _concrete_int(ix.start, "a slice start", where)
             n = _concrete_int(ix.size, "a slice size", where)
             st = int(ix.stride)
-            if s < 0 or n < 0 or (n > 0 and s + (n - 1) * st >= size):
+            if check and (s < 0 or n < 0 or (n > 0 and s + (n - 1) * st >= size)):
                 raise _OutOfBounds(
                     f"`{view.buf.name}` slice pl.ds({s}, {n}) leaves a dimension of size {size}"
                 )
             dims[j] = (start + s * stride, n, stride * st)
         else:
             i = _concrete_int(ix, "an index", where)
-            if i < 0 or i >= size:
+            if check and (i < 0 or i >= size):
                 raise _OutOfBounds(
                     f"`{view.buf.name}` index {i} on a dimension of size {size} (valid 0..={size - 1})"
                 )
@@ -318,13 +319,23 @@ class _OutOfBounds(Exception):
     """An index outside its ref: recorded as the kernel's error at that line."""
 
 
-def transform(ref, transforms, where):
-    """`ref` (a RefV, or a TransformedRef of one) with `transforms` applied."""
+def transform(ref, transforms, where, check=True):
+    """`ref` (a RefV, or a TransformedRef of one) with `transforms` applied; a
+    `pl.select_ref` picks its ref by its (concrete) index."""
     ref, own = mosaic_primitives._get_ref_and_transforms(ref)
+    ts = [*own, *transforms]
+    while isinstance(ref, (tuple, list)):
+        if not ts or not isinstance(ts[0], state_types.SelectTransform):
+            raise kernel_error("misuse", "a tuple of refs where one ref is needed", where)
+        i = _concrete_int(ts[0].idx, "the index of `pl.select_ref`", where)
+        if not 0 <= i < len(ref):
+            raise _OutOfBounds(f"`pl.select_ref` index {i} picks from {len(ref)} refs")
+        ref, more = mosaic_primitives._get_ref_and_transforms(ref[i])
+        ts = [*more, *ts[1:]]
     if not isinstance(ref, RefV):
         raise kernel_error("misuse", f"expected a ref, got {type(ref).__name__}", where)
-    for t in (*own, *transforms):
-        ref = apply_indexer(ref, t, where)
+    for t in ts:
+        ref = apply_indexer(ref, t, where, check)
     return ref
 
 
@@ -880,7 +891,7 @@ class Evaluator:
     # -- DMAs
 
     def _dma_parts(self, eqn, ins, where):
-        src, dst, dst_sem, src_sem, dev = jax.tree_util.tree_unflatten(eqn.params["tree"], ins)
+        src, dst, dst_sem, src_sem, dev = _unflatten(eqn.params["tree"], ins)
         src = transform(src, (), where)
         dst = transform(dst, (), where)
         dst_sem = transform(dst_sem, (), where) if dst_sem is not None else None
@@ -900,15 +911,30 @@ class Evaluator:
         return []
 
     def p_dma_wait(self, eqn, ins):
-        where = self.where(eqn, "wait")
+        # A wait names a semaphore and a size (its view's bytes; as in JAX's interpret
+        # mode the view need not be in bounds): the tree's first ref and `dst_sem`,
+        # which for `wait_send` are the copy's destination and send semaphore.
+        send = bool(eqn.params.get("is_wait_send"))
+        where = self.where(eqn, "wait_send" if send else "wait")
+        src, dst, dst_sem, src_sem, dev = _unflatten(eqn.params["tree"], ins)
         try:
-            src, dst, dst_sem, src_sem, dev = self._dma_parts(eqn, ins, where)
+            view = transform(src, (), where, check=False)
+            sem = transform(dst_sem, (), where)
         except _OutOfBounds as e:
             self._oob(e, where, None)
             return []
-        kind = "wait_send" if eqn.params.get("is_wait_send") else "wait_recv"
-        self.plan.lower_dma(self.p, eqn, kind, src, dst, dst_sem, src_sem, dev, where, self)
+        side = "send" if send else ("recv" if dev is not None else "local")
+        if side == "recv":
+            where.op = "wait_recv"
+        nbytes = view.numel() * np.dtype(view.dtype).itemsize
+        self.p.record("dma_wait", where.site, sem=self.sem_path(sem, where), bytes=int(nbytes), side=side)
         return []
 
 
 _BAD = object()
+
+
+def _unflatten(tree, flat):
+    if hasattr(tree, "unflatten"):
+        return tree.unflatten(flat)
+    return jax.tree_util.tree_unflatten(tree, flat)

@@ -41,6 +41,17 @@ pub struct Ctx<'a> {
 /// How deeply `run_scoped` semaphore scopes may nest.
 pub const MAX_SCOPED: usize = 4;
 
+/// The completion a [`Ctx::dma_wait`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaSide {
+    /// A local copy's only completion.
+    Local,
+    /// A remote copy's send completion (its source has been read).
+    Send,
+    /// A remote copy's receive completion (its destination has been written).
+    Recv,
+}
+
 /// A local DMA descriptor (`pltpu.make_async_copy`).
 #[must_use = "a copy descriptor does nothing until `start()`"]
 pub struct AsyncCopy<'c, 'a> {
@@ -552,6 +563,23 @@ impl<'a> Ctx<'a> {
                 site,
             );
         }
+    }
+
+    /// Waits until this device's DMA semaphore `sem` holds `bytes`, then subtracts them:
+    /// what a descriptor's `wait` (`side` [`DmaSide::Local`]), `wait_send` or `wait_recv`
+    /// does, for a front end whose waits name only the semaphore and the size (a
+    /// jaxpr's `dma_wait` equation: the descriptor need not have been started, or even
+    /// be in bounds).
+    #[track_caller]
+    pub fn dma_wait(&self, sem: Sem, bytes: u64, side: DmaSide) {
+        let (op, why) = match side {
+            DmaSide::Local => ("wait", WaitKind::DmaWait),
+            DmaSide::Send => ("wait_send", WaitKind::WaitSend),
+            DmaSide::Recv => ("wait_recv", WaitKind::WaitRecv),
+        };
+        let site = self.site(op);
+        let s = self.sem_ref(&sem, self.device, &[SemKind::Dma], site);
+        self.wait_on(s, bytes, why, site);
     }
 
     /// `pl.run_scoped(second=pltpu.SemaphoreType.REGULAR)`: runs `body` with a REGULAR
