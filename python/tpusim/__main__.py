@@ -27,6 +27,7 @@ def _parser():
         s.add_argument("--backend", default=os.environ.get("TPUSIM_BACKEND", "auto"),
                        choices=["auto", "cpu", "gpu"])
         s.add_argument("--schedule", default=os.environ.get("TPUSIM_SCHEDULE", "eager"))
+        s.add_argument("--chip", default="v5e", help="the TPU JAX's TPU queries answer for: v4, v5e, v5p, v6e")
         s.add_argument("script")
         s.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -62,7 +63,7 @@ def main(argv=None):
     tpusim.config.backend = a.backend
     tpusim.config.schedule = a.schedule
     _hook.ensure_devices(a.devices)
-    _hook.simulate_globally()
+    _hook.simulate_globally(a.chip)
     tool = {
         "run": None,
         "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed)) if a.cmd == "check" else None,
@@ -87,7 +88,10 @@ def main(argv=None):
     results = None
     with _maybe_collect(tool) as results:
         try:
-            runpy.run_path(a.script, run_name="__main__")
+            try:
+                runpy.run_path(a.script, run_name="__main__")
+            finally:
+                _effects_barrier()
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException as e:  # the script failed: say why, in tpusim's words when ours
@@ -100,6 +104,13 @@ def main(argv=None):
         if not results:
             print("tpusim: the script made no pallas_call", file=sys.stderr)
     return status
+
+
+def _effects_barrier():
+    """Waits for the calls JAX dispatched asynchronously (their reports count)."""
+    import jax
+
+    jax.effects_barrier()
 
 
 def _show(cmd, r):

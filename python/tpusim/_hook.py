@@ -273,6 +273,49 @@ def observing(f):
 # ---------------------------------------------------------------- simulate
 
 
+#: The TPU generation code that asks JAX about its chip sees (``--chip``): its JAX
+#: device kind and TensorCores per chip.
+CHIPS = {"v4": ("TPU v4", 2), "v5e": ("TPU v5 lite", 1), "v5p": ("TPU v5", 2), "v6e": ("TPU v6 lite", 1)}
+_chip = ["v5e"]
+
+
+def set_chip(name):
+    """Makes JAX's questions about the TPU (``pltpu.get_tpu_info()``, a TensorCoreMesh's
+    default core count, ``emit_pipeline``'s tiling) answer for chip `name` while the
+    devices are JAX's CPU devices; a real TPU's answers are kept."""
+    if name not in CHIPS:
+        raise _native.BadInput(f"bad input: chip `{name}`; tpusim knows {', '.join(CHIPS)}")
+    _chip[0] = name
+    from jax._src import tpu_info
+    from jax._src.pallas.mosaic import core as mosaic_core
+
+    if getattr(tpu_info, "_tpusim", False):
+        return
+    kind, num = tpu_info.get_device_kind, tpu_info.get_num_device_cores
+
+    def device_kind():
+        k = kind()
+        return CHIPS[_chip[0]][0] if tpu_info.chip_version_from_device_kind(k) is None and k.lower() == "cpu" else k
+
+    def num_cores():
+        try:
+            return num()
+        except AttributeError:  # a CPU device has no core count
+            return CHIPS[_chip[0]][1]
+
+    def default_cores():
+        try:
+            return default()
+        except AttributeError:
+            return CHIPS[_chip[0]][1]
+
+    default = mosaic_core._get_default_num_cores
+    tpu_info.get_device_kind = device_kind
+    tpu_info.get_num_device_cores = num_cores
+    mosaic_core._get_default_num_cores = default_cores
+    tpu_info._tpusim = True
+
+
 def ensure_devices(n):
     """Makes JAX start with `n` CPU devices (before its first use), or checks it has."""
     jax = _jax()
@@ -294,10 +337,12 @@ def ensure_devices(n):
 
 
 @contextlib.contextmanager
-def simulate(devices=None, backend=None, schedule=None):
+def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
     """Runs every ``pallas_call`` made (traced) inside on tpusim's engine, whatever its
-    ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use)."""
+    ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use);
+    `chip`: the TPU generation JAX's TPU queries answer for (see :func:`set_chip`)."""
     install()
+    set_chip(chip)
     from jax._src import config as jax_config
 
     ensure_devices(devices)
@@ -314,10 +359,11 @@ def simulate(devices=None, backend=None, schedule=None):
         config.backend, config.schedule = prev_cfg
 
 
-def simulate_globally():
+def simulate_globally(chip="v5e"):
     """What ``python -m tpusim run`` does before the script: every pallas_call of the
     process runs on tpusim."""
     install()
+    set_chip(chip)
     from jax._src import config as jax_config
 
     jax_config.pallas_tpu_interpret_mode_context_manager.set_global(TpusimParams())
