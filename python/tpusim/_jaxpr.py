@@ -45,13 +45,14 @@ _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # ---------------------------------------------------------------- source lines
 
 
-def site_of(source_info):
+def site_of(source_info, outer=("<unknown>", 0)):
     """(file, line) of the innermost frame of `source_info` that is the user's: not in
     JAX itself (JAX's own example kernels under ``pallas/ops`` count as the user's)
-    and not in tpusim."""
+    and not in tpusim; else `outer` (an equation inside a jitted JAX function, such as
+    ``jnp.cumsum``'s, is the user's call of that function)."""
     tb = getattr(source_info, "traceback", None)
     if tb is None:
-        return ("<unknown>", 0)
+        return outer
     for fr in tb.frames:
         f = os.path.abspath(fr.file_name)
         if f.startswith(_PKG):
@@ -61,7 +62,7 @@ def site_of(source_info):
         if f.startswith("<frozen"):
             continue
         return (fr.file_name, fr.line_num)
-    return ("<unknown>", 0)
+    return outer
 
 
 class _Where:
@@ -261,10 +262,9 @@ class RefV:
 def _concrete_int(v, what, where):
     if isinstance(v, Sym):
         raise unsupported(
-            what,
-            "an index, count or device id computed from data loaded from VMEM or HBM "
-            "(only program ids, axis indices, constants and SMEM values are known "
-            "before the kernel runs)",
+            where.op,
+            f"{what} is computed from data loaded from VMEM or HBM (only program ids, "
+            "axis indices, constants and SMEM values are known before the kernel runs)",
             where,
         )
     if isinstance(v, RefV):
@@ -517,11 +517,15 @@ class Evaluator:
     def __init__(self, plan, point):
         self.plan = plan
         self.p = point
+        self.outer = [("<unknown>", 0)]  # the user's lines of the calls being evaluated
 
     # -- helpers
 
+    def site(self, eqn):
+        return site_of(eqn.source_info, self.outer[-1])
+
     def where(self, eqn, op=None):
-        return _Where(self.p, site_of(eqn.source_info), op or eqn.primitive.name)
+        return _Where(self.p, self.site(eqn), op or eqn.primitive.name)
 
     def read(self, env, v):
         if isinstance(v, jax_core.Literal):
@@ -534,9 +538,16 @@ class Evaluator:
             env[v] = a
         for v, a in zip(jaxpr.invars, args):
             env[v] = a
+        return self._eqns(jaxpr, env)
+
+    def _eqns(self, jaxpr, env):
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
-            outs = self.eqn(eqn, ins)
+            self.outer.append(self.site(eqn))
+            try:
+                outs = self.eqn(eqn, ins)
+            finally:
+                self.outer.pop()
             if not eqn.primitive.multiple_results:
                 outs = [outs]
             for v, o in zip(eqn.outvars, outs):
@@ -555,15 +566,7 @@ class Evaluator:
         return self.run(jx, list(getattr(closed, "consts", None) or []), args)
 
     def run_vars(self, jaxpr, vars, args):
-        env = dict(zip(vars, args))
-        for eqn in jaxpr.eqns:
-            ins = [self.read(env, v) for v in eqn.invars]
-            outs = self.eqn(eqn, ins)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
-            for v, o in zip(eqn.outvars, outs):
-                env[v] = o
-        return [self.read(env, v) for v in jaxpr.outvars]
+        return self._eqns(jaxpr, dict(zip(vars, args)))
 
     # -- one equation
 
@@ -609,7 +612,7 @@ class Evaluator:
         if eqn.primitive.multiple_results:
             raise unsupported(name, "on values loaded from refs", self.where(eqn))
         aval = eqn.outvars[0].aval
-        return Sym(name, ins, aval.shape, aval.dtype, site_of(eqn.source_info), dict(eqn.params))
+        return Sym(name, ins, aval.shape, aval.dtype, self.site(eqn), dict(eqn.params))
 
     # -- grid and mesh
 
