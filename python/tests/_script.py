@@ -33,7 +33,7 @@ def main():
     for old, new in a.replace:
         assert old in src, old
         src = src.replace(old, new)
-    with _hook.simulate(devices=a.p), _hook.observing(lambda w, p: w == "planned" and plans.append(p)):
+    with _hook.simulate(devices=a.p), _hook.observing(lambda w, p: w == "call" and p not in plans and plans.append(p)):
         g = {"__name__": "__main__", "__file__": a.script}
         exec(compile(src, a.script, "exec"), g)
         import jax

@@ -322,16 +322,20 @@ class _OutOfBounds(Exception):
 def transform(ref, transforms, where, check=True):
     """`ref` (a RefV, or a TransformedRef of one) with `transforms` applied; a
     `pl.select_ref` picks its ref by its (concrete) index."""
-    ref, own = mosaic_primitives._get_ref_and_transforms(ref)
-    ts = [*own, *transforms]
-    while isinstance(ref, (tuple, list)):
-        if not ts or not isinstance(ts[0], state_types.SelectTransform):
-            raise kernel_error("misuse", "a tuple of refs where one ref is needed", where)
-        i = _concrete_int(ts[0].idx, "the index of `pl.select_ref`", where)
-        if not 0 <= i < len(ref):
-            raise _OutOfBounds(f"`pl.select_ref` index {i} picks from {len(ref)} refs")
-        ref, more = mosaic_primitives._get_ref_and_transforms(ref[i])
-        ts = [*more, *ts[1:]]
+    ts = list(transforms)
+    while True:
+        if isinstance(ref, state_types.TransformedRef):
+            ts = [*ref.transforms, *ts]
+            ref = ref.ref
+        elif isinstance(ref, (tuple, list)):
+            if not ts or not isinstance(ts[0], state_types.SelectTransform):
+                raise kernel_error("misuse", "a tuple of refs where one ref is needed", where)
+            i = _concrete_int(ts[0].idx, "the index of `pl.select_ref`", where)
+            if not 0 <= i < len(ref):
+                raise _OutOfBounds(f"`pl.select_ref` index {i} picks from {len(ref)} refs")
+            ref, ts = ref[i], ts[1:]
+        else:
+            break
     if not isinstance(ref, RefV):
         raise kernel_error("misuse", f"expected a ref, got {type(ref).__name__}", where)
     for t in ts:

@@ -56,7 +56,7 @@ def collecting(tool, **kw):
     seen = set()
 
     def on(what, plan):
-        if what == "planned" and id(plan) not in seen:
+        if what == "call" and id(plan) not in seen:
             seen.add(id(plan))
             out.append(tool(plan, **kw))
 
