@@ -46,8 +46,10 @@ def main():
             v = v[0]
         if v is not None:
             arrays[k] = np.asarray(v)
-    np.savez(a.out + ".npz", **arrays)
-    info = {"plans": []}
+    info = {"plans": [], "dtypes": {k: v.dtype.name for k, v in arrays.items()}}
+    # npz has no bfloat16: such arrays travel as their bits.
+    np.savez(a.out + ".npz", **{k: v.view(np.uint16) if v.dtype.name == "bfloat16" else v
+                                for k, v in arrays.items()})
     for plan in plans:
         d = {"name": plan.spec.name, "p": plan.P}
         if a.check:

@@ -44,8 +44,14 @@ def run_script(path, p, backend="cpu", check=0, like=None, replace=()):
             cmd += ["--replace", old, new]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-4000:]
-        arrays = dict(np.load(out + ".npz"))
         info = json.load(open(out + ".json"))
+        arrays = {}
+        for k, v in np.load(out + ".npz").items():
+            if info["dtypes"][k] == "bfloat16":
+                import ml_dtypes
+
+                v = v.view(ml_dtypes.bfloat16)
+            arrays[k] = v
     _cache[key] = (arrays, info)
     return arrays, info
 
