@@ -62,8 +62,12 @@ def main(argv=None):
 
     tpusim.config.backend = a.backend
     tpusim.config.schedule = a.schedule
-    _hook.ensure_devices(a.devices)
-    _hook.simulate_globally(a.chip)
+    try:
+        _hook.ensure_devices(a.devices)
+        _hook.simulate_globally(a.chip)
+    except tpusim.BadInput as e:
+        print(f"tpusim: {e}", file=sys.stderr)
+        return 2
     tool = {
         "run": None,
         "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed)) if a.cmd == "check" else None,

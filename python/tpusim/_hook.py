@@ -116,6 +116,10 @@ class _Round:
         self.error = None
 
 
+#: Plans by kernel, shapes, mesh and SMEM values (any lowering of the same call).
+_plans = {}
+
+
 class Meeting:
     """Where the P devices' callbacks of one lowered pallas_call meet, call after call."""
 
@@ -129,7 +133,6 @@ class Meeting:
         self.cond = threading.Condition()
         self.count = {}
         self.rounds = {}
-        self.plans = {}
 
     def _device(self, coords):
         d = 0
@@ -176,14 +179,14 @@ class Meeting:
 
         spec = self.spec
         keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
-        key = tuple(per_device[d][k].tobytes() for d in range(len(per_device)) for k in keys)
-        plan = self.plans.get(key)
+        key = (spec.key(), tuple(per_device[d][k].tobytes() for d in range(len(per_device)) for k in keys))
+        plan = _plans.get(key)
         if plan is None:
             smem = [{k: per_device[d][k] for k in keys} for d in range(len(per_device))]
             plan = Plan(spec, smem)
-            if len(self.plans) > 64:
-                self.plans.clear()
-            self.plans[key] = plan
+            if len(_plans) >= 64:
+                _plans.pop(next(iter(_plans)))
+            _plans[key] = plan
             _observe("planned", plan)
         return plan
 

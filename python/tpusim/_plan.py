@@ -77,6 +77,7 @@ class CallSpec:
         self.axes = [(str(k), int(v)) for k, v in axis_sizes.items()]
         self.axis_keys = list(axis_sizes.keys())
         self.site = _func_site(self.jaxpr)
+        self._key = None
         name = params.get("name")
         dbg = getattr(self.jaxpr, "debug_info", None)
         self.name = name or (getattr(dbg, "func_name", None) or "kernel")
@@ -102,6 +103,24 @@ class CallSpec:
         for i, bm in enumerate(self.gm.block_mappings[: self.num_inputs]):
             if space_of(bm.transformed_block_aval.memory_space) == "smem":
                 self.smem_inputs.append(self.num_index + i)
+
+    def key(self):
+        """What makes two lowerings of a pallas_call the same program: the kernel (its
+        equations and their lines), grid mapping, operands, mesh and compiler params."""
+        if self._key is None:
+            sites = []
+
+            def walk(jx):
+                for e in jx.eqns:
+                    sites.append(site_of(e.source_info))
+                    for sub in jax_core.jaxprs_in_params(e.params):
+                        walk(sub)
+
+            walk(self.jaxpr)
+            self._key = (str(self.jaxpr), tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
+                         tuple(sorted(self.aliases.items())), tuple(str(a) for a in self.out_avals), self.name,
+                         str(self.mesh))
+        return self._key
 
     def tpusim_mesh(self):
         axes = list(self.axes)
