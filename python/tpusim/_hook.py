@@ -162,7 +162,12 @@ class Meeting:
                     r.done.set()
         if leader:
             try:
-                r.result = _worker.submit(self._run, [r.args[i] for i in range(self.P)])
+                args = [r.args[i] for i in range(self.P)]
+                # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
+                if _backend() == "cpu":
+                    r.result = self._run(args)
+                else:
+                    r.result = _worker.submit(self._run, args)
             except BaseException as e:  # handed to every device
                 r.error = e
             r.done.set()

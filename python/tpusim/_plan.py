@@ -117,7 +117,11 @@ class CallSpec:
                         walk(sub)
 
             walk(self.jaxpr)
-            self._key = (str(self.jaxpr), tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
+            try:
+                text = str(self.jaxpr)
+            except Exception:  # JAX cannot print every jaxpr (a select_ref's): this one only
+                text = ("unprintable", id(self.jaxpr))
+            self._key = (text, tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
                          tuple(sorted(self.aliases.items())), tuple(str(a) for a in self.out_avals), self.name,
                          str(self.mesh))
         return self._key
