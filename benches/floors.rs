@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::exec::gpu::{GpuContext, GpuExecutor};
+use tpusim::exec::gpu::{ArenaMode, GpuContext, GpuExecutor};
 use tpusim::ir::DataOp;
 use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
@@ -119,7 +119,9 @@ fn copy_seconds(ctx: &GpuContext, reps: u32) -> f64 {
 }
 
 fn main() {
-    let gpu = GpuExecutor::from_env().expect("a GPU adapter");
+    let mut gpu = GpuExecutor::from_env().expect("a GPU adapter");
+    // The floors are of the per-op recording.
+    gpu.set_arena(ArenaMode::Off);
     let ctx = gpu.context().clone();
     println!("# adapter: {}", ctx.describe());
     let small = dispatch_seconds(&ctx, 1024, 400);
@@ -154,7 +156,7 @@ fn main() {
             .and_then(|k| k.lower(&mesh))
             .expect("lower");
         let sched = schedule(&program, &mut Eager::default()).expect("schedule");
-        let run = gpu.prepare(&program, &sched).expect("prepare");
+        let run = gpu.prepare_run(&program, &sched).expect("prepare");
         let elems: usize = sched
             .ops
             .iter()

@@ -6,7 +6,7 @@
 use std::time::Instant;
 use tpusim::bench::{header, line, sweep, BenchConfig};
 use tpusim::collectives;
-use tpusim::exec::gpu::{ArenaMode, ArenaRun, GpuExecutor};
+use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
 use tpusim::exec::Executor;
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job};
@@ -25,7 +25,7 @@ fn small(gpu: &GpuExecutor, name: &str, shape: &[usize], iters: usize) -> (f64, 
         .and_then(|k| k.lower(&mesh))
         .expect("lower");
     let sched = schedule(&program, &mut Eager::default()).expect("schedule");
-    let run = gpu.prepare(&program, &sched).expect("prepare");
+    let run = gpu.prepare_run(&program, &sched).expect("prepare");
     run.upload(&random_inputs(&program, 1).unwrap())
         .expect("upload");
     run.run(5).expect("warm up");
@@ -52,6 +52,8 @@ fn main() {
         "{:<20} {:<9} {:>10} {:>18} {:>19}",
         "collective", "batching", "dispatches", "amortized ms/iter", "end-to-end ms/iter"
     );
+    // Batching is a per-op matter.
+    gpu.set_arena(ArenaMode::Off);
     for name in [
         "psum",
         "psum_scatter",
@@ -101,15 +103,18 @@ fn main() {
         let inputs = random_inputs(&program, 1).unwrap();
         let mut time = |mode: ArenaMode| {
             gpu.set_arena(mode);
-            let mut run = Executor::prepare(&gpu, &program, &sched).expect("prepare");
+            let run = gpu.prepare_run(&program, &sched).expect("prepare");
             run.upload(&inputs).expect("upload");
             run.run(2).expect("warm up");
-            run.run(10).expect("run").as_secs_f64() / 10.0 * 1e3
+            let ms = run.run(10).expect("run").as_secs_f64() / 10.0 * 1e3;
+            (
+                ms,
+                (run.lowering() == Lowering::Arena).then_some(run.dispatches()),
+            )
         };
-        let (per_op, prog) = (time(ArenaMode::Off), time(ArenaMode::UpTo(u64::MAX)));
-        let dispatches = ArenaRun::prepare(&gpu, &program, &sched)
-            .expect("prepare")
-            .map_or(0, |r| r.dispatches());
+        let ((per_op, _), (prog, program_dispatches)) =
+            (time(ArenaMode::Off), time(ArenaMode::UpTo(u64::MAX)));
+        let dispatches = program_dispatches.unwrap_or(0);
         println!(
             "{:<20} {:>5} {:>10} {:>10.3} {:>10.3} {:>10}",
             name,

@@ -3,7 +3,9 @@ use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 fn main() {
-    let gpu = tpusim::exec::gpu::GpuExecutor::from_env().unwrap();
+    let mut gpu = tpusim::exec::gpu::GpuExecutor::from_env().unwrap();
+    // The cost of one op of the per-op recording.
+    gpu.set_arena(tpusim::exec::gpu::ArenaMode::Off);
     let mesh = Mesh::new(1, "x").unwrap();
     for (name, kind) in [("copies", 0), ("accumulates", 1), ("clears", 2)] {
         let spec = GridSpec::new()
@@ -21,7 +23,7 @@ fn main() {
         });
         let p = call.lower(&mesh).unwrap();
         let s = schedule(&p, &mut Eager::default()).unwrap();
-        let run = gpu.prepare(&p, &s).unwrap();
+        let run = gpu.prepare_run(&p, &s).unwrap();
         run.run(2).unwrap();
         let t = Instant::now();
         run.run(10).unwrap();

@@ -1,20 +1,12 @@
 // Up to four independent accumulates in one dispatch: item k (the dispatch's y index)
 // does dst_k[dst_off + i] = OP(dst_k[..], src_k[src_off + i]) for i < n. Batching small
 // accumulates of one phase saves the per-dispatch cost, which dominates at small sizes.
-// OP (0 sum, 1 max, 2 min) and DTYPE (0 f32, 1 i32) are pipeline-overridable constants.
 
-override OP: u32 = 0u;
-override DTYPE: u32 = 0u;
+override OP: u32 = REDUCE_SUM;
+override DTYPE: u32 = DTYPE_F32;
 
-struct Item {
-    src_off: u32,
-    dst_off: u32,
-    n: u32,
-    pad: u32,
-}
-
-struct Params {
-    items: array<Item, 4>,
+struct Batch {
+    items: array<Params, 4>,
 }
 
 @group(0) @binding(0) var<storage, read> src0: array<u32>;
@@ -25,39 +17,20 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> dst1: array<u32>;
 @group(0) @binding(6) var<storage, read_write> dst2: array<u32>;
 @group(0) @binding(7) var<storage, read_write> dst3: array<u32>;
-@group(0) @binding(8) var<uniform> params: Params;
+@group(0) @binding(8) var<uniform> batch: Batch;
 
 fn combine(a: u32, b: u32) -> u32 {
-    if (DTYPE == 1u) {
-        let x = bitcast<i32>(a);
-        let y = bitcast<i32>(b);
-        if (OP == 1u) {
-            return bitcast<u32>(max(x, y));
-        }
-        if (OP == 2u) {
-            return bitcast<u32>(min(x, y));
-        }
-        return bitcast<u32>(x + y);
-    }
-    let x = bitcast<f32>(a);
-    let y = bitcast<f32>(b);
-    if (OP == 1u) {
-        return bitcast<u32>(max(x, y));
-    }
-    if (OP == 2u) {
-        return bitcast<u32>(min(x, y));
-    }
-    return bitcast<u32>(x + y);
+    return combine_word(OP, DTYPE, a, b);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WORKGROUP)
 fn main(
     @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
-    let item = params.items[wid.y];
-    let stride = nwg.x * 256u;
+    let item = batch.items[wid.y];
+    let stride = grid_stride(nwg);
     for (var i = gid.x; i < item.n; i = i + stride) {
         let s = item.src_off + i;
         let d = item.dst_off + i;

@@ -1,21 +1,14 @@
 // Ops on 16-bit elements (f16, bf16) packed two per u32 word, element 2k in the low
 // half of word k. One invocation owns one destination word, so an op that starts or
 // ends mid-word keeps the other half intact and no two invocations write one word.
-// MODE: 0 copy, 1 fill (params.value), 2 accumulate (OP 0 sum, 1 max, 2 min).
-// DTYPE: 2 f16, 3 bf16. Offsets and n count halves from the start of each binding.
+// MODE: HALVES_COPY, HALVES_FILL (params.value) or HALVES_ACCUMULATE (OP).
+// DTYPE: DTYPE_F16 or DTYPE_BF16. Offsets and n count halves from each binding's start.
 // Rounding is to nearest even after every accumulate, bit for bit as the CPU executor
 // (the `half` crate) does it; no step relies on f32 subnormals, which a GPU may flush.
 
-override MODE: u32 = 0u;
-override OP: u32 = 0u;
-override DTYPE: u32 = 2u;
-
-struct Params {
-    src_off: u32,
-    dst_off: u32,
-    n: u32,
-    value: u32,
-}
+override MODE: u32 = HALVES_COPY;
+override OP: u32 = REDUCE_SUM;
+override DTYPE: u32 = DTYPE_F16;
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
@@ -131,19 +124,19 @@ fn order16(h: u32) -> i32 {
 }
 
 fn combine(a: u32, b: u32) -> u32 {
-    if (OP == 1u) {
+    if (OP == REDUCE_MAX) {
         return select(a, b, order16(b) > order16(a));
     }
-    if (OP == 2u) {
+    if (OP == REDUCE_MIN) {
         return select(a, b, order16(b) < order16(a));
     }
-    if (DTYPE == 3u) {
+    if (DTYPE == DTYPE_BF16) {
         return bf16_sum(a, b);
     }
     return f32_to_f16(f16_to_f32(a) + f16_to_f32(b));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WORKGROUP)
 fn main(
     @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -152,7 +145,7 @@ fn main(
     let hi = params.dst_off + params.n;
     let first = lo >> 1u;
     let words = ((hi + 1u) >> 1u) - first;
-    let stride = nwg.x * 256u;
+    let stride = grid_stride(nwg);
     for (var k = gid.x; k < words; k = k + stride) {
         let w = first + k;
         var word = dst[w];
@@ -162,9 +155,9 @@ fn main(
                 let shift = h * 16u;
                 let old = (word >> shift) & 0xffffu;
                 var v = params.value & 0xffffu;
-                if (MODE == 0u) {
+                if (MODE == HALVES_COPY) {
                     v = src_half(params.src_off + pos - lo);
-                } else if (MODE == 2u) {
+                } else if (MODE == HALVES_ACCUMULATE) {
                     v = combine(old, src_half(params.src_off + pos - lo));
                 }
                 word = (word & ~(0xffffu << shift)) | (v << shift);

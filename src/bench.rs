@@ -123,7 +123,8 @@ impl Rates {
                 let b = o.bytes(&allocs) as f64;
                 b / match o {
                     DataOp::Copy { .. } => self.copy,
-                    DataOp::Accumulate { .. } => self.accumulate,
+                    // Compute ops are at least an accumulate's work per element written.
+                    DataOp::Accumulate { .. } | DataOp::Compute(_) => self.accumulate,
                     DataOp::Fill { .. } => self.fill,
                 }
             })

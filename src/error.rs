@@ -122,6 +122,60 @@ pub enum ExitProblem {
     },
 }
 
+/// What kind of GPU failure an [`Error::Gpu`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GpuErrorKind {
+    /// wgpu refused a command or a resource (a bug in tpusim's GPU recording).
+    Validation,
+    /// The adapter could not allocate the memory asked for.
+    OutOfMemory,
+    /// Mapping or reading a result buffer back to the host failed.
+    Readback,
+    /// The device was lost (driver reset, removal) or stopped answering.
+    Lost,
+}
+
+/// A failed GPU operation: its kind and wgpu's own message, with what was being done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuError {
+    /// The kind of failure.
+    pub kind: GpuErrorKind,
+    /// What was being done and what wgpu said.
+    pub message: String,
+}
+
+impl GpuError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: GpuErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.message;
+        match self.kind {
+            GpuErrorKind::Validation => write!(f, "wgpu rejected a command (a tpusim bug): {m}"),
+            GpuErrorKind::OutOfMemory => write!(f, "the GPU ran out of memory: {m}"),
+            GpuErrorKind::Readback => write!(f, "reading results back from the GPU failed: {m}"),
+            GpuErrorKind::Lost => write!(f, "the GPU device was lost: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+impl From<GpuError> for Error {
+    fn from(e: GpuError) -> Self {
+        Error::Gpu(e)
+    }
+}
+
 /// Every error tpusim reports.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -131,7 +185,7 @@ pub enum Error {
     /// No GPU adapter could be found or opened.
     NoAdapter(String),
     /// A GPU operation failed.
-    Gpu(String),
+    Gpu(GpuError),
     /// A request larger than the adapter, a cost model or the host allows.
     Limit {
         /// What was requested.
@@ -175,7 +229,7 @@ impl fmt::Display for Error {
         match self {
             Error::BadInput(m) => write!(f, "bad input: {m}"),
             Error::NoAdapter(m) => write!(f, "no GPU adapter: {m}"),
-            Error::Gpu(m) => write!(f, "GPU error: {m}"),
+            Error::Gpu(e) => write!(f, "GPU error: {e}"),
             Error::Limit {
                 what,
                 requested,

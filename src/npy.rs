@@ -84,7 +84,6 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
         }
     };
     let shape = checked_shape(npy.shape(), data.len(), dtype, name)?;
-    let shape = if shape.is_empty() { vec![1] } else { shape };
     let corrupt =
         |e: std::io::Error| Error::bad_input(format!("{name}: cannot decode its data: {e}"));
     match dtype {

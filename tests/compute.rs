@@ -164,7 +164,7 @@ fn vec4_and_scalar_accumulates_agree_with_the_reference() {
 #[test]
 fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
     use tpusim::collectives;
-    use tpusim::exec::gpu::GpuExecutor;
+    use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
     use tpusim::run::random_inputs;
     use tpusim::sched::{schedule, Eager};
     let mesh = Mesh::new(4, "x").unwrap();
@@ -194,7 +194,9 @@ fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
         for batching in [false, true] {
             let mut gpu = GpuExecutor::new(ctx.clone());
             gpu.set_batching(batching);
-            let run = gpu.prepare(&program, &sched).unwrap();
+            gpu.set_arena(ArenaMode::Off);
+            let run = gpu.prepare_run(&program, &sched).unwrap();
+            assert_eq!(run.lowering(), Lowering::PerOp);
             run.upload(&inputs).unwrap();
             run.run(2).unwrap();
             counts.push(run.dispatches());

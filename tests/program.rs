@@ -5,16 +5,23 @@ mod common;
 
 use tpusim::collectives::{self, Registry};
 use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::ArenaRun;
-use tpusim::exec::{Executor, Prepared};
+use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
+use tpusim::exec::Executor;
 use tpusim::kernel::ReduceOp;
 use tpusim::run::random_inputs;
 use tpusim::{DType, Mesh};
 
+/// An executor on the shared device that runs every schedule it can as a program.
+fn program_executor() -> GpuExecutor {
+    let mut gpu = GpuExecutor::new(common::gpu().context().clone());
+    gpu.set_arena(ArenaMode::UpTo(u64::MAX));
+    gpu
+}
+
 #[test]
 fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
     let reg = Registry::builtin();
-    let gpu = common::gpu();
+    let gpu = program_executor();
     for c in reg.iter() {
         for p in [1usize, 3, 4, 8] {
             for dtype in [DType::F32, DType::I32] {
@@ -27,9 +34,12 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
                     let want = CpuExecutor::new()
                         .execute(&program, &sched, &inputs)
                         .unwrap();
-                    let mut run = ArenaRun::prepare(&gpu, &program, &sched)
-                        .unwrap()
-                        .expect("small schedules fit one arena");
+                    let run = gpu.prepare_run(&program, &sched).unwrap();
+                    assert_eq!(
+                        run.lowering(),
+                        Lowering::Arena,
+                        "small schedules fit one arena"
+                    );
                     run.upload(&inputs).unwrap();
                     run.run(1).unwrap();
                     let got = run.read_outputs().unwrap();
@@ -62,7 +72,8 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
         let want = CpuExecutor::new()
             .execute(&program, &sched, &inputs)
             .unwrap();
-        let mut run = ArenaRun::prepare(&gpu, &program, &sched).unwrap().unwrap();
+        let run = gpu.prepare_run(&program, &sched).unwrap();
+        assert_eq!(run.lowering(), Lowering::Arena);
         run.upload(&inputs).unwrap();
         run.run(1).unwrap();
         assert!(run.read_outputs().unwrap() == want);
@@ -72,7 +83,7 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
 #[test]
 fn repeated_runs_of_a_program_repeat_the_result() {
     let reg = Registry::builtin();
-    let gpu = common::gpu();
+    let gpu = program_executor();
     let mesh = Mesh::new(5, "x").unwrap();
     let c = reg.by_name("ring_allreduce_push").unwrap();
     let call = c.call(&mesh, &c.default_shape(5), DType::I32).unwrap();
@@ -86,7 +97,8 @@ fn repeated_runs_of_a_program_repeat_the_result() {
     // Each iteration recomputes the all-reduce from the inputs.
     let reduced = c.reference(&inputs).unwrap();
     assert!(want.iter().zip(&reduced).all(|(w, r)| w[0] == r[0]));
-    let mut run = ArenaRun::prepare(&gpu, &program, &sched).unwrap().unwrap();
+    let run = gpu.prepare_run(&program, &sched).unwrap();
+    assert_eq!(run.lowering(), Lowering::Arena);
     run.upload(&inputs).unwrap();
     run.run(3).unwrap();
     assert!(

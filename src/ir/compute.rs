@@ -236,6 +236,81 @@ pub struct Compute {
     pub srcs: Vec<Operand>,
     /// Destination.
     pub dst: Operand,
+    /// The runs of elements it reads (a slice reads its window only).
+    reads: Vec<View>,
+    /// The runs of elements it writes (an update in place writes its window only).
+    writes: Vec<View>,
+}
+
+/// Most runs an access is split into before it is taken whole (a strided window of
+/// millions of elements would otherwise cost a view each).
+const MAX_RUNS: usize = 4096;
+
+/// The runs of `view` (a dense array of `shape`) that a window of `window` elements
+/// from `start` by `strides` covers, merged where contiguous; the whole view when
+/// there would be more than [`MAX_RUNS`].
+fn window_runs(
+    view: View,
+    shape: &[usize],
+    start: &[usize],
+    window: &[usize],
+    strides: &[usize],
+) -> Vec<View> {
+    let r = shape.len();
+    if r == 0 || window.contains(&0) {
+        return if window.contains(&0) {
+            vec![]
+        } else {
+            vec![view]
+        };
+    }
+    let mut st = vec![1usize; r];
+    for i in (0..r - 1).rev() {
+        st[i] = st[i + 1] * shape[i + 1];
+    }
+    // The innermost dimension is one run when its stride is 1, else single elements.
+    let inner = if strides[r - 1] == 1 {
+        window[r - 1]
+    } else {
+        1
+    };
+    let outer: usize = window[..r - 1].iter().product::<usize>()
+        * if strides[r - 1] == 1 {
+            1
+        } else {
+            window[r - 1]
+        };
+    if outer > MAX_RUNS {
+        return vec![view];
+    }
+    let mut runs: Vec<View> = Vec::with_capacity(outer);
+    let mut idx = vec![0usize; r];
+    let last = if strides[r - 1] == 1 { r - 1 } else { r };
+    loop {
+        let at: usize = (0..r)
+            .map(|k| (start[k] + idx[k] * strides[k]) * st[k])
+            .sum();
+        let off = view.offset() + at;
+        match runs.last_mut() {
+            Some(v) if v.offset() + v.len() == off => {
+                *v = View::new(v.device(), v.alloc(), v.offset(), v.len() + inner);
+            }
+            _ => runs.push(View::new(view.device(), view.alloc(), off, inner)),
+        }
+        // Next index over the dims that are not inside a run.
+        let mut k = last;
+        loop {
+            if k == 0 {
+                return runs;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < window[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
 }
 
 /// Element counts and arithmetic of one op, for the cost model and rooflines.
@@ -269,9 +344,57 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 impl Compute {
     /// The op, or a message saying which rule it breaks.
     pub fn new(kind: ComputeKind, srcs: Vec<Operand>, dst: Operand) -> Result<Self, String> {
-        let op = Compute { kind, srcs, dst };
+        let mut op = Compute {
+            kind,
+            srcs,
+            dst,
+            reads: Vec::new(),
+            writes: Vec::new(),
+        };
         op.check()?;
+        op.reads = op.srcs.iter().map(|o| o.view).collect();
+        op.writes = vec![op.dst.view];
+        match &op.kind {
+            ComputeKind::Slice { start, strides } => {
+                let s = &op.srcs[0];
+                op.reads = window_runs(s.view, &s.shape, start, &op.dst.shape, strides);
+            }
+            // In place: the window is written, the rest stays.
+            ComputeKind::UpdateSlice { start } if op.srcs[0].view == op.dst.view => {
+                let d = &op.dst;
+                let ones = vec![1; d.shape.len()];
+                op.writes = window_runs(d.view, &d.shape, start, &op.srcs[1].shape, &ones);
+                op.reads = vec![op.srcs[1].view];
+            }
+            _ => {}
+        }
         Ok(op)
+    }
+
+    /// The runs of elements the op reads.
+    pub fn reads(&self) -> &[View] {
+        &self.reads
+    }
+
+    /// The runs of elements the op writes.
+    pub fn writes(&self) -> &[View] {
+        &self.writes
+    }
+
+    /// The same op on other devices: every view moved by `device`.
+    pub fn on_devices(&self, device: impl Fn(usize) -> usize) -> Self {
+        let mv = |v: &View| v.on_device(device(v.device()));
+        let operand = |o: &Operand| Operand {
+            view: mv(&o.view),
+            ..o.clone()
+        };
+        Compute {
+            kind: self.kind.clone(),
+            srcs: self.srcs.iter().map(operand).collect(),
+            dst: operand(&self.dst),
+            reads: self.reads.iter().map(mv).collect(),
+            writes: self.writes.iter().map(mv).collect(),
+        }
     }
 
     fn arity(&self) -> Option<usize> {

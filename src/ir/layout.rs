@@ -27,7 +27,25 @@ pub struct Allocation {
     pub shape: Vec<usize>,
 }
 
+/// How the allocations that hold a kernel's values are named: `values (f32)`.
+pub const VALUES: &str = "values";
+
 impl Allocation {
+    /// The allocation that holds a trace's values of `dtype`.
+    pub fn values(dtype: DType, elems: usize) -> Self {
+        Allocation {
+            name: format!("{VALUES} ({dtype})"),
+            space: MemorySpace::Vmem,
+            dtype,
+            shape: vec![elems],
+        }
+    }
+
+    /// True for an allocation of values (temporaries, not a buffer of the kernel's).
+    pub fn holds_values(&self) -> bool {
+        self.name.starts_with(VALUES) && self.name.ends_with(')') && self.space == MemorySpace::Vmem
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()

@@ -20,7 +20,7 @@ mod view;
 pub use compute::{
     dot_shape, Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction, Unary, Work,
 };
-pub use data::{DataOp, ReduceOp};
+pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
 pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
 pub use op::{Cmp, Op, OpKind, WaitKind};

@@ -53,20 +53,17 @@ impl Schedule {
         }
     }
 
-    /// Bytes the schedule moves per run, in plain-copy equivalents: a copy of B bytes
-    /// reads and writes B (counts B), an accumulate reads 2B and writes B (1.5B), a fill
-    /// writes B (0.5B). Dividing by time gives a rate comparable to copy bandwidth.
+    /// Bytes the schedule moves per run, in plain-copy equivalents: half of what every
+    /// op reads and writes (a copy of B bytes counts B, an accumulate 1.5B, a fill
+    /// 0.5B). Dividing by time gives a rate comparable to copy bandwidth.
     pub fn copy_equivalent_bytes(&self, program: &Program) -> f64 {
         let allocs = self.allocations(program);
         self.ops
             .iter()
             .map(|o| {
-                let b = o.bytes(&allocs) as f64;
-                match o {
-                    DataOp::Copy { .. } => b,
-                    DataOp::Accumulate { .. } => 1.5 * b,
-                    DataOp::Fill { .. } => 0.5 * b,
-                }
+                let w = o.work();
+                let e = o.elem_bytes(&allocs) as f64;
+                0.5 * (w.read_elems + w.write_elems) as f64 * e
             })
             .sum()
     }

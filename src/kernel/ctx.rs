@@ -36,6 +36,8 @@ pub struct Ctx<'a> {
     /// The source line calls are attributed to, when a front end set one.
     pub(crate) source: Cell<Option<SourceLoc>>,
     pub(crate) rec: RefCell<Recording>,
+    /// Where values live (shared by every device and grid point of the trace).
+    pub(crate) temps: &'a RefCell<super::values::Temps>,
 }
 
 /// How deeply `run_scoped` semaphore scopes may nest.

@@ -3,6 +3,7 @@
 use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
+use super::values::Temps;
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
     grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
@@ -30,6 +31,8 @@ pub(crate) struct Frame {
     pub(crate) inputs: Vec<usize>,
     /// Output allocations.
     pub(crate) outputs: Vec<usize>,
+    /// The values' temporaries, numbered after the kernel's own allocations.
+    pub(crate) temps: RefCell<Temps>,
 }
 
 /// How many distinct kernel mistakes one trace collects before it stops.
@@ -205,6 +208,7 @@ impl PallasCall {
         }));
         let args = Args::new(args, names);
         Ok(Frame {
+            temps: RefCell::new(Temps::new(layout.allocs.len())),
             layout,
             args,
             barrier,
@@ -244,7 +248,10 @@ impl PallasCall {
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
             rec: RefCell::new(rec),
+            temps: &frame.temps,
         };
+        // Values live within one grid point.
+        frame.temps.borrow_mut().reset();
         let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));
         let rec = ctx.rec.into_inner();
         let panic = run.err().map(|panic| {
@@ -321,13 +328,17 @@ impl PallasCall {
             ops.push(dev_ops);
         }
         let Frame {
-            layout,
+            mut layout,
             prologue_pairs,
             epilogue_pairs,
             inputs,
             outputs,
+            temps,
             ..
         } = frame;
+        for (dtype, elems) in temps.into_inner().allocations() {
+            layout.allocs.push(Allocation::values(dtype, elems));
+        }
 
         let whole = |a: usize, device| View::new(device, a, 0, layout.allocs[a].numel());
         let copies = |pairs: &[(usize, usize)]| {

@@ -9,6 +9,7 @@ mod lower;
 mod pull;
 mod refs;
 mod spec;
+mod values;
 
 pub use crate::error::KernelErrorKind;
 pub use crate::ir::{MemorySpace, ReduceOp, SemKind, SourceLoc};
@@ -16,3 +17,4 @@ pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};
 pub use spec::{Arg, ArgKey, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};
+pub use values::Value;

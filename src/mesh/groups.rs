@@ -59,27 +59,7 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
         let site_map = |d: u32| map(d as usize) as u32;
         let view = |v: View| v.on_device(map(v.device()));
         let sem = |s: SemRef| SemRef::new(map(s.device()), s.sem());
-        let data = |op: &DataOp| match *op {
-            DataOp::Copy { src, dst } => DataOp::Copy {
-                src: view(src),
-                dst: view(dst),
-            },
-            DataOp::Fill { dst, bits } => DataOp::Fill {
-                dst: view(dst),
-                bits,
-            },
-            DataOp::Accumulate {
-                dst,
-                src,
-                op,
-                dtype,
-            } => DataOp::Accumulate {
-                dst: view(dst),
-                src: view(src),
-                op,
-                dtype,
-            },
-        };
+        let data = |op: &DataOp| op.on_devices(map);
         let base = dmas.len();
         for m in &program.dmas {
             let mut origin = m.origin;

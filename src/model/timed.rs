@@ -374,14 +374,12 @@ impl<'p> Clock<'p> {
             }
             OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
-                let dur = match **c {
+                let dur = match &**c {
                     DataOp::Copy { src, dst } if src.device() != dst.device() => {
                         // A seed-003 pull: over the link, plus its latency.
                         c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw + self.m.link_latency
                     }
-                    DataOp::Copy { dst, .. }
-                    | DataOp::Fill { dst, .. }
-                    | DataOp::Accumulate { dst, .. } => dst.len() as f64 / self.m.vector_rate,
+                    op => op.work().vector_ops as f64 / self.m.vector_rate,
                 };
                 end = t + dur;
                 self.events.push(TimedEvent::Compute {

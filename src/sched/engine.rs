@@ -345,8 +345,8 @@ impl<'p> Engine<'p> {
         if !f.send && !f.recv {
             self.in_flight.remove(at);
         }
-        if let (Some(op), true) = (moved, self.record) {
-            out.ops.push(op);
+        if let (Some(op), true) = (&moved, self.record) {
+            out.ops.push(op.clone());
         }
         if let Some(s) = dma.credits(side) {
             self.credit(s, dma.bytes, Credit::Dma { id, side }, obs);
@@ -408,7 +408,7 @@ impl<'p> Engine<'p> {
             }
             OpKind::Compute(c) => {
                 if self.record {
-                    out.ops.push(**c);
+                    out.ops.push((**c).clone());
                 }
                 obs.data(d, c, Some(&op.site));
             }

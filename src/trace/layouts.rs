@@ -25,7 +25,7 @@ pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
     let shard_elems = shard.iter().product::<usize>().max(1);
     let mut unit = shard_elems;
     for a in allocs {
-        if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) {
+        if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) || a.holds_values() {
             continue;
         }
         if a.shape.len() > shard.len() && a.shape[0] > 0 {

@@ -11,6 +11,9 @@ pub type Term = (u32, u32);
 /// Marks a term that is a constant fill (its second field holds the bits).
 pub const CONST: u32 = u32::MAX;
 
+/// The second term of a computed element (a compute op's result): no input contribution.
+const COMPUTED: u32 = u32::MAX;
+
 /// One element's symbolic value: `None` never written, `Some(vec![])` zero.
 pub type Sym = Option<Vec<Term>>;
 
@@ -136,6 +139,14 @@ impl<'p> Symbolic<'p> {
                         (Some(terms), Some(more)) => terms.extend(more),
                         (None, add) => *e = add,
                         (Some(_), None) => {}
+                    }
+                }
+            }
+            // Computed values are not sums of inputs: the table shows them as mixed.
+            DataOp::Compute(c) => {
+                for w in c.writes() {
+                    for e in self.region(w) {
+                        *e = Some(vec![(CONST, COMPUTED)]);
                     }
                 }
             }

@@ -402,11 +402,12 @@ fn data_accesses(
     site: Option<OpSite>,
     sink: &mut dyn Sink,
 ) {
-    let (reads, writes) = op.reads_writes();
-    if let Some(v) = reads {
+    for v in op.reads() {
         sink.access(agent, &v, false, clock, site);
     }
-    sink.access(agent, &writes, true, clock, site);
+    for v in op.writes() {
+        sink.access(agent, &v, true, clock, site);
+    }
 }
 
 /// The op the event at `at` of `log` ran, for a device's op.

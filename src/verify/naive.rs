@@ -102,11 +102,12 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
                 match &p.ops[d][index as usize].kind {
                     OpKind::Compute(c) => {
                         dev[d][d] += 1;
-                        let (r, w) = c.reads_writes();
-                        if let Some(r) = r {
+                        for r in c.reads() {
                             s.access(Agent::Device(d), r, false, &dev[d]);
                         }
-                        s.access(Agent::Device(d), w, true, &dev[d]);
+                        for w in c.writes() {
+                            s.access(Agent::Device(d), w, true, &dev[d]);
+                        }
                     }
                     OpKind::Mark(_) => {}
                     OpKind::DmaStart(k) => {

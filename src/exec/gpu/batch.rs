@@ -27,20 +27,13 @@ pub enum Step {
     Batch(Vec<usize>),
 }
 
-fn views(op: &DataOp) -> (Vec<View>, Vec<View>) {
-    match op {
-        DataOp::Copy { src, dst } => (vec![*src], vec![*dst]),
-        DataOp::Fill { dst, .. } => (vec![], vec![*dst]),
-        DataOp::Accumulate { dst, src, .. } => (vec![*src, *dst], vec![*dst]),
-    }
-}
-
 /// True when `a` and `b` touch overlapping bytes and at least one of them writes them.
 pub fn conflict(a: &DataOp, b: &DataOp) -> bool {
-    let (ra, wa) = views(a);
-    let (rb, wb) = views(b);
-    let hits = |w: &[View], o: &[View]| w.iter().any(|x| o.iter().any(|y| x.overlaps(y)));
-    hits(&wa, &rb) || hits(&wa, &wb) || hits(&wb, &ra)
+    let hits = |w: &DataOp, o: &DataOp| {
+        w.writes()
+            .any(|x| o.reads().chain(o.writes()).any(|y| x.overlaps(&y)))
+    };
+    hits(a, b) || hits(b, a)
 }
 
 fn buffer(v: &View) -> (usize, usize) {

@@ -1,19 +1,24 @@
-//! The wgpu executor and its parts: adapter setup, pipelines, binding windows.
+//! The wgpu executor and its parts. A schedule is lowered (per op, or as one arena
+//! program) into a [`Recording`] of plain data; one engine realizes it on the device.
 
-mod arena;
 mod bandwidth;
 pub mod batch;
-mod context;
+mod codes;
+pub mod commands;
+mod device;
+mod engine;
 mod executor;
+mod levels;
+mod limits;
+mod lower_arena;
+mod lower_ops;
 mod pipelines;
-mod pool;
-pub mod program;
-mod recorder;
 pub mod select;
+pub mod shaders;
 pub mod windows;
 
-pub use arena::ArenaRun;
-pub use context::{adapters_report, GpuContext};
-pub use executor::{ArenaMode, GpuExecutor, GpuRun};
-pub use pipelines::{Params, SHADERS};
-pub use pool::BufferPool;
+pub use commands::{Lowering, Recording};
+pub use device::{adapters_report, BufferPool, GpuContext};
+pub use engine::GpuRun;
+pub use executor::{ArenaMode, GpuExecutor};
+pub use shaders::SHADERS;

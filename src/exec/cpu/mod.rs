@@ -1,0 +1,226 @@
+//! The CPU executor: every allocation is a host vector; the oracle for tests. Compute
+//! ops run in [`compute`].
+
+pub mod compute;
+
+use super::{check_inputs, host_words, Executor, Prepared};
+use crate::array::{DType, HostArray};
+use crate::error::Result;
+use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
+use std::time::{Duration, Instant};
+
+/// Runs schedules in host memory.
+#[derive(Debug, Default)]
+pub struct CpuExecutor;
+
+impl CpuExecutor {
+    /// A new CPU executor.
+    pub fn new() -> Self {
+        CpuExecutor
+    }
+}
+
+/// Host memory: one word vector per (device, allocation), in the order of
+/// [`ir::Memory::index`].
+struct Memory {
+    table: ir::Memory,
+    bufs: Vec<Vec<u32>>,
+}
+
+impl Memory {
+    fn index(&self, v: &View) -> usize {
+        self.table.index(v)
+    }
+
+    fn words(&self, v: &View) -> &[u32] {
+        &self.bufs[self.index(v)][v.offset()..v.offset() + v.len()]
+    }
+
+    /// Runs compute op `c`: its sources are read whole before its destination is
+    /// written (they may share a buffer with it).
+    fn compute(&mut self, c: &Compute) {
+        let out = {
+            let srcs: Vec<&[u32]> = c.srcs.iter().map(|o| self.words(&o.view)).collect();
+            compute::compute(c, &srcs)
+        };
+        let d = &c.dst.view;
+        let i = self.index(d);
+        self.bufs[i][d.offset()..d.offset() + d.len()].copy_from_slice(&out);
+    }
+
+    /// Mutable destination and shared source, which may be the same buffer.
+    fn with_pair(&mut self, dst: &View, src: &View, f: impl FnOnce(&mut [u32], &[u32])) {
+        let (di, si) = (self.index(dst), self.index(src));
+        let (dr, sr) = (
+            dst.offset()..dst.offset() + dst.len(),
+            src.offset()..src.offset() + src.len(),
+        );
+        if di == si {
+            let tmp = self.bufs[si][sr].to_vec();
+            f(&mut self.bufs[di][dr], &tmp);
+        } else if di < si {
+            let (a, b) = self.bufs.split_at_mut(si);
+            f(&mut a[di][dr], &b[0][sr]);
+        } else {
+            let (a, b) = self.bufs.split_at_mut(di);
+            f(&mut b[0][dr], &a[si][sr]);
+        }
+    }
+}
+
+/// Applies one accumulate element-wise on 32-bit words.
+pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType) {
+    match dtype {
+        DType::F32 => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                let (a, b) = (f32::from_bits(*d), f32::from_bits(*s));
+                *d = match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                }
+                .to_bits();
+            }
+        }
+        DType::I32 => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                let (a, b) = (*d as i32, *s as i32);
+                *d = match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                } as u32;
+            }
+        }
+        DType::F16 => accumulate_halves(dst, src, op, |a, b| {
+            let (a, b) = (half::f16::from_bits(a), half::f16::from_bits(b));
+            half::f16::from_f32(a.to_f32() + b.to_f32()).to_bits()
+        }),
+        DType::BF16 => accumulate_halves(dst, src, op, |a, b| {
+            let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
+            half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
+        }),
+        // Accumulates are traced for the collectives' dtypes only.
+        DType::I8 | DType::U8 | DType::Bool => {
+            unreachable!("an accumulate in {dtype}: the kernel API refuses it")
+        }
+    }
+}
+
+/// A 16-bit float accumulate: `sum` adds in f32 and rounds to nearest even (correctly
+/// rounded for both formats: f32 carries more than twice their significand plus two bits,
+/// so rounding twice equals rounding once); max and min by [`order16`].
+fn accumulate_halves(dst: &mut [u32], src: &[u32], op: ReduceOp, sum: impl Fn(u16, u16) -> u16) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        let (a, b) = (*d as u16, *s as u16);
+        *d = match op {
+            ReduceOp::Sum => sum(a, b),
+            ReduceOp::Max if order16(b) > order16(a) => b,
+            ReduceOp::Min if order16(b) < order16(a) => b,
+            ReduceOp::Max | ReduceOp::Min => a,
+        } as u32;
+    }
+}
+
+/// The order max and min use for 16-bit floats (the shaders use the same): the value's
+/// order for numbers and infinities, -0 equal to +0 (the destination is kept on ties),
+/// NaNs above +inf (or below -inf when negative) by their bits.
+pub fn order16(bits: u16) -> i32 {
+    let magnitude = (bits & 0x7fff) as i32;
+    if bits & 0x8000 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// A schedule prepared in host memory.
+struct CpuRun<'a> {
+    program: &'a Program,
+    schedule: &'a Schedule,
+    mem: Memory,
+}
+
+impl Executor for CpuExecutor {
+    fn describe(&self) -> String {
+        "cpu".into()
+    }
+
+    fn prepare<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        let table = schedule.memory(program);
+        let mem = Memory {
+            bufs: table
+                .iter()
+                .map(|(_, a)| host_words(a.numel(), &format!("`{}`", a.name)))
+                .collect::<Result<_>>()?,
+            table,
+        };
+        Ok(Box::new(CpuRun {
+            program,
+            schedule,
+            mem,
+        }))
+    }
+}
+
+impl Prepared for CpuRun<'_> {
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        check_inputs(self.program, inputs)?;
+        for (d, dev) in inputs.iter().enumerate() {
+            for (&a, arr) in self.program.inputs.iter().zip(dev) {
+                let i = self.mem.table.index_of(d, a);
+                self.mem.bufs[i].copy_from_slice(&arr.words);
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, iters: usize) -> Result<Duration> {
+        let t = Instant::now();
+        let mem = &mut self.mem;
+        for _ in 0..iters {
+            for op in &self.schedule.ops {
+                match op {
+                    DataOp::Copy { src, dst } => {
+                        mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
+                    }
+                    DataOp::Fill { dst, bits } => {
+                        let i = mem.index(dst);
+                        mem.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
+                    }
+                    DataOp::Accumulate {
+                        dst,
+                        src,
+                        op,
+                        dtype,
+                    } => {
+                        mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+                    }
+                    DataOp::Compute(c) => mem.compute(c),
+                }
+            }
+        }
+        Ok(t.elapsed())
+    }
+
+    fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
+        let allocs = &self.program.layout.allocs;
+        Ok((0..self.program.devices)
+            .map(|d| {
+                self.program
+                    .outputs
+                    .iter()
+                    .map(|&a| HostArray {
+                        dtype: allocs[a].dtype,
+                        shape: allocs[a].shape.clone(),
+                        words: self.mem.bufs[self.mem.table.index_of(d, a)].clone(),
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,392 @@
+//! The one engine: turns a [`Recording`] into GPU work (buffers from the pool, the
+//! parameter blocks in one uniform buffer, a bind group per dispatch, all made once),
+//! then uploads inputs, runs any number of iterations in one submission, reads back.
+
+use super::commands::{BufId, BufferDesc, Command, Dispatch, Init, Lowering, Place, Recording};
+use super::device::{read_back, zero, BufferPool, ErrorScope, GpuContext, Pooled};
+use super::pipelines::Pipelines;
+use crate::array::HostArray;
+use crate::error::{Error, Result};
+use crate::exec::{check_inputs, Prepared};
+use crate::ir::{Memory, Program};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+const UNIFORM: wgpu::BufferUsages = wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+
+/// What realizing a recording needs: the device, its pipelines, the buffer pool.
+pub struct Engine {
+    /// The opened device.
+    pub ctx: Arc<GpuContext>,
+    /// Its pipelines.
+    pub pipes: Pipelines,
+    /// Free buffers kept for the next run.
+    pub pool: BufferPool,
+}
+
+/// A command with its GPU objects, ready to encode.
+enum Step {
+    /// A copy or a clear, as recorded.
+    Buffer(Command),
+    Dispatch {
+        pipeline: wgpu::ComputePipeline,
+        group: wgpu::BindGroup,
+        workgroups: [u32; 3],
+    },
+}
+
+/// A schedule prepared on the GPU, ready to run. Dropping it returns its buffers to
+/// the pool.
+pub struct GpuRun<'a> {
+    engine: &'a Engine,
+    program: &'a Program,
+    memory: Memory,
+    lowering: Lowering,
+    places: Vec<Place>,
+    bufs: Vec<Pooled>,
+    steps: Vec<Step>,
+    dispatches: usize,
+}
+
+impl Engine {
+    /// An engine on an opened context.
+    pub fn new(ctx: Arc<GpuContext>) -> Self {
+        let pipes = Pipelines::new(&ctx.device);
+        Self {
+            ctx,
+            pipes,
+            pool: BufferPool::default(),
+        }
+    }
+
+    /// Allocates (from the pool, zeroed or filled as the recording says) and records
+    /// everything `rec` needs, once.
+    pub fn load<'a>(
+        &'a self,
+        program: &'a Program,
+        memory: Memory,
+        rec: Recording,
+    ) -> Result<GpuRun<'a>> {
+        let ctx = &self.ctx;
+        let max = ctx.limits.max_buffer_size;
+        if let Some(b) = rec.buffers.iter().find(|b| b.size > max) {
+            return Err(Error::Limit {
+                what: format!("buffer `{}`", b.label),
+                requested: b.size,
+                limit: max,
+            });
+        }
+        let scope = ErrorScope::open(&ctx.device);
+        let mut bufs = self.buffers(&rec.buffers);
+        let (params, stride) = self.params(&rec.params);
+        let dispatches = rec.dispatches();
+        let steps = rec
+            .commands
+            .into_iter()
+            .map(|c| match c {
+                Command::Dispatch(d) => {
+                    let uniform = (&params.buffer, d.params as u64 * stride);
+                    self.dispatch(&d, &bufs, uniform, &rec.params[d.params])
+                }
+                c => Step::Buffer(c),
+            })
+            .collect();
+        bufs.push(params);
+        let run = GpuRun {
+            engine: self,
+            program,
+            memory,
+            lowering: rec.lowering,
+            places: rec.places,
+            bufs,
+            steps,
+            dispatches,
+        };
+        scope.close(ctx, "preparing the schedule")?;
+        Ok(run)
+    }
+
+    /// The buffers of `descs`, with their contents written and their zeros cleared.
+    fn buffers(&self, descs: &[BufferDesc]) -> Vec<Pooled> {
+        let (ctx, max) = (&self.ctx, self.ctx.limits.max_buffer_size);
+        let bufs: Vec<Pooled> = descs
+            .iter()
+            .map(|b| self.pool.take(&ctx.device, &b.label, b.size, STORAGE, max))
+            .collect();
+        let mut zeroed = Vec::new();
+        for (b, desc) in bufs.iter().zip(descs) {
+            match &desc.init {
+                Init::Data(bytes) => ctx.queue.write_buffer(&b.buffer, 0, bytes),
+                // Pooled buffers are reused: memory starts as zeros, as on the CPU executor.
+                Init::Zeros => zeroed.push((&b.buffer, desc.size)),
+                Init::Any => {}
+            }
+        }
+        zero(ctx, &zeroed);
+        bufs
+    }
+
+    /// One uniform buffer holding every parameter block, and the stride between them.
+    fn params(&self, blocks: &[Vec<u32>]) -> (Pooled, u64) {
+        let ctx = &self.ctx;
+        let align = ctx.limits.min_uniform_buffer_offset_alignment as u64;
+        let largest = blocks.iter().map(|p| p.len() as u64 * 4).max();
+        let stride = largest.unwrap_or(16).next_multiple_of(16).max(align);
+        let bytes = stride * blocks.len() as u64;
+        let max = ctx.limits.max_buffer_size;
+        let buf = self.pool.take(&ctx.device, "params", bytes, UNIFORM, max);
+        let mut staged = vec![0u8; bytes as usize];
+        for (i, block) in blocks.iter().enumerate() {
+            let o = i * stride as usize;
+            staged[o..o + block.len() * 4].copy_from_slice(bytemuck::cast_slice(block));
+        }
+        if !staged.is_empty() {
+            ctx.queue.write_buffer(&buf.buffer, 0, &staged);
+        }
+        (buf, stride)
+    }
+
+    /// `d` with its pipeline and bind group: its storage bindings, then its parameter
+    /// `block` at `uniform` (buffer, offset).
+    fn dispatch(
+        &self,
+        d: &Dispatch,
+        bufs: &[Pooled],
+        uniform: (&wgpu::Buffer, u64),
+        block: &[u32],
+    ) -> Step {
+        let p = self.pipes.get(&self.ctx.device, d.pipeline);
+        let binding = |i: usize, buffer, offset, size| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset,
+                size: std::num::NonZeroU64::new(size),
+            }),
+        };
+        let entries: Vec<_> = d
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| binding(i, &bufs[b.buf.0].buffer, b.offset, b.size))
+            .chain([binding(
+                d.bindings.len(),
+                uniform.0,
+                uniform.1,
+                block.len() as u64 * 4,
+            )])
+            .collect();
+        let group = self
+            .ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &p.layout,
+                entries: &entries,
+            });
+        Step::Dispatch {
+            pipeline: p.pipeline,
+            group,
+            workgroups: d.workgroups,
+        }
+    }
+}
+
+impl GpuRun<'_> {
+    /// Compute dispatches per iteration.
+    pub fn dispatches(&self) -> usize {
+        self.dispatches
+    }
+
+    /// Which lowering the executor chose.
+    pub fn lowering(&self) -> Lowering {
+        self.lowering
+    }
+
+    fn place(&self, device: usize, alloc: usize) -> (&wgpu::Buffer, &Place) {
+        let p = &self.places[self.memory.index_of(device, alloc)];
+        (&self.bufs[p.buf.0].buffer, p)
+    }
+
+    /// Writes `inputs[device][operand]` into the input buffers.
+    pub fn upload(&self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        check_inputs(self.program, inputs)?;
+        let ctx = &self.engine.ctx;
+        let scope = ErrorScope::open(&ctx.device);
+        for (d, dev_inputs) in inputs.iter().enumerate() {
+            for (&a, arr) in self.program.inputs.iter().zip(dev_inputs) {
+                let (buf, p) = self.place(d, a);
+                ctx.queue.write_buffer(buf, p.offset, &device_bytes(arr));
+            }
+        }
+        Ok(scope.close(ctx, "uploading the inputs")?)
+    }
+
+    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+        let buf = |b: BufId| &self.bufs[b.0].buffer;
+        let mut i = 0;
+        while i < self.steps.len() {
+            match &self.steps[i] {
+                Step::Buffer(Command::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    size,
+                }) => enc.copy_buffer_to_buffer(buf(*src), *src_off, buf(*dst), *dst_off, *size),
+                Step::Buffer(Command::Clear { dst, off, size }) => {
+                    enc.clear_buffer(buf(*dst), *off, Some(*size))
+                }
+                Step::Buffer(Command::Dispatch(_)) => unreachable!("dispatches are realized"),
+                Step::Dispatch { .. } => {
+                    // Consecutive dispatches share one pass; wgpu orders them by their bindings.
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    while let Some(Step::Dispatch {
+                        pipeline,
+                        group,
+                        workgroups: [x, y, z],
+                    }) = self.steps.get(i)
+                    {
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, group, &[]);
+                        pass.dispatch_workgroups(*x, *y, *z);
+                        i += 1;
+                    }
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Runs `iters` iterations of the schedule in one submission and waits for them;
+    /// returns the wall time from encoding to completion.
+    pub fn run(&self, iters: usize) -> Result<Duration> {
+        let elapsed = self.engine.ctx.submit("running the schedule", |enc| {
+            for _ in 0..iters {
+                self.encode(enc);
+            }
+        })?;
+        Ok(elapsed)
+    }
+
+    /// Reads every output back: `outputs[device][operand]`.
+    pub fn read_outputs(&self) -> Result<Vec<Vec<HostArray>>> {
+        let outs = &self.program.outputs;
+        let allocs = &self.program.layout.allocs;
+        let mut regions = Vec::new();
+        for d in 0..self.program.devices {
+            for &a in outs {
+                let (buf, p) = self.place(d, a);
+                regions.push((buf, p.offset, p.size));
+            }
+        }
+        let mut arrays = Vec::with_capacity(regions.len());
+        let engine = self.engine;
+        read_back(&engine.ctx, &engine.pool, &regions, &mut |k, bytes| {
+            let alloc = &allocs[outs[k % outs.len()]];
+            arrays.push(HostArray {
+                dtype: alloc.dtype,
+                shape: alloc.shape.clone(),
+                words: host_words(
+                    alloc.dtype.storage(),
+                    &bytes[..alloc.storage_bytes() as usize],
+                ),
+            });
+        })?;
+        let mut arrays = arrays.into_iter();
+        Ok((0..self.program.devices)
+            .map(|_| arrays.by_ref().take(outs.len()).collect())
+            .collect())
+    }
+}
+
+/// `a`'s elements as the GPU holds them: 32-bit words, or 16-bit elements packed two
+/// per word (little end first), padded to whole words.
+fn device_bytes(a: &HostArray) -> Cow<'_, [u8]> {
+    if a.dtype.storage() == 4 {
+        return Cow::Borrowed(bytemuck::cast_slice(&a.words));
+    }
+    let mut b: Vec<u8> = a.halves().iter().flat_map(|h| h.to_le_bytes()).collect();
+    b.resize(b.len().next_multiple_of(4), 0);
+    Cow::Owned(b)
+}
+
+/// The host's one-word-per-element form of `bytes` holding `elem`-byte elements.
+fn host_words(elem: usize, bytes: &[u8]) -> Vec<u32> {
+    if elem == 4 {
+        return bytemuck::pod_collect_to_vec(bytes);
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|h| u16::from_le_bytes([h[0], h[1]]) as u32)
+        .collect()
+}
+
+impl Drop for GpuRun<'_> {
+    fn drop(&mut self) {
+        self.engine.pool.give_back(std::mem::take(&mut self.bufs));
+    }
+}
+
+impl Prepared for GpuRun<'_> {
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()> {
+        GpuRun::upload(self, inputs)
+    }
+
+    fn run(&mut self, iters: usize) -> Result<Duration> {
+        GpuRun::run(self, iters)
+    }
+
+    fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
+        GpuRun::read_outputs(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::commands::tests::program;
+    use super::*;
+    use crate::array::DType;
+    use crate::error::GpuErrorKind;
+    use crate::ir::Schedule;
+
+    #[test]
+    fn a_refused_command_is_a_validation_error_naming_the_buffer() {
+        let engine = Engine::new(Arc::new(GpuContext::new().expect("a GPU adapter")));
+        let p = program(1, &[("a", DType::F32, 4)]);
+        let memory = Schedule {
+            ops: vec![],
+            policy: String::new(),
+            steps: 0,
+            staging: 0,
+        }
+        .memory(&p);
+        let mut rec = Recording::new(Lowering::PerOp);
+        let a = rec.buffer("device 0 a", 16, Init::Zeros);
+        let params = rec.param(vec![0, 0, 4, 7]);
+        // A binding past the end of its buffer.
+        rec.commands.push(Command::Dispatch(Dispatch {
+            pipeline: super::super::commands::PipelineKey::Fill,
+            bindings: vec![super::super::commands::Bound {
+                buf: a,
+                offset: 0,
+                size: 1 << 20,
+            }],
+            params,
+            workgroups: [1, 1, 1],
+        }));
+        match engine.load(&p, memory, rec) {
+            Err(Error::Gpu(e)) => {
+                assert_eq!(e.kind, GpuErrorKind::Validation, "{e}");
+                assert!(e.message.contains("'device 0 a'"), "{e}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a binding past its buffer's end was accepted"),
+        };
+    }
+}
