@@ -100,9 +100,9 @@ pub fn schedules(
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
     /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`.
+    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis).
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -113,8 +113,11 @@ impl KernelCall {
         scratch: Vec<replay::Scratch>,
         collective_id: Option<u32>,
         recording: &str,
+        cores: usize,
     ) -> PyResult<Self> {
-        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id).py()?;
+        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
+            .py()?
+            .cores(cores);
         let rec = replay::read_recording(recording).py()?;
         let points: usize = grid.iter().product();
         if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {

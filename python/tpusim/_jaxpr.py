@@ -233,6 +233,23 @@ class RefV:
             runs.append((base + sum(combo), block))
         return runs
 
+    def window(self):
+        """(start, shape, strides, kept) per dimension of the buffer: the view as a
+        strided window (an integer index is a window of one)."""
+        start, shape, strides, kept = [], [], [], []
+        for d in self.dims:
+            if isinstance(d, tuple):
+                start.append(int(d[0]))
+                shape.append(int(d[1]))
+                strides.append(int(d[2]))
+                kept.append(True)
+            else:
+                start.append(int(d))
+                shape.append(1)
+                strides.append(1)
+                kept.append(False)
+        return start, shape, strides, kept
+
     def steps(self):
         """Leading-dimension steps for the Rust ref (`[[0, i, 0] | [1, start, size]]`)
         when the view is a run that they express, else None."""
@@ -348,9 +365,12 @@ def transform(ref, transforms, where, check=True):
 
 class Sym:
     """A vector value the kernel computes from data in VMEM (unknown until the
-    executors run): a load, or a primitive applied to values."""
+    executors run): a load, or a primitive applied to values. Each is recorded when it
+    is made (`rec`, value `id`, at position `pos` of its grid point's calls); a store
+    that is a plain copy or accumulate of loads takes their records back and records
+    the core's copy or accumulate instead (data ops every executor runs)."""
 
-    __slots__ = ("prim", "args", "params", "shape", "dtype", "site", "view")
+    __slots__ = ("prim", "args", "params", "shape", "dtype", "site", "view", "id", "rec", "pos", "uses")
 
     def __init__(self, prim, args, shape, dtype, site, params=None, view=None):
         self.prim = prim
@@ -360,6 +380,10 @@ class Sym:
         self.dtype = dtype
         self.site = site
         self.view = view
+        self.id = None
+        self.rec = None
+        self.pos = 0
+        self.uses = 0
 
     def __repr__(self):
         return f"Sym({self.prim} {self.shape})"
@@ -507,6 +531,7 @@ class Point:
         self.index = tuple(index)
         self.ops = []
         self.nbarrier = 0
+        self.nvalues = 0
         self.core = cores_coord
 
     def record(self, op, site, **fields):
@@ -607,16 +632,54 @@ class Evaluator:
         return out
 
     def vector(self, eqn, ins):
-        """A primitive on values loaded from refs: symbolic."""
+        """A primitive on values loaded from refs: one compute record."""
         name = eqn.primitive.name
         if name in IDENTITY:
             return ins if eqn.primitive.multiple_results else ins[0]
         if name == "convert_element_type" and np.dtype(eqn.params["new_dtype"]) == np.dtype(ins[0].dtype):
             return ins[0]
+        where = self.where(eqn)
         if eqn.primitive.multiple_results:
-            raise unsupported(name, "on values loaded from refs", self.where(eqn))
+            raise unsupported(name, "on values loaded from refs", where)
         aval = eqn.outvars[0].aval
-        return Sym(name, ins, aval.shape, aval.dtype, self.site(eqn), dict(eqn.params))
+        kind, args = compute_kind(name, eqn.params, ins, aval, where)
+        return self.compute(name, kind, args, aval.shape, aval.dtype, where)
+
+    def compute(self, prim, kind, args, shape, dtype, where):
+        ids = []
+        # A constant operand takes the dtype of the op's values (a select's predicate: bool).
+        like = next((x.dtype for x in args if isinstance(x, Sym)), dtype)
+        for n, a in enumerate(args):
+            want = np.bool_ if kind.get("k") == "select" and n == 0 else like
+            v = a if isinstance(a, Sym) else self.constant(a, want, where)
+            if v.prim == "poison":
+                return v
+            v.uses += 1
+            ids.append(v.id)
+        out = Sym(prim, list(args), shape, dtype, where.site)
+        self.emit(out, "compute", where, kind=kind, args=ids, shape=list(shape), dtype=_dt(dtype, where))
+        return out
+
+    def constant(self, value, dtype, where):
+        """A value for a concrete operand of a vector op (uniform: `jnp.full`)."""
+        a = np.asarray(value).astype(dtype)
+        flat = a.reshape(-1)
+        if a.size and not np.all(flat == flat[0]):
+            raise unsupported(
+                "a constant array operand of kernel compute", "constants must be uniform (jnp.full)", where
+            )
+        v = flat[0] if a.size else 0
+        v = float(bool(v)) if a.dtype == np.bool_ else float(v)
+        out = Sym("full", [], a.shape, a.dtype, where.site)
+        self.emit(out, "full", where, shape=list(a.shape), value=v, dtype=_dt(a.dtype, where))
+        return out
+
+    def emit(self, sym, op, where, **fields):
+        sym.id = self.p.nvalues
+        self.p.nvalues += 1
+        sym.pos = len(self.p.ops)
+        self.p.record(op, where.site, id=sym.id, **fields)
+        sym.rec = self.p.ops[-1]
 
     # -- grid and mesh
 
@@ -760,7 +823,7 @@ class Evaluator:
             view = self._view(ins[0], ins[2:], eqn.params["tree"], eqn)
         except _OutOfBounds as e:
             return self._oob(e, where, eqn.outvars[0].aval)
-        old = self.load(view, eqn, where)
+        old = None if isinstance(eqn.outvars[0], jax_core.DropVar) else self.load(view, eqn, where)
         self.store(view, ins[1], where)
         return old
 
@@ -771,8 +834,9 @@ class Evaluator:
         except _OutOfBounds as e:
             self._oob(e, where, None)
             return []
-        self.store(view, Sym("add", [Sym("get", [], view.shape, view.dtype, where.site, view=view), ins[1]],
-                               view.shape, view.dtype, where.site), where)
+        old = self.load(view, eqn, where)
+        kind, args = compute_kind("add", {}, [old, ins[1]], view, where)
+        self.store(view, self.compute("add", kind, args, view.shape, view.dtype, where), where)
         return []
 
     def p_masked_load(self, eqn, ins):
@@ -811,7 +875,22 @@ class Evaluator:
             return self.plan.smem_read(self.p, view, where)
         if buf.kind == "sem":
             raise kernel_error("misuse", f"`{buf.name}` is a semaphore: read it with pl.semaphore_read", where)
-        return Sym("get", [], view.shape, view.dtype, where.site, view=view)
+        v = Sym("get", [], view.shape, view.dtype, where.site, view=view)
+        steps = view.steps()
+        if steps is not None:
+            self.emit(v, "load", where, src=[buf.pos, steps])
+            return v
+        start, shape, strides, keep = view.window()
+        self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape, "strides": strides})
+        if shape != list(view.shape):  # integer indices drop their dimensions
+            w = Sym("get", [], view.shape, view.dtype, where.site, view=view)
+            w.args = [v]
+            v.uses += 1
+            self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape),
+                      dtype=_dt(view.dtype, where))
+            w.prim = "reshape"
+            return w
+        return v
 
     def store(self, view, value, where):
         buf = view.buf
@@ -939,6 +1018,80 @@ class Evaluator:
 
 
 _BAD = object()
+
+
+def _dt(dtype, where):
+    d = dtype_name(dtype)
+    if d is None:
+        raise unsupported(f"dtype {np.dtype(dtype)}", "kernel compute runs f32, i32, f16, bf16, i8, u8 and bool", where)
+    return d
+
+
+_UNARY = {"neg", "abs", "sign", "floor", "ceil", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt",
+          "tanh", "logistic", "sin", "cos", "erf", "not"}
+_BINARY = {"add", "sub", "mul", "div", "rem", "pow", "max", "min", "and", "or", "xor", "shift_left",
+           "shift_right_arithmetic", "shift_right_logical", "atan2"}
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def compute_kind(name, params, ins, aval, where):
+    """(the core's kind as a record, the operands in its order) for lax primitive `name`."""
+    p = params
+    if name in _UNARY:
+        return {"k": "unary", "op": name}, ins
+    if name == "round":
+        m = str(p.get("rounding_method", ""))
+        return {"k": "unary", "op": "round_even" if "EVEN" in m.upper() or m == "1" else "round"}, ins
+    if name == "square":
+        return {"k": "unary", "op": "integer_pow", "n": 2}, ins
+    if name == "integer_pow":
+        return {"k": "unary", "op": "integer_pow", "n": int(p["y"])}, ins
+    if name in _BINARY:
+        return {"k": "binary", "op": name}, ins
+    if name in _COMPARE:
+        return {"k": "compare", "op": name}, ins
+    if name == "select_n":
+        if len(ins) != 3:
+            raise unsupported("select_n", "with more than two cases", where)
+        pred, f, t = ins
+        if np.dtype(getattr(pred, "dtype", np.bool_)) != np.bool_:
+            raise unsupported("select_n", "with an integer selector", where)
+        return {"k": "select"}, [pred, t, f]
+    if name == "convert_element_type":
+        return {"k": "convert"}, ins
+    if name == "broadcast_in_dim":
+        return {"k": "broadcast", "dims": list(p["broadcast_dimensions"])}, ins
+    if name in ("reshape", "squeeze", "expand_dims"):
+        return {"k": "reshape"}, ins[:1]
+    if name == "transpose":
+        return {"k": "transpose", "dims": list(p["permutation"])}, ins
+    if name == "slice":
+        st = p.get("strides") or (1,) * len(p["start_indices"])
+        return {"k": "slice", "start": list(p["start_indices"]), "strides": list(st)}, ins
+    if name == "dynamic_slice":
+        x, *idx = ins
+        sizes = p["slice_sizes"]
+        start = [min(max(_concrete_int(i, "a dynamic_slice index", where), 0), x.shape[d] - sizes[d])
+                 for d, i in enumerate(idx)]
+        return {"k": "slice", "start": start, "strides": [1] * len(start)}, [x]
+    if name == "dynamic_update_slice":
+        x, upd, *idx = ins
+        start = [min(max(_concrete_int(i, "a dynamic_update_slice index", where), 0), x.shape[d] - upd.shape[d])
+                 for d, i in enumerate(idx)]
+        return {"k": "update_slice", "start": start}, [x, upd]
+    if name == "concatenate":
+        return {"k": "concat", "dim": int(p["dimension"])}, ins
+    if name in ("reduce_sum", "reduce_max", "reduce_min"):
+        return {"k": "reduce", "op": name[7:], "dims": sorted(int(a) for a in p["axes"])}, ins
+    if name in ("argmax", "argmin"):
+        return {"k": "arg_reduce", "op": name[3:], "dim": int(p["axes"][0])}, ins
+    if name == "dot_general":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        return {"k": "dot", "lhs_contract": list(lc), "rhs_contract": list(rc), "lhs_batch": list(lb),
+                "rhs_batch": list(rb)}, ins
+    if name == "iota":
+        return {"k": "iota", "dim": int(p["dimension"])}, []
+    raise unsupported(name, "tpusim has no compute op for this primitive on values loaded from refs", where)
 
 
 def _unflatten(tree, flat):

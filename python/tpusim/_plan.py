@@ -165,7 +165,7 @@ class Plan:
         self.recording = [self._device(d) for d in range(self.P)]
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
-            spec.collective_id, json.dumps(self.recording),
+            spec.collective_id, json.dumps(self.recording), spec.cores,
         )
 
     # -- buffers
@@ -267,7 +267,9 @@ class Plan:
             if ii < 0:
                 raise unsupported("input_output_aliases of a scalar prefetch operand", "", where)
             if ii in bufs and oj in bufs:
+                # The output starts as the input; the kernel's input ref is the output.
                 self.alias_copies.append((bufs[ii], bufs[oj]))
+                bufs[ii] = bufs[oj]
         kb = list(self.kernel_bufs)
         ki = iter(kb)
         self.kernel_bufs = [next(ki) for _ in range(spec.num_index)]
@@ -377,8 +379,10 @@ class Plan:
             return self.grid[i], p.index[i]
         raise kernel_error("misuse", f"the mesh has no axis `{name}` (axes: {spec.axes})", where)
 
-    def device_id(self, p, dev, dev_type, where, core_index=None):
-        """The recorded form of a device id (None: this device)."""
+    def device_id(self, p, dev, dev_type, where, core_index=None, dma=False):
+        """The recorded form of a device id (None: this device). With several cores per
+        chip, a DMA lands on the same core of the target chip, a signal on core 0, unless
+        the id names the core."""
         from jax._src.pallas import primitives as pp
 
         names = [a for a, _ in self.spec.axes]
@@ -442,7 +446,7 @@ class Plan:
                     )
             coords = t
         if ncores > 1:
-            c = core if core is not None else (me[-1] if dev is None else 0)
+            c = core if core is not None else (me[-1] if dev is None or dma else 0)
             if c < 0 or c >= ncores:
                 self._bad(p, where, f"core index {c} is outside the chip's {ncores} cores")
                 return _BAD
@@ -504,47 +508,60 @@ class Plan:
             return False
         return True
 
+    @staticmethod
+    def _untouched(p, bufs, since):
+        """No call recorded after position `since` may have written any of `bufs`."""
+        pos = {b.pos for b in bufs}
+        for r in p.ops[since + 1:]:
+            if r.get("dead"):
+                continue
+            op = r["op"]
+            if op in ("start", "dma_wait", "wait", "wait_send", "wait_recv"):
+                return False
+            if op in ("copy", "fill", "accumulate", "store") and r["dst"][0] in pos:
+                return False
+        return True
+
     def lower_store(self, p, view, value, where):
         site = where.site
         if isinstance(value, Sym):
             if value.prim == "poison":
                 return
-            if value.prim == "get":
+            # A plain copy of a load, or an accumulate of two loads into one of them:
+            # the core's copy and accumulate (every executor runs them), not values.
+            if value.prim == "get" and value.uses == 0 and self._untouched(p, [value.view.buf], value.pos):
                 if not self._check_same(p, view, value.view, where):
                     return
-                if value.view.buf.kind == "smem":
-                    raise unsupported("copying SMEM into VMEM", "", where)
+                value.rec["dead"] = True
                 for d, s in self._pieces(view, value.view):
                     p.record("copy", site, dst=d, src=s)
                 return
-            if value.prim in ("add", "max", "min") and len(value.args) == 2:
+            if value.prim in ("add", "max", "min") and value.uses == 0 and len(value.args) == 2:
                 a, b = value.args
-                if isinstance(a, Sym) and isinstance(b, Sym) and a.prim == b.prim == "get":
+                if (isinstance(a, Sym) and isinstance(b, Sym) and a.prim == b.prim == "get"
+                        and a.uses == 1 and b.uses == 1 and a is not b):
                     if b.view.key() == view.key():
                         a, b = b, a
-                    if a.view.key() == view.key():
+                    if (a.view.key() == view.key() and np.dtype(a.dtype) == np.dtype(b.dtype)
+                            and dtype_name(a.dtype) in ("f32", "i32", "f16", "bf16")
+                            and self._untouched(p, [a.view.buf, b.view.buf], min(a.pos, b.pos))):
                         if not self._check_same(p, view, b.view, where):
                             return
+                        for x in (a, b, value):
+                            x.rec["dead"] = True
                         reduce = {"add": "sum", "max": "max", "min": "min"}[value.prim]
                         for d, s in self._pieces(view, b.view):
                             p.record("accumulate", site, dst=d, src=s, reduce=reduce)
                         return
-            raise unsupported(
-                value.prim,
-                "arithmetic on values loaded from refs (tpusim's vector compute ops are "
-                "not wired to the jaxpr front end yet); supported stores are copies, "
-                "constants, and `dst[...] = dst[...] + src[...]` (or jnp.maximum/minimum)",
-                _Where(p, value.site, value.prim),
-            )
+            self._store_value(p, view, value, where)
+            return
         arr = np.asarray(value)
         if arr.size == 0:
             return
         flat = arr.reshape(-1)
         if not np.all(flat == flat[0]):
             raise unsupported(
-                "storing a non-uniform constant into a ref",
-                "tpusim's vector compute ops are not wired to the jaxpr front end yet",
-                where,
+                "storing a non-uniform constant into a ref", "constants must be uniform (jnp.full)", where
             )
         v = flat[0]
         v = float(v) if not isinstance(v, (np.bool_, bool)) else float(bool(v))
@@ -554,6 +571,26 @@ class Plan:
         else:
             for r in runs:
                 p.record("fill", site, dst=self._path(view, r), value=v)
+
+    def _store_value(self, p, view, value, where):
+        """`view[...] = value`: a store of the value (or into its window of the buffer)."""
+        from ._jaxpr import _dt
+
+        value.uses += 1
+        steps = view.steps()
+        if steps is not None:
+            p.record("store", where.site, dst=[view.buf.pos, steps], src=value.id)
+            return
+        start, shape, strides, _ = view.window()
+        if any(s != 1 for s in strides):
+            raise unsupported("a store into a strided window of a ref", "windows with unit steps only", where)
+        src = value.id
+        if list(value.shape) != shape:  # integer indices: the window has ones there
+            src = p.nvalues
+            p.nvalues += 1
+            p.record("compute", where.site, id=src, kind={"k": "reshape"}, args=[value.id], shape=shape,
+                     dtype=_dt(value.dtype, where))
+        p.record("store", where.site, dst=[view.buf.pos, []], src=src, start=start)
 
     def lower_dma(self, p, eqn, kind, src, dst, dst_sem, src_sem, dev, where, ev):
         if kind == "wait_send":
@@ -566,7 +603,7 @@ class Plan:
                 raise unsupported("a DMA into or out of SMEM", "SMEM is read and written by scalars here", where)
             if r.buf.kind == "sem":
                 raise kernel_error("misuse", f"`{r.buf.name}` is a semaphore, not a buffer", where)
-        target = self.device_id(p, dev, eqn.params.get("device_id_type"), where)
+        target = self.device_id(p, dev, eqn.params.get("device_id_type"), where, dma=True)
         if target is _BAD:
             return
         remote = target is not None
@@ -654,7 +691,7 @@ class Plan:
                     view = self._block_view(hbm, bm, ids[g])
                     self._check_block(p, view, vb)
                     self._copy(p, RefV(vb), view, "BlockSpec")
-            out.append(p.ops)
+            out.append([r for r in p.ops if not r.get("dead")])
         return out
 
     def _check_block(self, p, view, vb):

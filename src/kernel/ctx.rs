@@ -35,6 +35,8 @@ pub struct Ctx<'a> {
     pub(crate) scoped_depth: Cell<usize>,
     /// The source line calls are attributed to, when a front end set one.
     pub(crate) source: Cell<Option<SourceLoc>>,
+    /// Devices per chip ([`crate::kernel::GridSpec::cores`]): HBM is the chip's.
+    pub(crate) cores: usize,
     pub(crate) rec: RefCell<Recording>,
     /// Where values live (shared by every device and grid point of the trace).
     pub(crate) temps: &'a RefCell<super::values::Temps>,
@@ -139,6 +141,12 @@ impl<'a> Ctx<'a> {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
         }
+        // HBM belongs to the chip: its cores address it on the first one.
+        let device = if r.space == MemorySpace::Any {
+            device - device % self.cores.max(1)
+        } else {
+            device
+        };
         Some(View::new(device, r.alloc, r.offset, r.numel()))
     }
 

@@ -247,6 +247,7 @@ impl PallasCall {
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
+            cores: spec.cores.max(1),
             rec: RefCell::new(rec),
             temps: &frame.temps,
         };
@@ -268,6 +269,13 @@ impl PallasCall {
     /// mistake (by kind and source line); the program is only usable when there are none.
     pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
         let spec = &self.spec;
+        if !mesh.size().is_multiple_of(spec.cores.max(1)) {
+            return Err(Error::bad_input(format!(
+                "a mesh of {} devices cannot hold chips of {} cores",
+                mesh.size(),
+                spec.cores
+            )));
+        }
         let frame = self.frame(true)?;
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
@@ -340,7 +348,17 @@ impl PallasCall {
             layout.allocs.push(Allocation::values(dtype, elems));
         }
 
-        let whole = |a: usize, device| View::new(device, a, 0, layout.allocs[a].numel());
+        let cores = spec.cores.max(1);
+        // An HBM allocation is the chip's (see `GridSpec::cores`).
+        let whole = |a: usize, device: usize| {
+            let alloc = &layout.allocs[a];
+            let device = if alloc.space == MemorySpace::Any {
+                device - device % cores
+            } else {
+                device
+            };
+            View::new(device, a, 0, alloc.numel())
+        };
         let copies = |pairs: &[(usize, usize)]| {
             (0..mesh.size())
                 .flat_map(|d| {
