@@ -437,6 +437,79 @@ def test_input_output_aliases():
     np.testing.assert_array_equal(got[:, 1], np.asarray(y).reshape(2, 8, 128))
 
 
+# ------------------------------------------------------------------ vector compute
+
+
+def test_vector_compute_on_loaded_values():
+    # Integer math, comparisons, selects, casts, iota, reductions and a matmul: exact.
+    def kernel(x_ref, w_ref, o_ref, r_ref):
+        x = x_ref[...]
+        y = lax.div(x * 3 + 1, 2) - lax.rem(x, 5)
+        y = jnp.where(y > 100, y, -y) + lax.broadcasted_iota(jnp.int32, (8, 128), 1)
+        y = jnp.maximum(y, jnp.int32(-50)).astype(jnp.float32).astype(jnp.int32)
+        o_ref[...] = y + jnp.dot(w_ref[...], x, preferred_element_type=jnp.int32)
+        r_ref[...] = jnp.sum(x, axis=0, keepdims=True) + jnp.max(y, axis=0, keepdims=True)
+
+    def f(x, w):
+        call = pl.pallas_call(
+            kernel, out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct((1, 128), jnp.int32)),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2,
+            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2)
+        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")),
+                             check_vma=False)(x, w)
+
+    m = mesh1(2)
+    x = put(iota((16, 128)) % 211 - 90, m, P("x"))
+    w = put(iota((16, 8)) % 7 - 3, m, P("x"))
+    same(f, x, w)
+
+
+def test_float_compute_is_close_to_interpret_mode():
+    def kernel(x_ref, o_ref):
+        x = x_ref[...]
+        o_ref[...] = jnp.tanh(x) * jnp.exp(-x * x) + jnp.sqrt(jnp.abs(x)) / 3.0
+
+    def f(x):
+        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+        return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+
+    x = put((iota((16, 128)) % 97 - 48).astype(np.float32) / 17, mesh1(2), P("x"))
+    got, want = both(f, x)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+# ------------------------------------------------------------------ cores
+
+
+def test_core_map_cores_share_their_chips_hbm():
+    # pl.kernel over a TensorCoreMesh of 2 cores on every device: each core moves its half
+    # of the device's rows through its own VMEM, after a barrier among the chip's cores.
+    def f(x):
+        @functools.partial(
+            pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
+            out_type=jax.ShapeDtypeStruct((16, 128), jnp.int32),
+            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA, REGULAR])
+        def k(x_ref, o_ref, buf, dma, sem):
+            core = lax.axis_index("core")
+            for c in range(2):
+                pl.semaphore_signal(sem, 1, core_index=c)
+            pl.semaphore_wait(sem, 2)
+            rows = pl.ds(core * 8, 8)
+            pltpu.async_copy(x_ref.at[rows], buf, dma).wait()
+            buf[...] = buf[...] + (core + 1) * 1000
+            pltpu.async_copy(buf, o_ref.at[rows], dma).wait()
+
+        return jax.shard_map(k, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+
+    x = put(iota((32, 128)), mesh1(2), P("x"))
+    got = same(f, x).reshape(2, 2, 8, 128)
+    a = np.asarray(x).reshape(2, 2, 8, 128)
+    for c in range(2):
+        np.testing.assert_array_equal(got[:, c], a[:, c] + (c + 1) * 1000)
+
+
 # ------------------------------------------------------------------ what is still missing
 
 

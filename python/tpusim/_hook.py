@@ -349,6 +349,11 @@ def set_chip(name):
             return CHIPS[_chip[0]][1]
 
     default = mosaic_core._get_default_num_cores
+    from jaxlib import _jax
+
+    if not hasattr(_jax.Device, "num_cores"):
+        # A CPU device has no TensorCore count; code asking the device gets the chip's.
+        _jax.Device.num_cores = property(lambda self: CHIPS[_chip[0]][1])
     tpu_info.get_device_kind = device_kind
     tpu_info.get_num_device_cores = num_cores
     mosaic_core._get_default_num_cores = default_cores

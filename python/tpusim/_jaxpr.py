@@ -429,11 +429,21 @@ def _broadcast_in_dim(x, shape, broadcast_dimensions, **_):
     return np.broadcast_to(x.reshape(exp), shape)
 
 
+class _Iota(np.ndarray):
+    """An iota's concrete value that remembers it is one (`iota_dim`), so that kernel
+    compute on it records the core's iota (derived arrays forget it)."""
+
+    def __array_finalize__(self, obj):
+        self.iota_dim = None
+
+
 def _iota(dtype, shape, dimension, **_):
     a = np.arange(shape[dimension], dtype=np.dtype(dtype))
     exp = [1] * len(shape)
     exp[dimension] = shape[dimension]
-    return np.broadcast_to(a.reshape(exp), shape)
+    out = np.broadcast_to(a.reshape(exp), shape).view(_Iota)
+    out.iota_dim = dimension
+    return out
 
 
 def _reduce(f):
@@ -622,6 +632,8 @@ class Evaluator:
         if eqn.primitive.multiple_results:
             return [np.asarray(o) for o in out]
         aval = eqn.outvars[0].aval
+        if isinstance(out, _Iota):
+            return out
         out = np.asarray(out)
         dt = getattr(aval, "dtype", None)
         if dt is not None and out.dtype != dt:
@@ -661,7 +673,12 @@ class Evaluator:
         return out
 
     def constant(self, value, dtype, where):
-        """A value for a concrete operand of a vector op (uniform: `jnp.full`)."""
+        """A value for a concrete operand of a vector op: uniform (`jnp.full`) or an iota."""
+        if isinstance(value, _Iota) and value.iota_dim is not None and value.ndim:
+            out = Sym("iota", [], value.shape, value.dtype, where.site)
+            self.emit(out, "compute", where, kind={"k": "iota", "dim": int(value.iota_dim)}, args=[],
+                      shape=list(value.shape), dtype=_dt(value.dtype, where))
+            return out
         a = np.asarray(value).astype(dtype)
         flat = a.reshape(-1)
         if a.size and not np.all(flat == flat[0]):
