@@ -1,5 +1,5 @@
-//! [`KernelCall`]: a Pallas kernel written in Python, recorded by the stand-ins of the
-//! `tpusim.jax` package on every device and grid point (see `replay`), as a job of the
+//! [`KernelCall`]: a Pallas kernel written in Python, its jaxpr evaluated by the
+//! package's front end on every device and grid point (see `replay`), as a job of the
 //! pipeline: run, verified, traced, modeled and timed like any kernel.
 
 use crate::arrays::{per_device, to_numpy_all, to_py_data};
@@ -20,7 +20,7 @@ use tpusim::Error;
 
 use crate::PyMesh;
 
-/// A Pallas kernel written in Python: its spec and the calls the stand-ins recorded on
+/// A Pallas kernel written in Python: its spec and the calls the front end recorded on
 /// every device and grid point, as a job bound to its mesh.
 #[pyclass(module = "tpusim._native", frozen)]
 pub struct KernelCall {

@@ -1,6 +1,6 @@
-//! The Pallas front end's Rust half: a Python kernel, evaluated by the stand-ins in
-//! `tpusim/jax/…` once per device and grid point, arrives here as a list of recorded
-//! calls per (device, grid point), each with the Python file and line that made it.
+//! The Pallas front end's Rust half: a `pallas_call`'s kernel jaxpr, evaluated by
+//! `tpusim/_jaxpr.py` once per device and grid point, arrives here as a list of recorded
+//! calls per (device, grid point), each with the Python file and line of its equation.
 //! [`python_call`] turns them into an ordinary [`PallasCall`] whose kernel replays each
 //! list on the Rust [`Ctx`], line attributed by [`Ctx::set_source`]. From there on the
 //! kernel is like any Rust kernel: the same checks at trace time, scheduler, verifier,
@@ -41,8 +41,6 @@ pub enum SemSrc {
     Arg(usize),
     /// The result of the n-th `get_barrier_semaphore()` call of this grid point.
     Barrier(usize),
-    /// The semaphore of the n-th enclosing `run_scoped` (0: outermost).
-    Scoped(usize),
 }
 
 /// A semaphore and, for an array, the `.at[i]` index.
@@ -131,8 +129,6 @@ pub enum Op {
     },
     /// `pltpu.get_barrier_semaphore()`.
     Barrier { at: Loc },
-    /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
-    Scoped { body: Vec<Op>, at: Loc },
     /// `x_ref[...]` (or a window of it: `start`, `shape`, `strides`) into value `id`.
     Load {
         id: usize,
@@ -366,7 +362,6 @@ struct Replay<'c, 'a> {
     /// The grid point's values by id (dropped, their storage returned, at its end).
     values: Vec<Option<Value<'c>>>,
     barriers: Vec<Sem>,
-    scoped: Vec<Sem>,
 }
 
 impl<'c, 'a> Replay<'c, 'a> {
@@ -384,7 +379,6 @@ impl<'c, 'a> Replay<'c, 'a> {
         let s = match p.0 {
             SemSrc::Arg(i) => self.args.sem(i),
             SemSrc::Barrier(i) => self.barriers[i],
-            SemSrc::Scoped(i) => self.scoped[i],
         };
         match p.1 {
             Some(i) => s.at(i),
@@ -418,7 +412,7 @@ impl<'c, 'a> Replay<'c, 'a> {
             .expect("the recording starts or waits only descriptors it made")
     }
 
-    fn run(&mut self, ops: &'c [Op]) {
+    fn run(&mut self, ops: &[Op]) {
         let pl = self.pl;
         for op in ops {
             match op {
@@ -473,7 +467,7 @@ impl<'c, 'a> Replay<'c, 'a> {
                         (Desc::Remote(d), _) => d.wait_recv(),
                         (Desc::Local(_), _) => {
                             unreachable!(
-                                "the stand-ins offer wait_send/wait_recv on remote copies only"
+                                "the front end records wait_send/wait_recv on remote copies only"
                             )
                         }
                     }
@@ -604,14 +598,6 @@ impl<'c, 'a> Replay<'c, 'a> {
                     let op = SourceLoc::intern(what, 0).file();
                     pl.report(kind, op, detail.clone());
                 }
-                Op::Scoped { body, at } => {
-                    pl.set_source(Some(at.0));
-                    pl.run_scoped(|s| {
-                        self.scoped.push(s);
-                        self.run(body);
-                        self.scoped.pop();
-                    });
-                }
             }
         }
         pl.set_source(None);
@@ -694,7 +680,6 @@ pub fn python_call(name: &str, spec: GridSpec, recording: Recording) -> PallasCa
             descs: Vec::new(),
             values: Vec::new(),
             barriers: Vec::new(),
-            scoped: Vec::new(),
         }
         .run(ops);
     })

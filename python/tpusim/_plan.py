@@ -183,120 +183,76 @@ class Plan:
         return d
 
     def _build(self, smem_values):
+        """The kernel's buffers, one per jaxpr input, and the Rust spec's operands."""
         spec = self.spec
         invars = spec.jaxpr.invars
         where = _Where(None, spec.site, "pallas_call")
-        bms = spec.gm.block_mappings
-        self.smem_values = smem_values
-        # Scalar prefetch: SMEM, known here.
+        # Scalar prefetch: SMEM, its values known here.
         for i in range(spec.num_index):
             v = invars[i]
             b = Buffer("smem", spec.arg_name(i, f"scalar{i}"), v.aval.shape, v.aval.dtype)
             b.smem = {d: np.array(smem_values[d][i]) for d in range(self.P)}
             self.kernel_bufs.append(b)
-        rust_in, rust_out = [], []
-        plans = []
-        for j, bm in enumerate(bms):
+        # Operands: SMEM ones live here; the others are Rust operands (inputs, then
+        # outputs), in HBM, whole in VMEM, or in HBM with a VMEM block per grid point.
+        ops = []  # (is_out, buffer the kernel sees, Rust operand or None)
+        for j, bm in enumerate(spec.gm.block_mappings):
             is_out = j >= spec.num_inputs
             k = spec.num_index + j
             v = invars[k]
             name = spec.arg_name(k, f"out{j - spec.num_inputs}" if is_out else f"in{j}")
             ms = space_of(bm.transformed_block_aval.memory_space)
             arr = bm.array_aval
-            block = tuple(pallas_core._get_block_shape(bm.block_shape))
-            whole = tuple(block) == tuple(arr.shape) and all(
-                isinstance(b, pallas_core.Blocked) or b is None for b in bm.block_shape
-            )
-            plans.append((j, is_out, k, v, name, ms, arr, whole))
-        # Rust operand order: inputs then outputs (HBM or whole-VMEM); others later.
-        for j, is_out, k, v, name, ms, arr, whole in plans:
             if ms == "smem":
                 b = Buffer("smem", name, arr.shape, arr.dtype)
-                if is_out:
-                    b.smem = {d: np.zeros(arr.shape, arr.dtype) for d in range(self.P)}
-                else:
-                    b.smem = {d: np.array(smem_values[d][k]) for d in range(self.P)}
-                self.kernel_bufs.append(b)
-                if is_out:
-                    self.out_sources.append(("smem", b))
+                init = (lambda d: np.zeros(arr.shape, arr.dtype)) if is_out else (lambda d: np.array(smem_values[d][k]))
+                b.smem = {d: init(d) for d in range(self.P)}
+                ops.append((is_out, b, None))
                 continue
             if ms == "sem":
                 raise unsupported(
                     "semaphore operands and outputs (memory_space=pltpu.SEMAPHORE)",
-                    "tpusim's semaphores belong to one call",
-                    where,
+                    "tpusim's semaphores belong to one call", where,
                 )
             dt = self._dt(arr.dtype, f"operand `{name}`")
-            lst = rust_out if is_out else rust_in
-            if ms == "hbm" or ms is None and not whole:
-                if ms == "hbm" and not whole:
-                    raise unsupported(f"a blocked spec in HBM for `{name}`", "", where)
-            if ms == "hbm":
-                lst.append((name, "any", list(arr.shape), dt, j, k, v, None))
-            elif whole:
-                lst.append((name, "vmem", list(arr.shape), dt, j, k, v, None))
-            else:
-                lst.append((name, "any", list(arr.shape), dt, j, k, v, "blocked"))
-        for lst, target in ((rust_in, self.inputs), (rust_out, self.outputs)):
-            for name, kind, shape, dt, j, k, v, how in lst:
-                target.append((name, kind, shape, dt))
-        pos = {}
-        for i, (name, kind, shape, dt, j, k, v, how) in enumerate(rust_in):
-            pos[j] = (i, kind, how)
-        for i, (name, kind, shape, dt, j, k, v, how) in enumerate(rust_out):
-            pos[j] = (len(rust_in) + i, kind, how)
-        # Kernel refs of the operands, in jaxpr order.
-        bufs = {}
-        for j, is_out, k, v, name, ms, arr, whole in plans:
-            if ms == "smem":
-                continue
-            p, kind, how = pos[j]
-            hbm = Buffer("hbm" if kind == "any" else "vmem", name, arr.shape, arr.dtype, pos=p)
-            if how == "blocked":
-                shape = v.aval.shape
-                vb = Buffer("vmem", f"{name} (block)", shape, v.aval.dtype)
-                self.blocked.append((vb, hbm, spec.gm.block_mappings[j], is_out))
-                bufs[j] = vb
-            else:
-                bufs[j] = hbm
-        # Aliased outputs: the kernel's input and output refs are the output buffer.
+            block = tuple(pallas_core._get_block_shape(bm.block_shape))
+            whole = block == tuple(arr.shape) and all(
+                isinstance(d, pallas_core.Blocked) or d is None for d in bm.block_shape
+            )
+            if ms == "hbm" and not whole:
+                raise unsupported(f"a blocked spec in HBM for `{name}`", "blocks are copied into VMEM", where)
+            kind = "vmem" if ms != "hbm" and whole else "any"
+            operand = Buffer("hbm" if kind == "any" else "vmem", name, arr.shape, arr.dtype)
+            seen = operand
+            if kind == "any" and ms != "hbm":  # blocked: the kernel sees a VMEM block
+                seen = Buffer("vmem", f"{name} (block)", v.aval.shape, v.aval.dtype)
+                self.blocked.append((seen, operand, bm, is_out))
+            ops.append((is_out, seen, (operand, (name, kind, list(arr.shape), dt))))
+        for want_out, target in ((False, self.inputs), (True, self.outputs)):
+            for is_out, _, rust in ops:
+                if is_out == want_out and rust is not None:
+                    rust[0].pos = len(self.inputs) + len(self.outputs)
+                    target.append(rust[1])
+        bufs = [seen for _, seen, _ in ops]
+        # Aliased outputs: the output starts as the input; the kernel's input ref is it.
         self.alias_copies = []
         for i_idx, o_idx in spec.aliases.items():
-            ii = i_idx - spec.num_index
-            oj = spec.num_inputs + o_idx
+            ii, oj = i_idx - spec.num_index, spec.num_inputs + o_idx
             if ii < 0:
                 raise unsupported("input_output_aliases of a scalar prefetch operand", "", where)
-            if ii in bufs and oj in bufs:
-                # The output starts as the input; the kernel's input ref is the output.
-                self.alias_copies.append((bufs[ii], bufs[oj]))
-                bufs[ii] = bufs[oj]
-        kb = list(self.kernel_bufs)
-        ki = iter(kb)
-        self.kernel_bufs = [next(ki) for _ in range(spec.num_index)]
-        smem_iter = {id(b): b for b in kb[spec.num_index:]}
-        smem_list = list(kb[spec.num_index:])
-        si = 0
-        for j, is_out, k, v, name, ms, arr, whole in plans:
-            if ms == "smem":
-                self.kernel_bufs.append(smem_list[si])
-                si += 1
-            else:
-                self.kernel_bufs.append(bufs[j])
-                if is_out:
-                    self.out_sources.append(("rust", pos[j][0] - len(rust_in)))
-        del smem_iter
-        # Output sources in output order.
-        srcs = []
-        ri = 0
-        si = 0
-        for j, is_out, k, v, name, ms, arr, whole in plans:
-            if not is_out:
-                continue
-            if ms == "smem":
-                srcs.append(("smem", self.kernel_bufs[k]))
-            else:
-                srcs.append(("rust", pos[j][0] - len(rust_in)))
-        self.out_sources = srcs
+            if ops[ii][2] is None or ops[oj][2] is None:
+                raise unsupported("input_output_aliases of SMEM operands", "", where)
+            src, dst = ops[ii][2][0], ops[oj][2][0]
+            if bufs[ii] is not src or bufs[oj] is not dst:
+                raise unsupported("input_output_aliases of blocked operands", "whole operands only", where)
+            self.alias_copies.append((src, dst))
+            bufs[ii] = bufs[oj]
+        self.kernel_bufs.extend(bufs)
+        # Where each output comes from: a Rust output (by position) or an SMEM buffer.
+        self.out_sources = [
+            ("smem", seen) if rust is None else ("rust", rust[0].pos - len(self.inputs))
+            for is_out, seen, rust in ops if is_out
+        ]
         # Scratch operands.
         for k in range(spec.num_index + spec.num_inputs + spec.num_outputs, len(invars)):
             v = invars[k]
