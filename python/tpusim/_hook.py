@@ -164,7 +164,7 @@ class Meeting:
             try:
                 args = [r.args[i] for i in range(self.P)]
                 # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
-                if _backend() == "cpu":
+                if _backend() == "cpu" or config.backend == "auto" and self._values(args):
                     r.result = self._run(args)
                 else:
                     r.result = _worker.submit(self._run, args)
@@ -195,13 +195,20 @@ class Meeting:
             _observe("planned", plan)
         return plan
 
+    def _values(self, per_device):
+        """Whether the plan for these operands computes on kernel values."""
+        if self.spec.cores > 1:
+            per_device = [a for a in per_device for _ in range(self.spec.cores)]
+        return self.plan(per_device).has_values
+
     def _run(self, per_device):
         if self.spec.cores > 1:
             per_device = [a for a in per_device for _ in range(self.spec.cores)]
         plan = self.plan(per_device)
         _observe("call", plan)
+        backend = "cpu" if config.backend == "auto" and plan.has_values else _backend()
         try:
-            outs = plan.call.run(plan.rust_inputs(per_device), backend=_backend(), schedule=config.schedule)
+            outs = plan.call.run(plan.rust_inputs(per_device), backend=backend, schedule=config.schedule)
         except _native.TpusimError:
             if not _tolerant:
                 raise

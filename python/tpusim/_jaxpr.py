@@ -557,6 +557,10 @@ class Evaluator:
         self.plan = plan
         self.p = point
         self.outer = [("<unknown>", 0)]  # the user's lines of the calls being evaluated
+        # (indices, sizes) that program_id / num_programs answer: the kernel's grid, or
+        # an emit_pipeline's inner grid inside its body.
+        self.grid_env = [(point.index, plan.grid)]
+        self.pipeline_grids = []
 
     # -- helpers
 
@@ -701,11 +705,12 @@ class Evaluator:
     # -- grid and mesh
 
     def p_program_id(self, eqn, ins):
-        axis = eqn.params["axis"]
-        return np.int32(self.p.index[axis])
+        index, _ = self.grid_env[-1]
+        return np.int32(index[eqn.params["axis"]])
 
     def p_num_programs(self, eqn, ins):
-        return np.int32(self.plan.grid[eqn.params["axis"]])
+        _, sizes = self.grid_env[-1]
+        return np.int32(sizes[eqn.params["axis"]])
 
     def p_axis_index(self, eqn, ins):
         name = eqn.params["axis_name"]
@@ -805,7 +810,11 @@ class Evaluator:
 
     def p_emit_pipeline(self, eqn, ins):
         jx = self.plan.pipeline_jaxpr(eqn)
-        self.run_closed(jx, ins)
+        self.pipeline_grids.append(tuple(int(g) for g in eqn.params["grid_mapping"].grid))
+        try:
+            self.run_closed(jx, ins)
+        finally:
+            self.pipeline_grids.pop()
         return []
 
     def p_pipeline_body(self, eqn, ins):
@@ -816,7 +825,14 @@ class Evaluator:
             args = (*body_consts, *flat, *refs)
         else:
             args = (*body_consts, *refs)
-        self.run_closed(p["jaxpr"], list(args))
+        where = self.where(eqn)
+        index = tuple(_concrete_int(i, "a pipeline index", where) for i in ps.index)
+        sizes = self.pipeline_grids[-1] if self.pipeline_grids else self.grid_env[-1][1]
+        self.grid_env.append((index, sizes))
+        try:
+            self.run_closed(p["jaxpr"], list(args))
+        finally:
+            self.grid_env.pop()
         return []
 
     # -- refs

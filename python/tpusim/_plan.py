@@ -163,6 +163,10 @@ class Plan:
         self._build(smem_values)
         self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
         self.recording = [self._device(d) for d in range(self.P)]
+        # Kernel values (compute ops): `auto` runs them on the CPU executor until the
+        # GPU's compute shaders land.
+        self.has_values = any(r["op"] in ("load", "compute", "full", "store")
+                              for dev in self.recording for pt in dev for r in pt)
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
             spec.collective_id, json.dumps(self.recording), spec.cores,
