@@ -274,8 +274,10 @@ impl HostArray {
         }
     }
 
-    /// Counts elements that differ from `expected`. Integers must match exactly;
-    /// floats must agree within `rel_tol` relative (and `rel_tol` absolute near zero).
+    /// Counts elements that differ from `expected`: the one comparison rule of runs,
+    /// benches, `apply` and Python. Integers must match exactly; floats must agree within
+    /// `rel_tol` relative (and `rel_tol` absolute near zero); a NaN matches a NaN (any
+    /// payload) and nothing else, and equal infinities match.
     pub fn count_mismatches(&self, expected: &HostArray, rel_tol: f32) -> usize {
         if self.shape != expected.shape || self.dtype != expected.dtype {
             return expected.len().max(self.len());
@@ -293,10 +295,12 @@ impl HostArray {
                 .zip(&expected.words)
                 .filter(|(&a, &b)| {
                     let (a, b) = (dtype.value_of(a), dtype.value_of(b));
+                    if a.is_nan() || b.is_nan() {
+                        return a.is_nan() != b.is_nan();
+                    }
                     let tol = rel_tol as f64 * b.abs().max(1.0);
-                    let diff = (a - b).abs();
-                    // Equal infinities match; NaN never does.
-                    a != b && (diff.is_nan() || diff > tol)
+                    // Equal infinities match (their difference is NaN, not a mismatch).
+                    a != b && (a - b).abs() > tol
                 })
                 .count(),
         }
@@ -371,5 +375,12 @@ mod tests {
         let x = HostArray::from_f32(&[2], vec![1.0, 2.0]).unwrap();
         let y = HostArray::from_f32(&[2], vec![1.0 + 1e-7, 2.5]).unwrap();
         assert_eq!(x.count_mismatches(&y, 1e-5), 1);
+        // NaN where the reference has NaN matches; a NaN elsewhere, or a number where
+        // the reference has NaN, does not.
+        let nan = f32::NAN;
+        let got = HostArray::from_f32(&[4], vec![nan, nan, 1.0, f32::INFINITY]).unwrap();
+        let want = HostArray::from_f32(&[4], vec![-nan, 3.0, nan, f32::INFINITY]).unwrap();
+        assert_eq!(got.count_mismatches(&want, 0.0), 2);
+        assert_eq!(got.count_mismatches(&got, 0.0), 0);
     }
 }

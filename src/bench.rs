@@ -325,7 +325,8 @@ pub fn sweep(
             .map(|c| c.traffic())
             .expect("a bench job runs a collective");
         let measured = traffic.size(p, shard_bytes);
-        let algbw = measured as f64 / seconds;
+        // An iteration of a sequence (`--repeat K`) runs the collective K times.
+        let algbw = measured as f64 * j.invocations() as f64 / seconds;
         rows.push(BenchRow {
             collective: name.clone(),
             size: measured,

@@ -6,11 +6,15 @@ use std::fmt;
 /// Crate-wide result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Where in a kernel something happened: device, grid point, op and kernel source line.
+/// Where in a kernel something happened: device, grid point, op and kernel source line
+/// (and, in a sequence of kernel invocations, which one).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Site {
     /// Linear device id.
     pub device: usize,
+    /// The kernel invocation, in a sequence of them (`None` for a single one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<usize>,
     /// Grid point (one index per grid axis); empty before the grid or for an empty grid.
     pub grid: Vec<usize>,
     /// The API call, e.g. `make_async_remote_copy`.
@@ -21,10 +25,14 @@ pub struct Site {
 
 impl fmt::Display for Site {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {}", self.device)?;
+        if let Some(k) = self.invocation {
+            write!(f, " in invocation {k}")?;
+        }
         write!(
             f,
-            "device {} at grid point {:?}, `{}` ({})",
-            self.device, self.grid, self.op, self.location
+            " at grid point {:?}, `{}` ({})",
+            self.grid, self.op, self.location
         )
     }
 }

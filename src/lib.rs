@@ -62,6 +62,11 @@
 //!   one ring per group of devices along an axis ([`mesh::Placement`]).
 //! - **Job**: a kernel, its placement, shard shape, dtype and schedule: what every
 //!   pipeline step (budget, plan, run, model, check, trace, bench) takes ([`run::Job`]).
+//! - **Invocation** and **sequence**: one `pallas_call` every device runs once; a
+//!   sequence runs several back to back as one program (`--repeat K`, [`run::Job::then`]),
+//!   each device entering invocation k+1 when it leaves k. The barrier semaphore of a
+//!   `collective_id` carries over; everything else belongs to one invocation
+//!   ([`ir::sequence()`]).
 
 #![warn(missing_docs)]
 

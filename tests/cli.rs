@@ -431,3 +431,94 @@ fn a_racy_variant_gives_wrong_numbers_only_under_some_schedules() {
     assert_eq!(code, 2);
     assert!(err.contains("no variant `nope`"), "{err}");
 }
+
+#[test]
+fn repeat_runs_checks_traces_and_benches_invocations_back_to_back() {
+    let (code, out, err) = tpusim(&[
+        "run",
+        "psum",
+        "-p",
+        "3",
+        "--repeat",
+        "3",
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("psum --repeat 3") && out.contains(": 0 wrong of"),
+        "{out}"
+    );
+    let (code, out, err) = tpusim(&[
+        "check",
+        "psum",
+        "-p",
+        "4",
+        "--repeat",
+        "2",
+        "--variant",
+        "single-barrier",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("clean under 200 schedules"), "{out}");
+    let args = [
+        "check",
+        "ppermute",
+        "-p",
+        "5",
+        "--repeat",
+        "2",
+        "--variant",
+        "single-barrier",
+    ];
+    let (code, out, err) = tpusim(&args);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("in invocation 1") && out.contains("double barrier"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "replay: tpusim check ppermute -p 5 --variant single-barrier --repeat 2 --replay"
+        ),
+        "{out}"
+    );
+    let (code, out, _) = tpusim(&["check", "--list-variants"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("under --repeat 2") && out.contains("clean, under any --repeat"),
+        "{out}"
+    );
+    let (code, out, err) = tpusim(&["trace", "psum", "-p", "2", "--repeat", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("| #1 [1] |"), "{out}");
+    let bench = [
+        "bench",
+        "psum",
+        "-p",
+        "2",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--backend",
+        "cpu",
+        "--repeat",
+        "2",
+    ];
+    let (code, out, err) = tpusim(&bench);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("repeat=2") && out.contains("psum --repeat 2"),
+        "{out}"
+    );
+    for bad in ["0", "1000000000000", "x"] {
+        let (code, out, err) = tpusim(&["check", "psum", "--repeat", bad]);
+        assert_eq!(code, 2, "--repeat {bad}: {out}{err}");
+        assert!(err.contains("repeat"), "{err}");
+    }
+}

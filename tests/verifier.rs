@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{check, run_scheduled};
+use common::{check, check_repeated, run_scheduled};
 use tpusim::collectives;
 use tpusim::collectives::variants::variants;
 use tpusim::exec::Executor;
@@ -27,13 +27,21 @@ fn every_broken_variant_is_reported_with_its_kind() {
             };
             let shape = c.default_shape(mesh.size());
             let call = v.call(&mesh, &shape, DType::F32).unwrap();
-            let r = check(&call, &mesh, &ScheduleSpec::check_set(mesh.size(), 40, 0)).unwrap();
-            assert!(
-                r.kinds().contains(&v.expect),
-                "{v:?} at P={p}: expected {}, got {:?}",
-                v.expect,
-                r.kinds()
-            );
+            let specs = ScheduleSpec::check_set(mesh.size(), 40, 0);
+            let r = check_repeated(&call, &mesh, v.repeat, &specs).unwrap();
+            match v.expect {
+                Some(k) => assert!(
+                    r.kinds().contains(&k),
+                    "{v:?} at P={p}: expected {k}, got {:?}",
+                    r.kinds()
+                ),
+                None => assert!(r.is_clean(), "{v:?} at P={p}: {:?}", r.kinds()),
+            }
+            // A mistake that needs several invocations does not show in one.
+            if v.repeat > 1 {
+                let one = check(&call, &mesh, &specs).unwrap();
+                assert!(one.is_clean(), "{v:?} at P={p} once: {:?}", one.kinds());
+            }
             // Every finding points at the kernel line to fix.
             for f in &r.findings {
                 let shown = f.problem.to_string();
@@ -79,7 +87,7 @@ fn the_new_variants_are_found_by_every_check_whatever_the_seed() {
             );
             for specs in sets {
                 let r = check(&call, &mesh, &specs).unwrap();
-                assert_eq!(r.kinds(), vec![v.expect], "{v:?} P={p} {specs:?}");
+                assert_eq!(r.kinds(), vec![v.expect.unwrap()], "{v:?} P={p} {specs:?}");
                 assert_eq!(r.findings[0].schedules, specs.len(), "{v:?} P={p}");
             }
         }

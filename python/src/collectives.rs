@@ -107,14 +107,16 @@ pub fn collectives(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     to_py_data(py, &v)
 }
 
-/// The deliberately broken variants: `[{"collective", "name", "summary", "expect"}]`.
+/// The deliberately broken variants: `[{"collective", "name", "summary", "expect",
+/// "repeat"}]` (`expect` None: reported clean; `repeat`: the invocations back to back it
+/// takes to show).
 #[pyfunction]
 pub fn variants(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let v: Vec<serde_json::Value> = all_variants()
         .iter()
         .map(|v| {
             json!({"collective": v.collective, "name": v.name, "summary": v.summary,
-                 "expect": v.expect.to_string()})
+                 "expect": v.expect.map(|k| k.to_string()), "repeat": v.repeat})
         })
         .collect();
     to_py_data(py, &v)
@@ -217,9 +219,9 @@ pub fn collective_shard_map<'py>(
 }
 
 /// Shipped collective `name` (or its broken `variant`) on `mesh` (or a ring of
-/// `devices`): the verifier's report.
+/// `devices`), `repeat` invocations back to back: the verifier's report.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, schedules=200, seed=0, variant_name=None, shape=None, replay=None, mesh=None, axis=None))]
+#[pyo3(signature = (name, devices=4, schedules=200, seed=0, variant_name=None, shape=None, replay=None, mesh=None, axis=None, repeat=1))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_check<'py>(
     py: Python<'py>,
@@ -232,8 +234,12 @@ pub fn collective_check<'py>(
     replay: Option<&str>,
     mesh: Option<&PyMesh>,
     axis: Option<&str>,
+    repeat: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut job = job(name, "sum", None, variant_name, mesh, devices, axis).py()?;
+    let mut job = job(name, "sum", None, variant_name, mesh, devices, axis)
+        .py()?
+        .repeat(repeat)
+        .py()?;
     if let Some(s) = shape {
         job = job.with_shape(&s);
     }
@@ -241,9 +247,10 @@ pub fn collective_check<'py>(
     to_py_data(py, &job.check(&specs).py()?)
 }
 
-/// Shipped collective `name`'s step table on `mesh` (or a ring of `devices`).
+/// Shipped collective `name`'s step table on `mesh` (or a ring of `devices`), `repeat`
+/// invocations back to back.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, mesh=None, axis=None, dtype="f32"))]
+#[pyo3(signature = (name, devices=4, mesh=None, axis=None, dtype="f32", repeat=1))]
 pub fn collective_trace<'py>(
     py: Python<'py>,
     name: &str,
@@ -251,10 +258,13 @@ pub fn collective_trace<'py>(
     mesh: Option<&PyMesh>,
     axis: Option<&str>,
     dtype: &str,
+    repeat: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
     let job = job(name, "sum", None, None, mesh, devices, axis)
         .py()?
-        .with_dtype(DType::parse_collective(dtype).py()?);
+        .with_dtype(DType::parse_collective(dtype).py()?)
+        .repeat(repeat)
+        .py()?;
     to_py_data(py, &job.trace().py()?)
 }
 

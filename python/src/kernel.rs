@@ -166,17 +166,20 @@ impl KernelCall {
         to_numpy_all(py, &out)
     }
 
-    /// The verifier over `schedules` schedules (or one, `replay`): the report.
-    #[pyo3(signature = (schedules=200, seed=0, replay=None))]
+    /// The verifier over `schedules` schedules (or one, `replay`), the kernel run
+    /// `repeat` times back to back: the report.
+    #[pyo3(signature = (schedules=200, seed=0, replay=None, repeat=1))]
     fn check<'py>(
         &self,
         py: Python<'py>,
         schedules: usize,
         seed: u64,
         replay: Option<&str>,
+        repeat: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let specs = self::schedules(self.job.place().mesh.size(), schedules, seed, replay).py()?;
-        to_py_data(py, &self.job.check(&specs).py()?)
+        let job = self.job.clone().repeat(repeat).py()?;
+        to_py_data(py, &job.check(&specs).py()?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -263,4 +266,30 @@ impl KernelCall {
         });
         to_py_data(py, &v)
     }
+}
+
+/// The verifier on `calls` run in order on every device (a program's `pallas_call`s, one
+/// after the other), the whole list `repeat` times: one sequence, whose invocations share
+/// the barrier semaphore of their `collective_id`.
+#[pyfunction]
+#[pyo3(signature = (calls, schedules=200, seed=0, replay=None, repeat=1))]
+pub fn check_sequence<'py>(
+    py: Python<'py>,
+    calls: Vec<PyRef<'py, KernelCall>>,
+    schedules: usize,
+    seed: u64,
+    replay: Option<&str>,
+    repeat: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut calls = calls.iter();
+    let first = calls
+        .next()
+        .ok_or_else(|| BadInput::new_err("bad input: a sequence needs at least one kernel"))?;
+    let mut job = first.job.clone();
+    for c in calls {
+        job = job.then(c.job.clone()).py()?;
+    }
+    let job = job.repeat(repeat).py()?;
+    let specs = self::schedules(job.place().mesh.size(), schedules, seed, replay).py()?;
+    to_py_data(py, &job.check(&specs).py()?)
 }

@@ -89,6 +89,7 @@ impl PyMesh {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
+    m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
     use collectives as c;
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;
     m.add_function(wrap_pyfunction!(c::variants, m)?)?;

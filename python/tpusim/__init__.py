@@ -140,32 +140,46 @@ def _devices(mesh, devices):
 
 
 def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
-          axis=None, devices=None):
+          axis=None, repeat=1, devices=None, sequence=False):
     """The verifier on shipped collective `name` (or its broken `variant`), on a ring of
     `devices` (default 4; also the first positional argument) or on `mesh` (along
-    `axis` for a ring collective on a multi-axis mesh).
+    `axis` for a ring collective on a multi-axis mesh); `repeat`: that many invocations
+    back to back (the barrier semaphore carries over).
 
     ``check(fn, *args)``: every pallas_call the JAX function `fn(*args)` makes, verified
-    under the default schedules: one :class:`Report` per distinct call (a list)."""
+    under the default schedules: one :class:`Report` per distinct call (a list); with
+    `sequence`, one report of all its calls in order as one sequence (each device
+    entering the next call when it leaves one), `repeat` times. `name` may also be a
+    list of native kernel calls, checked as one sequence."""
     if callable(name):
         from . import _tools
 
-        return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices)
+        return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices,
+                            sequence=sequence, repeat=repeat)
     devices = args[0] if args else (devices or 4)
-    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis)
-    title = f"{name}{' --variant ' + variant if variant else ''} P={_devices(mesh, devices)}"
+    if isinstance(name, (list, tuple)):
+        r = _native.check_sequence(list(name), schedules, seed, replay, repeat)
+        title = " then ".join(c.name for c in name)
+        return Report.from_dict(r, f"{title}{_repeat(repeat)} P={_devices(mesh, devices)}")
+    r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis, repeat)
+    title = f"{name}{' --variant ' + variant if variant else ''}{_repeat(repeat)} P={_devices(mesh, devices)}"
     return Report.from_dict(r, title)
 
 
-def trace(name, *args, mesh=None, axis=None, dtype="f32", devices=None):
+def _repeat(repeat):
+    return f" --repeat {repeat}" if repeat != 1 else ""
+
+
+def trace(name, *args, mesh=None, axis=None, dtype="f32", repeat=1, devices=None):
     """The step table of shipped collective `name` at P = `devices` (or on `mesh`);
+    `repeat`: that many invocations back to back, rows per invocation.
     ``trace(fn, *args)``: the table of every pallas_call the JAX function makes."""
     if callable(name):
         from . import _tools
 
         return _tools.trace(name, *args, devices=devices)
     devices = args[0] if args else (devices or 4)
-    return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype))
+    return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype, repeat))
 
 
 def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,

@@ -35,6 +35,7 @@ def _parser():
     c = sub.add_parser("check", help="verify every pallas_call the script makes")
     c.add_argument("--schedules", type=int, default=200)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--repeat", type=int, default=1, help="each call that many times back to back")
     common(c)
     common(sub.add_parser("trace", help="print each call's step table"))
     m = sub.add_parser("model", help="each call's modeled time")
@@ -70,7 +71,8 @@ def main(argv=None):
         return 2
     tool = {
         "run": None,
-        "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed)) if a.cmd == "check" else None,
+        "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat))
+        if a.cmd == "check" else None,
         "trace": (_tools.trace_plan, {}),
         "model": None,
     }[a.cmd]

@@ -30,9 +30,10 @@ def _title(plan):
     return f"{s.name} P={plan.P} ({axes}) at {s.site[0]}:{s.site[1]}"
 
 
-def check_plan(plan, schedules=200, seed=0, replay=None):
-    r = plan.call.check(schedules, seed, replay)
-    return Report.from_dict(r, _title(plan))
+def check_plan(plan, schedules=200, seed=0, replay=None, repeat=1):
+    r = plan.call.check(schedules, seed, replay, repeat)
+    again = f" --repeat {repeat}" if repeat != 1 else ""
+    return Report.from_dict(r, _title(plan) + again)
 
 
 def trace_plan(plan):
@@ -79,11 +80,26 @@ def _run(fn, args, devices):
     return res
 
 
-def check(fn, *args, schedules=200, seed=0, devices=None):
-    """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per call."""
-    with collecting(check_plan, schedules=schedules, seed=seed) as got:
-        _run(fn, args, devices)
-    return got
+def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1):
+    """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per distinct
+    call; with `sequence`, one report of all the calls in order, as one sequence."""
+    if not sequence:
+        with collecting(check_plan, schedules=schedules, seed=seed, repeat=repeat) as got:
+            _run(fn, args, devices)
+        return got
+    calls = []
+    _hook._tolerant += 1
+    try:
+        with _hook.observing(lambda what, plan: what == "call" and calls.append(plan)):
+            _run(fn, args, devices)
+    finally:
+        _hook._tolerant -= 1
+    if not calls:
+        raise _native.BadInput("bad input: the function made no pallas_call")
+    r = _native.check_sequence([p.call for p in calls], schedules, seed, None, repeat)
+    again = f" --repeat {repeat}" if repeat != 1 else ""
+    title = " then ".join(p.spec.name for p in calls) + again + f" P={calls[0].P}"
+    return Results([Report.from_dict(r, title)])
 
 
 def trace(fn, *args, devices=None):
@@ -112,4 +128,3 @@ def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, *
 
 
 __all__ = ["check", "trace", "model", "Results", "collecting", "check_plan", "trace_plan", "model_plan"]
-del _native

@@ -9,12 +9,14 @@ from typing import List, Optional
 
 @dataclass(frozen=True)
 class Site:
-    """Where in a kernel: device, grid point, API call and ``file:line``."""
+    """Where in a kernel: device, grid point, API call and ``file:line``; in a sequence of
+    kernel invocations, which one (``invocation``, else None)."""
 
     device: Optional[int]
     grid: tuple
     op: str
     location: str
+    invocation: Optional[int] = None
 
     @property
     def file(self):
@@ -27,10 +29,12 @@ class Site:
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"))
+        return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"),
+                   d.get("invocation"))
 
     def __str__(self):
-        return f"device {self.device} at grid point {list(self.grid)}, `{self.op}` ({self.location})"
+        inv = "" if self.invocation is None else f" in invocation {self.invocation}"
+        return f"device {self.device}{inv} at grid point {list(self.grid)}, `{self.op}` ({self.location})"
 
 
 @dataclass

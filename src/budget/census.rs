@@ -29,6 +29,8 @@ pub struct Census {
     pub output_bytes: f64,
     /// Operand copies into VMEM before the grid and out after it, per device.
     pub copies: f64,
+    /// Kernel invocations (a sequence has more than one).
+    pub invocations: f64,
     /// Per-device counts from traced samples; `None` until [`Census::sample`].
     pub traced: Option<Traced>,
 }
@@ -69,6 +71,7 @@ impl Census {
             input_bytes: 0.0,
             output_bytes: 0.0,
             copies: 0.0,
+            invocations: 1.0,
             traced: None,
         };
         let mut alloc = |elems: f64, size: usize| {
@@ -150,6 +153,39 @@ impl Census {
             signals: t.signals / n,
             marks: t.marks / n,
         });
+    }
+}
+
+impl Census {
+    /// The census of the invocations `parts` counts (every one on the same devices), run
+    /// in order `repeat` times: what they hold adds up, except that the sequence's
+    /// inputs are the first one's and its outputs the last one's.
+    pub fn sequence(parts: &[Census], repeat: usize) -> Census {
+        let k = repeat as f64;
+        let sum = |f: &dyn Fn(&Census) -> f64| k * parts.iter().map(f).sum::<f64>();
+        let traced = parts.iter().all(|c| c.traced.is_some()).then(|| {
+            let t = |f: fn(&Traced) -> f64| sum(&|c| c.traced.as_ref().map_or(0.0, f));
+            Traced {
+                ops: t(|t| t.ops),
+                dmas: t(|t| t.dmas),
+                computes: t(|t| t.computes),
+                signals: t(|t| t.signals),
+                marks: t(|t| t.marks),
+            }
+        });
+        Census {
+            devices: parts.first().map_or(0.0, |c| c.devices),
+            grid_points: sum(&|c| c.grid_points),
+            sem_slots: sum(&|c| c.sem_slots),
+            alloc_bytes: sum(&|c| c.alloc_bytes),
+            pooled_bytes: sum(&|c| c.pooled_bytes),
+            alloc_elems: sum(&|c| c.alloc_elems),
+            input_bytes: parts.first().map_or(0.0, |c| c.input_bytes),
+            output_bytes: parts.last().map_or(0.0, |c| c.output_bytes),
+            copies: sum(&|c| c.copies),
+            invocations: sum(&|c| c.invocations),
+            traced,
+        }
     }
 }
 

@@ -26,8 +26,10 @@ pub struct Request<'a> {
     /// P asked for.
     pub devices: usize,
     /// The kernel at any P and the mesh it is traced on (an error where it cannot be
-    /// built at that P).
-    pub build: &'a dyn Fn(usize) -> Result<(PallasCall, Mesh)>,
+    /// built at that P); a sequence's kernels, in order.
+    pub build: &'a dyn Fn(usize) -> Result<(Vec<PallasCall>, Mesh)>,
+    /// How many times the kernels run back to back (1: once).
+    pub repeat: usize,
     /// What the command does with it.
     pub work: Work,
 }
@@ -36,14 +38,26 @@ pub struct Request<'a> {
 /// by tracing when the spec's part fits in `limit` (a lower bound otherwise, which is
 /// enough to refuse). An error when the kernel cannot be built at that P.
 fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Result<Need> {
-    let (call, mesh) = (req.build)(devices)?;
-    let mut census = Census::of_spec(&call, devices);
-    let lower = need(&census, req.work);
+    estimate_repeated(req, devices, limit, req.repeat)
+}
+
+/// [`estimate_at`] with the kernels run `repeat` times.
+fn estimate_repeated(
+    req: &Request,
+    devices: usize,
+    limit: Option<f64>,
+    repeat: usize,
+) -> Result<Need> {
+    let (calls, mesh) = (req.build)(devices)?;
+    let mut parts: Vec<Census> = calls.iter().map(|c| Census::of_spec(c, devices)).collect();
+    let lower = need(&Census::sequence(&parts, repeat), req.work);
     if limit.is_some_and(|l| lower.host() > l) {
         return Ok(lower);
     }
-    census.sample(&call, &mesh);
-    Ok(need(&census, req.work))
+    for (census, call) in parts.iter_mut().zip(&calls) {
+        census.sample(call, &mesh);
+    }
+    Ok(need(&Census::sequence(&parts, repeat), req.work))
 }
 
 fn planner_ok(n: &Need) -> bool {
@@ -80,23 +94,33 @@ pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> 
         return Ok(n);
     }
     let largest = largest_p(req, p, limit);
+    let repeats = (req.repeat > 1).then(|| largest_repeat(req, limit));
     if !planner_ok(&n) {
         let ops = n.census.traced.map_or(0.0, |t| t.ops);
         return Err(Error::TooLarge(format!(
-            "{}: {} traced ops per device is beyond what the planner supports (at most {MAX_OPS_PER_DEVICE}); {}",
+            "{}: {} traced ops per device is beyond what the planner supports (at most {MAX_OPS_PER_DEVICE}); {}{}",
             req.what,
             count(ops),
-            largest_p_text(largest)
+            largest_p_text(largest),
+            repeat_text(repeats)
         )));
     }
     let avail = avail.expect("a need only fails to fit a known limit");
-    Err(Error::TooLarge(message(req, &n, avail, largest)))
+    Err(Error::TooLarge(
+        message(req, &n, avail, largest) + &repeat_text(repeats),
+    ))
 }
 
-/// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
-/// P). A P the kernel cannot be built at counts as not fitting.
-fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
-    let ok = |q: usize| estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit));
+/// The largest repeat count below the request's whose need fits at its P (0: none).
+fn largest_repeat(req: &Request, limit: Option<f64>) -> usize {
+    largest_below(req.repeat, &|r| {
+        estimate_repeated(req, req.devices, limit, r).is_ok_and(|n| fits(&n, limit))
+    })
+}
+
+/// The largest count below `above` for which `ok` holds (0: none), by bisection: `ok`
+/// holds up to some count and fails above it (needs grow with P and repeats).
+fn largest_below(above: usize, ok: &dyn Fn(usize) -> bool) -> usize {
     let (mut lo, mut hi) = (0usize, above);
     // Invariant: lo fits (or is 0), hi does not.
     while hi - lo > 1 {
@@ -108,6 +132,21 @@ fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
         }
     }
     lo
+}
+
+fn repeat_text(largest: Option<usize>) -> String {
+    match largest {
+        Some(0) | None => String::new(),
+        Some(r) => format!("; the largest --repeat that fits is {r}"),
+    }
+}
+
+/// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
+/// P). A P the kernel cannot be built at counts as not fitting.
+fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
+    largest_below(above, &|q| {
+        estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit))
+    })
 }
 
 fn largest_p_text(largest: usize) -> String {
@@ -187,11 +226,15 @@ mod tests {
     use crate::collectives;
     use crate::DType;
 
-    fn psum_request(p: usize, build: &dyn Fn(usize) -> Result<(PallasCall, Mesh)>) -> Request<'_> {
+    fn psum_request(
+        p: usize,
+        build: &dyn Fn(usize) -> Result<(Vec<PallasCall>, Mesh)>,
+    ) -> Request<'_> {
         Request {
             what: format!("`psum` at P={p}"),
             devices: p,
             build,
+            repeat: 1,
             work: Work::Run {
                 buffers: Buffers::Host,
                 gpu: false,
@@ -201,13 +244,13 @@ mod tests {
         }
     }
 
-    fn psum(q: usize) -> Result<(PallasCall, Mesh)> {
+    fn psum(q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
         let mesh = Mesh::new(q, "x")?;
         let call =
             collectives::Registry::builtin()
                 .by_name("psum")?
                 .call(&mesh, &[8, 128], DType::F32)?;
-        Ok((call, mesh))
+        Ok((vec![call], mesh))
     }
 
     #[test]

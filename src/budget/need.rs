@@ -113,6 +113,8 @@ pub const TIMELINE_BYTES_PER_OP: f64 = 3072.0;
 
 /// Bytes of one semaphore slot's description in the layout (its struct and name).
 const SEM_INFO_BYTES: f64 = size_of::<SemInfo>() as f64 + 32.0;
+/// Bytes of one invocation's description in a program, besides its per-device starts.
+const INVOCATION_BYTES: f64 = size_of::<crate::ir::Invocation>() as f64 + 64.0;
 /// Bytes of one recorded access in the race checker's shadow memory (an upper bound of
 /// its private struct).
 const ACCESS_BYTES: f64 = 64.0;
@@ -193,6 +195,12 @@ pub fn need(c: &Census, work: Work) -> Need {
     host(
         "scheduler state and schedule",
         p * c.sem_slots * 8.0 + data_ops * size_of::<DataOp>() as f64,
+        Scales::Program,
+    );
+    // Per device and invocation of a sequence: where it begins and, checked, its entry.
+    host(
+        "kernel invocations",
+        c.invocations * (INVOCATION_BYTES + p * 8.0),
         Scales::Program,
     );
     // Inputs, the reference's result and the result read back, on the host.

@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Kernel invocations back to back on every device, timed as one iteration (the
+    /// barrier semaphore of a collective_id carries over between them).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 /// `tpusim bench`.
@@ -91,7 +95,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .map(|n| {
             let c = reg.by_name(n)?;
             let place = a.place.placement(c.as_ref())?;
-            Ok(Job::collective(c, place))
+            Job::collective(c, place).repeat(a.repeat)
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
     // Refused before the adapter is opened; the sweep checks again with its buffers.
@@ -104,14 +108,19 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
         _ => cfg.devices.to_string(),
     };
+    let repeat = match a.repeat {
+        1 => String::new(),
+        k => format!(" repeat={k} (one iteration: {k} invocations back to back)"),
+    };
     outln!(
-        "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={} on {}",
+        "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={}{} on {}",
         at,
         cfg.dtype,
         cfg.schedule,
         cfg.iters,
         cfg.warmup,
         cfg.checks,
+        repeat,
         exec.describe()
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;

@@ -31,11 +31,15 @@ pub struct CheckArgs {
     #[arg(long)]
     replay: Option<String>,
     /// List the broken variants and exit.
-    #[arg(long, conflicts_with_all = ["collective", "devices", "schedules", "seed", "variant", "replay", "shape"])]
+    #[arg(long, conflicts_with_all = ["collective", "devices", "schedules", "seed", "variant", "replay", "shape", "repeat"])]
     list_variants: bool,
     /// One device's shard shape (default: a small shape the collective can serve).
     #[arg(long)]
     shape: Option<String>,
+    /// Kernel invocations back to back on every device: a device enters invocation k+1
+    /// when it leaves k, and the barrier semaphore of a collective_id carries over.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 fn print_report(title: &str, replay_cmd: &str, r: &Report) -> tpusim::Result<()> {
@@ -76,11 +80,11 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     if a.list_variants {
         for v in variants() {
             outln!(
-                "{:<15} --variant {:<16} {} [{}]",
+                "{:<19} --variant {:<16} {} [{}]",
                 v.collective,
                 v.name,
                 v.summary,
-                v.expect
+                v.expectation()
             )?;
         }
         return Ok(true);
@@ -128,19 +132,27 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             continue;
         }
         let place = a.place.placement(c.as_ref())?;
-        let mut job = Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?;
+        let mut job = Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?
+            .repeat(a.repeat)?;
         if let Some(s) = &shape {
             job = job.with_shape(s);
         }
         job.pallas_call()?;
         job.ensure_fits(Work::Check)?;
         let shown = format!("P={}", job.place().describe());
+        let repeat = match a.repeat {
+            1 => String::new(),
+            k => format!(" --repeat {k}"),
+        };
         let (title, replay) = match &a.variant {
             Some(v) => (
-                format!("{n} --variant {v} {shown}"),
-                format!("tpusim check {n} {at} --variant {v}"),
+                format!("{n} --variant {v}{repeat} {shown}"),
+                format!("tpusim check {n} {at} --variant {v}{repeat}"),
             ),
-            None => (format!("{n} {shown}"), format!("tpusim check {n} {at}")),
+            None => (
+                format!("{n}{repeat} {shown}"),
+                format!("tpusim check {n} {at}{repeat}"),
+            ),
         };
         runs.push((job, title, replay));
     }

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// gives wrong numbers under some schedules only.
     #[arg(long)]
     variant: Option<String>,
+    /// Kernel invocations back to back on every device: a device enters invocation k+1
+    /// when it leaves k, and the barrier semaphore of a collective_id carries over.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -127,12 +131,11 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
     };
     let schedule = ScheduleSpec::parse(&a.schedule)?;
     schedule.validate(place.mesh.size())?;
-    Ok(
-        Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
-            .with_shape(&shape)
-            .with_dtype(DType::parse_collective(&a.dtype)?)
-            .with_schedule(schedule),
-    )
+    Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
+        .with_shape(&shape)
+        .with_dtype(DType::parse_collective(&a.dtype)?)
+        .with_schedule(schedule)
+        .repeat(a.repeat)
 }
 
 /// One result line of `run` and `demo`.

@@ -19,6 +19,10 @@ pub struct TraceArgs {
     /// Output format: markdown or json.
     #[arg(long, default_value = "markdown")]
     pub format: String,
+    /// Kernel invocations back to back on every device: a device enters invocation k+1
+    /// when it leaves k, and the barrier semaphore of a collective_id carries over.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
 }
 
 /// `tpusim trace`.
@@ -32,7 +36,10 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
         )));
     }
     let dtype = DType::parse_collective(&a.dtype)?;
-    let table = Job::collective(c, place).with_dtype(dtype).trace()?;
+    let table = Job::collective(c, place)
+        .with_dtype(dtype)
+        .repeat(a.repeat)?
+        .trace()?;
     if a.format == "json" {
         outln!(
             "{}",

@@ -53,6 +53,8 @@ pub(crate) struct Handshakes2d {
     pub barrier_y: bool,
     /// Each axis has its own capacity semaphore (else x and y share `capacity_x`).
     pub capacity_per_axis: bool,
+    /// The barrier's second round (the docs' double barrier).
+    pub double_barrier: bool,
 }
 
 impl Handshakes2d {
@@ -60,6 +62,7 @@ impl Handshakes2d {
     pub const RIGHT: Handshakes2d = Handshakes2d {
         barrier_y: true,
         capacity_per_axis: true,
+        double_barrier: true,
     };
 }
 
@@ -112,7 +115,7 @@ pub(crate) fn allreduce_2d_kernel_with(
             .iter()
             .flat_map(|r| [r.left.clone(), r.right.clone()])
             .collect();
-        mesh_barrier(pl, &nbrs, true);
+        mesh_barrier(pl, &nbrs, h.double_barrier);
         pl.copy(o_ref, x_ref);
     }
 

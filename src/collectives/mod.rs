@@ -12,6 +12,8 @@ pub mod reference;
 mod registry;
 mod ring;
 mod ring_allreduce;
+mod second_round;
+mod variant;
 pub mod variants;
 
 use crate::kernel::ReduceOp;
@@ -28,6 +30,7 @@ pub use ring::{ring_step, RingPos, StepBufs};
 pub use ring_allreduce::{
     ring_allreduce_kernel, ring_allreduce_push_kernel, RingAllReduce, RingAllReducePush,
 };
+pub use second_round::barrier_shift;
 
 pub use crate::mesh::Span;
 

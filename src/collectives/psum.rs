@@ -48,6 +48,8 @@ pub(crate) struct Handshakes {
     pub barrier: bool,
     /// The capacity semaphore before each write to the right neighbour.
     pub capacity: bool,
+    /// The barrier's second round (the docs' double barrier).
+    pub double_barrier: bool,
 }
 
 impl Handshakes {
@@ -55,6 +57,7 @@ impl Handshakes {
     pub const SEED: Handshakes = Handshakes {
         barrier: true,
         capacity: true,
+        double_barrier: true,
     };
 }
 
@@ -77,7 +80,7 @@ pub(crate) fn psum_kernel_with(
 
     if step == 0 {
         if handshakes.barrier {
-            neighbor_barrier(pl, left, right, true);
+            neighbor_barrier(pl, left, right, handshakes.double_barrier);
         }
         pl.fill(o_ref, identity(op, o_ref.dtype()));
         pl.fill(vmem_recv, 0.0);
@@ -210,4 +213,28 @@ pub(crate) fn spec(p: usize, shard: &[usize], dtype: DType) -> GridSpec {
         .vmem("vmem_recv", shard, dtype)
         .grid(&[p])
         .collective_id(0)
+}
+
+/// The seed's psum with only the handshakes in `h`.
+pub(super) fn psum_without(
+    h: Handshakes,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+) -> Result<PallasCall> {
+    let spec = spec(mesh.size(), shard, dtype);
+    Ok(PallasCall::new("psum", spec, move |pl, a| {
+        psum_kernel_with(
+            pl,
+            ReduceOp::Sum,
+            h,
+            [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
+            [
+                a.sem("local_copy_sem"),
+                a.sem("remote_recv_sem"),
+                a.sem("remote_send_sem"),
+                a.sem("capacity_sem"),
+            ],
+        )
+    }))
 }

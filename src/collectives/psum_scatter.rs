@@ -48,6 +48,62 @@ pub fn reduce_scatter_kernel(
     right_capacity_sem: Sem,
     accum: Ref,
 ) {
+    reduce_scatter_kernel_with(
+        pl,
+        true,
+        [x_ref, o_ref, hbm_buf, accum],
+        [
+            local_copy_sem,
+            left_recv_sem,
+            left_send_sem,
+            right_recv_sem,
+            right_send_sem,
+        ],
+        [left_capacity_sem, right_capacity_sem],
+    )
+}
+
+/// [`reduce_scatter_kernel`], its barrier in two rounds or (a broken variant) one.
+pub(crate) fn reduce_scatter_kernel_with(
+    pl: &Ctx,
+    double_barrier: bool,
+    [x_ref, o_ref, hbm_buf, accum]: [Ref; 4],
+    [local_copy_sem, left_recv_sem, left_send_sem, right_recv_sem, right_send_sem]: [Sem; 5],
+    [left_capacity_sem, right_capacity_sem]: [Sem; 2],
+) {
+    reduce_scatter_body(
+        pl,
+        double_barrier,
+        x_ref,
+        o_ref,
+        hbm_buf,
+        local_copy_sem,
+        left_recv_sem,
+        left_send_sem,
+        right_recv_sem,
+        right_send_sem,
+        left_capacity_sem,
+        right_capacity_sem,
+        accum,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce_scatter_body(
+    pl: &Ctx,
+    double_barrier: bool,
+    x_ref: Ref,
+    o_ref: Ref,
+    hbm_buf: Ref,
+    local_copy_sem: Sem,
+    left_recv_sem: Sem,
+    left_send_sem: Sem,
+    right_recv_sem: Sem,
+    right_send_sem: Sem,
+    left_capacity_sem: Sem,
+    right_capacity_sem: Sem,
+    accum: Ref,
+) {
     let num_devices = pl.num_devices();
     let step = pl.program_id(0);
     let phase = pl.program_id(1);
@@ -100,7 +156,7 @@ pub fn reduce_scatter_kernel(
     );
 
     if is_first {
-        neighbor_barrier(pl, left, right, true);
+        neighbor_barrier(pl, left, right, double_barrier);
         pl.fill(o_ref, 0.0);
         pl.fill(accum, 0.0);
 
@@ -231,6 +287,33 @@ impl Collective for PsumScatter {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        self.call_with(mesh, shard, dtype, true)
+    }
+
+    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
+        Ok(super::reference::psum_scatter(inputs))
+    }
+
+    fn output_shape(&self, devices: usize, shard: &[usize]) -> Vec<usize> {
+        let mut s = shard.to_vec();
+        s[0] /= devices;
+        s
+    }
+
+    fn tolerance(&self) -> f32 {
+        super::SUM_TOLERANCE
+    }
+}
+
+impl PsumScatter {
+    /// The kernel, its barrier in two rounds or (a broken variant) one.
+    pub(crate) fn call_with(
+        &self,
+        mesh: &Mesh,
+        shard: &[usize],
+        dtype: DType,
+        double_barrier: bool,
+    ) -> Result<PallasCall> {
         let p = mesh.size();
         let (r, c) = Self::block(p, shard)?;
         let spec = GridSpec::new()
@@ -247,35 +330,20 @@ impl Collective for PsumScatter {
             .vmem("accum", &[r / 2, c], dtype)
             .grid(&[p, 2])
             .collective_id(0);
-        Ok(PallasCall::new("psum_scatter", spec, |pl, a| {
-            reduce_scatter_kernel(
+        Ok(PallasCall::new("psum_scatter", spec, move |pl, a| {
+            reduce_scatter_kernel_with(
                 pl,
-                a.r("x_ref"),
-                a.r("o_ref"),
-                a.r("hbm_buf"),
-                a.sem("local_copy_sem"),
-                a.sem("left_recv_sem"),
-                a.sem("left_send_sem"),
-                a.sem("right_recv_sem"),
-                a.sem("right_send_sem"),
-                a.sem("left_capacity_sem"),
-                a.sem("right_capacity_sem"),
-                a.r("accum"),
+                double_barrier,
+                [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("accum")],
+                [
+                    a.sem("local_copy_sem"),
+                    a.sem("left_recv_sem"),
+                    a.sem("left_send_sem"),
+                    a.sem("right_recv_sem"),
+                    a.sem("right_send_sem"),
+                ],
+                [a.sem("left_capacity_sem"), a.sem("right_capacity_sem")],
             )
         }))
-    }
-
-    fn reference(&self, inputs: &[Vec<HostArray>]) -> Result<Vec<Vec<HostArray>>> {
-        Ok(super::reference::psum_scatter(inputs))
-    }
-
-    fn output_shape(&self, devices: usize, shard: &[usize]) -> Vec<usize> {
-        let mut s = shard.to_vec();
-        s[0] /= devices;
-        s
-    }
-
-    fn tolerance(&self) -> f32 {
-        super::SUM_TOLERANCE
     }
 }

@@ -110,6 +110,23 @@ pub fn ring_allreduce_push_kernel(
     capacity_sem: Sem,
     vmem_recv: Ref,
 ) {
+    ring_allreduce_push_kernel_with(
+        pl,
+        op,
+        true,
+        [x_ref, o_ref, hbm_buf, vmem_recv],
+        [local_sem, send_sem, recv_sem, capacity_sem],
+    )
+}
+
+/// [`ring_allreduce_push_kernel`], its barrier in two rounds or (a broken variant) one.
+pub(crate) fn ring_allreduce_push_kernel_with(
+    pl: &Ctx,
+    op: ReduceOp,
+    double_barrier: bool,
+    [x_ref, o_ref, hbm_buf, vmem_recv]: [Ref; 4],
+    [local_sem, send_sem, recv_sem, capacity_sem]: [Sem; 4],
+) {
     let p = pl.num_devices();
     let step = pl.program_id(0);
     let working = step % 2;
@@ -120,7 +137,7 @@ pub fn ring_allreduce_push_kernel(
     let block = |c: i64| o_ref.at(0).slice(ds(c * chunk, chunk));
 
     if step == 0 {
-        neighbor_barrier(pl, left, right, true);
+        neighbor_barrier(pl, left, right, double_barrier);
         pl.copy(o_ref, x_ref);
     }
     if p == 1 {
@@ -290,6 +307,19 @@ impl Collective for RingAllReducePush {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
+        self.call_with(mesh, shard, dtype, true)
+    }
+}
+
+impl RingAllReducePush {
+    /// The kernel, its barrier in two rounds or (a broken variant) one.
+    pub(crate) fn call_with(
+        &self,
+        mesh: &Mesh,
+        shard: &[usize],
+        dtype: DType,
+        double_barrier: bool,
+    ) -> Result<PallasCall> {
         let p = mesh.size();
         let n = ring_len(self.name(), p, shard)?;
         let spec = GridSpec::new()
@@ -308,17 +338,17 @@ impl Collective for RingAllReducePush {
             "ring_allreduce_push",
             spec,
             move |pl, a| {
-                ring_allreduce_push_kernel(
+                ring_allreduce_push_kernel_with(
                     pl,
                     op,
-                    a.r("x_ref"),
-                    a.r("o_ref"),
-                    a.r("hbm_buf"),
-                    a.sem("local_sem"),
-                    a.sem("send_sem"),
-                    a.sem("recv_sem"),
-                    a.sem("capacity_sem"),
-                    a.r("vmem_recv"),
+                    double_barrier,
+                    [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
+                    [
+                        a.sem("local_sem"),
+                        a.sem("send_sem"),
+                        a.sem("recv_sem"),
+                        a.sem("capacity_sem"),
+                    ],
                 )
             },
         ))

@@ -1,51 +1,34 @@
 //! Deliberately broken kernels, shipped so that the verifier's reports can be seen
 //! and tested: `tpusim check COLLECTIVE --variant NAME`. Each is a seed kernel with
-//! one mistake a person could make, and the kind of problem it must be reported as.
+//! one mistake a person could make, and the kind of problem it must be reported as
+//! (some only under `--repeat`, kernel invocations back to back; a few are reported
+//! clean, because the kernel's other handshakes make the mistake harmless).
 
 use super::allreduce_2d::{call_with, Handshakes2d};
-use super::psum::Handshakes;
-use super::{all_gather, psum, ring_allreduce};
+use super::psum::{psum_without, Handshakes};
+pub use super::variant::Variant;
+use super::{all_gather, ring_allreduce};
 use crate::array::DType;
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
-use crate::mesh::Mesh;
 use crate::verify::ProblemKind;
-
-/// A named broken variant of a collective.
-#[derive(Clone, Copy)]
-pub struct Variant {
-    /// The collective it breaks.
-    pub collective: &'static str,
-    /// Variant name (`--variant`).
-    pub name: &'static str,
-    /// The mistake, in one line.
-    pub summary: &'static str,
-    /// The problem the verifier must report.
-    pub expect: ProblemKind,
-    build: fn(&Mesh, &[usize], DType) -> Result<PallasCall>,
-}
-
-impl Variant {
-    /// The broken kernel for `mesh`.
-    pub fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        (self.build)(mesh, shard, dtype)
-    }
-}
-
-impl std::fmt::Debug for Variant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} --variant {}", self.collective, self.name)
-    }
-}
 
 /// Every broken variant.
 pub fn variants() -> Vec<Variant> {
+    let mut v = within_one();
+    v.extend(super::second_round::variants());
+    v
+}
+
+/// The variants whose mistake shows in one invocation.
+fn within_one() -> Vec<Variant> {
     vec![
         Variant {
             collective: "psum",
             name: "no-capacity-sem",
             summary: "the capacity-semaphore handshake removed: a fast device overwrites its neighbour's buffer while it is read (race)",
-            expect: ProblemKind::Race,
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 psum_without(
                     Handshakes {
@@ -62,7 +45,8 @@ pub fn variants() -> Vec<Variant> {
             collective: "psum",
             name: "no-barrier",
             summary: "the neighbour barrier at entry removed: the first signal and DMA can reach a neighbour that has not entered the kernel (sent before entry)",
-            expect: ProblemKind::SendBeforeEntry,
+            expect: Some(ProblemKind::SendBeforeEntry),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 psum_without(
                     Handshakes {
@@ -79,7 +63,8 @@ pub fn variants() -> Vec<Variant> {
             collective: "all_gather",
             name: "shared-recv-sem",
             summary: "one receive semaphore for every step instead of one per step: a wait can be satisfied by the next step's bytes before this step's have landed (race)",
-            expect: ProblemKind::Race,
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 let spec = all_gather::spec(mesh.size(), shard, dtype, false);
                 Ok(PallasCall::new("all_gather", spec, |pl, a| {
@@ -99,7 +84,8 @@ pub fn variants() -> Vec<Variant> {
             collective: "allreduce_2d",
             name: "no-barrier-y",
             summary: "the entry barrier waits for the x neighbours only: the y phase signals and pushes to a neighbour not known to have entered (sent before entry; run it on a 2-D --mesh)",
-            expect: ProblemKind::SendBeforeEntry,
+            expect: Some(ProblemKind::SendBeforeEntry),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
                     barrier_y: false,
@@ -112,7 +98,8 @@ pub fn variants() -> Vec<Variant> {
             collective: "allreduce_2d",
             name: "shared-capacity",
             summary: "one capacity semaphore for the x and y rings: a y neighbour's signal lets a device push along x before its x neighbour is ready (race; run it on a 2-D --mesh)",
-            expect: ProblemKind::Race,
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
                     capacity_per_axis: false,
@@ -125,21 +112,24 @@ pub fn variants() -> Vec<Variant> {
             collective: "ppermute",
             name: "missing-signal",
             summary: "the receiver waits for a `done` signal the sender never sends (deadlock)",
-            expect: ProblemKind::Deadlock,
+            expect: Some(ProblemKind::Deadlock),
+            repeat: 1,
             build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 0)),
         },
         Variant {
             collective: "ppermute",
             name: "extra-signal",
             summary: "the sender signals `done` twice and the receiver waits once (semaphore not zero at exit)",
-            expect: ProblemKind::SemaphoreNotZero,
+            expect: Some(ProblemKind::SemaphoreNotZero),
+            repeat: 1,
             build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 2)),
         },
         Variant {
             collective: "ring_allreduce",
             name: "negative-left",
             summary: "the seed-003 trap `(my_rank - 1) % nranks`, -1 at rank 0 (device id out of range)",
-            expect: ProblemKind::DeviceIdOutOfRange,
+            expect: Some(ProblemKind::DeviceIdOutOfRange),
+            repeat: 1,
             build: |mesh, shard, dtype| {
                 let spec = ring_allreduce::pull_spec(mesh.size(), shard, dtype)?;
                 Ok(PallasCall::new("ring_allreduce", spec, |pl, a| {
@@ -160,7 +150,8 @@ pub fn variants() -> Vec<Variant> {
             collective: "ppermute",
             name: "peer-read",
             summary: "a TPU kernel that pulls its left neighbour's shard instead of being pushed it (peer read)",
-            expect: ProblemKind::PeerRead,
+            expect: Some(ProblemKind::PeerRead),
+            repeat: 1,
             build: |_, shard, dtype| {
                 let spec = GridSpec::new()
                     .input("x_ref", MemorySpace::Any, shard, dtype)
@@ -169,25 +160,6 @@ pub fn variants() -> Vec<Variant> {
             },
         },
     ]
-}
-
-/// The seed's psum with only the handshakes in `h`.
-fn psum_without(h: Handshakes, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-    let spec = psum::spec(mesh.size(), shard, dtype);
-    Ok(PallasCall::new("psum", spec, move |pl, a| {
-        psum::psum_kernel_with(
-            pl,
-            ReduceOp::Sum,
-            h,
-            [a.r("x_ref"), a.r("o_ref"), a.r("hbm_buf"), a.r("vmem_recv")],
-            [
-                a.sem("local_copy_sem"),
-                a.sem("remote_recv_sem"),
-                a.sem("remote_send_sem"),
-                a.sem("capacity_sem"),
-            ],
-        )
-    }))
 }
 
 /// The variant `name` of `collective`, or an error listing the ones that exist.

@@ -383,7 +383,12 @@ impl Compute {
 
     /// The same op on other devices: every view moved by `device`.
     pub fn on_devices(&self, device: impl Fn(usize) -> usize) -> Self {
-        let mv = |v: &View| v.on_device(device(v.device()));
+        self.map_views(|v| v.on_device(device(v.device())))
+    }
+
+    /// The same op on the views `f` gives for its own.
+    pub fn map_views(&self, f: impl Fn(View) -> View) -> Self {
+        let mv = |v: &View| f(*v);
         let operand = |o: &Operand| Operand {
             view: mv(&o.view),
             ..o.clone()

@@ -159,16 +159,16 @@ impl DataOp {
         }
     }
 
-    /// The same op with every view moved to device `device(d)`.
-    pub fn on_devices(&self, device: impl Fn(usize) -> usize) -> DataOp {
-        let mv = |v: View| v.on_device(device(v.device()));
+    /// The same op on the views `f` gives for its own (the one place a program's views
+    /// move to other devices, groups of a mesh, or allocations, invocations of a sequence).
+    pub fn map_views(&self, f: impl Fn(View) -> View) -> DataOp {
         match self {
             DataOp::Copy { src, dst } => DataOp::Copy {
-                src: mv(*src),
-                dst: mv(*dst),
+                src: f(*src),
+                dst: f(*dst),
             },
             DataOp::Fill { dst, bits } => DataOp::Fill {
-                dst: mv(*dst),
+                dst: f(*dst),
                 bits: *bits,
             },
             DataOp::Accumulate {
@@ -177,12 +177,17 @@ impl DataOp {
                 op,
                 dtype,
             } => DataOp::Accumulate {
-                dst: mv(*dst),
-                src: mv(*src),
+                dst: f(*dst),
+                src: f(*src),
                 op: *op,
                 dtype: *dtype,
             },
-            DataOp::Compute(c) => DataOp::Compute(Arc::new(c.on_devices(device))),
+            DataOp::Compute(c) => DataOp::Compute(Arc::new(c.map_views(f))),
         }
+    }
+
+    /// The same op with every view moved to device `device(d)`.
+    pub fn on_devices(&self, device: impl Fn(usize) -> usize) -> DataOp {
+        self.map_views(|v| v.on_device(device(v.device())))
     }
 }

@@ -1,5 +1,6 @@
 //! DMAs and their completions: what a DMA reads and writes until which event.
 
+use super::op::Remap;
 use super::site::OpSite;
 use super::view::{SemRef, View};
 
@@ -34,6 +35,18 @@ pub enum Completion {
 }
 
 impl Dma {
+    /// The same DMA with its views and semaphores moved by `m`, started at `origin`.
+    pub fn remap(&self, m: &Remap, origin: OpSite) -> Dma {
+        Dma {
+            src: (m.view)(self.src),
+            dst: (m.view)(self.dst),
+            send_sem: self.send_sem.map(m.sem),
+            recv_sem: (m.sem)(self.recv_sem),
+            bytes: self.bytes,
+            origin,
+        }
+    }
+
     /// True for `make_async_remote_copy` (two completions), false for a local copy.
     pub fn is_remote(&self) -> bool {
         self.send_sem.is_some()

@@ -4,15 +4,18 @@
 //! for the executors. The index arithmetic is defined here once: a semaphore's slot
 //! ([`Layout::sem_slot`]), an allocation's place among every device's
 //! ([`Memory::index`]), whether a wait consumes ([`WaitKind::decrements`]), and the
-//! staging area of DMAs in flight ([`Schedule::memory`]).
+//! staging area of DMAs in flight ([`Schedule::memory`]). A sequence of kernel
+//! invocations is one program too ([`sequence()`]).
 
 mod compute;
 mod data;
 mod dma;
+mod first_fit;
 mod layout;
 mod op;
 mod program;
 mod schedule;
+mod sequence;
 mod site;
 mod source_files;
 mod view;
@@ -22,9 +25,11 @@ pub use compute::{
 };
 pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
+pub use first_fit::FirstFit;
 pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
-pub use op::{Cmp, Op, OpKind, WaitKind};
-pub use program::{grid_coords, Program};
+pub use op::{Cmp, Op, OpKind, Remap, WaitKind};
+pub use program::{grid_coords, Feed, Invocation, Program};
 pub use schedule::{Memory, Schedule};
+pub use sequence::{feed, sequence};
 pub use site::{OpSite, SourceLoc};
 pub use view::{SemRef, View};

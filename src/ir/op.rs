@@ -2,7 +2,7 @@
 
 use super::data::DataOp;
 use super::site::OpSite;
-use super::view::SemRef;
+use super::view::{SemRef, View};
 
 /// Why a device blocks on a semaphore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,4 +78,42 @@ pub struct Op {
     pub kind: OpKind,
     /// Where it came from.
     pub site: OpSite,
+}
+
+/// How a program's ids move when its ops are placed in a larger program (groups of a
+/// mesh, invocations of a sequence): DMA ids, semaphores and views.
+pub struct Remap<'a> {
+    /// A DMA id.
+    pub dma: &'a dyn Fn(usize) -> usize,
+    /// A semaphore.
+    pub sem: &'a dyn Fn(SemRef) -> SemRef,
+    /// A view.
+    pub view: &'a dyn Fn(View) -> View,
+}
+
+impl OpKind {
+    /// The same op with its ids moved by `m`.
+    pub fn remap(&self, m: &Remap) -> OpKind {
+        match self {
+            OpKind::DmaStart(k) => OpKind::DmaStart((m.dma)(*k)),
+            OpKind::Wait {
+                sem,
+                amount,
+                why,
+                cmp,
+            } => OpKind::Wait {
+                sem: (m.sem)(*sem),
+                amount: *amount,
+                why: *why,
+                cmp: *cmp,
+            },
+            OpKind::Signal { sem, inc, set } => OpKind::Signal {
+                sem: (m.sem)(*sem),
+                inc: *inc,
+                set: *set,
+            },
+            OpKind::Compute(c) => OpKind::Compute(Box::new(c.map_views(m.view))),
+            OpKind::Mark(label) => OpKind::Mark(label.clone()),
+        }
+    }
 }

@@ -66,8 +66,13 @@ impl From<&'static Location<'static>> for SourceLoc {
 }
 
 impl fmt::Display for SourceLoc {
+    /// `file:line`, or the name alone for a place with no line (line 0: what a sequence
+    /// does at an invocation's entry and exit).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file(), self.line)
+        match self.line {
+            0 => write!(f, "{}", self.file()),
+            line => write!(f, "{}:{line}", self.file()),
+        }
     }
 }
 
@@ -77,7 +82,8 @@ impl fmt::Display for SourceLoc {
 pub struct OpSite {
     /// Device that recorded the op (32 bits, as the planner's limit on P).
     pub device: u32,
-    /// Row-major index of the grid point.
+    /// Row-major index of the grid point; in a sequence of invocations, counted after
+    /// every grid point of the invocations before ([`super::Invocation::first_step`]).
     pub grid_linear: u32,
     /// The API call's name, by number ([`OpSite::op`]).
     op: u32,

@@ -64,6 +64,13 @@ impl View {
             ..self
         }
     }
+    /// The same run of elements in allocation `alloc`.
+    pub fn in_alloc(self, alloc: AllocId) -> Self {
+        View {
+            alloc: narrow(alloc, "allocation"),
+            ..self
+        }
+    }
     /// Byte offset in the allocation, whose elements are `elem` bytes wide.
     pub fn byte_offset(&self, elem: usize) -> u64 {
         self.offset as u64 * elem as u64

@@ -39,7 +39,7 @@ pub struct Ctx<'a> {
     pub(crate) cores: usize,
     pub(crate) rec: RefCell<Recording>,
     /// Where values live (shared by every device and grid point of the trace).
-    pub(crate) temps: &'a RefCell<super::values::Temps>,
+    pub(crate) temps: &'a RefCell<super::temps::Temps>,
 }
 
 /// How deeply `run_scoped` semaphore scopes may nest.
@@ -116,6 +116,7 @@ impl<'a> Ctx<'a> {
             kind,
             site: Site {
                 device: self.device,
+                invocation: None,
                 grid: self.point.clone(),
                 op: site.op(),
                 location: site.location.to_string(),

@@ -3,10 +3,11 @@
 use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
-use super::values::Temps;
+use super::temps::Temps;
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
-    grid_coords, Allocation, DataOp, Layout, MemorySpace, Program, SemInfo, SemKind, View,
+    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,
+    View,
 };
 use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
@@ -307,6 +308,7 @@ impl PallasCall {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
                             device,
+                            invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             op: "kernel body",
                             location: self.name.clone(),
@@ -322,6 +324,7 @@ impl PallasCall {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
                             device,
+                            invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             op: "kernel argument",
                             location: format!("{}:{}", at.file(), at.line()),
@@ -371,11 +374,12 @@ impl PallasCall {
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);
+        let invocation =
+            Invocation::single(&self.name, &spec.grid, spec.collective_id, mesh.size());
         Ok((
             Program {
                 name: self.name.clone(),
                 devices: mesh.size(),
-                grid: spec.grid.clone(),
                 layout,
                 ops,
                 dmas,
@@ -383,7 +387,7 @@ impl PallasCall {
                 epilogue,
                 inputs,
                 outputs,
-                entry_barrier: spec.collective_id.is_none(),
+                invocations: vec![invocation],
             },
             errors,
         ))

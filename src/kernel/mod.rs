@@ -9,6 +9,7 @@ mod lower;
 mod pull;
 mod refs;
 mod spec;
+mod temps;
 mod values;
 
 pub use crate::error::KernelErrorKind;

@@ -9,97 +9,10 @@ use super::refs::Ref;
 use crate::array::DType;
 use crate::error::KernelErrorKind;
 use crate::ir::{
-    dot_shape, AllocId, Binary, Comparison, Compute, ComputeKind, DataOp, DotDims, OpKind, OpSite,
-    Operand, Reduction, Unary, View,
+    dot_shape, Binary, Comparison, Compute, ComputeKind, DataOp, DotDims, OpKind, OpSite, Operand,
+    Reduction, Unary, View,
 };
-use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Elements a value's run is rounded up to (256 bytes of f32: aligned GPU bindings).
-const ALIGN: usize = 64;
-
-/// The temporaries of one dtype: an allocation of the kernel (its id assigned at the
-/// first value of that dtype), first-fit runs of it within a grid point, and the most
-/// it ever held.
-#[derive(Debug)]
-struct Pool {
-    dtype: DType,
-    alloc: AllocId,
-    live: BTreeMap<usize, usize>,
-    peak: usize,
-}
-
-impl Pool {
-    fn take(&mut self, len: usize) -> usize {
-        let len = len.max(1).next_multiple_of(ALIGN);
-        let mut at = 0;
-        for (&o, &l) in &self.live {
-            if o >= at + len {
-                break;
-            }
-            at = o + l;
-        }
-        self.live.insert(at, len);
-        self.peak = self.peak.max(at + len);
-        at
-    }
-}
-
-/// The value temporaries of a trace: one allocation per dtype, after the kernel's own.
-#[derive(Debug, Default)]
-pub(crate) struct Temps {
-    first: AllocId,
-    pools: Vec<Pool>,
-}
-
-impl Temps {
-    /// Temporaries numbered from allocation `first`.
-    pub(crate) fn new(first: AllocId) -> Self {
-        Self {
-            first,
-            pools: Vec::new(),
-        }
-    }
-
-    /// A run of `len` elements of `dtype` (allocation, offset).
-    fn take(&mut self, dtype: DType, len: usize) -> (AllocId, usize) {
-        let k = match self.pools.iter().position(|p| p.dtype == dtype) {
-            Some(k) => k,
-            None => {
-                self.pools.push(Pool {
-                    dtype,
-                    alloc: self.first + self.pools.len(),
-                    live: BTreeMap::new(),
-                    peak: 0,
-                });
-                self.pools.len() - 1
-            }
-        };
-        let p = &mut self.pools[k];
-        (p.alloc, p.take(len))
-    }
-
-    fn give_back(&mut self, alloc: AllocId, offset: usize) {
-        if let Some(p) = self.pools.iter_mut().find(|p| p.alloc == alloc) {
-            p.live.remove(&offset);
-        }
-    }
-
-    /// Forgets every live value (a new grid point starts).
-    pub(crate) fn reset(&mut self) {
-        for p in &mut self.pools {
-            p.live.clear();
-        }
-    }
-
-    /// The allocations the temporaries need: (dtype, elements), in allocation order.
-    pub(crate) fn allocations(&self) -> Vec<(DType, usize)> {
-        self.pools
-            .iter()
-            .map(|p| (p.dtype, p.peak.max(ALIGN)))
-            .collect()
-    }
-}
 
 /// A value in VMEM (an array of a shape and dtype) that a kernel computes on.
 pub struct Value<'c> {

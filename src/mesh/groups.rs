@@ -7,7 +7,7 @@
 
 use super::Mesh;
 use crate::error::{Error, Result};
-use crate::ir::{DataOp, Dma, OpKind, Program, SemRef, View};
+use crate::ir::{Op, OpSite, Program, Remap, SemRef, View};
 
 /// The groups of `mesh` along `axis`: for every combination of the other coordinates,
 /// the devices in order of their coordinate on `axis`. `axis` may name several axes,
@@ -53,59 +53,38 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
     let mut dmas = Vec::with_capacity(program.dmas.len() * groups.len());
     let mut prologue = Vec::new();
     let mut epilogue = Vec::new();
+    let mut invocations = program.invocations.clone();
+    for inv in &mut invocations {
+        inv.starts = vec![0; total];
+    }
     for g in groups {
         let map = |d: usize| g[d];
         // Sites hold 32-bit device ids; the planner keeps P below 2^32.
-        let site_map = |d: u32| map(d as usize) as u32;
-        let view = |v: View| v.on_device(map(v.device()));
-        let sem = |s: SemRef| SemRef::new(map(s.device()), s.sem());
-        let data = |op: &DataOp| op.on_devices(map);
+        let site = |mut s: OpSite| {
+            s.device = map(s.device as usize) as u32;
+            s
+        };
         let base = dmas.len();
-        for m in &program.dmas {
-            let mut origin = m.origin;
-            origin.device = site_map(origin.device);
-            dmas.push(Dma {
-                src: view(m.src),
-                dst: view(m.dst),
-                send_sem: m.send_sem.map(sem),
-                recv_sem: sem(m.recv_sem),
-                bytes: m.bytes,
-                origin,
-            });
-        }
+        let m = Remap {
+            dma: &|k| base + k,
+            sem: &|s: SemRef| SemRef::new(map(s.device()), s.sem()),
+            view: &|v: View| v.on_device(map(v.device())),
+        };
+        dmas.extend(program.dmas.iter().map(|d| d.remap(&m, site(d.origin))));
         for (d, list) in program.ops.iter().enumerate() {
             ops[map(d)] = list
                 .iter()
-                .map(|op| {
-                    let mut op = op.clone();
-                    op.site.device = site_map(op.site.device);
-                    op.kind = match op.kind {
-                        OpKind::DmaStart(k) => OpKind::DmaStart(base + k),
-                        OpKind::Wait {
-                            sem: s,
-                            amount,
-                            why,
-                            cmp,
-                        } => OpKind::Wait {
-                            sem: sem(s),
-                            amount,
-                            why,
-                            cmp,
-                        },
-                        OpKind::Signal { sem: s, inc, set } => OpKind::Signal {
-                            sem: sem(s),
-                            inc,
-                            set,
-                        },
-                        OpKind::Compute(c) => OpKind::Compute(Box::new(data(&c))),
-                        mark @ OpKind::Mark(_) => mark,
-                    };
-                    op
+                .map(|op| Op {
+                    kind: op.kind.remap(&m),
+                    site: site(op.site),
                 })
                 .collect();
+            for (inv, from) in invocations.iter_mut().zip(&program.invocations) {
+                inv.starts[map(d)] = from.starts[d];
+            }
         }
-        prologue.extend(program.prologue.iter().map(data));
-        epilogue.extend(program.epilogue.iter().map(data));
+        prologue.extend(program.prologue.iter().map(|o| o.map_views(m.view)));
+        epilogue.extend(program.epilogue.iter().map(|o| o.map_views(m.view)));
     }
     Ok(Program {
         devices: total,
@@ -113,17 +92,17 @@ pub fn replicate(program: &Program, groups: &[Vec<usize>]) -> Result<Program> {
         dmas,
         prologue,
         epilogue,
+        invocations,
         ..program.clone_header()
     })
 }
 
 impl Program {
-    /// Everything but the per-device work: name, grid, layout, operands, entry barrier.
+    /// Everything but the per-device work: name, layout, operands.
     fn clone_header(&self) -> Program {
         Program {
             name: self.name.clone(),
             devices: self.devices,
-            grid: self.grid.clone(),
             layout: self.layout.clone(),
             ops: Vec::new(),
             dmas: Vec::new(),
@@ -131,7 +110,7 @@ impl Program {
             epilogue: Vec::new(),
             inputs: self.inputs.clone(),
             outputs: self.outputs.clone(),
-            entry_barrier: self.entry_barrier,
+            invocations: Vec::new(),
         }
     }
 }

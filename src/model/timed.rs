@@ -18,6 +18,8 @@ pub enum TimedEvent {
     Grid {
         /// Device.
         device: usize,
+        /// The kernel invocation, in a sequence of them.
+        invocation: Option<usize>,
         /// Grid point (coordinates).
         grid: Vec<usize>,
         /// Start.
@@ -55,6 +57,20 @@ pub enum TimedEvent {
         end: f64,
         /// The devices it passed, sender first (one device for a local DMA).
         route: Vec<usize>,
+    },
+    /// A device was in kernel invocation `invocation` of a sequence from its entry to
+    /// its entry into the next (a device may be in one while another is in the next).
+    Invocation {
+        /// Device.
+        device: usize,
+        /// Invocation.
+        invocation: usize,
+        /// Its kernel's name.
+        name: String,
+        /// Entry.
+        start: f64,
+        /// Exit.
+        end: f64,
     },
     /// A device blocked on a semaphore.
     Wait {
@@ -204,6 +220,8 @@ struct Clock<'p> {
     /// Completions seen so far of DMAs in flight: (send, receive) times.
     landed: HashMap<usize, (Option<f64>, Option<f64>)>,
     grid: HashMap<(usize, usize), (f64, f64)>,
+    /// Per device in a sequence: its current invocation and when it entered it.
+    entered: Vec<Option<(usize, f64)>>,
     end: f64,
     events: Vec<TimedEvent>,
     /// The modeled time of the step being taken (credits it makes arrive from then).
@@ -250,6 +268,7 @@ impl<'p> Clock<'p> {
             dma_start: HashMap::new(),
             landed: HashMap::new(),
             grid: HashMap::new(),
+            entered: vec![None; p.devices],
             end: 0.0,
             events: Vec::new(),
             now: 0.0,
@@ -425,6 +444,19 @@ impl<'p> Clock<'p> {
         });
     }
 
+    /// Closes device `device`'s span in the invocation it is in, at its clock.
+    fn leave(&mut self, device: usize) {
+        if let Some((k, start)) = self.entered[device].take() {
+            self.events.push(TimedEvent::Invocation {
+                device,
+                invocation: k,
+                name: self.p.invocations[k].name.clone(),
+                start,
+                end: self.t_dev[device],
+            });
+        }
+    }
+
     /// The modeled time and the timeline.
     fn finish(mut self) -> TimedRun {
         let mut spans: Vec<_> = self.grid.drain().collect();
@@ -432,10 +464,14 @@ impl<'p> Clock<'p> {
         for ((device, g), (start, end)) in spans {
             self.events.push(TimedEvent::Grid {
                 device,
+                invocation: self.p.is_sequence().then(|| self.p.invocation_of_step(g)),
                 grid: self.p.grid_point(g),
                 start,
                 end,
             });
+        }
+        for d in 0..self.p.devices {
+            self.leave(d);
         }
         TimedRun {
             seconds: self.end,
@@ -470,6 +506,13 @@ impl Policy for Clock<'_> {
 }
 
 impl Observer for Clock<'_> {
+    fn enter(&mut self, device: usize, invocation: usize) {
+        if self.p.is_sequence() {
+            self.leave(device);
+            self.entered[device] = Some((invocation, self.t_dev[device]));
+        }
+    }
+
     /// A DMA's credit arrives at its completion; a signal a link latency per hop after
     /// it is sent.
     fn credit(&mut self, sem: SemRef, amount: u64, by: Credit) {

@@ -10,6 +10,7 @@ const COMPUTE: u32 = 1;
 const DMA_OUT: u32 = 2;
 const DMA_IN: u32 = 3;
 const WAIT: u32 = 4;
+const INVOCATION: u32 = 5;
 
 fn us(s: f64) -> f64 {
     s * 1e6
@@ -35,6 +36,9 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
         })
         .flatten()
         .collect();
+    let sequence = events
+        .iter()
+        .any(|e| matches!(e, TimedEvent::Invocation { .. }));
     links.sort_unstable();
     links.dedup();
     for (a, b) in links {
@@ -42,13 +46,21 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
     }
     for d in 0..devices {
         out.push(json!({"ph": "M", "name": "process_name", "pid": d, "args": {"name": format!("device {d}")}}));
-        for (tid, name) in [
+        let tracks = [
             (GRID, "grid"),
             (COMPUTE, "compute"),
             (DMA_OUT, "DMA out"),
             (DMA_IN, "DMA in"),
             (WAIT, "waits"),
-        ] {
+            (INVOCATION, "invocations"),
+        ];
+        // The invocations track only for a sequence of kernel invocations.
+        let shown = if sequence {
+            tracks.len()
+        } else {
+            tracks.len() - 1
+        };
+        for &(tid, name) in &tracks[..shown] {
             out.push(json!({"ph": "M", "name": "thread_name", "pid": d, "tid": tid, "args": {"name": name}}));
         }
     }
@@ -57,13 +69,31 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
         match e {
             TimedEvent::Grid {
                 device,
+                invocation,
                 grid,
                 start,
                 end,
             } => out.push(slice(
                 *device,
                 GRID,
-                format!("{kernel} {grid:?}"),
+                match invocation {
+                    Some(k) => format!("{kernel} #{k} {grid:?}"),
+                    None => format!("{kernel} {grid:?}"),
+                },
+                *start,
+                *end,
+                json!({}),
+            )),
+            TimedEvent::Invocation {
+                device,
+                invocation,
+                name,
+                start,
+                end,
+            } => out.push(slice(
+                *device,
+                INVOCATION,
+                format!("#{invocation} {name}"),
                 *start,
                 *end,
                 json!({}),

@@ -32,7 +32,7 @@ use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
-use crate::ir::Program;
+use crate::ir::{Feed, Program};
 use crate::kernel::PallasCall;
 use crate::mesh::{Mesh, Placement};
 use crate::model::Traffic;
@@ -60,14 +60,25 @@ pub enum Kernel {
     },
 }
 
-/// One kernel placed on a mesh, with its shard shape, dtype and schedule: everything a
-/// pipeline step needs.
+/// One invocation of a job: its kernel, one device's shard shape and the dtype.
 #[derive(Clone)]
-pub struct Job {
+struct Part {
     kernel: Kernel,
-    place: Placement,
     shape: Vec<usize>,
     dtype: DType,
+}
+
+/// One kernel placed on a mesh, with its shard shape, dtype and schedule: everything a
+/// pipeline step needs. A job may be a sequence of kernel invocations run back to back
+/// on every device ([`Job::then`], [`Job::repeat`]): one program, whose invocations
+/// share the barrier semaphore of their `collective_id` (see [`crate::ir::sequence()`]).
+#[derive(Clone)]
+pub struct Job {
+    /// The invocations, in order (at least one).
+    parts: Vec<Part>,
+    /// How many times the invocations run, in order, back to back.
+    repeat: usize,
+    place: Placement,
     schedule: ScheduleSpec,
 }
 
@@ -77,20 +88,22 @@ impl Job {
     pub fn collective(c: Arc<dyn Collective>, place: Placement) -> Self {
         let shape = c.default_shape(place.devices());
         Self {
-            kernel: Kernel::Collective(c),
+            parts: vec![Part {
+                kernel: Kernel::Collective(c),
+                shape,
+                dtype: DType::F32,
+            }],
+            repeat: 1,
             place,
-            shape,
-            dtype: DType::F32,
             schedule: ScheduleSpec::Eager,
         }
     }
 
     /// The broken variant `v` of collective `c`, as [`Job::collective`].
     pub fn variant(c: Arc<dyn Collective>, v: Variant, place: Placement) -> Self {
-        Self {
-            kernel: Kernel::Variant(c.clone(), v),
-            ..Self::collective(c, place)
-        }
+        let mut job = Self::collective(c.clone(), place);
+        job.parts[0].kernel = Kernel::Variant(c, v);
+        job
     }
 
     /// Collective `name` of `registry` with `opts`, or its broken `variant` (which takes
@@ -127,23 +140,77 @@ impl Job {
             .first()
             .map_or((vec![1], DType::F32), |o| (o.shape.clone(), o.dtype));
         Self {
-            kernel: Kernel::Call { call, layout: None },
+            parts: vec![Part {
+                kernel: Kernel::Call { call, layout: None },
+                shape,
+                dtype,
+            }],
+            repeat: 1,
             place: Placement::whole(mesh),
-            shape,
-            dtype,
             schedule: ScheduleSpec::Eager,
         }
     }
 
-    /// This job with one device's shard of `shape`.
+    /// This job run `k` times back to back on every device (`--repeat K`): invocation
+    /// i + 1 starts on a device when the device leaves invocation i, its inputs the
+    /// buffers invocation i leaves ([`crate::ir::feed`]). `k` must be at least 1; what it
+    /// costs is refused by the budget before anything is built.
+    pub fn repeat(mut self, k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::bad_input(
+                "--repeat must be at least 1: the number of kernel invocations back to back (got 0)",
+            ));
+        }
+        self.repeat = self
+            .repeat
+            .checked_mul(k)
+            .filter(|r| r.checked_mul(self.parts.len()).is_some())
+            .ok_or_else(|| {
+                Error::bad_input(format!("--repeat {k} is beyond what can be counted"))
+            })?;
+        Ok(self)
+    }
+
+    /// This job, then `next` on the same devices: a sequence of kernel invocations, as
+    /// a program that makes several `pallas_call`s runs them (each device enters `next`'s
+    /// first invocation when it leaves this job's last).
+    pub fn then(mut self, next: Job) -> Result<Self> {
+        if next.place.mesh.size() != self.place.mesh.size()
+            || next.place.mesh.axes() != self.place.mesh.axes()
+        {
+            return Err(Error::bad_input(format!(
+                "`{}` and `{}` run on different meshes: a sequence runs on one",
+                self.name(),
+                next.name()
+            )));
+        }
+        if self.repeat > 1 || next.repeat > 1 {
+            return Err(Error::bad_input(
+                "repeat a sequence once it is whole: `then` takes jobs that run once",
+            ));
+        }
+        self.parts.extend(next.parts);
+        Ok(self)
+    }
+
+    /// The kernel invocations the job runs.
+    pub fn invocations(&self) -> usize {
+        self.parts.len() * self.repeat
+    }
+
+    /// This job (every invocation) with one device's shard of `shape`.
     pub fn with_shape(mut self, shape: &[usize]) -> Self {
-        self.shape = shape.to_vec();
+        for p in &mut self.parts {
+            p.shape = shape.to_vec();
+        }
         self
     }
 
-    /// This job in `dtype`.
+    /// This job (every invocation) in `dtype`.
     pub fn with_dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
+        for p in &mut self.parts {
+            p.dtype = dtype;
+        }
         self
     }
 
@@ -155,15 +222,15 @@ impl Job {
 
     /// A kernel job with these step-table columns (collectives have their own).
     pub fn with_layout(mut self, layout: Option<TraceLayout>) -> Self {
-        if let Kernel::Call { layout: l, .. } = &mut self.kernel {
+        if let Kernel::Call { layout: l, .. } = &mut self.parts[0].kernel {
             *l = layout;
         }
         self
     }
 
-    /// What runs.
+    /// What runs (the first invocation's kernel, in a sequence).
     pub fn kernel(&self) -> &Kernel {
-        &self.kernel
+        &self.parts[0].kernel
     }
 
     /// Where it runs.
@@ -171,14 +238,14 @@ impl Job {
         &self.place
     }
 
-    /// One device's shard shape.
+    /// One device's shard shape (the first invocation's).
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.parts[0].shape
     }
 
-    /// The element type.
+    /// The element type (the first invocation's).
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.parts[0].dtype
     }
 
     /// The schedule.
@@ -186,83 +253,65 @@ impl Job {
         self.schedule
     }
 
-    /// The collective, when the job runs one (or a variant of one).
+    /// The collective, when the job runs one (or a variant of one); the first
+    /// invocation's, in a sequence.
     pub fn collective_of(&self) -> Option<&Arc<dyn Collective>> {
-        match &self.kernel {
-            Kernel::Collective(c) | Kernel::Variant(c, _) => Some(c),
-            Kernel::Call { .. } => None,
-        }
+        self.parts[0].collective()
     }
 
-    /// The kernel's name as reports print it: `psum`, `psum --variant no-capacity-sem`.
+    /// The collective the job's last invocation runs (what its results are).
+    pub fn last_collective(&self) -> Option<&Arc<dyn Collective>> {
+        self.parts.last().and_then(Part::collective)
+    }
+
+    /// The kernel's name as reports print it: `psum`, `psum --variant no-capacity-sem`,
+    /// `all_gather then psum`, `psum --repeat 2`.
     pub fn name(&self) -> String {
-        match &self.kernel {
-            Kernel::Collective(c) => c.name().to_string(),
-            Kernel::Variant(c, v) => format!("{} --variant {}", c.name(), v.name),
-            Kernel::Call { call, .. } => call.name().to_string(),
+        let names: Vec<String> = self.parts.iter().map(Part::name).collect();
+        let mut name = names.join(" then ");
+        if self.repeat > 1 {
+            if self.parts.len() > 1 {
+                name = format!("({name})");
+            }
+            name += &format!(" --repeat {}", self.repeat);
         }
+        name
     }
 
-    /// The kernel for `mesh` and `shard`.
-    fn build(&self, mesh: &Mesh, shard: &[usize]) -> Result<PallasCall> {
-        if self.collective_of().is_some() && !DType::COLLECTIVE.contains(&self.dtype) {
-            return Err(Error::bad_input(format!(
-                "`{}` runs in f32, i32, f16 or bf16, not {}",
-                self.name(),
-                self.dtype
-            )));
-        }
-        match &self.kernel {
-            Kernel::Collective(c) => c.call(mesh, shard, self.dtype),
-            Kernel::Variant(_, v) => v.call(mesh, shard, self.dtype),
-            Kernel::Call { call, .. } => Ok(call.clone()),
-        }
-    }
-
-    /// The kernel one instance runs (built for [`Placement::ring`]).
+    /// The kernel one instance runs (built for [`Placement::ring`]; the first
+    /// invocation's, in a sequence).
     pub fn pallas_call(&self) -> Result<PallasCall> {
-        self.build(&self.place.ring, &self.shape)
+        self.parts[0].build(&self.place.ring, &self.parts[0].shape)
     }
 
-    /// The kernel at `q` devices for the budget's estimate and its search of the largest
-    /// P that fits: a collective is built on a ring of `q` at the job's shard shape, or
-    /// where it cannot serve that shape at `q` the shape of the same size rounded to one
-    /// it can (as `bench` rounds); a kernel built for one mesh exists at its P only.
-    fn census_at(&self, q: usize) -> Result<(PallasCall, Mesh)> {
-        let c = match &self.kernel {
-            Kernel::Call { call, .. } => {
-                return if q == self.place.mesh.size() {
-                    Ok((call.clone(), self.place.mesh.clone()))
-                } else {
-                    Err(Error::bad_input(format!(
-                        "`{}` is built for {} devices",
-                        call.name(),
-                        self.place.mesh.size()
-                    )))
-                };
-            }
-            Kernel::Collective(c) | Kernel::Variant(c, _) => c,
-        };
+    /// Every invocation's kernel (built for [`Placement::ring`]), once each.
+    fn pallas_calls(&self) -> Result<Vec<PallasCall>> {
+        self.parts
+            .iter()
+            .map(|p| p.build(&self.place.ring, &p.shape))
+            .collect()
+    }
+
+    /// The kernels at `q` devices for the budget's estimate and its search of the largest
+    /// P that fits (see [`Part::census_at`]), once each.
+    fn census_at(&self, q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
         let mesh = Mesh::new(q, "x")?;
-        let call = self.build(&mesh, &self.shape).or_else(|e| {
-            let bytes = (crate::array::numel(&self.shape).unwrap_or(usize::MAX) as u64)
-                .saturating_mul(self.dtype.size() as u64);
-            let size = match c.traffic() {
-                Traffic::AllGather => bytes.saturating_mul(q as u64),
-                _ => bytes,
-            };
-            match c.bench_shape(q, size, self.dtype) {
-                Some(s) => self.build(&mesh, &s),
-                None => Err(e),
-            }
-        })?;
-        Ok((call, mesh))
+        let calls = self
+            .parts
+            .iter()
+            .map(|p| p.census_at(&mesh, &self.place))
+            .collect::<Result<Vec<_>>>()?;
+        if self.parts.iter().any(|p| p.collective().is_none()) {
+            // A kernel built for one mesh is traced on it.
+            return Ok((calls, self.place.mesh.clone()));
+        }
+        Ok((calls, mesh))
     }
 
     /// How budget messages name this job: `psum` at P=8 (2x4 along y, 2 groups) with
     /// shape 8x128.
     fn describe(&self) -> String {
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        let dims: Vec<String> = self.shape().iter().map(|d| d.to_string()).collect();
         format!(
             "`{}` at P={} with shape {}",
             self.name(),
@@ -293,24 +342,56 @@ impl Job {
             what: what + note,
             devices: self.place.mesh.size(),
             build: &|q| self.census_at(q),
+            repeat: self.repeat,
             work,
         })
     }
 
-    /// Traces the kernel on [`Placement::ring`] and spreads it over the mesh, with every
-    /// distinct kernel mistake (the program is usable only when there are none).
+    /// Traces the kernel (every invocation's) on [`Placement::ring`] and spreads it over
+    /// the mesh, with every distinct kernel mistake (the program is usable only when
+    /// there are none).
     pub fn trace_kernel(&self) -> Result<(Program, Vec<crate::error::KernelError>)> {
-        let (one, errors) = self.pallas_call()?.trace(&self.place.ring)?;
-        if !errors.is_empty() {
-            return Ok((one, errors));
+        let mut parts = Vec::with_capacity(self.parts.len());
+        let mut errors: Vec<crate::error::KernelError> = Vec::new();
+        for call in self.pallas_calls()? {
+            let (one, found) = call.trace(&self.place.ring)?;
+            for e in found {
+                if !errors
+                    .iter()
+                    .any(|x| x.kind == e.kind && x.site.location == e.site.location)
+                {
+                    errors.push(e);
+                }
+            }
+            parts.push(one);
         }
-        Ok((self.place.spread(one)?, errors))
+        if !errors.is_empty() {
+            return Ok((parts.swap_remove(0), errors));
+        }
+        Ok((self.spread(parts)?, errors))
     }
 
-    /// The kernel traced on every device of the mesh (its first mistake an error).
+    /// The kernel traced on every device of the mesh (its first mistake an error): one
+    /// program for every invocation of a sequence.
     pub fn lower(&self) -> Result<Program> {
-        let program = self.pallas_call()?.lower(&self.place.ring)?;
-        self.place.spread(program)
+        let parts = self
+            .pallas_calls()?
+            .iter()
+            .map(|c| c.lower(&self.place.ring))
+            .collect::<Result<Vec<_>>>()?;
+        self.spread(parts)
+    }
+
+    /// The invocations' programs on one ring, spread over the mesh and run in sequence.
+    fn spread(&self, parts: Vec<Program>) -> Result<Program> {
+        let mut spread = parts
+            .into_iter()
+            .map(|p| self.place.spread(p))
+            .collect::<Result<Vec<_>>>()?;
+        if spread.len() == 1 && self.repeat == 1 {
+            return Ok(spread.swap_remove(0));
+        }
+        crate::ir::sequence(&spread, self.repeat)
     }
 
     /// Lowers and schedules the job (no budget check: the steps below make it).
@@ -326,25 +407,39 @@ impl Job {
     }
 
     /// XLA's result for `inputs[device][operand]` of the whole mesh: the collective's
-    /// reference per kernel instance.
+    /// reference per kernel instance; for a sequence, each invocation's applied to what
+    /// the one before leaves (its inputs fed as the program feeds them,
+    /// [`crate::ir::feed`]).
     pub fn reference(
         &self,
         inputs: &[Vec<crate::HostArray>],
     ) -> Result<Vec<Vec<crate::HostArray>>> {
-        match self.collective_of() {
-            Some(c) => self.place.per_group(inputs, &|x| c.reference(x)),
-            None => Err(Error::bad_input(format!(
-                "`{}` is a kernel of your own: tpusim has no reference for it",
-                self.name()
-            ))),
+        let calls = self.pallas_calls()?;
+        let mut ins = inputs.to_vec();
+        let mut outs: Option<Vec<Vec<crate::HostArray>>> = None;
+        for k in 0..self.invocations() {
+            let (part, call) = (&self.parts[k % calls.len()], &calls[k % calls.len()]);
+            let c = part.collective().ok_or_else(|| {
+                Error::bad_input(format!(
+                    "`{}` is a kernel of your own: tpusim has no reference for it",
+                    part.name()
+                ))
+            })?;
+            if let Some(prev) = outs.take() {
+                ins = fed(call, &ins, &prev)?;
+            }
+            outs = Some(self.place.per_group(&ins, &|x| c.reference(x))?);
         }
+        Ok(outs.unwrap_or_default())
     }
 
     /// The relative tolerance results are compared with: the collective's for this
-    /// dtype and the devices one instance reduces over.
+    /// dtype and the devices one instance reduces over, once per invocation (each
+    /// rounds anew).
     pub fn tolerance(&self) -> f32 {
-        self.collective_of()
-            .map_or(0.0, |c| c.tolerance_for(self.dtype, self.place.mesh.size()))
+        self.collective_of().map_or(0.0, |c| {
+            c.tolerance_for(self.dtype(), self.place.mesh.size()) * self.invocations() as f32
+        })
     }
 
     /// The verifier under `specs`: kernel mistakes found while tracing are the report
@@ -366,7 +461,7 @@ impl Job {
     /// the kernel's allocations.
     pub fn trace(&self) -> Result<crate::trace::Table> {
         let p = self.place.devices();
-        let (job, custom) = match &self.kernel {
+        let (job, custom) = match self.kernel() {
             Kernel::Call { layout, .. } => (self.clone(), layout.clone()),
             Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_layout(p) {
                 Some(l) => (self.clone().with_shape(&l.shape), Some(l)),
@@ -375,7 +470,7 @@ impl Job {
         };
         job.ensure_fits(Work::Trace)?;
         let program = job.lower()?;
-        let layout = custom.unwrap_or_else(|| derived_layout(&program, &job.shape));
+        let layout = custom.unwrap_or_else(|| derived_layout(&program, job.shape()));
         crate::trace::trace_program(&job.name(), &program, &layout)
     }
 
@@ -387,4 +482,113 @@ impl Job {
             Buffers::Device
         }
     }
+}
+
+impl Part {
+    /// The collective it runs, if any.
+    fn collective(&self) -> Option<&Arc<dyn Collective>> {
+        match &self.kernel {
+            Kernel::Collective(c) | Kernel::Variant(c, _) => Some(c),
+            Kernel::Call { .. } => None,
+        }
+    }
+
+    /// `psum`, `psum --variant no-capacity-sem`, a kernel's own name.
+    fn name(&self) -> String {
+        match &self.kernel {
+            Kernel::Collective(c) => c.name().to_string(),
+            Kernel::Variant(c, v) => format!("{} --variant {}", c.name(), v.name),
+            Kernel::Call { call, .. } => call.name().to_string(),
+        }
+    }
+
+    /// The kernel for `mesh` and `shard`.
+    fn build(&self, mesh: &Mesh, shard: &[usize]) -> Result<PallasCall> {
+        if self.collective().is_some() && !DType::COLLECTIVE.contains(&self.dtype) {
+            return Err(Error::bad_input(format!(
+                "`{}` runs in f32, i32, f16 or bf16, not {}",
+                self.name(),
+                self.dtype
+            )));
+        }
+        match &self.kernel {
+            Kernel::Collective(c) => c.call(mesh, shard, self.dtype),
+            Kernel::Variant(_, v) => v.call(mesh, shard, self.dtype),
+            Kernel::Call { call, .. } => Ok(call.clone()),
+        }
+    }
+
+    /// The kernel on `mesh`, a ring of q devices, for the budget: a collective at the
+    /// job's shard shape, or where it cannot serve that shape at q the shape of the same
+    /// size rounded to one it can (as `bench` rounds); a kernel built for one mesh
+    /// exists at `place`'s P only.
+    fn census_at(&self, mesh: &Mesh, place: &Placement) -> Result<PallasCall> {
+        let q = mesh.size();
+        let Some(c) = self.collective() else {
+            return if q == place.mesh.size() {
+                self.build(mesh, &self.shape)
+            } else {
+                Err(Error::bad_input(format!(
+                    "`{}` is built for {} devices",
+                    self.name(),
+                    place.mesh.size()
+                )))
+            };
+        };
+        self.build(mesh, &self.shape).or_else(|e| {
+            let bytes = (crate::array::numel(&self.shape).unwrap_or(usize::MAX) as u64)
+                .saturating_mul(self.dtype.size() as u64);
+            let size = match c.traffic() {
+                Traffic::AllGather => bytes.saturating_mul(q as u64),
+                _ => bytes,
+            };
+            match c.bench_shape(q, size, self.dtype) {
+                Some(s) => self.build(mesh, &s),
+                None => Err(e),
+            }
+        })
+    }
+}
+
+/// The inputs per device of invocation `call`, from the invocation before: its inputs
+/// `ins` and results `outs` (`[device][operand]`), by the sequence's rule
+/// ([`crate::ir::feed`]), each in the shape the kernel takes it.
+fn fed(
+    call: &PallasCall,
+    ins: &[Vec<crate::HostArray>],
+    outs: &[Vec<crate::HostArray>],
+) -> Result<Vec<Vec<crate::HostArray>>> {
+    let sizes = |v: &[crate::HostArray]| -> Vec<(usize, DType)> {
+        v.iter().map(|a| (a.len(), a.dtype)).collect()
+    };
+    let want = call.spec().inputs();
+    ins.iter()
+        .zip(outs)
+        .map(|(i, o)| {
+            let (si, so) = (sizes(i), sizes(o));
+            want.iter()
+                .enumerate()
+                .map(|(k, w)| {
+                    let n = crate::array::numel(&w.shape).unwrap_or(usize::MAX);
+                    let from = match crate::ir::feed(k, (n, w.dtype), &so, &si) {
+                        Some(Feed::Output(j)) => &o[j],
+                        Some(Feed::Input(j)) => &i[j],
+                        None => {
+                            return Err(Error::bad_input(format!(
+                                "`{}` takes input `{}` of {n} {} elements, but the invocation \
+                                 before has no result or input {k} of that size and dtype",
+                                call.name(),
+                                w.name,
+                                w.dtype
+                            )))
+                        }
+                    };
+                    Ok(crate::HostArray {
+                        shape: w.shape.clone(),
+                        ..from.clone()
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }

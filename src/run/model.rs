@@ -19,7 +19,8 @@ pub struct Nccl {
     pub algbw: f64,
     /// algbw times the bus factor.
     pub busbw: f64,
-    /// The bandwidth bound of a ring on one link direction, seconds.
+    /// The bandwidth bound of a ring on one link direction, seconds (for every
+    /// invocation of a sequence).
     pub ideal_seconds: f64,
 }
 
@@ -94,14 +95,16 @@ impl Job {
             let n = self.place().devices();
             let shard_bytes = (self.shape().iter().product::<usize>() * self.dtype().size()) as u64;
             let size = t.size(n, shard_bytes);
-            let algbw = size as f64 / run.seconds.max(f64::MIN_POSITIVE);
+            // A sequence (`--repeat K`) moves the collective's size K times.
+            let k = self.invocations() as f64;
+            let algbw = k * size as f64 / run.seconds.max(f64::MIN_POSITIVE);
             Nccl {
                 traffic: t,
                 devices: n,
                 size,
                 algbw,
                 busbw: algbw * bus_factor(t, n),
-                ideal_seconds: ideal_seconds(t, n, size as f64, m.link_bw),
+                ideal_seconds: k * ideal_seconds(t, n, size as f64, m.link_bw),
             }
         });
         Ok(Modeled {

@@ -29,9 +29,10 @@ impl Job {
         Ok(self.clone().with_shape(&s.shape).with_dtype(s.dtype))
     }
 
-    /// The result shape of one device for this job's shard (XLA's per-shard output).
+    /// The result shape of one device for this job's shard (XLA's per-shard output; the
+    /// last invocation's, in a sequence).
     fn out_shape(&self) -> Vec<usize> {
-        match self.collective_of() {
+        match self.last_collective() {
             Some(c) => c.output_shape(self.place().devices(), self.shape()),
             None => self.shape().to_vec(),
         }

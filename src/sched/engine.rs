@@ -1,7 +1,8 @@
 //! The scheduler: runs every device's ops with blocking waits and in-flight DMAs,
 //! in an order a [`Policy`] picks, and emits the linear schedule of data ops.
-//! Each device first enters the kernel (an event of its own; behind Pallas' entry
-//! barrier when the kernel has no barrier semaphore). A remote DMA's send and receive
+//! Each device enters each kernel invocation before its first op of it (an event of its
+//! own, once it has left the invocation before; behind Pallas' entry barrier when the
+//! kernel has no barrier semaphore). A remote DMA's send and receive
 //! completions are separate events, in any order. Semaphores are incremented in
 //! [`Engine::credit`] and decremented in [`Engine::step_device`]; a DMA's data moves in
 //! [`Engine::complete`].
@@ -11,9 +12,9 @@ use super::ids::IdMap;
 use super::observer::{Credit, Driver, NoObserver, Observer, Split};
 use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
 use crate::error::{Blocked, Error, ExitProblem, Result};
-use crate::ir::Schedule;
-use crate::ir::{Cmp, Completion, DataOp, OpKind, OpSite, Program, SemKind, SemRef, View};
-use std::collections::BTreeMap;
+use crate::ir::{
+    Cmp, Completion, DataOp, FirstFit, OpKind, OpSite, Program, Schedule, SemKind, SemRef, View,
+};
 
 /// Runs `program` under `policy` and returns its schedule, or the deadlock / exit
 /// problems that stop it.
@@ -111,11 +112,12 @@ fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> 
             e.refresh(d);
         }
     }
-    if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len()) {
+    let k = program.invocations.len() as u32;
+    if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len() || e.entered[d] < k) {
         return Err(Error::Deadlock(e.blocked()));
     }
     e.exit_check()?;
-    out.staging = e.staging.iter().map(|s| s.peak).max().unwrap_or(0);
+    out.staging = e.staging.iter().map(|s| s.peak()).max().unwrap_or(0);
     if record {
         out.ops.extend_from_slice(&program.epilogue);
     }
@@ -140,40 +142,16 @@ impl InFlight {
     }
 }
 
-/// First-fit allocation of word ranges in one device's staging area.
-#[derive(Default)]
-struct Staging {
-    /// Live ranges: offset -> length.
-    live: BTreeMap<usize, usize>,
-    /// Largest end ever used.
-    peak: usize,
-}
-
-impl Staging {
-    fn alloc(&mut self, len: usize) -> usize {
-        let mut at = 0;
-        for (&o, &l) in &self.live {
-            if o >= at + len {
-                break;
-            }
-            at = o + l;
-        }
-        self.live.insert(at, len);
-        self.peak = self.peak.max(at + len);
-        at
-    }
-
-    fn free(&mut self, offset: usize) {
-        self.live.remove(&offset);
-    }
-}
+/// Word ranges of one device's staging area.
+type Staging = FirstFit;
 
 struct Engine<'p> {
     p: &'p Program,
     pc: Vec<usize>,
-    entered: Vec<bool>,
-    /// Devices that have entered the kernel.
-    inside: usize,
+    /// Per device: the invocations it has entered.
+    entered: Vec<u32>,
+    /// Per invocation: the devices that have entered it.
+    inside: Vec<usize>,
     sems: Vec<u64>,
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
@@ -198,8 +176,8 @@ impl<'p> Engine<'p> {
         Engine {
             p,
             pc: vec![0; p.devices],
-            entered: vec![false; p.devices],
-            inside: 0,
+            entered: vec![0; p.devices],
+            inside: vec![0; p.invocations.len()],
             sems: vec![0; n],
             credits: IdMap::default(),
             in_flight: Vec::new(),
@@ -217,8 +195,22 @@ impl<'p> Engine<'p> {
             device: d,
             grid: self.next_grid(d).unwrap_or(0),
             op: self.pc[d],
-            enter: !self.entered[d],
+            enter: self.entry_due(d).is_some(),
         }
+    }
+
+    /// The invocation device `d` enters next, when its next step is that entry: it has
+    /// run every op before the invocation's first.
+    fn entry_due(&self, d: usize) -> Option<usize> {
+        let k = self.entered[d] as usize;
+        let inv = self.p.invocations.get(k)?;
+        (self.pc[d] >= inv.starts[d] as usize).then_some(k)
+    }
+
+    /// True while Pallas' entry barrier of invocation `k` holds its devices: it has one
+    /// (no `collective_id`) and some device has not entered yet.
+    fn held(&self, k: usize) -> bool {
+        self.p.invocations[k].entry_barrier() && self.inside[k] < self.p.devices
     }
 
     /// Grid point (row-major) of device `d`'s next op, if any.
@@ -250,10 +242,11 @@ impl<'p> Engine<'p> {
     }
 
     fn runnable(&self, d: usize) -> bool {
-        if !self.entered[d] {
-            return true;
+        if let Some(k) = self.entry_due(d) {
+            // Entering k leaves k - 1, behind its entry barrier until every device is in.
+            return k == 0 || !self.held(k - 1);
         }
-        if self.p.entry_barrier && self.inside < self.p.devices {
+        if self.held(self.entered[d] as usize - 1) {
             return false;
         }
         match self.p.ops[d].get(self.pc[d]) {
@@ -356,13 +349,13 @@ impl<'p> Engine<'p> {
 
     fn step_device(&mut self, d: usize, out: &mut Schedule, obs: &mut dyn Observer) {
         self.touched.push(d);
-        if !self.entered[d] {
-            self.entered[d] = true;
-            self.inside += 1;
-            if self.p.entry_barrier && self.inside == self.p.devices {
+        if let Some(k) = self.entry_due(d) {
+            self.entered[d] += 1;
+            self.inside[k] += 1;
+            if self.p.invocations[k].entry_barrier() && self.inside[k] == self.p.devices {
                 self.touched.extend(0..self.p.devices);
             }
-            obs.enter(d);
+            obs.enter(d, k);
             return;
         }
         let op = &self.p.ops[d][self.pc[d]];
@@ -441,6 +434,7 @@ impl<'p> Engine<'p> {
         let mut problems = Vec::new();
         for device in 0..self.p.devices {
             for (sem, info) in self.p.layout.sems.iter().enumerate() {
+                let name = || self.p.sem_label(sem);
                 let s = SemRef::new(device, sem);
                 let i = self.slot(s);
                 if self.sems[i] == 0 || info.kind == SemKind::Signal {
@@ -451,14 +445,14 @@ impl<'p> Engine<'p> {
                     for (id, bytes) in owed.iter() {
                         problems.push(ExitProblem::DmaNotWaited {
                             site: self.p.site(&self.p.dmas[*id].origin),
-                            semaphore: format!("{} on device {device}", info.name),
+                            semaphore: format!("{} on device {device}", name()),
                             bytes: *bytes,
                         });
                     }
                 } else {
                     problems.push(ExitProblem::SemaphoreNotZero {
                         device,
-                        semaphore: info.name.clone(),
+                        semaphore: name(),
                         value: self.sems[i],
                         last_signal: self.last_signal.get(&i).map(|s| self.p.site(s)),
                     });

@@ -26,8 +26,9 @@ pub enum Credit {
 
 /// Receives every event of a scheduled run, in schedule order. All hooks default to nothing.
 pub trait Observer {
-    /// Device `device` entered the kernel (before its first op).
-    fn enter(&mut self, _device: usize) {}
+    /// Device `device` entered kernel invocation `invocation` (before its first op of it,
+    /// once it has left the invocation before).
+    fn enter(&mut self, _device: usize, _invocation: usize) {}
     /// Device `device` ran data op `op` (compute, a pull, or a prologue copy when `site` is None).
     fn data(&mut self, _device: usize, _op: &DataOp, _site: Option<&OpSite>) {}
     /// Device `device` started DMA `dma`.

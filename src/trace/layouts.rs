@@ -24,10 +24,17 @@ pub fn derived_layout(program: &Program, shard: &[usize]) -> TraceLayout {
     let mut columns = Vec::new();
     let shard_elems = shard.iter().product::<usize>().max(1);
     let mut unit = shard_elems;
+    let mut seen: Vec<&str> = Vec::new();
     for a in allocs {
-        if a.name.ends_with(HBM_COPY) || inputs.contains(&a.name) || a.holds_values() {
+        // A sequence has each name once per invocation: one column, per row its own.
+        if a.name.ends_with(HBM_COPY)
+            || inputs.contains(&a.name)
+            || a.holds_values()
+            || seen.contains(&&*a.name)
+        {
             continue;
         }
+        seen.push(&a.name);
         if a.shape.len() > shard.len() && a.shape[0] > 0 {
             let block = a.numel() / a.shape[0];
             unit = unit.min(block.max(1));

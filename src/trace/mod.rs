@@ -26,9 +26,13 @@ pub enum Cell {
 }
 
 /// One row: the state after grid point `after` (`None`: before the grid), or after
-/// every device passed the step mark `step` inside that grid point.
+/// every device passed the step mark `step` inside that grid point; in a sequence of
+/// kernel invocations, of invocation `invocation` (rows come per invocation, its columns
+/// showing that invocation's buffers).
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// The kernel invocation, in a sequence of them.
+    pub invocation: Option<usize>,
     /// Grid coordinates, or `None` for the initial state.
     pub after: Option<Vec<usize>>,
     /// The step mark's label (`Ctx::trace_step`), for rows inside a grid point.
@@ -64,16 +68,24 @@ pub fn trace_program(name: &str, program: &Program, layout: &TraceLayout) -> Res
 
 fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Result<Table> {
     let n = program.layout.allocs.len();
-    let alloc_of = |col: &Column| {
-        let allocs = &program.layout.allocs;
-        let a = allocs.iter().position(|a| a.name == col.alloc).ok_or_else(|| {
-            let known: Vec<&str> = allocs.iter().map(|a| a.name.as_str()).collect();
-            Error::bad_input(format!(
-                "the step-table layout of `{name}` names an allocation `{}` the kernel does not have (it has: {})",
-                col.alloc,
-                known.join(", ")
-            ))
-        })?;
+    let allocs = &program.layout.allocs;
+    // A column is the allocation of its name that is the row's invocation's own (in a
+    // sequence each has its own), else the first of that name (a fed input).
+    let alloc_of = |col: &Column, k: usize| {
+        let inv = &program.invocations[k];
+        let own = inv.first_alloc..program.invocations.get(k + 1).map_or(n, |i| i.first_alloc);
+        let a = own
+            .clone()
+            .find(|&a| allocs[a].name == col.alloc)
+            .or_else(|| allocs.iter().position(|a| a.name == col.alloc))
+            .ok_or_else(|| {
+                let known: Vec<&str> = allocs[own].iter().map(|a| a.name.as_str()).collect();
+                Error::bad_input(format!(
+                    "the step-table layout of `{name}` names an allocation `{}` the kernel does not have (it has: {})",
+                    col.alloc,
+                    known.join(", ")
+                ))
+            })?;
         if col.offset + col.len > allocs[a].numel() {
             return Err(Error::bad_input(format!(
                 "the step-table column `{}` of `{name}` reaches past the end of `{}`",
@@ -82,33 +94,35 @@ fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot])
         }
         Ok(a)
     };
-    let allocs: Vec<usize> = layout.columns.iter().map(alloc_of).collect::<Result<_>>()?;
+    let per_invocation: Vec<Vec<usize>> = (0..program.invocations.len())
+        .map(|k| layout.columns.iter().map(|c| alloc_of(c, k)).collect())
+        .collect::<Result<_>>()?;
+    let last = program.steps().saturating_sub(1);
     let rows = rows
         .iter()
-        .map(|(g, step, mem)| Row {
-            after: match step {
-                // A mark row belongs to the grid point in progress.
-                Some(_) => g.map(|g| {
-                    program
-                        .grid_point(g.min(program.grid.iter().product::<usize>().saturating_sub(1)))
-                }),
-                None => g.map(|g| program.grid_point(g)),
-            },
-            step: step.clone(),
-            cells: (0..program.devices)
-                .map(|d| {
-                    layout
-                        .columns
-                        .iter()
-                        .zip(&allocs)
-                        .map(|(col, &a)| {
-                            layout
-                                .labels
-                                .cell(&mem[d * n + a][col.offset..col.offset + col.len])
-                        })
-                        .collect()
-                })
-                .collect(),
+        .map(|(g, step, mem)| {
+            // A mark row belongs to the grid point in progress.
+            let at = g.map(|g| if step.is_some() { g.min(last) } else { g });
+            let k = at.map_or(0, |g| program.invocation_of_step(g));
+            Row {
+                invocation: program.is_sequence().then_some(k),
+                after: at.map(|g| program.grid_point(g)),
+                step: step.clone(),
+                cells: (0..program.devices)
+                    .map(|d| {
+                        layout
+                            .columns
+                            .iter()
+                            .zip(&per_invocation[k])
+                            .map(|(col, &a)| {
+                                layout
+                                    .labels
+                                    .cell(&mem[d * n + a][col.offset..col.offset + col.len])
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            }
         })
         .collect();
     Ok(Table {
@@ -131,8 +145,8 @@ impl Table {
         }
     }
 
-    /// A markdown table: one row per grid point, one column per device, each cell the
-    /// tuple of the regions' values.
+    /// A markdown table: one row per grid point (`#k [g]`: grid point g of invocation k,
+    /// in a sequence), one column per device, each cell the tuple of the regions' values.
     pub fn markdown(&self) -> String {
         let mut s = format!(
             "{} on {} devices: each cell is ({})\n\n| after |",
@@ -147,11 +161,14 @@ impl Table {
         s += &"---|".repeat(self.devices);
         s += "\n";
         for r in &self.rows {
-            let after = match (&r.after, &r.step) {
+            let mut after = match (&r.after, &r.step) {
                 (_, Some(step)) => step.clone(),
                 (None, None) => "initial".to_string(),
                 (Some(g), None) => format!("{g:?}"),
             };
+            if let (Some(k), Some(_)) = (r.invocation, &r.after) {
+                after = format!("#{k} {after}");
+            }
             s += &format!("| {after} |");
             for cells in &r.cells {
                 let vals: Vec<String> = cells.iter().map(|c| self.notation(c)).collect();
@@ -169,15 +186,22 @@ impl Table {
             Cell::Mixed => json!("mixed"),
             Cell::Sum(t, _) => json!(t.iter().map(|(d, b)| json!([d, b])).collect::<Vec<_>>()),
         };
+        let row = |r: &Row| {
+            let mut v = json!({
+                "after": r.after,
+                "step": r.step,
+                "cells": r.cells.iter().map(|d| d.iter().map(cell).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            });
+            if let Some(k) = r.invocation {
+                v["invocation"] = json!(k);
+            }
+            v
+        };
         json!({
             "collective": self.collective,
             "devices": self.devices,
             "columns": self.columns,
-            "rows": self.rows.iter().map(|r| json!({
-                "after": r.after,
-                "step": r.step,
-                "cells": r.cells.iter().map(|d| d.iter().map(cell).collect::<Vec<_>>()).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
+            "rows": self.rows.iter().map(row).collect::<Vec<_>>(),
         })
     }
 }

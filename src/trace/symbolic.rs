@@ -51,7 +51,7 @@ impl<'p> Symbolic<'p> {
                 }
             }
         }
-        let points: usize = p.grid.iter().product();
+        let points = p.steps();
         let cur = (0..p.devices)
             .map(|d| {
                 p.ops[d]
@@ -198,7 +198,7 @@ impl Observer for Symbolic<'_> {
     }
 
     fn after_step(&mut self, device: usize, next_grid: Option<usize>) {
-        let points: usize = self.p.grid.iter().product();
+        let points = self.p.steps();
         self.cur[device] = next_grid.unwrap_or(points);
         self.flush();
     }

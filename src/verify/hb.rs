@@ -1,7 +1,9 @@
 //! Happens-before over a recorded run: the run's events replayed with a vector clock per
-//! device. Program order, a DMA's start before its completions, and a wait after the
-//! credits [`Orders`] says it is ordered after are the only edges. What each event does
-//! to memory and semaphores is told to a [`Sink`].
+//! device. Program order (across invocations too), a DMA's start before its completions,
+//! a wait after the credits [`Orders`] says it is ordered after, and Pallas' entry
+//! barrier of an invocation without a `collective_id` (every device's entry before every
+//! device's first op of it) are the only edges. What each event does to memory and
+//! semaphores is told to a [`Sink`].
 
 use super::clock::Clock;
 use super::log::{Entry, Event};
@@ -117,6 +119,9 @@ pub trait Sink {
     }
     /// A device sends to another one, with the sender's clock.
     fn send(&mut self, _s: &Send, _clock: &Clock) {}
+    /// Device `device` entered invocation `invocation`; its own clock component is
+    /// `pos` from there on.
+    fn enter(&mut self, _device: usize, _invocation: usize, _pos: u32) {}
 }
 
 /// Two sinks fed by one replay.
@@ -137,16 +142,19 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
         self.0.send(s, clock);
         self.1.send(s, clock);
     }
+    fn enter(&mut self, device: usize, invocation: usize, pos: u32) {
+        self.0.enter(device, invocation, pos);
+        self.1.enter(device, invocation, pos);
+    }
 }
 
 /// Replays `log` under `orders`, telling `sink` every credit, wait, access and send.
 pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) {
     let n = p.devices;
     let sems = p.layout.sems.len();
-    // Behind Pallas' entry barrier every device knows every other has entered.
-    let mut dev: Vec<Clock> = (0..n)
-        .map(|d| Clock::filled(n, u32::from(p.entry_barrier)).owned_by(d))
-        .collect();
+    let mut dev: Vec<Clock> = (0..n).map(|d| Clock::new(n).owned_by(d)).collect();
+    // Per invocation behind Pallas' entry barrier: the entries so far, joined.
+    let mut barrier: IdMap<usize, (Clock, usize)> = IdMap::default();
     let zero = Clock::new(n);
     let mut starts: IdMap<usize, (Clock, u8)> = IdMap::default();
     let mut rel = Released {
@@ -167,7 +175,23 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                     data_accesses(op, Agent::Device(d), &zero, None, sink);
                 }
             }
-            Event::Enter(d) => dev[d as usize].tick(d as usize),
+            Event::Enter { device, invocation } => {
+                let (d, k) = (device as usize, invocation as usize);
+                dev[d].tick(d);
+                sink.enter(d, k, dev[d].device(d));
+                if p.invocations[k].entry_barrier() {
+                    let (all, entered) = barrier.entry(k).or_insert_with(|| (Clock::new(n), 0));
+                    all.join(&dev[d]);
+                    *entered += 1;
+                    if *entered == n {
+                        // Every device waits at the barrier until the last one is in.
+                        let (all, _) = barrier.remove(&k).expect("just seen");
+                        for c in &mut dev {
+                            c.join(&all);
+                        }
+                    }
+                }
+            }
             Event::Op { device, index } => {
                 let d = device as usize;
                 let op = &p.ops[d][index as usize];

@@ -9,8 +9,13 @@ use crate::sched::Observer;
 pub enum Event {
     /// Prologue copy `Program::prologue[i]` (a VMEM operand copied in).
     Prologue(u32),
-    /// A device entered the kernel.
-    Enter(u32),
+    /// A device entered a kernel invocation.
+    Enter {
+        /// Device.
+        device: u32,
+        /// Invocation.
+        invocation: u32,
+    },
     /// Device `device` ran its op `index` (`Program::ops[device][index]`).
     Op {
         /// Device.
@@ -60,7 +65,10 @@ impl Entry {
                 },
             },
             PROLOGUE => Event::Prologue(low),
-            _ => Event::Enter(low),
+            _ => Event::Enter {
+                device: high,
+                invocation: low,
+            },
         }
     }
 }
@@ -78,7 +86,7 @@ impl From<Event> for Entry {
                 Entry::pack(COMPLETE, side, dma)
             }
             Event::Prologue(i) => Entry::pack(PROLOGUE, 0, i),
-            Event::Enter(d) => Entry::pack(ENTER, 0, d),
+            Event::Enter { device, invocation } => Entry::pack(ENTER, device, invocation),
         }
     }
 }
@@ -113,8 +121,9 @@ impl EventLog {
     pub fn for_program(p: &Program) -> Self {
         let completions: usize = p.dmas.iter().map(|d| d.completions().len()).sum();
         let mut log = Self::new(p.devices);
+        let entries = p.devices * p.invocations.len();
         log.events
-            .reserve_exact(p.prologue.len() + p.devices + p.op_count() + completions);
+            .reserve_exact(p.prologue.len() + entries + p.op_count() + completions);
         log
     }
 
@@ -132,8 +141,15 @@ impl EventLog {
 }
 
 impl Observer for EventLog {
-    fn enter(&mut self, device: usize) {
-        self.events.push(Event::Enter(device as u32).into());
+    fn enter(&mut self, device: usize, invocation: usize) {
+        let invocation = u32::try_from(invocation).expect("fewer than 2^32 invocations");
+        self.events.push(
+            Event::Enter {
+                device: device as u32,
+                invocation,
+            }
+            .into(),
+        );
     }
 
     fn data(&mut self, device: usize, _op: &DataOp, site: Option<&OpSite>) {
@@ -201,7 +217,10 @@ mod tests {
                 side: Completion::Local,
             },
             Event::Prologue(u32::MAX),
-            Event::Enter(big),
+            Event::Enter {
+                device: big,
+                invocation: u32::MAX,
+            },
         ] {
             assert_eq!(Entry::from(e).get(), e);
         }

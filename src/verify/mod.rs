@@ -4,6 +4,7 @@
 //! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
 
 mod clock;
+mod entry;
 mod fixpoint;
 mod hb;
 mod log;
@@ -12,11 +13,14 @@ mod naive;
 mod orders;
 mod race;
 mod serialize;
+mod side;
 mod sync;
 
 pub use clock::Clock;
+pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
-pub use race::{EarlySend, Race, RaceSide, SharedSemaphore};
+pub use race::{Race, SharedSemaphore};
+pub use side::RaceSide;
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;
@@ -103,14 +107,17 @@ impl Problem {
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
-                    .map(|b| format!("{}@{}:{}", b.site.op, b.site.location, b.semaphore))
+                    .map(|b| {
+                        let sem = Program::unlabeled(&b.semaphore);
+                        format!("{}@{}:{sem}", b.site.op, b.site.location)
+                    })
                     .collect();
                 sites.sort();
                 sites.dedup();
                 format!("deadlock:{}", sites.join(","))
             }
             Problem::Exit(ExitProblem::SemaphoreNotZero { semaphore, .. }) => {
-                format!("nonzero:{semaphore}")
+                format!("nonzero:{}", Program::unlabeled(semaphore))
             }
             Problem::Exit(ExitProblem::DmaNotWaited { site, .. }) => {
                 format!("unwaited:{}", site.location)

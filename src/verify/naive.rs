@@ -84,7 +84,9 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
         all: HashMap::new(),
         credits: Vec::new(),
     };
-    let mut dev = vec![vec![u32::from(p.entry_barrier); n]; n];
+    let barrier = p.invocations[0].entry_barrier();
+    let mut dev = vec![vec![0; n]; n];
+    let mut entered = 0;
     let mut starts: HashMap<usize, (Vec<u32>, usize)> = HashMap::new();
     let mut waits = 0;
     for ev in log {
@@ -96,7 +98,16 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
                     s.access(Agent::Device(dst.device()), dst, true, &zero);
                 }
             }
-            Event::Enter(d) => dev[d as usize][d as usize] += 1,
+            Event::Enter { device: d, .. } => {
+                dev[d as usize][d as usize] += 1;
+                entered += 1;
+                if barrier && entered == n {
+                    let all: Vec<u32> = (0..n).map(|e| dev[e][e]).collect();
+                    for c in &mut dev {
+                        join(c, &all);
+                    }
+                }
+            }
             Event::Op { device, index } => {
                 let d = device as usize;
                 match &p.ops[d][index as usize].kind {
@@ -272,7 +283,6 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
     Program {
         name: "random".into(),
         devices: n,
-        grid: vec![1],
         layout,
         ops,
         dmas,
@@ -285,7 +295,12 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
         epilogue: Vec::new(),
         inputs: vec![0],
         outputs: vec![0],
-        entry_barrier,
+        invocations: vec![crate::ir::Invocation::single(
+            "random",
+            &[1],
+            (!entry_barrier).then_some(0),
+            n,
+        )],
     }
 }
 

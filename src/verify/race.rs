@@ -6,12 +6,15 @@
 //! wait that is ordered after that side's completion ([`super::sync`] says which waits
 //! are). Two accesses to overlapping bytes, one a write, that happens-before does not
 //! order are a race. A remote DMA or a signal on a non-barrier semaphore sent to a device
-//! not known to have entered the kernel breaks the entry rule.
+//! not known to have entered the kernel invocation the sender is in breaks the entry rule
+//! (the receiver's semaphores and buffers of that invocation do not exist before).
 
 use super::clock::Clock;
+use super::entry::{stand_in, EarlySend};
 use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
 use super::log::Entry;
 use super::orders::{Join, Orders};
+use super::side::RaceSide;
 use super::sync::Facts;
 use crate::error::Site;
 use crate::ir::{Completion, OpSite, Program, View};
@@ -29,17 +32,6 @@ struct Access {
     agent: Agent,
     time: u32,
     site: Option<OpSite>,
-}
-
-/// One side of a race.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct RaceSide {
-    /// Who accessed: `device 2`, or `DMA device 1 -> device 2`.
-    pub actor: String,
-    /// Where the access (or the DMA's `start`) is in the kernel.
-    pub site: Option<Site>,
-    /// `read` or `write`.
-    pub access: &'static str,
 }
 
 /// Why a wait that looked like it ordered a DMA does not: its semaphore can be
@@ -86,22 +78,7 @@ impl Race {
         };
         let (a, b) = (loc(&self.first), loc(&self.second));
         let (a, b) = if a <= b { (a, b) } else { (b, a) };
-        format!("race:{}:{a}:{b}", self.alloc)
-    }
-}
-
-impl fmt::Display for RaceSide {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} by {}", self.access, self.actor)?;
-        if let Some(s) = &self.site {
-            let what = if self.actor.starts_with("DMA") {
-                "started at"
-            } else {
-                "at"
-            };
-            write!(f, ", {what} {s}")?;
-        }
-        Ok(())
+        format!("race:{}:{a}:{b}", Program::unlabeled(&self.alloc))
     }
 }
 
@@ -134,59 +111,6 @@ impl fmt::Display for Race {
     }
 }
 
-impl RaceSide {
-    fn actor_and_site(&self) -> String {
-        match &self.site {
-            Some(s) if self.actor.starts_with("DMA") => {
-                format!("the bytes of {} started at {s}", self.actor)
-            }
-            Some(s) => format!("{} at {s}", self.actor),
-            None => self.actor.clone(),
-        }
-    }
-}
-
-/// A remote DMA or signal sent to a device not known to have entered the kernel.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct EarlySend {
-    /// What was sent: `DMA into `out_ref`` or `signal on `capacity_sem``.
-    pub what: String,
-    /// The sending op.
-    pub sender: Site,
-    /// The device sent to.
-    pub to: usize,
-    /// The receiving device's first op, where it enters the kernel.
-    pub entry: Option<Site>,
-}
-
-impl fmt::Display for EarlySend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "sent to device {} before it is known to have entered the kernel:",
-            self.to
-        )?;
-        writeln!(f, "    {} by {}", self.what, self.sender)?;
-        match &self.entry {
-            Some(e) => writeln!(
-                f,
-                "    device {} enters the kernel before its first op, {e}; nothing orders that entry before the send",
-                self.to
-            )?,
-            None => writeln!(
-                f,
-                "    device {} has no op; nothing orders its entry before the send",
-                self.to
-            )?,
-        }
-        write!(
-            f,
-            "    its semaphores and buffers may not exist yet: handshake with device {} on the barrier semaphore first, or drop the collective_id to get Pallas' entry barrier",
-            self.to
-        )
-    }
-}
-
 /// Two unordered accesses, as found (turned into a [`Race`] by [`RaceChecker::finish`]).
 #[derive(Clone, Copy, Debug)]
 struct Found {
@@ -208,8 +132,14 @@ pub struct RaceChecker<'a> {
     since_all: Vec<Vec<DmaSide>>,
     shadow: Vec<Vec<Access>>,
     found: Vec<Found>,
-    /// Entry-rule violations found, in order (one per kernel line).
-    early: Vec<EarlySend>,
+    /// Entry-rule violations found, in order (one per kernel line), each with the
+    /// number of waits the replay had passed when it was sent.
+    early: Vec<(EarlySend, usize)>,
+    /// Waits passed so far in the replay.
+    waits: usize,
+    /// Per (device, invocation): the device's own clock component from its entry on
+    /// (0: not entered yet).
+    entries: Vec<u32>,
 }
 
 /// Per DMA side, (device, position) of the waits ordered after its completion: the
@@ -293,6 +223,8 @@ impl<'a> RaceChecker<'a> {
             shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
             early: Vec::new(),
+            waits: 0,
+            entries: vec![0; p.devices * p.invocations.len()],
         }
     }
 
@@ -320,7 +252,7 @@ impl<'a> RaceChecker<'a> {
                         .or_else(|| self.shared_semaphore(e, f.second.agent))
                 });
                 Race {
-                    alloc: self.p.layout.allocs[f.view.alloc()].name.clone(),
+                    alloc: self.p.alloc_label(f.view.alloc()),
                     device: f.view.device(),
                     bytes: (
                         f.first.lo.max(f.second.lo) as u64 * 4,
@@ -332,10 +264,31 @@ impl<'a> RaceChecker<'a> {
                 }
             })
             .collect();
-        Findings {
-            races,
-            early: self.early,
-        }
+        let by = (!self.early.is_empty()).then(|| facts.consumers());
+        let early = self
+            .early
+            .iter()
+            .map(|(e, before)| {
+                let why = by.as_ref().and_then(|by| {
+                    let sender = e.sender.device;
+                    stand_in(
+                        self.p,
+                        self.log,
+                        self.orders,
+                        facts,
+                        by,
+                        sender,
+                        e.to,
+                        *before,
+                    )
+                });
+                EarlySend {
+                    stand_in: why.map(Box::new),
+                    ..e.clone()
+                }
+            })
+            .collect();
+        Findings { races, early }
     }
 
     fn ordered(&self, a: &Access, c: &Clock) -> bool {
@@ -403,9 +356,7 @@ impl<'a> RaceChecker<'a> {
             .find(|&i| e.facts.credit(i).at > w.at)
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
-            semaphore: self.p.layout.sems[w.slot() % self.p.layout.sems.len()]
-                .name
-                .clone(),
+            semaphore: self.p.sem_label(w.slot() % self.p.layout.sems.len()),
             device: w.slot() / self.p.layout.sems.len(),
             wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credit(alt)),
@@ -425,6 +376,7 @@ impl Sink for RaceChecker<'_> {
     }
 
     fn wait(&mut self, ordinal: usize, w: &Wait, _clock: &Clock) {
+        self.waits += 1;
         let mark = (w.slot() / self.p.layout.sems.len(), w.pos);
         match self.orders.get(ordinal) {
             Join::All => {
@@ -493,35 +445,54 @@ impl Sink for RaceChecker<'_> {
         shadow.push(x);
     }
 
+    fn enter(&mut self, device: usize, invocation: usize, pos: u32) {
+        self.entries[device * self.p.invocations.len() + invocation] = pos;
+    }
+
     fn send(&mut self, s: &Send, clock: &Clock) {
-        if self.p.entry_barrier || clock.device(s.to) > 0 {
+        let k = self.p.invocation_of_step(s.site.grid_linear as usize);
+        let entered = self.entries[s.to * self.p.invocations.len() + k];
+        if self.p.invocations[k].entry_barrier() || (entered > 0 && clock.device(s.to) >= entered) {
             return;
         }
         let sender = self.p.site(&s.site);
         if self
             .early
             .iter()
-            .any(|e| e.sender.location == sender.location)
+            .any(|e| e.0.sender.location == sender.location)
         {
             return;
         }
         let what = match (s.dma, s.sem) {
             (Some(k), _) => format!(
                 "DMA into `{}`",
-                self.p.layout.allocs[self.p.dmas[k].dst.alloc()].name
+                self.p.alloc_label(self.p.dmas[k].dst.alloc())
             ),
             (None, Some(slot)) => format!(
                 "signal on `{}`",
-                self.p.layout.sems[slot % self.p.layout.sems.len()].name
+                self.p.sem_label(slot % self.p.layout.sems.len())
             ),
             (None, None) => "a send".into(),
         };
-        let entry = self.p.ops[s.to].first().map(|o| self.p.site(&o.site));
-        self.early.push(EarlySend {
-            what,
-            sender,
-            to: s.to,
-            entry,
-        });
+        // The receiver's first op of that invocation, if it has one.
+        let ops = &self.p.ops[s.to];
+        let from = self.p.invocations[k].starts[s.to] as usize;
+        let to = self
+            .p
+            .invocations
+            .get(k + 1)
+            .map_or(ops.len(), |i| i.starts[s.to] as usize);
+        let entry = ops[from..to].first().map(|o| self.p.site(&o.site));
+        self.early.push((
+            EarlySend {
+                what,
+                sender,
+                to: s.to,
+                invocation: self.p.is_sequence().then_some(k),
+                entry,
+                stand_in: None,
+            },
+            self.waits,
+        ));
     }
 }

@@ -22,7 +22,16 @@ impl Problem {
                 }
                 v
             }
-            Problem::Early(e) => std::iter::once(&e.sender).chain(e.entry.as_ref()).collect(),
+            Problem::Early(e) => {
+                let mut v: Vec<&Site> =
+                    std::iter::once(&e.sender).chain(e.entry.as_ref()).collect();
+                if let Some(st) = &e.stand_in {
+                    v.push(&st.wait);
+                    v.extend(st.took.site.as_ref());
+                    v.extend(st.instead.site.as_ref());
+                }
+                v
+            }
             Problem::Deadlock(b) => b.iter().map(|b| &b.site).collect(),
             Problem::Exit(ExitProblem::SemaphoreNotZero { last_signal, .. }) => {
                 last_signal.iter().collect()

@@ -104,6 +104,18 @@ pub fn check(
     Job::call(call.clone(), mesh.clone()).check(specs)
 }
 
+/// `call` on `mesh`, `k` invocations back to back, checked under `specs`.
+pub fn check_repeated(
+    call: &PallasCall,
+    mesh: &Mesh,
+    k: usize,
+    specs: &[ScheduleSpec],
+) -> tpusim::Result<tpusim::verify::Report> {
+    Job::call(call.clone(), mesh.clone())
+        .repeat(k)?
+        .check(specs)
+}
+
 /// `call` on `mesh` lowered and scheduled under `spec`.
 pub fn plan(
     call: &PallasCall,

@@ -238,7 +238,6 @@ pub(super) mod tests {
         Program {
             name: "test".into(),
             devices,
-            grid: vec![],
             layout: Layout {
                 allocs,
                 sems: vec![],
@@ -249,7 +248,7 @@ pub(super) mod tests {
             epilogue: vec![],
             inputs: vec![],
             outputs: vec![],
-            entry_barrier: false,
+            invocations: vec![crate::ir::Invocation::single("test", &[], Some(0), devices)],
         }
     }
 }
