@@ -38,16 +38,21 @@ def test_repeat_checks_invocations_back_to_back():
 
 
 def shift_kernel(double):
-    # The right shift with a collective_id: a handshake with both neighbours, once or
-    # twice (the docs' double barrier).
+    # The right shift with a collective_id: a handshake with both neighbours on the
+    # barrier semaphore, then (`double`) a second round on a scoped REGULAR semaphore, as
+    # the docs' double barrier.
     def kernel(x_ref, y_ref, send, recv):
         me = lax.axis_index("x")
         right, left = lax.rem(me + 1, 5), lax.rem(me + 4, 5)
-        barrier = pltpu.get_barrier_semaphore()
-        for _ in range(2 if double else 1):
-            pl.semaphore_signal(barrier, device_id=(left,))
-            pl.semaphore_signal(barrier, device_id=(right,))
-            pl.semaphore_wait(barrier, 2)
+
+        def round_on(sem):
+            pl.semaphore_signal(sem, device_id=(left,))
+            pl.semaphore_signal(sem, device_id=(right,))
+            pl.semaphore_wait(sem, 2)
+
+        round_on(pltpu.get_barrier_semaphore())
+        if double:
+            pl.run_scoped(round_on, pltpu.SemaphoreType.REGULAR)
         c = pltpu.make_async_remote_copy(x_ref, y_ref, send, recv, device_id=(right,))
         c.start()
         c.wait()
