@@ -100,9 +100,10 @@ pub fn schedules(
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
     /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis).
+    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis);
+    /// `aliases`: `(input, output)` pairs of `input_output_aliases`.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -114,10 +115,14 @@ impl KernelCall {
         collective_id: Option<u32>,
         recording: &str,
         cores: usize,
+        aliases: Vec<(usize, usize)>,
     ) -> PyResult<Self> {
-        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
+        let mut spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
             .py()?
             .cores(cores);
+        for (i, o) in aliases {
+            spec = spec.alias(i, o);
+        }
         let rec = replay::read_recording(recording).py()?;
         let points: usize = grid.iter().product();
         if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {

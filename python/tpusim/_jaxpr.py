@@ -542,7 +542,23 @@ class Point:
         self.ops = []
         self.nbarrier = 0
         self.nvalues = 0
+        self.syms = []
         self.core = cores_coord
+
+    def drop_unused(self):
+        """Takes back the records of values nothing used (`jnp.zeros_like(o_ref[...])`
+        loads `o_ref` for its shape only): a load no one reads is no access."""
+        work = [v for v in self.syms if v.uses == 0]
+        while work:
+            v = work.pop()
+            if v.rec is None or v.rec.get("dead"):
+                continue
+            v.rec["dead"] = True
+            for a in v.args:
+                if isinstance(a, Sym):
+                    a.uses -= 1
+                    if a.uses == 0:
+                        work.append(a)
 
     def record(self, op, site, **fields):
         fields["op"] = op
@@ -701,6 +717,7 @@ class Evaluator:
         sym.pos = len(self.p.ops)
         self.p.record(op, where.site, id=sym.id, **fields)
         sym.rec = self.p.ops[-1]
+        self.p.syms.append(sym)
 
     # -- grid and mesh
 

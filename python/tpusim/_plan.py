@@ -169,7 +169,7 @@ class Plan:
                               for dev in self.recording for pt in dev for r in pt)
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
-            spec.collective_id, json.dumps(self.recording), spec.cores,
+            spec.collective_id, json.dumps(self.recording), spec.cores, self.aliases,
         )
 
     # -- buffers
@@ -238,8 +238,9 @@ class Plan:
                     rust[0].pos = len(self.inputs) + len(self.outputs)
                     target.append(rust[1])
         bufs = [seen for _, seen, _ in ops]
-        # Aliased outputs: the output starts as the input; the kernel's input ref is it.
-        self.alias_copies = []
+        # Aliased outputs: the output starts as the input (the Rust prologue copies it in);
+        # the kernel's input ref is the output.
+        self.aliases = []
         for i_idx, o_idx in spec.aliases.items():
             ii, oj = i_idx - spec.num_index, spec.num_inputs + o_idx
             if ii < 0:
@@ -249,7 +250,7 @@ class Plan:
             src, dst = ops[ii][2][0], ops[oj][2][0]
             if bufs[ii] is not src or bufs[oj] is not dst:
                 raise unsupported("input_output_aliases of blocked operands", "whole operands only", where)
-            self.alias_copies.append((src, dst))
+            self.aliases.append((src.pos, dst.pos - len(self.inputs)))
             bufs[ii] = bufs[oj]
         self.kernel_bufs.extend(bufs)
         # Where each output comes from: a Rust output (by position) or an SMEM buffer.
@@ -265,7 +266,7 @@ class Plan:
         # Blocked operands' VMEM blocks, and the semaphore their copies use.
         for vb, hbm, bm, is_out in self.blocked:
             vb.pos = self._add_scratch("vmem", vb.name, vb.shape, self._dt(vb.dtype, vb.name))
-        if self.blocked or self.alias_copies:
+        if self.blocked:
             self.pipeline_sem = self._add_scratch("dma", "pipeline_sem", [], "i32")
 
     def _alloc(self, aval, name, where):
@@ -630,9 +631,6 @@ class Plan:
         for g, pt in enumerate(points or [()]):
             p = Point(self, device, pt)
             ev = Evaluator(self, p)
-            if g == 0:
-                for src, dst in self.alias_copies:
-                    self._copy(p, RefV(src), RefV(dst), "input_output_aliases")
             for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
                 if is_out:
                     continue
@@ -651,6 +649,7 @@ class Plan:
                     view = self._block_view(hbm, bm, ids[g])
                     self._check_block(p, view, vb)
                     self._copy(p, RefV(vb), view, "BlockSpec")
+            p.drop_unused()
             out.append([r for r in p.ops if not r.get("dead")])
         return out
 

@@ -63,6 +63,7 @@ pub struct GridSpec {
     pub(crate) collective_id: Option<u32>,
     pub(crate) pull_model: bool,
     pub(crate) cores: usize,
+    pub(crate) aliases: Vec<(usize, usize)>,
 }
 
 impl GridSpec {
@@ -162,6 +163,14 @@ impl GridSpec {
     /// first core) and each with its own VMEM and semaphores.
     pub fn cores(mut self, n: usize) -> Self {
         self.cores = n.max(1);
+        self
+    }
+
+    /// `input_output_aliases={input: output}`: output `output` is input `input`'s buffer:
+    /// it starts as the input (copied in before the grid) and the kernel's refs of both
+    /// are the output's.
+    pub fn alias(mut self, input: usize, output: usize) -> Self {
+        self.aliases.push((input, output));
         self
     }
 
