@@ -27,7 +27,11 @@ fn an_aliased_output_starts_as_its_input_and_is_written_through_either_ref() {
         let y = HostArray::from_i32(&[4], vec![-1, -2, -3, -4]).unwrap();
         let mesh = Mesh::new(1, "x").unwrap();
         let out = simulate(&call, &mesh, &[vec![x, y]], &mut CpuExecutor::new()).unwrap();
-        assert_eq!(out[0][0].as_i32(), &[0, 1, 2, 3, -1, -2, -3, -4], "{space:?}");
+        assert_eq!(
+            out[0][0].as_i32(),
+            &[0, 1, 2, 3, -1, -2, -3, -4],
+            "{space:?}"
+        );
     }
     let bad = GridSpec::new()
         .input("x", MemorySpace::Any, &[4], DType::I32)
@@ -36,5 +40,8 @@ fn an_aliased_output_starts_as_its_input_and_is_written_through_either_ref() {
     let err = PallasCall::new("bad", bad, |_, _| {})
         .lower(&Mesh::new(1, "x").unwrap())
         .unwrap_err();
-    assert!(err.to_string().contains("input_output_aliases 0: 0"), "{err}");
+    assert!(
+        err.to_string().contains("input_output_aliases 0: 0"),
+        "{err}"
+    );
 }
