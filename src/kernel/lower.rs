@@ -146,12 +146,12 @@ impl PallasCall {
                 )));
             }
             let out = spec.inputs.len() + o;
-            let Arg::Ref(seen) = args[out].clone() else {
+            let Arg::Ref(seen) = args[out] else {
                 unreachable!("operands are refs")
             };
             first.push((src, seen.alloc));
             first.push((src, dst));
-            args[i] = args[out].clone();
+            args[i] = args[out];
         }
         first.dedup();
         prologue_pairs.splice(0..0, first);
