@@ -1,5 +1,5 @@
-//! [`KernelCall`]: a Pallas kernel written in Python, recorded by the stand-ins of the
-//! `tpusim.jax` package on every device and grid point (see `replay`), as a job of the
+//! [`KernelCall`]: a Pallas kernel written in Python, its jaxpr evaluated by the
+//! package's front end on every device and grid point (see `replay`), as a job of the
 //! pipeline: run, verified, traced, modeled and timed like any kernel.
 
 use crate::arrays::{per_device, to_numpy_all, to_py_data};
@@ -8,7 +8,9 @@ use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::replay;
 use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tpusim::run::Plan;
 use tpusim::collectives::Registry;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
@@ -18,11 +20,33 @@ use tpusim::Error;
 
 use crate::PyMesh;
 
-/// A Pallas kernel written in Python: its spec and the calls the stand-ins recorded on
+/// A Pallas kernel written in Python: its spec and the calls the front end recorded on
 /// every device and grid point, as a job bound to its mesh.
 #[pyclass(module = "tpusim._native", frozen)]
 pub struct KernelCall {
     job: Job,
+    /// The last plan run (its schedule spec): a repeated call costs its execution only.
+    planned: Mutex<Option<(String, Arc<Plan>)>>,
+}
+
+impl KernelCall {
+    /// The plan of this call under `schedule`, made once and kept.
+    fn plan_for(&self, schedule: &str, exec: &dyn tpusim::exec::Executor) -> PyResult<Arc<Plan>> {
+        let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, p)) = got.as_ref() {
+            if s == schedule {
+                return Ok(p.clone());
+            }
+        }
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        job.ensure_fits(Job::run_work(exec, false, false)).py()?;
+        let plan = Arc::new(job.plan().py()?);
+        *got = Some((schedule.to_string(), plan.clone()));
+        Ok(plan)
+    }
 }
 
 /// The step-table layout of shipped collective `like` for a kernel whose first input
@@ -76,9 +100,10 @@ pub fn schedules(
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
     /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`.
+    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis);
+    /// `aliases`: `(input, output)` pairs of `input_output_aliases`.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -89,8 +114,15 @@ impl KernelCall {
         scratch: Vec<replay::Scratch>,
         collective_id: Option<u32>,
         recording: &str,
+        cores: usize,
+        aliases: Vec<(usize, usize)>,
     ) -> PyResult<Self> {
-        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id).py()?;
+        let mut spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
+            .py()?
+            .cores(cores);
+        for (i, o) in aliases {
+            spec = spec.alias(i, o);
+        }
         let rec = replay::read_recording(recording).py()?;
         let points: usize = grid.iter().product();
         if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {
@@ -102,6 +134,7 @@ impl KernelCall {
         let call = replay::python_call(name, spec, rec);
         Ok(Self {
             job: Job::call(call, mesh.mesh.clone()),
+            planned: Mutex::new(None),
         })
     }
 
@@ -132,12 +165,9 @@ impl KernelCall {
         schedule: &str,
     ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
         let inputs = per_device(&inputs)?;
-        let job = self
-            .job
-            .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
         let mut exec = executor(backend)?;
-        let out = job.execute(&mut exec, &inputs).py()?;
+        let plan = self.plan_for(schedule, &exec)?;
+        let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, &out)
     }
 

@@ -1,6 +1,6 @@
 //! `tpusim._native`: the Rust core of tpusim for Python, one module per concern:
 //! [`errors`] (exceptions), [`arrays`] (numpy in and out), [`executors`], [`kernel`]
-//! (a Pallas kernel written in Python and recorded by the stand-ins of `tpusim.jax`,
+//! (a Pallas kernel written in Python, its jaxpr recorded by `tpusim._jaxpr`,
 //! see [`replay`]) and [`collectives`] (the shipped ones). Every step is a job of the
 //! core's pipeline (`tpusim::run::Job`), as on the command line; structured results
 //! cross as Python data (dicts and lists, through `pythonize`) in the core's formats.

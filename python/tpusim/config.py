@@ -1,12 +1,12 @@
 """Settings of the Python package (read when used, so they can be changed at any time).
 
-- ``backend``: ``"gpu"`` (wgpu, the default) or ``"cpu"`` (host memory, the oracle);
-  environment ``TPUSIM_BACKEND``.
+- ``backend``: ``"gpu"`` (wgpu, the default), ``"cpu"`` (host memory, the oracle) or
+  ``"auto"`` (the GPU where wgpu finds an adapter, else the CPU); environment
+  ``TPUSIM_BACKEND``.
 - ``schedule``: the schedule a run follows (``eager``, ``lazy``, ``lockstep``,
   ``run-ahead:D``, ``random:SEED``); environment ``TPUSIM_SCHEDULE``.
-- ``devices``: what ``tpusim.jax.local_device_count()`` answers, i.e. how many
-  simulated devices a script that sizes its mesh from it gets; environment
-  ``TPUSIM_DEVICES`` (default 4).
+- ``devices``: how many JAX CPU devices ``python -m tpusim`` starts JAX with unless
+  ``--devices`` says; environment ``TPUSIM_DEVICES`` (default 4).
 """
 
 import os

@@ -434,6 +434,23 @@ impl<'a> Ctx<'a> {
     where
         'a: 'c,
     {
+        let ones = vec![1; shape.len()];
+        self.load_strided(r, start, shape, &ones)
+    }
+
+    /// A window of a VMEM ref with a step per dimension (`x_ref[::2, 1:5]`): element `i`
+    /// of the value is element `start + i * strides` of the ref.
+    #[track_caller]
+    pub fn load_strided<'c>(
+        &'c self,
+        r: Ref,
+        start: &[usize],
+        shape: &[usize],
+        strides: &[usize],
+    ) -> Value<'c>
+    where
+        'a: 'c,
+    {
         let site = self.site("load");
         let Some(view) = self.vmem_view(&r, site) else {
             return self.value(None);
@@ -443,11 +460,10 @@ impl<'a> Ctx<'a> {
             shape: r.shape().to_vec(),
             dtype: r.dtype,
         }));
-        let ones = vec![1; shape.len()];
         let v = self.compute_at(
             ComputeKind::Slice {
                 start: start.to_vec(),
-                strides: ones,
+                strides: strides.to_vec(),
             },
             &[&whole],
             shape,
