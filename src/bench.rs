@@ -238,7 +238,9 @@ pub fn ensure_fits(
                     crate::budget::Buffers::Device
                 },
                 gpu,
-                iters: cfg.iters.max(cfg.warmup) as u64,
+                iters: cfg.iters as u64,
+                warmup: cfg.warmup as u64,
+                checks: cfg.checks as u64,
             },
             &format!(", the sweep's largest size ({})", human(cfg.max_bytes)),
         )
