@@ -47,9 +47,15 @@ pub fn remove_temporaries_on_signals() -> Result<()> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
             .map_err(|e| Error::bad_input(format!("cannot install signal handlers: {e}")))?;
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("tpusim-signals".into())
             .spawn(move || {
+                // A thread's first allocation maps its allocator arena: made before the
+                // caller goes on, so the address space the budget sees (ulimit -v) does
+                // not depend on when this thread got to run.
+                drop(std::hint::black_box(Box::new(0u64)));
+                let _ = ready.send(());
                 if let Some(sig) = signals.forever().next() {
                     // Held until the process ends: no temporary file is made or renamed
                     // after this.
@@ -64,6 +70,7 @@ pub fn remove_temporaries_on_signals() -> Result<()> {
                 }
             })
             .map_err(|e| Error::bad_input(format!("cannot install signal handlers: {e}")))?;
+        let _ = started.recv();
     }
     Ok(())
 }
