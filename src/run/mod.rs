@@ -297,10 +297,11 @@ impl Job {
     /// ring of `q`, or the placement's ring when groups along an axis run it.
     fn census_at(&self, q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
         // Rings along an axis: every group runs the ring's kernel, so per device the
-        // program is the ring's whatever P is (q counts the devices of every group).
+        // program is the ring's at any P of whole groups (q counts the devices of every
+        // group); below one group, the search asks about one ring of q devices.
         let mesh = match self.place.groups {
-            Some(_) => self.place.ring.clone(),
-            None => Mesh::new(q, "x")?,
+            Some(_) if q >= self.place.ring.size() => self.place.ring.clone(),
+            _ => Mesh::new(q, "x")?,
         };
         let calls = self
             .parts
@@ -351,10 +352,22 @@ impl Job {
             Work::Bench { .. } => format!("a bench of {}", self.describe()),
             Work::Apply { .. } => format!("an apply of {}", self.describe()),
         };
+        // Rings along an axis are the same kernel at every P of whole groups the search
+        // asks about: built once.
+        let ring = std::cell::OnceCell::new();
+        let build = |q| match self.place.groups {
+            Some(_) if q >= self.place.ring.size() => {
+                match ring.get_or_init(|| self.census_at(q).ok()) {
+                    Some(built) => Ok(built.clone()),
+                    None => self.census_at(q),
+                }
+            }
+            _ => self.census_at(q),
+        };
         ensure_fits(&Request {
             what: what + note,
             devices: self.place.mesh.size(),
-            build: &|q| self.census_at(q),
+            build: &build,
             repeat: self.repeat,
             work,
         })
