@@ -75,11 +75,12 @@ pub fn seconds(s: f64) -> String {
     }
 }
 
-/// Parses a duration: seconds (`90`, `90s`), minutes (`10m`) or hours (`2h`), decimals
-/// allowed; it must be positive and finite.
+/// Parses a duration: milliseconds (`500ms`), seconds (`90`, `90s`), minutes (`10m`) or
+/// hours (`2h`), decimals allowed; it must be positive and finite.
 pub fn parse_duration(s: &str) -> Result<f64> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
+        _ if t.ends_with("ms") => (&t[..t.len() - 2], 1e-3),
         Some('s') => (&t[..t.len() - 1], 1.0),
         Some('m') => (&t[..t.len() - 1], 60.0),
         Some('h') => (&t[..t.len() - 1], 3600.0),
@@ -92,7 +93,7 @@ pub fn parse_duration(s: &str) -> Result<f64> {
         .filter(|n| n.is_finite() && *n > 0.0)
         .ok_or_else(|| {
             Error::bad_input(format!(
-                "bad duration `{s}` (expected seconds, or e.g. 90s, 10m, 2h)"
+                "bad duration `{s}` (expected seconds, or e.g. 500ms, 90s, 10m, 2h)"
             ))
         })
 }
@@ -160,7 +161,8 @@ mod tests {
         assert_eq!(parse_duration("10m").unwrap(), 600.0);
         assert_eq!(parse_duration("90").unwrap(), 90.0);
         assert_eq!(parse_duration("1.5h").unwrap(), 5400.0);
-        for bad in ["", "0", "-5s", "inf", "nan", "10x", "m"] {
+        assert_eq!(parse_duration("250ms").unwrap(), 0.25);
+        for bad in ["", "0", "-5s", "inf", "nan", "10x", "m", "ms"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(seconds(0.0016), "1.6 ms");

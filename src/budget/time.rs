@@ -15,7 +15,8 @@ use super::census::{Census, HOST_WORD};
 use super::need::Work;
 use crate::error::{Error, Result};
 
-/// The environment variable that sets the time limit (`90s`, `10m`, `2h`, or seconds).
+/// The environment variable that sets the time limit (`500ms`, `90s`, `10m`, `2h`, or
+/// seconds).
 pub const TIME_LIMIT_VAR: &str = "TPUSIM_TIME_LIMIT";
 
 /// The time limit without [`TIME_LIMIT_VAR`]: 10 minutes.
@@ -60,7 +61,7 @@ pub fn time_limit() -> Result<TimeLimit> {
         Ok(v) => {
             let seconds = crate::units::parse_duration(&v).map_err(|_| {
                 Error::bad_input(format!(
-                    "{TIME_LIMIT_VAR}=`{v}` is not a duration (expected seconds, or e.g. 90s, 10m, 2h)"
+                    "{TIME_LIMIT_VAR}=`{v}` is not a duration (expected seconds, or e.g. 500ms, 90s, 10m, 2h)"
                 ))
             })?;
             Ok(TimeLimit {
