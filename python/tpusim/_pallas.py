@@ -3,8 +3,8 @@ and how a call records the kernel on every device and grid point."""
 
 import enum
 import inspect
-import itertools
 import json
+import time
 
 import numpy as np
 
@@ -188,6 +188,70 @@ def _specs(specs, n, what, site):
     return out
 
 
+def _points(grid):
+    """The points of `grid` in row-major order, made one at a time: only as many as the
+    budget lets run exist (``itertools.product`` would first list every axis's range)."""
+    if any(n == 0 for n in grid):
+        return
+    point = [0] * len(grid)
+    while True:
+        yield tuple(point)
+        for k in reversed(range(len(grid))):
+            point[k] += 1
+            if point[k] < grid[k]:
+                break
+            point[k] = 0
+        else:
+            return
+
+
+class _RecordingBudget:
+    """The time and memory of recording a kernel (its Python runs once per device and
+    grid point), held to the native budget: asked before the first call at a typical
+    kernel's cost, then again as the calls measure this kernel's (after 16, 32, 64, …
+    calls, or 50 ms, 100 ms, 200 ms, … of them), so huge work is refused in well under a
+    second, before anything proportional to it is made."""
+
+    def __init__(self, name, devices, grid, site):
+        self.name, self.devices, self.grid = name, devices, grid
+        if any(g < 0 for g in grid):
+            raise _native.BadInput(
+                f"bad input: `{name}` has a grid of {list(grid)}: grid sizes must be zero or more"
+                + _sites.where(site)
+            )
+        if any(g >= 2**64 for g in grid):
+            raise _native.LimitError(
+                f"`{name}` has a grid of {list(grid)}: more grid points than can be counted"
+                + _sites.where(site)
+            )
+        _native.ensure_recording_fits(name, devices, list(grid))
+        self.calls, self.start = 0, time.perf_counter()
+        self.next_calls, self.next_seconds = 16, 0.05
+        self.least_bytes, self.sampled = 0, 0
+
+    def called(self, ops):
+        """Counts one call that recorded `ops`, and asks the budget again when due."""
+        self.calls += 1
+        if self.calls == 1:
+            # The first call pays for what later ones reuse (imports, caches): timed from
+            # its end, the rate is the kernel's own.
+            self.start = time.perf_counter()
+        if self.sampled < 16:
+            # What a call's records take at least: their JSON, which the native call
+            # parses; the least of the first calls, as a kernel may record ops at a few
+            # grid points only.
+            size = len(json.dumps(ops))
+            self.least_bytes = size if self.sampled == 0 else min(self.least_bytes, size)
+            self.sampled += 1
+        took = time.perf_counter() - self.start
+        if self.calls < self.next_calls and took < self.next_seconds:
+            return
+        self.next_calls, self.next_seconds = 2 * self.calls, 2 * max(took, self.next_seconds)
+        _native.ensure_recording_fits(
+            self.name, self.devices, list(self.grid), took / (self.calls - 1), self.least_bytes
+        )
+
+
 class PallasCall:
     """``pl.pallas_call(kernel, out_shape, grid_spec=…)``: call it inside tpusim's
     ``jax.shard_map`` on per-device values; every device runs the kernel."""
@@ -298,12 +362,12 @@ class PallasCall:
             pos += 1
 
         axes = mesh.axes
-        points = list(itertools.product(*[range(n) for n in grid]))
+        budget = _RecordingBudget(self.name, mesh.size, grid, site)
         recording = []
         for device in range(mesh.size):
             coords = mesh.coords(device)
             per_point = []
-            for point in points:
+            for point in _points(grid):
                 ev = _kernel.Eval(axes, device, coords, grid, point)
                 prev, _sites.current = _sites.current, ev
                 try:
@@ -311,6 +375,7 @@ class PallasCall:
                 finally:
                     _sites.current = prev
                 per_point.append(ev.ops)
+                budget.called(ev.ops)
             recording.append(per_point)
         return _native.KernelCall(
             self.name,

@@ -122,7 +122,8 @@ def _as_native(x):
         a = a.astype(np.float32)
     elif a.dtype == np.int64:
         a = a.astype(np.int32)
-    return np.ascontiguousarray(a)
+    # Not ascontiguousarray: it makes a 0-d array 1-d.
+    return np.require(a, requirements="C")
 
 
 def call_kernel(pcall, args):

@@ -94,7 +94,8 @@ def _collective(name, x, axis_name, construct, **kw):
     if not isinstance(x, _PerDevice):
         raise _unsupported(construct, "inside a shard_map body, on the per-device value it gets")
     mesh, names, _ = _axes(axis_name, construct)
-    arrays = [_np.ascontiguousarray(a) for a in x.arrays]
+    # Not ascontiguousarray: it makes a 0-d array 1-d (lax.psum of a scalar is a scalar).
+    arrays = [_np.require(a, requirements="C") for a in x.arrays]
     out = _native.collective_run(
         name, mesh, [[a] for a in arrays], backend=config.backend, axis=",".join(names), **kw
     )
