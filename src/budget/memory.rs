@@ -83,7 +83,10 @@ fn address_space_left() -> Option<u64> {
         // count, a vector's old and new buffers while it grows and allocators' arenas
         // (psum's largest P by the whole figure, or three quarters, aborted under `ulimit -v
         // 1048576`).
-        Some((r.rlim_cur as u64).saturating_sub(mapped) / 3 * 2)
+        // rlim_t is u64 on Linux, not everywhere.
+        #[allow(clippy::unnecessary_cast)]
+        let limit = r.rlim_cur as u64;
+        Some(limit.saturating_sub(mapped) / 3 * 2)
     }
     #[cfg(not(unix))]
     {

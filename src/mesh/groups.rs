@@ -81,14 +81,17 @@ impl Groups {
             }
         }
         let mut devices = vec![base];
-        for i in 0..self.sizes.len() {
-            if self.along[i] {
-                let (n, stride) = (self.sizes[i], strides[i]);
-                devices = devices
-                    .iter()
-                    .flat_map(|&d| (0..n).map(move |c| d + c * stride))
-                    .collect();
-            }
+        for ((&n, &stride), _) in self
+            .sizes
+            .iter()
+            .zip(&strides)
+            .zip(&self.along)
+            .filter(|(_, &along)| along)
+        {
+            devices = devices
+                .iter()
+                .flat_map(|&d| (0..n).map(move |c| d + c * stride))
+                .collect();
         }
         devices
     }
