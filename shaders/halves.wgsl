@@ -56,7 +56,22 @@ fn order16(h: u32) -> i32 {
     return select(m, -m, (h & 0x8000u) != 0u);
 }
 
+// True when 16-bit `h` is a NaN of this module's format (exponent all ones, fraction
+// not zero).
+fn is_nan16(h: u32) -> bool {
+    return (h & 0x7fffu) > select(0x7c00u, 0x7f80u, DTYPE == DTYPE_BF16);
+}
+
 fn combine(a: u32, b: u32) -> u32 {
+    // Max and min propagate NaN as XLA's do: the first operand that is one (as the CPU).
+    if (OP != REDUCE_SUM) {
+        if (is_nan16(a)) {
+            return a;
+        }
+        if (is_nan16(b)) {
+            return b;
+        }
+    }
     if (OP == REDUCE_MAX) {
         return select(a, b, order16(b) > order16(a));
     }

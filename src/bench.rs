@@ -264,7 +264,9 @@ pub fn largest(
             crate::budget::Buffers::Device
         },
         gpu,
-        iters: cfg.iters.max(cfg.warmup) as u64,
+        iters: cfg.iters as u64,
+        warmup: cfg.warmup as u64,
+        checks: cfg.checks as u64,
     };
     Ok(at_size(job, cfg, cfg.max_bytes)?.map(|j| (j, work)))
 }

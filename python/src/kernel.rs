@@ -81,18 +81,18 @@ fn borrowed_layout(like: &str, p: usize, shard: &[usize]) -> tpusim::Result<Trac
     Ok(layout)
 }
 
-/// Schedules for a check: every deterministic one then seeded random ones, `n` in all,
-/// or exactly `replay`.
-pub fn schedules(
-    p: usize,
-    n: usize,
+/// The verifier on `job` under `schedules` schedules (every deterministic one, then
+/// seeded random ones; counted by the budget before they are listed), or exactly
+/// `replay`.
+pub fn check_job(
+    job: &Job,
+    schedules: usize,
     seed: u64,
     replay: Option<&str>,
-) -> tpusim::Result<Vec<ScheduleSpec>> {
+) -> tpusim::Result<tpusim::verify::Report> {
     match replay {
-        Some(s) => Ok(vec![ScheduleSpec::parse(s)?]),
-        None if n == 0 => Err(Error::bad_input("schedules must be at least 1")),
-        None => Ok(ScheduleSpec::check_set(p, n, seed)),
+        Some(s) => job.check(&[ScheduleSpec::parse(s)?]),
+        None => job.check_set(schedules, seed),
     }
 }
 
@@ -124,7 +124,11 @@ impl KernelCall {
             spec = spec.alias(i, o);
         }
         let rec = replay::read_recording(recording).py()?;
-        let points: usize = grid.iter().product();
+        let points = tpusim::array::numel(&grid).ok_or_else(|| {
+            BadInput::new_err(format!(
+                "bad input: `{name}` has a grid of {grid:?}: more grid points than can be counted"
+            ))
+        })?;
         if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {
             return Err(BadInput::new_err(format!(
                 "bad input: the recording of `{name}` does not cover {} devices x {points} grid points",
@@ -182,9 +186,8 @@ impl KernelCall {
         replay: Option<&str>,
         repeat: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let specs = self::schedules(self.job.place().mesh.size(), schedules, seed, replay).py()?;
         let job = self.job.clone().repeat(repeat).py()?;
-        to_py_data(py, &job.check(&specs).py()?)
+        to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -248,7 +251,9 @@ impl KernelCall {
         job.ensure_fits(tpusim::budget::Work::Bench {
             buffers: Job::buffers_on(&exec),
             gpu: exec.is_gpu(),
-            iters: iters.max(warmup) as u64,
+            iters: iters as u64,
+            warmup: warmup as u64,
+            checks: 0,
         })
         .py()?;
         let t0 = Instant::now();
@@ -273,6 +278,25 @@ impl KernelCall {
     }
 }
 
+/// Refuses, before a front end records kernel `name` by calling its Python once per
+/// device of `devices` and grid point of `grid` (and again as it measures the calls),
+/// work whose calls would exceed the time limit (at `seconds_per_point` each: what the
+/// front end measured so far) or whose records would not fit in memory (a fixed part
+/// per call, plus `bytes_per_point`: the JSON of the ops measured calls recorded): a
+/// `LimitError` with the estimate and the most grid points that fit.
+#[pyfunction]
+#[pyo3(signature = (name, devices, grid, seconds_per_point=None, bytes_per_point=None))]
+pub fn ensure_recording_fits(
+    name: &str,
+    devices: usize,
+    grid: Vec<usize>,
+    seconds_per_point: Option<f64>,
+    bytes_per_point: Option<f64>,
+) -> PyResult<()> {
+    tpusim::budget::ensure_recording_fits(name, devices, &grid, seconds_per_point, bytes_per_point)
+        .py()
+}
+
 /// The verifier on `calls` run in order on every device (a program's `pallas_call`s, one
 /// after the other), the whole list `repeat` times: one sequence, whose invocations share
 /// the barrier semaphore of their `collective_id`.
@@ -295,6 +319,5 @@ pub fn check_sequence<'py>(
         job = job.then(c.job.clone()).py()?;
     }
     let job = job.repeat(repeat).py()?;
-    let specs = self::schedules(job.place().mesh.size(), schedules, seed, replay).py()?;
-    to_py_data(py, &job.check(&specs).py()?)
+    to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
 }

@@ -90,6 +90,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::ensure_recording_fits, m)?)?;
     use collectives as c;
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;
     m.add_function(wrap_pyfunction!(c::variants, m)?)?;

@@ -95,7 +95,8 @@ def _arrays(xs):
             a = a.astype(_np.float32)
         elif a.dtype == _np.int64:
             a = a.astype(_np.int32)
-        out.append(_np.ascontiguousarray(a))
+        # Not ascontiguousarray: it makes a 0-d array 1-d.
+        out.append(_np.require(a, requirements="C"))
     return out
 
 

@@ -8,7 +8,6 @@ SMEM values (scalar prefetch and SMEM operands decide control flow), and is what
 cache keeps: a repeated call with the same values reuses it and only executes.
 """
 
-import itertools
 import json
 import math
 import re
@@ -18,6 +17,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from . import _native
+from ._budget import RecordingBudget, points as grid_points
 from ._jaxpr import (
     Buffer, Evaluator, Point, RefV, Sym, _BAD, _Where, _concrete_int, dtype_name, kernel_error,
     sem_kind, site_of, space_of, unsupported,
@@ -162,6 +162,7 @@ class Plan:
         self.devices = spec.axes
         self._build(smem_values)
         self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
+        self.budget = RecordingBudget(spec.name, self.P, self.grid)
         self.recording = [self._device(d) for d in range(self.P)]
         # Whether the kernel computes on values (compute ops).
         self.has_values = any(r["op"] in ("load", "compute", "full", "store")
@@ -619,7 +620,9 @@ class Plan:
 
     def _device(self, device):
         spec = self.spec
-        points = list(itertools.product(*[range(n) for n in self.grid]))
+        # Blocked operands look at a point's neighbours: their grids are listed (the
+        # budget refused grids too large to list before this); others go lazily.
+        points = list(grid_points(self.grid)) if self.blocked else grid_points(self.grid)
         out = []
         idx_cache = {}
         if self.blocked:
@@ -627,7 +630,7 @@ class Plan:
             ev = Evaluator(self, probe)
             for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
                 idx_cache[n] = [self._block_indices(ev, bm, pt) for pt in points]
-        for g, pt in enumerate(points or [()]):
+        for g, pt in enumerate(points):
             p = Point(self, device, pt)
             ev = Evaluator(self, p)
             for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
@@ -650,6 +653,7 @@ class Plan:
                     self._copy(p, RefV(vb), view, "BlockSpec")
             p.drop_unused()
             out.append([r for r in p.ops if not r.get("dead")])
+            self.budget.called(out[-1])
         return out
 
     def _check_block(self, p, view, vb):

@@ -39,17 +39,29 @@ pub enum Work {
     },
     /// `check`: the race checker under one schedule at a time. It holds no data, but
     /// only shapes a run could hold are checked, so the buffers count as on the host.
-    Check,
+    Check {
+        /// Schedules asked for, run one after the other (each a whole run of the
+        /// kernel).
+        schedules: u64,
+        /// The schedules are `check`'s set: every deterministic policy (run-ahead once
+        /// per device), so at least P + 3 of them at P devices ([`Work::schedules`]).
+        deterministic: bool,
+    },
     /// `trace`: the symbolic executor's step table.
     Trace,
-    /// `bench` at its largest size, `iters` iterations encoded into one submission.
+    /// `bench` at its largest size: `warmup`, then `iters` iterations, each batch encoded
+    /// into one submission, then `checks` iterations read back and compared.
     Bench {
         /// Where the buffers live.
         buffers: Buffers,
         /// On the GPU.
         gpu: bool,
-        /// The most iterations encoded at once (timed or warm-up).
+        /// Timed iterations (`-n`).
         iters: u64,
+        /// Warm-up iterations (`-w`).
+        warmup: u64,
+        /// Check iterations (`-c`).
+        checks: u64,
     },
     /// `apply` on a `.npy` file of `file_bytes`.
     Apply {
@@ -60,6 +72,21 @@ pub enum Work {
         /// Size of the input file.
         file_bytes: u64,
     },
+}
+
+impl Work {
+    /// The schedules a check of `devices` devices runs (0 for other work): the
+    /// schedules asked for, or at least P + 3 for `check`'s set.
+    pub fn schedules(&self, devices: usize) -> u64 {
+        match *self {
+            Work::Check {
+                schedules,
+                deterministic: true,
+            } => schedules.max((devices as u64).saturating_add(3)),
+            Work::Check { schedules, .. } => schedules,
+            _ => 0,
+        }
+    }
 }
 
 /// What a part of the need grows with (the knob that makes it smaller).
@@ -231,7 +258,7 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             }
         }
         Work::Model { timeline } => cost_model(&mut host, ops, timeline),
-        Work::Check => {
+        Work::Check { .. } => {
             host("race checker", checker(c, &t, data_ops), Scales::Program);
             host(
                 "the data a run of this shape holds",
@@ -244,13 +271,16 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             buffers,
             gpu,
             iters,
+            warmup,
+            ..
         } => {
             host("inputs, reference and result", host_data, Scales::Data);
             executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if gpu {
+                // The most iterations encoded at once (timed or warm-up).
                 host(
                     "encoded iterations",
-                    iters as f64 * held_ops * ENCODE_BYTES_PER_DATA_OP,
+                    iters.max(warmup) as f64 * held_ops * ENCODE_BYTES_PER_DATA_OP,
                     Scales::Iterations,
                 );
             }

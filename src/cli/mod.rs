@@ -104,6 +104,9 @@ pub fn main_with(registry: Registry) -> ExitCode {
     let reg = &registry;
     // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
     let _runtime_dir = driver_env::quiet_driver();
+    // SIGINT, SIGTERM and SIGHUP remove the temporary file of an output being written
+    // (without the handler a signal still ends the process; only the file would stay).
+    let _ = tpusim::files::remove_temporaries_on_signals();
     let on_ranks = ranks::launch();
     let result = match cli.cmd {
         Cmd::Info => alone(|| adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),

@@ -148,6 +148,12 @@ pub trait Collective: Send + Sync {
     fn trace_layout(&self, _p: usize) -> Option<TraceLayout> {
         None
     }
+    /// The shard shape of [`Collective::trace_layout`] at `p`, for the budget to check
+    /// before the layout is made (a layout may have a column per device). Collectives
+    /// whose layout grows with `p` say it without making it.
+    fn trace_shape(&self, p: usize) -> Option<Vec<usize>> {
+        self.trace_layout(p).map(|l| l.shape)
+    }
 }
 
 /// Relative tolerance for float reductions. The kernels sum in ring order in f32, the

@@ -67,10 +67,20 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
         DType::F32 | DType::F16 | DType::BF16 => (0..n)
             .map(|i| {
                 let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]));
+                // XLA's max and min propagate NaN (f64::max and min would drop it).
+                let nan_or = |f: fn(f64, f64) -> f64| {
+                    move |a: f64, b: f64| {
+                        if a.is_nan() || b.is_nan() {
+                            f64::NAN
+                        } else {
+                            f(a, b)
+                        }
+                    }
+                };
                 let r = match op {
                     ReduceOp::Sum => vals.sum::<f64>(),
-                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
-                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, nan_or(f64::max)),
+                    ReduceOp::Min => vals.fold(f64::INFINITY, nan_or(f64::min)),
                 };
                 dtype.bits_of(r)
             })

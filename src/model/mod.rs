@@ -16,7 +16,7 @@ mod topology;
 
 pub use nccl::{bus_factor, ideal_seconds, Traffic};
 pub use overlap::Overlap;
-pub use overrides::{Knob, ModelSpec};
+pub use overrides::{check_modeled, overridden, Knob, ModelSpec, MAX_MODELED_SECONDS};
 pub use timed::{Timed, TimedEvent, TimedRun, Unit};
 pub use timeline::chrome_trace;
 pub use topology::{route, Topology};
@@ -192,7 +192,8 @@ impl CostModel {
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(Error::bad_input(format!(
-                    "model {what} must be positive, got {v}"
+                    "model {what} must be positive and finite, got {}",
+                    crate::units::number(v)
                 )));
             }
         }
@@ -202,7 +203,8 @@ impl CostModel {
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::bad_input(format!(
-                    "model {what} must be zero or positive, got {v}"
+                    "model {what} must be zero or positive and finite, got {}",
+                    crate::units::number(v)
                 )));
             }
         }

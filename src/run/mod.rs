@@ -309,9 +309,16 @@ impl Job {
     }
 
     /// The kernels at `q` devices for the budget's estimate and its search of the largest
-    /// P that fits (see [`Part::census_at`]), once each.
+    /// P that fits (see [`Part::census_at`]), once each, and the mesh to trace them on: a
+    /// ring of `q`, or the placement's ring when groups along an axis run it.
     fn census_at(&self, q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
-        let mesh = Mesh::new(q, "x")?;
+        // Rings along an axis: every group runs the ring's kernel, so per device the
+        // program is the ring's at any P of whole groups (q counts the devices of every
+        // group); below one group, the search asks about one ring of q devices.
+        let mesh = match self.place.groups {
+            Some(_) if q >= self.place.ring.size() => self.place.ring.clone(),
+            _ => Mesh::new(q, "x")?,
+        };
         let calls = self
             .parts
             .iter()
@@ -349,15 +356,34 @@ impl Job {
         let what = match work {
             Work::Run { .. } => format!("a run of {}", self.describe()),
             Work::Model { .. } => format!("a model of {}", self.describe()),
-            Work::Check => format!("a check of {}", self.describe()),
+            Work::Check { .. } => {
+                let n = work.schedules(self.place.mesh.size());
+                format!(
+                    "a check of {} under {n} schedule{}",
+                    self.describe(),
+                    if n == 1 { "" } else { "s" }
+                )
+            }
             Work::Trace => format!("the step table of {}", self.describe()),
             Work::Bench { .. } => format!("a bench of {}", self.describe()),
             Work::Apply { .. } => format!("an apply of {}", self.describe()),
         };
+        // Rings along an axis are the same kernel at every P of whole groups the search
+        // asks about: built once.
+        let ring = std::cell::OnceCell::new();
+        let build = |q| match self.place.groups {
+            Some(_) if q >= self.place.ring.size() => {
+                match ring.get_or_init(|| self.census_at(q).ok()) {
+                    Some(built) => Ok(built.clone()),
+                    None => self.census_at(q),
+                }
+            }
+            _ => self.census_at(q),
+        };
         ensure_fits(&Request {
             what: what + note,
             devices: self.place.mesh.size(),
-            build: &|q| self.census_at(q),
+            build: &build,
             repeat: self.repeat,
             work,
             share: self.share,
@@ -474,10 +500,35 @@ impl Job {
         })
     }
 
+    /// The schedules `tpusim check` runs: every deterministic policy (run-ahead once per
+    /// device of the mesh), then seeded random ones from `seed`, `n` in all (never fewer
+    /// than the deterministic ones); the verifier under them ([`Job::check`]). Counted
+    /// and refused by the budget before the list is made.
+    pub fn check_set(&self, n: usize, seed: u64) -> Result<Report> {
+        if n == 0 {
+            return Err(Error::bad_input(
+                "schedules must be at least 1: a check runs every deterministic schedule, then seeded random ones",
+            ));
+        }
+        self.ensure_fits(Work::Check {
+            schedules: n as u64,
+            deterministic: true,
+        })?;
+        self.verify(&ScheduleSpec::check_set(self.place.mesh.size(), n, seed))
+    }
+
     /// The verifier under `specs`: kernel mistakes found while tracing are the report
     /// (they hold under every schedule).
     pub fn check(&self, specs: &[ScheduleSpec]) -> Result<Report> {
-        self.ensure_fits(Work::Check)?;
+        self.ensure_fits(Work::Check {
+            schedules: specs.len() as u64,
+            deterministic: false,
+        })?;
+        self.verify(specs)
+    }
+
+    /// [`Job::check`] once the budget has passed it.
+    fn verify(&self, specs: &[ScheduleSpec]) -> Result<Report> {
         for s in specs {
             s.validate(self.place.mesh.size())?;
         }
@@ -493,14 +544,19 @@ impl Job {
     /// the kernel's allocations.
     pub fn trace(&self) -> Result<crate::trace::Table> {
         let p = self.place.devices();
-        let (job, custom) = match self.kernel() {
-            Kernel::Call { layout, .. } => (self.clone(), layout.clone()),
-            Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_layout(p) {
-                Some(l) => (self.clone().with_shape(&l.shape), Some(l)),
-                None => (self.clone(), None),
+        // The budget first: a collective's layout may have a column per device.
+        let job = match self.kernel() {
+            Kernel::Call { .. } => self.clone(),
+            Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_shape(p) {
+                Some(shape) => self.clone().with_shape(&shape),
+                None => self.clone(),
             },
         };
         job.ensure_fits(Work::Trace)?;
+        let custom = match self.kernel() {
+            Kernel::Call { layout, .. } => layout.clone(),
+            Kernel::Collective(c) | Kernel::Variant(c, _) => c.trace_layout(p),
+        };
         let program = job.lower()?;
         let layout = custom.unwrap_or_else(|| derived_layout(&program, job.shape()));
         crate::trace::trace_program(&job.name(), &program, &layout)

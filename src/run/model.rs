@@ -110,6 +110,7 @@ impl Job {
         let program = self.lower()?;
         m.check_vmem(&program)?;
         let run = Timed::new(&program, m.clone())?.run()?;
+        crate::model::check_modeled(&m, &format!("`{}`", self.name()), run.seconds)?;
         let traffic = traffic.or_else(|| self.collective_of().map(|c| c.traffic()));
         let nccl = traffic.map(|t| {
             // Sizes and bus factors are per collective: per group on a multi-axis mesh.

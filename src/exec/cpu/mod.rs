@@ -76,11 +76,13 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
             for (d, s) in dst.iter_mut().zip(src) {
                 let (a, b) = (f32::from_bits(*d), f32::from_bits(*s));
                 *d = match op {
-                    ReduceOp::Sum => a + b,
-                    ReduceOp::Max => a.max(b),
-                    ReduceOp::Min => a.min(b),
-                }
-                .to_bits();
+                    ReduceOp::Sum => (a + b).to_bits(),
+                    // XLA's max and min propagate NaN: the first operand that is one.
+                    _ if a.is_nan() => *d,
+                    _ if b.is_nan() => *s,
+                    ReduceOp::Max => a.max(b).to_bits(),
+                    ReduceOp::Min => a.min(b).to_bits(),
+                };
             }
         }
         DType::I32 => {
@@ -93,11 +95,11 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
                 } as u32;
             }
         }
-        DType::F16 => accumulate_halves(dst, src, op, |a, b| {
+        DType::F16 => accumulate_halves(dst, src, op, is_nan_f16, |a, b| {
             let (a, b) = (half::f16::from_bits(a), half::f16::from_bits(b));
             half::f16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
-        DType::BF16 => accumulate_halves(dst, src, op, |a, b| {
+        DType::BF16 => accumulate_halves(dst, src, op, is_nan_bf16, |a, b| {
             let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
             half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
@@ -110,17 +112,37 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
 
 /// A 16-bit float accumulate: `sum` adds in f32 and rounds to nearest even (correctly
 /// rounded for both formats: f32 carries more than twice their significand plus two bits,
-/// so rounding twice equals rounding once); max and min by [`order16`].
-fn accumulate_halves(dst: &mut [u32], src: &[u32], op: ReduceOp, sum: impl Fn(u16, u16) -> u16) {
+/// so rounding twice equals rounding once); max and min by [`order16`], a NaN (`is_nan`)
+/// in either operand propagated as XLA's max and min do.
+fn accumulate_halves(
+    dst: &mut [u32],
+    src: &[u32],
+    op: ReduceOp,
+    is_nan: fn(u16) -> bool,
+    sum: impl Fn(u16, u16) -> u16,
+) {
     for (d, s) in dst.iter_mut().zip(src) {
         let (a, b) = (*d as u16, *s as u16);
         *d = match op {
             ReduceOp::Sum => sum(a, b),
+            // XLA's max and min propagate NaN: the first operand that is one.
+            _ if is_nan(a) => a,
+            _ if is_nan(b) => b,
             ReduceOp::Max if order16(b) > order16(a) => b,
             ReduceOp::Min if order16(b) < order16(a) => b,
             ReduceOp::Max | ReduceOp::Min => a,
         } as u32;
     }
+}
+
+/// True when f16 `bits` is a NaN (exponent all ones, fraction not zero).
+pub fn is_nan_f16(bits: u16) -> bool {
+    bits & 0x7fff > 0x7c00
+}
+
+/// True when bf16 `bits` is a NaN (exponent all ones, fraction not zero).
+pub fn is_nan_bf16(bits: u16) -> bool {
+    bits & 0x7fff > 0x7f80
 }
 
 /// The order max and min use for 16-bit floats (the shaders use the same): the value's
