@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU number tpusim reports, on whatever adapter is present (WGPU_BACKEND /
 # WGPU_ADAPTER_NAME select one): builds, then runs the GPU bench (with the 256 MiB
-# runs), the per-op vs program comparison, bench sweeps up to GiB sizes, the P=256 run
+# runs), the matmul bench, the per-op vs program comparison, bench sweeps up to GiB sizes, the P=256 run
 # and the planner and checker benches. Writes everything to one result file.
 #   benches/device.sh [RESULT_FILE]
 set -euo pipefail
@@ -13,6 +13,9 @@ tpusim=./target/release/tpusim
   echo "# tpusim device benchmarks, $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   "$tpusim" info
   echo; echo "## cargo bench --bench floors"; cargo bench -q --bench floors
+  echo; echo "## cargo bench --bench matmul (1024 and 4096)"
+  cargo bench -q --bench matmul
+  TPUSIM_MATMUL_N=4096 cargo bench -q --bench matmul
   echo; echo "## cargo bench --bench gpu (TPUSIM_BENCH_LARGE=1)"
   TPUSIM_BENCH_LARGE=1 cargo bench -q --bench gpu
   for p in 4 8; do

@@ -18,74 +18,7 @@ fn src_half(i: u32) -> u32 {
     return (src[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
 }
 
-// round(v / 2^s), ties to even; v < 2^25.
-fn shift_rne(v: u32, s: u32) -> u32 {
-    if (s == 0u) {
-        return v;
-    }
-    if (s >= 26u) {
-        return 0u;
-    }
-    let q = v >> s;
-    let r = v & ((1u << s) - 1u);
-    let half = 1u << (s - 1u);
-    if (r > half || (r == half && (q & 1u) == 1u)) {
-        return q + 1u;
-    }
-    return q;
-}
-
-fn f16_to_f32(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        // Zero or subnormal: m * 2^-24, a normal f32 (or zero).
-        return bitcast<f32>(bitcast<u32>(ldexp(f32(m), -24)) | sign);
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
-fn f32_to_f16(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    let sign = (b >> 16u) & 0x8000u;
-    let e = (b >> 23u) & 0xffu;
-    let m = b & 0x7fffffu;
-    if (e == 255u) {
-        if (m == 0u) {
-            return sign | 0x7c00u;
-        }
-        return sign | 0x7e00u | (m >> 13u);
-    }
-    if (e < 102u) {
-        // Below 2^-25 (and every f32 subnormal): rounds to zero.
-        return sign;
-    }
-    let mant = m | 0x800000u;
-    if (e >= 143u) {
-        return sign | 0x7c00u;
-    }
-    if (e >= 113u) {
-        // A normal f16; a carry out of the significand bumps the exponent (to inf at most).
-        return sign | (((e - 113u) << 10u) + shift_rne(mant, 13u));
-    }
-    // A subnormal f16, in units of 2^-24.
-    return sign | shift_rne(mant, 126u - e);
-}
-
-fn f32_to_bf16(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    if ((b & 0x7fffffffu) > 0x7f800000u) {
-        return (b >> 16u) | 0x40u;
-    }
-    if ((b & 0x8000u) != 0u && (b & 0x17fffu) != 0u) {
-        return (b >> 16u) + 1u;
-    }
-    return b >> 16u;
-}
+// shift_rne, f16_to_f32, f32_to_f16 and f32_to_bf16 are common.wgsl's.
 
 // A bf16 below 2^-117 (exponent field <= 9) as a signed count of 2^-133.
 fn bf16_units(h: u32) -> i32 {
@@ -123,7 +56,22 @@ fn order16(h: u32) -> i32 {
     return select(m, -m, (h & 0x8000u) != 0u);
 }
 
+// True when 16-bit `h` is a NaN of this module's format (exponent all ones, fraction
+// not zero).
+fn is_nan16(h: u32) -> bool {
+    return (h & 0x7fffu) > select(0x7c00u, 0x7f80u, DTYPE == DTYPE_BF16);
+}
+
 fn combine(a: u32, b: u32) -> u32 {
+    // Max and min propagate NaN as XLA's do: the first operand that is one (as the CPU).
+    if (OP != REDUCE_SUM) {
+        if (is_nan16(a)) {
+            return a;
+        }
+        if (is_nan16(b)) {
+            return b;
+        }
+    }
     if (OP == REDUCE_MAX) {
         return select(a, b, order16(b) > order16(a));
     }

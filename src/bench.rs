@@ -64,6 +64,29 @@ pub struct BenchRow {
     pub roof_seconds: f64,
     /// The rates the roof was computed from.
     pub rates: Rates,
+    /// Multiply-adds of the schedule's matmuls, every device's (0: it computes none).
+    pub macs: u64,
+    /// On ranks ([`crate::exec::ranks`]): bytes that crossed ranks per iteration and
+    /// each rank's busy share of the timed run.
+    pub ranks: Option<RankShare>,
+}
+
+impl BenchRow {
+    /// The FLOP/s this executor reached on the schedule's matmuls (2 per multiply-add,
+    /// every simulated device's together: they all ran on this adapter), if it has any.
+    pub fn flops(&self) -> Option<f64> {
+        (self.macs > 0).then(|| 2.0 * self.macs as f64 / self.seconds)
+    }
+}
+
+/// What a bench row on ranks adds: what the partition costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankShare {
+    /// Bytes sent from one rank to another per iteration.
+    pub crossed_bytes: u64,
+    /// Per rank, the fraction of the timed run's wall time it ran its own ops (the rest
+    /// it waited for messages).
+    pub busy: Vec<f64>,
 }
 
 /// An executor's best rates and fixed cost, measured in the same run: bytes of
@@ -281,7 +304,7 @@ impl Rates {
 impl BenchRow {
     /// The row as JSON.
     pub fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "collective": self.collective,
             "size": self.size,
             "count": self.count,
@@ -299,7 +322,14 @@ impl BenchRow {
                 "zero_gbps": self.rates.zero / 1e9,
                 "fixed_us": self.rates.fixed * 1e6,
             },
-        })
+            "macs": self.macs,
+            "tflops": self.flops().map(|f| f / 1e12),
+        });
+        if let Some(r) = &self.ranks {
+            v["crossed_bytes"] = json!(r.crossed_bytes);
+            v["rank_busy"] = json!(r.busy);
+        }
+        v
     }
 }
 
@@ -369,6 +399,29 @@ fn at_size(job: &Job, cfg: &BenchConfig, size: u64) -> Result<Option<Job>> {
         }))
 }
 
+/// The sweep's largest size of `job` and its work, with the buffers on `exec` (or,
+/// before an adapter is opened, in GPU memory when `gpu`); `None` when every size is
+/// skipped.
+pub fn largest(
+    job: &Job,
+    cfg: &BenchConfig,
+    gpu: bool,
+    host_buffers: bool,
+) -> Result<Option<(Job, Work)>> {
+    let work = Work::Bench {
+        buffers: if host_buffers {
+            crate::budget::Buffers::Host
+        } else {
+            crate::budget::Buffers::Device
+        },
+        gpu,
+        iters: cfg.iters as u64,
+        warmup: cfg.warmup as u64,
+        checks: cfg.checks as u64,
+    };
+    Ok(at_size(job, cfg, cfg.max_bytes)?.map(|j| (j, work)))
+}
+
 /// Refuses the sweep of `job` when its largest size cannot fit this machine, with the
 /// buffers on `exec` (or, before an adapter is opened, in GPU memory when `gpu`).
 pub fn ensure_fits(
@@ -377,20 +430,12 @@ pub fn ensure_fits(
     gpu: bool,
     host_buffers: bool,
 ) -> Result<Option<Need>> {
-    let Some(largest) = at_size(job, cfg, cfg.max_bytes)? else {
+    let Some((largest, work)) = largest(job, cfg, gpu, host_buffers)? else {
         return Ok(None); // every size is skipped, and says so
     };
     largest
         .ensure_fits_noted(
-            Work::Bench {
-                buffers: if host_buffers {
-                    crate::budget::Buffers::Host
-                } else {
-                    crate::budget::Buffers::Device
-                },
-                gpu,
-                iters: cfg.iters.max(cfg.warmup) as u64,
-            },
+            work,
             &format!(", the sweep's largest size ({})", human(cfg.max_bytes)),
         )
         .map(Some)
@@ -414,6 +459,7 @@ pub fn sweep(
             place.mesh.size()
         )));
     }
+    let job = &job.clone().on_ranks(crate::budget::Share::of(exec));
     ensure_fits(job, cfg, exec.is_gpu(), exec.buffers_in_host_memory())?;
     let p = place.devices();
     let sizes = sizes(cfg)?;
@@ -441,15 +487,35 @@ pub fn sweep(
             )));
             continue;
         };
-        let count: usize = j.shape().iter().product();
         let plan = j.plan()?;
         let (program, sched) = (&plan.program, &plan.schedule);
+        // Elements of one device's (first) input.
+        let count = program
+            .inputs
+            .first()
+            .map_or(0, |&a| program.layout.allocs[a].numel());
         exec.check(program)?;
         let inputs = random_inputs(program, size)?;
         let expected = if cfg.checks > 0 {
             Some(j.reference(&inputs)?)
         } else {
             None
+        };
+        // On ranks, each keeps its own devices' inputs and expected results.
+        let (inputs, expected) = match exec.ranks() {
+            Some(r) => {
+                let held = r.held(program.devices)?;
+                let keep = |mut v: Vec<Vec<crate::HostArray>>| {
+                    for (d, x) in v.iter_mut().enumerate() {
+                        if !held.contains(&d) {
+                            *x = Vec::new();
+                        }
+                    }
+                    v
+                };
+                (keep(inputs), expected.map(keep))
+            }
+            None => (inputs, expected),
         };
         let mut wrong = (cfg.checks > 0).then_some(0);
         let mut run = exec.prepare(program, sched)?;
@@ -458,22 +524,33 @@ pub fn sweep(
             run.run(cfg.warmup)?;
         }
         let seconds = run.run(cfg.iters)?.as_secs_f64() / cfg.iters as f64;
+        let share = exec.ranks().map(|r| {
+            let last = r.last_run();
+            RankShare {
+                crossed_bytes: last.crossed_bytes() / cfg.iters as u64,
+                busy: last.busy_fractions(),
+            }
+        });
         if let Some(want) = &expected {
             for _ in 0..cfg.checks {
                 run.run(1)?;
-                *wrong.get_or_insert(0) += count_wrong(&run.read_outputs()?, want, j.tolerance());
+                let got = run.read_held_outputs()?;
+                *wrong.get_or_insert(0) += count_wrong(&got, want, j.tolerance());
+            }
+            if let (Some(r), Some(w)) = (exec.ranks(), wrong.as_mut()) {
+                *w = r.sum(*w as u64)? as usize;
             }
         }
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
-        let mut rates = Rates::best(exec, cfg.dtype)?;
+        let mut rates = Rates::best(exec.inner().unwrap_or(exec), cfg.dtype)?;
         // A run faster than its roof means a rate measurement came out slow: measure
         // again (at most twice), keeping the best of all measurements.
         for _ in 0..2 {
             if rates.roofline(sched, program, cfg.iters) <= seconds {
                 break;
             }
-            rates = Rates::measure_again(exec, cfg.dtype)?;
+            rates = Rates::measure_again(exec.inner().unwrap_or(exec), cfg.dtype)?;
         }
         let traffic = j
             .collective_of()
@@ -493,6 +570,8 @@ pub fn sweep(
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
             roof_seconds: rates.roofline(sched, program, cfg.iters),
             rates,
+            macs: sched.ops.iter().map(|o| o.work().macs).sum(),
+            ranks: share,
         });
     }
     Ok(rows)
@@ -655,10 +734,16 @@ fn utc(secs: u64) -> String {
     )
 }
 
+/// The columns a table on ranks adds to [`header`]: megabytes that crossed ranks per
+/// iteration, and each rank's busy share of the run (percent, in rank order).
+pub fn rank_header() -> String {
+    format!(" {:>12} {}", "xrank(MB)", "busy%/rank")
+}
+
 /// The nccl-tests-style table header.
 pub fn header() -> String {
     format!(
-        "{:<20} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>12} {:>10} {:>6}",
+        "{:<21} {:>10} {:>12} {:>11} {:>12} {:>12} {:>7} {:>12} {:>10} {:>6} {:>9}",
         "collective",
         "size",
         "count",
@@ -668,14 +753,19 @@ pub fn header() -> String {
         "#wrong",
         "moved(GB/s)",
         "roof(us)",
-        "%roof"
+        "%roof",
+        "TFLOP/s"
     )
 }
 
 /// One table line.
 pub fn line(r: &BenchRow) -> String {
+    let ranks = r.ranks.as_ref().map_or_else(String::new, |s| {
+        let busy: Vec<String> = s.busy.iter().map(|b| format!("{:.0}", 100.0 * b)).collect();
+        format!(" {:>12.1} {}", s.crossed_bytes as f64 / 1e6, busy.join("/"))
+    });
     format!(
-        "{:<20} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>12.3} {:>10.1} {:>6.0}",
+        "{:<21} {:>10} {:>12} {:>11.1} {:>12.3} {:>12.3} {:>7} {:>12.3} {:>10.1} {:>6.0} {:>9}{ranks}",
         r.collective,
         r.size,
         r.count,
@@ -685,7 +775,8 @@ pub fn line(r: &BenchRow) -> String {
         r.wrong.map_or("-".into(), |w| w.to_string()),
         r.moved_bw / 1e9,
         r.roof_seconds * 1e6,
-        100.0 * r.roof_seconds / r.seconds
+        100.0 * r.roof_seconds / r.seconds,
+        r.flops().map_or("-".into(), |f| format!("{:.4}", f / 1e12))
     )
 }
 

@@ -223,6 +223,16 @@ pub enum Error {
     },
     /// An I/O failure.
     Io(std::io::Error),
+    /// Another rank of a partitioned run failed ([`crate::exec::ranks`]): its error,
+    /// and the exit status it gives.
+    Rank {
+        /// The rank that failed first.
+        rank: usize,
+        /// Its exit status (2 bad input, 1 otherwise).
+        status: u8,
+        /// Its message.
+        message: String,
+    },
 }
 
 impl Error {
@@ -314,6 +324,7 @@ impl fmt::Display for Error {
                 source,
             } => write!(f, "cannot {action} {}: {source}", path.display()),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Rank { rank, message, .. } => write!(f, "rank {rank}: {message}"),
         }
     }
 }

@@ -3,11 +3,77 @@
 //! to a temporary file in the same directory that is renamed over the target when it is
 //! complete, so a failed run leaves neither a truncated file nor a clobbered good one.
 //! Special files (`/dev/null`, `/dev/stdout`, pipes) are written in place.
+//!
+//! A temporary file is named after its output and the writing process
+//! (`.y.npy.tpusim-PID-XXXXXX.tmp` beside `y.npy`). While one exists it is listed here,
+//! so that [`remove_temporaries_on_signals`] (which the command line installs) removes
+//! it on SIGINT, SIGTERM or SIGHUP; one left by a process killed outright (SIGKILL) is
+//! removed by the next process that writes the same output, once its writer is gone.
+//! An output that is a symbolic link is written through to what it points to, whether
+//! or not that exists yet (the link itself is kept); a path that names a directory (one
+//! that exists, or any path ending in `/`) is refused.
 
 use crate::error::{Error, Result};
 use std::fs::{File, Permissions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// The temporary files of outputs being written now, removed on a signal.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lists `path` (a file or a directory of the process's own) for removal on the signals
+/// [`remove_temporaries_on_signals`] handles, until [`forget_temporary`].
+pub fn remove_on_signals(path: &Path) {
+    live().push(path.to_path_buf());
+}
+
+/// No longer removes `path` on a signal.
+pub fn forget_temporary(path: &Path) {
+    live().retain(|p| p != path);
+}
+
+/// Removes the temporary files of the outputs being written when the process gets
+/// SIGINT, SIGTERM or SIGHUP, then ends it as the signal would have (the command line
+/// calls this once at start; a library user may, or handle the signals itself). A
+/// no-op where signals are not Unix's.
+pub fn remove_temporaries_on_signals() -> Result<()> {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            .map_err(|e| Error::bad_input(format!("cannot install signal handlers: {e}")))?;
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("tpusim-signals".into())
+            .spawn(move || {
+                // A thread's first allocation maps its allocator arena: made before the
+                // caller goes on, so the address space the budget sees (ulimit -v) does
+                // not depend on when this thread got to run.
+                drop(std::hint::black_box(Box::new(0u64)));
+                let _ = ready.send(());
+                if let Some(sig) = signals.forever().next() {
+                    // Held until the process ends: no temporary file is made or renamed
+                    // after this.
+                    let files = live();
+                    for f in files.iter() {
+                        if std::fs::remove_file(f).is_err() {
+                            let _ = std::fs::remove_dir_all(f);
+                        }
+                    }
+                    let _ = signal_hook::low_level::emulate_default_handler(sig);
+                    std::process::exit(128 + sig);
+                }
+            })
+            .map_err(|e| Error::bad_input(format!("cannot install signal handlers: {e}")))?;
+        let _ = started.recv();
+    }
+    Ok(())
+}
 
 fn file_error(action: String, path: &Path, source: std::io::Error) -> Error {
     Error::File {
@@ -85,7 +151,15 @@ impl Output {
     /// directory, and a file can be created next to it (then removed again).
     pub fn check(path: &Path, what: &str) -> Result<Self> {
         let fail = |e| file_error(format!("write {what} to"), path, e);
-        let target = match std::fs::metadata(path) {
+        if names_a_directory(path) {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it names a directory (it ends with `/`): give a file name",
+            )));
+        }
+        // A symbolic link is written through: what follows is about what it points to.
+        let real = resolve_links(path).map_err(fail)?;
+        let target = match std::fs::metadata(&real) {
             Ok(m) if m.is_dir() => return Err(fail(is_a_directory())),
             Ok(m) if !m.is_file() => {
                 // Opening a device or pipe for writing is the only check that means something.
@@ -96,7 +170,7 @@ impl Output {
                 Target::Stream
             }
             Ok(m) => {
-                let file = std::fs::canonicalize(path).map_err(fail)?;
+                let file = std::fs::canonicalize(&real).map_err(fail)?;
                 let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
                 Target::Replace {
                     dir,
@@ -105,11 +179,11 @@ impl Output {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let dir = match path.parent() {
+                let dir = match real.parent() {
                     Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
                     _ => PathBuf::from("."),
                 };
-                let name = path
+                let name = real
                     .file_name()
                     .ok_or_else(|| fail(std::io::Error::other("it names no file")))?;
                 let dir_meta = std::fs::metadata(&dir).map_err(fail)?;
@@ -132,9 +206,10 @@ impl Output {
             what: what.to_string(),
             target,
         };
-        if let Target::Replace { dir, .. } = &out.target {
+        if let Target::Replace { dir, file, .. } = &out.target {
+            remove_stale(dir, file);
             // Create and remove a file where the real one will be written.
-            drop(out.temp(dir).map_err(fail)?);
+            drop(out.temp(dir, file).map_err(fail)?);
         }
         Ok(out)
     }
@@ -144,16 +219,22 @@ impl Output {
         &self.path
     }
 
-    fn temp(&self, dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    /// A temporary file for `file` in `dir`, listed for the signal handler while it lives.
+    fn temp(&self, dir: &Path, file: &Path) -> std::io::Result<Temp> {
+        let prefix = format!("{}{}-", temp_prefix(file), std::process::id());
         let mut b = tempfile::Builder::new();
-        b.prefix(".tpusim-").suffix(".tmp");
+        b.prefix(&prefix).suffix(TEMP_SUFFIX);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             // The mode a plain create would give (the umask applies to it).
             b.permissions(Permissions::from_mode(0o666));
         }
-        b.tempfile_in(dir).map_err(plain)
+        // Listed in the same step as it is made, so a signal finds it or nothing.
+        let mut files = live();
+        let f = b.tempfile_in(dir).map_err(plain)?;
+        files.push(f.path().to_path_buf());
+        Ok(Temp(Some(f)))
     }
 
     /// Writes the output with `fill`: whole, or not at all (see the module docs).
@@ -172,16 +253,15 @@ impl Output {
                 fill(&mut w).and_then(|_| w.flush()).map_err(fail)
             }
             Target::Replace { dir, file, keep } => {
-                let tmp = self.temp(dir).map_err(fail)?;
-                let mut w = BufWriter::new(tmp);
+                let mut tmp = self.temp(dir, file).map_err(fail)?;
+                let mut w = BufWriter::new(tmp.file());
                 fill(&mut w).and_then(|_| w.flush()).map_err(fail)?;
-                let tmp = w.into_inner().map_err(|e| fail(e.into_error()))?;
-                tmp.as_file().sync_all().map_err(fail)?;
+                drop(w);
+                tmp.file().sync_all().map_err(fail)?;
                 if let Some(p) = keep {
-                    tmp.as_file().set_permissions(p.clone()).map_err(fail)?;
+                    tmp.file().set_permissions(p.clone()).map_err(fail)?;
                 }
-                tmp.persist(file).map_err(|e| fail(plain(e.error)))?;
-                Ok(())
+                tmp.persist(file).map_err(fail)
             }
         }
     }
@@ -189,6 +269,133 @@ impl Output {
     /// Writes `bytes` (see [`Output::write_with`]).
     pub fn write(&self, bytes: &[u8]) -> Result<()> {
         self.write_with(|w| w.write_all(bytes))
+    }
+}
+
+/// What every temporary file's name ends with.
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// The start of the name of every temporary file for `file`, before the writer's process
+/// id: `.NAME.tpusim-` (the name cut to 200 bytes, so the whole stays a legal name).
+fn temp_prefix(file: &Path) -> String {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut cut = name.len().min(200);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(".{}.tpusim-", &name[..cut])
+}
+
+/// A temporary output file, listed for the signal handler until it is renamed over its
+/// target or removed (when dropped).
+struct Temp(Option<tempfile::NamedTempFile>);
+
+impl Temp {
+    fn file(&mut self) -> &mut File {
+        self.0
+            .as_mut()
+            .expect("a temporary file until persisted")
+            .as_file_mut()
+    }
+
+    /// Renames the file over `target`, and no longer lists it.
+    fn persist(mut self, target: &Path) -> std::io::Result<()> {
+        let f = self.0.take().expect("persisted once");
+        let mut files = live();
+        let path = f.path().to_path_buf();
+        files.retain(|p| *p != path);
+        match f.persist(target) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Dropping the file removes it.
+                drop(e.file);
+                Err(plain(e.error))
+            }
+        }
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            let mut files = live();
+            let path = f.path().to_path_buf();
+            drop(f);
+            files.retain(|p| *p != path);
+        }
+    }
+}
+
+/// True when `path` ends with a path separator: it can only name a directory.
+fn names_a_directory(path: &Path) -> bool {
+    let s = path.as_os_str().to_string_lossy();
+    s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR)
+}
+
+/// `path` with symbolic links at its end followed (what a write through it reaches),
+/// whether or not the last target exists.
+fn resolve_links(path: &Path) -> std::io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    // As many links as Linux follows in one path.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
+}
+
+/// Removes temporary files for `file` in `dir` left by writers that are gone (a process
+/// killed outright leaves its temporary file behind).
+fn remove_stale(dir: &Path, file: &Path) {
+    let prefix = temp_prefix(file);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name
+            .strip_prefix(&prefix)
+            .filter(|r| r.ends_with(TEMP_SUFFIX))
+        else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !process_alive(p)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// True unless process `pid` is known to be gone (where that cannot be told, it is
+/// taken to be alive, and its files are kept).
+fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    #[cfg(unix)]
+    {
+        let Ok(p) = libc::pid_t::try_from(pid) else {
+            return true;
+        };
+        // Signal 0 only asks whether the process exists (EPERM: it does, not ours).
+        // SAFETY: kill with signal 0 sends nothing and touches no memory.
+        let r = unsafe { libc::kill(p, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        true
     }
 }
 

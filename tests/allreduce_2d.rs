@@ -155,8 +155,8 @@ fn a_ring_through_every_device_of_two_axes_is_the_whole_mesh_reduction() {
     let psum = Registry::builtin().by_name("psum").unwrap();
     let place = Placement::along(m.clone(), "x,y").unwrap();
     assert_eq!(
-        place.groups.as_ref().unwrap(),
-        &vec![(0..6).collect::<Vec<_>>()]
+        place.groups.as_ref().unwrap().to_vec(),
+        vec![(0..6).collect::<Vec<_>>()]
     );
     for dtype in [DType::I32, DType::F32] {
         let r = run_along(

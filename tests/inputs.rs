@@ -422,3 +422,386 @@ fn stdout_failures_are_reported_or_quiet() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The third campaign's classes (issue 21): refusals that depend on P, the mesh or a
+/// count come before anything proportional to them is made, in well under a second and
+/// within the 1 GiB address space every command here runs in, as exit 2 naming the
+/// problem; model figures out of range name the flag as typed. Besides the listed cases,
+/// other members of each class.
+#[test]
+fn refusals_come_before_the_work_they_refuse() {
+    let f = Files::new();
+    let (ok, out) = (f.path("ok.npy"), f.path("out.npy"));
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let none: Vec<(&str, &str)> = vec![];
+    let apply_mesh = |mesh: &str| {
+        s(&[
+            "apply",
+            "psum",
+            "--backend",
+            "cpu",
+            "--mesh",
+            mesh,
+            "--input",
+            &ok,
+            "--output",
+            &out,
+        ])
+    };
+    let planner = "beyond what the planner supports";
+    let memory = "not enough memory";
+    let too_long = "too long";
+    let model =
+        |flag: &str, v: &str| s(&["run", "psum", "--backend", "cpu", "--model", "v5e", flag, v]);
+    #[rustfmt::skip]
+    let cases: Vec<Case> = vec![
+        // 1. The check's schedule list was made before the budget (an abort).
+        ("check P=2^32-2", s(&["check", "psum", "-p", "4294967294"]), none.clone(), vec![memory, "P=4294967294"]),
+        ("check P=1e10", s(&["check", "psum", "-p", "10000000000"]), none.clone(), vec![planner]),
+        ("check mesh 1e5 x 1e5", s(&["check", "psum", "--mesh", "100000x100000"]), none.clone(), vec![planner]),
+        ("check P=1e8", s(&["check", "psum", "-p", "100000000"]), none.clone(), vec![memory]),
+        ("check P=2^32-1", s(&["check", "all_gather", "-p", "4294967295", "--schedules", "5"]), none.clone(), vec![planner]),
+        ("check mesh 65536 x 65536", s(&["check", "ppermute", "--mesh", "65536x65536", "--axis", "y"]), none.clone(), vec![planner]),
+        ("check replay at P=2^32-2", s(&["check", "psum", "-p", "4294967294", "--replay", "lazy"]), none.clone(), vec![memory]),
+        ("a mesh whose size overflows", s(&["run", "psum", "--mesh", "4294967296x4294967296"]), none.clone(), vec!["more than can be counted"]),
+        ("a 3-axis mesh whose size overflows", s(&["check", "psum", "--mesh", "3000000x3000000x3000000", "--axis", "z"]), none.clone(), vec!["more than can be counted"]),
+        ("trace all_gather P=2^32-2 (a column per device)", s(&["trace", "all_gather", "-p", "4294967294"]), none.clone(), vec![memory]),
+        ("trace allreduce_2d mesh 60000 x 60000", s(&["trace", "allreduce_2d", "--mesh", "60000x60000"]), none.clone(), vec![memory]),
+        ("bench P=2^32-2", s(&["bench", "psum", "--backend", "cpu", "-p", "4294967294", "-e", "4K"]), none.clone(), vec![memory]),
+        // 2. --mesh: groups were listed (in quadratic time) before the budget.
+        ("run mesh 3000 x 3000", s(&["run", "psum", "--mesh", "3000x3000"]), none.clone(), vec![memory, "3000x3000 along x"]),
+        ("check mesh 3000 x 3000", s(&["check", "psum", "--mesh", "3000x3000"]), none.clone(), vec![memory]),
+        ("trace mesh 3000 x 3000", s(&["trace", "psum", "--mesh", "3000x3000"]), none.clone(), vec![memory]),
+        ("apply mesh 3000 x 3000", apply_mesh("3000x3000"), none.clone(), vec!["9000000 devices"]),
+        ("bench mesh 3000 x 3000", s(&["bench", "psum", "--backend", "cpu", "--mesh", "3000x3000", "-e", "4K"]), none.clone(), vec![memory]),
+        ("run mesh 2000 x 2000 along y", s(&["run", "ring_allreduce", "--mesh", "2000x2000", "--axis", "y", "--backend", "cpu"]), none.clone(), vec![memory]),
+        ("run mesh 1000^3 along z", s(&["run", "psum", "--mesh", "1000x1000x1000", "--axis", "z"]), none.clone(), vec![memory]),
+        ("check mesh 100000 x 100 along x,y", s(&["check", "psum", "--mesh", "100000x100", "--axis", "x,y"]), none.clone(), vec![memory]),
+        ("allreduce_2d mesh 5000 x 5000", s(&["run", "allreduce_2d", "--mesh", "5000x5000", "--backend", "cpu"]), none.clone(), vec![memory]),
+        // 5. Model figures, validated in the units typed and echoed as typed.
+        ("a DMA latency beyond the timeline's range", model("--dma-latency-us", "1e308"), none.clone(), vec!["dma_latency_us", "--dma-latency-us", "1e308"]),
+        ("a link bandwidth that overflows", model("--link-gbps", "1e300"), none.clone(), vec!["--link-gbps", "1e300"]),
+        ("a negative link latency", s(&["run", "psum", "--backend", "cpu", "--model", "v5e", "--link-latency-us=-1"]), none.clone(), vec!["--link-latency-us", "-1", "zero or positive"]),
+        ("a link bandwidth of 1e-300", model("--link-gbps", "1e-300"), none.clone(), vec!["--link-gbps", "1e-300", "one byte would take"]),
+        ("an HBM bandwidth of 0", model("--hbm-gbps", "0"), none.clone(), vec!["--hbm-gbps", "must be positive"]),
+        ("a vector rate of NaN", model("--vector-gelems", "nan"), none.clone(), vec!["--vector-gelems", "finite"]),
+        ("an infinite link bandwidth", model("--link-gbps", "inf"), none.clone(), vec!["--link-gbps", "finite"]),
+        ("a latency of 1e16 us", model("--link-latency-us", "1e16"), none.clone(), vec!["--link-latency-us", "1e16"]),
+        ("a vector rate of 1e-20", model("--vector-gelems", "1e-20"), none.clone(), vec!["--vector-gelems", "1e-20", "one element"]),
+        ("latencies whose sum leaves the range", model("--link-latency-us", "9e15"), none.clone(), vec!["modeled time", "--link-latency-us 9e15"]),
+        // 6. Counts, bounded by their time as well as their memory.
+        ("bench -c 1e9 on the CPU", s(&["bench", "psum", "--backend", "cpu", "-e", "4K", "-c", "1000000000"]), none.clone(), vec![too_long, "-c 1000000000", "the largest -c that fits is"]),
+        ("bench -n 2^64-1 on the CPU", s(&["bench", "psum", "--backend", "cpu", "-e", "4K", "-n", "18446744073709551615"]), none.clone(), vec![too_long, "the largest -n that fits is"]),
+        ("bench -w 1e13 on the CPU", s(&["bench", "psum", "--backend", "cpu", "-e", "4K", "-w", "10000000000000"]), none.clone(), vec![too_long, "the largest -w that fits is"]),
+        ("bench -n 1e12 on the GPU", s(&["bench", "psum", "-e", "4K", "-n", "1000000000000"]), none.clone(), vec!["-n"]),
+        ("check --schedules 1e6 at P=64", s(&["check", "psum", "-p", "64", "--schedules", "1000000"]), none.clone(), vec![too_long, "the largest --schedules that fits is"]),
+        // (The memory of P=2048 is more than the 1 GiB here: a stated limit lets the time decide.)
+        ("check P=2048: P + 3 schedules", s(&["check", "psum", "-p", "2048"]), vec![("TPUSIM_MEMORY_LIMIT", "64G")], vec![too_long, "--replay", "the largest P that fits is"]),
+        ("a stated time limit", s(&["check", "psum", "--schedules", "100000"]), vec![("TPUSIM_TIME_LIMIT", "1s")], vec![too_long, "TPUSIM_TIME_LIMIT=1s"]),
+        ("a malformed time limit", s(&["run", "psum"]), vec![("TPUSIM_TIME_LIMIT", "soon")], vec!["TPUSIM_TIME_LIMIT=`soon` is not a duration"]),
+        ("--repeat 1e9", s(&["run", "psum", "--backend", "cpu", "--repeat", "1000000000"]), none.clone(), vec!["--repeat"]),
+        // 8. Outputs that name a directory.
+        ("--output newdir/", s(&["apply", "psum", "--backend", "cpu", "--input", &ok, "--output", &format!("{}/newdir/", f.dir.display())]), none.clone(), vec!["names a directory"]),
+        ("--output an existing directory with a slash", s(&["apply", "psum", "--backend", "cpu", "--input", &ok, "--output", &format!("{}/a_directory/", f.dir.display())]), none.clone(), vec!["directory"]),
+        ("--timeline dir/", s(&["run", "psum", "--backend", "cpu", "--model", "v5e", "--timeline", &format!("{}/t/", f.dir.display())]), none.clone(), vec!["names a directory"]),
+        ("--json dir/", s(&["bench", "psum", "--backend", "cpu", "-e", "4K", "--json", &format!("{}/j/", f.dir.display())]), none.clone(), vec!["names a directory"]),
+    ];
+    let mut slowest = (Duration::ZERO, "");
+    for (what, args, env, words) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = tpusim_env(&args, env);
+        assert_eq!(o.code, 2, "{what}: {args:?}\n{}{}", o.stdout, o.stderr);
+        for w in words {
+            assert!(o.stderr.contains(w), "{what}: `{w}` not in:\n{}", o.stderr);
+        }
+        assert_clean_failure(what, &o);
+        // A refusal of the model's figures is made before the run prints; others
+        // before anything is printed.
+        assert!(
+            o.stdout.is_empty() || what.contains("sum leaves"),
+            "{what}: printed\n{}",
+            o.stdout
+        );
+        // A single line, with no number of hundreds of digits in it.
+        assert!(
+            !o.stderr
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|d| d.len() > 40),
+            "{what}: {}",
+            o.stderr
+        );
+        assert!(o.took < Duration::from_secs(1), "{what}: took {:?}", o.took);
+        if o.took > slowest.0 {
+            slowest = (o.took, what);
+        }
+    }
+    eprintln!("slowest refusal: {} in {:?}", slowest.1, slowest.0);
+    let mut left: Vec<String> = std::fs::read_dir(&f.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') || n == "newdir" || n == "t" || n == "j" || n == "out.npy")
+        .collect();
+    left.sort();
+    assert!(left.is_empty(), "written: {left:?}");
+}
+
+/// A `.npy` of float32 `values` with `shape`.
+fn npy_f32(path: &Path, shape: &str, values: &[f32]) {
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    npy(path, &f32_header(shape), &data);
+}
+
+/// NaN in the data is not a wrong element: `apply` of every shipped data-movement and
+/// reduction collective on data holding NaN (and infinities) exits 0 with 0 wrong on
+/// both executors, and the result is NaN exactly where numpy's is.
+#[test]
+fn nan_in_the_data_is_compared_nan_for_nan() {
+    let f = Files::new();
+    let input = f.dir.join("nan.npy");
+    let mut values: Vec<f32> = (0..8 * 16).map(|i| (i % 7) as f32 * 0.5).collect();
+    for i in [3, 17, 40, 127] {
+        values[i] = f32::NAN;
+    }
+    values[5] = f32::INFINITY;
+    values[6] = f32::NEG_INFINITY;
+    npy_f32(&input, "(8, 16)", &values);
+    let out = f.dir.join("y.npy");
+    for (c, op) in [
+        ("psum", "sum"),
+        ("psum", "max"),
+        ("psum", "min"),
+        ("all_gather", "sum"),
+        ("ppermute", "sum"),
+        ("ring_allreduce", "max"),
+        ("ring_allreduce_push", "min"),
+    ] {
+        for backend in ["cpu", "gpu"] {
+            let mut args = vec!["apply", c, "--backend", backend, "--input"];
+            args.extend([input.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+            if op != "sum" {
+                args.extend(["--op", op]);
+            }
+            let o = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+                .args(&args)
+                .output()
+                .unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr),
+            );
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{c} {op} {backend}: {stdout}{stderr}"
+            );
+            assert!(
+                stdout.contains("; 0 wrong vs XLA semantics"),
+                "{c} {op} {backend}: {stdout}"
+            );
+            let y = tpusim::npy::read_npy(&out).unwrap();
+            let got = y.as_f32();
+            // The reductions over the 4 column blocks of 4: NaN wherever a block has one.
+            if c != "all_gather" && c != "ppermute" {
+                for r in 0..8 {
+                    for k in 0..4 {
+                        let any_nan = (0..4).any(|b| values[r * 16 + b * 4 + k].is_nan());
+                        for b in 0..4 {
+                            let v = got[r * 16 + b * 4 + k];
+                            assert_eq!(
+                                v.is_nan(),
+                                any_nan,
+                                "{c} {op} {backend}: row {r} col {}",
+                                b * 4 + k
+                            );
+                        }
+                    }
+                }
+            } else {
+                let nans = got.iter().filter(|v| v.is_nan()).count();
+                let want = if c == "all_gather" { 4 * 4 } else { 4 };
+                assert_eq!(nans, want, "{c} {backend}");
+            }
+        }
+    }
+}
+
+/// The temporary files in `dir` (names ending in `.tmp`).
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+/// SIGINT, SIGTERM and SIGHUP while `apply --output` writes remove its temporary file
+/// (the output is left as it was); a temporary file left by SIGKILL is removed by the
+/// next run that writes the same output, while one of a live writer is kept.
+#[cfg(unix)]
+#[test]
+fn signals_leave_no_temporary_file_and_a_killed_writer_is_cleaned_up_after() {
+    let f = Files::new();
+    // 8 Mi f32 (32 MiB); all_gather at P=4 writes four times as much.
+    let input = f.dir.join("big.npy");
+    let n = 1024 * 8192;
+    let mut data = Vec::with_capacity(n * 4);
+    for i in 0..n {
+        data.extend(((i % 1000) as f32).to_le_bytes());
+    }
+    npy(&input, &f32_header("(1024, 8192)"), &data);
+    let out = f.dir.join("y.npy");
+    std::fs::write(&out, "the old output").unwrap();
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_tpusim"))
+            .args(["apply", "all_gather", "--backend", "cpu", "--input"])
+            .args([input.as_os_str(), "--output".as_ref(), out.as_os_str()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Sends `sig` once the temporary file has data in it; false when the run ended first.
+    let interrupt = |sig: i32| -> Option<(std::process::ExitStatus, String)> {
+        let mut child = spawn();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let _ = status;
+                return None;
+            }
+            let writing = temporaries(&f.dir)
+                .into_iter()
+                .find(|t| std::fs::metadata(f.dir.join(t)).is_ok_and(|m| m.len() > 1 << 20));
+            if let Some(t) = writing {
+                // SAFETY: a signal to our own child process.
+                unsafe { libc::kill(child.id() as i32, sig) };
+                return Some((child.wait().unwrap(), t));
+            }
+            assert!(Instant::now() < deadline, "no temporary file appeared");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    use std::os::unix::process::ExitStatusExt;
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // The write takes a few tens of milliseconds: a few tries catch it.
+        let Some((status, tmp)) = (0..10).find_map(|_| {
+            let r = interrupt(sig);
+            if r.is_none() {
+                std::fs::write(&out, "the old output").unwrap();
+            }
+            r
+        }) else {
+            panic!("signal {sig}: never caught a write in progress");
+        };
+        assert_eq!(status.signal(), Some(sig), "signal {sig}: {status:?}");
+        assert!(tmp.starts_with(".y.npy.tpusim-"), "{tmp}");
+        assert_eq!(temporaries(&f.dir), Vec::<String>::new(), "signal {sig}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "the old output");
+    }
+    // SIGKILL cannot be handled: its file stays, named for the output and the process.
+    let (status, tmp) = (0..10)
+        .find_map(|_| interrupt(libc::SIGKILL))
+        .expect("caught a write in progress");
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!(temporaries(&f.dir), vec![tmp.clone()]);
+    // A live writer's file (this test's own process stands for one) is kept; the
+    // killed one's is removed by the next run that writes the same output.
+    let live = format!(".y.npy.tpusim-{}-abcdef.tmp", std::process::id());
+    std::fs::write(f.dir.join(&live), "another writer's").unwrap();
+    let o = tpusim(&[
+        "apply",
+        "psum",
+        "--backend",
+        "cpu",
+        "--input",
+        &f.path("ok.npy"),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(temporaries(&f.dir), vec![live]);
+}
+
+/// An output that is a symbolic link is written through to what it points to, whether
+/// that exists or not; the link stays a link.
+#[cfg(unix)]
+#[test]
+fn symbolic_links_as_outputs_are_written_through() {
+    let f = Files::new();
+    let ok = f.path("ok.npy");
+    let target = f.dir.join("target.npy");
+    let to_existing = f.dir.join("to_existing.npy");
+    std::fs::write(&target, "old").unwrap();
+    std::os::unix::fs::symlink(&target, &to_existing).unwrap();
+    let dangling = f.dir.join("dangling.npy");
+    let missing = f.dir.join("made_through_the_link.npy");
+    std::os::unix::fs::symlink("made_through_the_link.npy", &dangling).unwrap();
+    for link in [&to_existing, &dangling] {
+        let o = tpusim(&[
+            "apply",
+            "psum",
+            "--backend",
+            "cpu",
+            "--input",
+            &ok,
+            "--output",
+            link.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(std::fs::symlink_metadata(link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+    assert_eq!(tpusim::npy::read_npy(&target).unwrap().shape, vec![4, 8]);
+    assert_eq!(tpusim::npy::read_npy(&missing).unwrap().shape, vec![4, 8]);
+    assert!(temporaries(&f.dir).is_empty());
+}
+
+/// A 0-d `.npy` keeps its shape in messages: it cannot be sharded, and says so.
+#[test]
+fn a_zero_d_npy_is_described_as_a_scalar() {
+    let f = Files::new();
+    let input = f.dir.join("scalar.npy");
+    npy_f32(&input, "()", &[1.5]);
+    let o = tpusim(&[
+        "apply",
+        "psum",
+        "--backend",
+        "cpu",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        &f.path("y.npy"),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("[]") && !o.stderr.contains("[1]"),
+        "{}",
+        o.stderr
+    );
+    assert_clean_failure("0-d", &o);
+}
+
+/// Under an address-space limit (`ulimit -v`, as every command here runs) the budget
+/// counts what the limit leaves: work that fits the host's memory but not the limit is
+/// refused with exit 2 instead of aborting on an allocation, and the largest P it names
+/// runs under the same limit.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_address_space_limit_is_the_memory_available() {
+    let o = tpusim(&["run", "psum", "-p", "3000", "--backend", "cpu"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("ulimit -v"), "{}", o.stderr);
+    assert_clean_failure("ulimit", &o);
+    let largest = o
+        .stderr
+        .split("the largest P that fits is ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("{}", o.stderr))
+        .to_string();
+    let o = tpusim(&["run", "psum", "-p", &largest, "--backend", "cpu"]);
+    assert_eq!(o.code, 0, "P={largest}: {}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains(": 0 wrong of"), "{}", o.stdout);
+}

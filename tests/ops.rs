@@ -254,3 +254,8 @@ fn check_all(exec: &mut dyn Executor) {
 fn every_op_agrees_with_jax_on_the_cpu_executor() {
     check_all(&mut CpuExecutor::new());
 }
+
+#[test]
+fn every_op_agrees_with_jax_on_the_gpu_executor() {
+    check_all(&mut *common::gpu());
+}

@@ -463,9 +463,14 @@ fn a_computing_kernel_repeated_computes_on_its_own_result() {
     let x: Vec<i32> = (0..8).collect();
     let inputs = vec![vec![tpusim::HostArray::from_i32(&[2, 4], x.clone()).unwrap()]; 2];
     let job = Job::call(call, mesh).repeat(3).unwrap();
-    let out = job.execute(&mut CpuExecutor::new(), &inputs).unwrap();
     let want: Vec<i32> = x.iter().map(|v| ((v * 2 + 1) * 2 + 1) * 2 + 1).collect();
-    assert_eq!(out[1][0].as_i32(), &want[..]);
+    for exec in [
+        &mut CpuExecutor::new() as &mut dyn tpusim::exec::Executor,
+        &mut *common::gpu(),
+    ] {
+        let out = job.execute(exec, &inputs).unwrap();
+        assert_eq!(out[1][0].as_i32(), &want[..], "{}", exec.describe());
+    }
     assert!(job
         .check(&ScheduleSpec::check_set(2, 20, 0))
         .unwrap()

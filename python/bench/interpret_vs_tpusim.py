@@ -1,19 +1,17 @@
-"""The seed's four kernels, side by side: JAX's TPU interpret mode against tpusim's
-Python path, same kernel text, same sizes, in one run.
+"""The seed's four kernels, side by side: JAX's TPU interpret mode against tpusim, the
+same unchanged scripts (python/tests/seed/), the same sizes, in one run.
 
-Needs a Python with both `jax[cpu]` and `tpusim` installed (not CI's: JAX is large):
+Needs the package's Python (jax[cpu] and tpusim installed, as python/test.sh makes it):
 
-    python3 -m venv /tmp/jaxenv && /tmp/jaxenv/bin/pip install "jax[cpu]" numpy
-    VIRTUAL_ENV=/tmp/jaxenv PATH=/tmp/jaxenv/bin:$PATH maturin develop --release   # in python/
-    /tmp/jaxenv/bin/python python/bench/interpret_vs_tpusim.py --sizes 4K,32K,128K -p 4
+    python/.venv/bin/python python/bench/interpret_vs_tpusim.py --sizes 4K,128K -p 4,8
 
-Every case runs in its own process with a time limit (interpret mode can hang). The
-kernels come from python/tests/seed/ (the seed's scripts with tpusim's imports); for
-JAX the imports are turned back into the seed's own and `pl.pallas_call` gets
-`interpret=pltpu.InterpretParams()`. Shapes are scaled by substituting the seed's
-literal shard shapes (8, 128) and block_size (16, 128). Each case reports the first
-call (import: the seed script runs its pallas_result, including JAX's compilation) and
-the mean of the next calls, and counts wrong elements against numpy.
+Every case runs in its own process with a time limit (interpret mode can hang). For
+JAX the script runs under `pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())`, for
+tpusim under `tpusim.simulate(devices=P)`; nothing in the scripts changes but their
+literal shard shapes (8, 128) and block_size (16, 128), scaled to the size asked for.
+Each case reports the first call (the script's own pallas_result, including JAX's
+compilation and tpusim's planning), the mean of the next calls (the same jitted
+function on the same input: per call), and the wrong elements against numpy.
 """
 
 import argparse
@@ -26,19 +24,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = os.path.join(HERE, "..", "tests", "seed")
 KERNELS = ["ppermute", "all_gather", "psum", "psum_scatter"]
-IMPORTS = [
-    ("import tpusim.jax as jax", "import jax"),
-    ("from tpusim.jax import lax", "from jax import lax"),
-    ("from tpusim.jax import numpy as jnp", "from jax import numpy as jnp"),
-    ("from tpusim.jax.experimental import pallas as pl", "from jax.experimental import pallas as pl"),
-    (
-        "from tpusim.jax.experimental.pallas import tpu as pltpu",
-        "from jax.experimental.pallas import tpu as pltpu",
-    ),
-]
 
 
-def source(kernel, mode, shard_bytes, p):
+def source(kernel, shard_bytes, p):
     src = open(os.path.join(SEED, f"seed_{kernel}.py")).read()
     if kernel == "psum_scatter":
         rows = max(2, shard_bytes // (4 * 128 * p) // 2 * 2)
@@ -46,10 +34,6 @@ def source(kernel, mode, shard_bytes, p):
     else:
         rows = max(1, shard_bytes // (4 * 128))
         src = src.replace("8, 128", f"{rows}, 128").replace("(8 * num_devices", f"({rows} * num_devices")
-    if mode == "jax":
-        for ours, theirs in IMPORTS:
-            assert ours in src
-            src = src.replace(ours, theirs)
     return src
 
 
@@ -69,108 +53,99 @@ def reference(kernel, x, p):
     return b.reshape(-1, b.shape[2])
 
 
-def child(mode, kernel, p, shard_bytes, reps):
-    if mode == "jax":
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={p}"
-        import functools
+def _context(mode, p, detect_races=False, seed=0):
+    import jax
 
-        import jax
-        from jax.experimental import pallas as pl
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", p)
+    if mode == "jax":
         from jax.experimental.pallas import tpu as pltpu
 
-        pl.pallas_call = functools.partial(pl.pallas_call, interpret=pltpu.InterpretParams())
-        ready = jax.block_until_ready
-    else:
-        import tpusim
+        return pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(detect_races=detect_races, random_seed=seed))
+    import tpusim
 
-        tpusim.config.devices = p
-        tpusim.config.backend = mode.split("-")[1]
-        ready = lambda y: y  # noqa: E731
+    return tpusim.simulate(devices=p, backend=mode.split("-")[1])
+
+
+def child(mode, kernel, p, shard_bytes, reps):
     import numpy as np
 
-    mod = {"__name__": f"seed_{kernel}"}
-    t0 = time.perf_counter()
-    exec(compile(source(kernel, mode, shard_bytes, p), f"seed_{kernel}.py", "exec"), mod)
-    ready(mod["pallas_result"])
-    first = time.perf_counter() - t0
-    jax_ = mod["jax"]
-    part = mod["partition"]
-    f, ins, outs = {
-        "ppermute": (mod.get("right_shift"), part, part),
-        "all_gather": (mod.get("all_gather"), part, part),
-        "psum": (mod.get("psum_pallas"), part, part),
-        "psum_scatter": (mod.get("pallas_reduce_scatter"), mod["P"](None, "x"), mod["P"]("x", None)),
-    }[kernel]
-    g = jax_.jit(jax_.shard_map(f, mesh=mod["mesh"], in_specs=ins, out_specs=outs, check_vma=False))
-    x = mod["input_arr"]
-    times, wrong = [], 0
-    want = reference(kernel, np.asarray(x), p)
-    for _ in range(reps):
+    with _context(mode, p):
+        import jax
+
+        mod = {"__name__": "__main__"}
         t0 = time.perf_counter()
-        y = ready(g(x))
-        times.append(time.perf_counter() - t0)
-        y = np.asarray(y[0] if kernel == "psum" else y)
-        wrong += int(np.sum(~np.isclose(y, want, rtol=1e-5, atol=1e-6)))
+        exec(compile(source(kernel, shard_bytes, p), f"seed_{kernel}.py", "exec"), mod)
+        jax.block_until_ready(mod["pallas_result"])
+        first = time.perf_counter() - t0
+        part, P = mod["partition"], mod["P"]
+        f, ins, outs = {
+            "ppermute": (mod.get("right_shift"), part, part),
+            "all_gather": (mod.get("all_gather"), part, part),
+            "psum": (mod.get("psum_pallas"), part, part),
+            "psum_scatter": (mod.get("pallas_reduce_scatter"), P(None, "x"), P("x", None)),
+        }[kernel]
+        g = jax.jit(jax.shard_map(f, mesh=mod["mesh"], in_specs=ins, out_specs=outs, check_vma=False))
+        x = mod["input_arr"]
+        jax.block_until_ready(g(x))  # compiled (and planned) once, as a program calling it many times
+        times, wrong = [], 0
+        want = reference(kernel, np.asarray(x), p)
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            y = jax.block_until_ready(g(x))
+            times.append(time.perf_counter() - t0)
+            y = np.asarray(y[0] if kernel == "psum" else y)
+            wrong += int(np.sum(~np.isclose(y, want, rtol=1e-5, atol=1e-6)))
     print(json.dumps({"first": first, "per_call": sum(times) / len(times), "wrong": wrong, "reps": reps}))
 
 
 def broken_child(mode, p, seed):
     """The all_gather with one shared receive semaphore (tests/shared_recv_sem.py) once:
-    JAX interpret mode with its race detector, or tpusim's verifier."""
-    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    JAX interpret mode with its race detector, or tpusim's verifier and a run."""
     import numpy as np
 
-    x = np.random.default_rng(seed).uniform(size=(8 * p, 128)).astype(np.float32)
-    want = np.concatenate([np.stack(np.split(x, p))] * p)
-    src = open(os.path.join(HERE, "..", "tests", "shared_recv_sem.py")).read()
-    src = src.replace("num_devices = 4  # set by the test", f"num_devices = {p}")
-    if mode == "jax":
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={p}"
-        import functools
-
+    path = os.path.join(HERE, "..", "tests", "shared_recv_sem.py")
+    src = open(path).read()
+    with _context(mode, p, detect_races=True, seed=seed):
         import jax
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-        from jax.experimental import pallas as pl
-        from jax.experimental.pallas import tpu as pltpu
 
-        params = pltpu.InterpretParams(detect_races=True, random_seed=seed)
-        pl.pallas_call = functools.partial(pl.pallas_call, interpret=params)
-        for ours, theirs in IMPORTS:
-            src = src.replace(ours, theirs)
-    else:
-        import tpusim
-        import tpusim.jax as jax
+        mod = {"__name__": "__main__"}
+        exec(compile(src, "shared_recv_sem.py", "exec"), mod)
+        P = jax.sharding.PartitionSpec
+        mesh = mod["mesh"]
+        x = np.random.default_rng(seed).uniform(size=(8 * p, 128)).astype(np.float32)
+        want = np.concatenate([np.stack(np.split(x, p))] * p)
+        x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x", None)))
+        f = jax.jit(jax.shard_map(mod["all_gather"], mesh=mesh, in_specs=P("x", None), out_specs=P("x", None),
+                                  check_vma=False))
+        t0 = time.perf_counter()
+        if mode == "jax":
+            from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
 
-        tpusim.config.backend = "cpu"
-    mod = {"__name__": "shared_recv_sem"}
-    exec(compile(src, "shared_recv_sem.py", "exec"), mod)
-    P = jax.sharding.PartitionSpec
-    mesh = jax.make_mesh((p,), ("x",))
-    x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x", None)))
-    f = jax.shard_map(mod["all_gather"], mesh=mesh, in_specs=P("x", None),
-                      out_specs=P("x", None), check_vma=False)
-    t0 = time.perf_counter()
-    if mode == "jax":
-        y = np.asarray(jax.block_until_ready(jax.jit(f)(x)))
-        found = bool(ipc.races is not None and ipc.races.races_found)
-        line = "race detector: " + ("race" if found else "nothing")
-    else:
-        report = f.check(x)
-        y = f(x)
-        found = not report.clean
-        line = f"{report.findings[0].kind} at {', '.join(os.path.basename(l) for l in report.findings[0].locations)}" if found else "clean"
-    dt = time.perf_counter() - t0
+            y = np.asarray(jax.block_until_ready(f(x)))
+            found = bool(ipc.races is not None and ipc.races.races_found)
+            line = "race detector: " + ("race" if found else "nothing")
+        else:
+            import tpusim
+
+            (report,) = tpusim.check(f, x)
+            y = np.asarray(f(x))
+            found = not report.clean
+            line = (f"{report.findings[0].kind} at "
+                    f"{', '.join(os.path.basename(l) for l in report.findings[0].locations)}") if found else "clean"
+        dt = time.perf_counter() - t0
     wrong = int(np.sum(y != want))
     print(json.dumps({"found": found, "wrong": wrong, "seconds": dt, "what": line}))
 
 
 def broken(a):
-    print(f"\nall_gather with one shared receive semaphore, P={a.p}, 4 KiB per device, {a.broken} runs")
-    for mode in ("jax", "tpusim"):
+    p = a.p.split(",")[0]
+    print(f"\nall_gather with one shared receive semaphore, P={p}, 4 KiB per device, {a.broken} runs")
+    for mode in ("jax", "tpusim-cpu"):
         found = wrong = 0
         secs, what = [], set()
         for seed in range(a.broken):
-            cmd = [sys.executable, __file__, "--broken-child", mode, str(a.p), str(seed)]
+            cmd = [sys.executable, __file__, "--broken-child", mode, p, str(seed)]
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 d = json.loads(r.stdout.strip().splitlines()[-1])
@@ -194,8 +169,8 @@ def parse_size(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    ap.add_argument("-p", type=int, default=4)
-    ap.add_argument("--sizes", default="4K,32K,128K")
+    ap.add_argument("-p", default="4", help="device counts, comma-separated")
+    ap.add_argument("--sizes", default="4K,128K")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--modes", default="jax,tpusim-cpu,tpusim-gpu")
     ap.add_argument("--reps", type=int, default=5)
@@ -211,24 +186,30 @@ def main():
         mode, kernel, p, size, reps = a.child
         child(mode, kernel, int(p), int(size), int(reps))
         return
-    print(f"P={a.p}; per-device shard size; first call (includes compilation) / mean of {a.reps} more calls; wrong elements")
-    print("| kernel | size | " + " | ".join(a.modes.split(",")) + " |")
-    print("|---|---|" + "---|" * len(a.modes.split(",")))
+    print(f"per-device shard size; first call (includes compilation and planning) / mean of {a.reps} more calls; "
+          "wrong elements; tpusim's speed-up per call")
+    modes = a.modes.split(",")
+    print("| kernel | P | size | " + " | ".join(modes) + " | speed-up (cpu, gpu) |")
+    print("|---|---|---|" + "---|" * (len(modes) + 1))
     for kernel in filter(None, a.kernels.split(",")):
-        for size in a.sizes.split(","):
-            cells = []
-            for mode in a.modes.split(","):
-                cmd = [sys.executable, __file__, "--child", mode, kernel, str(a.p), str(parse_size(size)), str(a.reps)]
+        for p in a.p.split(","):
+          for size in a.sizes.split(","):
+            cells, per = [], {}
+            for mode in modes:
+                cmd = [sys.executable, __file__, "--child", mode, kernel, p, str(parse_size(size)), str(a.reps)]
                 try:
                     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                     if r.returncode != 0:
                         cells.append(f"failed: {r.stderr.strip().splitlines()[-1][:80]}")
                     else:
                         d = json.loads(r.stdout.strip().splitlines()[-1])
-                        cells.append(f"{d['first']:.3f} s / {d['per_call'] * 1e3:.1f} ms, {d['wrong']} wrong")
+                        per[mode] = d["per_call"]
+                        cells.append(f"{d['first']:.3f} s / {d['per_call'] * 1e3:.2f} ms, {d['wrong']} wrong")
                 except subprocess.TimeoutExpired:
                     cells.append(f"no result in {a.timeout:.0f} s (killed)")
-            print(f"| {kernel} | {size} | " + " | ".join(cells) + " |", flush=True)
+            ups = [f"{per['jax'] / per[m]:.0f}x" if "jax" in per and m in per else "-"
+                   for m in ("tpusim-cpu", "tpusim-gpu")]
+            print(f"| {kernel} | {p} | {size} | " + " | ".join(cells) + f" | {', '.join(ups)} |", flush=True)
     if a.broken:
         broken(a)
 

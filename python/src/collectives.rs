@@ -167,9 +167,15 @@ pub fn collective_run<'py>(
         .and_then(|d| d.first())
         .map(|a| (a.shape.clone(), a.dtype))
         .ok_or_else(|| BadInput::new_err("bad input: no inputs were given"))?;
+    // A kernel's refs have at least one dimension: a 0-d input runs as one element.
+    let kernel_shape = if first.0.is_empty() {
+        vec![1]
+    } else {
+        first.0.clone()
+    };
     let job = job(name, op, perm, None, Some(mesh), 0, axis)
         .py()?
-        .with_shape(&first.0)
+        .with_shape(&kernel_shape)
         .with_dtype(first.1)
         .with_schedule(ScheduleSpec::parse(schedule).py()?);
     let mut exec = executor(backend)?;
@@ -188,7 +194,19 @@ pub fn collective_run<'py>(
             }
         }
     }
-    let out = job.execute(&mut exec, &inputs).py()?;
+    let mut out = job.execute(&mut exec, &inputs).py()?;
+    // The result in XLA's shape for the input's (a 0-d input's psum is 0-d), not the
+    // kernel ref's view of it.
+    if let Some(c) = job.collective_of() {
+        let xla = c.output_shape(job.place().devices(), &first.0);
+        for dev in &mut out {
+            if let Some(o) = dev.first_mut() {
+                if tpusim::array::numel(&xla) == Some(o.len()) {
+                    o.shape = xla.clone();
+                }
+            }
+        }
+    }
     to_numpy_all(py, &out)
 }
 
@@ -243,8 +261,7 @@ pub fn collective_check<'py>(
     if let Some(s) = shape {
         job = job.with_shape(&s);
     }
-    let specs = kernel::schedules(job.place().mesh.size(), schedules, seed, replay).py()?;
-    to_py_data(py, &job.check(&specs).py()?)
+    to_py_data(py, &kernel::check_job(&job, schedules, seed, replay).py()?)
 }
 
 /// Shipped collective `name`'s step table on `mesh` (or a ring of `devices`), `repeat`

@@ -59,10 +59,15 @@ fn gpu() -> PyResult<Rc<dyn Executor>> {
     })
 }
 
-/// The executor for `backend` (`auto`, `gpu` or `cpu`; `auto` decided once per thread,
-/// as the command line decides it).
-pub fn executor(backend: &str) -> PyResult<Shared> {
-    let chosen = match Backend::parse(backend).py()? {
+/// `backend` (`auto`, `gpu` or `cpu`) resolved as the command line resolves it: `"gpu"`
+/// or `"cpu"` (what `auto` stands for on this machine, decided once per thread).
+#[pyfunction]
+pub fn resolve_backend(backend: &str) -> PyResult<&'static str> {
+    Ok(if chosen(backend)?.is_gpu() { "gpu" } else { "cpu" })
+}
+
+fn chosen(backend: &str) -> PyResult<tpusim::exec::Chosen> {
+    Ok(match Backend::parse(backend).py()? {
         Backend::Auto => AUTO
             .with(|a| {
                 a.get_or_init(|| Backend::Auto.resolve().map_err(|e| e.to_string()))
@@ -70,7 +75,13 @@ pub fn executor(backend: &str) -> PyResult<Shared> {
             })
             .map_err(NoAdapter::new_err)?,
         b => b.resolve().py()?,
-    };
+    })
+}
+
+/// The executor for `backend` (`auto`, `gpu` or `cpu`; `auto` decided once per thread,
+/// as the command line decides it).
+pub fn executor(backend: &str) -> PyResult<Shared> {
+    let chosen = chosen(backend)?;
     let exec: Rc<dyn Executor> = match chosen.backend {
         Backend::Gpu => gpu()?,
         _ => Rc::new(CpuExecutor::new()),

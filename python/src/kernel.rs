@@ -1,5 +1,5 @@
-//! [`KernelCall`]: a Pallas kernel written in Python, recorded by the stand-ins of the
-//! `tpusim.jax` package on every device and grid point (see `replay`), as a job of the
+//! [`KernelCall`]: a Pallas kernel written in Python, its jaxpr evaluated by the
+//! package's front end on every device and grid point (see `replay`), as a job of the
 //! pipeline: run, verified, traced, modeled and timed like any kernel.
 
 use crate::arrays::{per_device, to_numpy_all, to_py_data};
@@ -8,7 +8,9 @@ use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::replay;
 use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tpusim::run::Plan;
 use tpusim::collectives::Registry;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
@@ -18,11 +20,33 @@ use tpusim::Error;
 
 use crate::PyMesh;
 
-/// A Pallas kernel written in Python: its spec and the calls the stand-ins recorded on
+/// A Pallas kernel written in Python: its spec and the calls the front end recorded on
 /// every device and grid point, as a job bound to its mesh.
 #[pyclass(module = "tpusim._native", frozen)]
 pub struct KernelCall {
     job: Job,
+    /// The last plan run (its schedule spec): a repeated call costs its execution only.
+    planned: Mutex<Option<(String, Arc<Plan>)>>,
+}
+
+impl KernelCall {
+    /// The plan of this call under `schedule`, made once and kept.
+    fn plan_for(&self, schedule: &str, exec: &dyn tpusim::exec::Executor) -> PyResult<Arc<Plan>> {
+        let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, p)) = got.as_ref() {
+            if s == schedule {
+                return Ok(p.clone());
+            }
+        }
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        job.ensure_fits(Job::run_work(exec, false, false)).py()?;
+        let plan = Arc::new(job.plan().py()?);
+        *got = Some((schedule.to_string(), plan.clone()));
+        Ok(plan)
+    }
 }
 
 /// The step-table layout of shipped collective `like` for a kernel whose first input
@@ -57,18 +81,18 @@ fn borrowed_layout(like: &str, p: usize, shard: &[usize]) -> tpusim::Result<Trac
     Ok(layout)
 }
 
-/// Schedules for a check: every deterministic one then seeded random ones, `n` in all,
-/// or exactly `replay`.
-pub fn schedules(
-    p: usize,
-    n: usize,
+/// The verifier on `job` under `schedules` schedules (every deterministic one, then
+/// seeded random ones; counted by the budget before they are listed), or exactly
+/// `replay`.
+pub fn check_job(
+    job: &Job,
+    schedules: usize,
     seed: u64,
     replay: Option<&str>,
-) -> tpusim::Result<Vec<ScheduleSpec>> {
+) -> tpusim::Result<tpusim::verify::Report> {
     match replay {
-        Some(s) => Ok(vec![ScheduleSpec::parse(s)?]),
-        None if n == 0 => Err(Error::bad_input("schedules must be at least 1")),
-        None => Ok(ScheduleSpec::check_set(p, n, seed)),
+        Some(s) => job.check(&[ScheduleSpec::parse(s)?]),
+        None => job.check_set(schedules, seed),
     }
 }
 
@@ -76,9 +100,10 @@ pub fn schedules(
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
     /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`.
+    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis);
+    /// `aliases`: `(input, output)` pairs of `input_output_aliases`.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -89,10 +114,21 @@ impl KernelCall {
         scratch: Vec<replay::Scratch>,
         collective_id: Option<u32>,
         recording: &str,
+        cores: usize,
+        aliases: Vec<(usize, usize)>,
     ) -> PyResult<Self> {
-        let spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id).py()?;
+        let mut spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
+            .py()?
+            .cores(cores);
+        for (i, o) in aliases {
+            spec = spec.alias(i, o);
+        }
         let rec = replay::read_recording(recording).py()?;
-        let points: usize = grid.iter().product();
+        let points = tpusim::array::numel(&grid).ok_or_else(|| {
+            BadInput::new_err(format!(
+                "bad input: `{name}` has a grid of {grid:?}: more grid points than can be counted"
+            ))
+        })?;
         if rec.len() != mesh.mesh.size() || rec.iter().any(|d| d.len() != points) {
             return Err(BadInput::new_err(format!(
                 "bad input: the recording of `{name}` does not cover {} devices x {points} grid points",
@@ -102,6 +138,7 @@ impl KernelCall {
         let call = replay::python_call(name, spec, rec);
         Ok(Self {
             job: Job::call(call, mesh.mesh.clone()),
+            planned: Mutex::new(None),
         })
     }
 
@@ -132,12 +169,9 @@ impl KernelCall {
         schedule: &str,
     ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
         let inputs = per_device(&inputs)?;
-        let job = self
-            .job
-            .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
         let mut exec = executor(backend)?;
-        let out = job.execute(&mut exec, &inputs).py()?;
+        let plan = self.plan_for(schedule, &exec)?;
+        let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, &out)
     }
 
@@ -152,9 +186,8 @@ impl KernelCall {
         replay: Option<&str>,
         repeat: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let specs = self::schedules(self.job.place().mesh.size(), schedules, seed, replay).py()?;
         let job = self.job.clone().repeat(repeat).py()?;
-        to_py_data(py, &job.check(&specs).py()?)
+        to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -218,7 +251,9 @@ impl KernelCall {
         job.ensure_fits(tpusim::budget::Work::Bench {
             buffers: Job::buffers_on(&exec),
             gpu: exec.is_gpu(),
-            iters: iters.max(warmup) as u64,
+            iters: iters as u64,
+            warmup: warmup as u64,
+            checks: 0,
         })
         .py()?;
         let t0 = Instant::now();
@@ -243,6 +278,25 @@ impl KernelCall {
     }
 }
 
+/// Refuses, before a front end records kernel `name` by calling its Python once per
+/// device of `devices` and grid point of `grid` (and again as it measures the calls),
+/// work whose calls would exceed the time limit (at `seconds_per_point` each: what the
+/// front end measured so far) or whose records would not fit in memory (a fixed part
+/// per call, plus `bytes_per_point`: the JSON of the ops measured calls recorded): a
+/// `LimitError` with the estimate and the most grid points that fit.
+#[pyfunction]
+#[pyo3(signature = (name, devices, grid, seconds_per_point=None, bytes_per_point=None))]
+pub fn ensure_recording_fits(
+    name: &str,
+    devices: usize,
+    grid: Vec<usize>,
+    seconds_per_point: Option<f64>,
+    bytes_per_point: Option<f64>,
+) -> PyResult<()> {
+    tpusim::budget::ensure_recording_fits(name, devices, &grid, seconds_per_point, bytes_per_point)
+        .py()
+}
+
 /// The verifier on `calls` run in order on every device (a program's `pallas_call`s, one
 /// after the other), the whole list `repeat` times: one sequence, whose invocations share
 /// the barrier semaphore of their `collective_id`.
@@ -265,6 +319,5 @@ pub fn check_sequence<'py>(
         job = job.then(c.job.clone()).py()?;
     }
     let job = job.repeat(repeat).py()?;
-    let specs = self::schedules(job.place().mesh.size(), schedules, seed, replay).py()?;
-    to_py_data(py, &job.check(&specs).py()?)
+    to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
 }

@@ -1,6 +1,6 @@
 //! `tpusim._native`: the Rust core of tpusim for Python, one module per concern:
 //! [`errors`] (exceptions), [`arrays`] (numpy in and out), [`executors`], [`kernel`]
-//! (a Pallas kernel written in Python and recorded by the stand-ins of `tpusim.jax`,
+//! (a Pallas kernel written in Python, its jaxpr recorded by `tpusim._jaxpr`,
 //! see [`replay`]) and [`collectives`] (the shipped ones). Every step is a job of the
 //! core's pipeline (`tpusim::run::Job`), as on the command line; structured results
 //! cross as Python data (dicts and lists, through `pythonize`) in the core's formats.
@@ -90,6 +90,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::ensure_recording_fits, m)?)?;
+    m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
     use collectives as c;
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;
     m.add_function(wrap_pyfunction!(c::variants, m)?)?;

@@ -1,6 +1,6 @@
-//! The Pallas front end's Rust half: a Python kernel, evaluated by the stand-ins in
-//! `tpusim/jax/…` once per device and grid point, arrives here as a list of recorded
-//! calls per (device, grid point), each with the Python file and line that made it.
+//! The Pallas front end's Rust half: a `pallas_call`'s kernel jaxpr, evaluated by
+//! `tpusim/_jaxpr.py` once per device and grid point, arrives here as a list of recorded
+//! calls per (device, grid point), each with the Python file and line of its equation.
 //! [`python_call`] turns them into an ordinary [`PallasCall`] whose kernel replays each
 //! list on the Rust [`Ctx`], line attributed by [`Ctx::set_source`]. From there on the
 //! kernel is like any Rust kernel: the same checks at trace time, scheduler, verifier,
@@ -9,9 +9,11 @@
 use serde::{Deserialize, Deserializer};
 use std::sync::Arc;
 use tpusim::kernel::{
-    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref,
-    Sem, SourceLoc,
+    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, KernelErrorKind, MemorySpace,
+    PallasCall, ReduceOp, Ref, Sem, SourceLoc,
 };
+use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
+use tpusim::kernel::Value;
 use tpusim::{DType, DeviceId, Error, Result};
 
 /// A Python source line, interned when the recording is read.
@@ -26,7 +28,9 @@ impl<'de> Deserialize<'de> for Loc {
 }
 
 /// A ref as the kernel named it: argument position, then `.at[i]` (`[0, i, 0]`) and
-/// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension.
+/// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension, or a run of
+/// `len` elements from element `offset` of the whole view (`[2, offset, len]`: how the
+/// jaxpr front end addresses a window that leading-dimension steps cannot express).
 #[derive(Clone, Debug, Deserialize)]
 pub struct RefPath(usize, Vec<(u8, i64, i64)>);
 
@@ -37,8 +41,6 @@ pub enum SemSrc {
     Arg(usize),
     /// The result of the n-th `get_barrier_semaphore()` call of this grid point.
     Barrier(usize),
-    /// The semaphore of the n-th enclosing `run_scoped` (0: outermost).
-    Scoped(usize),
 }
 
 /// A semaphore and, for an array, the `.at[i]` index.
@@ -127,8 +129,215 @@ pub enum Op {
     },
     /// `pltpu.get_barrier_semaphore()`.
     Barrier { at: Loc },
-    /// `pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)`: the body's calls.
-    Scoped { body: Vec<Op>, at: Loc },
+    /// `x_ref[...]` (or a window of it: `start`, `shape`, `strides`) into value `id`.
+    Load {
+        id: usize,
+        src: RefPath,
+        #[serde(default)]
+        window: Option<Window>,
+        at: Loc,
+    },
+    /// A constant value `id` (`jnp.full(shape, value, dtype)`).
+    Full {
+        id: usize,
+        shape: Vec<usize>,
+        value: f64,
+        dtype: String,
+        at: Loc,
+    },
+    /// One lax primitive on values `args` into value `id`.
+    Compute {
+        id: usize,
+        kind: KindRec,
+        args: Vec<usize>,
+        shape: Vec<usize>,
+        dtype: String,
+        at: Loc,
+    },
+    /// `dst[...] = value` (or into the window at `start`).
+    Store {
+        dst: RefPath,
+        src: usize,
+        #[serde(default)]
+        start: Option<Vec<usize>>,
+        at: Loc,
+    },
+    /// A `dma_wait` equation: wait for `bytes` on this device's `sem`.
+    DmaWait {
+        sem: SemPath,
+        bytes: u64,
+        side: Side,
+        at: Loc,
+    },
+    /// A mistake the front end found itself (an index or a device id it resolved).
+    Error {
+        kind: ErrorKind,
+        what: String,
+        detail: String,
+        at: Loc,
+    },
+}
+
+/// A window of a ref: first element, shape and step per dimension.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Window {
+    start: Vec<usize>,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+}
+
+/// A compute op's kind as the front end names it: the lax primitive and its parameters.
+#[derive(Clone, Debug, Deserialize)]
+pub struct KindRec {
+    k: String,
+    #[serde(default)]
+    op: String,
+    #[serde(default)]
+    n: i32,
+    #[serde(default)]
+    dims: Vec<usize>,
+    #[serde(default)]
+    dim: usize,
+    #[serde(default)]
+    start: Vec<usize>,
+    #[serde(default)]
+    strides: Vec<usize>,
+    #[serde(default)]
+    lhs_contract: Vec<usize>,
+    #[serde(default)]
+    rhs_contract: Vec<usize>,
+    #[serde(default)]
+    lhs_batch: Vec<usize>,
+    #[serde(default)]
+    rhs_batch: Vec<usize>,
+}
+
+impl KindRec {
+    fn reduction(&self) -> Option<Reduction> {
+        Some(match self.op.as_str() {
+            "sum" => Reduction::Sum,
+            "max" => Reduction::Max,
+            "min" => Reduction::Min,
+            _ => return None,
+        })
+    }
+
+    /// The core's kind, or None for a name it does not know.
+    fn kind(&self) -> Option<ComputeKind> {
+        use ComputeKind as K;
+        Some(match self.k.as_str() {
+            "unary" => K::Unary(match self.op.as_str() {
+                "neg" => Unary::Neg,
+                "abs" => Unary::Abs,
+                "sign" => Unary::Sign,
+                "floor" => Unary::Floor,
+                "ceil" => Unary::Ceil,
+                "round" => Unary::Round,
+                "round_even" => Unary::RoundEven,
+                "exp" => Unary::Exp,
+                "exp2" => Unary::Exp2,
+                "expm1" => Unary::Expm1,
+                "log" => Unary::Log,
+                "log1p" => Unary::Log1p,
+                "sqrt" => Unary::Sqrt,
+                "rsqrt" => Unary::Rsqrt,
+                "tanh" => Unary::Tanh,
+                "logistic" => Unary::Logistic,
+                "sin" => Unary::Sin,
+                "cos" => Unary::Cos,
+                "erf" => Unary::Erf,
+                "not" => Unary::Not,
+                "integer_pow" => Unary::IntegerPow(self.n),
+                _ => return None,
+            }),
+            "binary" => K::Binary(match self.op.as_str() {
+                "add" => Binary::Add,
+                "sub" => Binary::Sub,
+                "mul" => Binary::Mul,
+                "div" => Binary::Div,
+                "rem" => Binary::Rem,
+                "pow" => Binary::Pow,
+                "max" => Binary::Max,
+                "min" => Binary::Min,
+                "and" => Binary::And,
+                "or" => Binary::Or,
+                "xor" => Binary::Xor,
+                "shift_left" => Binary::ShiftLeft,
+                "shift_right_arithmetic" => Binary::ShiftRightArithmetic,
+                "shift_right_logical" => Binary::ShiftRightLogical,
+                "atan2" => Binary::Atan2,
+                _ => return None,
+            }),
+            "compare" => K::Compare(match self.op.as_str() {
+                "eq" => Comparison::Eq,
+                "ne" => Comparison::Ne,
+                "lt" => Comparison::Lt,
+                "le" => Comparison::Le,
+                "gt" => Comparison::Gt,
+                "ge" => Comparison::Ge,
+                _ => return None,
+            }),
+            "select" => K::Select,
+            "convert" => K::Convert,
+            "broadcast" => K::Broadcast {
+                dims: self.dims.clone(),
+            },
+            "reshape" => K::Reshape,
+            "transpose" => K::Transpose {
+                perm: self.dims.clone(),
+            },
+            "iota" => K::Iota { dim: self.dim },
+            "slice" => K::Slice {
+                start: self.start.clone(),
+                strides: self.strides.clone(),
+            },
+            "update_slice" => K::UpdateSlice {
+                start: self.start.clone(),
+            },
+            "concat" => K::Concat { dim: self.dim },
+            "reduce" => K::Reduce {
+                op: self.reduction()?,
+                axes: self.dims.clone(),
+            },
+            "arg_reduce" => K::ArgReduce {
+                op: self.reduction()?,
+                axis: self.dim,
+            },
+            "dot" => K::Dot(DotDims {
+                lhs_contract: self.lhs_contract.clone(),
+                rhs_contract: self.rhs_contract.clone(),
+                lhs_batch: self.lhs_batch.clone(),
+                rhs_batch: self.rhs_batch.clone(),
+            }),
+            _ => return None,
+        })
+    }
+}
+
+/// The completion of an [`Op::DmaWait`].
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// A local copy's.
+    Local,
+    /// A remote copy's send completion.
+    Send,
+    /// A remote copy's receive completion.
+    Recv,
+}
+
+/// The kinds of [`Op::Error`].
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// An index or slice outside its ref.
+    OutOfBounds,
+    /// A device id outside the mesh.
+    DeviceIdOutOfRange,
+    /// A ref or semaphore used in a way its kind does not allow.
+    Misuse,
+    /// Two views of one op whose sizes or dtypes differ.
+    ShapeMismatch,
 }
 
 /// Every device's recorded calls, per grid point (row-major).
@@ -150,17 +359,18 @@ struct Replay<'c, 'a> {
     pl: &'c Ctx<'a>,
     args: &'c Args,
     descs: Vec<Option<Desc<'c, 'a>>>,
+    /// The grid point's values by id (dropped, their storage returned, at its end).
+    values: Vec<Option<Value<'c>>>,
     barriers: Vec<Sem>,
-    scoped: Vec<Sem>,
 }
 
 impl<'c, 'a> Replay<'c, 'a> {
     fn r(&self, p: &RefPath) -> Ref {
         p.1.iter().fold(self.args.r(p.0), |r, &(kind, a, b)| {
-            if kind == 0 {
-                r.at(a)
-            } else {
-                r.slice(ds(a, b))
+            match kind {
+                0 => r.at(a),
+                1 => r.slice(ds(a, b)),
+                _ => r.flat().slice(ds(a, b)),
             }
         })
     }
@@ -169,7 +379,6 @@ impl<'c, 'a> Replay<'c, 'a> {
         let s = match p.0 {
             SemSrc::Arg(i) => self.args.sem(i),
             SemSrc::Barrier(i) => self.barriers[i],
-            SemSrc::Scoped(i) => self.scoped[i],
         };
         match p.1 {
             Some(i) => s.at(i),
@@ -182,6 +391,19 @@ impl<'c, 'a> Replay<'c, 'a> {
             self.descs.resize_with(id + 1, || None);
         }
         self.descs[id] = Some(d);
+    }
+
+    fn put_value(&mut self, id: usize, v: Value<'c>) {
+        if self.values.len() <= id {
+            self.values.resize_with(id + 1, || None);
+        }
+        self.values[id] = Some(v);
+    }
+
+    fn value(&self, id: usize) -> &Value<'c> {
+        self.values[id]
+            .as_ref()
+            .expect("the recording uses only values it made")
     }
 
     fn desc(&self, id: usize) -> &Desc<'c, 'a> {
@@ -245,7 +467,7 @@ impl<'c, 'a> Replay<'c, 'a> {
                         (Desc::Remote(d), _) => d.wait_recv(),
                         (Desc::Local(_), _) => {
                             unreachable!(
-                                "the stand-ins offer wait_send/wait_recv on remote copies only"
+                                "the front end records wait_send/wait_recv on remote copies only"
                             )
                         }
                     }
@@ -284,13 +506,97 @@ impl<'c, 'a> Replay<'c, 'a> {
                     pl.set_source(Some(at.0));
                     self.barriers.push(pl.get_barrier_semaphore());
                 }
-                Op::Scoped { body, at } => {
+                Op::Load {
+                    id,
+                    src,
+                    window,
+                    at,
+                } => {
                     pl.set_source(Some(at.0));
-                    pl.run_scoped(|s| {
-                        self.scoped.push(s);
-                        self.run(body);
-                        self.scoped.pop();
-                    });
+                    let r = self.r(src);
+                    let v = match window {
+                        None => pl.load(r),
+                        Some(w) => pl.load_strided(r, &w.start, &w.shape, &w.strides),
+                    };
+                    self.put_value(*id, v);
+                }
+                Op::Full {
+                    id,
+                    shape,
+                    value,
+                    dtype,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let dtype = DType::parse(dtype).expect("the front end names core dtypes");
+                    let v = pl.full(shape, *value, dtype);
+                    self.put_value(*id, v);
+                }
+                Op::Compute {
+                    id,
+                    kind,
+                    args,
+                    shape,
+                    dtype,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let dtype = DType::parse(dtype).expect("the front end names core dtypes");
+                    let Some(k) = kind.kind() else {
+                        pl.report(
+                            KernelErrorKind::Misuse,
+                            "compute",
+                            format!("no compute op `{}` `{}`", kind.k, kind.op),
+                        );
+                        continue;
+                    };
+                    let srcs: Vec<&Value<'c>> = args.iter().map(|a| self.value(*a)).collect();
+                    let v = pl.compute(k, &srcs, shape, dtype);
+                    self.put_value(*id, v);
+                }
+                Op::Store {
+                    dst,
+                    src,
+                    start,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let r = self.r(dst);
+                    match start {
+                        None => pl.store(r, self.value(*src)),
+                        Some(s) => pl.store_window(r, s, self.value(*src)),
+                    }
+                }
+                Op::DmaWait {
+                    sem,
+                    bytes,
+                    side,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let side = match side {
+                        Side::Local => DmaSide::Local,
+                        Side::Send => DmaSide::Send,
+                        Side::Recv => DmaSide::Recv,
+                    };
+                    pl.dma_wait(self.sem(sem), *bytes, side);
+                }
+                Op::Error {
+                    kind,
+                    what,
+                    detail,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let kind = match kind {
+                        ErrorKind::OutOfBounds => KernelErrorKind::OutOfBounds,
+                        ErrorKind::DeviceIdOutOfRange => KernelErrorKind::DeviceIdOutOfRange,
+                        ErrorKind::Misuse => KernelErrorKind::Misuse,
+                        ErrorKind::ShapeMismatch => KernelErrorKind::ShapeMismatch,
+                    };
+                    // Sites name their op by a static string: intern it as file names are.
+                    let op = SourceLoc::intern(what, 0).file();
+                    pl.report(kind, op, detail.clone());
                 }
             }
         }
@@ -372,8 +678,8 @@ pub fn python_call(name: &str, spec: GridSpec, recording: Recording) -> PallasCa
             pl,
             args,
             descs: Vec::new(),
+            values: Vec::new(),
             barriers: Vec::new(),
-            scoped: Vec::new(),
         }
         .run(ops);
     })

@@ -1,11 +1,12 @@
-"""Kernels with one mistake each, for the error tests. A line a report must name ends
-with a `# <- marker` comment (tests find it with conftest.marked_line)."""
+"""Kernels with one mistake each, for the error tests, written with JAX itself. A line
+a report must name ends with a `# <- marker` comment (tests find it with
+conftest.marked_line)."""
 
-import tpusim.jax as jax
-from tpusim.jax import lax
-from tpusim.jax import numpy as jnp
-from tpusim.jax.experimental import pallas as pl
-from tpusim.jax.experimental.pallas import tpu as pltpu
+import jax
+from jax import lax
+from jax import numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 P = jax.sharding.PartitionSpec
 num_devices = 4
@@ -31,10 +32,18 @@ def call(kernel, out_shape=None, scratch=(), space=pl.ANY, grid=(), collective_i
     )
 
 
+def mesh():
+    return jax.make_mesh((num_devices,), ("x",))
+
+
 def mapped(pallas):
-    """`jax.shard_map` of a pallas_call over a 1-D mesh of num_devices."""
-    mesh = jax.make_mesh((num_devices,), ("x",))
-    return jax.shard_map(pallas, mesh=mesh, in_specs=partition, out_specs=partition, check_vma=False)
+    """`jax.jit(jax.shard_map(...))` of a pallas_call over a 1-D mesh of num_devices."""
+    return jax.jit(jax.shard_map(pallas, mesh=mesh(), in_specs=partition, out_specs=partition, check_vma=False))
+
+
+def sharded(a):
+    """`a` laid out as `mapped` takes it."""
+    return jax.device_put(a, jax.NamedSharding(mesh(), partition))
 
 
 def race_kernel(x_ref, y_ref, send_sem, recv_sem):
@@ -70,7 +79,7 @@ def negative_left_kernel(x_ref, y_ref, send_sem, recv_sem):
     # Seed 003's trap: C's remainder keeps the sign, so device 0's left is -1.
     my_id = lax.axis_index("x")
     left = lax.rem(my_id - 1, num_devices)
-    dma = pltpu.make_async_remote_copy(  # <- negative left
+    dma = pltpu.make_async_remote_copy(
         src_ref=x_ref,
         dst_ref=y_ref,
         send_sem=send_sem,
@@ -78,7 +87,7 @@ def negative_left_kernel(x_ref, y_ref, send_sem, recv_sem):
         device_id=(left,),
         device_id_type=pl.DeviceIdType.MESH,
     )
-    dma.start()
+    dma.start()  # <- negative left
     dma.wait()
 
 
@@ -109,15 +118,15 @@ def early_send_kernel(x_ref, y_ref, send_sem, recv_sem):
 
 
 def out_of_bounds_kernel(x_ref, y_ref, sem):
-    # Slot num_devices of a (num_devices, 8, 128) output does not exist.
-    copy = pltpu.make_async_copy(x_ref, y_ref.at[num_devices], sem)  # <- out of bounds
-    copy.start()
+    # Device 3's slot 4 of a (num_devices, 8, 128) output does not exist.
+    copy = pltpu.make_async_copy(x_ref, y_ref.at[lax.axis_index("x") + 1], sem)
+    copy.start()  # <- out of bounds
     copy.wait()
 
 
 def shape_mismatch_kernel(x_ref, y_ref, sem):
-    copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, 4)], y_ref, sem)  # <- shape mismatch
-    copy.start()
+    copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, 4)], y_ref, sem)
+    copy.start()  # <- shape mismatch
     copy.wait()
 
 
@@ -135,12 +144,8 @@ def no_collective_id_kernel(x_ref, y_ref, sem):
     copy.wait()
 
 
-def unsupported_op_kernel(x_ref, y_ref):
-    y_ref[...] = x_ref[...] * 2  # <- unsupported multiply
-
-
 def unsupported_jnp_kernel(x_ref, y_ref):
-    y_ref[...] = jnp.sin(x_ref[...])  # <- unsupported sin
+    y_ref[...] = jnp.cumsum(x_ref[...], axis=0)  # <- unsupported cumsum
 
 
 def data_dependent_kernel(x_ref, y_ref):
@@ -150,10 +155,6 @@ def data_dependent_kernel(x_ref, y_ref):
 
 
 def strided_kernel(x_ref, y_ref):
-    y_ref[...] = x_ref[:, pl.ds(0, 64)]  # <- non-contiguous
-
-
-def local_wait_send_kernel(x_ref, y_ref, sem):
-    copy = pltpu.make_async_copy(x_ref, y_ref, sem)
-    copy.start()
-    copy.wait_send()  # <- local wait_send
+    # Column halves swapped: two strided windows of each ref (tpusim copies them row by row).
+    y_ref[:, pl.ds(0, 64)] = x_ref[:, pl.ds(64, 64)]
+    y_ref[:, pl.ds(64, 64)] = x_ref[:, pl.ds(0, 64)]

@@ -1,42 +1,63 @@
-"""Shared helpers: load a seed script at P devices, find a marked line of a kernel."""
+"""Shared helpers. The test process runs JAX with 8 CPU devices and tpusim's hook
+installed; scripts that size their mesh from JAX's device count (the seeds) run in
+processes of their own at each P (``run_script``)."""
 
-import importlib.util
+import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 
-import pytest
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpusim-xdg-")
 
-import tpusim
+import jax  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_num_cpu_devices", 8)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tpusim  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED_DIR = os.path.join(HERE, "seed")
 SEEDS = ["ppermute", "all_gather", "psum", "psum_scatter"]
+_cache = {}
 
 
-def load_seed(name, p, backend="cpu", replace=None):
-    """Runs the seed script `seed/seed_<name>.py` with P = `p` simulated devices (what its
-    `jax.local_device_count()` answers) and returns it as a fresh module. `replace`:
-    (old, new) text, or a list of them, substituted in the script's source before it
-    runs: a smaller block_size for psum_scatter, or another dtype for every array (the
-    kernels' code stays as it is); each `old` must occur."""
-    path = os.path.join(SEED_DIR, f"seed_{name}.py")
-    prev = (tpusim.config.devices, tpusim.config.backend)
-    tpusim.config.devices, tpusim.config.backend = p, backend
-    try:
-        spec = importlib.util.spec_from_file_location(f"seed_{name}_{p}", path)
-        mod = importlib.util.module_from_spec(spec)
-        if replace is None:
-            spec.loader.exec_module(mod)
-        else:
-            src = open(path).read()
-            for old, new in [replace] if isinstance(replace, tuple) else replace:
-                assert src.count(old) >= 1, old
-                src = src.replace(old, new)
-            code = compile(src, path, "exec")
-            exec(code, mod.__dict__)
-        return mod
-    finally:
-        tpusim.config.devices, tpusim.config.backend = prev
+def run_script(path, p, backend="cpu", check=0, like=None, replace=()):
+    """Runs JAX script `path` under tpusim with `p` devices in a process of its own:
+    (its input_arr / pallas_result / xla_result arrays, info on its pallas_calls)."""
+    key = (path, p, backend, check, like, tuple(replace))
+    if key in _cache:
+        return _cache[key]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out")
+        cmd = [sys.executable, os.path.join(HERE, "_script.py"), str(p), out, path, "--backend", backend,
+               "--check", str(check)]
+        if like:
+            cmd += ["--like", like]
+        for old, new in replace:
+            cmd += ["--replace", old, new]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+        info = json.load(open(out + ".json"))
+        arrays = {}
+        for k, v in np.load(out + ".npz").items():
+            if info["dtypes"][k] == "bfloat16":
+                import ml_dtypes
+
+                v = v.view(ml_dtypes.bfloat16)
+            arrays[k] = v
+    _cache[key] = (arrays, info)
+    return arrays, info
+
+
+def seed_path(name):
+    return os.path.join(SEED_DIR, f"seed_{name}.py")
 
 
 def marked_line(path, marker):
@@ -57,3 +78,10 @@ def cpu():
     tpusim.config.backend = "cpu"
     yield
     tpusim.config.backend = prev
+
+
+@pytest.fixture
+def sim(cpu):
+    """Every pallas_call inside runs on tpusim (CPU executor)."""
+    with tpusim.simulate():
+        yield

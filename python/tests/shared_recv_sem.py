@@ -1,14 +1,16 @@
 """The seed's all_gather with one mistake: every step's DMA lands on one shared receive
 semaphore (`recv_sem`) instead of `recv_sems.at[step]`. The official text warns that
-this can silently corrupt data; tpusim's verifier must report it."""
+this can silently corrupt data; tpusim's verifier must report it. A JAX script: run it
+with `python -m tpusim check shared_recv_sem.py`."""
 
-import tpusim.jax as jax
-from tpusim.jax import lax
-from tpusim.jax import numpy as jnp
-from tpusim.jax.experimental import pallas as pl
-from tpusim.jax.experimental.pallas import tpu as pltpu
+import jax
+from jax import lax
+from jax import numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
-num_devices = 4  # set by the test
+P = jax.sharding.PartitionSpec
+num_devices = jax.local_device_count()
 
 
 def all_gather_kernel(x_ref, out_ref, local_sem, send_sem, recv_sem):
@@ -41,7 +43,6 @@ def all_gather_kernel(x_ref, out_ref, local_sem, send_sem, recv_sem):
 
 
 def all_gather(x):
-    """`pl.pallas_call` of the broken kernel, built for the current num_devices."""
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=0,
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
@@ -51,3 +52,13 @@ def all_gather(x):
     )
     out_shape = jax.ShapeDtypeStruct((num_devices, 8, 128), jnp.float32)
     return pl.pallas_call(all_gather_kernel, out_shape=out_shape, grid_spec=grid_spec)(x)
+
+
+partition = P("x", None)
+mesh = jax.make_mesh((num_devices,), ("x",))
+input_arr = jax.device_put(
+    jax.random.uniform(jax.random.key(0), (8 * num_devices, 128)), jax.NamedSharding(mesh, partition)
+)
+pallas_result = jax.jit(
+    jax.shard_map(all_gather, mesh=mesh, in_specs=partition, out_specs=partition, check_vma=False)
+)(input_arr)

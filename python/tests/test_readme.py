@@ -1,7 +1,10 @@
-"""The package README's examples run as written."""
+"""The package README's examples run as written: the quick start's script through
+`python -m tpusim` prints what the README shows, and the collectives example runs."""
 
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -10,29 +13,47 @@ from conftest import HERE
 README = os.path.join(HERE, "..", "README.md")
 
 
+def text():
+    return open(README).read()
+
+
 def blocks():
-    return re.findall(r"```python\n(.*?)```", open(README).read(), re.S)
+    return re.findall(r"```python\n(.*?)```", text(), re.S)
 
 
-def test_ten_line_example_runs(cpu, capsys):
-    code = blocks()[0]
-    scope = {}
-    exec(compile(code, README, "exec"), scope)
-    x, y = scope["x"], scope["y"]
-    shards = np.split(x, 4, axis=1)
-    np.testing.assert_array_equal(y, np.concatenate([shards[(d - 1) % 4] for d in range(4)], axis=1))
-    out = capsys.readouterr().out
-    assert "right_shift_kernel P=4: clean under 200 schedules" in out
-    assert "| D0 |" in out
+def test_quick_start_script_prints_what_the_readme_shows(tmp_path):
+    (tmp_path / "right_permute.py").write_text(blocks()[0])
+    session = re.search(r"```\n(\$ python -m tpusim run .*?)```", text(), re.S).group(1)
+    shown = {}
+    cmd = None
+    for line in session.splitlines():
+        if line.startswith("$ "):
+            cmd = line[2:].split("#")[0].split()
+            shown[tuple(cmd)] = []
+        else:
+            shown[tuple(cmd)].append(line)
+    assert len(shown) == 4
+    env = dict(os.environ, TPUSIM_BACKEND="cpu")
+    for cmd, want in shown.items():
+        r = subprocess.run([sys.executable, *cmd[1:]], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = r.stdout.splitlines()
+        if "trace" in cmd:
+            assert got[0] == "equal to lax.ppermute: True" and "| after | D0 | D1 | D2 | D3 |" in r.stdout
+        else:
+            assert got == want, (cmd, got)
 
 
 def test_shipped_collectives_example_runs(cpu, tmp_path, monkeypatch):
+    import tpusim
+
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(8, 512)).astype(np.float32)
     x0, x1, x2, x3 = np.split(x, 4, axis=1)
-    scope = {"x": x, "x0": x0, "x1": x1, "x2": x2, "x3": x3}
-    exec(compile(blocks()[1], README, "exec"), scope)
+    scope = {"tpusim": tpusim, "x": x, "x0": x0, "x1": x1, "x2": x2, "x3": x3}
+    exec(compile(blocks()[2], README, "exec"), scope)
     total = sum(np.split(x.astype(np.float64), 4, axis=1))
     np.testing.assert_allclose(scope["y"], np.concatenate([total] * 4, axis=1), rtol=1e-5)
     np.testing.assert_array_equal(scope["outs"][2], np.stack([x0, x1, x2, x3]))

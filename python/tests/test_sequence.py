@@ -1,12 +1,17 @@
-"""Kernel invocations back to back: `repeat=` on the shipped collectives, a function
+"""Kernel invocations back to back: `repeat=` on the shipped collectives, a JAX function
 that makes several pallas_calls checked as one sequence, and the single-barrier
 variants (the hazard the Pallas docs' double barrier is for)."""
 
-import numpy as np
+import jax
 import pytest
+from jax import lax
+from jax import numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import load_seed
+
+P = jax.sharding.PartitionSpec
 
 
 def test_repeat_checks_invocations_back_to_back():
@@ -32,19 +37,54 @@ def test_repeat_checks_invocations_back_to_back():
         tpusim.check("psum", 4, repeat=10**12)
 
 
+def shift_kernel(double):
+    # The right shift with a collective_id: a handshake with both neighbours on the
+    # barrier semaphore, then (`double`) a second round on a scoped REGULAR semaphore, as
+    # the docs' double barrier.
+    def kernel(x_ref, y_ref, send, recv):
+        me = lax.axis_index("x")
+        right, left = lax.rem(me + 1, 5), lax.rem(me + 4, 5)
+
+        def round_on(sem):
+            pl.semaphore_signal(sem, device_id=(left,))
+            pl.semaphore_signal(sem, device_id=(right,))
+            pl.semaphore_wait(sem, 2)
+
+        round_on(pltpu.get_barrier_semaphore())
+        if double:
+            pl.run_scoped(round_on, pltpu.SemaphoreType.REGULAR)
+        c = pltpu.make_async_remote_copy(x_ref, y_ref, send, recv, device_id=(right,))
+        c.start()
+        c.wait()
+
+    return kernel
+
+
+def twice(double):
+    mesh = jax.make_mesh((5,), ("x",))
+
+    def f(x):
+        call = pl.pallas_call(shift_kernel(double), out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                              scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+                              compiler_params=pltpu.CompilerParams(collective_id=0))
+        return call(call(x))
+
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"), check_vma=False))
+    x = jax.device_put(jnp.zeros((8, 128 * 5), jnp.float32), jax.NamedSharding(mesh, P(None, "x")))
+    return g, x
+
+
 def test_a_function_with_two_pallas_calls_is_checked_as_a_sequence():
-    mod = load_seed("psum", 4)
-    jax = mod.jax
-    twice = jax.shard_map(
-        lambda x: mod.psum_pallas(mod.psum_pallas(x)[0]),
-        mesh=mod.mesh,
-        in_specs=mod.partition,
-        out_specs=mod.partition,
-        check_vma=False,
-    )
-    x = np.asarray(mod.input_arr)
-    calls = twice.kernels(x)
-    assert len(calls) == 2
-    r = twice.check(x, schedules=50)
-    assert r.clean and r.title.startswith("psum_kernel then psum_kernel"), str(r)
-    assert tpusim.check(calls, schedules=20, repeat=2).clean
+    g, x = twice(double=False)
+    # Each call alone is clean; back to back, the single barrier lets a device that left
+    # the first call signal its neighbour's barrier before that neighbour entered the second.
+    (alone,) = tpusim.check(g, x, schedules=30)
+    assert alone.clean, str(alone)
+    (seq,) = tpusim.check(g, x, schedules=30, sequence=True)
+    assert seq.title.startswith("kernel then kernel") and not seq.clean, str(seq)
+    assert "sent before the receiver entered the kernel" in seq.kinds()
+    g, x = twice(double=True)
+    (seq,) = tpusim.check(g, x, schedules=30, sequence=True, repeat=2)
+    assert seq.clean, str(seq)

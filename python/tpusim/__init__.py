@@ -2,12 +2,13 @@
 
 Two ways in:
 
-- ``tpusim.jax``: stand-ins for ``jax``, ``jax.lax``, ``jax.numpy``,
-  ``jax.experimental.pallas`` and ``.pallas.tpu``. Change a script's imports to them and
-  its Pallas TPU kernels run, unchanged, on P simulated devices; ``jax.shard_map(...)``
-  results also offer ``.check``, ``.trace``, ``.model`` and ``.bench``.
-- the functions below: the shipped collectives (``psum``, ``all_gather``, …) on numpy
-  arrays, the verifier, step tables, the cost model and bench.
+- JAX programs, unchanged: ``python -m tpusim run script.py`` (or ``with
+  tpusim.simulate(devices=N):``) runs every ``pallas_call`` on tpusim's engine, with
+  JAX itself around it (meshes, ``shard_map``, ``jit``, ``jnp``, collectives, ``grad``);
+  ``tpusim.check(fn, *args)``, ``trace`` and ``model`` apply the verifier, step tables
+  and the cost model to every ``pallas_call`` a function makes.
+- the shipped collectives (``psum``, ``all_gather``, …) on numpy or jax arrays: ``run``,
+  ``shard_map``, ``check``, ``trace``, ``model`` and ``bench`` by name.
 
 Errors are exceptions carrying the Rust core's messages: :class:`BadInput`,
 :class:`KernelError` (and :class:`UnsupportedError`), :class:`DeadlockError`,
@@ -56,13 +57,14 @@ from ._native import (
 )
 from . import _native
 from .results import Finding, ModelRun, Report, Row, Site, Table
+from ._hook import simulate, last_error
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
     "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
     "Finding", "Site", "Table", "Row", "ModelRun", "TpusimError", "BadInput",
     "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
-    "NoAdapter", "GpuError",
+    "NoAdapter", "GpuError", "simulate", "last_error",
 ]
 
 
@@ -92,6 +94,22 @@ def _mesh(mesh, devices):
     return Mesh(devices)
 
 
+def _is_jax(x):
+    return type(x).__module__.startswith(("jax", "jaxlib"))
+
+
+def _like(outs, given):
+    """Outputs as jax arrays when the inputs were."""
+    if not any(_is_jax(g) for g in given):
+        return outs
+    import jax.numpy as jnp
+
+    def conv(x):
+        return [conv(y) for y in x] if isinstance(x, list) else jnp.asarray(x)
+
+    return conv(outs)
+
+
 def _arrays(xs):
     out = []
     for a in xs:
@@ -100,7 +118,8 @@ def _arrays(xs):
             a = a.astype(_np.float32)
         elif a.dtype == _np.int64:
             a = a.astype(_np.int32)
-        out.append(_np.ascontiguousarray(a))
+        # Not ascontiguousarray: it makes a 0-d array 1-d.
+        out.append(_np.require(a, requirements="C"))
     return out
 
 
@@ -130,7 +149,7 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
         for d, o in zip(per, out):
             if o and o[0].size == d[0].size:
                 o[0] = o[0].reshape(d[0].shape)
-    return out if all_outputs else [d[0] for d in out]
+    return _like(out if all_outputs else [d[0] for d in out], inputs)
 
 
 _ALL_REDUCES = {"psum", "ring_allreduce", "ring_allreduce_push", "allreduce_2d"}
@@ -141,23 +160,36 @@ def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="s
     """Like ``jax.shard_map(lambda x: lax.<collective>(x, "x"), …)`` on a global array:
     split along `in_dim`, run shipped collective `name` on every device, join along
     `out_dim` (defaults: the seed's partition specs, as ``tpusim apply`` uses)."""
+    given = x
     (x,) = _arrays([x])
-    return _native.collective_shard_map(
+    out = _native.collective_shard_map(
         name, _mesh(mesh, devices), x, in_dim, out_dim, op, _perm(perm), backend or config.backend, axis
     )
+    return _like([out], [given])[0]
 
 
 def _devices(mesh, devices):
     return mesh.size if mesh is not None else devices
 
 
-def check(name, devices=4, *, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
-          axis=None, repeat=1):
+def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
+          axis=None, repeat=1, devices=None, sequence=False):
     """The verifier on shipped collective `name` (or its broken `variant`), on a ring of
-    `devices` or on `mesh` (along `axis` for a ring collective on a multi-axis mesh);
-    `repeat`: that many invocations back to back (the barrier semaphore carries over).
-    `name` may also be a list of kernel calls (``f.kernels(x)`` of a ``shard_map``):
-    they are checked as one sequence, in order."""
+    `devices` (default 4; also the first positional argument) or on `mesh` (along
+    `axis` for a ring collective on a multi-axis mesh); `repeat`: that many invocations
+    back to back (the barrier semaphore carries over).
+
+    ``check(fn, *args)``: every pallas_call the JAX function `fn(*args)` makes, verified
+    under the default schedules: one :class:`Report` per distinct call (a list); with
+    `sequence`, one report of all its calls in order as one sequence (each device
+    entering the next call when it leaves one), `repeat` times. `name` may also be a
+    list of native kernel calls, checked as one sequence."""
+    if callable(name):
+        from . import _tools
+
+        return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices,
+                            sequence=sequence, repeat=repeat)
+    devices = args[0] if args else (devices or 4)
     if isinstance(name, (list, tuple)):
         r = _native.check_sequence(list(name), schedules, seed, replay, repeat)
         title = " then ".join(c.name for c in name)
@@ -171,18 +203,33 @@ def _repeat(repeat):
     return f" --repeat {repeat}" if repeat != 1 else ""
 
 
-def trace(name, devices=4, *, mesh=None, axis=None, dtype="f32", repeat=1):
+def trace(name, *args, mesh=None, axis=None, dtype="f32", repeat=1, devices=None):
     """The step table of shipped collective `name` at P = `devices` (or on `mesh`);
-    `repeat`: that many invocations back to back, rows per invocation."""
+    `repeat`: that many invocations back to back, rows per invocation.
+    ``trace(fn, *args)``: the table of every pallas_call the JAX function makes."""
+    if callable(name):
+        from . import _tools
+
+        return _tools.trace(name, *args, devices=devices)
+    devices = args[0] if args else (devices or 4)
     return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype, repeat))
 
 
-def model(name, devices=4, *, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,
-          axis=None, topology=None, **overrides):
+def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,
+          axis=None, topology=None, devices=None, **overrides):
     """Shipped collective `name` on the cost model's clock: modeled time, nccl-tests'
     algbw and busbw, the ideal ring bound; `timeline` writes the Chrome trace there.
     On `mesh` it is placed and wired as ``tpusim run --mesh … --model`` does it (a
-    multi-axis mesh on its own torus unless `topology` says otherwise)."""
+    multi-axis mesh on its own torus unless `topology` says otherwise).
+
+    ``model(fn, *args, preset=...)``: every pallas_call the JAX function makes on the
+    cost model's clock (`timeline`: a directory for one Chrome trace per call)."""
+    if callable(name):
+        from . import _tools
+
+        return _tools.model(name, *args, preset=preset, timeline=timeline, topology=topology,
+                            devices=devices, **overrides)
+    devices = args[0] if args else (devices or 4)
     r = _native.collective_model(
         name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None,
         mesh, axis, topology,

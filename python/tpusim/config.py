@@ -6,9 +6,8 @@
   ``TPUSIM_BACKEND``.
 - ``schedule``: the schedule a run follows (``eager``, ``lazy``, ``lockstep``,
   ``run-ahead:D``, ``random:SEED``); environment ``TPUSIM_SCHEDULE``.
-- ``devices``: what ``tpusim.jax.local_device_count()`` answers, i.e. how many
-  simulated devices a script that sizes its mesh from it gets; environment
-  ``TPUSIM_DEVICES`` (default 4).
+- ``devices``: how many JAX CPU devices ``python -m tpusim`` starts JAX with unless
+  ``--devices`` says; environment ``TPUSIM_DEVICES`` (default 4).
 """
 
 import os

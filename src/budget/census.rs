@@ -117,7 +117,8 @@ impl Census {
 
     /// Traces a sample of (device, grid point) pairs of `call` on `mesh` and fills in
     /// [`Census::traced`]: the devices and grid points chosen by `weighted`, each
-    /// weighted by how many it stands for. Exact on small meshes and grids; on large ones
+    /// weighted by how many it stands for; the allocations of the kernel's values (known
+    /// only once it is traced) join the spec's. Exact on small meshes and grids; on large ones
     /// within the difference between strata (a few percent for the shipped collectives).
     /// Kernel mistakes are ignored here: the full trace reports them.
     pub fn sample(&mut self, call: &PallasCall, mesh: &Mesh) {
@@ -144,6 +145,13 @@ impl Census {
                     }
                 }
             }
+        }
+        // The values' temporaries: the most each dtype held at any sampled point.
+        for (dtype, elems) in frame.temps.borrow().allocations() {
+            let bytes = elems as f64 * dtype.storage() as f64;
+            self.alloc_elems += elems as f64;
+            self.alloc_bytes += bytes;
+            self.pooled_bytes += pooled(bytes);
         }
         let n = p as f64;
         self.traced = Some(Traced {

@@ -2,13 +2,15 @@
 //! host's available memory and the planner's limits, and a message with the numbers and
 //! the largest P (and shard size, or iteration count) that would fit.
 
-use super::census::Census;
+use super::census::{Census, Traced};
 use super::memory::{available, Available};
-use super::need::{need, Need, Scales, Work};
+use super::need::{need_on, Need, Scales, Work};
+use super::time::{time, time_limit, Time, TimeLimit};
 use crate::error::{Error, Result};
 use crate::kernel::PallasCall;
 use crate::mesh::Mesh;
 use crate::units::{bytes, count};
+use std::cell::RefCell;
 
 /// The most devices the planner supports: device ids are 32-bit in the step tables'
 /// symbolic terms.
@@ -32,13 +34,65 @@ pub struct Request<'a> {
     pub repeat: usize,
     /// What the command does with it.
     pub work: Work,
+    /// One process, or one rank of a partitioned run.
+    pub share: Share,
 }
+
+/// How a command's work is shared: by `ranks` processes of a partitioned run
+/// ([`crate::exec::ranks`]), `on_host` of them on this host (they share its memory:
+/// each may use its share of what the host has available; `TPUSIM_MEMORY_LIMIT` is per
+/// process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    /// Ranks.
+    pub ranks: usize,
+    /// Ranks on this host.
+    pub on_host: usize,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share {
+            ranks: 1,
+            on_host: 1,
+        }
+    }
+}
+
+impl Share {
+    /// The share of a command on `exec`: its ranks, or one process.
+    pub fn of(exec: &dyn crate::exec::Executor) -> Self {
+        exec.ranks().map_or_else(Share::default, |r| Share {
+            ranks: r.size(),
+            on_host: r.on_host(),
+        })
+    }
+
+    /// What this rank may use of `avail`: all of an explicit limit, its share of the host's.
+    fn of_available(&self, avail: Available) -> Available {
+        if self.on_host <= 1 || avail.source.starts_with(super::memory::LIMIT_VAR) {
+            return avail;
+        }
+        Available {
+            bytes: avail.bytes / self.on_host as u64,
+            source: format!(
+                "{}, shared by {} ranks on this host",
+                avail.source, self.on_host
+            ),
+        }
+    }
+}
+
+/// Traced counts of each kernel of a request, by the size of the mesh they were sampled
+/// on: the search of the largest P (or repeat) asks again for meshes it has seen, and
+/// rings along an axis are traced on the same ring at every P.
+type Samples = RefCell<Vec<(usize, Vec<Option<Traced>>)>>;
 
 /// The need of `req` at `devices` devices: counted from the spec, and only sampled
 /// by tracing when the spec's part fits in `limit` (a lower bound otherwise, which is
 /// enough to refuse). An error when the kernel cannot be built at that P.
-fn estimate_at(req: &Request, devices: usize, limit: Option<f64>) -> Result<Need> {
-    estimate_repeated(req, devices, limit, req.repeat)
+fn estimate_at(req: &Request, devices: usize, limit: Option<f64>, seen: &Samples) -> Result<Need> {
+    estimate_repeated(req, devices, limit, req.repeat, seen)
 }
 
 /// [`estimate_at`] with the kernels run `repeat` times.
@@ -47,54 +101,187 @@ fn estimate_repeated(
     devices: usize,
     limit: Option<f64>,
     repeat: usize,
+    seen: &Samples,
 ) -> Result<Need> {
     let (calls, mesh) = (req.build)(devices)?;
     let mut parts: Vec<Census> = calls.iter().map(|c| Census::of_spec(c, devices)).collect();
-    let lower = need(&Census::sequence(&parts, repeat), req.work);
+    let ranks = req.share.ranks;
+    let lower = need_on(&Census::sequence(&parts, repeat), req.work, ranks);
     if limit.is_some_and(|l| lower.host() > l) {
         return Ok(lower);
     }
-    for (census, call) in parts.iter_mut().zip(&calls) {
-        census.sample(call, &mesh);
+    let cached = seen
+        .borrow()
+        .iter()
+        .find(|(m, _)| *m == mesh.size())
+        .map(|(_, t)| t.clone());
+    match cached {
+        Some(traced) => {
+            for (census, t) in parts.iter_mut().zip(traced) {
+                census.traced = t;
+            }
+        }
+        None => {
+            for (census, call) in parts.iter_mut().zip(&calls) {
+                census.sample(call, &mesh);
+            }
+            seen.borrow_mut()
+                .push((mesh.size(), parts.iter().map(|c| c.traced).collect()));
+        }
     }
-    Ok(need(&Census::sequence(&parts, repeat), req.work))
+    Ok(need_on(&Census::sequence(&parts, repeat), req.work, ranks))
 }
 
 fn planner_ok(n: &Need) -> bool {
     n.census.traced.is_none_or(|t| t.ops <= MAX_OPS_PER_DEVICE)
 }
 
-fn fits(n: &Need, limit: Option<f64>) -> bool {
-    planner_ok(n) && limit.is_none_or(|l| n.host() <= l)
+/// The limits a need is held to: host memory (`None`: unknown) and time, in seconds.
+#[derive(Clone, Copy)]
+struct Limits {
+    memory: Option<f64>,
+    seconds: f64,
 }
 
-/// Checks that `req` fits in this machine's memory and the planner's limits, and
-/// returns its estimated need; else [`Error::TooLarge`] with the numbers and the largest
-/// P (shard size, iterations) that would fit.
+fn memory_ok(n: &Need, limit: Option<f64>) -> bool {
+    limit.is_none_or(|l| n.host() <= l)
+}
+
+/// Whether `n` fits the planner's limits and `limit` bytes (ranks are a memory question).
+fn memory_fits(n: &Need, limit: Option<f64>) -> bool {
+    planner_ok(n) && memory_ok(n, limit)
+}
+
+fn fits(req: &Request, n: &Need, limits: Limits) -> bool {
+    planner_ok(n)
+        && memory_ok(n, limits.memory)
+        && time(&n.census, req.work).seconds() <= limits.seconds
+}
+
+/// Checks that `req` fits in this machine's memory, the time limit and the planner's
+/// limits, and returns its estimated need; else [`Error::TooLarge`] with the numbers
+/// and the largest P (shard size, iterations, schedules) that would fit.
 pub fn ensure_fits(req: &Request) -> Result<Need> {
+    let avail = available()?.map(|a| req.share.of_available(a));
+    ensure_fits_within(req, avail.as_ref(), &time_limit()?)
+}
+
+/// How many ranks of this process's size (each with the memory this process may use)
+/// `req` needs at its P, and one rank's need there: the fewest whose share fits.
+/// [`Error::TooLarge`] when even one device per rank does not fit.
+pub fn ranks_needed(req: &Request) -> Result<(usize, Need, Option<Available>)> {
     let avail = available()?;
-    ensure_fits_in(req, avail.as_ref())
+    let limit = avail.as_ref().map(|a| a.bytes as f64);
+    let p = req.devices;
+    if p > MAX_DEVICES {
+        return Err(Error::TooLarge(format!(
+            "{}: P={p} is beyond what the planner supports (at most {MAX_DEVICES} devices)",
+            req.what
+        )));
+    }
+    let one = Request {
+        what: req.what.clone(),
+        devices: p,
+        build: req.build,
+        repeat: req.repeat,
+        work: req.work,
+        share: most_ranks(p),
+    };
+    let census = estimate_at(&one, p, limit, &Samples::default())?.census;
+    let at = |r: usize| need_on(&census, req.work, r);
+    if !planner_ok(&at(1)) {
+        return Err(Error::TooLarge(format!(
+            "{}: {} traced ops per device is beyond what the planner supports (at most {MAX_OPS_PER_DEVICE}), on any number of ranks",
+            req.what,
+            count(census.traced.map_or(0.0, |t| t.ops)),
+        )));
+    }
+    let most = at(p);
+    if !memory_fits(&most, limit) {
+        let avail = avail.expect("a need only fails to fit a known limit");
+        return Err(Error::TooLarge(format!(
+            "not enough memory: {} needs about {} of host memory per rank even on {p} ranks of one device each, but {} {} ({}); no number of ranks of this size fits it",
+            req.what,
+            bytes(most.host()),
+            bytes(avail.bytes as f64),
+            if avail.source.starts_with(super::memory::LIMIT_VAR) {
+                "are allowed"
+            } else {
+                "are available"
+            },
+            avail.source,
+        )));
+    }
+    // The fewest ranks that fit: needs shrink as ranks grow.
+    let r = largest_below(p, &|x| !memory_fits(&at(x), limit)) + 1;
+    Ok((r, at(r), avail))
+}
+
+/// One device per rank: the share whose need is the least, so that the estimate's
+/// spec-only lower bound refuses before tracing a kernel no number of ranks could hold
+/// (tracing it would allocate in proportion to its shapes).
+fn most_ranks(p: usize) -> Share {
+    Share {
+        ranks: p.max(1),
+        on_host: 1,
+    }
+}
+
+/// The fewest ranks of this size that fit `req` in `limit` bytes each, if any does
+/// (for messages).
+fn fewest_ranks(req: &Request, limit: f64) -> Option<usize> {
+    let one = Request {
+        what: String::new(),
+        devices: req.devices,
+        build: req.build,
+        repeat: req.repeat,
+        work: req.work,
+        share: most_ranks(req.devices),
+    };
+    let census = estimate_at(&one, req.devices, Some(limit), &Samples::default())
+        .ok()?
+        .census;
+    let (p, work) = (req.devices, req.work);
+    let at = |r: usize| need_on(&census, work, r);
+    if !memory_fits(&at(p.max(1)), Some(limit)) {
+        return None;
+    }
+    Some(largest_below(p, &|x| !memory_fits(&at(x), Some(limit))) + 1)
 }
 
 /// [`ensure_fits`] against a given amount of available memory (`None`: unknown, only
-/// the planner's limits apply).
+/// the planner's limits and the time limit apply).
 pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> {
+    ensure_fits_within(req, avail, &time_limit()?)
+}
+
+/// [`ensure_fits`] against given limits of memory and time.
+pub fn ensure_fits_within(
+    req: &Request,
+    avail: Option<&Available>,
+    time_limit: &TimeLimit,
+) -> Result<Need> {
     let p = req.devices;
-    let limit = avail.map(|a| a.bytes as f64);
+    let limits = Limits {
+        memory: avail.map(|a| a.bytes as f64),
+        seconds: time_limit.seconds,
+    };
+    let limit = limits.memory;
     if p > MAX_DEVICES {
-        let largest = largest_p(req, MAX_DEVICES + 1, limit);
+        let largest = largest_p(req, MAX_DEVICES + 1, limits, &Samples::default());
         return Err(Error::TooLarge(format!(
             "{}: P={p} is beyond what the planner supports (at most {MAX_DEVICES} devices); {}",
             req.what,
             largest_p_text(largest)
         )));
     }
-    let n = estimate_at(req, p, limit)?;
-    if fits(&n, limit) {
+    let seen = Samples::default();
+    let n = estimate_at(req, p, limit, &seen)?;
+    if fits(req, &n, limits) {
         return Ok(n);
     }
-    let largest = largest_p(req, p, limit);
-    let repeats = (req.repeat > 1).then(|| largest_repeat(req, limit));
+    let largest = largest_p(req, p, limits, &seen);
+    let repeats = (req.repeat > 1).then(|| largest_repeat(req, limits, &seen));
     if !planner_ok(&n) {
         let ops = n.census.traced.map_or(0.0, |t| t.ops);
         return Err(Error::TooLarge(format!(
@@ -105,16 +292,23 @@ pub fn ensure_fits_in(req: &Request, avail: Option<&Available>) -> Result<Need> 
             repeat_text(repeats)
         )));
     }
-    let avail = avail.expect("a need only fails to fit a known limit");
+    if !memory_ok(&n, limit) {
+        let avail = avail.expect("a need only fails to fit a known limit");
+        return Err(Error::TooLarge(
+            message(req, &n, avail, largest) + &repeat_text(repeats),
+        ));
+    }
+    let t = time(&n.census, req.work);
     Err(Error::TooLarge(
-        message(req, &n, avail, largest) + &repeat_text(repeats),
+        time_message(req, &t, time_limit, largest) + &repeat_text(repeats),
     ))
 }
 
 /// The largest repeat count below the request's whose need fits at its P (0: none).
-fn largest_repeat(req: &Request, limit: Option<f64>) -> usize {
+fn largest_repeat(req: &Request, limits: Limits, seen: &Samples) -> usize {
     largest_below(req.repeat, &|r| {
-        estimate_repeated(req, req.devices, limit, r).is_ok_and(|n| fits(&n, limit))
+        estimate_repeated(req, req.devices, limits.memory, r, seen)
+            .is_ok_and(|n| fits(req, &n, limits))
     })
 }
 
@@ -143,9 +337,9 @@ fn repeat_text(largest: Option<usize>) -> String {
 
 /// The largest P below `above` whose need fits (0: none), by bisection (needs grow with
 /// P). A P the kernel cannot be built at counts as not fitting.
-fn largest_p(req: &Request, above: usize, limit: Option<f64>) -> usize {
+fn largest_p(req: &Request, above: usize, limits: Limits, seen: &Samples) -> usize {
     largest_below(above, &|q| {
-        estimate_at(req, q, limit).is_ok_and(|n| fits(&n, limit))
+        estimate_at(req, q, limits.memory, seen).is_ok_and(|n| fits(req, &n, limits))
     })
 }
 
@@ -155,6 +349,68 @@ fn largest_p_text(largest: usize) -> String {
     } else {
         format!("the largest P that fits is {largest}")
     }
+}
+
+/// The refusal of work that fits in memory but not in the time limit: the estimate, what
+/// it is made of, and the largest count (and P) that fits.
+fn time_message(req: &Request, t: &Time, limit: &TimeLimit, largest: usize) -> String {
+    let mut parts: Vec<String> = t
+        .terms
+        .iter()
+        .filter(|x| x.n > 0)
+        .map(|x| {
+            format!(
+                "{} {}: {} of about {}{}",
+                x.flag,
+                x.n,
+                if x.n == 1 {
+                    x.unit.trim_end_matches('s')
+                } else {
+                    x.unit
+                },
+                crate::units::seconds(x.each),
+                if x.n == 1 { "" } else { " each" }
+            )
+        })
+        .collect();
+    parts.push(format!(
+        "{} to plan {} traced ops",
+        crate::units::seconds(t.ops * super::time::PLAN_SECONDS_PER_OP),
+        count(t.ops)
+    ));
+    let mut hints = Vec::new();
+    if let Some(d) = t.dominant() {
+        let most = t.largest(d, limit.seconds);
+        let least = match req.work {
+            // A check runs every deterministic schedule: P + 3 of them.
+            Work::Check {
+                deterministic: true,
+                ..
+            } => req.devices as f64 + 3.0,
+            _ => 1.0,
+        };
+        if most >= least {
+            hints.push(format!("the largest {} that fits is {}", d.flag, most));
+        } else if least > 1.0 {
+            hints.push(format!(
+                "even the {} deterministic schedules a check of P={} runs do not fit \
+                 (--replay SPEC checks one)",
+                least, req.devices
+            ));
+        }
+    }
+    if hints.is_empty() || largest > 0 {
+        hints.push(largest_p_text(largest));
+    }
+    format!(
+        "too long: {} would take about {} ({}), beyond the time limit of {} ({}); {}",
+        req.what,
+        crate::units::seconds(t.seconds()),
+        parts.join(", "),
+        crate::units::seconds(limit.seconds),
+        limit.source,
+        hints.join("; ")
+    )
 }
 
 fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String {
@@ -174,6 +430,12 @@ fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String
         ));
     }
     let mut hints = vec![largest_p_text(largest)];
+    match fewest_ranks(req, limit) {
+        Some(r) if r > req.share.ranks => hints.push(format!(
+            "it needs {r} ranks of this size (`mpirun -np {r}` with a build of --features mpi; `--ranks-needed` tells)"
+        )),
+        _ => {}
+    }
     let knob = |s: Scales| {
         let rest = host - n.host_scaling(s);
         let part = n.host_scaling(s);
@@ -189,9 +451,9 @@ fn message(req: &Request, n: &Need, avail: &Available, largest: usize) -> String
             ));
         }
     }
-    if let Work::Bench { iters, .. } = req.work {
+    if let Work::Bench { iters, warmup, .. } = req.work {
         if let Some(f) = knob(Scales::Iterations) {
-            let most = (iters as f64 * f).floor();
+            let most = (iters.max(warmup) as f64 * f).floor();
             if most >= 1.0 {
                 hints.push(format!("the largest -n / -w that fits is {most}"));
             }
@@ -235,6 +497,7 @@ mod tests {
             devices: p,
             build,
             repeat: 1,
+            share: Share::default(),
             work: Work::Run {
                 buffers: Buffers::Host,
                 gpu: false,

@@ -1,6 +1,7 @@
 //! How much host memory this process may use, read when a command starts: the
 //! `TPUSIM_MEMORY_LIMIT` override, else `MemAvailable` in `/proc/meminfo`, lowered to
-//! what the process's cgroup (v2) still allows.
+//! what the process's cgroup (v2) still allows and to what its address-space limit
+//! (`ulimit -v`) leaves: work the budget passes must not abort on an allocation.
 
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -49,7 +50,55 @@ pub fn available() -> Result<Option<Available>> {
             };
         }
     }
+    if let Some(left) = address_space_left() {
+        if left < avail.bytes {
+            avail = Available {
+                bytes: left,
+                source: "what the address-space limit (ulimit -v) leaves this process".into(),
+            };
+        }
+    }
     Ok(Some(avail))
+}
+
+/// Bytes the address-space limit (RLIMIT_AS, `ulimit -v`) still leaves the process for
+/// the budget: two thirds of the limit less what it has mapped (`VmSize` in
+/// `/proc/self/status`), if limited.
+fn address_space_left() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only writes the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0
+            || r.rlim_cur == libc::RLIM_INFINITY
+        {
+            return None;
+        }
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let mapped = vm_size(&status)?;
+        // Two thirds of it: address space also holds what memory use does not
+        // count, a vector's old and new buffers while it grows and allocators' arenas
+        // (psum's largest P by the whole figure, or three quarters, aborted under `ulimit -v
+        // 1048576`).
+        // rlim_t is u64 on Linux, not everywhere.
+        #[allow(clippy::unnecessary_cast)]
+        let limit = r.rlim_cur as u64;
+        Some(limit.saturating_sub(mapped) / 3 * 2)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// `VmSize` (the address space mapped) from the text of `/proc/self/status`, in bytes.
+fn vm_size(status: &str) -> Option<u64> {
+    let v = status.lines().find_map(|l| l.strip_prefix("VmSize:"))?;
+    let kib: u64 = v.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// `MemAvailable` from the text of `/proc/meminfo`, in bytes.
@@ -85,5 +134,14 @@ mod tests {
         assert_eq!(meminfo_available(text), Some(24237164 * 1024));
         assert_eq!(meminfo_available("MemTotal: 5 kB\n"), None);
         assert_eq!(meminfo_available("MemAvailable: x kB\n"), None);
+    }
+
+    #[test]
+    fn reads_the_mapped_address_space() {
+        assert_eq!(
+            vm_size("Name:\ttpusim\nVmPeak:\t 9 kB\nVmSize:\t  123456 kB\n"),
+            Some(123456 * 1024)
+        );
+        assert_eq!(vm_size("VmRSS:\t 5 kB\n"), None);
     }
 }

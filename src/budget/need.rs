@@ -39,17 +39,29 @@ pub enum Work {
     },
     /// `check`: the race checker under one schedule at a time. It holds no data, but
     /// only shapes a run could hold are checked, so the buffers count as on the host.
-    Check,
+    Check {
+        /// Schedules asked for, run one after the other (each a whole run of the
+        /// kernel).
+        schedules: u64,
+        /// The schedules are `check`'s set: every deterministic policy (run-ahead once
+        /// per device), so at least P + 3 of them at P devices ([`Work::schedules`]).
+        deterministic: bool,
+    },
     /// `trace`: the symbolic executor's step table.
     Trace,
-    /// `bench` at its largest size, `iters` iterations encoded into one submission.
+    /// `bench` at its largest size: `warmup`, then `iters` iterations, each batch encoded
+    /// into one submission, then `checks` iterations read back and compared.
     Bench {
         /// Where the buffers live.
         buffers: Buffers,
         /// On the GPU.
         gpu: bool,
-        /// The most iterations encoded at once (timed or warm-up).
+        /// Timed iterations (`-n`).
         iters: u64,
+        /// Warm-up iterations (`-w`).
+        warmup: u64,
+        /// Check iterations (`-c`).
+        checks: u64,
     },
     /// `apply` on a `.npy` file of `file_bytes`.
     Apply {
@@ -60,6 +72,21 @@ pub enum Work {
         /// Size of the input file.
         file_bytes: u64,
     },
+}
+
+impl Work {
+    /// The schedules a check of `devices` devices runs (0 for other work): the
+    /// schedules asked for, or at least P + 3 for `check`'s set.
+    pub fn schedules(&self, devices: usize) -> u64 {
+        match *self {
+            Work::Check {
+                schedules,
+                deterministic: true,
+            } => schedules.max((devices as u64).saturating_add(3)),
+            Work::Check { schedules, .. } => schedules,
+            _ => 0,
+        }
+    }
 }
 
 /// What a part of the need grows with (the knob that makes it smaller).
@@ -171,7 +198,17 @@ impl Need {
 /// The need of `work` on the kernel counted by `c` (sampled or not: unsampled, the
 /// traced parts are left out, so the need is a lower bound).
 pub fn need(c: &Census, work: Work) -> Need {
+    need_on(c, work, 1)
+}
+
+/// The need of `work` on one rank of `ranks` of a partitioned run
+/// ([`crate::exec::ranks`]; 1: one process): each rank plans the whole program and
+/// schedule and computes the reference from every device's inputs, but holds the
+/// buffers, recorded commands and results of its own devices only (at most ⌈P/R⌉), and
+/// the messages in flight (at most one device's memory).
+pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
     let p = c.devices;
+    let held = (p / ranks.max(1) as f64).ceil().min(p);
     let t = c.traced.unwrap_or_default();
     let ops = p * t.ops;
     let dmas = p * t.dmas;
@@ -204,7 +241,8 @@ pub fn need(c: &Census, work: Work) -> Need {
         Scales::Program,
     );
     // Inputs, the reference's result and the result read back, on the host.
-    let host_data = p * (c.input_bytes + 2.0 * c.output_bytes);
+    let host_data = p * (c.input_bytes + c.output_bytes) + held * c.output_bytes;
+    let held_ops = data_ops * held / p.max(1.0);
     let mut device = Vec::new();
     match work {
         Work::Run {
@@ -214,13 +252,13 @@ pub fn need(c: &Census, work: Work) -> Need {
             timeline,
         } => {
             host("inputs, reference and result", host_data, Scales::Data);
-            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+            executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if model {
                 cost_model(&mut host, ops, timeline);
             }
         }
         Work::Model { timeline } => cost_model(&mut host, ops, timeline),
-        Work::Check => {
+        Work::Check { .. } => {
             host("race checker", checker(c, &t, data_ops), Scales::Program);
             host(
                 "the data a run of this shape holds",
@@ -233,13 +271,16 @@ pub fn need(c: &Census, work: Work) -> Need {
             buffers,
             gpu,
             iters,
+            warmup,
+            ..
         } => {
             host("inputs, reference and result", host_data, Scales::Data);
-            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+            executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if gpu {
+                // The most iterations encoded at once (timed or warm-up).
                 host(
                     "encoded iterations",
-                    iters as f64 * data_ops * ENCODE_BYTES_PER_DATA_OP,
+                    iters.max(warmup) as f64 * held_ops * ENCODE_BYTES_PER_DATA_OP,
                     Scales::Iterations,
                 );
             }
@@ -257,8 +298,15 @@ pub fn need(c: &Census, work: Work) -> Need {
                 Scales::Data,
             );
             host("results", 5.0 * p * c.output_bytes, Scales::Data);
-            executor(&mut host, &mut device, c, buffers, gpu, data_ops);
+            executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
         }
+    }
+    let runs = matches!(
+        work,
+        Work::Run { .. } | Work::Bench { .. } | Work::Apply { .. }
+    );
+    if ranks > 1 && runs {
+        host("messages in flight", c.alloc_bytes, Scales::Data);
     }
     parts.extend(device);
     Need {
@@ -279,16 +327,17 @@ fn cost_model(host: &mut impl FnMut(&'static str, f64, Scales), ops: f64, timeli
     }
 }
 
-/// The executor's parts: its buffers (host or device) and, on the GPU, the recording.
+/// The executor's parts for the `p` devices it holds: their buffers (host or device)
+/// and, on the GPU, the recording of `data_ops` ops.
 fn executor(
     host: &mut impl FnMut(&'static str, f64, Scales),
     device: &mut Vec<Part>,
     c: &Census,
     buffers: Buffers,
     gpu: bool,
+    p: f64,
     data_ops: f64,
 ) {
-    let p = c.devices;
     let bytes = if gpu {
         // Pooled buffers and the readback staging buffers.
         p * c.pooled_bytes + p * c.output_bytes

@@ -48,6 +48,10 @@ pub struct ApplyArgs {
     /// Executor: auto (the GPU one on a hardware adapter, else the CPU one), gpu or cpu.
     #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Print how many ranks (processes with this one's memory, `mpirun -np N`) the apply
+    /// needs, and exit.
+    #[arg(long)]
+    pub ranks_needed: bool,
 }
 
 /// `tpusim apply`: shard, run, compare with XLA's result, join, write.
@@ -78,7 +82,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let output = Output::check(&a.output, "result")?;
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
     let global = read_npy(&a.input)?;
-    let job = Job::collective(c.clone(), place.clone());
+    let job = Job::collective(c.clone(), place.clone()).on_ranks(super::ranks::share());
     // Check the scale before the array is split (the shard shape, or the nearest one the
     // collective serves at other P).
     let p = mesh.size();
@@ -103,6 +107,19 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             &note,
         )
     };
+    if a.ranks_needed {
+        return super::run::ranks_needed(
+            &sized,
+            Work::Apply {
+                buffers: match backend {
+                    Backend::Gpu => Buffers::Device,
+                    Backend::Cpu | Backend::Auto => Buffers::Host,
+                },
+                gpu: backend == Backend::Gpu,
+                file_bytes,
+            },
+        );
+    }
     // The executor, once the work is known to fit its memory (and host memory, where
     // the GPU's buffers live there).
     let fitted_executor = || {
@@ -110,7 +127,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             Backend::Cpu | Backend::Auto => Buffers::Host,
             Backend::Gpu => Buffers::Device,
         })?;
-        let exec = chosen.open()?;
+        let exec = super::executor(&chosen)?;
         if backend == Backend::Gpu && exec.buffers_in_host_memory() {
             fit(Buffers::Host)?;
         }
@@ -129,7 +146,9 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             &[vec![want]],
             c.tolerance_for(global.dtype, mesh.size()),
         );
-        output.write_with(|w| write_to(w, &got))?;
+        if super::ranks::runs_alone() {
+            output.write_with(|w| write_to(w, &got))?;
+        }
         outln!(
             "{} on P={} ({}): {:?} {} in P({i}) -> {:?} out P({o}), written to {}; {wrong} wrong vs XLA semantics",
             c.name(),
@@ -161,7 +180,9 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         c.tolerance_for(global.dtype, mesh.size()),
     );
     let result = got.unshard()?;
-    output.write_with(|w| write_to(w, &result))?;
+    if super::ranks::runs_alone() {
+        output.write_with(|w| write_to(w, &result))?;
+    }
     outln!(
         "{} on P={} ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {out_dim}, written to {}; {wrong} wrong vs XLA semantics",
         c.name(),

@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// cost model's clock) instead of the simulator's own timing.
     #[command(flatten)]
     model: super::run::ModelArgs,
+    /// Print how many ranks (processes with this one's memory, `mpirun -np N`) the
+    /// sweep's largest size needs, and exit.
+    #[arg(long)]
+    ranks_needed: bool,
 }
 
 /// `tpusim bench`.
@@ -111,9 +115,22 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .map(|n| {
             let c = reg.by_name(n)?;
             let place = a.place.placement(c.as_ref())?;
-            Job::collective(c, place).repeat(a.repeat)
+            Ok(Job::collective(c, place)
+                .repeat(a.repeat)?
+                .on_ranks(super::ranks::share()))
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
+    if a.ranks_needed {
+        let mut ok = true;
+        for job in &jobs {
+            if let Some((j, work)) =
+                tpusim::bench::largest(job, &cfg, backend == Backend::Gpu, backend == Backend::Cpu)?
+            {
+                ok &= super::run::ranks_needed(&j, work)?;
+            }
+        }
+        return Ok(ok);
+    }
     // Refused before the adapter is opened; the sweep checks again with its buffers.
     if model.is_none() {
         for job in &jobs {
@@ -194,7 +211,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         }
         return Ok(true);
     }
-    let exec = chosen.open()?;
+    let exec = super::executor(&chosen)?;
     meta["backend"] = serde_json::json!(a.backend);
     meta["executor"] = serde_json::json!(if chosen.is_gpu() { "gpu" } else { "cpu" });
     meta["adapter"] = serde_json::json!(exec.describe());
@@ -212,19 +229,35 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
     outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops at this executor's best rates, same run, plus a submission's fixed cost)")?;
-    outln!("{}", header())?;
+    let on_ranks = super::ranks::current().is_some();
+    if let Some(r) = super::ranks::current() {
+        outln!(
+            "# {}",
+            tpusim::exec::ranks::Partition::new(cfg.devices, r.size())?.describe()
+        )?;
+        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages)")?;
+    }
+    outln!(
+        "{}{}",
+        header(),
+        if on_ranks {
+            tpusim::bench::rank_header()
+        } else {
+            String::new()
+        }
+    )?;
     let mut rows = Vec::new();
     for job in &jobs {
         let r = sweep(job, &cfg, exec.as_ref(), &mut progress)?;
         status.suspend(|| r.iter().try_for_each(|row| outln!("{}", line(row))))?;
         rows.extend(r);
     }
-    if let Some(out) = &json {
+    if let Some(out) = json.as_ref().filter(|_| super::ranks::runs_alone()) {
         meta["rows"] = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
         out.write_with(|w| serde_json::to_writer_pretty(w, &meta).map_err(std::io::Error::from))?;
     }
     let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();
-    if wrong > 0 {
+    if wrong > 0 && !super::out::quiet() {
         eprintln!("tpusim: {wrong} wrong elements");
     }
     Ok(wrong == 0)
@@ -240,7 +273,8 @@ struct Status {
 impl Status {
     fn new() -> Self {
         use std::io::IsTerminal;
-        let bar = std::io::stderr().is_terminal().then(|| {
+        // Not on ranks other than 0 (quiet): one process reports.
+        let bar = (std::io::stderr().is_terminal() && !super::out::quiet()).then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             if let Ok(style) =
                 indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
@@ -259,7 +293,8 @@ impl Status {
             (Progress::Size(s), Some(b)) => b.set_message(s.to_string()),
             (Progress::Size(_), None) => {}
             (Progress::Skipped(s), Some(b)) => b.println(format!("skipped {s}")),
-            (Progress::Skipped(s), None) => eprintln!("skipped {s}"),
+            (Progress::Skipped(s), None) if !super::out::quiet() => eprintln!("skipped {s}"),
+            (Progress::Skipped(_), None) => {}
         }
     }
 

@@ -95,11 +95,13 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
     let p = a.place.mesh()?.size();
     let at = a.place.flags();
-    let specs = match &a.replay {
+    // The schedules: one to replay, or the check set, made only once the budget has
+    // counted it (it has P + 3 entries at least).
+    let replay = match &a.replay {
         Some(s) => {
             let spec = ScheduleSpec::parse(s)?;
             spec.validate(p)?;
-            vec![spec]
+            Some(spec)
         }
         None => {
             if !(1..=MAX_SCHEDULES).contains(&a.schedules) {
@@ -108,7 +110,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
                     a.schedules
                 )));
             }
-            ScheduleSpec::check_set(p, a.schedules, a.seed)
+            None
         }
     };
     let names: Vec<&str> = if name == "all" {
@@ -138,13 +140,20 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             job = job.with_shape(s);
         }
         job.pallas_call()?;
-        job.ensure_fits(Work::Check)?;
+        job.ensure_fits(Work::Check {
+            schedules: if replay.is_some() {
+                1
+            } else {
+                a.schedules as u64
+            },
+            deterministic: replay.is_none(),
+        })?;
         let shown = format!("P={}", job.place().describe());
         let repeat = match a.repeat {
             1 => String::new(),
             k => format!(" --repeat {k}"),
         };
-        let (title, replay) = match &a.variant {
+        let (title, replay_cmd) = match &a.variant {
             Some(v) => (
                 format!("{n} --variant {v}{repeat} {shown}"),
                 format!("tpusim check {n} {at} --variant {v}{repeat}"),
@@ -154,12 +163,15 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
                 format!("tpusim check {n} {at}{repeat}"),
             ),
         };
-        runs.push((job, title, replay));
+        runs.push((job, title, replay_cmd));
     }
     let mut clean = true;
-    for (job, title, replay) in runs {
-        let report = job.check(&specs)?;
-        print_report(&title, &replay, &report)?;
+    for (job, title, replay_cmd) in runs {
+        let report = match replay {
+            Some(spec) => job.check(&[spec])?,
+            None => job.check_set(a.schedules, a.seed)?,
+        };
+        print_report(&title, &replay_cmd, &report)?;
         clean &= report.is_clean();
     }
     Ok(clean)

@@ -26,6 +26,8 @@ pub fn quiet_driver() -> Option<tempfile::TempDir> {
         .tempdir()
         .ok()?;
     std::env::set_var("XDG_RUNTIME_DIR", dir.path());
+    // A signal ends the process before the guard is dropped: the handler removes it.
+    tpusim::files::remove_on_signals(dir.path());
     Some(dir)
 }
 

@@ -9,6 +9,7 @@ mod driver_env;
 mod out;
 mod place;
 mod plot;
+mod ranks;
 mod run;
 mod trace;
 
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use tpusim::collectives::Registry;
 use tpusim::exec::gpu::adapters_report;
+use tpusim::exec::Executor;
 use tpusim::Error;
 
 #[derive(Parser)]
@@ -55,13 +57,16 @@ enum Cmd {
 
 /// Prints a failure and says the exit status: 2 for bad input, 1 otherwise.
 pub fn fail(e: &Error) -> ExitCode {
-    eprintln!("tpusim: {e}");
+    if !out::quiet() {
+        eprintln!("tpusim: {e}");
+    }
     match e {
         Error::BadInput(_)
         | Error::NoAdapter(_)
         | Error::Limit { .. }
         | Error::TooLarge(_)
         | Error::File { .. } => ExitCode::from(2),
+        Error::Rank { status, .. } => ExitCode::from(*status),
         _ => ExitCode::from(1),
     }
 }
@@ -76,20 +81,48 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
     }
 }
 
+/// The executor `chosen` stands for (on ranks, this rank's part: with the GPU of its
+/// local rank), its description saying why `auto` chose it.
+pub fn executor(chosen: &tpusim::exec::Chosen) -> tpusim::Result<Box<dyn Executor>> {
+    let exec = chosen.open_plain(ranks::local_rank())?;
+    Ok(chosen.noted(ranks::wrap(exec)))
+}
+
+/// Runs a command that holds no data (`check`, `trace`, `info`) on rank 0 alone.
+fn alone(f: impl FnOnce() -> tpusim::Result<bool>) -> tpusim::Result<bool> {
+    if ranks::runs_alone() {
+        f()
+    } else {
+        Ok(true)
+    }
+}
+
 /// Parses the command line and runs it over the collectives of `registry`.
 pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
     let reg = &registry;
     // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
     let _runtime_dir = driver_env::quiet_driver();
-    match cli.cmd {
-        Cmd::Info => exit(adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),
-        Cmd::Run(a) => exit(run::run(reg, &a)),
-        Cmd::Apply(a) => exit(apply::apply(reg, &a)),
-        Cmd::Trace(a) => exit(trace::trace(reg, &a)),
-        Cmd::Check(a) => exit(check::check(reg, &a)),
-        Cmd::Bench(a) => exit(bench::bench(reg, &a)),
-        Cmd::Plot(a) => exit(plot::plot(&a)),
-        Cmd::Demo { backend } => exit(run::demo(reg, &backend)),
-    }
+    // SIGINT, SIGTERM and SIGHUP remove the temporary file of an output being written
+    // (without the handler a signal still ends the process; only the file would stay).
+    let _ = tpusim::files::remove_temporaries_on_signals();
+    let on_ranks = ranks::launch();
+    let result = match cli.cmd {
+        Cmd::Info => alone(|| adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),
+        Cmd::Run(a) => run::run(reg, &a),
+        Cmd::Apply(a) => apply::apply(reg, &a),
+        Cmd::Trace(a) => alone(|| trace::trace(reg, &a)),
+        Cmd::Check(a) => alone(|| check::check(reg, &a)),
+        Cmd::Bench(a) => bench::bench(reg, &a),
+        Cmd::Plot(a) => alone(|| plot::plot(&a)),
+        Cmd::Demo { backend } => run::demo(reg, &backend),
+    };
+    // The ranks agree on the outcome, so every one exits with the same status.
+    let result = match &on_ranks {
+        Some(r) => r.conclude(result),
+        None => result,
+    };
+    drop(on_ranks);
+    ranks::finish();
+    exit(result)
 }

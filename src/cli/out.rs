@@ -3,10 +3,28 @@
 //! quietly, as other Unix tools do.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tpusim::Error;
+
+/// Set on the ranks of a partitioned run other than rank 0: they print nothing.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process print nothing (a rank other than 0).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn set_quiet() {
+    QUIET.store(true, Ordering::SeqCst);
+}
+
+/// True when this process prints nothing.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::SeqCst)
+}
 
 /// Writes `args` to standard output, then a newline if `newline`.
 pub fn write(args: std::fmt::Arguments, newline: bool) -> tpusim::Result<()> {
+    if quiet() {
+        return Ok(());
+    }
     let mut o = std::io::stdout().lock();
     o.write_fmt(args)
         .and_then(|()| if newline { o.write_all(b"\n") } else { Ok(()) })

@@ -48,6 +48,14 @@ pub struct RunArgs {
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// With --model: model the run without executing it (no data is made, no adapter
+    /// opened), for shapes too large to execute here.
+    #[arg(long)]
+    no_exec: bool,
+    /// Print how many ranks (processes with this one's memory, `mpirun -np N`) the run
+    /// needs, and exit.
+    #[arg(long)]
+    ranks_needed: bool,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -70,9 +78,12 @@ pub struct ModelArgs {
     /// Override: local DMA latency, microseconds.
     #[arg(long)]
     dma_latency_us: Option<f64>,
-    /// Override: VMEM compute rate, giga-elements per second.
+    /// Override: vector unit rate, giga-elements per second.
     #[arg(long)]
     vector_gelems: Option<f64>,
+    /// Override: matrix unit peak (bf16), TFLOP/s.
+    #[arg(long)]
+    mxu_tflops: Option<f64>,
     /// Override: VMEM bytes per device (0: unlimited).
     #[arg(long)]
     vmem_bytes: Option<u64>,
@@ -95,6 +106,7 @@ impl ModelArgs {
             (Knob::HbmGbps, self.hbm_gbps),
             (Knob::DmaLatencyUs, self.dma_latency_us),
             (Knob::VectorGelems, self.vector_gelems),
+            (Knob::MxuTflops, self.mxu_tflops),
             (Knob::VmemBytes, self.vmem_bytes.map(|v| v as f64)),
         ]
         .into_iter()
@@ -135,6 +147,45 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
         .with_dtype(DType::parse_collective(&a.dtype)?)
         .with_schedule(schedule)
         .repeat(a.repeat)
+        .map(|j| j.on_ranks(super::ranks::share()))
+}
+
+/// `--ranks-needed`: how many ranks of this process's size `work` on `job` needs.
+pub fn ranks_needed(job: &Job, work: Work) -> tpusim::Result<bool> {
+    let (r, need, avail) = job.ranks_needed(work)?;
+    let shape: Vec<String> = job.shape().iter().map(|d| d.to_string()).collect();
+    let of = avail.map_or_else(
+        || "memory unknown".to_string(),
+        |a| format!("of {} ({})", tpusim::units::bytes(a.bytes as f64), a.source),
+    );
+    outln!(
+        "{} P={} shape={}: {r} rank{} of this size (about {} of host memory per rank, {of})",
+        job.name(),
+        job.place().describe(),
+        shape.join("x"),
+        if r == 1 { "" } else { "s" },
+        tpusim::units::bytes(need.host()),
+    )?;
+    Ok(true)
+}
+
+/// The ranks' line under a run's result: the split, the bytes that crossed ranks, each
+/// rank's busy share of the run.
+pub fn ranks_line(
+    part: &tpusim::exec::ranks::Partition,
+    report: &tpusim::exec::ranks::RunReport,
+) -> tpusim::Result<()> {
+    let busy: Vec<String> = report
+        .busy_fractions()
+        .iter()
+        .map(|b| format!("{:.0}%", 100.0 * b))
+        .collect();
+    outln!(
+        "ranks: {}; {} crossed ranks; busy share of the run per rank: {}",
+        part.describe(),
+        tpusim::units::bytes(report.crossed_bytes() as f64),
+        busy.join(" ")
+    )
 }
 
 /// One result line of `run` and `demo`.
@@ -153,6 +204,9 @@ fn run_one(job: &Job, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool
         r.plan_time.as_secs_f64() * 1e3,
         r.exec_time.as_secs_f64() * 1e3
     )?;
+    if let Some((part, report)) = &r.ranks {
+        ranks_line(part, report)?;
+    }
     Ok(r.wrong == 0)
 }
 
@@ -170,7 +224,33 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
         n.ideal_seconds * 1e6,
         100.0 * m.ideal_fraction().unwrap_or(0.0)
     )?;
-    if let Some(out) = timeline {
+    let o = &m.overlap;
+    if o.mxu_seconds + o.vpu_seconds > 0.0 {
+        let per = |s: f64| s / m.devices.max(1) as f64 * 1e6;
+        let flops = match m.tflops() {
+            Some((t, peak)) => format!(
+                ", {t:.1} TFLOP/s per chip ({:.0}% of the {:.0} TFLOP/s bf16 peak)",
+                100.0 * peak,
+                m.model.mxu_flops / 1e12
+            ),
+            None => String::new(),
+        };
+        let hidden = match o.hidden() {
+            Some(h) => format!(
+                "; communication hidden: {:.0}% ({:.3} of {:.3} us per device under compute)",
+                100.0 * h,
+                per(o.hidden_seconds),
+                per(o.comm_seconds)
+            ),
+            None => String::new(),
+        };
+        outln!(
+            "compute: MXU {:.3} us, VPU {:.3} us per device{flops}{hidden}",
+            per(o.mxu_seconds),
+            per(o.vpu_seconds)
+        )?;
+    }
+    if let Some(out) = timeline.filter(|_| super::ranks::runs_alone()) {
         let name = job
             .collective_of()
             .map_or_else(|| job.name(), |c| c.name().to_string());
@@ -199,9 +279,30 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         .as_deref()
         .map(|t| Output::check(t, "timeline"))
         .transpose()?;
+    if a.no_exec {
+        let Some(m) = &model else {
+            return Err(Error::bad_input(
+                "--no-exec models the run without executing it: it needs --model",
+            ));
+        };
+        job.ensure_fits(Work::Model {
+            timeline: timeline.is_some(),
+        })?;
+        let modeled = job.model(m, None)?;
+        let shape: Vec<String> = job.shape().iter().map(|d| d.to_string()).collect();
+        outln!(
+            "{:<19} P={:<3} shape={} dtype={}: modeled only (--no-exec)",
+            job.name(),
+            job.place().describe(),
+            shape.join("x"),
+            job.dtype()
+        )?;
+        model_report(&job, &modeled, timeline.as_ref())?;
+        return Ok(true);
+    }
     // Refused before the adapter is opened (the GPU's buffers count as host memory once
     // it says they are, in the run itself).
-    job.ensure_fits(Work::Run {
+    let work = Work::Run {
         buffers: match backend {
             Backend::Cpu | Backend::Auto => Buffers::Host,
             Backend::Gpu => Buffers::Device,
@@ -209,11 +310,15 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         gpu: backend == Backend::Gpu,
         model: model.is_some(),
         timeline: timeline.is_some(),
-    })?;
+    };
+    if a.ranks_needed {
+        return ranks_needed(&job, work);
+    }
+    job.ensure_fits(work)?;
     if let Some(m) = &model {
         m.check_vmem(&job.lower()?)?;
     }
-    let mut exec = chosen.open()?;
+    let mut exec = super::executor(&chosen)?;
     let ok = run_one(&job, exec.as_mut(), a.seed)?;
     if let Some(m) = &model {
         model_report(&job, &job.model(m, None)?, timeline.as_ref())?;
@@ -223,14 +328,15 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
 
 /// `tpusim demo`: every collective once, small, f32 and i32.
 pub fn demo(reg: &Registry, backend: &str) -> tpusim::Result<bool> {
-    let mut exec = Backend::parse(backend)?.resolve()?.open()?;
+    let mut exec = super::executor(&Backend::parse(backend)?.resolve()?)?;
     outln!("tpusim demo on {}", exec.describe())?;
     let mut ok = true;
     for c in reg.iter() {
         outln!("# {}: {}", c.name(), c.summary())?;
         for dtype in [DType::F32, DType::I32] {
-            let job =
-                Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x")?)).with_dtype(dtype);
+            let job = Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x")?))
+                .with_dtype(dtype)
+                .on_ranks(super::ranks::share());
             ok &= run_one(&job, exec.as_mut(), 0)?;
         }
     }

@@ -79,6 +79,10 @@ impl Collective for AllGather {
         (0, 0)
     }
 
+    fn trace_shape(&self, _p: usize) -> Option<Vec<usize>> {
+        Some(vec![1, 2])
+    }
+
     fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
         Some(TraceLayout {
             shape: vec![1, 2],

@@ -202,6 +202,10 @@ impl Collective for AllReduce2d {
     }
 
     /// One element per sub-chunk: column `o_ref[cK]` is sub-chunk K (chunk K/Y along x).
+    fn trace_shape(&self, p: usize) -> Option<Vec<usize>> {
+        Some(vec![p, 1])
+    }
+
     fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
         Some(TraceLayout {
             shape: vec![p, 1],

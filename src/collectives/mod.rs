@@ -2,9 +2,11 @@
 
 mod all_gather;
 mod all_gather_bidir;
+mod all_gather_matmul;
 mod all_to_all;
 mod allreduce_2d;
 mod barrier;
+mod matmul_reduce_scatter;
 mod ppermute;
 mod psum;
 mod psum_scatter;
@@ -19,9 +21,11 @@ pub mod variants;
 use crate::kernel::ReduceOp;
 pub use all_gather::{all_gather_kernel, AllGather};
 pub use all_gather_bidir::{all_gather_bidir_kernel, AllGatherBidir};
+pub use all_gather_matmul::{all_gather_matmul_kernel, AllGatherMatmul};
 pub use all_to_all::{all_to_all_kernel, AllToAll};
 pub use allreduce_2d::{allreduce_2d_kernel, AllReduce2d};
 pub use barrier::{mesh_barrier, neighbor_barrier};
+pub use matmul_reduce_scatter::{matmul_reduce_scatter_kernel, MatmulReduceScatter};
 pub use ppermute::{ppermute_kernel, right_shift_kernel, Ppermute};
 pub use psum::{psum_kernel, Psum};
 pub use psum_scatter::{reduce_scatter_kernel, PsumScatter};
@@ -80,6 +84,19 @@ pub trait Collective: Send + Sync {
             _ => t,
         }
     }
+    /// The relative tolerance for a run at shard shape `shard` in `dtype` over `devices`
+    /// devices: [`Collective::tolerance_for`] unless the bound depends on the shape (a
+    /// matmul's on the number of terms it sums).
+    fn tolerance_at(&self, _shard: &[usize], dtype: DType, devices: usize) -> f32 {
+        self.tolerance_for(dtype, devices)
+    }
+    /// Bytes of one device's part of the collective in nccl-tests' terms, before the
+    /// traffic class scales it ([`Traffic::size`]): its input buffer (the default), or
+    /// for a collective that computes, the operand its communication moves.
+    fn shard_bytes(&self, shard: &[usize], dtype: DType) -> u64 {
+        (crate::array::numel(shard).unwrap_or(usize::MAX) as u64)
+            .saturating_mul(dtype.size() as u64)
+    }
     /// One device's result shape for a per-device input of shape `shard` (XLA's
     /// per-shard output; the kernel's own output ref may be a reshape of it).
     fn output_shape(&self, _devices: usize, shard: &[usize]) -> Vec<usize> {
@@ -131,6 +148,12 @@ pub trait Collective: Send + Sync {
     fn trace_layout(&self, _p: usize) -> Option<TraceLayout> {
         None
     }
+    /// The shard shape of [`Collective::trace_layout`] at `p`, for the budget to check
+    /// before the layout is made (a layout may have a column per device). Collectives
+    /// whose layout grows with `p` say it without making it.
+    fn trace_shape(&self, p: usize) -> Option<Vec<usize>> {
+        self.trace_layout(p).map(|l| l.shape)
+    }
 }
 
 /// Relative tolerance for float reductions. The kernels sum in ring order in f32, the
@@ -179,4 +202,63 @@ pub fn identity(op: ReduceOp, dtype: DType) -> f64 {
         (ReduceOp::Min, DType::U8) => u8::MAX as f64,
         (ReduceOp::Min, DType::Bool) => 1.0,
     }
+}
+
+/// The operands of a matmul collective, from its shard shape: `MxKxN` (x is `[M, K]` on
+/// every device, w `[K, N]`), or `MxK` for a square `w` (`N = K`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    /// Rows of one device's x.
+    pub m: usize,
+    /// Columns of x, rows of w: the terms of each product's sum.
+    pub k: usize,
+    /// Columns of w.
+    pub n: usize,
+}
+
+impl MatmulShape {
+    /// The shape `shard` gives collective `name`, or why it gives none.
+    pub fn of(name: &str, shard: &[usize]) -> Result<Self> {
+        match *shard {
+            [m, k, n] if m > 0 && k > 0 && n > 0 => Ok(Self { m, k, n }),
+            [m, k] if m > 0 && k > 0 => Ok(Self { m, k, n: k }),
+            _ => Err(Error::bad_input(format!(
+                "`{name}` takes a shape MxKxN (x is MxK on every device, w is KxN) or MxK (w square), not {shard:?}"
+            ))),
+        }
+    }
+
+    /// x's shape.
+    pub fn x(&self) -> [usize; 2] {
+        [self.m, self.k]
+    }
+
+    /// w's shape.
+    pub fn w(&self) -> [usize; 2] {
+        [self.k, self.n]
+    }
+}
+
+/// The dtype a matmul in `dtype` accumulates in on the MXU (`preferred_element_type`):
+/// f32 for floats, i32 for integers.
+pub fn accumulator(dtype: DType) -> DType {
+    if dtype.is_float() {
+        DType::F32
+    } else {
+        DType::I32
+    }
+}
+
+/// The relative tolerance of a matmul result in `dtype` whose elements sum `terms`
+/// products in f32 and are rounded once to `dtype`, against the exact sum rounded once
+/// (the reference): the standard bound on a sum of `terms` products in f32, `terms · u`
+/// relative to `Σ|a_i b_i|` (u = 2^-24; the inputs are in [0, 1), so that is the
+/// result), plus the two roundings to `dtype` (the kernel's and the reference's, one
+/// unit roundoff each). 0 for integers: exact, wrapping as i32 does.
+pub fn matmul_tolerance(dtype: DType, terms: usize) -> f32 {
+    if !dtype.is_float() {
+        return 0.0;
+    }
+    let u32f = DType::F32.unit_roundoff();
+    (2.0 * dtype.unit_roundoff() + (terms as f64 + 1.0) * u32f) as f32
 }

@@ -296,7 +296,9 @@ impl Collective for PsumScatter {
 
     fn output_shape(&self, devices: usize, shard: &[usize]) -> Vec<usize> {
         let mut s = shard.to_vec();
-        s[0] /= devices;
+        if let Some(rows) = s.first_mut() {
+            *rows /= devices.max(1);
+        }
         s
     }
 

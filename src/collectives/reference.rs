@@ -67,10 +67,20 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
         DType::F32 | DType::F16 | DType::BF16 => (0..n)
             .map(|i| {
                 let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]));
+                // XLA's max and min propagate NaN (f64::max and min would drop it).
+                let nan_or = |f: fn(f64, f64) -> f64| {
+                    move |a: f64, b: f64| {
+                        if a.is_nan() || b.is_nan() {
+                            f64::NAN
+                        } else {
+                            f(a, b)
+                        }
+                    }
+                };
                 let r = match op {
                     ReduceOp::Sum => vals.sum::<f64>(),
-                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
-                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, nan_or(f64::max)),
+                    ReduceOp::Min => vals.fold(f64::INFINITY, nan_or(f64::min)),
                 };
                 dtype.bits_of(r)
             })
@@ -115,6 +125,110 @@ pub fn psum_scatter(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
                 })
                 .collect();
             vec![all_reduce(&blocks, ReduceOp::Sum)]
+        })
+        .collect()
+}
+
+/// `x @ w` for row-major `x` (`[m, k]` words of `x.dtype`) and `w` (`[k, n]`): the exact
+/// products summed in f64 (integers in i64), one value per element of the result.
+fn matmul_values(x: &HostArray, w: &HostArray, m: usize, k: usize, n: usize) -> Vec<f64> {
+    let t = x.dtype;
+    let xv: Vec<f64> = x.words.iter().map(|&b| t.value_of(b)).collect();
+    let wv: Vec<f64> = w.words.iter().map(|&b| t.value_of(b)).collect();
+    let mut out = vec![0.0f64; m * n];
+    if t.is_float() {
+        for i in 0..m {
+            for p in 0..k {
+                let a = xv[i * k + p];
+                let row = &wv[p * n..(p + 1) * n];
+                for (o, &b) in out[i * n..(i + 1) * n].iter_mut().zip(row) {
+                    *o += a * b;
+                }
+            }
+        }
+    } else {
+        let mut acc = vec![0i64; m * n];
+        for i in 0..m {
+            for p in 0..k {
+                let a = xv[i * k + p] as i64;
+                for j in 0..n {
+                    acc[i * n + j] = acc[i * n + j].wrapping_add(a * wv[p * n + j] as i64);
+                }
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = a as f64;
+        }
+    }
+    out
+}
+
+/// Values rounded once to `dtype` (integers wrap to i32, as an i32 accumulator does).
+fn rounded(dtype: DType, shape: &[usize], values: &[f64]) -> HostArray {
+    HostArray {
+        dtype,
+        shape: shape.to_vec(),
+        words: values
+            .iter()
+            .map(|&v| {
+                if dtype.is_float() {
+                    dtype.bits_of(v)
+                } else {
+                    (v as i64 as i32) as u32
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `all_gather(x, tiled) @ w` per device, for `inputs[device] = [x [m, k], w [k, n]]`:
+/// device i gets the gathered x (every device's rows, in device order) times its own
+/// w, as `[P, m, n]` (block j: x_j @ w_i), each element the exact sum rounded once.
+pub fn all_gather_matmul(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
+    let p = inputs.len();
+    inputs
+        .iter()
+        .map(|dev| {
+            let w = &dev[1];
+            let (k, n) = (w.shape[0], w.shape[1]);
+            let mut values = Vec::new();
+            for src in inputs {
+                let x = &src[0];
+                values.extend(matmul_values(x, w, x.shape[0], k, n));
+            }
+            let m = inputs[0][0].shape[0];
+            vec![rounded(w.dtype, &[p, m, n], &values)]
+        })
+        .collect()
+}
+
+/// `psum_scatter(x @ w)` over the leading dimension, for `inputs[device] = [x [m, k],
+/// w [k, n]]` with `m` a multiple of P: device d gets rows `d·m/P ..` of `Σ_j x_j @ w_j`
+/// (`[m/P, n]`), the exact sum over every device and term rounded once.
+pub fn matmul_reduce_scatter(inputs: &[Vec<HostArray>]) -> Vec<Vec<HostArray>> {
+    let p = inputs.len();
+    let (m, k) = (inputs[0][0].shape[0], inputs[0][0].shape[1]);
+    let n = inputs[0][1].shape[1];
+    let mut total = vec![0.0f64; m * n];
+    let integer = !inputs[0][0].dtype.is_float();
+    for dev in inputs {
+        for (t, v) in total
+            .iter_mut()
+            .zip(matmul_values(&dev[0], &dev[1], m, k, n))
+        {
+            // Integer partial sums wrap as the kernel's i32 adds do.
+            *t = if integer {
+                ((*t as i64).wrapping_add(v as i64) as i32) as f64
+            } else {
+                *t + v
+            };
+        }
+    }
+    let rows = m / p.max(1);
+    (0..p)
+        .map(|d| {
+            let block = &total[d * rows * n..(d + 1) * rows * n];
+            vec![rounded(inputs[0][0].dtype, &[rows, n], block)]
         })
         .collect()
 }

@@ -3,8 +3,8 @@
 //! `tpusim::cli::main_with`.
 
 use super::{
-    AllGather, AllGatherBidir, AllReduce2d, AllToAll, Collective, Options, Ppermute, Psum,
-    PsumScatter, RingAllReduce, RingAllReducePush,
+    AllGather, AllGatherBidir, AllGatherMatmul, AllReduce2d, AllToAll, Collective,
+    MatmulReduceScatter, Options, Ppermute, Psum, PsumScatter, RingAllReduce, RingAllReducePush,
 };
 use crate::error::{Error, Result};
 use crate::kernel::ReduceOp;
@@ -35,6 +35,8 @@ impl Registry {
             Arc::new(AllGatherBidir),
             Arc::new(AllToAll),
             Arc::new(AllReduce2d { op: ReduceOp::Sum }),
+            Arc::new(AllGatherMatmul),
+            Arc::new(MatmulReduceScatter),
         ];
         for c in all {
             r.register(c).expect("the shipped names are distinct");

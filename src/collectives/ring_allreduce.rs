@@ -230,6 +230,10 @@ impl Collective for RingAllReduce {
         Ok(Arc::new(RingAllReduce { op: opts.op }))
     }
 
+    fn trace_shape(&self, p: usize) -> Option<Vec<usize>> {
+        Some(vec![p, 1])
+    }
+
     fn trace_layout(&self, p: usize) -> Option<TraceLayout> {
         Some(TraceLayout {
             shape: vec![p, 1],
@@ -281,6 +285,10 @@ impl Collective for RingAllReducePush {
 
     fn with_options(&self, opts: &Options) -> Result<Arc<dyn Collective>> {
         Ok(Arc::new(RingAllReducePush { op: opts.op }))
+    }
+
+    fn trace_shape(&self, p: usize) -> Option<Vec<usize>> {
+        Some(vec![p, 1])
     }
 
     fn trace_layout(&self, p: usize) -> Option<TraceLayout> {

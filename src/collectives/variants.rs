@@ -7,7 +7,7 @@
 use super::allreduce_2d::{call_with, Handshakes2d};
 use super::psum::{psum_without, Handshakes};
 pub use super::variant::Variant;
-use super::{all_gather, ring_allreduce};
+use super::{all_gather, all_gather_matmul as agm, matmul_reduce_scatter as mrs, ring_allreduce};
 use crate::array::DType;
 use crate::error::Result;
 use crate::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, ReduceOp, Ref, Sem};
@@ -106,6 +106,62 @@ fn within_one() -> Vec<Variant> {
                     ..Handshakes2d::RIGHT
                 };
                 call_with(h, mesh, shard, dtype)
+            },
+        },
+        Variant {
+            collective: "all_gather_matmul",
+            name: "compute-before-wait",
+            summary: "the matmul of each arrived block runs before the wait for its arrival: the MXU reads the receive buffer while the left neighbour's DMA may still write it (race)",
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
+            build: |mesh, shard, dtype| {
+                let o = agm::Order {
+                    wait_first: false,
+                    ..agm::Order::RIGHT
+                };
+                agm::call_with(o, mesh, shard, dtype)
+            },
+        },
+        Variant {
+            collective: "all_gather_matmul",
+            name: "no-capacity-sem",
+            summary: "the capacity handshake removed: a device forwards into its right neighbour's buffer while the neighbour's matmul still reads it (race)",
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
+            build: |mesh, shard, dtype| {
+                let o = agm::Order {
+                    capacity: false,
+                    ..agm::Order::RIGHT
+                };
+                agm::call_with(o, mesh, shard, dtype)
+            },
+        },
+        Variant {
+            collective: "matmul_reduce_scatter",
+            name: "add-before-wait",
+            summary: "the left neighbour's partial sum is added before the wait for its arrival: the add reads the receive buffer while the DMA may still write it (race)",
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
+            build: |mesh, shard, dtype| {
+                let o = mrs::Order {
+                    wait_first: false,
+                    ..mrs::Order::RIGHT
+                };
+                mrs::call_with(o, mesh, shard, dtype)
+            },
+        },
+        Variant {
+            collective: "matmul_reduce_scatter",
+            name: "no-capacity-sem",
+            summary: "the capacity handshake removed: a device pushes a partial sum into a receive slot its right neighbour has not read yet (race)",
+            expect: Some(ProblemKind::Race),
+            repeat: 1,
+            build: |mesh, shard, dtype| {
+                let o = mrs::Order {
+                    capacity: false,
+                    ..mrs::Order::RIGHT
+                };
+                mrs::call_with(o, mesh, shard, dtype)
             },
         },
         Variant {

@@ -3,10 +3,11 @@
 
 pub mod cpu;
 pub mod gpu;
+pub mod ranks;
 
 use crate::array::HostArray;
 use crate::error::{Error, Result};
-use crate::ir::{Program, Schedule};
+use crate::ir::{Program, Schedule, View};
 use std::time::Duration;
 
 /// Runs a schedule on some memory. The lifecycle: [`Executor::prepare`] a schedule once
@@ -46,6 +47,35 @@ pub trait Executor {
         true
     }
 
+    /// Prepares `schedule` cut before each op index of `cuts` (increasing, each within
+    /// `1..ops.len()`): one memory, whose pieces run one at a time
+    /// ([`Prepared::run_piece`]) with views read and written between them
+    /// ([`Prepared::read_view`], [`Prepared::write_view`]), as a partitioned run
+    /// ([`ranks`]) sends and receives the bytes of DMAs between ranks.
+    fn prepare_pieces<'a>(
+        &'a self,
+        _program: &'a Program,
+        _schedule: &'a Schedule,
+        _cuts: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        Err(Error::bad_input(format!(
+            "the executor on {} cannot run a schedule in pieces",
+            self.describe()
+        )))
+    }
+
+    /// The ranks this executor spreads the devices over, when it is a partitioned
+    /// executor ([`ranks::RankExecutor`]): its devices' memory only is held here.
+    fn ranks(&self) -> Option<&ranks::Ranks> {
+        None
+    }
+
+    /// The executor that runs this one's data ops on this process, when it wraps one
+    /// (what a bench measures this machine's own rates on).
+    fn inner(&self) -> Option<&dyn Executor> {
+        None
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
     fn execute(
         &mut self,
@@ -69,6 +99,29 @@ pub trait Prepared {
     fn run(&mut self, iters: usize) -> Result<Duration>;
     /// Reads every output: `outputs[device][operand]`.
     fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>>;
+
+    /// The outputs of the devices this run holds, `outputs[device][operand]` with no
+    /// operand for the others (a partitioned run's own devices; every device elsewhere).
+    fn read_held_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
+        self.read_outputs()
+    }
+
+    /// Runs piece `k` of a schedule prepared in pieces ([`Executor::prepare_pieces`]) once.
+    fn run_piece(&mut self, _k: usize) -> Result<()> {
+        Err(Error::bad_input("this run was not prepared in pieces"))
+    }
+
+    /// The bytes of view `v` (a device of this memory), as `v.len()` elements of `elem`
+    /// bytes each (the width a copy moves, [`crate::ir::DataOp::elem_bytes`]),
+    /// little-endian.
+    fn read_view(&mut self, _v: View, _elem: usize) -> Result<Vec<u8>> {
+        Err(Error::bad_input("this run cannot read a view"))
+    }
+
+    /// Writes `bytes` ([`Prepared::read_view`]'s form) into view `v`.
+    fn write_view(&mut self, _v: View, _elem: usize, _bytes: &[u8]) -> Result<()> {
+        Err(Error::bad_input("this run cannot write a view"))
+    }
 }
 
 /// Elements of `got` that differ from `want` (within `tolerance` for floats), over
@@ -223,17 +276,28 @@ impl Chosen {
     /// Opens the executor (the GPU one on the adapter `--backend gpu` opens); its
     /// [`Executor::describe`] says why `auto` chose it.
     pub fn open(&self) -> Result<Box<dyn Executor>> {
-        let inner: Box<dyn Executor> = match self.backend {
-            Backend::Gpu => Box::new(gpu::GpuExecutor::from_env()?),
+        Ok(self.noted(self.open_plain(None)?))
+    }
+
+    /// The executor alone, its description not noted; on the GPU of the
+    /// `local_rank`-th rank of this host when given ([`gpu::GpuExecutor::from_env_for_rank`]).
+    pub fn open_plain(&self, local_rank: Option<usize>) -> Result<Box<dyn Executor>> {
+        Ok(match self.backend {
+            Backend::Gpu => Box::new(gpu::GpuExecutor::from_env_for_rank(local_rank)?),
             _ => Box::new(cpu::CpuExecutor::new()),
-        };
-        Ok(match &self.why {
-            None => inner,
+        })
+    }
+
+    /// `exec` (this choice's executor, perhaps wrapped) whose description says why
+    /// `auto` chose it.
+    pub fn noted(&self, exec: Box<dyn Executor>) -> Box<dyn Executor> {
+        match &self.why {
+            None => exec,
             Some(_) => Box::new(Noted {
-                inner,
+                inner: exec,
                 chosen: self.clone(),
             }),
-        })
+        }
     }
 }
 
@@ -265,5 +329,19 @@ impl Executor for Noted {
     }
     fn buffers_in_host_memory(&self) -> bool {
         self.inner.buffers_in_host_memory()
+    }
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.inner.prepare_pieces(program, schedule, cuts)
+    }
+    fn ranks(&self) -> Option<&ranks::Ranks> {
+        self.inner.ranks()
+    }
+    fn inner(&self) -> Option<&dyn Executor> {
+        Some(self.inner.inner().unwrap_or(self.inner.as_ref()))
     }
 }

@@ -35,6 +35,8 @@ pub struct Ctx<'a> {
     pub(crate) scoped_depth: Cell<usize>,
     /// The source line calls are attributed to, when a front end set one.
     pub(crate) source: Cell<Option<SourceLoc>>,
+    /// Devices per chip ([`crate::kernel::GridSpec::cores`]): HBM is the chip's.
+    pub(crate) cores: usize,
     pub(crate) rec: RefCell<Recording>,
     /// Where values live (shared by every device and grid point of the trace).
     pub(crate) temps: &'a RefCell<super::temps::Temps>,
@@ -42,6 +44,17 @@ pub struct Ctx<'a> {
 
 /// How deeply `run_scoped` semaphore scopes may nest.
 pub const MAX_SCOPED: usize = 4;
+
+/// The completion a [`Ctx::dma_wait`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaSide {
+    /// A local copy's only completion.
+    Local,
+    /// A remote copy's send completion (its source has been read).
+    Send,
+    /// A remote copy's receive completion (its destination has been written).
+    Recv,
+}
 
 /// A local DMA descriptor (`pltpu.make_async_copy`).
 #[must_use = "a copy descriptor does nothing until `start()`"]
@@ -77,6 +90,15 @@ impl<'a> Ctx<'a> {
     /// error and verifier finding name its kernel's own source line.
     pub fn set_source(&self, loc: Option<SourceLoc>) {
         self.source.set(loc);
+    }
+
+    /// Reports a kernel mistake that a front end found itself (an index it resolved, a
+    /// device id it computed), at the current source line: like the checks of this API,
+    /// it is a finding of every command, not an abort.
+    #[track_caller]
+    pub fn report(&self, kind: KernelErrorKind, op: &'static str, detail: impl Into<String>) {
+        let site = self.site(op);
+        self.fail(site, kind, detail.into());
     }
 
     /// This device's linear id in the mesh.
@@ -120,6 +142,12 @@ impl<'a> Ctx<'a> {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
         }
+        // HBM belongs to the chip: its cores address it on the first one.
+        let device = if r.space == MemorySpace::Any {
+            device - device % self.cores.max(1)
+        } else {
+            device
+        };
         Some(View::new(device, r.alloc, r.offset, r.numel()))
     }
 
@@ -546,6 +574,23 @@ impl<'a> Ctx<'a> {
                 site,
             );
         }
+    }
+
+    /// Waits until this device's DMA semaphore `sem` holds `bytes`, then subtracts them:
+    /// what a descriptor's `wait` (`side` [`DmaSide::Local`]), `wait_send` or `wait_recv`
+    /// does, for a front end whose waits name only the semaphore and the size (a
+    /// jaxpr's `dma_wait` equation: the descriptor need not have been started, or even
+    /// be in bounds).
+    #[track_caller]
+    pub fn dma_wait(&self, sem: Sem, bytes: u64, side: DmaSide) {
+        let (op, why) = match side {
+            DmaSide::Local => ("wait", WaitKind::DmaWait),
+            DmaSide::Send => ("wait_send", WaitKind::WaitSend),
+            DmaSide::Recv => ("wait_recv", WaitKind::WaitRecv),
+        };
+        let site = self.site(op);
+        let s = self.sem_ref(&sem, self.device, &[SemKind::Dma], site);
+        self.wait_on(s, bytes, why, site);
     }
 
     /// `pl.run_scoped(second=pltpu.SemaphoreType.REGULAR)`: runs `body` with a REGULAR

@@ -130,6 +130,31 @@ impl PallasCall {
                 names.push(o.name.clone());
             }
         }
+        // Aliased operands: the output starts as the input, and the kernel sees the output.
+        let mut first = Vec::new();
+        for &(i, o) in &spec.aliases {
+            let (Some(&src), Some(&dst)) = (inputs.get(i), outputs.get(o)) else {
+                return Err(Error::bad_input(format!(
+                    "input_output_aliases {i}: {o} names an operand the kernel does not have"
+                )));
+            };
+            let (a, b) = (&spec.inputs[i], &spec.outputs[o]);
+            if a.shape != b.shape || a.dtype != b.dtype {
+                return Err(Error::bad_input(format!(
+                    "input_output_aliases {i}: {o}: `{}` is {:?} {} but `{}` is {:?} {}",
+                    a.name, a.shape, a.dtype, b.name, b.shape, b.dtype
+                )));
+            }
+            let out = spec.inputs.len() + o;
+            let Arg::Ref(seen) = args[out] else {
+                unreachable!("operands are refs")
+            };
+            first.push((src, seen.alloc));
+            first.push((src, dst));
+            args[i] = args[out];
+        }
+        first.dedup();
+        prologue_pairs.splice(0..0, first);
         for s in &spec.scratch {
             match s {
                 ScratchSpec::Vmem { name, shape, dtype } => {
@@ -248,6 +273,7 @@ impl PallasCall {
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
+            cores: spec.cores.max(1),
             rec: RefCell::new(rec),
             temps: &frame.temps,
         };
@@ -269,6 +295,13 @@ impl PallasCall {
     /// mistake (by kind and source line); the program is only usable when there are none.
     pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
         let spec = &self.spec;
+        if !mesh.size().is_multiple_of(spec.cores.max(1)) {
+            return Err(Error::bad_input(format!(
+                "a mesh of {} devices cannot hold chips of {} cores",
+                mesh.size(),
+                spec.cores
+            )));
+        }
         let frame = self.frame(true)?;
         let points: usize = spec.grid.iter().product();
         let mut ops = Vec::with_capacity(mesh.size());
@@ -343,16 +376,31 @@ impl PallasCall {
             layout.allocs.push(Allocation::values(dtype, elems));
         }
 
-        let whole = |a: usize, device| View::new(device, a, 0, layout.allocs[a].numel());
+        let cores = spec.cores.max(1);
+        // An HBM allocation is the chip's (see `GridSpec::cores`).
+        let whole = |a: usize, device: usize| {
+            let alloc = &layout.allocs[a];
+            let device = if alloc.space == MemorySpace::Any {
+                device - device % cores
+            } else {
+                device
+            };
+            View::new(device, a, 0, alloc.numel())
+        };
         let copies = |pairs: &[(usize, usize)]| {
-            (0..mesh.size())
-                .flat_map(|d| {
-                    pairs.iter().map(move |&(s, t)| DataOp::Copy {
-                        src: whole(s, d),
-                        dst: whole(t, d),
-                    })
-                })
-                .collect::<Vec<_>>()
+            let mut ops = Vec::new();
+            for d in 0..mesh.size() {
+                for &(s, t) in pairs {
+                    // A chip's HBM is written by its first core only.
+                    if d % cores == 0 || layout.allocs[t].space != MemorySpace::Any {
+                        ops.push(DataOp::Copy {
+                            src: whole(s, d),
+                            dst: whole(t, d),
+                        });
+                    }
+                }
+            }
+            ops
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);

@@ -12,8 +12,9 @@ mod spec;
 mod temps;
 mod values;
 
+pub use crate::error::KernelErrorKind;
 pub use crate::ir::{MemorySpace, ReduceOp, SemKind, SourceLoc};
-pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, MAX_SCOPED};
+pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};
 pub use spec::{Arg, ArgKey, Args, GridSpec, KernelFn, OperandSpec, PallasCall, ScratchSpec};

@@ -152,6 +152,20 @@ impl Ref {
         r
     }
 
+    /// The same elements as a one-dimensional ref (a front end addresses any contiguous
+    /// run of an allocation as `r.flat().slice(ds(offset, len))`).
+    pub fn flat(&self) -> Ref {
+        if self.fault.is_some() {
+            return *self;
+        }
+        let mut r = *self;
+        let n = self.numel();
+        r.dims = [0; MAX_RANK];
+        r.dims[0] = n;
+        r.rank = 1;
+        r
+    }
+
     /// `ref.at[pl.ds(start, size)]`: rows `start .. start + size` of the leading dimension.
     pub fn slice(&self, d: Ds) -> Ref {
         let Some(mut r) = self.indexable() else {
@@ -239,5 +253,8 @@ mod tests {
         assert!(r.at(-1).fault.is_some());
         assert!(r.at(0).slice(ds(10, 7)).fault.is_some());
         assert!(r.at(0).at(0).at(0).at(0).fault.is_some());
+        let f = r.at(1).flat().slice(ds(5, 3));
+        assert_eq!((f.shape(), f.offset), (&[3][..], 128 + 5));
+        assert!(r.flat().slice(ds(500, 20)).fault.is_some());
     }
 }

@@ -62,6 +62,8 @@ pub struct GridSpec {
     pub(crate) scratch: Vec<ScratchSpec>,
     pub(crate) collective_id: Option<u32>,
     pub(crate) pull_model: bool,
+    pub(crate) cores: usize,
+    pub(crate) aliases: Vec<(usize, usize)>,
 }
 
 impl GridSpec {
@@ -152,6 +154,23 @@ impl GridSpec {
     /// a peer. TPU kernels are push-only and leave this off.
     pub fn pull_model(mut self) -> Self {
         self.pull_model = true;
+        self
+    }
+
+    /// The last mesh axis is the TensorCores of a chip (`pl.core_map` over a
+    /// `pltpu.TensorCoreMesh` of `n` cores): each `n` consecutive devices are the agents
+    /// of one chip, sharing its HBM (an `ANY` allocation is the chip's, addressed on its
+    /// first core) and each with its own VMEM and semaphores.
+    pub fn cores(mut self, n: usize) -> Self {
+        self.cores = n.max(1);
+        self
+    }
+
+    /// `input_output_aliases={input: output}`: output `output` is input `input`'s buffer:
+    /// it starts as the input (copied in before the grid) and the kernel's refs of both
+    /// are the output's.
+    pub fn alias(mut self, input: usize, output: usize) -> Self {
+        self.aliases.push((input, output));
         self
     }
 

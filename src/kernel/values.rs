@@ -405,9 +405,49 @@ impl<'a> Ctx<'a> {
         self.value(Some(dst))
     }
 
+    /// `x_ref[...]` read in place: the VMEM ref `r` as the operand of the ops that use
+    /// it, without the copy [`Ctx::load`] makes (what Mosaic does when a load feeds a
+    /// matmul: the MXU streams its operands from VMEM). Each op that uses the value
+    /// reads the ref as it is then, so the verifier sees the ref read by that op; a
+    /// store to `r` between two uses is seen by the second (use `load` for a snapshot).
+    /// A ref in HBM is an error.
+    #[track_caller]
+    pub fn read<'c>(&'c self, r: Ref) -> Value<'c>
+    where
+        'a: 'c,
+    {
+        let site = self.site("read");
+        let Some(view) = self.vmem_view(&r, site) else {
+            return self.value(None);
+        };
+        // Not a temporary: dropping it gives nothing back (no pool holds `r`'s allocation).
+        self.value(Some(Operand {
+            view,
+            shape: r.shape().to_vec(),
+            dtype: r.dtype,
+        }))
+    }
+
     /// `x_ref[start : start + shape]` of a VMEM ref (a window on any dims).
     #[track_caller]
     pub fn load_window<'c>(&'c self, r: Ref, start: &[usize], shape: &[usize]) -> Value<'c>
+    where
+        'a: 'c,
+    {
+        let ones = vec![1; shape.len()];
+        self.load_strided(r, start, shape, &ones)
+    }
+
+    /// A window of a VMEM ref with a step per dimension (`x_ref[::2, 1:5]`): element `i`
+    /// of the value is element `start + i * strides` of the ref.
+    #[track_caller]
+    pub fn load_strided<'c>(
+        &'c self,
+        r: Ref,
+        start: &[usize],
+        shape: &[usize],
+        strides: &[usize],
+    ) -> Value<'c>
     where
         'a: 'c,
     {
@@ -420,11 +460,10 @@ impl<'a> Ctx<'a> {
             shape: r.shape().to_vec(),
             dtype: r.dtype,
         }));
-        let ones = vec![1; shape.len()];
         let v = self.compute_at(
             ComputeKind::Slice {
                 start: start.to_vec(),
-                strides: ones,
+                strides: strides.to_vec(),
             },
             &[&whole],
             shape,

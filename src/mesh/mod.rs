@@ -35,6 +35,19 @@ impl Mesh {
                 )));
             }
         }
+        // The size is a product of the axes: one that overflows names no mesh.
+        if axes
+            .iter()
+            .try_fold(1usize, |acc, a| acc.checked_mul(a.1))
+            .is_none()
+        {
+            let sizes: Vec<String> = axes.iter().map(|a| a.1.to_string()).collect();
+            return Err(Error::TooLarge(format!(
+                "a mesh of {} devices is more than can be counted (at most {} devices are supported)",
+                sizes.join(" x "),
+                crate::budget::MAX_DEVICES
+            )));
+        }
         Ok(Self {
             axes: axes.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
         })

@@ -2,7 +2,7 @@
 //! the whole mesh; a [`Span::Ring`] collective on a multi-axis mesh runs its 1-D kernel
 //! once per group of devices along the chosen axes ([`super::groups`]).
 
-use super::groups::{groups_along, replicate};
+use super::groups::{replicate, Groups};
 use super::Mesh;
 use crate::array::HostArray;
 use crate::error::{Error, Result};
@@ -29,8 +29,8 @@ pub struct Placement {
     /// Every device.
     pub mesh: Mesh,
     /// The groups of devices along `axis`, each an independent ring (`None`: one
-    /// kernel over `mesh`).
-    pub groups: Option<Vec<Vec<usize>>>,
+    /// kernel over `mesh`), described: listed only when the program is spread.
+    pub groups: Option<Groups>,
     /// The mesh the kernel is built for: `mesh` itself, or a 1-D ring of one group.
     pub ring: Mesh,
     /// The axes the rings run along (comma-separated), when there are groups.
@@ -51,9 +51,9 @@ impl Placement {
     /// A ring kernel on every group of `mesh` along `axis` (one axis, or several
     /// comma-separated: one ring through all their devices, row-major).
     pub fn along(mesh: Mesh, axis: &str) -> Result<Self> {
-        let groups = groups_along(&mesh, axis)?;
+        let groups = Groups::new(&mesh, axis)?;
         Ok(Self {
-            ring: Mesh::new(groups[0].len(), "x")?,
+            ring: Mesh::new(groups.group_size(), "x")?,
             mesh,
             groups: Some(groups),
             axis: Some(axis.to_string()),
@@ -85,7 +85,7 @@ impl Placement {
     /// group, or as it is.
     pub fn spread(&self, one: Program) -> Result<Program> {
         match &self.groups {
-            Some(g) => replicate(&one, g),
+            Some(g) => replicate(&one, &g.to_vec()),
             None => Ok(one),
         }
     }
@@ -102,7 +102,7 @@ impl Placement {
             return f(inputs);
         };
         let mut out = vec![Vec::new(); inputs.len()];
-        for g in groups {
+        for g in groups.iter() {
             let mine: Vec<Vec<HostArray>> = g.iter().map(|&d| inputs[d].clone()).collect();
             for (&d, o) in g.iter().zip(f(&mine)?) {
                 out[d] = o;

@@ -2,21 +2,26 @@
 //!
 //! Links carry `link_bw` bytes/s per direction with `link_latency` seconds of latency;
 //! concurrent DMAs on one link (or on one device's local HBM↔VMEM engine) share its
-//! bandwidth equally. VMEM compute runs at `vector_rate` elements/s. Presets use public
+//! bandwidth equally. VMEM compute runs on one of two units of each device: matrix
+//! products on the MXU at `mxu_flops` (bf16; other dtypes by [`CostModel::mxu_rate`]),
+//! everything else on the vector unit at `vector_rate` elements/s. Presets use public
 //! figures (see [`Preset`]); every figure can be overridden.
 
 mod nccl;
+mod overlap;
 mod overrides;
 mod timed;
 mod timeline;
 mod topology;
 
 pub use nccl::{bus_factor, ideal_seconds, Traffic};
-pub use overrides::{Knob, ModelSpec};
-pub use timed::{Timed, TimedEvent, TimedRun};
+pub use overlap::Overlap;
+pub use overrides::{check_modeled, overridden, Knob, ModelSpec, MAX_MODELED_SECONDS};
+pub use timed::{Timed, TimedEvent, TimedRun, Unit};
 pub use timeline::chrome_trace;
 pub use topology::{route, Topology};
 
+use crate::array::DType;
 use crate::error::{Error, Result};
 use crate::ir::MemorySpace;
 use crate::ir::Program;
@@ -34,8 +39,12 @@ pub struct CostModel {
     pub hbm_bw: f64,
     /// Seconds of fixed cost per local DMA.
     pub dma_latency: f64,
-    /// Elements per second of VMEM compute (accumulate, copy, fill).
+    /// Elements per second of the vector unit (accumulate, copy, fill, elementwise
+    /// compute, reductions, casts).
     pub vector_rate: f64,
+    /// Dense bf16 FLOP/s of the chip's matrix units (two FLOPs per multiply-add); other
+    /// dtypes run at [`CostModel::mxu_rate`]'s fraction of it.
+    pub mxu_flops: f64,
     /// VMEM bytes per device; a kernel whose VMEM is larger fails, as on the chip.
     pub vmem_bytes: Option<u64>,
     /// The torus of a full pod of this generation (dimensions, x fastest).
@@ -59,9 +68,11 @@ const GB: f64 = 1e9;
 const MIB: u64 = 1 << 20;
 
 /// The presets. Per-link bandwidth is the chip's published bidirectional ICI bandwidth
-/// divided by its ICI ports and by 2 directions. Latencies and the vector rate are not
-/// published: they are estimates (1 µs per hop, 0.5 µs per local DMA, 8 sublanes × 128
-/// lanes per cycle at about 1.5 GHz), to be overridden when better figures are known.
+/// divided by its ICI ports and by 2 directions; the MXU peak is the chip's published
+/// bf16 TFLOP/s. Latencies and the vector rate are not published: they are estimates
+/// (1 µs per hop, 0.5 µs per local DMA, 8 sublanes × 128 lanes per cycle at the clock
+/// the MXU peak implies: 1.5 GHz on v5e, whose 197 TFLOP/s are 4 MXUs of 128 × 128 at
+/// 1.5 GHz, 1.75 GHz on v5p and v6e), to be overridden when better figures are known.
 pub fn presets() -> Vec<Preset> {
     vec![
         Preset {
@@ -73,12 +84,14 @@ pub fn presets() -> Vec<Preset> {
                 hbm_bw: 819.0 * GB,
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.5e9,
+                mxu_flops: 197e12,
                 vmem_bytes: Some(128 * MIB),
                 pod: vec![16, 16],
                 topology: None,
             },
             source: "Cloud TPU v5e system architecture (docs.cloud.google.com/tpu/docs/v5e): \
                      400 GBps bidirectional ICI per chip over 4 ports, 819 GBps HBM, \
+                     197 TFLOP/s bf16 (394 TOP/s int8) per chip, \
                      256 chips per pod in a 2-D torus (16x16); \
                      VMEM 128 MiB per core from jax.experimental.pallas.tpu get_tpu_info",
         },
@@ -91,12 +104,14 @@ pub fn presets() -> Vec<Preset> {
                 hbm_bw: 2765.0 * GB,
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.75e9,
+                mxu_flops: 459e12,
                 vmem_bytes: Some(64 * MIB),
                 pod: vec![16, 20, 28],
                 topology: None,
             },
             source: "Cloud TPU v5p system architecture (docs.cloud.google.com/tpu/docs/v5p): \
                      1200 GBps bidirectional ICI per chip, 3D torus (6 ports), 2765 GBps HBM, \
+                     459 TFLOP/s bf16 (918 TOP/s int8) per chip, \
                      8960 chips per pod (16x20x28); \
                      VMEM 64 MiB per core from get_tpu_info",
         },
@@ -109,12 +124,14 @@ pub fn presets() -> Vec<Preset> {
                 hbm_bw: 1638.0 * GB,
                 dma_latency: 0.5e-6,
                 vector_rate: 1024.0 * 1.75e9,
+                mxu_flops: 918e12,
                 vmem_bytes: Some(128 * MIB),
                 pod: vec![16, 16],
                 topology: None,
             },
             source: "Cloud TPU v6e (Trillium) system architecture (docs.cloud.google.com/tpu/docs/v6e): \
                      800 GBps bidirectional ICI per chip over 4 ports, 1638 GBps HBM, \
+                     918 TFLOP/s bf16 (1836 TOP/s int8) per chip, \
                      256 chips per pod in a 2-D torus (16x16); \
                      VMEM 128 MiB per core from get_tpu_info",
         },
@@ -129,6 +146,24 @@ impl CostModel {
             Some(t) => t.clone(),
             None if self.pod.iter().product::<usize>() == p => Topology::Torus(self.pod.clone()),
             None => Topology::Ring,
+        }
+    }
+
+    /// Multiply-adds per second of the matrix units on operands of `dtype` (half the
+    /// FLOP/s): bf16 at the peak; int8 and uint8 at twice it (Google's published int8
+    /// TOP/s are twice the bf16 TFLOP/s on every generation); f32 (and i32, which has no
+    /// MXU path of its own) at a sixth of it: an f32 matmul to f32 accuracy (XLA's and
+    /// Mosaic's `Precision.HIGHEST`) is six bf16 passes over the hi/lo bf16 parts of its
+    /// operands; f16 at a third: its 11-bit significand needs a hi and a lo bf16 part,
+    /// three passes (hi·hi, hi·lo, lo·hi). These factors are this model's assumption, not
+    /// published rates.
+    pub fn mxu_rate(&self, dtype: DType) -> f64 {
+        let bf16 = self.mxu_flops / 2.0;
+        match dtype {
+            DType::BF16 => bf16,
+            DType::I8 | DType::U8 => 2.0 * bf16,
+            DType::F16 => bf16 / 3.0,
+            DType::F32 | DType::I32 | DType::Bool => bf16 / 6.0,
         }
     }
 
@@ -153,10 +188,12 @@ impl CostModel {
             ("link bandwidth", self.link_bw),
             ("HBM bandwidth", self.hbm_bw),
             ("vector rate", self.vector_rate),
+            ("MXU rate", self.mxu_flops),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(Error::bad_input(format!(
-                    "model {what} must be positive, got {v}"
+                    "model {what} must be positive and finite, got {}",
+                    crate::units::number(v)
                 )));
             }
         }
@@ -166,7 +203,8 @@ impl CostModel {
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::bad_input(format!(
-                    "model {what} must be zero or positive, got {v}"
+                    "model {what} must be zero or positive and finite, got {}",
+                    crate::units::number(v)
                 )));
             }
         }

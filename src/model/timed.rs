@@ -27,12 +27,16 @@ pub enum TimedEvent {
         /// End.
         end: f64,
     },
-    /// A VMEM compute op.
+    /// A VMEM compute op, on one of the device's units.
     Compute {
         /// Device.
         device: usize,
         /// API call.
         op: &'static str,
+        /// The unit it occupied.
+        unit: Unit,
+        /// Its multiply-adds (0 off the MXU).
+        macs: u64,
         /// Start.
         start: f64,
         /// End.
@@ -83,6 +87,26 @@ pub enum TimedEvent {
         /// End.
         end: f64,
     },
+}
+
+/// A device's compute unit: an op occupies one of them from its start to its end (one
+/// op at a time: a device runs its ops in program order, DMAs proceed meanwhile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// The matrix units: `dot_general`, at [`CostModel::mxu_rate`] multiply-adds/s.
+    Mxu,
+    /// The vector unit: every other VMEM op, at `vector_rate` elements/s.
+    Vpu,
+}
+
+impl Unit {
+    /// `MXU` or `VPU`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Mxu => "MXU",
+            Unit::Vpu => "VPU",
+        }
+    }
 }
 
 /// The outcome of a timed run.
@@ -393,17 +417,26 @@ impl<'p> Clock<'p> {
             }
             OpKind::Mark(_) => {}
             OpKind::Compute(c) => {
-                let dur = match &**c {
+                let work = c.work();
+                let (unit, dur) = match &**c {
                     DataOp::Copy { src, dst } if src.device() != dst.device() => {
                         // A seed-003 pull: over the link, plus its latency.
-                        c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw + self.m.link_latency
+                        let t = c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw
+                            + self.m.link_latency;
+                        (Unit::Vpu, t)
                     }
-                    op => op.work().vector_ops as f64 / self.m.vector_rate,
+                    DataOp::Compute(k) if work.macs > 0 => {
+                        let rate = self.m.mxu_rate(k.srcs[0].dtype);
+                        (Unit::Mxu, work.macs as f64 / rate)
+                    }
+                    _ => (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate),
                 };
                 end = t + dur;
                 self.events.push(TimedEvent::Compute {
                     device,
                     op: op.site.op(),
+                    unit,
+                    macs: work.macs,
                     start: t,
                     end,
                 });

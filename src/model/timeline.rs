@@ -1,16 +1,17 @@
 //! Chrome trace event JSON (opens in Perfetto or chrome://tracing): one process per
-//! device with tracks for grid points, compute, DMAs and waits; flow arrows from a
-//! DMA's sender to its receiver. Times are the model's, in microseconds.
+//! device with tracks for grid points, its MXU and VPU, DMAs and waits; flow arrows
+//! from a DMA's sender to its receiver. Times are the model's, in microseconds.
 
-use super::TimedEvent;
+use super::{TimedEvent, Unit};
 use serde_json::{json, Value};
 
 const GRID: u32 = 0;
-const COMPUTE: u32 = 1;
+const MXU: u32 = 1;
 const DMA_OUT: u32 = 2;
 const DMA_IN: u32 = 3;
 const WAIT: u32 = 4;
 const INVOCATION: u32 = 5;
+const VPU: u32 = 6;
 
 fn us(s: f64) -> f64 {
     s * 1e6
@@ -48,7 +49,8 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
         out.push(json!({"ph": "M", "name": "process_name", "pid": d, "args": {"name": format!("device {d}")}}));
         let tracks = [
             (GRID, "grid"),
-            (COMPUTE, "compute"),
+            (MXU, "MXU"),
+            (VPU, "VPU"),
             (DMA_OUT, "DMA out"),
             (DMA_IN, "DMA in"),
             (WAIT, "waits"),
@@ -60,8 +62,9 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
         } else {
             tracks.len() - 1
         };
-        for &(tid, name) in &tracks[..shown] {
+        for (order, &(tid, name)) in tracks[..shown].iter().enumerate() {
             out.push(json!({"ph": "M", "name": "thread_name", "pid": d, "tid": tid, "args": {"name": name}}));
+            out.push(json!({"ph": "M", "name": "thread_sort_index", "pid": d, "tid": tid, "args": {"sort_index": order}}));
         }
     }
     let slice = |pid: usize, tid: u32, name: String, start: f64, end: f64, args: Value| json!({"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": us(start), "dur": us(end - start), "args": args});
@@ -101,15 +104,24 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
             TimedEvent::Compute {
                 device,
                 op,
+                unit,
+                macs,
                 start,
                 end,
             } => out.push(slice(
                 *device,
-                COMPUTE,
+                match unit {
+                    Unit::Mxu => MXU,
+                    Unit::Vpu => VPU,
+                },
                 op.to_string(),
                 *start,
                 *end,
-                json!({}),
+                if *macs > 0 {
+                    json!({"macs": macs})
+                } else {
+                    json!({})
+                },
             )),
             TimedEvent::Wait {
                 device,

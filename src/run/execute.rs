@@ -3,8 +3,9 @@
 
 use super::Job;
 use crate::array::{DType, HostArray};
-use crate::budget::Work;
+use crate::budget::{Share, Work};
 use crate::error::Result;
+use crate::exec::ranks::RunReport;
 use crate::exec::{check_inputs, count_wrong, host_words, Executor};
 use crate::ir::{Program, Schedule};
 use rand::{Rng, SeedableRng};
@@ -47,6 +48,8 @@ pub struct Checked {
     pub plan_time: Duration,
     /// The schedule's length in data ops.
     pub data_ops: usize,
+    /// On ranks ([`crate::exec::ranks`]): the split and every rank's share of the run.
+    pub ranks: Option<(crate::exec::ranks::Partition, RunReport)>,
 }
 
 /// Deterministic random inputs for every device and operand of `program`: floats
@@ -101,27 +104,61 @@ impl Job {
         exec: &mut dyn Executor,
         inputs: &[Vec<HostArray>],
     ) -> Result<Vec<Vec<HostArray>>> {
-        self.ensure_fits(Job::run_work(exec, false, false))?;
+        self.clone()
+            .on_ranks(Share::of(exec))
+            .ensure_fits(Job::run_work(exec, false, false))?;
         self.plan()?.execute(exec, inputs)
     }
 
     /// Runs the job on deterministic random data from `seed` and counts the elements
     /// that differ from the reference.
     pub fn run(&self, exec: &mut dyn Executor, seed: u64) -> Result<Checked> {
-        self.ensure_fits(Job::run_work(exec, false, false))?;
+        self.clone()
+            .on_ranks(Share::of(exec))
+            .ensure_fits(Job::run_work(exec, false, false))?;
         let plan = self.plan()?;
         exec.check(&plan.program)?;
+        let p = plan.program.devices;
         let inputs = random_inputs(&plan.program, seed)?;
         let expected = self.reference(&inputs)?;
+        // On ranks, each keeps its own devices' inputs and expected results.
+        let held = match exec.ranks() {
+            Some(r) => r.held(p)?,
+            None => 0..p,
+        };
+        let keep = |mut v: Vec<Vec<HostArray>>| {
+            for (d, x) in v.iter_mut().enumerate() {
+                if !held.contains(&d) {
+                    *x = Vec::new();
+                }
+            }
+            v
+        };
+        let (inputs, expected) = (keep(inputs), keep(expected));
         let t1 = Instant::now();
-        let got = exec.execute(&plan.program, &plan.schedule, &inputs)?;
+        let got = {
+            let mut run = exec.prepare(&plan.program, &plan.schedule)?;
+            run.upload(&inputs)?;
+            run.run(1)?;
+            run.read_held_outputs()?
+        };
+        drop(inputs);
         let exec_time = t1.elapsed();
+        let mut wrong = count_wrong(&got, &expected, self.tolerance()) as u64;
+        let mut total = expected.iter().flatten().map(HostArray::len).sum::<usize>() as u64;
+        let mut ranks = None;
+        if let Some(r) = exec.ranks() {
+            wrong = r.sum(wrong)?;
+            total = r.sum(total)?;
+            ranks = Some((r.partition(p)?, r.last_run()));
+        }
         Ok(Checked {
-            wrong: count_wrong(&got, &expected, self.tolerance()),
-            total: expected.iter().flatten().map(HostArray::len).sum(),
+            wrong: wrong as usize,
+            total: total as usize,
             exec_time,
             plan_time: plan.plan_time,
             data_ops: plan.schedule.ops.len(),
+            ranks,
         })
     }
 }

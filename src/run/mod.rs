@@ -27,7 +27,7 @@ pub use execute::{random_inputs, Checked, Plan};
 pub use model::{Modeled, Nccl};
 
 use crate::array::DType;
-use crate::budget::{ensure_fits, Buffers, Need, Request, Work};
+use crate::budget::{ensure_fits, ranks_needed, Available, Buffers, Need, Request, Share, Work};
 use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
 use crate::error::{Error, Result};
@@ -80,6 +80,8 @@ pub struct Job {
     repeat: usize,
     place: Placement,
     schedule: ScheduleSpec,
+    /// One process, or the ranks of a partitioned run (for the budget).
+    share: Share,
 }
 
 impl Job {
@@ -96,6 +98,7 @@ impl Job {
             repeat: 1,
             place,
             schedule: ScheduleSpec::Eager,
+            share: Share::default(),
         }
     }
 
@@ -148,6 +151,7 @@ impl Job {
             repeat: 1,
             place: Placement::whole(mesh),
             schedule: ScheduleSpec::Eager,
+            share: Share::default(),
         }
     }
 
@@ -218,6 +222,18 @@ impl Job {
     pub fn with_schedule(mut self, spec: ScheduleSpec) -> Self {
         self.schedule = spec;
         self
+    }
+
+    /// This job run by the ranks of a partitioned run ([`crate::exec::ranks`]): the
+    /// budget counts one rank's share.
+    pub fn on_ranks(mut self, share: Share) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// How the job's work is shared (one process, or ranks).
+    pub fn share(&self) -> Share {
+        self.share
     }
 
     /// A kernel job with these step-table columns (collectives have their own).
@@ -293,9 +309,16 @@ impl Job {
     }
 
     /// The kernels at `q` devices for the budget's estimate and its search of the largest
-    /// P that fits (see [`Part::census_at`]), once each.
+    /// P that fits (see [`Part::census_at`]), once each, and the mesh to trace them on: a
+    /// ring of `q`, or the placement's ring when groups along an axis run it.
     fn census_at(&self, q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
-        let mesh = Mesh::new(q, "x")?;
+        // Rings along an axis: every group runs the ring's kernel, so per device the
+        // program is the ring's at any P of whole groups (q counts the devices of every
+        // group); below one group, the search asks about one ring of q devices.
+        let mesh = match self.place.groups {
+            Some(_) if q >= self.place.ring.size() => self.place.ring.clone(),
+            _ => Mesh::new(q, "x")?,
+        };
         let calls = self
             .parts
             .iter()
@@ -333,17 +356,51 @@ impl Job {
         let what = match work {
             Work::Run { .. } => format!("a run of {}", self.describe()),
             Work::Model { .. } => format!("a model of {}", self.describe()),
-            Work::Check => format!("a check of {}", self.describe()),
+            Work::Check { .. } => {
+                let n = work.schedules(self.place.mesh.size());
+                format!(
+                    "a check of {} under {n} schedule{}",
+                    self.describe(),
+                    if n == 1 { "" } else { "s" }
+                )
+            }
             Work::Trace => format!("the step table of {}", self.describe()),
             Work::Bench { .. } => format!("a bench of {}", self.describe()),
             Work::Apply { .. } => format!("an apply of {}", self.describe()),
         };
+        // Rings along an axis are the same kernel at every P of whole groups the search
+        // asks about: built once.
+        let ring = std::cell::OnceCell::new();
+        let build = |q| match self.place.groups {
+            Some(_) if q >= self.place.ring.size() => {
+                match ring.get_or_init(|| self.census_at(q).ok()) {
+                    Some(built) => Ok(built.clone()),
+                    None => self.census_at(q),
+                }
+            }
+            _ => self.census_at(q),
+        };
         ensure_fits(&Request {
             what: what + note,
+            devices: self.place.mesh.size(),
+            build: &build,
+            repeat: self.repeat,
+            work,
+            share: self.share,
+        })
+    }
+
+    /// How many ranks of this process's size `work` on this job needs (each with the
+    /// memory this process may use), with one rank's need and that memory; too large
+    /// when even one device per rank does not fit.
+    pub fn ranks_needed(&self, work: Work) -> Result<(usize, Need, Option<Available>)> {
+        ranks_needed(&Request {
+            what: format!("a run of {}", self.describe()),
             devices: self.place.mesh.size(),
             build: &|q| self.census_at(q),
             repeat: self.repeat,
             work,
+            share: Share::default(),
         })
     }
 
@@ -438,14 +495,40 @@ impl Job {
     /// rounds anew).
     pub fn tolerance(&self) -> f32 {
         self.collective_of().map_or(0.0, |c| {
-            c.tolerance_for(self.dtype(), self.place.mesh.size()) * self.invocations() as f32
+            c.tolerance_at(self.shape(), self.dtype(), self.place.mesh.size())
+                * self.invocations() as f32
         })
+    }
+
+    /// The schedules `tpusim check` runs: every deterministic policy (run-ahead once per
+    /// device of the mesh), then seeded random ones from `seed`, `n` in all (never fewer
+    /// than the deterministic ones); the verifier under them ([`Job::check`]). Counted
+    /// and refused by the budget before the list is made.
+    pub fn check_set(&self, n: usize, seed: u64) -> Result<Report> {
+        if n == 0 {
+            return Err(Error::bad_input(
+                "schedules must be at least 1: a check runs every deterministic schedule, then seeded random ones",
+            ));
+        }
+        self.ensure_fits(Work::Check {
+            schedules: n as u64,
+            deterministic: true,
+        })?;
+        self.verify(&ScheduleSpec::check_set(self.place.mesh.size(), n, seed))
     }
 
     /// The verifier under `specs`: kernel mistakes found while tracing are the report
     /// (they hold under every schedule).
     pub fn check(&self, specs: &[ScheduleSpec]) -> Result<Report> {
-        self.ensure_fits(Work::Check)?;
+        self.ensure_fits(Work::Check {
+            schedules: specs.len() as u64,
+            deterministic: false,
+        })?;
+        self.verify(specs)
+    }
+
+    /// [`Job::check`] once the budget has passed it.
+    fn verify(&self, specs: &[ScheduleSpec]) -> Result<Report> {
         for s in specs {
             s.validate(self.place.mesh.size())?;
         }
@@ -461,14 +544,19 @@ impl Job {
     /// the kernel's allocations.
     pub fn trace(&self) -> Result<crate::trace::Table> {
         let p = self.place.devices();
-        let (job, custom) = match self.kernel() {
-            Kernel::Call { layout, .. } => (self.clone(), layout.clone()),
-            Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_layout(p) {
-                Some(l) => (self.clone().with_shape(&l.shape), Some(l)),
-                None => (self.clone(), None),
+        // The budget first: a collective's layout may have a column per device.
+        let job = match self.kernel() {
+            Kernel::Call { .. } => self.clone(),
+            Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_shape(p) {
+                Some(shape) => self.clone().with_shape(&shape),
+                None => self.clone(),
             },
         };
         job.ensure_fits(Work::Trace)?;
+        let custom = match self.kernel() {
+            Kernel::Call { layout, .. } => layout.clone(),
+            Kernel::Collective(c) | Kernel::Variant(c, _) => c.trace_layout(p),
+        };
         let program = job.lower()?;
         let layout = custom.unwrap_or_else(|| derived_layout(&program, job.shape()));
         crate::trace::trace_program(&job.name(), &program, &layout)
@@ -536,8 +624,7 @@ impl Part {
             };
         };
         self.build(mesh, &self.shape).or_else(|e| {
-            let bytes = (crate::array::numel(&self.shape).unwrap_or(usize::MAX) as u64)
-                .saturating_mul(self.dtype.size() as u64);
+            let bytes = c.shard_bytes(&self.shape, self.dtype);
             let size = match c.traffic() {
                 Traffic::AllGather => bytes.saturating_mul(q as u64),
                 _ => bytes,

@@ -1,10 +1,13 @@
-//! A job on the cost model's clock: the modeled time, the timeline, and nccl-tests'
-//! figures (size, algbw, busbw) with the ideal ring bound they are compared with.
+//! A job on the cost model's clock: the modeled time, the timeline, nccl-tests' figures
+//! (size, algbw, busbw) with the ideal ring bound they are compared with, and how much
+//! of the communication the compute hid.
 
 use super::Job;
 use crate::budget::Work;
 use crate::error::Result;
-use crate::model::{bus_factor, ideal_seconds, CostModel, Timed, TimedEvent, Topology, Traffic};
+use crate::model::{
+    bus_factor, ideal_seconds, CostModel, Overlap, Timed, TimedEvent, Topology, Traffic,
+};
 
 /// nccl-tests' figures of a modeled run.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +40,8 @@ pub struct Modeled {
     pub seconds: f64,
     /// nccl-tests' figures, for collectives (and kernels given a traffic class).
     pub nccl: Option<Nccl>,
+    /// Compute and communication time, and how much of one ran under the other.
+    pub overlap: Overlap,
     /// The timeline.
     pub events: Vec<TimedEvent>,
 }
@@ -46,6 +51,16 @@ impl Modeled {
     pub fn ideal_fraction(&self) -> Option<f64> {
         let n = self.nccl.as_ref()?;
         (self.seconds > 0.0).then(|| n.ideal_seconds / self.seconds)
+    }
+
+    /// FLOP/s of one device's matrix units over the run (2 per multiply-add, every
+    /// device's averaged), and that as a fraction of the bf16 peak (`None`: no matmul).
+    pub fn tflops(&self) -> Option<(f64, f64)> {
+        let macs = self.overlap.macs;
+        (macs > 0 && self.seconds > 0.0).then(|| {
+            let flops = 2.0 * macs as f64 / self.devices.max(1) as f64 / self.seconds;
+            (flops / 1e12, flops / self.model.mxu_flops)
+        })
     }
 
     /// The timeline as Chrome trace JSON (Perfetto), for kernel `name`.
@@ -64,7 +79,13 @@ impl serde::Serialize for Modeled {
             "topology": self.topology.to_string(),
             "seconds": self.seconds,
             "events": self.events.len(),
+            "overlap": self.overlap,
+            "hidden": self.overlap.hidden(),
         });
+        if let Some((tflops, peak)) = self.tflops() {
+            v["tflops"] = serde_json::json!(tflops);
+            v["mxu_peak_fraction"] = serde_json::json!(peak);
+        }
         if let Some(n) = &self.nccl {
             v["size"] = serde_json::json!(n.size);
             v["algbw"] = serde_json::json!(n.algbw);
@@ -89,11 +110,15 @@ impl Job {
         let program = self.lower()?;
         m.check_vmem(&program)?;
         let run = Timed::new(&program, m.clone())?.run()?;
+        crate::model::check_modeled(&m, &format!("`{}`", self.name()), run.seconds)?;
         let traffic = traffic.or_else(|| self.collective_of().map(|c| c.traffic()));
         let nccl = traffic.map(|t| {
             // Sizes and bus factors are per collective: per group on a multi-axis mesh.
             let n = self.place().devices();
-            let shard_bytes = (self.shape().iter().product::<usize>() * self.dtype().size()) as u64;
+            let shard_bytes = match self.collective_of() {
+                Some(c) => c.shard_bytes(self.shape(), self.dtype()),
+                None => (self.shape().iter().product::<usize>() * self.dtype().size()) as u64,
+            };
             let size = t.size(n, shard_bytes);
             // A sequence (`--repeat K`) moves the collective's size K times.
             let k = self.invocations() as f64;
@@ -108,6 +133,7 @@ impl Job {
             }
         });
         Ok(Modeled {
+            overlap: Overlap::of(mesh.size(), &run.events),
             topology: m.topology_for(mesh.size()),
             model: m,
             devices: mesh.size(),

@@ -43,6 +43,16 @@ impl Job {
     fn map(&self, x: &ShardedArray, run: &mut RunFn) -> Result<Vec<HostArray>> {
         let job = self.at_shards_of(x)?;
         let call = job.pallas_call()?;
+        let operands = call.spec().inputs();
+        if operands.len() > 1 {
+            let names: Vec<&str> = operands.iter().map(|o| o.name.as_str()).collect();
+            return Err(Error::bad_input(format!(
+                "`{}` takes {} operands per device ({}); a sharded array gives one: run it on inputs per device (`tpusim run`, `Job::execute`)",
+                self.name(),
+                operands.len(),
+                names.join(", ")
+            )));
+        }
         let in_shape = call
             .spec()
             .inputs()

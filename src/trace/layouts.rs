@@ -3,7 +3,7 @@
 //! block, chunk). Collectives give their own (the seeds' names) or get one derived
 //! from their kernel's allocations.
 
-use super::symbolic::{Sym, CONST};
+use super::symbolic::{Sym, COMPUTED, CONST};
 use super::Cell;
 use crate::ir::Program;
 
@@ -146,6 +146,11 @@ impl Labels {
         if elems.iter().all(Option::is_none) {
             return Cell::Never;
         }
+        if let Some(Some(t)) = elems.first() {
+            if t.first().is_some_and(|t| t.0 == COMPUTED) {
+                return self.computed(elems);
+            }
+        }
         let mut first: Option<Vec<(usize, usize, usize)>> = None;
         for (j, e) in elems.iter().enumerate() {
             let Some(terms) = e else { return Cell::Mixed };
@@ -175,6 +180,44 @@ impl Labels {
             terms.iter().map(|t| (t.0, t.1)).collect(),
             part.map_or(0, |p| p.1),
         )
+    }
+
+    /// The cell of computed elements: the input blocks they depend on, the same for
+    /// every element, or `Mixed`.
+    fn computed(&self, elems: &[Sym]) -> Cell {
+        let mut first: Option<Vec<(usize, usize)>> = None;
+        for e in elems {
+            let Some(terms) = e else { return Cell::Mixed };
+            if terms.first() != Some(&(COMPUTED, 0)) {
+                return Cell::Mixed;
+            }
+            let mut blocks: Vec<(usize, usize)> = Vec::new();
+            for &(d, i) in &terms[1..] {
+                let b = (d as usize, self.label(i as usize).0);
+                if !blocks.contains(&b) {
+                    blocks.push(b);
+                }
+            }
+            match &first {
+                None => first = Some(blocks),
+                Some(f) if *f == blocks => {}
+                Some(_) => return Cell::Mixed,
+            }
+        }
+        Cell::Computed(first.unwrap_or_default())
+    }
+
+    /// Markdown notation of a computed cell that depends on `blocks`: `f(x2)`,
+    /// `f(x1.2,x0.2)`.
+    pub(crate) fn computed_notation(&self, blocks: &[(usize, usize)]) -> String {
+        let names: Vec<String> = blocks
+            .iter()
+            .map(|&(d, b)| match self {
+                Labels::Whole { .. } => format!("x{d}"),
+                _ => format!("x{d}.{b}"),
+            })
+            .collect();
+        format!("f({})", names.join(","))
     }
 
     /// Markdown notation of a non-empty sum whose terms are all of part `part`.

@@ -6,7 +6,7 @@ mod layouts;
 mod symbolic;
 
 pub use layouts::{derived_layout, Column, Labels, TraceLayout};
-pub use symbolic::{Snapshot, Sym, Symbolic, Term, CONST};
+pub use symbolic::{Snapshot, Sym, Symbolic, Term, COMPUTED, CONST};
 
 use crate::error::{Error, Result};
 use crate::ir::Program;
@@ -21,6 +21,9 @@ pub enum Cell {
     /// The sum of these input contributions `(device, block)`, in accumulation order
     /// (empty: zero), all of the same part of their block (0: top or whole, 1: bottom).
     Sum(Vec<(usize, usize)>, usize),
+    /// Computed (a compute op's result) from these input blocks `(device, block)`, in
+    /// the order the computation read them (empty: from no input, e.g. the weights).
+    Computed(Vec<(usize, usize)>),
     /// The region's elements differ, or hold something else (a constant fill).
     Mixed,
 }
@@ -142,6 +145,7 @@ impl Table {
             Cell::Mixed => "mixed".into(),
             Cell::Sum(t, _) if t.is_empty() => "0".into(),
             Cell::Sum(t, part) => self.labels.notation(t, *part),
+            Cell::Computed(b) => self.labels.computed_notation(b),
         }
     }
 
@@ -185,6 +189,9 @@ impl Table {
             Cell::Never => Value::Null,
             Cell::Mixed => json!("mixed"),
             Cell::Sum(t, _) => json!(t.iter().map(|(d, b)| json!([d, b])).collect::<Vec<_>>()),
+            Cell::Computed(b) => {
+                json!({"f": b.iter().map(|(d, b)| json!([d, b])).collect::<Vec<_>>()})
+            }
         };
         let row = |r: &Row| {
             let mut v = json!({

@@ -11,8 +11,14 @@ pub type Term = (u32, u32);
 /// Marks a term that is a constant fill (its second field holds the bits).
 pub const CONST: u32 = u32::MAX;
 
-/// The second term of a computed element (a compute op's result): no input contribution.
-const COMPUTED: u32 = u32::MAX;
+/// Marks a computed element (a compute op's result): its first term is `(COMPUTED, 0)`
+/// and the others are the input elements it depends on, in the order the op read them;
+/// `(COMPUTED, 1)` alone when it depends on more than 64. No device has this
+/// id (the planner's limit is 2^32 − 2 devices).
+pub const COMPUTED: u32 = u32::MAX - 1;
+
+/// Most input elements a computed element lists (a step table runs at a small shape).
+const MAX_DEPS: usize = 64;
 
 /// One element's symbolic value: `None` never written, `Some(vec![])` zero.
 pub type Sym = Option<Vec<Term>>;
@@ -74,13 +80,39 @@ impl<'p> Symbolic<'p> {
     }
 
     fn read(&self, v: &View) -> Vec<Sym> {
+        self.slice(v).to_vec()
+    }
+
+    fn slice(&self, v: &View) -> &[Sym] {
         let n = self.p.layout.allocs.len();
         let mem = if v.alloc() == n {
             &self.staging[v.device()]
         } else {
             &self.mem[v.device() * n + v.alloc()]
         };
-        mem[v.offset()..v.offset() + v.len()].to_vec()
+        &mem[v.offset()..v.offset() + v.len()]
+    }
+
+    /// What an element computed from the elements `reads` holds: the input elements
+    /// they hold or depend on (constants and never-written elements add nothing).
+    fn computed(&self, reads: impl Iterator<Item = View>) -> Vec<Term> {
+        let mut deps: Vec<Term> = Vec::new();
+        for r in reads {
+            for terms in self.slice(&r).iter().flatten() {
+                for &t in terms {
+                    if t.0 == CONST || t.0 == COMPUTED || deps.contains(&t) {
+                        continue;
+                    }
+                    if deps.len() == MAX_DEPS {
+                        return vec![(COMPUTED, 1)];
+                    }
+                    deps.push(t);
+                }
+            }
+        }
+        let mut v = vec![(COMPUTED, 0)];
+        v.extend(deps);
+        v
     }
 
     fn region(&mut self, v: &View) -> &mut [Sym] {
@@ -142,11 +174,12 @@ impl<'p> Symbolic<'p> {
                     }
                 }
             }
-            // Computed values are not sums of inputs: the table shows them as mixed.
+            // Computed values are not sums of inputs: the table shows what they depend on.
             DataOp::Compute(c) => {
+                let v = self.computed(c.reads().iter().copied());
                 for w in c.writes() {
                     for e in self.region(w) {
-                        *e = Some(vec![(CONST, COMPUTED)]);
+                        *e = Some(v.clone());
                     }
                 }
             }

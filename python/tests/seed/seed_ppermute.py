@@ -1,15 +1,15 @@
 """Seed section 1: lax.ppermute (right shift).
 
-Copied from shared/seeds/000_448ce85d16c0ffa8.txt (the seed); only the jax imports
-are changed, to tpusim's stand-ins. Importing this module runs the seed's script:
-`pallas_result` comes from tpusim, `xla_result` from tpusim's shipped collectives.
+Copied from shared/seeds/000_448ce85d16c0ffa8.txt (the seed), with its own `import jax`
+lines: run under `python -m tpusim run` (or `tpusim.simulate()`), `pallas_result` comes
+from tpusim and `xla_result` from JAX's own collective.
 """
 
-import tpusim.jax as jax
-from tpusim.jax import lax
-from tpusim.jax import numpy as jnp
-from tpusim.jax.experimental import pallas as pl
-from tpusim.jax.experimental.pallas import tpu as pltpu
+import jax
+from jax import lax
+from jax import numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 P = jax.sharding.PartitionSpec
 num_devices = jax.local_device_count()

@@ -5,6 +5,7 @@
 
 use crate::array::DType;
 use crate::ir::{Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction, Unary};
+use std::borrow::Cow;
 
 /// The destination's words of `c`, from its sources' words (`srcs[i]` holds the
 /// elements of `c.srcs[i]`, row-major).
@@ -532,12 +533,24 @@ fn arg_reduce(op: Reduction, o: &Operand, axis: usize, src: &[u32]) -> Vec<u32> 
         .collect()
 }
 
-/// `x` permuted so that the dims `first` come first (in order), then the others.
-fn move_front(words: &[u32], shape: &[usize], first: &[usize]) -> (Vec<u32>, Vec<usize>) {
+/// `x` permuted so that the dims `first` come first (in order), then the others; `x`
+/// itself when that is its order already.
+fn move_front<'a>(words: &'a [u32], shape: &[usize], first: &[usize]) -> Cow<'a, [u32]> {
     let mut perm: Vec<usize> = first.to_vec();
     perm.extend((0..shape.len()).filter(|i| !first.contains(i)));
-    let out = transpose(words, shape, &perm);
-    (out, perm.iter().map(|&p| shape[p]).collect())
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Cow::Borrowed(words);
+    }
+    Cow::Owned(transpose(words, shape, &perm))
+}
+
+/// The f32 values of float `words` of dtype `t`: the words themselves for f32.
+fn f32s(t: DType, words: &[u32]) -> Cow<'_, [f32]> {
+    if t == DType::F32 {
+        Cow::Borrowed(bytemuck::cast_slice(words))
+    } else {
+        Cow::Owned(words.iter().map(|&w| to_f32(t, w)).collect())
+    }
 }
 
 fn dot(dims: &DotDims, l: &Operand, r: &Operand, lw: &[u32], rw: &[u32], d: &Operand) -> Vec<u32> {
@@ -553,19 +566,18 @@ fn dot(dims: &DotDims, l: &Operand, r: &Operand, lw: &[u32], rw: &[u32], d: &Ope
             .filter(|i| !dims.lhs_batch.contains(i) && !dims.lhs_contract.contains(i)),
     );
     lf.extend(&dims.lhs_contract);
-    let (lt, _) = move_front(lw, &l.shape, &lf);
+    let lt = move_front(lw, &l.shape, &lf);
     let mut rf: Vec<usize> = dims.rhs_batch.clone();
     rf.extend(&dims.rhs_contract);
     rf.extend(
         (0..r.shape.len())
             .filter(|i| !dims.rhs_batch.contains(i) && !dims.rhs_contract.contains(i)),
     );
-    let (rt, _) = move_front(rw, &r.shape, &rf);
+    let rt = move_front(rw, &r.shape, &rf);
     let t = d.dtype;
     let mut out = Vec::with_capacity(batch * m * n);
     if t.is_float() {
-        let lv: Vec<f32> = lt.iter().map(|&w| to_f32(l.dtype, w)).collect();
-        let rv: Vec<f32> = rt.iter().map(|&w| to_f32(r.dtype, w)).collect();
+        let (lv, rv) = (f32s(l.dtype, &lt), f32s(r.dtype, &rt));
         let mut acc = vec![0.0f32; batch * m * n];
         for b in 0..batch {
             matmul_f32(

@@ -7,6 +7,7 @@ use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::Result;
 use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.
@@ -75,11 +76,13 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
             for (d, s) in dst.iter_mut().zip(src) {
                 let (a, b) = (f32::from_bits(*d), f32::from_bits(*s));
                 *d = match op {
-                    ReduceOp::Sum => a + b,
-                    ReduceOp::Max => a.max(b),
-                    ReduceOp::Min => a.min(b),
-                }
-                .to_bits();
+                    ReduceOp::Sum => (a + b).to_bits(),
+                    // XLA's max and min propagate NaN: the first operand that is one.
+                    _ if a.is_nan() => *d,
+                    _ if b.is_nan() => *s,
+                    ReduceOp::Max => a.max(b).to_bits(),
+                    ReduceOp::Min => a.min(b).to_bits(),
+                };
             }
         }
         DType::I32 => {
@@ -92,11 +95,11 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
                 } as u32;
             }
         }
-        DType::F16 => accumulate_halves(dst, src, op, |a, b| {
+        DType::F16 => accumulate_halves(dst, src, op, is_nan_f16, |a, b| {
             let (a, b) = (half::f16::from_bits(a), half::f16::from_bits(b));
             half::f16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
-        DType::BF16 => accumulate_halves(dst, src, op, |a, b| {
+        DType::BF16 => accumulate_halves(dst, src, op, is_nan_bf16, |a, b| {
             let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
             half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
@@ -109,17 +112,37 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
 
 /// A 16-bit float accumulate: `sum` adds in f32 and rounds to nearest even (correctly
 /// rounded for both formats: f32 carries more than twice their significand plus two bits,
-/// so rounding twice equals rounding once); max and min by [`order16`].
-fn accumulate_halves(dst: &mut [u32], src: &[u32], op: ReduceOp, sum: impl Fn(u16, u16) -> u16) {
+/// so rounding twice equals rounding once); max and min by [`order16`], a NaN (`is_nan`)
+/// in either operand propagated as XLA's max and min do.
+fn accumulate_halves(
+    dst: &mut [u32],
+    src: &[u32],
+    op: ReduceOp,
+    is_nan: fn(u16) -> bool,
+    sum: impl Fn(u16, u16) -> u16,
+) {
     for (d, s) in dst.iter_mut().zip(src) {
         let (a, b) = (*d as u16, *s as u16);
         *d = match op {
             ReduceOp::Sum => sum(a, b),
+            // XLA's max and min propagate NaN: the first operand that is one.
+            _ if is_nan(a) => a,
+            _ if is_nan(b) => b,
             ReduceOp::Max if order16(b) > order16(a) => b,
             ReduceOp::Min if order16(b) < order16(a) => b,
             ReduceOp::Max | ReduceOp::Min => a,
         } as u32;
     }
+}
+
+/// True when f16 `bits` is a NaN (exponent all ones, fraction not zero).
+pub fn is_nan_f16(bits: u16) -> bool {
+    bits & 0x7fff > 0x7c00
+}
+
+/// True when bf16 `bits` is a NaN (exponent all ones, fraction not zero).
+pub fn is_nan_bf16(bits: u16) -> bool {
+    bits & 0x7fff > 0x7f80
 }
 
 /// The order max and min use for 16-bit floats (the shaders use the same): the value's
@@ -139,6 +162,49 @@ struct CpuRun<'a> {
     program: &'a Program,
     schedule: &'a Schedule,
     mem: Memory,
+    /// The ops of each piece ([`Executor::prepare_pieces`]; one piece: all of them).
+    pieces: Vec<Range<usize>>,
+}
+
+/// The op ranges between `cuts` (op indices) of a schedule of `ops` ops.
+pub(crate) fn pieces(ops: usize, cuts: &[usize]) -> Vec<Range<usize>> {
+    let mut at = 0;
+    let mut v: Vec<Range<usize>> = cuts
+        .iter()
+        .map(|&c| {
+            let r = at..c.clamp(at, ops);
+            at = r.end;
+            r
+        })
+        .collect();
+    v.push(at..ops);
+    v
+}
+
+impl Memory {
+    /// Runs `ops` in order.
+    fn run(&mut self, ops: &[DataOp]) {
+        for op in ops {
+            match op {
+                DataOp::Copy { src, dst } => {
+                    self.with_pair(dst, src, |d, s| d.copy_from_slice(s));
+                }
+                DataOp::Fill { dst, bits } => {
+                    let i = self.index(dst);
+                    self.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
+                }
+                DataOp::Accumulate {
+                    dst,
+                    src,
+                    op,
+                    dtype,
+                } => {
+                    self.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
+                }
+                DataOp::Compute(c) => self.compute(c),
+            }
+        }
+    }
 }
 
 impl Executor for CpuExecutor {
@@ -150,6 +216,15 @@ impl Executor for CpuExecutor {
         &'a self,
         program: &'a Program,
         schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.prepare_pieces(program, schedule, &[])
+    }
+
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
     ) -> Result<Box<dyn Prepared + 'a>> {
         let table = schedule.memory(program);
         let mem = Memory {
@@ -163,6 +238,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             mem,
+            pieces: pieces(schedule.ops.len(), cuts),
         }))
     }
 }
@@ -181,30 +257,48 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
-        let mem = &mut self.mem;
         for _ in 0..iters {
-            for op in &self.schedule.ops {
-                match op {
-                    DataOp::Copy { src, dst } => {
-                        mem.with_pair(dst, src, |d, s| d.copy_from_slice(s));
-                    }
-                    DataOp::Fill { dst, bits } => {
-                        let i = mem.index(dst);
-                        mem.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
-                    }
-                    DataOp::Accumulate {
-                        dst,
-                        src,
-                        op,
-                        dtype,
-                    } => {
-                        mem.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
-                    }
-                    DataOp::Compute(c) => mem.compute(c),
-                }
-            }
+            self.mem.run(&self.schedule.ops);
         }
         Ok(t.elapsed())
+    }
+
+    fn run_piece(&mut self, k: usize) -> Result<()> {
+        let r = self.pieces.get(k).cloned().ok_or_else(|| {
+            crate::Error::bad_input(format!("no piece {k} of {}", self.pieces.len()))
+        })?;
+        self.mem.run(&self.schedule.ops[r]);
+        Ok(())
+    }
+
+    fn read_view(&mut self, v: View, elem: usize) -> Result<Vec<u8>> {
+        let words = self.mem.words(&v);
+        Ok(match elem {
+            4 => bytemuck::cast_slice(words).to_vec(),
+            _ => words
+                .iter()
+                .flat_map(|w| (*w as u16).to_le_bytes())
+                .collect(),
+        })
+    }
+
+    fn write_view(&mut self, v: View, elem: usize, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != v.len() * elem {
+            return Err(crate::Error::bad_input(format!(
+                "{} bytes for a view of {} elements of {elem} bytes",
+                bytes.len(),
+                v.len()
+            )));
+        }
+        let i = self.mem.index(&v);
+        let dst = &mut self.mem.bufs[i][v.offset()..v.offset() + v.len()];
+        for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(elem)) {
+            *d = match elem {
+                4 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                _ => u16::from_le_bytes([b[0], b[1]]) as u32,
+            };
+        }
+        Ok(())
     }
 
     fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {

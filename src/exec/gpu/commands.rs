@@ -79,6 +79,41 @@ pub enum PipelineKey {
     Halves(HalfOp),
     /// `schedule.wgsl`'s wave: binds the arena, the op table, the chunks.
     Schedule,
+    /// `compute_elementwise.wgsl`: binds three sources and a destination, every one
+    /// read-write (a source may share the destination's buffer).
+    Elementwise {
+        /// The op's code (`codes::EW_*`).
+        op: u32,
+        /// The sources' dtypes (F32 for unused slots).
+        srcs: [DType; 3],
+        /// The destination's dtype.
+        dst: DType,
+    },
+    /// `compute_layout.wgsl`: binds a source and a destination (read-write).
+    Layout {
+        /// Writes indices (iota) rather than copying source elements.
+        iota: bool,
+        /// The elements' dtype.
+        dtype: DType,
+        /// A 16-bit destination written as runs (`codes::PACK_RUNS`), else densely.
+        runs: bool,
+    },
+    /// `compute_reduce.wgsl`: binds a source and a destination (read-write).
+    Reduce {
+        /// An arg reduction (argmax/argmin) rather than values.
+        arg: bool,
+        /// `codes::REDUCE_SUM`, `REDUCE_MAX` or `REDUCE_MIN`.
+        op: u32,
+        /// The source's dtype.
+        src: DType,
+        /// A workgroup per output (`per_group`) rather than an invocation (`per_thread`).
+        per_group: bool,
+    },
+    /// `compute_matmul.wgsl`: binds the two operands and the product (read-write).
+    Matmul {
+        /// The operands' dtype.
+        input: DType,
+    },
 }
 
 /// One compute dispatch.
@@ -197,6 +232,71 @@ impl Recording {
     pub fn param(&mut self, block: Vec<u32>) -> usize {
         self.params.push(block);
         self.params.len() - 1
+    }
+
+    /// One recording of `parts` (lowerings of consecutive pieces of one schedule over
+    /// one memory, whose first `shared` buffers are that memory's and the same in every
+    /// part), and the range of its commands each part became. Scratch buffers and
+    /// placeholders ([`Init::Any`]) of one label are one buffer, as large as the largest.
+    pub fn join(parts: Vec<Recording>, shared: usize) -> (Recording, Vec<std::ops::Range<usize>>) {
+        let mut parts = parts.into_iter();
+        let mut joined = parts
+            .next()
+            .unwrap_or_else(|| Recording::new(Lowering::PerOp));
+        let mut ranges = Vec::with_capacity(parts.len() + 1);
+        ranges.push(0..joined.commands.len());
+        for part in parts {
+            debug_assert_eq!(part.buffers[..shared], joined.buffers[..shared]);
+            let ids: Vec<BufId> = part
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i < shared {
+                        return BufId(i);
+                    }
+                    let same = joined.buffers[shared..].iter().position(|j| {
+                        j.init == Init::Any && b.init == Init::Any && j.label == b.label
+                    });
+                    match same {
+                        Some(k) => {
+                            let j = &mut joined.buffers[shared + k];
+                            j.size = j.size.max(b.size);
+                            BufId(shared + k)
+                        }
+                        None => joined.buffer(b.label.clone(), b.size, b.init.clone()),
+                    }
+                })
+                .collect();
+            let params = joined.params.len();
+            joined.params.extend(part.params);
+            let start = joined.commands.len();
+            joined
+                .commands
+                .extend(part.commands.into_iter().map(|c| match c {
+                    Command::Copy {
+                        src,
+                        src_off,
+                        dst,
+                        dst_off,
+                        size,
+                    } => Command::copy(ids[src.0], src_off, ids[dst.0], dst_off, size),
+                    Command::Clear { dst, off, size } => Command::Clear {
+                        dst: ids[dst.0],
+                        off,
+                        size,
+                    },
+                    Command::Dispatch(mut d) => {
+                        for b in &mut d.bindings {
+                            b.buf = ids[b.buf.0];
+                        }
+                        d.params += params;
+                        Command::Dispatch(d)
+                    }
+                }));
+            ranges.push(start..joined.commands.len());
+        }
+        (joined, ranges)
     }
 
     /// Compute dispatches per iteration.

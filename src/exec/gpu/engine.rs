@@ -50,6 +50,8 @@ pub struct GpuRun<'a> {
     bufs: Vec<Pooled>,
     steps: Vec<Step>,
     dispatches: usize,
+    /// The steps of each piece of a schedule prepared in pieces (empty: one piece).
+    pieces: Vec<std::ops::Range<usize>>,
 }
 
 impl Engine {
@@ -105,6 +107,7 @@ impl Engine {
             bufs,
             steps,
             dispatches,
+            pieces: Vec::new(),
         };
         scope.close(ctx, "preparing the schedule")?;
         Ok(run)
@@ -135,7 +138,8 @@ impl Engine {
         let ctx = &self.ctx;
         let align = ctx.limits.min_uniform_buffer_offset_alignment as u64;
         let largest = blocks.iter().map(|p| p.len() as u64 * 4).max();
-        let stride = largest.unwrap_or(16).next_multiple_of(16).max(align);
+        // Every block starts at a multiple of the uniform offset alignment.
+        let stride = largest.unwrap_or(16).next_multiple_of(align.max(16));
         let bytes = stride * blocks.len() as u64;
         let max = ctx.limits.max_buffer_size;
         let buf = self.pool.take(&ctx.device, "params", bytes, UNIFORM, max);
@@ -226,10 +230,86 @@ impl GpuRun<'_> {
         Ok(scope.close(ctx, "uploading the inputs")?)
     }
 
+    /// Runs as pieces: the steps of piece k are `pieces[k]` (commands map 1:1 to steps).
+    pub(super) fn set_pieces(&mut self, pieces: Vec<std::ops::Range<usize>>) {
+        self.pieces = pieces;
+    }
+
+    /// Runs piece `k` of a schedule prepared in pieces once, and waits for it.
+    pub fn run_piece(&self, k: usize) -> Result<()> {
+        let r =
+            self.pieces.get(k).cloned().ok_or_else(|| {
+                Error::bad_input(format!("no piece {k} of {}", self.pieces.len()))
+            })?;
+        if r.is_empty() {
+            return Ok(());
+        }
+        self.engine
+            .ctx
+            .submit("running a piece of the schedule", |enc| {
+                self.encode_steps(enc, r)
+            })?;
+        Ok(())
+    }
+
+    /// The aligned byte range holding `v`'s `elem`-byte elements, and where `v` starts in it.
+    fn view_region(&self, v: &crate::ir::View, elem: usize) -> (&wgpu::Buffer, u64, u64, usize) {
+        let (buf, p) = self.place(v.device(), v.alloc());
+        let start = p.offset + v.byte_offset(self.memory.allocs[v.alloc()].dtype.storage());
+        let end = start + v.bytes(elem);
+        let lo = start / 4 * 4;
+        (buf, lo, end.next_multiple_of(4) - lo, (start - lo) as usize)
+    }
+
+    /// The bytes of view `v` ([`Prepared::read_view`]).
+    pub fn read_view(&self, v: crate::ir::View, elem: usize) -> Result<Vec<u8>> {
+        let (buf, lo, size, skip) = self.view_region(&v, elem);
+        let mut out = Vec::new();
+        let engine = self.engine;
+        read_back(
+            &engine.ctx,
+            &engine.pool,
+            &[(buf, lo, size)],
+            &mut |_, b| {
+                out = b[skip..skip + v.len() * elem].to_vec();
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Writes `bytes` into view `v` ([`Prepared::write_view`]): whole words as they are,
+    /// the neighbouring halves of a 16-bit view that starts or ends mid-word kept.
+    pub fn write_view(&self, v: crate::ir::View, elem: usize, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != v.len() * elem {
+            return Err(Error::bad_input(format!(
+                "{} bytes for a view of {} elements of {elem} bytes",
+                bytes.len(),
+                v.len()
+            )));
+        }
+        let (buf, lo, size, skip) = self.view_region(&v, elem);
+        let ctx = &self.engine.ctx;
+        if skip == 0 && size as usize == bytes.len() {
+            ctx.queue.write_buffer(buf, lo, bytes);
+        } else {
+            let mut words = Vec::new();
+            read_back(ctx, &self.engine.pool, &[(buf, lo, size)], &mut |_, b| {
+                words = b.to_vec();
+            })?;
+            words[skip..skip + bytes.len()].copy_from_slice(bytes);
+            ctx.queue.write_buffer(buf, lo, &words);
+        }
+        Ok(())
+    }
+
     fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+        self.encode_steps(enc, 0..self.steps.len())
+    }
+
+    fn encode_steps(&self, enc: &mut wgpu::CommandEncoder, steps: std::ops::Range<usize>) {
         let buf = |b: BufId| &self.bufs[b.0].buffer;
-        let mut i = 0;
-        while i < self.steps.len() {
+        let mut i = steps.start;
+        while i < steps.end {
             match &self.steps[i] {
                 Step::Buffer(Command::Copy {
                     src,
@@ -249,7 +329,7 @@ impl GpuRun<'_> {
                         pipeline,
                         group,
                         workgroups: [x, y, z],
-                    }) = self.steps.get(i)
+                    }) = self.steps[..steps.end].get(i)
                     {
                         pass.set_pipeline(pipeline);
                         pass.set_bind_group(0, group, &[]);
@@ -344,6 +424,18 @@ impl Prepared for GpuRun<'_> {
 
     fn read_outputs(&mut self) -> Result<Vec<Vec<HostArray>>> {
         GpuRun::read_outputs(self)
+    }
+
+    fn run_piece(&mut self, k: usize) -> Result<()> {
+        GpuRun::run_piece(self, k)
+    }
+
+    fn read_view(&mut self, v: crate::ir::View, elem: usize) -> Result<Vec<u8>> {
+        GpuRun::read_view(self, v, elem)
+    }
+
+    fn write_view(&mut self, v: crate::ir::View, elem: usize, bytes: &[u8]) -> Result<()> {
+        GpuRun::write_view(self, v, elem, bytes)
     }
 }
 

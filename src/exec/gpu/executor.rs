@@ -16,6 +16,8 @@ pub struct GpuExecutor {
     engine: Engine,
     batching: bool,
     arena: ArenaMode,
+    binding_limit: Option<u64>,
+    workgroup_limit: Option<u32>,
 }
 
 /// When a schedule runs as a GPU program over one arena (one compute dispatch per
@@ -59,13 +61,21 @@ impl GpuExecutor {
             engine: Engine::new(ctx),
             batching: true,
             arena: ArenaMode::Auto,
+            binding_limit: None,
+            workgroup_limit: None,
         }
     }
 
     /// Opens the default adapter (see [`GpuContext::new`]); `TPUSIM_GPU_PROGRAM`
     /// (`auto`, `on`, `off`) sets the [`ArenaMode`].
     pub fn from_env() -> Result<Self> {
-        let mut g = Self::new(Arc::new(GpuContext::new()?));
+        Self::from_env_for_rank(None)
+    }
+
+    /// [`GpuExecutor::from_env`] on the adapter of the `local_rank`-th rank of this host
+    /// ([`GpuContext::for_local_rank`]).
+    pub fn from_env_for_rank(local_rank: Option<usize>) -> Result<Self> {
+        let mut g = Self::new(Arc::new(GpuContext::for_local_rank(local_rank)?));
         if let Ok(m) = std::env::var("TPUSIM_GPU_PROGRAM") {
             g.set_arena(ArenaMode::parse(&m)?);
         }
@@ -75,6 +85,15 @@ impl GpuExecutor {
     /// Chooses when a schedule runs as one GPU program (default [`ArenaMode::Auto`]).
     pub fn set_arena(&mut self, mode: ArenaMode) {
         self.arena = mode;
+    }
+
+    /// Lowers as if one storage binding held at most `max_binding` bytes (at least
+    /// the adapter's offset alignment) and a dispatch at most `max_workgroups`
+    /// workgroups per dimension (`None`: the adapter's own limits), so that tests and
+    /// experiments reach the windowed and grid-strided paths at small sizes.
+    pub fn limit_lowering(&mut self, max_binding: Option<u64>, max_workgroups: Option<u32>) {
+        self.binding_limit = max_binding;
+        self.workgroup_limit = max_workgroups;
     }
 
     /// Turns batching of small accumulates on or off (on by default; off is for
@@ -141,13 +160,41 @@ impl GpuExecutor {
 
     fn lower(&self, memory: &Memory, ops: &[DataOp]) -> Result<Recording> {
         self.check_limits(&memory.allocs)?;
-        let limits = self.engine.ctx.lowering_limits();
+        let mut limits = self.engine.ctx.lowering_limits();
+        if let Some(b) = self.binding_limit {
+            let b = b.max(limits.offset_align).max(16) / 4 * 4;
+            limits.max_binding = limits.max_binding.min(b);
+        }
+        if let Some(w) = self.workgroup_limit {
+            limits.max_workgroups = limits.max_workgroups.min(w.max(1));
+        }
         if self.wants_arena(memory) {
             if let Ok(rec) = lower_arena::lower(memory, ops, &limits) {
                 return Ok(rec);
             }
         }
-        Ok(lower_ops::lower(memory, ops, &limits, self.batching))
+        lower_ops::lower(memory, ops, &limits, self.batching)
+    }
+
+    /// What [`Executor::prepare_pieces`] does, as the concrete run: every piece lowered
+    /// per op (the arena program is one piece), joined into one recording.
+    pub fn prepare_pieces_run<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &Schedule,
+        cuts: &[usize],
+    ) -> Result<GpuRun<'a>> {
+        let memory = schedule.memory(program);
+        self.check_limits(&memory.allocs)?;
+        let limits = self.engine.ctx.lowering_limits();
+        let parts = crate::exec::cpu::pieces(schedule.ops.len(), cuts)
+            .into_iter()
+            .map(|r| lower_ops::lower(&memory, &schedule.ops[r], &limits, self.batching))
+            .collect::<Result<Vec<_>>>()?;
+        let (rec, pieces) = Recording::join(parts, memory.len());
+        let mut run = self.engine.load(program, memory, rec)?;
+        run.set_pieces(pieces);
+        Ok(run)
     }
 
     /// What [`Executor::prepare`] does, as the concrete run (its dispatch count and
@@ -169,15 +216,6 @@ impl Executor for GpuExecutor {
     }
 
     fn check(&self, program: &Program) -> Result<()> {
-        let compute = program.ops.iter().flatten().any(|o| {
-            matches!(&o.kind, crate::ir::OpKind::Compute(c) if matches!(**c, crate::ir::DataOp::Compute(_)))
-        });
-        if compute {
-            return Err(Error::bad_input(format!(
-                "`{}` computes on values, which the GPU executor does not run yet: use --backend cpu",
-                program.name
-            )));
-        }
         self.check_limits(&program.layout.allocs)
     }
 
@@ -187,6 +225,15 @@ impl Executor for GpuExecutor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         Ok(Box::new(self.prepare_run(program, schedule)?))
+    }
+
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        Ok(Box::new(self.prepare_pieces_run(program, schedule, cuts)?))
     }
 
     fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {

@@ -1,7 +1,8 @@
 //! The per-op lowering: a buffer per (device, allocation), and each data op of a
 //! schedule as commands — a DMA or VMEM copy a buffer copy, a zero fill a clear, other
 //! fills and accumulates dispatches over binding-sized windows, small accumulates of a
-//! phase batched four to a dispatch ([`super::batch`]).
+//! phase batched four to a dispatch ([`super::batch`]), compute ops as the dispatches
+//! of [`super::lower_compute`].
 
 use super::batch::{self, Step};
 use super::codes::WORKGROUP;
@@ -10,6 +11,7 @@ use super::commands::{
 };
 use super::limits::Limits;
 use super::windows::{windows, Binding, Window};
+use crate::error::Result;
 use crate::ir::{DataOp, Memory, View};
 
 /// Placeholders for unused batch slots: one read-only, four writable (distinct).
@@ -20,7 +22,13 @@ const DUMMY_BYTES: u64 = 16;
 
 /// Lowers `ops` over `memory` per op; batches small accumulates when `batching` (and
 /// the adapter binds the 8 storage buffers a batch needs, WebGPU's default limit).
-pub fn lower(memory: &Memory, ops: &[DataOp], limits: &Limits, batching: bool) -> Recording {
+/// Fails when a compute op cannot be split into bindings the adapter allows.
+pub fn lower(
+    memory: &Memory,
+    ops: &[DataOp],
+    limits: &Limits,
+    batching: bool,
+) -> Result<Recording> {
     let mut rec = Recording::new(Lowering::PerOp);
     for (d, a) in memory.iter() {
         let buf = rec.buffer(
@@ -44,38 +52,78 @@ pub fn lower(memory: &Memory, ops: &[DataOp], limits: &Limits, batching: bool) -
         limits,
         rec,
         scratch: None,
+        scratch_used: 0,
         dummies: None,
     };
     for step in batch::plan(ops, max_items) {
+        // Scratch regions live for one op (or batch): the next may reuse them.
+        low.scratch_used = 0;
         match step {
-            Step::Op(i) => low.op(&ops[i]),
+            Step::Op(i) => low.op(&ops[i])?,
             Step::Batch(items) => {
                 let batch: Vec<&DataOp> = items.iter().map(|&i| &ops[i]).collect();
                 low.batch(&batch);
             }
         }
     }
-    low.rec
+    Ok(low.rec)
 }
 
-struct PerOp<'a> {
-    memory: &'a Memory,
-    limits: &'a Limits,
-    rec: Recording,
-    /// Staging for same-buffer sources, sized to the largest.
+/// The per-op lowering's state while it records.
+pub(super) struct PerOp<'a> {
+    pub(super) memory: &'a Memory,
+    pub(super) limits: &'a Limits,
+    pub(super) rec: Recording,
+    /// Staging for same-buffer sources and compute temporaries, sized to the most one
+    /// op uses.
     scratch: Option<BufId>,
+    /// Bytes of scratch the current op has taken.
+    scratch_used: u64,
     /// The first of [`DUMMIES`] placeholders, made on first use.
     dummies: Option<BufId>,
 }
 
 impl PerOp<'_> {
-    fn buf(&self, v: &View) -> BufId {
+    pub(super) fn buf(&self, v: &View) -> BufId {
         self.rec.places[self.memory.index(v)].buf
     }
 
     /// Byte offset of `v` in its buffer.
-    fn off(&self, v: &View) -> u64 {
+    pub(super) fn off(&self, v: &View) -> u64 {
         v.byte_offset(self.memory.allocs[v.alloc()].dtype.storage())
+    }
+
+    /// A region of `size` bytes of the scratch buffer for the current op (at an
+    /// aligned offset, after what the op already took): the buffer and the offset.
+    pub(super) fn scratch_region(&mut self, size: u64) -> (BufId, u64) {
+        let scratch = *self
+            .scratch
+            .get_or_insert_with(|| self.rec.buffer("scratch", 0, Init::Any));
+        let at = self
+            .scratch_used
+            .next_multiple_of(self.limits.offset_align.max(16));
+        self.scratch_used = at + size;
+        let desc = &mut self.rec.buffers[scratch.0];
+        desc.size = desc.size.max(self.scratch_used);
+        (scratch, at)
+    }
+
+    /// Records a dispatch of `pipeline` over `workgroups` with its storage `bindings`
+    /// and parameter `block`.
+    pub(super) fn dispatch_3d(
+        &mut self,
+        pipeline: PipelineKey,
+        bindings: Vec<Bound>,
+        block: Vec<u32>,
+        workgroups: [u32; 3],
+    ) {
+        let params = self.rec.param(block);
+        self.rec.commands.push(Command::Dispatch(Dispatch {
+            pipeline,
+            bindings,
+            params,
+            workgroups,
+        }));
     }
 
     fn bound(buf: BufId, b: Binding) -> Bound {
@@ -87,7 +135,7 @@ impl PerOp<'_> {
     }
 
     /// Placeholder `k` bound whole.
-    fn dummy(&mut self, k: usize) -> Bound {
+    pub(super) fn dummy(&mut self, k: usize) -> Bound {
         let first = *self.dummies.get_or_insert_with(|| {
             let first = BufId(self.rec.buffers.len());
             for k in 0..DUMMIES {
@@ -185,14 +233,10 @@ impl PerOp<'_> {
         }
         let start = so / 4 * 4;
         let size = (so + src.bytes(elem)).next_multiple_of(4) - start;
-        let scratch = *self
-            .scratch
-            .get_or_insert_with(|| self.rec.buffer("scratch", 0, Init::Any));
-        let desc = &mut self.rec.buffers[scratch.0];
-        desc.size = desc.size.max(size);
-        let copy = Command::copy(self.buf(src), start, scratch, 0, size);
+        let (scratch, at) = self.scratch_region(size);
+        let copy = Command::copy(self.buf(src), start, scratch, at, size);
         self.rec.commands.push(copy);
-        (scratch, so - start)
+        (scratch, at + so - start)
     }
 
     /// 16-bit elements, packed two per word: whole-word copies and zero fills as buffer
@@ -226,7 +270,7 @@ impl PerOp<'_> {
                 (HalfOp::Fill, bits)
             }
             DataOp::Accumulate { op, dtype, .. } => (HalfOp::Accumulate(op, dtype), 0),
-            DataOp::Compute(_) => unreachable!("the executor refuses compute ops on the GPU"),
+            DataOp::Compute(_) => unreachable!("compute ops lower in lower_compute.rs"),
         };
         let source = src.map(|s| self.source(&s, &dst, 2));
         for w in self.windows(dst.len() as u64, d_off, source.map(|s| s.1), 2) {
@@ -241,14 +285,19 @@ impl PerOp<'_> {
         }
     }
 
-    fn op(&mut self, op: &DataOp) {
+    /// Records `op` (a compute op may fail: see [`super::lower_compute`]).
+    pub(super) fn op(&mut self, op: &DataOp) -> Result<()> {
+        if let DataOp::Compute(c) = op {
+            return self.compute(c);
+        }
         if op.elem_bytes(&self.memory.allocs) == 2 {
-            return self.halves(op);
+            self.halves(op);
+            return Ok(());
         }
         match op {
             DataOp::Copy { src, dst } => {
                 if src.is_empty() {
-                    return;
+                    return Ok(());
                 }
                 let (sb, so) = self.source(src, dst, 4);
                 let copy = Command::copy(sb, so, self.buf(dst), self.off(dst), dst.bytes(4));
@@ -256,7 +305,7 @@ impl PerOp<'_> {
             }
             DataOp::Fill { dst, bits } => {
                 if dst.is_empty() {
-                    return;
+                    return Ok(());
                 }
                 if *bits == 0 {
                     self.rec.commands.push(Command::Clear {
@@ -264,7 +313,7 @@ impl PerOp<'_> {
                         off: self.off(dst),
                         size: dst.bytes(4),
                     });
-                    return;
+                    return Ok(());
                 }
                 for w in self.windows(dst.len() as u64, self.off(dst), None, 4) {
                     let block = vec![0, w.dst.elem_off, w.n, *bits];
@@ -279,7 +328,7 @@ impl PerOp<'_> {
                 dtype,
             } => {
                 if dst.is_empty() {
-                    return;
+                    return Ok(());
                 }
                 let (sb, so) = self.source(src, dst, 4);
                 let d_off = self.off(dst);
@@ -300,10 +349,9 @@ impl PerOp<'_> {
                     self.dispatch(key, bindings, block, w.n, 1);
                 }
             }
-            DataOp::Compute(_) => {
-                unreachable!("the executor refuses compute ops on the GPU")
-            }
+            DataOp::Compute(_) => unreachable!("handled above"),
         }
+        Ok(())
     }
 }
 
@@ -332,7 +380,7 @@ mod tests {
             op: ReduceOp::Sum,
             dtype: DType::F32,
         };
-        let rec = lower(&m, &[acc], &LIMITS, true);
+        let rec = lower(&m, &[acc], &LIMITS, true).unwrap();
         let labels: Vec<&str> = rec.buffers.iter().map(|b| b.label.as_str()).collect();
         assert_eq!(
             labels,

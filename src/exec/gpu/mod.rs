@@ -3,6 +3,7 @@
 
 mod bandwidth;
 pub mod batch;
+pub mod boxes;
 mod codes;
 pub mod commands;
 mod device;
@@ -11,6 +12,7 @@ mod executor;
 mod levels;
 mod limits;
 mod lower_arena;
+mod lower_compute;
 mod lower_ops;
 mod pipelines;
 pub mod select;

@@ -1,7 +1,10 @@
 //! Compute pipelines for the shaders, by [`PipelineKey`]: modules and layouts made once
 //! per device, each pipeline compiled on first use and then kept.
 
-use super::codes::{dtype_code, reduce_code, HALVES_ACCUMULATE, HALVES_COPY, HALVES_FILL};
+use super::codes::{
+    dtype_code, is_math, reduce_code, HALVES_ACCUMULATE, HALVES_COPY, HALVES_FILL, LAYOUT_GATHER,
+    LAYOUT_IOTA, PACK_DENSE, PACK_RUNS, REDUCE_ARG, REDUCE_VALUES,
+};
 use super::commands::{HalfOp, PipelineKey};
 use super::shaders::assembled;
 use std::collections::HashMap;
@@ -18,10 +21,24 @@ enum Shape {
     Batch,
     /// The arena, the op table, the chunks (`schedule.wgsl`).
     Schedule,
+    /// Two read-write operands (`compute_layout.wgsl`, `compute_reduce.wgsl`).
+    Rw2,
+    /// Three read-write operands (`compute_matmul.wgsl`).
+    Rw3,
+    /// Four read-write operands (`compute_elementwise.wgsl`).
+    Rw4,
 }
 
 impl Shape {
-    const ALL: [Shape; 4] = [Shape::Dst, Shape::SrcDst, Shape::Batch, Shape::Schedule];
+    const ALL: [Shape; 7] = [
+        Shape::Dst,
+        Shape::SrcDst,
+        Shape::Batch,
+        Shape::Schedule,
+        Shape::Rw2,
+        Shape::Rw3,
+        Shape::Rw4,
+    ];
 
     /// `read_only` for each storage binding, in order.
     fn storage(self) -> &'static [bool] {
@@ -30,6 +47,13 @@ impl Shape {
             Shape::SrcDst => &[true, false],
             Shape::Batch => &[true, true, true, true, false, false, false, false],
             Shape::Schedule => &[false, true, true],
+            // Compute ops bind every operand read-write: a source may live in the
+            // destination's buffer (values of one dtype share an allocation), and
+            // WebGPU refuses a read-only and a writable binding of one buffer in one
+            // dispatch. The ranges a dispatch reads and writes never overlap.
+            Shape::Rw2 => &[false, false],
+            Shape::Rw3 => &[false, false, false],
+            Shape::Rw4 => &[false, false, false, false],
         }
     }
 }
@@ -156,6 +180,53 @@ impl Pipelines {
                 (Shape::SrcDst, "halves.wgsl", "main", constants)
             }
             PipelineKey::Schedule => (Shape::Schedule, "schedule.wgsl", "wave", vec![]),
+            PipelineKey::Elementwise { op, srcs, dst } => (
+                Shape::Rw4,
+                if is_math(op) {
+                    "compute_math.wgsl"
+                } else {
+                    "compute_elementwise.wgsl"
+                },
+                if is_math(op) { "math" } else { "main" },
+                vec![
+                    ("OP", code(op)),
+                    ("D0", code(dtype_code(srcs[0]))),
+                    ("D1", code(dtype_code(srcs[1]))),
+                    ("D2", code(dtype_code(srcs[2]))),
+                    ("DD", code(dtype_code(dst))),
+                ],
+            ),
+            PipelineKey::Layout { iota, dtype, runs } => (
+                Shape::Rw2,
+                "compute_layout.wgsl",
+                "main",
+                vec![
+                    ("MODE", code(if iota { LAYOUT_IOTA } else { LAYOUT_GATHER })),
+                    ("DTYPE", code(dtype_code(dtype))),
+                    ("PACK", code(if runs { PACK_RUNS } else { PACK_DENSE })),
+                ],
+            ),
+            PipelineKey::Reduce {
+                arg,
+                op,
+                src,
+                per_group,
+            } => (
+                Shape::Rw2,
+                "compute_reduce.wgsl",
+                if per_group { "per_group" } else { "per_thread" },
+                vec![
+                    ("MODE", code(if arg { REDUCE_ARG } else { REDUCE_VALUES })),
+                    ("OP", code(op)),
+                    ("DS", code(dtype_code(src))),
+                ],
+            ),
+            PipelineKey::Matmul { input } => (
+                Shape::Rw3,
+                "compute_matmul.wgsl",
+                "main",
+                vec![("IN", code(dtype_code(input)))],
+            ),
         };
         let (layout, pipeline_layout) = &self.layouts[shape as usize];
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -63,6 +63,13 @@ fn existing() -> String {
 /// The adapter `WGPU_ADAPTER_NAME` names (a case-insensitive substring of its name), or
 /// else the default one, among the backends `WGPU_BACKEND` allows.
 pub fn choose(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
+    choose_for(instance, None)
+}
+
+/// [`choose`] for the `local_rank`-th rank of a host (`None`: the only process): without
+/// `WGPU_ADAPTER_NAME`, rank k takes the k-th of the host's GPUs (modulo their number,
+/// CPU adapters only where there is no GPU), so each rank has its own adapter.
+pub fn choose_for(instance: &wgpu::Instance, local_rank: Option<usize>) -> Result<wgpu::Adapter> {
     let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
     let where_ = || match std::env::var("WGPU_BACKEND") {
         Ok(b) => format!(" with WGPU_BACKEND=`{b}`"),
@@ -81,6 +88,21 @@ pub fn choose(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
                     existing()
                 ))
             });
+    }
+    if let Some(k) = local_rank {
+        let all = pollster::block_on(instance.enumerate_adapters(backends));
+        let gpus: Vec<_> = all
+            .iter()
+            .filter(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
+            .collect();
+        let pick = if gpus.is_empty() {
+            all.get(k % all.len().max(1))
+        } else {
+            Some(gpus[k % gpus.len()])
+        };
+        if let Some(a) = pick {
+            return Ok(a.clone());
+        }
     }
     let options = wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::from_env().unwrap_or_default(),

@@ -35,7 +35,13 @@ pub struct GpuContext {
 impl GpuContext {
     /// Opens the adapter chosen by `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`, or the default one.
     pub fn new() -> Result<Self> {
-        let adapter = select::choose(&select::instance()?)?;
+        Self::for_local_rank(None)
+    }
+
+    /// Opens the adapter of the `local_rank`-th rank on this host (see
+    /// [`select::choose_for`]; `None`: as [`GpuContext::new`]).
+    pub fn for_local_rank(local_rank: Option<usize>) -> Result<Self> {
+        let adapter = select::choose_for(&select::instance()?, local_rank)?;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tpusim"),

@@ -1,0 +1,52 @@
+"""Plan once, run many: a pallas_call with the same kernel, shapes, mesh and SMEM values
+reuses its planned program, also across jits; other SMEM values are another plan."""
+
+import jax
+import numpy as np
+from jax import lax
+from jax import numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+import tpusim
+from tpusim import _hook
+
+P = jax.sharding.PartitionSpec
+
+
+def kernel(shift_ref, x_ref, o_ref, send, recv):
+    me = lax.axis_index("x")
+    dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + shift_ref[0], 4),))
+    dma.start()
+    dma.wait()
+
+
+def f(shift, x):
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)
+    mesh = jax.make_mesh((4,), ("x",))
+    return jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"), check_vma=False)(shift, x)
+
+
+def test_repeated_calls_reuse_their_plan_and_new_scalars_make_a_new_one():
+    mesh = jax.make_mesh((4,), ("x",))
+    x = jax.device_put(jnp.arange(32 * 128, dtype=jnp.int32).reshape(32, 128), jax.NamedSharding(mesh, P("x")))
+    seen = []
+    _hook._plans.clear()
+    with tpusim.simulate(backend="cpu"), _hook.observing(lambda what, plan: seen.append((what, id(plan)))):
+        g = jax.jit(f)
+        outs = [np.asarray(g(jnp.array([s], jnp.int32), x)) for s in (1, 1, 1, 3)]
+        # Another jit of the same function: the same program, planned already.
+        np.asarray(jax.jit(f)(jnp.array([1], jnp.int32), x))
+        jax.effects_barrier()
+    planned = [p for w, p in seen if w == "planned"]
+    calls = [p for w, p in seen if w == "call"]
+    assert len(calls) == 5 and len(planned) == 2
+    assert calls[0] == calls[1] == calls[2] == calls[4] != calls[3]
+    a = np.asarray(x).reshape(4, 8, 128)
+    for shift, out in ((1, outs[0]), (3, outs[3])):
+        got = out.reshape(4, 8, 128)
+        for d in range(4):
+            np.testing.assert_array_equal(got[(d + shift) % 4], a[d])

@@ -1,0 +1,68 @@
+"""`python -m tpusim`: an unchanged JAX script run, checked, traced and modeled, with
+the exit status a shell can use."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HERE, marked_line, seed_path
+
+SHARED = os.path.join(HERE, "shared_recv_sem.py")
+
+
+def tpusim_cli(*args, timeout=300):
+    env = dict(os.environ, TPUSIM_BACKEND="cpu")
+    r = subprocess.run([sys.executable, "-m", "tpusim", *args], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_run_an_unchanged_script_at_p_devices(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text(open(seed_path("ppermute")).read() + "\nimport numpy as np\n"
+                      "print('devices', jax.device_count(), 'equal', bool(np.array_equal(pallas_result, xla_result)))\n")
+    code, out, err = tpusim_cli("run", "--devices", "3", str(script))
+    assert code == 0, err
+    assert "devices 3 equal True" in out
+
+
+def test_check_prints_every_call_and_exits_1_on_a_finding():
+    code, out, err = tpusim_cli("check", "--devices", "4", "--schedules", "30", seed_path("psum"))
+    assert code == 0, err
+    assert "psum_kernel P=4 (4)" in out and "clean under 30 schedules" in out
+    code, out, err = tpusim_cli("check", "--devices", "4", "--schedules", "30", SHARED)
+    assert code == 1, err
+    assert "race" in out and f"{SHARED}:{marked_line(SHARED, 'start')}" in out
+
+
+def test_trace_and_model(tmp_path):
+    code, out, err = tpusim_cli("trace", "--devices", "4", seed_path("all_gather"))
+    assert code == 0, err
+    assert "| after | D0 | D1 | D2 | D3 |" in out and "(x0, x1, x2, x3)" in out
+    code, out, err = tpusim_cli("model", "--devices", "4", "--preset", "v5e", "--timeline", str(tmp_path),
+                                seed_path("psum_scatter"))
+    assert code == 0, err
+    assert "us modeled on v5e" in out
+    (trace,) = list(tmp_path.iterdir())
+    assert trace.name.startswith("reduce_scatter_kernel") and trace.stat().st_size > 100
+
+
+def test_a_failing_kernel_is_tpusims_message_and_exit_1(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text(open(seed_path("ppermute")).read().replace(
+        "target = lax.rem(my_id + 1, num_devices)", "target = lax.rem(my_id - 1, num_devices)"))
+    code, out, err = tpusim_cli("run", "--devices", "4", str(script))
+    assert code == 1
+    assert "tpusim: device id out of range" in err and f"{script}:" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--devices", "0", "x.py"], "--devices 0"),
+    (["run", "/nonexistent/x.py"], "no script /nonexistent/x.py"),
+    (["run", "--chip", "v9", seed_path("ppermute")], "chip `v9`"),
+])
+def test_bad_input_is_exit_2(args, words):
+    code, out, err = tpusim_cli(*args)
+    assert code == 2 and words in err, err

@@ -1,0 +1,170 @@
+"""``python -m tpusim``: a JAX script, unchanged, with every ``pallas_call`` on tpusim.
+
+    python -m tpusim run   [--devices N] [--backend auto|cpu|gpu] [--schedule S] SCRIPT [ARGS...]
+    python -m tpusim check [--devices N] [--schedules N] [--seed S] SCRIPT [ARGS...]
+    python -m tpusim trace [--devices N] SCRIPT [ARGS...]
+    python -m tpusim model [--devices N] [--preset v5e|v5p|v6e] [--timeline DIR] SCRIPT [ARGS...]
+
+The script runs as ``__main__`` with N JAX CPU devices (default: ``TPUSIM_DEVICES`` or
+4; a script that asks JAX for its own count, as JAX's tests do, keeps it). ``check``
+prints the verifier's report of every distinct call (exit 1 on a finding), ``trace``
+each call's step table, ``model`` each call's modeled time. Exit status: the script's
+own; 1 when a kernel fails; 2 for bad input.
+"""
+
+import argparse
+import os
+import runpy
+import sys
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m tpusim", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(s):
+        s.add_argument("--devices", type=int, default=int(os.environ.get("TPUSIM_DEVICES", "4")))
+        s.add_argument("--backend", default=os.environ.get("TPUSIM_BACKEND", "auto"),
+                       choices=["auto", "cpu", "gpu"])
+        s.add_argument("--schedule", default=os.environ.get("TPUSIM_SCHEDULE", "eager"))
+        s.add_argument("--chip", default="v5e", help="the TPU JAX's TPU queries answer for: v4, v5e, v5p, v6e")
+        s.add_argument("script")
+        s.add_argument("args", nargs=argparse.REMAINDER)
+
+    common(sub.add_parser("run", help="run the script"))
+    c = sub.add_parser("check", help="verify every pallas_call the script makes")
+    c.add_argument("--schedules", type=int, default=200)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--repeat", type=int, default=1, help="each call that many times back to back")
+    common(c)
+    common(sub.add_parser("trace", help="print each call's step table"))
+    m = sub.add_parser("model", help="each call's modeled time")
+    m.add_argument("--preset", default="v5e")
+    m.add_argument("--timeline", default=None, help="directory for one Chrome trace per call")
+    common(m)
+    return p
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+    if a.devices < 1:
+        print(f"tpusim: bad input: --devices {a.devices}; at least 1", file=sys.stderr)
+        return 2
+    if not os.path.exists(a.script):
+        print(f"tpusim: bad input: no script {a.script}", file=sys.stderr)
+        return 2
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # Mesa's Wayland client complains without one; tpusim never opens a window.
+        import tempfile
+
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpusim-xdg-")
+    import tpusim
+    from tpusim import _hook, _tools
+
+    tpusim.config.backend = a.backend
+    tpusim.config.schedule = a.schedule
+    try:
+        _hook.ensure_devices(a.devices)
+        _hook.simulate_globally(a.chip)
+    except tpusim.BadInput as e:
+        print(f"tpusim: {e}", file=sys.stderr)
+        return 2
+    tool = {
+        "run": None,
+        "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat))
+        if a.cmd == "check" else None,
+        "trace": (_tools.trace_plan, {}),
+        "model": None,
+    }[a.cmd]
+    if a.cmd == "model":
+        n = [0]
+
+        def model_tool(plan):
+            path = None
+            if a.timeline:
+                os.makedirs(a.timeline, exist_ok=True)
+                path = os.path.join(a.timeline, f"{plan.spec.name}-{n[0]}.json")
+                n[0] += 1
+            return _tools.model_plan(plan, preset=a.preset, timeline=path)
+
+        tool = (model_tool, {})
+    sys.argv = [a.script] + list(a.args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+    status = 0
+    results = None
+    with _maybe_collect(tool) as results:
+        try:
+            try:
+                runpy.run_path(a.script, run_name="__main__")
+            finally:
+                _effects_barrier()
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException as e:  # the script failed: say why, in tpusim's words when ours
+            status = _report_failure(e)
+    if results is not None:
+        for r in results:
+            print(_show(a.cmd, r))
+        if a.cmd == "check" and not results.clean and status == 0:
+            status = 1
+        if not results:
+            print("tpusim: the script made no pallas_call", file=sys.stderr)
+    return status
+
+
+def _effects_barrier():
+    """Waits for the calls JAX dispatched asynchronously (their reports count)."""
+    import jax
+
+    jax.effects_barrier()
+
+
+def _show(cmd, r):
+    if cmd == "trace":
+        return f"{r.title}\n{r.markdown}"
+    if cmd == "model":
+        s = f"{r.title}: {r.seconds * 1e6:.3f} us modeled on {r.model}"
+        if r.timeline_path:
+            s += f" (timeline {r.timeline_path})"
+        return s
+    return str(r)
+
+
+class _maybe_collect:
+    def __init__(self, tool):
+        self.tool = tool
+        self.cm = None
+
+    def __enter__(self):
+        if self.tool is None:
+            return None
+        from tpusim import _tools
+
+        f, kw = self.tool
+        self.cm = _tools.collecting(f, **kw)
+        return self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        if self.cm is not None:
+            return self.cm.__exit__(*exc)
+        return False
+
+
+def _report_failure(e):
+    import traceback
+
+    import tpusim
+
+    err = tpusim._hook.last_error() or e
+    if isinstance(err, tpusim.BadInput):
+        print(f"tpusim: {err}", file=sys.stderr)
+        return 2
+    if isinstance(err, tpusim.TpusimError):
+        print(f"tpusim: {err}", file=sys.stderr)
+        return 1
+    traceback.print_exception(e)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""tpusim as the engine behind ``pallas_call``.
+
+JAX lowers a ``pallas_call`` through one rule (``pallas_call._pallas_call_lowering``,
+which ``pl.kernel`` and ``pl.core_map`` reach too). :func:`install` wraps it: a call
+whose ``interpret`` is :class:`TpusimParams` — what :func:`simulate` makes every
+``pallas_call`` get, as JAX's ``force_tpu_interpret_mode`` does for its interpreter —
+lowers to one host callback per device, with the device's mesh coordinates and its
+operands. The P devices' callbacks meet (:class:`Meeting`): the last to arrive hands
+the gathered operands to one worker thread, which evaluates the kernel jaxpr (once per
+kernel, shapes, mesh and SMEM values: the plan is cached) and runs the Rust pipeline;
+each device's callback returns its outputs. Everything around the kernel is JAX's.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import queue
+import threading
+
+import numpy as np
+
+from . import _native, config
+
+_installed = False
+_lock = threading.Lock()
+
+
+def _jax():
+    import jax
+
+    return jax
+
+
+# The interpret value that routes a pallas_call here (a subclass of JAX's TPU interpret
+# params, so the effects and checks JAX applies to interpreted calls apply).
+TpusimParams = None
+
+
+def install():
+    """Wraps JAX's pallas_call lowering (once)."""
+    global _installed, TpusimParams
+    with _lock:
+        if _installed:
+            return
+        from jax._src.interpreters import mlir
+        from jax._src.pallas import pallas_call as pc
+        from jax._src.pallas.mosaic.interpret import params as tpu_params
+
+        @dataclasses.dataclass(frozen=True)
+        class _TpusimParams(tpu_params.InterpretParams):
+            """``interpret=`` value of a pallas_call that tpusim runs."""
+
+        _TpusimParams.__name__ = _TpusimParams.__qualname__ = "TpusimParams"
+        TpusimParams = _TpusimParams
+        original = pc._pallas_call_lowering
+
+        from jax._src import config as jax_config
+
+        def lowering(ctx, *in_nodes, interpret, **params):
+            # A pallas_call made (constructed) outside `simulate` but lowered inside it
+            # runs here too: the context's value is part of jit's cache key.
+            active = jax_config.pallas_tpu_interpret_mode_context_manager.value
+            if isinstance(interpret, TpusimParams) or isinstance(active, TpusimParams):
+                impl = functools.partial(_impl, **params)
+                return mlir.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
+            return original(ctx, *in_nodes, interpret=interpret, **params)
+
+        pc._pallas_call_lowering = lowering
+        mlir.register_lowering(pc.pallas_call_p, lowering)
+        import logging
+
+        # A failed call's error reaches the caller (JAX re-raises it); JAX's log of
+        # each device's failed callback would only repeat it P times.
+        logging.getLogger("jax._src.callback").addFilter(_not_ours)
+        _installed = True
+
+
+def _not_ours(record):
+    e = record.exc_info[1] if record.exc_info else None
+    return not isinstance(e, _native.TpusimError)
+
+
+def _impl(*args, out_avals, **params):
+    """The traced body of a pallas_call: one callback per device."""
+    jax = _jax()
+    from jax import lax
+    from jax._src import callback
+    from jax._src import core as jax_core
+    import jax.numpy as jnp
+
+    from ._plan import CallSpec
+
+    axis_sizes = dict(jax_core.get_axis_env().axis_sizes)
+    params = dict(params, out_avals=out_avals)
+    spec = CallSpec(params, axis_sizes)
+    meeting = Meeting(spec)
+    if axis_sizes:
+        coords = jnp.stack([lax.axis_index(k) for k in axis_sizes]).astype(jnp.int32)
+    else:
+        coords = jnp.zeros((0,), jnp.int32)
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
+    outs = callback.io_callback(meeting, shapes, coords, *args, ordered=False)
+    return list(outs)
+
+
+# ---------------------------------------------------------------- meeting
+
+
+class _Round:
+    __slots__ = ("args", "done", "result", "error")
+
+    def __init__(self):
+        self.args = {}
+        self.done = threading.Event()
+        self.result = None
+        self.error = None
+
+
+#: Plans by kernel, shapes, mesh and SMEM values (any lowering of the same call).
+_plans = {}
+
+
+class Meeting:
+    """Where the P devices' callbacks of one lowered pallas_call meet, call after call."""
+
+    timeout = 120.0
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.P = 1
+        for _, n in spec.axes:
+            self.P *= n
+        self.cond = threading.Condition()
+        self.count = {}
+        self.rounds = {}
+
+    def _device(self, coords):
+        d = 0
+        for (_, n), c in zip(self.spec.axes, coords):
+            d = d * n + int(c)
+        return d
+
+    def __call__(self, coords, *args):
+        d = self._device(np.asarray(coords))
+        with self.cond:
+            k = self.count.get(d, 0)
+            self.count[d] = k + 1
+            r = self.rounds.setdefault(k, _Round())
+            r.args[d] = [np.asarray(a) for a in args]
+            leader = len(r.args) == self.P
+            if leader:
+                del self.rounds[k]
+                self.cond.notify_all()
+            else:
+                ok = self.cond.wait_for(lambda: len(r.args) == self.P, timeout=self.timeout)
+                if not ok:
+                    r.error = _native.BadInput(
+                        f"bad input: only {len(r.args)} of the {self.P} devices reached "
+                        f"pallas_call `{self.spec.name}` within {self.timeout:.0f} s "
+                        "(every device of the shard_map must make the same calls)"
+                    )
+                    r.done.set()
+        if leader:
+            try:
+                args = [r.args[i] for i in range(self.P)]
+                # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
+                if _backend() == "cpu":
+                    r.result = self._run(args)
+                else:
+                    r.result = _worker.submit(self._run, args)
+            except BaseException as e:  # handed to every device
+                r.error = e
+            r.done.set()
+        r.done.wait()
+        if r.error is not None:
+            global _last_error
+            _last_error = r.error
+            raise r.error
+        return r.result[d]
+
+    def plan(self, per_device):
+        """The cached plan for these operands (keyed by the SMEM values they hold)."""
+        from ._plan import Plan
+
+        spec = self.spec
+        keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
+        key = (spec.key(), tuple(per_device[d][k].tobytes() for d in range(len(per_device)) for k in keys))
+        plan = _plans.get(key)
+        if plan is None:
+            smem = [{k: per_device[d][k] for k in keys} for d in range(len(per_device))]
+            plan = Plan(spec, smem)
+            if len(_plans) >= 64:
+                _plans.pop(next(iter(_plans)))
+            _plans[key] = plan
+            _observe("planned", plan)
+        return plan
+
+    def _run(self, per_device):
+        if self.spec.cores > 1:
+            per_device = [a for a in per_device for _ in range(self.spec.cores)]
+        plan = self.plan(per_device)
+        _observe("call", plan)
+        try:
+            outs = plan.call.run(plan.rust_inputs(per_device), backend=_backend(), schedule=config.schedule)
+        except _native.TpusimError:
+            if not _tolerant:
+                raise
+            # The tools report what went wrong; the program goes on with zeros.
+            outs = [[np.zeros(o[2], _np_dtype(o[3])) for o in plan.outputs] for _ in range(plan.P)]
+        res = plan.results(outs)
+        if self.spec.cores > 1:
+            res = [res[i * self.spec.cores] for i in range(len(res) // self.spec.cores)]
+        return [[np.asarray(x).astype(a.dtype, copy=False).reshape(a.shape)
+                 for x, a in zip(row, self.spec.out_avals)] for row in res]
+
+
+_last_error = None
+#: While the tools (check, trace, model) look at a program, a call that fails to run
+#: returns zeros: its report says why.
+_tolerant = 0
+
+
+def _np_dtype(name):
+    import ml_dtypes
+
+    return {"f32": np.float32, "i32": np.int32, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
+            "i8": np.int8, "u8": np.uint8, "bool": np.bool_}[name]
+
+
+def last_error():
+    """The tpusim error the last failed pallas_call raised (JAX re-raises it as a
+    runtime error of its own)."""
+    return _last_error
+
+
+def _backend():
+    """`config.backend`, with `auto` resolved as the command line resolves it (the GPU
+    executor on a hardware adapter, else the CPU one): ``"gpu"`` or ``"cpu"``."""
+    return _native.resolve_backend(config.backend)
+
+
+class _Worker:
+    """One thread runs every simulation: the GPU executor belongs to one thread."""
+
+    def __init__(self):
+        self.q = None
+        self.lock = threading.Lock()
+
+    def submit(self, f, *args):
+        with self.lock:
+            if self.q is None:
+                self.q = queue.Queue()
+                threading.Thread(target=self._loop, daemon=True, name="tpusim").start()
+        box = {}
+        ev = threading.Event()
+        self.q.put((f, args, box, ev))
+        ev.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _loop(self):
+        while True:
+            f, args, box, ev = self.q.get()
+            try:
+                box["value"] = f(*args)
+            except BaseException as e:
+                box["error"] = e
+            ev.set()
+
+
+_worker = _Worker()
+
+# ---------------------------------------------------------------- observers
+
+#: Callbacks told of every plan made ("planned") and every call run ("call").
+_observers = []
+
+
+def _observe(what, plan):
+    for f in list(_observers):
+        f(what, plan)
+
+
+@contextlib.contextmanager
+def observing(f):
+    _observers.append(f)
+    try:
+        yield
+    finally:
+        _observers.remove(f)
+
+
+# ---------------------------------------------------------------- simulate
+
+
+#: The TPU generation code that asks JAX about its chip sees (``--chip``): its JAX
+#: device kind and TensorCores per chip.
+CHIPS = {"v4": ("TPU v4", 2), "v5e": ("TPU v5 lite", 1), "v5p": ("TPU v5", 2), "v6e": ("TPU v6 lite", 1)}
+_chip = ["v5e"]
+
+
+def set_chip(name):
+    """Makes JAX's questions about the TPU (``pltpu.get_tpu_info()``, a TensorCoreMesh's
+    default core count, ``emit_pipeline``'s tiling) answer for chip `name` while the
+    devices are JAX's CPU devices; a real TPU's answers are kept."""
+    if name not in CHIPS:
+        raise _native.BadInput(f"bad input: chip `{name}`; tpusim knows {', '.join(CHIPS)}")
+    _chip[0] = name
+    from jax._src import tpu_info
+    from jax._src.pallas.mosaic import core as mosaic_core
+
+    if getattr(tpu_info, "_tpusim", False):
+        return
+    kind, num = tpu_info.get_device_kind, tpu_info.get_num_device_cores
+
+    def device_kind():
+        k = kind()
+        return CHIPS[_chip[0]][0] if tpu_info.chip_version_from_device_kind(k) is None and k.lower() == "cpu" else k
+
+    def num_cores():
+        try:
+            return num()
+        except AttributeError:  # a CPU device has no core count
+            return CHIPS[_chip[0]][1]
+
+    def default_cores():
+        try:
+            return default()
+        except AttributeError:
+            return CHIPS[_chip[0]][1]
+
+    default = mosaic_core._get_default_num_cores
+    from jaxlib import _jax
+
+    if not hasattr(_jax.Device, "num_cores"):
+        # A CPU device has no TensorCore count; code asking the device gets the chip's.
+        _jax.Device.num_cores = property(lambda self: CHIPS[_chip[0]][1])
+    tpu_info.get_device_kind = device_kind
+    tpu_info.get_num_device_cores = num_cores
+    mosaic_core._get_default_num_cores = default_cores
+    tpu_info._tpusim = True
+
+
+def ensure_devices(n):
+    """Makes JAX start with `n` CPU devices (before its first use), or checks it has."""
+    jax = _jax()
+    from jax._src import xla_bridge
+
+    if n is None:
+        return
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", int(n))
+        return
+    have = len(jax.devices())
+    if have < n:
+        raise _native.BadInput(
+            f"bad input: JAX already started with {have} devices, fewer than the {n} asked for: "
+            "enter tpusim.simulate(devices=N) before JAX's first use, or run the script "
+            "with `python -m tpusim run --devices N`"
+        )
+
+
+@contextlib.contextmanager
+def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
+    """Runs every ``pallas_call`` made (traced) inside on tpusim's engine, whatever its
+    ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use);
+    `chip`: the TPU generation JAX's TPU queries answer for (see :func:`set_chip`)."""
+    install()
+    set_chip(chip)
+    from jax._src import config as jax_config
+
+    ensure_devices(devices)
+    prev_cfg = (config.backend, config.schedule)
+    if backend is not None:
+        config.backend = backend
+    if schedule is not None:
+        config.schedule = schedule
+    prev = jax_config.pallas_tpu_interpret_mode_context_manager.swap_local(TpusimParams())
+    try:
+        yield
+    except Exception as e:
+        raise_ours(e)
+        raise
+    finally:
+        jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
+        config.backend, config.schedule = prev_cfg
+
+
+def raise_ours(e):
+    """Re-raises JAX's runtime error for a failed call as tpusim's own exception (with
+    its kind, sites and details), when it is one."""
+    ours = _last_error
+    if ours is None or isinstance(e, _native.TpusimError):
+        return
+    if type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and str(ours).split("\n")[0] in str(e):
+        import jax
+
+        try:  # JAX keeps the failed call's error for its next barrier (and at exit)
+            jax.effects_barrier()
+        except Exception:
+            pass
+        raise ours.with_traceback(None) from e
+
+
+def simulate_globally(chip="v5e"):
+    """What ``python -m tpusim run`` does before the script: every pallas_call of the
+    process runs on tpusim."""
+    install()
+    set_chip(chip)
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(TpusimParams())

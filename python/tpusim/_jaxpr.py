@@ -1,0 +1,1150 @@
+"""The kernel of a ``pallas_call``, read from its jaxpr.
+
+The kernel jaxpr is evaluated once per device and grid point with concrete scalars:
+program ids, axis indices, constants and SMEM contents (scalar prefetch and SMEM
+operands are known when the call runs) are numpy values, so every ``pl.when``,
+``lax.cond``, loop bound, index and device id is decided here. Refs, semaphores and
+vector values stay symbolic: every equation that moves data (a DMA start or wait, a
+semaphore signal or wait, a ref store) becomes one record of the recording that the
+Rust side (``python/src/replay.rs``) replays on its kernel API, each with the
+``file:line`` of the equation's source information. From there the kernel is an
+ordinary tpusim program: the scheduler, verifier, step tables, cost model and both
+executors are the Rust ones.
+
+JAX's own TPU interpret mode (``jax/_src/pallas/mosaic/interpret/``) gives the
+meaning of each primitive; this module follows it.
+"""
+
+import math
+import os
+
+import numpy as np
+
+import jax
+from jax import lax
+from jax._src import core as jax_core
+from jax._src.pallas import core as pallas_core
+from jax._src.pallas import primitives as pallas_primitives
+from jax._src.pallas.mosaic import core as mosaic_core
+from jax._src.pallas.mosaic import primitives as mosaic_primitives
+from jax._src.state import indexing
+from jax._src.state import types as state_types
+
+try:
+    from jax._src.pallas.mosaic import pipeline as mosaic_pipeline
+except ImportError:  # pragma: no cover - older JAX
+    mosaic_pipeline = None
+
+from . import _native
+
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+_JAX_OPS = os.path.join(_JAX_DIR, "experimental", "pallas", "ops") + os.sep
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+# ---------------------------------------------------------------- source lines
+
+
+def site_of(source_info, outer=("<unknown>", 0)):
+    """(file, line) of the innermost frame of `source_info` that is the user's: not in
+    JAX itself (JAX's own example kernels under ``pallas/ops`` count as the user's)
+    and not in tpusim; else `outer` (an equation inside a jitted JAX function, such as
+    ``jnp.cumsum``'s, is the user's call of that function)."""
+    tb = getattr(source_info, "traceback", None)
+    if tb is None:
+        return outer
+    for fr in tb.frames:
+        f = os.path.abspath(fr.file_name)
+        if f.startswith(_PKG):
+            continue
+        if f.startswith(_JAX_DIR) and not f.startswith(_JAX_OPS):
+            continue
+        if f.startswith("<frozen"):
+            continue
+        return (fr.file_name, fr.line_num)
+    return outer
+
+
+class _Where:
+    """The current device, grid point and line, for error messages."""
+
+    def __init__(self, point, site, op):
+        self.point, self.site, self.op = point, site, op
+
+    def __str__(self):
+        p = self.point
+        loc = f"{self.site[0]}:{self.site[1]}"
+        if p is None:
+            return f" ({loc})"
+        return f" in device {p.device} at grid point {list(p.index)}, `{self.op}` ({loc})"
+
+
+def _error(cls, kind, detail, where):
+    e = cls(f"{kind}: {detail}{where}")
+    e.kind = kind
+    e.detail = detail
+    p = where.point
+    e.site = {
+        "device": p.device if p else None,
+        "grid": list(p.index) if p else None,
+        "op": where.op,
+        "location": f"{where.site[0]}:{where.site[1]}",
+    }
+    return e
+
+
+def unsupported(construct, why, where):
+    """An UnsupportedError naming the construct (usually the primitive) and the line."""
+    detail = f"`{construct}` is not supported by tpusim"
+    if why:
+        detail += f": {why}"
+    return _error(_native.UnsupportedError, "unsupported", detail, where)
+
+
+def kernel_error(kind, detail, where):
+    return _error(_native.KernelError, kind, detail, where)
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+def dtype_name(dt):
+    """The core's name of a numpy/JAX dtype, or None."""
+    try:
+        d = np.dtype(dt)
+    except TypeError:
+        return None
+    return {
+        "float32": "f32", "int32": "i32", "float16": "f16", "bfloat16": "bf16",
+        "int8": "i8", "uint8": "u8", "bool": "bool",
+    }.get(d.name)
+
+
+def sem_kind(dtype):
+    """`dma`, `regular` or `barrier` for a semaphore dtype, else None."""
+    try:
+        if jax.numpy.issubdtype(dtype, pallas_core.barrier_semaphore):
+            return "barrier"
+        if jax.numpy.issubdtype(dtype, mosaic_core.dma_semaphore):
+            return "dma"
+        if jax.numpy.issubdtype(dtype, pallas_core.semaphore):
+            return "regular"
+    except TypeError:
+        return None
+    return None
+
+
+def space_of(ms):
+    """`hbm`, `vmem`, `smem`, `sem` (or the space's own name) of a memory space."""
+    if ms is None:
+        return None
+    v = str(getattr(ms, "value", ms)).lower()
+    return {"any": "hbm", "hbm": "hbm", "vmem": "vmem", "smem": "smem", "semaphore_mem": "sem",
+            "semaphore": "sem"}.get(v, v)
+
+
+# ---------------------------------------------------------------- buffers and views
+
+
+class Buffer:
+    """A kernel buffer: an operand, a scratch buffer or semaphore array, a pipeline
+    block or a ``run_scoped`` allocation. `pos` is its argument position in the Rust
+    spec (None for SMEM, which lives here: its values decide control flow)."""
+
+    __slots__ = ("kind", "name", "shape", "dtype", "pos", "sem", "smem", "barrier")
+
+    def __init__(self, kind, name, shape, dtype, pos=None, sem=None, barrier=False):
+        self.kind = kind  # "hbm" | "vmem" | "smem" | "sem"
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.pos = pos
+        self.sem = sem  # "dma" | "regular" | "barrier" for semaphores
+        self.smem = None  # {device: numpy array} for SMEM
+        self.barrier = barrier
+
+    def __repr__(self):
+        return f"Buffer({self.kind} {self.name} {self.shape})"
+
+
+class RefV:
+    """A view of a buffer: per dimension of the buffer an int (dropped) or a
+    (start, size, stride) slice; the view's shape is the slices' sizes."""
+
+    __slots__ = ("buf", "dims", "barrier_n")
+
+    def __init__(self, buf, dims=None, barrier_n=None):
+        self.buf = buf
+        self.dims = tuple(dims) if dims is not None else tuple((0, s, 1) for s in buf.shape)
+        self.barrier_n = barrier_n
+
+    @property
+    def shape(self):
+        return tuple(d[1] for d in self.dims if isinstance(d, tuple))
+
+    @property
+    def dtype(self):
+        return self.buf.dtype
+
+    def numel(self):
+        return math.prod(self.shape)
+
+    def key(self):
+        return (id(self.buf), self.dims)
+
+    def runs(self):
+        """The view's elements as contiguous runs [(offset, len)] of the buffer, in
+        row-major order."""
+        shape = self.buf.shape
+        dims = list(self.dims)
+        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        # The contiguous tail: full dims, then one stride-1 slice.
+        k = len(dims)
+        block = 1
+        while k > 0:
+            d = dims[k - 1]
+            if isinstance(d, tuple) and d[0] == 0 and d[1] == shape[k - 1] and d[2] == 1:
+                block *= shape[k - 1]
+                k -= 1
+                continue
+            break
+        base = 0
+        if k > 0:
+            d = dims[k - 1]
+            if isinstance(d, tuple) and d[2] == 1:
+                block *= d[1]
+                base = d[0] * strides[k - 1]
+                k -= 1
+        if block == 0:
+            return []
+        outer = []
+        for i in range(k):
+            d = dims[i]
+            if isinstance(d, tuple):
+                outer.append([(d[0] + j * d[2]) * strides[i] for j in range(d[1])])
+            else:
+                outer.append([d * strides[i]])
+        runs = []
+        if not outer:
+            return [(base, block)]
+        import itertools
+
+        for combo in itertools.product(*outer):
+            runs.append((base + sum(combo), block))
+        return runs
+
+    def window(self):
+        """(start, shape, strides, kept) per dimension of the buffer: the view as a
+        strided window (an integer index is a window of one)."""
+        start, shape, strides, kept = [], [], [], []
+        for d in self.dims:
+            if isinstance(d, tuple):
+                start.append(int(d[0]))
+                shape.append(int(d[1]))
+                strides.append(int(d[2]))
+                kept.append(True)
+            else:
+                start.append(int(d))
+                shape.append(1)
+                strides.append(1)
+                kept.append(False)
+        return start, shape, strides, kept
+
+    def steps(self):
+        """Leading-dimension steps for the Rust ref (`[[0, i, 0] | [1, start, size]]`)
+        when the view is a run that they express, else None."""
+        out = []
+        shape = self.buf.shape
+        i = 0
+        while i < len(self.dims) and not isinstance(self.dims[i], tuple):
+            out.append([0, int(self.dims[i]), 0])
+            i += 1
+        if i < len(self.dims):
+            s, n, st = self.dims[i]
+            if not (s == 0 and n == shape[i] and st == 1):
+                if st != 1:
+                    return None
+                out.append([1, int(s), int(n)])
+            i += 1
+        for j in range(i, len(self.dims)):
+            d = self.dims[j]
+            if not (isinstance(d, tuple) and d[0] == 0 and d[1] == shape[j] and d[2] == 1):
+                return None
+        return out
+
+    def __repr__(self):
+        return f"RefV({self.buf.name}{list(self.dims)})"
+
+
+def _concrete_int(v, what, where):
+    if isinstance(v, Sym):
+        raise unsupported(
+            where.op,
+            f"{what} is computed from data loaded from VMEM or HBM (only program ids, "
+            "axis indices, constants and SMEM values are known before the kernel runs)",
+            where,
+        )
+    if isinstance(v, RefV):
+        raise kernel_error("misuse", f"a ref where {what} needs an integer", where)
+    a = np.asarray(v)
+    if a.shape != ():
+        raise unsupported(what, f"an index of shape {a.shape} (gathers)", where)
+    return int(a)
+
+
+def apply_indexer(view, idx, where, check=True):
+    """`view` indexed by NDIndexer `idx` (ints and slices over its dims); `check`:
+    an index outside the view raises _OutOfBounds (a wait's view only gives a size)."""
+    if not isinstance(idx, indexing.NDIndexer):
+        raise unsupported(
+            f"ref transform {type(idx).__name__}",
+            "tpusim's refs take integer and slice indexing (no bitcast, reshape or transpose)",
+            where,
+        )
+    if idx.int_indexer_shape not in ((), None) and tuple(idx.int_indexer_shape) != ():
+        raise unsupported("gather indexing of a ref", "indices must be scalars and slices", where)
+    dims = list(view.dims)
+    vis = [i for i, d in enumerate(dims) if isinstance(d, tuple)]
+    if len(idx.indices) != len(vis):
+        raise kernel_error(
+            "out of bounds",
+            f"`{view.buf.name}` has {len(vis)} dimensions but is indexed with {len(idx.indices)}",
+            where,
+        )
+    for j, ix in zip(vis, idx.indices):
+        start, size, stride = dims[j]
+        if isinstance(ix, indexing.Slice):
+            s = _concrete_int(ix.start, "a slice start", where)
+            n = _concrete_int(ix.size, "a slice size", where)
+            st = int(ix.stride)
+            if check and (s < 0 or n < 0 or (n > 0 and s + (n - 1) * st >= size)):
+                raise _OutOfBounds(
+                    f"`{view.buf.name}` slice pl.ds({s}, {n}) leaves a dimension of size {size}"
+                )
+            dims[j] = (start + s * stride, n, stride * st)
+        else:
+            i = _concrete_int(ix, "an index", where)
+            if check and (i < 0 or i >= size):
+                raise _OutOfBounds(
+                    f"`{view.buf.name}` index {i} on a dimension of size {size} (valid 0..={size - 1})"
+                )
+            dims[j] = start + i * stride
+    return RefV(view.buf, dims, view.barrier_n)
+
+
+class _OutOfBounds(Exception):
+    """An index outside its ref: recorded as the kernel's error at that line."""
+
+
+def transform(ref, transforms, where, check=True):
+    """`ref` (a RefV, or a TransformedRef of one) with `transforms` applied; a
+    `pl.select_ref` picks its ref by its (concrete) index."""
+    ts = list(transforms)
+    while True:
+        if isinstance(ref, state_types.TransformedRef):
+            ts = [*ref.transforms, *ts]
+            ref = ref.ref
+        elif isinstance(ref, (tuple, list)):
+            if not ts or not isinstance(ts[0], state_types.SelectTransform):
+                raise kernel_error("misuse", "a tuple of refs where one ref is needed", where)
+            i = _concrete_int(ts[0].idx, "the index of `pl.select_ref`", where)
+            if not 0 <= i < len(ref):
+                raise _OutOfBounds(f"`pl.select_ref` index {i} picks from {len(ref)} refs")
+            ref, ts = ref[i], ts[1:]
+        else:
+            break
+    if not isinstance(ref, RefV):
+        raise kernel_error("misuse", f"expected a ref, got {type(ref).__name__}", where)
+    for t in ts:
+        ref = apply_indexer(ref, t, where, check)
+    return ref
+
+
+# ---------------------------------------------------------------- symbolic values
+
+
+class Sym:
+    """A vector value the kernel computes from data in VMEM (unknown until the
+    executors run): a load, or a primitive applied to values. Each is recorded when it
+    is made (`rec`, value `id`, at position `pos` of its grid point's calls); a store
+    that is a plain copy or accumulate of loads takes their records back and records
+    the core's copy or accumulate instead (data ops every executor runs)."""
+
+    __slots__ = ("prim", "args", "params", "shape", "dtype", "site", "view", "id", "rec", "pos", "uses")
+
+    def __init__(self, prim, args, shape, dtype, site, params=None, view=None):
+        self.prim = prim
+        self.args = args
+        self.params = params or {}
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.site = site
+        self.view = view
+        self.id = None
+        self.rec = None
+        self.pos = 0
+        self.uses = 0
+
+    def __repr__(self):
+        return f"Sym({self.prim} {self.shape})"
+
+
+# ---------------------------------------------------------------- scalar rules
+
+
+def _c_div(a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+        return np.where(b == 0, -1, np.sign(a) * np.sign(b) * q).astype(a.dtype)
+    return np.true_divide(a, b).astype(a.dtype)
+
+
+def _c_rem(a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        return np.fmod(a, np.where(b == 0, 1, b)).astype(a.dtype)
+    return np.fmod(a, b)
+
+
+def _select_n(which, *cases):
+    which = np.asarray(which)
+    if which.dtype == np.bool_:
+        which = which.astype(np.int32)
+    return np.choose(which, np.broadcast_arrays(*cases))
+
+
+def _shift_right_logical(a, b):
+    u = a.view(np.uint32) if a.dtype == np.int32 else a
+    return (u >> b).view(a.dtype) if a.dtype == np.int32 else u >> b
+
+
+def _convert(x, new_dtype, **_):
+    return np.asarray(x).astype(np.dtype(new_dtype))
+
+
+def _broadcast_in_dim(x, shape, broadcast_dimensions, **_):
+    x = np.asarray(x)
+    exp = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        exp[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(exp), shape)
+
+
+class _Iota(np.ndarray):
+    """An iota's concrete value that remembers it is one (`iota_dim`), so that kernel
+    compute on it records the core's iota (derived arrays forget it)."""
+
+    def __array_finalize__(self, obj):
+        self.iota_dim = None
+
+
+def _iota(dtype, shape, dimension, **_):
+    a = np.arange(shape[dimension], dtype=np.dtype(dtype))
+    exp = [1] * len(shape)
+    exp[dimension] = shape[dimension]
+    out = np.broadcast_to(a.reshape(exp), shape).view(_Iota)
+    out.iota_dim = dimension
+    return out
+
+
+def _reduce(f):
+    def rule(x, axes, **_):
+        return f(np.asarray(x), axis=tuple(axes))
+    return rule
+
+
+def _slice(x, start_indices, limit_indices, strides=None, **_):
+    strides = strides or (1,) * len(start_indices)
+    return np.asarray(x)[tuple(slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides))]
+
+
+def _dynamic_slice(x, *idx, slice_sizes, **_):
+    x = np.asarray(x)
+    starts = [min(max(int(i), 0), x.shape[d] - slice_sizes[d]) for d, i in enumerate(idx)]
+    return x[tuple(slice(s, s + n) for s, n in zip(starts, slice_sizes))]
+
+
+def _dynamic_update_slice(x, upd, *idx, **_):
+    x = np.array(x)
+    upd = np.asarray(upd)
+    starts = [min(max(int(i), 0), x.shape[d] - upd.shape[d]) for d, i in enumerate(idx)]
+    x[tuple(slice(s, s + n) for s, n in zip(starts, upd.shape))] = upd
+    return x
+
+
+def _dot_general(a, b, dimension_numbers, preferred_element_type=None, **_):
+    (ca, cb), (ba, bb) = dimension_numbers
+    if ba or bb:
+        raise NotImplementedError("batched dot_general")
+    out = np.tensordot(np.asarray(a), np.asarray(b), axes=(list(ca), list(cb)))
+    return out.astype(preferred_element_type or out.dtype)
+
+
+def _clamp(lo, x, hi):
+    return np.clip(x, lo, hi)
+
+
+def _same(x, *_, **__):
+    return x
+
+
+def _as(f):
+    return lambda *a, **_: f(*[np.asarray(x) for x in a])
+
+
+SCALAR_RULES = {
+    "add": _as(np.add), "sub": _as(np.subtract), "mul": _as(np.multiply),
+    "div": _as(_c_div), "rem": _as(_c_rem), "neg": _as(np.negative),
+    "max": _as(np.maximum), "min": _as(np.minimum), "abs": _as(np.abs), "sign": _as(np.sign),
+    "eq": _as(np.equal), "ne": _as(np.not_equal), "lt": _as(np.less), "le": _as(np.less_equal),
+    "gt": _as(np.greater), "ge": _as(np.greater_equal),
+    "and": _as(np.bitwise_and), "or": _as(np.bitwise_or), "xor": _as(np.bitwise_xor),
+    "not": _as(lambda x: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)),
+    "shift_left": _as(np.left_shift), "shift_right_arithmetic": _as(np.right_shift),
+    "shift_right_logical": _as(_shift_right_logical),
+    "select_n": _as(_select_n), "convert_element_type": _convert,
+    "broadcast_in_dim": _broadcast_in_dim, "iota": _iota,
+    "reshape": lambda x, new_sizes, **_: np.asarray(x).reshape(new_sizes),
+    "squeeze": lambda x, dimensions, **_: np.squeeze(np.asarray(x), axis=tuple(dimensions)),
+    "expand_dims": lambda x, dimensions, **_: np.expand_dims(np.asarray(x), tuple(dimensions)),
+    "transpose": lambda x, permutation, **_: np.transpose(np.asarray(x), permutation),
+    "reduce_sum": _reduce(np.sum), "reduce_max": _reduce(np.max), "reduce_min": _reduce(np.min),
+    "reduce_and": _reduce(np.all), "reduce_or": _reduce(np.any),
+    "integer_pow": lambda x, y, **_: np.asarray(x) ** y,
+    "square": _as(np.square), "sqrt": _as(np.sqrt), "exp": _as(np.exp), "log": _as(np.log),
+    "floor": _as(np.floor), "ceil": _as(np.ceil), "round": lambda x, **_: np.round(x),
+    "pow": _as(np.power), "clamp": _as(_clamp),
+    "concatenate": lambda *xs, dimension, **_: np.concatenate([np.asarray(x) for x in xs], dimension),
+    "slice": _slice, "dynamic_slice": _dynamic_slice, "dynamic_update_slice": _dynamic_update_slice,
+    "dot_general": _dot_general, "copy": _same, "copy_p": _same, "optimization_barrier": _same,
+    "multiple_of": lambda x, **_: x, "pvary": _same, "reduce_precision": _same,
+    "stop_gradient": _same, "tanh": _as(np.tanh), "logistic": _as(lambda x: 1 / (1 + np.exp(-x))),
+    "argmax": lambda x, axes, index_dtype, **_: np.argmax(x, axis=axes[0]).astype(index_dtype),
+    "argmin": lambda x, axes, index_dtype, **_: np.argmin(x, axis=axes[0]).astype(index_dtype),
+    "sort": lambda *xs, dimension, **_: [np.sort(np.asarray(x), axis=dimension) for x in xs],
+    "cumsum": lambda x, axis, reverse=False, **_: np.cumsum(x, axis=axis),
+}
+
+# Primitives that act on every value unchanged (what a value is does not change).
+IDENTITY = {"pvary", "copy", "copy_p", "optimization_barrier", "multiple_of", "stop_gradient",
+            "reduce_precision"}
+
+
+# ---------------------------------------------------------------- one grid point
+
+
+class Point:
+    """One device at one grid point: its scalars, and the calls it records."""
+
+    def __init__(self, plan, device, index, cores_coord=None):
+        self.plan = plan
+        self.device = device  # linear id in the tpusim mesh
+        self.index = tuple(index)
+        self.ops = []
+        self.nbarrier = 0
+        self.nvalues = 0
+        self.syms = []
+        self.core = cores_coord
+
+    def drop_unused(self):
+        """Takes back the records of values nothing used (`jnp.zeros_like(o_ref[...])`
+        loads `o_ref` for its shape only): a load no one reads is no access."""
+        work = [v for v in self.syms if v.uses == 0]
+        while work:
+            v = work.pop()
+            if v.rec is None or v.rec.get("dead"):
+                continue
+            v.rec["dead"] = True
+            for a in v.args:
+                if isinstance(a, Sym):
+                    a.uses -= 1
+                    if a.uses == 0:
+                        work.append(a)
+
+    def record(self, op, site, **fields):
+        fields["op"] = op
+        fields["at"] = [site[0], int(site[1])]
+        self.ops.append(fields)
+
+
+class Evaluator:
+    """Evaluates a jaxpr at one Point."""
+
+    def __init__(self, plan, point):
+        self.plan = plan
+        self.p = point
+        self.outer = [("<unknown>", 0)]  # the user's lines of the calls being evaluated
+        # (indices, sizes) that program_id / num_programs answer: the kernel's grid, or
+        # an emit_pipeline's inner grid inside its body.
+        self.grid_env = [(point.index, plan.grid)]
+        self.pipeline_grids = []
+
+    # -- helpers
+
+    def site(self, eqn):
+        return site_of(eqn.source_info, self.outer[-1])
+
+    def where(self, eqn, op=None):
+        return _Where(self.p, self.site(eqn), op or eqn.primitive.name)
+
+    def read(self, env, v):
+        if isinstance(v, jax_core.Literal):
+            return v.val
+        return env[v]
+
+    def run(self, jaxpr, consts, args):
+        env = {}
+        for v, a in zip(jaxpr.constvars, consts):
+            env[v] = a
+        for v, a in zip(jaxpr.invars, args):
+            env[v] = a
+        return self._eqns(jaxpr, env)
+
+    def _eqns(self, jaxpr, env):
+        for eqn in jaxpr.eqns:
+            ins = [self.read(env, v) for v in eqn.invars]
+            self.outer.append(self.site(eqn))
+            try:
+                outs = self.eqn(eqn, ins)
+            finally:
+                self.outer.pop()
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+            for v, o in zip(eqn.outvars, outs):
+                env[v] = o
+        return [self.read(env, v) for v in jaxpr.outvars]
+
+    def run_closed(self, closed, args):
+        # A jaxpr carries its constants (JAX 0.12; before, a ClosedJaxpr wrapped one).
+        # Where the equation passes them itself (run_scoped's closed-over values), the
+        # arguments cover every input.
+        jx = getattr(closed, "jaxpr", closed)
+        all_in = getattr(jx, "all_invars", None)
+        if all_in is not None and len(args) == len(all_in) and len(all_in) != len(jx.invars):
+            env_vars = all_in
+            return self.run_vars(jx, env_vars, args)
+        return self.run(jx, list(getattr(closed, "consts", None) or []), args)
+
+    def run_vars(self, jaxpr, vars, args):
+        return self._eqns(jaxpr, dict(zip(vars, args)))
+
+    # -- one equation
+
+    def eqn(self, eqn, ins):
+        name = eqn.primitive.name
+        rule = getattr(self, "p_" + name.replace("-", "_"), None)
+        if rule is not None:
+            return rule(eqn, ins)
+        if any(isinstance(x, RefV) for x in ins):
+            raise unsupported(name, "this primitive on a ref", self.where(eqn))
+        if any(isinstance(x, Sym) for x in ins):
+            return self.vector(eqn, ins)
+        f = SCALAR_RULES.get(name)
+        if f is None:
+            raise unsupported(
+                name,
+                "tpusim's jaxpr front end has no rule for this primitive",
+                self.where(eqn),
+            )
+        try:
+            out = f(*ins, **eqn.params)
+        except Exception as e:  # a rule that cannot take these values
+            raise unsupported(name, f"on these values ({e})", self.where(eqn)) from None
+        if eqn.primitive.multiple_results:
+            return [np.asarray(o) for o in out]
+        aval = eqn.outvars[0].aval
+        if isinstance(out, _Iota):
+            return out
+        out = np.asarray(out)
+        dt = getattr(aval, "dtype", None)
+        if dt is not None and out.dtype != dt:
+            try:
+                out = out.astype(dt)
+            except TypeError:
+                pass
+        return out
+
+    def vector(self, eqn, ins):
+        """A primitive on values loaded from refs: one compute record."""
+        name = eqn.primitive.name
+        if name in IDENTITY:
+            return ins if eqn.primitive.multiple_results else ins[0]
+        if name == "convert_element_type" and np.dtype(eqn.params["new_dtype"]) == np.dtype(ins[0].dtype):
+            return ins[0]
+        where = self.where(eqn)
+        if eqn.primitive.multiple_results:
+            raise unsupported(name, "on values loaded from refs", where)
+        aval = eqn.outvars[0].aval
+        kind, args = compute_kind(name, eqn.params, ins, aval, where)
+        return self.compute(name, kind, args, aval.shape, aval.dtype, where)
+
+    def compute(self, prim, kind, args, shape, dtype, where):
+        ids = []
+        # A constant operand takes the dtype of the op's values (a select's predicate: bool).
+        like = next((x.dtype for x in args if isinstance(x, Sym)), dtype)
+        for n, a in enumerate(args):
+            want = np.bool_ if kind.get("k") == "select" and n == 0 else like
+            v = a if isinstance(a, Sym) else self.constant(a, want, where)
+            if v.prim == "poison":
+                return v
+            v.uses += 1
+            ids.append(v.id)
+        out = Sym(prim, list(args), shape, dtype, where.site)
+        self.emit(out, "compute", where, kind=kind, args=ids, shape=list(shape), dtype=_dt(dtype, where))
+        return out
+
+    def constant(self, value, dtype, where):
+        """A value for a concrete operand of a vector op: uniform (`jnp.full`) or an iota."""
+        if isinstance(value, _Iota) and value.iota_dim is not None and value.ndim:
+            out = Sym("iota", [], value.shape, value.dtype, where.site)
+            self.emit(out, "compute", where, kind={"k": "iota", "dim": int(value.iota_dim)}, args=[],
+                      shape=list(value.shape), dtype=_dt(value.dtype, where))
+            return out
+        a = np.asarray(value).astype(dtype)
+        flat = a.reshape(-1)
+        if a.size and not np.all(flat == flat[0]):
+            raise unsupported(
+                "a constant array operand of kernel compute", "constants must be uniform (jnp.full)", where
+            )
+        v = flat[0] if a.size else 0
+        v = float(bool(v)) if a.dtype == np.bool_ else float(v)
+        out = Sym("full", [], a.shape, a.dtype, where.site)
+        self.emit(out, "full", where, shape=list(a.shape), value=v, dtype=_dt(a.dtype, where))
+        return out
+
+    def emit(self, sym, op, where, **fields):
+        sym.id = self.p.nvalues
+        self.p.nvalues += 1
+        sym.pos = len(self.p.ops)
+        self.p.record(op, where.site, id=sym.id, **fields)
+        sym.rec = self.p.ops[-1]
+        self.p.syms.append(sym)
+
+    # -- grid and mesh
+
+    def p_program_id(self, eqn, ins):
+        index, _ = self.grid_env[-1]
+        return np.int32(index[eqn.params["axis"]])
+
+    def p_num_programs(self, eqn, ins):
+        _, sizes = self.grid_env[-1]
+        return np.int32(sizes[eqn.params["axis"]])
+
+    def p_axis_index(self, eqn, ins):
+        name = eqn.params["axis_name"]
+        names = name if isinstance(name, (tuple, list)) else (name,)
+        idx = 0
+        for n in names:
+            size, coord = self.plan.axis_coord(self.p, n, self.where(eqn))
+            idx = idx * size + coord
+        return np.int32(idx)
+
+    def p_axis_size(self, eqn, ins):
+        name = eqn.params["axis_name"]
+        names = name if isinstance(name, (tuple, list)) else (name,)
+        return np.int32(math.prod(self.plan.axis_coord(self.p, n, self.where(eqn))[0] for n in names))
+
+    def p_psum(self, eqn, ins):
+        # `lax.psum(1, axis)` in a kernel is the axis size (what `lax.axis_size` was).
+        axes = eqn.params["axes"]
+        if any(isinstance(x, (Sym, RefV)) for x in ins):
+            raise unsupported("psum", "a collective on kernel values", self.where(eqn))
+        n = math.prod(self.plan.axis_coord(self.p, a, self.where(eqn))[0] for a in axes)
+        return [np.asarray(x) * n for x in ins]
+
+    # -- control flow
+
+    def p_cond(self, eqn, ins):
+        which = _concrete_int(ins[0], "the predicate of `lax.cond` / `pl.when`", self.where(eqn))
+        branches = eqn.params["branches"]
+        which = min(max(which, 0), len(branches) - 1)
+        return self.run_closed(branches[which], ins[1:])
+
+    def p_while(self, eqn, ins):
+        cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+        cc, bc, val = ins[:cn], ins[cn:cn + bn], list(ins[cn + bn:])
+        where = self.where(eqn)
+        n = 0
+        while True:
+            (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
+            if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
+                return val
+            val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
+            n += 1
+            if n > self.plan.max_iterations:
+                raise unsupported(
+                    "while_loop", f"more than {self.plan.max_iterations} iterations", where
+                )
+
+    def p_scan(self, eqn, ins):
+        p = eqn.params
+        if "ft_in" in p:
+            consts, carry, xs = (list(g) for g in p["ft_in"].update(ins).unpack())
+        else:
+            nc, ncar = p["num_consts"], p["num_carry"]
+            consts, carry, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+        length = p["length"]
+        where = self.where(eqn)
+        if any(isinstance(x, Sym) for x in xs):
+            raise unsupported("scan", "scanning over values loaded from refs", where)
+        ys = []
+        order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
+        for i in order:
+            x_i = [np.asarray(x)[i] for x in xs]
+            out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
+            if "ft_out" in p:
+                carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
+            else:
+                carry, y = out[:len(carry)], out[len(carry):]
+            ys.append(y)
+        if p.get("reverse"):
+            ys.reverse()
+        nys = len(eqn.outvars) - len(carry)
+        stacked = []
+        for j in range(nys):
+            col = [y[j] for y in ys]
+            if any(isinstance(c, Sym) for c in col):
+                raise unsupported("scan", "stacking values loaded from refs", where)
+            aval = eqn.outvars[len(carry) + j].aval
+            stacked.append(np.stack(col) if col else np.zeros(aval.shape, aval.dtype))
+        return [*carry, *stacked]
+
+    def _call(self, eqn, ins):
+        jaxpr = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
+        return self.run_closed(jaxpr, ins)
+
+    p_pjit = p_jit = p_closed_call = p_core_call = p_remat = p_checkpoint = _call
+    p_custom_jvp_call = p_custom_vjp_call = p_custom_vjp_call_jaxpr = _call
+
+    def p_run_scoped(self, eqn, ins):
+        body = eqn.params["jaxpr"]
+        where = self.where(eqn)
+        if eqn.params.get("collective_axes"):
+            raise unsupported("run_scoped(collective_axes=...)", "", where)
+        all_in = getattr(body, "all_invars", None) or body.invars
+        allocs = self.plan.scoped(eqn, all_in[len(ins):], where)
+        refs = [RefV(b) for b in allocs]
+        return self.run_closed(body, [*ins, *refs])
+
+    def p_emit_pipeline(self, eqn, ins):
+        jx = self.plan.pipeline_jaxpr(eqn)
+        self.pipeline_grids.append(tuple(int(g) for g in eqn.params["grid_mapping"].grid))
+        try:
+            self.run_closed(jx, ins)
+        finally:
+            self.pipeline_grids.pop()
+        return []
+
+    def p_pipeline_body(self, eqn, ins):
+        p = eqn.params
+        ps, body_consts, refs = p["in_tree"].unflatten(ins)
+        if p.get("_explicit_indices", False):
+            flat, _ = jax.tree_util.tree_flatten(ps)
+            args = (*body_consts, *flat, *refs)
+        else:
+            args = (*body_consts, *refs)
+        where = self.where(eqn)
+        index = tuple(_concrete_int(i, "a pipeline index", where) for i in ps.index)
+        sizes = self.pipeline_grids[-1] if self.pipeline_grids else self.grid_env[-1][1]
+        self.grid_env.append((index, sizes))
+        try:
+            self.run_closed(p["jaxpr"], list(args))
+        finally:
+            self.grid_env.pop()
+        return []
+
+    # -- refs
+
+    def _view(self, ref, flat, tree, eqn):
+        where = self.where(eqn)
+        transforms = jax.tree_util.tree_unflatten(tree, flat) if tree is not None else ()
+        return transform(ref, transforms, where)
+
+    def p_get(self, eqn, ins):
+        where = self.where(eqn, "load")
+        try:
+            view = self._view(ins[0], ins[1:], eqn.params["tree"], eqn)
+        except _OutOfBounds as e:
+            return self._oob(e, where, eqn.outvars[0].aval)
+        return self.load(view, eqn, where)
+
+    def p_swap(self, eqn, ins):
+        where = self.where(eqn, "store")
+        try:
+            view = self._view(ins[0], ins[2:], eqn.params["tree"], eqn)
+        except _OutOfBounds as e:
+            return self._oob(e, where, eqn.outvars[0].aval)
+        old = None if isinstance(eqn.outvars[0], jax_core.DropVar) else self.load(view, eqn, where)
+        self.store(view, ins[1], where)
+        return old
+
+    def p_addupdate(self, eqn, ins):
+        where = self.where(eqn, "store")
+        try:
+            view = self._view(ins[0], ins[2:], eqn.params["tree"], eqn)
+        except _OutOfBounds as e:
+            self._oob(e, where, None)
+            return []
+        old = self.load(view, eqn, where)
+        kind, args = compute_kind("add", {}, [old, ins[1]], view, where)
+        self.store(view, self.compute("add", kind, args, view.shape, view.dtype, where), where)
+        return []
+
+    def p_masked_load(self, eqn, ins):
+        ref, transforms, mask, _ = jax.tree_util.tree_unflatten(eqn.params["args_tree"], ins)
+        where = self.where(eqn, "load")
+        if mask is not None:
+            raise unsupported("pl.load(mask=...)", "masked loads", where)
+        try:
+            view = transform(ref, transforms, where)
+        except _OutOfBounds as e:
+            return self._oob(e, where, eqn.outvars[0].aval)
+        return self.load(view, eqn, where)
+
+    def p_masked_swap(self, eqn, ins):
+        ref, transforms, val, mask = jax.tree_util.tree_unflatten(eqn.params["args_tree"], ins)
+        where = self.where(eqn, "store")
+        if mask is not None:
+            raise unsupported("pl.store(mask=...)", "masked stores", where)
+        try:
+            view = transform(ref, transforms, where)
+        except _OutOfBounds as e:
+            return self._oob(e, where, eqn.outvars[0].aval)
+        old = self.load(view, eqn, where)
+        self.store(view, val, where)
+        return old
+
+    def _oob(self, e, where, aval):
+        self.p.record("error", where.site, kind="out_of_bounds", detail=str(e), what=where.op)
+        if aval is None:
+            return None
+        return Sym("poison", [], aval.shape, aval.dtype, where.site)
+
+    def load(self, view, eqn, where):
+        buf = view.buf
+        if buf.kind == "smem":
+            return self.plan.smem_read(self.p, view, where)
+        if buf.kind == "sem":
+            raise kernel_error("misuse", f"`{buf.name}` is a semaphore: read it with pl.semaphore_read", where)
+        v = Sym("get", [], view.shape, view.dtype, where.site, view=view)
+        steps = view.steps()
+        if steps is not None:
+            self.emit(v, "load", where, src=[buf.pos, steps])
+            return v
+        start, shape, strides, keep = view.window()
+        self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape, "strides": strides})
+        if shape != list(view.shape):  # integer indices drop their dimensions
+            w = Sym("get", [], view.shape, view.dtype, where.site, view=view)
+            w.args = [v]
+            v.uses += 1
+            self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape),
+                      dtype=_dt(view.dtype, where))
+            w.prim = "reshape"
+            return w
+        return v
+
+    def store(self, view, value, where):
+        buf = view.buf
+        if buf.kind == "smem":
+            self.plan.smem_write(self.p, view, value, where)
+            return
+        if buf.kind == "sem":
+            raise kernel_error("misuse", f"`{buf.name}` is a semaphore, not a buffer", where)
+        self.plan.lower_store(self.p, view, value, where)
+
+    # -- semaphores
+
+    def sem_path(self, ref, where):
+        """The recorded form of one semaphore."""
+        if not isinstance(ref, RefV) or ref.buf.kind != "sem":
+            raise kernel_error("misuse", f"expected a semaphore, got {ref!r}", where)
+        if ref.buf.barrier:
+            return [{"Barrier": ref.barrier_n}, None]
+        if ref.shape != ():
+            raise kernel_error(
+                "misuse",
+                f"`{ref.buf.name}` is an array of semaphores of shape {ref.shape}: pick one with `.at[i]`",
+                where,
+            )
+        if not ref.buf.shape:
+            return [{"Arg": ref.buf.pos}, None]
+        strides = [math.prod(ref.buf.shape[i + 1:]) for i in range(len(ref.buf.shape))]
+        lin = sum(int(d) * s for d, s in zip(ref.dims, strides))
+        return [{"Arg": ref.buf.pos}, lin]
+
+    def p_get_barrier_semaphore(self, eqn, ins):
+        where = self.where(eqn)
+        self.p.record("barrier", where.site)
+        n = self.p.nbarrier
+        self.p.nbarrier += 1
+        return RefV(self.plan.barrier_buf, (), barrier_n=n)
+
+    def p_semaphore_signal(self, eqn, ins):
+        where = self.where(eqn)
+        sem, sem_t, inc, dev, core_index = jax.tree_util.tree_unflatten(eqn.params["args_tree"], ins)
+        try:
+            sem = transform(sem, sem_t, where)
+        except _OutOfBounds as e:
+            self._oob(e, where, None)
+            return []
+        inc = _concrete_int(inc, "the increment of semaphore_signal", where)
+        target = self.plan.device_id(self.p, dev, eqn.params.get("device_id_type"), where,
+                                     core_index=core_index)
+        if target is _BAD:
+            return []
+        self.p.record("signal", where.site, sem=self.sem_path(sem, where), inc=inc, dev=target)
+        return []
+
+    def p_semaphore_wait(self, eqn, ins):
+        where = self.where(eqn)
+        sem, sem_t, value, decrement = jax.tree_util.tree_unflatten(eqn.params["args_tree"], ins)
+        if not decrement:
+            raise unsupported("semaphore_wait(decrement=False)", "waits that do not decrement", where)
+        try:
+            sem = transform(sem, sem_t, where)
+        except _OutOfBounds as e:
+            self._oob(e, where, None)
+            return []
+        value = _concrete_int(value, "the value of semaphore_wait", where)
+        self.p.record("sem_wait", where.site, sem=self.sem_path(sem, where), value=value)
+        return []
+
+    def p_semaphore_read(self, eqn, ins):
+        raise unsupported(
+            "pl.semaphore_read",
+            "a semaphore's value depends on the schedule, which tpusim decides after the kernel is traced",
+            self.where(eqn),
+        )
+
+    def p_delay(self, eqn, ins):
+        return []
+
+    def p_trace_value(self, eqn, ins):
+        return []
+
+    def p_prng_seed(self, eqn, ins):
+        return []
+
+    # -- DMAs
+
+    def _dma_parts(self, eqn, ins, where):
+        src, dst, dst_sem, src_sem, dev = _unflatten(eqn.params["tree"], ins)
+        src = transform(src, (), where)
+        dst = transform(dst, (), where)
+        dst_sem = transform(dst_sem, (), where) if dst_sem is not None else None
+        src_sem = transform(src_sem, (), where) if src_sem is not None else None
+        return src, dst, dst_sem, src_sem, dev
+
+    def p_dma_start(self, eqn, ins):
+        where = self.where(eqn, "start")
+        if eqn.params.get("add"):
+            raise unsupported("async_copy(add=True)", "DMAs that add into their destination", where)
+        try:
+            src, dst, dst_sem, src_sem, dev = self._dma_parts(eqn, ins, where)
+        except _OutOfBounds as e:
+            self._oob(e, where, None)
+            return []
+        self.plan.lower_dma(self.p, eqn, "start", src, dst, dst_sem, src_sem, dev, where, self)
+        return []
+
+    def p_dma_wait(self, eqn, ins):
+        # A wait names a semaphore and a size (its view's bytes; as in JAX's interpret
+        # mode the view need not be in bounds): the tree's first ref and `dst_sem`,
+        # which for `wait_send` are the copy's destination and send semaphore.
+        send = bool(eqn.params.get("is_wait_send"))
+        where = self.where(eqn, "wait_send" if send else "wait")
+        src, dst, dst_sem, src_sem, dev = _unflatten(eqn.params["tree"], ins)
+        try:
+            view = transform(src, (), where, check=False)
+            sem = transform(dst_sem, (), where)
+        except _OutOfBounds as e:
+            self._oob(e, where, None)
+            return []
+        side = "send" if send else ("recv" if dev is not None else "local")
+        if side == "recv":
+            where.op = "wait_recv"
+        nbytes = view.numel() * np.dtype(view.dtype).itemsize
+        self.p.record("dma_wait", where.site, sem=self.sem_path(sem, where), bytes=int(nbytes), side=side)
+        return []
+
+
+_BAD = object()
+
+
+def _dt(dtype, where):
+    d = dtype_name(dtype)
+    if d is None:
+        raise unsupported(f"dtype {np.dtype(dtype)}", "kernel compute runs f32, i32, f16, bf16, i8, u8 and bool", where)
+    return d
+
+
+_UNARY = {"neg", "abs", "sign", "floor", "ceil", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt",
+          "tanh", "logistic", "sin", "cos", "erf", "not"}
+_BINARY = {"add", "sub", "mul", "div", "rem", "pow", "max", "min", "and", "or", "xor", "shift_left",
+           "shift_right_arithmetic", "shift_right_logical", "atan2"}
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def compute_kind(name, params, ins, aval, where):
+    """(the core's kind as a record, the operands in its order) for lax primitive `name`."""
+    p = params
+    if name in _UNARY:
+        return {"k": "unary", "op": name}, ins
+    if name == "round":
+        m = str(p.get("rounding_method", ""))
+        return {"k": "unary", "op": "round_even" if "EVEN" in m.upper() or m == "1" else "round"}, ins
+    if name == "square":
+        return {"k": "unary", "op": "integer_pow", "n": 2}, ins
+    if name == "integer_pow":
+        return {"k": "unary", "op": "integer_pow", "n": int(p["y"])}, ins
+    if name in _BINARY:
+        return {"k": "binary", "op": name}, ins
+    if name in _COMPARE:
+        return {"k": "compare", "op": name}, ins
+    if name == "select_n":
+        if len(ins) != 3:
+            raise unsupported("select_n", "with more than two cases", where)
+        pred, f, t = ins
+        if np.dtype(getattr(pred, "dtype", np.bool_)) != np.bool_:
+            raise unsupported("select_n", "with an integer selector", where)
+        return {"k": "select"}, [pred, t, f]
+    if name == "convert_element_type":
+        return {"k": "convert"}, ins
+    if name == "broadcast_in_dim":
+        return {"k": "broadcast", "dims": list(p["broadcast_dimensions"])}, ins
+    if name in ("reshape", "squeeze", "expand_dims"):
+        return {"k": "reshape"}, ins[:1]
+    if name == "transpose":
+        return {"k": "transpose", "dims": list(p["permutation"])}, ins
+    if name == "slice":
+        st = p.get("strides") or (1,) * len(p["start_indices"])
+        return {"k": "slice", "start": list(p["start_indices"]), "strides": list(st)}, ins
+    if name == "dynamic_slice":
+        x, *idx = ins
+        sizes = p["slice_sizes"]
+        start = [min(max(_concrete_int(i, "a dynamic_slice index", where), 0), x.shape[d] - sizes[d])
+                 for d, i in enumerate(idx)]
+        return {"k": "slice", "start": start, "strides": [1] * len(start)}, [x]
+    if name == "dynamic_update_slice":
+        x, upd, *idx = ins
+        start = [min(max(_concrete_int(i, "a dynamic_update_slice index", where), 0), x.shape[d] - upd.shape[d])
+                 for d, i in enumerate(idx)]
+        return {"k": "update_slice", "start": start}, [x, upd]
+    if name == "concatenate":
+        return {"k": "concat", "dim": int(p["dimension"])}, ins
+    if name in ("reduce_sum", "reduce_max", "reduce_min"):
+        return {"k": "reduce", "op": name[7:], "dims": sorted(int(a) for a in p["axes"])}, ins
+    if name in ("argmax", "argmin"):
+        return {"k": "arg_reduce", "op": name[3:], "dim": int(p["axes"][0])}, ins
+    if name == "dot_general":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        return {"k": "dot", "lhs_contract": list(lc), "rhs_contract": list(rc), "lhs_batch": list(lb),
+                "rhs_batch": list(rb)}, ins
+    if name == "iota":
+        return {"k": "iota", "dim": int(p["dimension"])}, []
+    raise unsupported(name, "tpusim has no compute op for this primitive on values loaded from refs", where)
+
+
+def _unflatten(tree, flat):
+    if hasattr(tree, "unflatten"):
+        return tree.unflatten(flat)
+    return jax.tree_util.tree_unflatten(tree, flat)

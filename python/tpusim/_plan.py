@@ -1,0 +1,691 @@
+"""A ``pallas_call`` as a tpusim program: its buffers, its evaluation on every device
+and grid point (``_jaxpr``), Pallas' own grid pipeline for blocked operands, and the
+native ``KernelCall`` the recording becomes.
+
+A :class:`CallSpec` holds what the lowering knows (the kernel jaxpr, grid mapping,
+compiler params, mesh axes); a :class:`Plan` is that spec evaluated for one set of
+SMEM values (scalar prefetch and SMEM operands decide control flow), and is what the
+cache keeps: a repeated call with the same values reuses it and only executes.
+"""
+
+import json
+import math
+import re
+
+import numpy as np
+
+from jax._src import core as jax_core
+
+from . import _native
+from ._budget import RecordingBudget, points as grid_points
+from ._jaxpr import (
+    Buffer, Evaluator, Point, RefV, Sym, _BAD, _Where, _concrete_int, dtype_name, kernel_error,
+    sem_kind, site_of, space_of, unsupported,
+)
+
+try:
+    from jax._src.pallas.mosaic import pipeline as mosaic_pipeline
+except ImportError:  # pragma: no cover
+    mosaic_pipeline = None
+
+from jax._src.pallas import core as pallas_core
+
+
+def _func_site(jaxpr, fallback=("<unknown>", 0)):
+    """(file, line) of the kernel function, from the jaxpr's debug info."""
+    dbg = getattr(jaxpr, "debug_info", None)
+    info = getattr(dbg, "func_src_info", None) or ""
+    m = re.search(r" at (.*):(\d+)$", info)
+    if m:
+        return (m.group(1), int(m.group(2)))
+    return fallback
+
+
+def _merge(a, b):
+    """Common pieces of two run lists with the same number of elements:
+    [((a_off, len), (b_off, len))]."""
+    out = []
+    i = j = 0
+    ao, al = a[0] if a else (0, 0)
+    bo, bl = b[0] if b else (0, 0)
+    while i < len(a) and j < len(b):
+        n = min(al, bl)
+        out.append(((ao, n), (bo, n)))
+        ao, al, bo, bl = ao + n, al - n, bo + n, bl - n
+        if al == 0:
+            i += 1
+            if i < len(a):
+                ao, al = a[i]
+        if bl == 0:
+            j += 1
+            if j < len(b):
+                bo, bl = b[j]
+    return out
+
+
+class CallSpec:
+    """What the lowering of one ``pallas_call`` knows: kernel, grid, operands, mesh."""
+
+    def __init__(self, params, axis_sizes):
+        self.jaxpr = params["jaxpr"]
+        self.gm = params["grid_mapping"]
+        self.mesh = params.get("mesh")
+        cp = params.get("compiler_params")
+        self.collective_id = getattr(cp, "collective_id", None) if cp is not None else None
+        self.aliases = dict(params.get("input_output_aliases") or ())
+        self.out_avals = params["out_avals"]
+        self.axes = [(str(k), int(v)) for k, v in axis_sizes.items()]
+        self.axis_keys = list(axis_sizes.keys())
+        self.site = _func_site(self.jaxpr)
+        self._key = None
+        name = params.get("name")
+        dbg = getattr(self.jaxpr, "debug_info", None)
+        self.name = name or (getattr(dbg, "func_name", None) or "kernel")
+        names = getattr(dbg, "arg_names", None)
+        self.arg_names = list(names) if names else None
+        if self.gm.num_dynamic_grid_bounds:
+            raise unsupported("pallas_call with dynamic grid bounds", "", _Where(None, self.site, "pallas_call"))
+        self.core_axis = None
+        self.cores = 1
+        if self.mesh is not None:
+            shape = dict(self.mesh.shape)
+            if len(shape) != 1:
+                raise unsupported(f"pl.kernel over the mesh {self.mesh}", "one core axis", _Where(None, self.site, "pl.kernel"))
+            (self.core_axis, self.cores), = shape.items()
+        self.grid = tuple(int(g) for g in self.gm.grid)
+        if self.mesh is not None:
+            # A core_map's grid is its cores: each core is an agent with one point.
+            self.grid = ()
+        self.num_index = self.gm.num_index_operands
+        self.num_inputs = self.gm.num_inputs
+        self.num_outputs = self.gm.num_outputs
+        self.smem_inputs = []  # positions (among the call's operands) read here
+        for i, bm in enumerate(self.gm.block_mappings[: self.num_inputs]):
+            if space_of(bm.transformed_block_aval.memory_space) == "smem":
+                self.smem_inputs.append(self.num_index + i)
+
+    def key(self):
+        """What makes two lowerings of a pallas_call the same program: the kernel (its
+        equations and their lines), grid mapping, operands, mesh and compiler params."""
+        if self._key is None:
+            sites = []
+
+            def walk(jx):
+                for e in jx.eqns:
+                    sites.append(site_of(e.source_info))
+                    for sub in jax_core.jaxprs_in_params(e.params):
+                        walk(sub)
+
+            walk(self.jaxpr)
+            try:
+                text = str(self.jaxpr)
+            except Exception:  # JAX cannot print every jaxpr (a select_ref's): this one only
+                text = ("unprintable", id(self.jaxpr))
+            self._key = (text, tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
+                         tuple(sorted(self.aliases.items())), tuple(str(a) for a in self.out_avals), self.name,
+                         str(self.mesh))
+        return self._key
+
+    def tpusim_mesh(self):
+        axes = list(self.axes)
+        if self.cores > 1:
+            axes.append((str(self.core_axis), self.cores))
+        if not axes:
+            return _native.Mesh(1)
+        return _native.Mesh(axes=axes)
+
+    def arg_name(self, i, default):
+        if self.arg_names and i < len(self.arg_names) and self.arg_names[i]:
+            n = self.arg_names[i]
+            return n.split("[")[0] if n.startswith("args") else n
+        return default
+
+
+class Plan:
+    """A CallSpec evaluated on every device and grid point for one set of SMEM values."""
+
+    max_iterations = 1_000_000
+
+    def __init__(self, spec, smem_values):
+        self.spec = spec
+        self.grid = spec.grid
+        self.inputs, self.outputs, self.scratch = [], [], []
+        self.kernel_bufs = []  # one per jaxpr invar
+        self.blocked = []  # (buffer in VMEM, hbm buffer, block mapping, is_output)
+        self.scoped_bufs = {}
+        self.pipelines = {}
+        self.smem_out = []  # (output index, buffer)
+        self.out_sources = []  # per output: ("rust", k) | ("smem", buffer)
+        self.pipeline_sem = None
+        self.mesh = spec.tpusim_mesh()
+        self.P = self.mesh.size
+        self.devices = spec.axes
+        self._build(smem_values)
+        self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
+        self.budget = RecordingBudget(spec.name, self.P, self.grid)
+        self.recording = [self._device(d) for d in range(self.P)]
+        # Whether the kernel computes on values (compute ops).
+        self.has_values = any(r["op"] in ("load", "compute", "full", "store")
+                              for dev in self.recording for pt in dev for r in pt)
+        self.call = _native.KernelCall(
+            spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
+            spec.collective_id, json.dumps(self.recording), spec.cores, self.aliases,
+        )
+
+    # -- buffers
+
+    def _add_scratch(self, kind, name, shape, dtype_s):
+        pos = len(self.inputs) + len(self.outputs) + len(self.scratch)
+        self.scratch.append((name, kind, list(shape), dtype_s))
+        return pos
+
+    def _dt(self, dtype, what):
+        d = dtype_name(dtype)
+        if d is None:
+            raise unsupported(f"dtype {dtype}", f"{what}: tpusim runs f32, i32, f16, bf16, i8, u8 and bool",
+                              _Where(None, self.spec.site, "pallas_call"))
+        return d
+
+    def _build(self, smem_values):
+        """The kernel's buffers, one per jaxpr input, and the Rust spec's operands."""
+        spec = self.spec
+        invars = spec.jaxpr.invars
+        where = _Where(None, spec.site, "pallas_call")
+        # Scalar prefetch: SMEM, its values known here.
+        for i in range(spec.num_index):
+            v = invars[i]
+            b = Buffer("smem", spec.arg_name(i, f"scalar{i}"), v.aval.shape, v.aval.dtype)
+            b.smem = {d: np.array(smem_values[d][i]) for d in range(self.P)}
+            self.kernel_bufs.append(b)
+        # Operands: SMEM ones live here; the others are Rust operands (inputs, then
+        # outputs), in HBM, whole in VMEM, or in HBM with a VMEM block per grid point.
+        ops = []  # (is_out, buffer the kernel sees, Rust operand or None)
+        for j, bm in enumerate(spec.gm.block_mappings):
+            is_out = j >= spec.num_inputs
+            k = spec.num_index + j
+            v = invars[k]
+            name = spec.arg_name(k, f"out{j - spec.num_inputs}" if is_out else f"in{j}")
+            ms = space_of(bm.transformed_block_aval.memory_space)
+            arr = bm.array_aval
+            if ms == "smem":
+                b = Buffer("smem", name, arr.shape, arr.dtype)
+                init = (lambda d: np.zeros(arr.shape, arr.dtype)) if is_out else (lambda d: np.array(smem_values[d][k]))
+                b.smem = {d: init(d) for d in range(self.P)}
+                ops.append((is_out, b, None))
+                continue
+            if ms == "sem":
+                raise unsupported(
+                    "semaphore operands and outputs (memory_space=pltpu.SEMAPHORE)",
+                    "tpusim's semaphores belong to one call", where,
+                )
+            dt = self._dt(arr.dtype, f"operand `{name}`")
+            block = tuple(pallas_core._get_block_shape(bm.block_shape))
+            whole = block == tuple(arr.shape) and all(
+                isinstance(d, pallas_core.Blocked) or d is None for d in bm.block_shape
+            )
+            if ms == "hbm" and not whole:
+                raise unsupported(f"a blocked spec in HBM for `{name}`", "blocks are copied into VMEM", where)
+            kind = "vmem" if ms != "hbm" and whole else "any"
+            operand = Buffer("hbm" if kind == "any" else "vmem", name, arr.shape, arr.dtype)
+            seen = operand
+            if kind == "any" and ms != "hbm":  # blocked: the kernel sees a VMEM block
+                seen = Buffer("vmem", f"{name} (block)", v.aval.shape, v.aval.dtype)
+                self.blocked.append((seen, operand, bm, is_out))
+            ops.append((is_out, seen, (operand, (name, kind, list(arr.shape), dt))))
+        for want_out, target in ((False, self.inputs), (True, self.outputs)):
+            for is_out, _, rust in ops:
+                if is_out == want_out and rust is not None:
+                    rust[0].pos = len(self.inputs) + len(self.outputs)
+                    target.append(rust[1])
+        bufs = [seen for _, seen, _ in ops]
+        # Aliased outputs: the output starts as the input (the Rust prologue copies it in);
+        # the kernel's input ref is the output.
+        self.aliases = []
+        for i_idx, o_idx in spec.aliases.items():
+            ii, oj = i_idx - spec.num_index, spec.num_inputs + o_idx
+            if ii < 0:
+                raise unsupported("input_output_aliases of a scalar prefetch operand", "", where)
+            if ops[ii][2] is None or ops[oj][2] is None:
+                raise unsupported("input_output_aliases of SMEM operands", "", where)
+            src, dst = ops[ii][2][0], ops[oj][2][0]
+            if bufs[ii] is not src or bufs[oj] is not dst:
+                raise unsupported("input_output_aliases of blocked operands", "whole operands only", where)
+            self.aliases.append((src.pos, dst.pos - len(self.inputs)))
+            bufs[ii] = bufs[oj]
+        self.kernel_bufs.extend(bufs)
+        # Where each output comes from: a Rust output (by position) or an SMEM buffer.
+        self.out_sources = [
+            ("smem", seen) if rust is None else ("rust", rust[0].pos - len(self.inputs))
+            for is_out, seen, rust in ops if is_out
+        ]
+        # Scratch operands.
+        for k in range(spec.num_index + spec.num_inputs + spec.num_outputs, len(invars)):
+            v = invars[k]
+            name = spec.arg_name(k, f"scratch{k}")
+            self.kernel_bufs.append(self._alloc(v.aval, name, where))
+        # Blocked operands' VMEM blocks, and the semaphore their copies use.
+        for vb, hbm, bm, is_out in self.blocked:
+            vb.pos = self._add_scratch("vmem", vb.name, vb.shape, self._dt(vb.dtype, vb.name))
+        if self.blocked:
+            self.pipeline_sem = self._add_scratch("dma", "pipeline_sem", [], "i32")
+
+    def _alloc(self, aval, name, where):
+        ms = space_of(getattr(aval, "memory_space", None))
+        shape = tuple(aval.shape)
+        if ms == "sem" or sem_kind(aval.dtype):
+            kind = sem_kind(aval.dtype)
+            if kind is None or kind == "barrier":
+                raise unsupported(f"a scratch semaphore of type {aval.dtype}", "", where)
+            n = math.prod(shape)
+            pos = self._add_scratch(kind, name, [] if not shape else [n], "i32")
+            return Buffer("sem", name, shape, aval.dtype, pos=pos, sem=kind)
+        if ms == "smem":
+            b = Buffer("smem", name, shape, aval.dtype)
+            b.smem = {d: np.zeros(shape, aval.dtype) for d in range(self.P)}
+            return b
+        if ms in ("vmem", None):
+            if not shape or 0 in shape:
+                shape = shape or (1,)
+            pos = self._add_scratch("vmem", name, shape, self._dt(aval.dtype, f"scratch `{name}`"))
+            b = Buffer("vmem", name, aval.shape, aval.dtype, pos=pos)
+            if not aval.shape:
+                b.shape = ()
+            return b
+        raise unsupported(f"scratch in memory space {ms}", f"`{name}`: tpusim has VMEM, SMEM and semaphores", where)
+
+    def scoped(self, eqn, invars, where):
+        key = id(eqn)
+        bufs = self.scoped_bufs.get(key)
+        if bufs is None:
+            bufs = []
+            for n, v in enumerate(invars):
+                bufs.append(self._alloc(v.aval, f"run_scoped@{where.site[1]}[{n}]", where))
+            self.scoped_bufs[key] = (eqn, bufs)
+        else:
+            bufs = bufs[1]
+        return bufs
+
+    def pipeline_jaxpr(self, eqn):
+        got = self.pipelines.get(id(eqn))
+        if got is None:
+            avals = [v.aval for v in eqn.invars]
+            gm = self.spec.gm
+            got = mosaic_pipeline.emit_pipeline_to_jaxpr(
+                avals, grid_names=gm.grid_names, grid_sizes=gm.grid, **eqn.params
+            )
+            self.pipelines[id(eqn)] = (eqn, got)
+        else:
+            got = got[1]
+        return got
+
+    # -- mesh
+
+    def coords(self, device):
+        return self.mesh.coords(device)
+
+    def axis_coord(self, p, name, where):
+        """(size, this device's coordinate) of axis `name`: a mesh axis, the core axis
+        of a core_map, or a named grid axis."""
+        spec = self.spec
+        for i, (k, key) in enumerate(zip(spec.axes, spec.axis_keys)):
+            if key == name or k[0] == name:
+                return k[1], self.coords(p.device)[i]
+        if spec.core_axis is not None and name == spec.core_axis:
+            if spec.cores == 1:
+                return 1, 0
+            return spec.cores, self.coords(p.device)[-1]
+        gn = spec.gm.grid_names or ()
+        if name in gn:
+            i = gn.index(name)
+            return self.grid[i], p.index[i]
+        raise kernel_error("misuse", f"the mesh has no axis `{name}` (axes: {spec.axes})", where)
+
+    def device_id(self, p, dev, dev_type, where, core_index=None, dma=False):
+        """The recorded form of a device id (None: this device). With several cores per
+        chip, a DMA lands on the same core of the target chip, a signal on core 0, unless
+        the id names the core."""
+        from jax._src.pallas import primitives as pp
+
+        names = [a for a, _ in self.spec.axes]
+        keys = self.spec.axis_keys
+        sizes = [s for _, s in self.spec.axes]
+        me = list(self.coords(p.device))
+        ncores = self.spec.cores
+        core = None
+        if core_index is not None:
+            core = _concrete_int(core_index, "core_index", where)
+        if dev is None and core is None:
+            return None
+        logical = dev_type is not None and getattr(dev_type, "name", str(dev_type)) == "LOGICAL"
+        if dev is None:
+            coords = me[: len(names)]
+        elif logical:
+            n = _concrete_int(dev, "a LOGICAL device id", where)
+            if ncores > 1:
+                if n < 0 or n >= self.P // ncores:
+                    self._bad(p, where, f"device id {n} is outside the mesh of {self.P // ncores} devices")
+                    return _BAD
+                coords = list(self.mesh.coords(n * ncores))[: len(names)]
+            else:
+                return {"Logical": n}
+        elif isinstance(dev, dict):
+            coords = me[: len(names)]
+            for axis, idx in dev.items():
+                if isinstance(axis, tuple) and len(axis) == 1:
+                    axis = axis[0]
+                if isinstance(axis, tuple):
+                    pos = []
+                    for a in axis:
+                        if a not in keys:
+                            raise kernel_error("misuse", f"the mesh has no axis `{a}` (axes: {self.spec.axes})", where)
+                        pos.append(keys.index(a))
+                    i = _concrete_int(idx, "a device id", where)
+                    dims = [sizes[q] for q in pos]
+                    for n_, q in enumerate(pos):
+                        inner = math.prod(dims[n_ + 1:])
+                        coords[q] = (i // inner) % dims[n_]
+                    continue
+                i = _concrete_int(idx, "a device id", where)
+                if axis in keys:
+                    coords[keys.index(axis)] = i
+                elif self.spec.core_axis is not None and axis == self.spec.core_axis:
+                    core = i
+                else:
+                    raise kernel_error("misuse", f"the mesh has no axis `{axis}` (axes: {self.spec.axes})", where)
+        else:
+            t = list(dev) if isinstance(dev, (tuple, list)) else [dev]
+            t = [_concrete_int(x, "a device id", where) for x in t]
+            if len(t) != len(names):
+                if len(t) == len(names) + 1 and ncores > 1:
+                    core = t[-1]
+                    t = t[:-1]
+                else:
+                    raise kernel_error(
+                        "misuse",
+                        f"a MESH device id has {len(t)} coordinates but the mesh has axes {self.spec.axes}",
+                        where,
+                    )
+            coords = t
+        if ncores > 1:
+            c = core if core is not None else (me[-1] if dev is None or dma else 0)
+            if c < 0 or c >= ncores:
+                self._bad(p, where, f"core index {c} is outside the chip's {ncores} cores")
+                return _BAD
+            return {"Mesh": [int(x) for x in coords] + [int(c)]}
+        if core not in (None, 0):
+            self._bad(p, where, f"core index {core}: the chip has one core")
+            return _BAD
+        return {"Mesh": [int(x) for x in coords]}
+
+    def _bad(self, p, where, detail, kind="device_id_out_of_range"):
+        p.record("error", where.site, kind=kind, detail=detail, what=where.op)
+
+    # -- SMEM
+
+    def smem_read(self, p, view, where):
+        arr = view.buf.smem[p.device]
+        idx = tuple(d if not isinstance(d, tuple) else slice(d[0], d[0] + d[1] * d[2], d[2]) for d in view.dims)
+        return np.array(arr[idx])
+
+    def smem_write(self, p, view, value, where):
+        if isinstance(value, Sym):
+            raise unsupported(
+                "storing a value loaded from VMEM or HBM into SMEM",
+                "SMEM values decide control flow and must be known before the kernel runs",
+                where,
+            )
+        arr = view.buf.smem[p.device]
+        idx = tuple(d if not isinstance(d, tuple) else slice(d[0], d[0] + d[1] * d[2], d[2]) for d in view.dims)
+        arr[idx] = np.asarray(value)
+
+    # -- refs as recorded
+
+    def _path(self, view, run=None):
+        if run is None:
+            steps = view.steps()
+            if steps is not None:
+                return [view.buf.pos, steps]
+            runs = view.runs()
+            assert len(runs) == 1
+            run = runs[0]
+        return [view.buf.pos, [[2, int(run[0]), int(run[1])]]]
+
+    def _pieces(self, a, b):
+        """Pieces for an op between views `a` and `b` of equal element count: a list of
+        (path_a, path_b)."""
+        ra, rb = a.runs(), b.runs()
+        if len(ra) == 1 and len(rb) == 1:
+            return [(self._path(a), self._path(b))]
+        return [(self._path(a, x), self._path(b, y)) for x, y in _merge(ra, rb)]
+
+    def _check_same(self, p, a, b, where):
+        if a.numel() != b.numel() or np.dtype(a.dtype) != np.dtype(b.dtype):
+            self._bad(
+                p, where,
+                f"`{a.buf.name}` is {list(a.shape)} {np.dtype(a.dtype)} but `{b.buf.name}` is "
+                f"{list(b.shape)} {np.dtype(b.dtype)}",
+                kind="shape_mismatch",
+            )
+            return False
+        return True
+
+    @staticmethod
+    def _untouched(p, bufs, since):
+        """No call recorded after position `since` may have written any of `bufs`."""
+        pos = {b.pos for b in bufs}
+        for r in p.ops[since + 1:]:
+            if r.get("dead"):
+                continue
+            op = r["op"]
+            if op in ("start", "dma_wait", "wait", "wait_send", "wait_recv"):
+                return False
+            if op in ("copy", "fill", "accumulate", "store") and r["dst"][0] in pos:
+                return False
+        return True
+
+    def lower_store(self, p, view, value, where):
+        site = where.site
+        if isinstance(value, Sym):
+            if value.prim == "poison":
+                return
+            # A plain copy of a load, or an accumulate of two loads into one of them:
+            # the core's copy and accumulate (every executor runs them), not values.
+            if value.prim == "get" and value.uses == 0 and self._untouched(p, [value.view.buf], value.pos):
+                if not self._check_same(p, view, value.view, where):
+                    return
+                value.rec["dead"] = True
+                for d, s in self._pieces(view, value.view):
+                    p.record("copy", site, dst=d, src=s)
+                return
+            if value.prim in ("add", "max", "min") and value.uses == 0 and len(value.args) == 2:
+                a, b = value.args
+                if (isinstance(a, Sym) and isinstance(b, Sym) and a.prim == b.prim == "get"
+                        and a.uses == 1 and b.uses == 1 and a is not b):
+                    if b.view.key() == view.key():
+                        a, b = b, a
+                    if (a.view.key() == view.key() and np.dtype(a.dtype) == np.dtype(b.dtype)
+                            and dtype_name(a.dtype) in ("f32", "i32", "f16", "bf16")
+                            and self._untouched(p, [a.view.buf, b.view.buf], min(a.pos, b.pos))):
+                        if not self._check_same(p, view, b.view, where):
+                            return
+                        for x in (a, b, value):
+                            x.rec["dead"] = True
+                        reduce = {"add": "sum", "max": "max", "min": "min"}[value.prim]
+                        for d, s in self._pieces(view, b.view):
+                            p.record("accumulate", site, dst=d, src=s, reduce=reduce)
+                        return
+            self._store_value(p, view, value, where)
+            return
+        arr = np.asarray(value)
+        if arr.size == 0:
+            return
+        flat = arr.reshape(-1)
+        if not np.all(flat == flat[0]):
+            raise unsupported(
+                "storing a non-uniform constant into a ref", "constants must be uniform (jnp.full)", where
+            )
+        v = flat[0]
+        v = float(v) if not isinstance(v, (np.bool_, bool)) else float(bool(v))
+        runs = view.runs()
+        if len(runs) == 1:
+            p.record("fill", site, dst=self._path(view), value=v)
+        else:
+            for r in runs:
+                p.record("fill", site, dst=self._path(view, r), value=v)
+
+    def _store_value(self, p, view, value, where):
+        """`view[...] = value`: a store of the value (or into its window of the buffer)."""
+        from ._jaxpr import _dt
+
+        value.uses += 1
+        steps = view.steps()
+        if steps is not None:
+            p.record("store", where.site, dst=[view.buf.pos, steps], src=value.id)
+            return
+        start, shape, strides, _ = view.window()
+        if any(s != 1 for s in strides):
+            raise unsupported("a store into a strided window of a ref", "windows with unit steps only", where)
+        src = value.id
+        if list(value.shape) != shape:  # integer indices: the window has ones there
+            src = p.nvalues
+            p.nvalues += 1
+            p.record("compute", where.site, id=src, kind={"k": "reshape"}, args=[value.id], shape=shape,
+                     dtype=_dt(value.dtype, where))
+        p.record("store", where.site, dst=[view.buf.pos, []], src=src, start=start)
+
+    def lower_dma(self, p, eqn, kind, src, dst, dst_sem, src_sem, dev, where, ev):
+        if kind == "wait_send":
+            src, dst = dst, src
+            send, recv = dst_sem, src_sem
+        else:
+            send, recv = src_sem, dst_sem
+        for r in (src, dst):
+            if r.buf.kind == "smem":
+                raise unsupported("a DMA into or out of SMEM", "SMEM is read and written by scalars here", where)
+            if r.buf.kind == "sem":
+                raise kernel_error("misuse", f"`{r.buf.name}` is a semaphore, not a buffer", where)
+        target = self.device_id(p, dev, eqn.params.get("device_id_type"), where, dma=True)
+        if target is _BAD:
+            return
+        remote = target is not None
+        if not self._check_same(p, src, dst, where):
+            return
+        recv_p = ev.sem_path(recv, where)
+        send_p = ev.sem_path(send, where) if send is not None else None
+        if remote and send_p is None:
+            raise kernel_error("misuse", "a remote copy needs a send semaphore", where)
+        site = where.site
+        for s, d in self._pieces(src, dst):
+            i = p.ndesc = getattr(p, "ndesc", 0)
+            p.ndesc += 1
+            if remote:
+                p.record("remote_copy", site, id=i, src=s, dst=d, send_sem=send_p, recv_sem=recv_p, dev=target)
+            else:
+                p.record("local_copy", site, id=i, src=s, dst=d, sem=recv_p)
+            op = {"start": "start", "wait_send": "wait_send"}.get(kind) or ("wait_recv" if remote else "wait")
+            p.record(op, site, id=i)
+
+    # -- the pipeline of blocked operands
+
+    def _block_view(self, hbm, bm, idx):
+        dims = []
+        for b, i, n in zip(bm.block_shape, idx, hbm.shape):
+            if isinstance(b, pallas_core.Squeezed) or b is None:
+                dims.append(int(i))
+            elif isinstance(b, pallas_core.Blocked):
+                dims.append((int(i) * b.block_size, b.block_size, 1))
+            else:
+                raise unsupported(f"block dimension {b}", "Blocked and squeezed dimensions", _Where(None, self.spec.site, "BlockSpec"))
+        return RefV(hbm, dims)
+
+    def _block_indices(self, ev, bm, index):
+        jx = bm.index_map_jaxpr
+        args = [np.int32(i) for i in index] + [RefV(b) for b in self.kernel_bufs[: self.spec.num_index]]
+        out = ev.run(jx.jaxpr, jx.consts, args)
+        where = _Where(ev.p, self.spec.site, "index_map")
+        return tuple(_concrete_int(o, "a block index", where) for o in out)
+
+    def _copy(self, p, src, dst, what):
+        site = self.spec.site
+        where = _Where(p, site, what)
+        for s, d in self._pieces(src, dst):
+            i = p.ndesc = getattr(p, "ndesc", 0)
+            p.ndesc += 1
+            p.record("local_copy", site, id=i, src=s, dst=d, sem=[{"Arg": self.pipeline_sem}, None])
+            p.record("start", site, id=i)
+            p.record("wait", site, id=i)
+        del where
+
+    # -- evaluation
+
+    def _device(self, device):
+        spec = self.spec
+        # Blocked operands look at a point's neighbours: their grids are listed (the
+        # budget refused grids too large to list before this); others go lazily.
+        points = list(grid_points(self.grid)) if self.blocked else grid_points(self.grid)
+        out = []
+        idx_cache = {}
+        if self.blocked:
+            probe = Point(self, device, points[0] if points else ())
+            ev = Evaluator(self, probe)
+            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
+                idx_cache[n] = [self._block_indices(ev, bm, pt) for pt in points]
+        for g, pt in enumerate(points):
+            p = Point(self, device, pt)
+            ev = Evaluator(self, p)
+            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
+                if is_out:
+                    continue
+                ids = idx_cache[n]
+                if g == 0 or ids[g] != ids[g - 1]:
+                    view = self._block_view(hbm, bm, ids[g])
+                    self._check_block(p, view, vb)
+                    self._copy(p, view, RefV(vb), "BlockSpec")
+            args = [RefV(b) for b in self.kernel_bufs]
+            ev.run(spec.jaxpr, [], args)
+            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
+                if not is_out:
+                    continue
+                ids = idx_cache[n]
+                if g == len(points) - 1 or ids[g] != ids[g + 1]:
+                    view = self._block_view(hbm, bm, ids[g])
+                    self._check_block(p, view, vb)
+                    self._copy(p, RefV(vb), view, "BlockSpec")
+            p.drop_unused()
+            out.append([r for r in p.ops if not r.get("dead")])
+            self.budget.called(out[-1])
+        return out
+
+    def _check_block(self, p, view, vb):
+        for d, n in zip(view.dims, view.buf.shape):
+            lo, size = (d[0], d[1]) if isinstance(d, tuple) else (d, 1)
+            if lo < 0 or lo + size > n:
+                raise kernel_error(
+                    "out of bounds",
+                    f"the block of `{vb.name}` at {lo}..{lo + size} leaves a dimension of size {n}",
+                    _Where(p, self.spec.site, "BlockSpec"),
+                )
+
+    # -- results
+
+    def results(self, rust_outs):
+        """Per device, the call's outputs: Rust's and SMEM's."""
+        res = []
+        for d in range(self.P):
+            row = []
+            for kind, x in self.out_sources:
+                if kind == "rust":
+                    row.append(rust_outs[d][x])
+                else:
+                    row.append(x.smem[d])
+            res.append(row)
+        return res
+
+    def rust_inputs(self, per_device_args):
+        """The Rust call's inputs per device from the call's operands per device."""
+        spec = self.spec
+        keep = []
+        for j, bm in enumerate(spec.gm.block_mappings[: spec.num_inputs]):
+            if space_of(bm.transformed_block_aval.memory_space) != "smem":
+                keep.append(spec.num_index + j)
+        return [[np.ascontiguousarray(args[k]) for k in keep] for args in per_device_args]

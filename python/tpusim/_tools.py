@@ -1,0 +1,130 @@
+"""The tools on a JAX program: every ``pallas_call`` it makes, verified (``check``),
+traced into step tables (``trace``) or put on the cost model's clock (``model``).
+
+Each runs the program under :func:`tpusim.simulate` and looks at every distinct plan
+the program's calls make (a repeated call with the same kernel, shapes, mesh and SMEM
+values is one plan); the calls still execute, so the program runs to its end.
+"""
+
+import contextlib
+import os
+
+from . import _hook, _native
+from .results import ModelRun, Report, Table
+
+
+class Results(list):
+    """One result per distinct ``pallas_call`` the program made, in order."""
+
+    @property
+    def clean(self):
+        return all(getattr(r, "clean", True) for r in self)
+
+    def __str__(self):
+        return "\n".join(str(r) for r in self)
+
+
+def _title(plan):
+    s = plan.spec
+    axes = "x".join(str(n) for _, n in s.axes) or "1"
+    return f"{s.name} P={plan.P} ({axes}) at {s.site[0]}:{s.site[1]}"
+
+
+def check_plan(plan, schedules=200, seed=0, replay=None, repeat=1):
+    r = plan.call.check(schedules, seed, replay, repeat)
+    again = f" --repeat {repeat}" if repeat != 1 else ""
+    return Report.from_dict(r, _title(plan) + again)
+
+
+def trace_plan(plan):
+    shard = list(plan.inputs[0][2]) if plan.inputs else []
+    t = Table.from_dict(plan.call.trace(shard, None))
+    t.title = _title(plan)
+    return t
+
+
+def model_plan(plan, preset="v5e", timeline=None, topology=None, **overrides):
+    r = plan.call.model(preset, list(overrides.items()) or None, None, timeline is not None, topology)
+    m = ModelRun.from_dict(r, timeline)
+    m.title = _title(plan)
+    return m
+
+
+@contextlib.contextmanager
+def collecting(tool, **kw):
+    """Applies `tool` to every plan made inside; yields the Results."""
+    out = Results()
+    seen = set()
+
+    def on(what, plan):
+        if what == "call" and id(plan) not in seen:
+            seen.add(id(plan))
+            out.append(tool(plan, **kw))
+
+    _hook._tolerant += 1
+    try:
+        with _hook.observing(on):
+            yield out
+    finally:
+        _hook._tolerant -= 1
+
+
+def _run(fn, args, devices):
+    import jax
+
+    # A call the tools cannot even plan (an unsupported construct) raises tpusim's error.
+    with _hook.simulate(devices=devices):
+        res = fn(*args)
+        jax.block_until_ready(res)
+        jax.effects_barrier()
+    return res
+
+
+def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1):
+    """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per distinct
+    call; with `sequence`, one report of all the calls in order, as one sequence."""
+    if not sequence:
+        with collecting(check_plan, schedules=schedules, seed=seed, repeat=repeat) as got:
+            _run(fn, args, devices)
+        return got
+    calls = []
+    _hook._tolerant += 1
+    try:
+        with _hook.observing(lambda what, plan: what == "call" and calls.append(plan)):
+            _run(fn, args, devices)
+    finally:
+        _hook._tolerant -= 1
+    if not calls:
+        raise _native.BadInput("bad input: the function made no pallas_call")
+    r = _native.check_sequence([p.call for p in calls], schedules, seed, None, repeat)
+    again = f" --repeat {repeat}" if repeat != 1 else ""
+    title = " then ".join(p.spec.name for p in calls) + again + f" P={calls[0].P}"
+    return Results([Report.from_dict(r, title)])
+
+
+def trace(fn, *args, devices=None):
+    """The step table of every pallas_call `fn(*args)` makes."""
+    with collecting(trace_plan) as got:
+        _run(fn, args, devices)
+    return got
+
+
+def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, **overrides):
+    """Every pallas_call `fn(*args)` makes on the cost model's clock; `timeline`: a
+    directory for one Chrome trace per call."""
+    n = [0]
+
+    def tool(plan, **kw):
+        path = None
+        if timeline is not None:
+            os.makedirs(timeline, exist_ok=True)
+            path = os.path.join(timeline, f"{plan.spec.name}-{n[0]}.json")
+            n[0] += 1
+        return model_plan(plan, preset=preset, timeline=path, topology=topology, **overrides)
+
+    with collecting(tool) as got:
+        _run(fn, args, devices)
+    return got
+
+
+__all__ = ["check", "trace", "model", "Results", "collecting", "check_plan", "trace_plan", "model_plan"]

@@ -1,0 +1,379 @@
+//! How long a command will take, estimated from the same [`Census`] as its memory: the
+//! planning (tracing and scheduling every op), then per command what it repeats (a
+//! schedule of `check`, an iteration of `bench`) times how often. Work whose estimate
+//! exceeds the time limit (10 minutes, or `TPUSIM_TIME_LIMIT`) is refused before it
+//! starts, with the largest count (or P) that fits.
+//!
+//! The rates lean fast: about half the time the project's 2-core CI machine takes
+//! (measured with `tpusim check psum --replay eager`, `check psum -p 16 --schedules
+//! 2000`, `tpusim run psum --backend cpu` and `tpusim bench psum --backend cpu -n N -c
+//! N` at P = 4 to 256, while other builds ran: real times were 2-5 times the estimate),
+//! so a refusal is work that takes longer than the limit on a machine like it, not a
+//! guess that it might.
+
+use super::census::{Census, HOST_WORD};
+use super::need::Work;
+use crate::error::{Error, Result};
+
+/// The environment variable that sets the time limit (`500ms`, `90s`, `10m`, `2h`, or
+/// seconds).
+pub const TIME_LIMIT_VAR: &str = "TPUSIM_TIME_LIMIT";
+
+/// The time limit without [`TIME_LIMIT_VAR`]: 10 minutes.
+pub const DEFAULT_TIME_LIMIT: f64 = 600.0;
+
+/// Seconds to trace, lower and schedule one op (measured: 0.36-0.7 us).
+pub const PLAN_SECONDS_PER_OP: f64 = 2e-7;
+/// Seconds per traced op of one checked schedule: the scheduler, the event log and the
+/// race checker's records (measured: 0.9-1.8 us).
+pub const CHECK_SECONDS_PER_OP: f64 = 4e-7;
+/// Seconds per device of a vector clock merged at a wait, in a checked schedule (one
+/// 4-byte counter per device; measured: about 0.3 ns).
+pub const CHECK_SECONDS_PER_CLOCK_ENTRY: f64 = 2e-10;
+/// Seconds per data op of one run on the CPU executor (measured: 0.36-1 us).
+pub const CPU_SECONDS_PER_DATA_OP: f64 = 2e-7;
+/// Seconds per 32-bit word the CPU executor moves (16 GB/s).
+pub const CPU_SECONDS_PER_WORD: f64 = 2.5e-10;
+/// Seconds per element read back and compared with the reference (measured: 14-47
+/// ns).
+pub const COMPARE_SECONDS_PER_ELEMENT: f64 = 1e-8;
+/// Seconds of one GPU submission waited for, whatever it holds.
+pub const GPU_SECONDS_PER_SUBMISSION: f64 = 5e-6;
+/// Seconds per data op of one run on a GPU.
+pub const GPU_SECONDS_PER_DATA_OP: f64 = 5e-9;
+/// Seconds per traced op of the cost model's timed run (measured on psum at P = 16 to
+/// 256: 33-46 us).
+pub const MODEL_SECONDS_PER_OP: f64 = 1.5e-5;
+
+/// The time a command may take, and where that figure comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimeLimit {
+    /// Seconds.
+    pub seconds: f64,
+    /// Where the figure comes from, for messages.
+    pub source: String,
+}
+
+/// The time limit: [`TIME_LIMIT_VAR`] when set (a malformed one is bad input), else
+/// [`DEFAULT_TIME_LIMIT`].
+pub fn time_limit() -> Result<TimeLimit> {
+    match std::env::var(TIME_LIMIT_VAR) {
+        Ok(v) => {
+            let seconds = crate::units::parse_duration(&v).map_err(|_| {
+                Error::bad_input(format!(
+                    "{TIME_LIMIT_VAR}=`{v}` is not a duration (expected seconds, or e.g. 500ms, 90s, 10m, 2h)"
+                ))
+            })?;
+            Ok(TimeLimit {
+                seconds,
+                source: format!("{TIME_LIMIT_VAR}={v}"),
+            })
+        }
+        Err(_) => Ok(TimeLimit {
+            seconds: DEFAULT_TIME_LIMIT,
+            source: format!("the default; {TIME_LIMIT_VAR} sets another"),
+        }),
+    }
+}
+
+/// A count a command repeats its work by (`--schedules`, `-n`, `-c`), and what one
+/// repetition costs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Term {
+    /// The flag that sets it, as messages name it (`--schedules`, `-c`).
+    pub flag: &'static str,
+    /// What it counts (`schedules`, `check iterations`).
+    pub unit: &'static str,
+    /// How many (as given: messages echo it exactly).
+    pub n: u64,
+    /// Seconds of one.
+    pub each: f64,
+}
+
+impl Term {
+    /// Seconds of all `n`.
+    pub fn seconds(&self) -> f64 {
+        self.n as f64 * self.each
+    }
+}
+
+/// The estimated time of a command: what it does once, and its counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Time {
+    /// Seconds of the work done once (planning, a run).
+    pub once: f64,
+    /// The counted work.
+    pub terms: Vec<Term>,
+    /// Traced ops of the whole program (for messages).
+    pub ops: f64,
+}
+
+impl Time {
+    /// Seconds in all.
+    pub fn seconds(&self) -> f64 {
+        self.once + self.terms.iter().map(Term::seconds).sum::<f64>()
+    }
+
+    /// The term that costs the most, if any.
+    pub fn dominant(&self) -> Option<&Term> {
+        self.terms
+            .iter()
+            .filter(|t| t.seconds() > 0.0)
+            .max_by(|a, b| a.seconds().total_cmp(&b.seconds()))
+    }
+
+    /// The largest value of `term`'s count that keeps the whole within `limit` seconds,
+    /// the others as they are (0: none).
+    pub fn largest(&self, term: &Term, limit: f64) -> f64 {
+        let rest = self.seconds() - term.seconds();
+        if term.each <= 0.0 {
+            return f64::INFINITY;
+        }
+        ((limit - rest) / term.each).floor().max(0.0)
+    }
+}
+
+/// The time of `work` on the kernel counted by `c` (sampled: unsampled, its traced
+/// counts are zero and so is most of the estimate).
+pub fn time(c: &Census, work: Work) -> Time {
+    let p = c.devices;
+    let t = c.traced.unwrap_or_default();
+    let ops = p * t.ops;
+    let data_ops = p * (t.computes + t.dmas + c.copies);
+    let waits = p * (t.ops - t.dmas - t.computes - t.signals - t.marks).max(0.0);
+    let outputs = p * c.output_bytes / HOST_WORD;
+    let words = p * (c.input_bytes + c.output_bytes) / HOST_WORD;
+    let plan = ops * PLAN_SECONDS_PER_OP;
+    let compare = outputs * COMPARE_SECONDS_PER_ELEMENT;
+    let iteration = |gpu: bool| {
+        if gpu {
+            GPU_SECONDS_PER_SUBMISSION + data_ops * GPU_SECONDS_PER_DATA_OP
+        } else {
+            data_ops * CPU_SECONDS_PER_DATA_OP + words * CPU_SECONDS_PER_WORD
+        }
+    };
+    let model = |on: bool| if on { ops * MODEL_SECONDS_PER_OP } else { 0.0 };
+    let (once, terms) = match work {
+        Work::Run { gpu, model: m, .. } => (plan + iteration(gpu) + compare + model(m), vec![]),
+        Work::Apply { gpu, .. } => (plan + iteration(gpu) + compare, vec![]),
+        Work::Model { .. } => (plan + model(true), vec![]),
+        Work::Trace => (plan + ops * CHECK_SECONDS_PER_OP, vec![]),
+        Work::Check { .. } => (
+            plan,
+            vec![Term {
+                flag: "--schedules",
+                unit: "schedules",
+                n: work.schedules(p as usize),
+                each: ops * CHECK_SECONDS_PER_OP + waits * p * CHECK_SECONDS_PER_CLOCK_ENTRY,
+            }],
+        ),
+        Work::Bench {
+            gpu,
+            iters,
+            warmup,
+            checks,
+            ..
+        } => {
+            let each = iteration(gpu);
+            (
+                plan,
+                vec![
+                    Term {
+                        flag: "-n",
+                        unit: "timed iterations",
+                        n: iters,
+                        each,
+                    },
+                    Term {
+                        flag: "-w",
+                        unit: "warm-up iterations",
+                        n: warmup,
+                        each,
+                    },
+                    Term {
+                        flag: "-c",
+                        unit: "check iterations",
+                        n: checks,
+                        each: each + compare,
+                    },
+                ],
+            )
+        }
+    };
+    Time { once, terms, ops }
+}
+
+/// Seconds of one call of a Python kernel by the front end's recorder (one device, one
+/// grid point), where it has not measured its own yet: what a kernel that does nothing
+/// costs (measured over 4 million calls: 1.5 us in all, recording and the native call
+/// included; one that branches on `program_id`, 2.5 us).
+pub const RECORD_SECONDS_PER_POINT: f64 = 1e-6;
+
+/// Bytes of host memory the recording of one call holds whatever it records: its entry
+/// and empty list of ops in Python, in JSON and in the native call (measured: about 80
+/// bytes a call for a kernel that records nothing).
+pub const RECORD_BYTES_PER_POINT: f64 = 64.0;
+
+/// Refuses to record kernel `what` on `devices` devices over `grid` (a front end that
+/// runs the kernel's code once per device and grid point asks before the first call,
+/// then again as it measures the calls): the calls would take longer than the time
+/// limit at `seconds_per_point` each ([`RECORD_SECONDS_PER_POINT`] until measured), or
+/// their records ([`RECORD_BYTES_PER_POINT`] each, plus `bytes_per_point`: what the
+/// calls' ops were measured to take) would not fit in memory. The message gives the
+/// estimate and the most grid points that fit.
+pub fn ensure_recording_fits(
+    what: &str,
+    devices: usize,
+    grid: &[usize],
+    seconds_per_point: Option<f64>,
+    bytes_per_point: Option<f64>,
+) -> Result<()> {
+    let points = grid
+        .iter()
+        .try_fold(1u64, |acc, &g| acc.checked_mul(g as u64))
+        .ok_or_else(|| {
+            Error::TooLarge(format!(
+                "`{what}` has a grid of {grid:?}: more grid points than can be counted"
+            ))
+        })?;
+    let calls = devices as f64 * points as f64;
+    let each = seconds_per_point
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(RECORD_SECONDS_PER_POINT);
+    let bytes = RECORD_BYTES_PER_POINT
+        + bytes_per_point
+            .filter(|b| b.is_finite() && *b >= 0.0)
+            .unwrap_or(0.0);
+    let shown = format!(
+        "recording `{what}` on {devices} device{} x {points} grid points ({} kernel calls)",
+        if devices == 1 { "" } else { "s" },
+        crate::units::count(calls)
+    );
+    let most = |per_call: f64, budget: f64| {
+        let per_point = per_call * devices.max(1) as f64;
+        (budget / per_point).floor()
+    };
+    if let Some(avail) = super::memory::available()? {
+        if calls * bytes > avail.bytes as f64 {
+            return Err(Error::TooLarge(format!(
+                "not enough memory: {shown} needs at least {} for its records ({} per call), but {} are available ({}); the most grid points that fit are {}",
+                crate::units::bytes(calls * bytes),
+                crate::units::bytes(bytes),
+                crate::units::bytes(avail.bytes as f64),
+                avail.source,
+                most(bytes, avail.bytes as f64)
+            )));
+        }
+    }
+    let limit = time_limit()?;
+    if calls * each > limit.seconds {
+        return Err(Error::TooLarge(format!(
+            "too long: {shown} would take about {} ({} each), beyond the time limit of {} ({}); the most grid points that fit are {}",
+            crate::units::seconds(calls * each),
+            crate::units::seconds(each),
+            crate::units::seconds(limit.seconds),
+            limit.source,
+            most(each, limit.seconds)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::census::Traced;
+
+    fn census(p: f64, ops: f64) -> Census {
+        Census {
+            devices: p,
+            grid_points: 1.0,
+            sem_slots: 4.0,
+            alloc_bytes: 4096.0,
+            pooled_bytes: 4096.0,
+            alloc_elems: 1024.0,
+            input_bytes: 4096.0,
+            output_bytes: 4096.0,
+            copies: 0.0,
+            invocations: 1.0,
+            traced: Some(Traced {
+                ops,
+                dmas: ops / 4.0,
+                computes: ops / 8.0,
+                signals: 0.0,
+                marks: 0.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn counts_scale_the_estimate_and_the_largest_count_fits() {
+        let c = census(4.0, 32.0);
+        let one = time(
+            &c,
+            Work::Check {
+                schedules: 1,
+                deterministic: false,
+            },
+        );
+        let many = time(
+            &c,
+            Work::Check {
+                schedules: 1_000_000_000,
+                deterministic: true,
+            },
+        );
+        assert!(many.seconds() > 1e8 * one.terms[0].each, "{many:?}");
+        let term = *many.dominant().unwrap();
+        assert_eq!(term.flag, "--schedules");
+        let n = many.largest(&term, 600.0);
+        let fitted = time(
+            &c,
+            Work::Check {
+                schedules: n as u64,
+                deterministic: true,
+            },
+        );
+        assert!(fitted.seconds() <= 600.0, "{fitted:?}");
+        let over = time(
+            &c,
+            Work::Check {
+                schedules: n as u64 + 1,
+                deterministic: true,
+            },
+        );
+        assert!(over.seconds() > 600.0, "{over:?}");
+    }
+
+    #[test]
+    fn the_bench_names_the_count_that_dominates() {
+        let c = census(4.0, 32.0);
+        let t = time(
+            &c,
+            Work::Bench {
+                buffers: crate::budget::Buffers::Host,
+                gpu: false,
+                iters: 10,
+                warmup: 2,
+                checks: 1_000_000_000,
+            },
+        );
+        assert_eq!(t.dominant().unwrap().flag, "-c");
+    }
+
+    #[test]
+    fn recording_a_huge_grid_is_refused_before_it_starts() {
+        let e = ensure_recording_fits("k", 4, &[10_000_000], Some(18e-6), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("too long") && e.contains("4.0e7 kernel calls"),
+            "{e}"
+        );
+        assert!(ensure_recording_fits("k", 4, &[100], None, None).is_ok());
+        let e = ensure_recording_fits("k", 4, &[usize::MAX, 4], None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more grid points than can be counted"), "{e}");
+    }
+}

@@ -1,0 +1,289 @@
+//! Partitioned runs under `mpirun` (built with `--features mpi`; CI installs Open MPI):
+//! every shipped collective at P 4 and 8 gives the single-process `apply` result byte
+//! for byte on 2 and 3 ranks (those of several operands, which `apply` refuses, are
+//! right under `run`); a run one process must refuse for memory completes on 4
+//! ranks; bad input exits 2 on every rank. These tests fail, rather than skip, where
+//! `mpirun` is missing.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use tpusim::collectives::Registry;
+use tpusim::{DType, HostArray};
+
+/// One mpirun at a time: the ranks of one already share the two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn tpusim() -> &'static str {
+    env!("CARGO_BIN_EXE_tpusim")
+}
+
+fn output(c: &mut Command) -> (i32, String, String) {
+    let o = c.output().unwrap_or_else(|e| {
+        panic!(
+            "cannot start {:?} (is Open MPI installed? apt-get install openmpi-bin): {e}",
+            c.get_program()
+        )
+    });
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `tpusim args` under `mpirun -np ranks` (with `env`).
+fn mpirun(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &ranks.to_string(),
+    ]);
+    for (k, v) in env {
+        c.args(["-x", &format!("{k}={v}")]);
+    }
+    c.arg(tpusim()).args(args);
+    output(&mut c)
+}
+
+fn alone(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(tpusim());
+    c.args(args).envs(env.iter().copied());
+    output(&mut c)
+}
+
+/// A global input for `apply` of collective `name` at P devices (its shape from the
+/// collective's default shard, the sharded dimension P times as long).
+fn input(dir: &Path, name: &str, p: usize, dtype: DType) -> PathBuf {
+    let c = Registry::builtin().by_name(name).unwrap();
+    let (dim, _) = c.apply_dims();
+    let mut shape = c.default_shape(p);
+    shape[dim] *= p;
+    let n: usize = shape.iter().product();
+    let values: Vec<f64> = (0..n).map(|i| ((i * 7919) % 97) as f64 - 40.0).collect();
+    let words = values.iter().map(|&v| dtype.bits_of(v)).collect();
+    let a = HostArray {
+        dtype,
+        shape,
+        words,
+    };
+    let path = dir.join(format!("{name}-{p}-{dtype}.npy"));
+    tpusim::npy::write_npy(&path, &a).unwrap();
+    path
+}
+
+/// How many operands per device collective `name` takes at P devices (`apply` shards
+/// one array, so it runs the collectives of one).
+fn operands(name: &str, p: usize) -> usize {
+    let c = Registry::builtin().by_name(name).unwrap();
+    let mesh = tpusim::Mesh::new(p, "x").unwrap();
+    let call = c.call(&mesh, &c.default_shape(p), DType::F32).unwrap();
+    call.spec().inputs().len()
+}
+
+/// A collective of several operands (the matmuls) under `run` on 2 and 3 ranks: 0 wrong
+/// against its reference, one result line (`tests/ranks.rs` compares their outputs
+/// with one process's byte for byte, ranks as threads).
+fn run_on_ranks_is_right(name: &str, p: usize, dtype: DType) {
+    let (ps, ds) = (p.to_string(), dtype.to_string());
+    let args = ["run", name, "-p", &ps, "--backend", "cpu", "--dtype", &ds];
+    for r in [2usize, 3] {
+        let (code, out, err) = mpirun(r, &args, &[]);
+        assert_eq!(code, 0, "{name} P={p} on {r} ranks: {out}{err}");
+        assert!(
+            out.contains(" 0 wrong of "),
+            "{name} P={p} on {r} ranks: {out}"
+        );
+        assert!(out.contains(&format!("x {r} ranks")), "{out}");
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(name)).count(),
+            1,
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn apply_on_2_and_3_ranks_equals_one_process_byte_for_byte() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = Registry::builtin()
+        .names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for p in [4usize, 8] {
+        for (k, name) in names.iter().enumerate() {
+            // f32 everywhere; i32 and bf16 on alternating collectives (the threads'
+            // tests cover every dtype on every collective).
+            let dtype = [DType::F32, DType::I32, DType::BF16][(k + p) % 3];
+            if operands(name, p) > 1 {
+                run_on_ranks_is_right(name, p, dtype);
+                continue;
+            }
+            let x = input(dir.path(), name, p, dtype);
+            let x = x.to_str().unwrap();
+            let want = dir.path().join(format!("{name}-{p}-want.npy"));
+            let ps = p.to_string();
+            let base = [
+                "apply",
+                name.as_str(),
+                "-p",
+                &ps,
+                "--backend",
+                "cpu",
+                "--input",
+                x,
+            ];
+            let (code, out, err) = alone(
+                &[&base[..], &["--output", want.to_str().unwrap()]].concat(),
+                &[],
+            );
+            assert_eq!(code, 0, "{name} P={p} alone: {out}{err}");
+            let want = std::fs::read(&want).unwrap();
+            for r in [2usize, 3] {
+                let got = dir.path().join(format!("{name}-{p}-{r}.npy"));
+                let args = [&base[..], &["--output", got.to_str().unwrap()]].concat();
+                let (code, out, err) = mpirun(r, &args, &[]);
+                assert_eq!(code, 0, "{name} P={p} on {r} ranks: {out}{err}");
+                assert!(out.contains("0 wrong vs XLA semantics"), "{out}");
+                // Only rank 0 prints: one result line.
+                assert_eq!(
+                    out.lines().filter(|l| l.starts_with(name.as_str())).count(),
+                    1,
+                    "{out}"
+                );
+                let got = std::fs::read(&got).unwrap();
+                assert!(
+                    got == want,
+                    "{name} P={p} {dtype}: {r} ranks' .npy differs from one process's"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_ranks_equal_one_cpu_process() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let x = input(dir.path(), "psum", 4, DType::BF16);
+    let (want, got) = (dir.path().join("want.npy"), dir.path().join("got.npy"));
+    let base = ["apply", "psum", "-p", "4", "--input", x.to_str().unwrap()];
+    let cpu = [
+        &base[..],
+        &["--backend", "cpu", "--output", want.to_str().unwrap()],
+    ]
+    .concat();
+    let (code, out, err) = alone(&cpu, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let gpu = [
+        &base[..],
+        &["--backend", "gpu", "--output", got.to_str().unwrap()],
+    ]
+    .concat();
+    let (code, out, err) = mpirun(2, &gpu, &[("WGPU_BACKEND", "vulkan")]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(std::fs::read(&got).unwrap() == std::fs::read(&want).unwrap());
+}
+
+#[test]
+fn a_run_one_process_must_refuse_completes_on_4_ranks() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let args = [
+        "run",
+        "psum",
+        "-p",
+        "8",
+        "--shape",
+        "4096x4096",
+        "--backend",
+        "cpu",
+    ];
+    let limit = [("TPUSIM_MEMORY_LIMIT", "4G")];
+    let (code, out, err) = alone(&args, &limit);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("not enough memory") && err.contains("it needs 4 ranks of this size"),
+        "{err}"
+    );
+    let (code, out, err) = alone(&[&args[..], &["--ranks-needed"]].concat(), &limit);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": 4 ranks of this size"), "{out}");
+    let (code, out, err) = mpirun(4, &args, &limit);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": 0 wrong of 134217728"), "{out}");
+    assert!(
+        out.contains("ranks: 4 ranks over 8 devices: rank 0 devices 0-1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_input_on_ranks_exits_2_once() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // More ranks than devices.
+    let (code, out, err) = mpirun(3, &["run", "psum", "-p", "2", "--backend", "cpu"], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(
+        err.matches("3 ranks for 2 simulated devices").count(),
+        1,
+        "{err}"
+    );
+    // A bad shape: every rank finds it, rank 0 says it.
+    let (code, _, err) = mpirun(
+        2,
+        &["run", "psum", "--shape", "0x4", "--backend", "cpu"],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("tpusim:")).count(),
+        1,
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_on_ranks_reports_what_crossed_and_each_ranks_share() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (code, out, err) = mpirun(
+        2,
+        &[
+            "bench",
+            "psum",
+            "-p",
+            "4",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--backend",
+            "cpu",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("# 2 ranks over 4 devices") && out.contains("xrank(MB)"),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("psum ")).expect("a row");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // psum at P=4 on 2 ranks: the ring crosses two boundaries with 4 shards each (and
+    // the first hop), 64 KiB a shard.
+    let xrank: f64 = cols[cols.len() - 2].parse().unwrap();
+    assert!(xrank > 0.4 && xrank < 1.0, "{row}");
+    assert_eq!(cols[cols.len() - 1].split('/').count(), 2, "{row}");
+    // The verifier stays on one process: rank 0 checks, the others wait.
+    let (code, out, err) = mpirun(2, &["check", "psum", "-p", "4", "--schedules", "20"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("clean under 20 schedules").count(), 1, "{out}");
+}

@@ -1,0 +1,264 @@
+//! Partitioned execution without MPI: the ranks as threads of this process
+//! (`exec::ranks::threads`), each with its own executor holding its devices' memory. Every
+//! shipped collective, at P 4 and 8 and any R from 1 to P, gives the single-process
+//! outputs bit for bit (CPU; the GPU on a few), and a failing rank ends the others
+//! instead of hanging them. `tests/mpi.rs` runs the same through `mpirun`.
+
+use std::sync::Arc;
+use tpusim::collectives::Registry;
+use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::gpu::GpuExecutor;
+use tpusim::exec::ranks::{threads, Partition, RankExecutor, Ranks};
+use tpusim::exec::{Executor, Prepared};
+use tpusim::ir::{Program, Schedule};
+use tpusim::mesh::Placement;
+use tpusim::run::{random_inputs, Job};
+use tpusim::{DType, Error, HostArray, Mesh};
+
+/// `job`'s outputs on one process (CPU) for its random inputs from `seed`.
+fn single(job: &Job, seed: u64) -> (Vec<Vec<HostArray>>, Vec<Vec<HostArray>>) {
+    let plan = job.plan().unwrap();
+    let inputs = random_inputs(&plan.program, seed).unwrap();
+    let out = job.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    (inputs, out)
+}
+
+/// `job`'s outputs on `r` thread ranks, each rank's executor from `make`; every rank's.
+fn on_ranks(
+    job: &Job,
+    inputs: &[Vec<HostArray>],
+    r: usize,
+    make: &(dyn Fn() -> Box<dyn Executor> + Sync),
+) -> Vec<Vec<Vec<HostArray>>> {
+    threads::run(r, |comm| {
+        let ranks = Arc::new(Ranks::new(comm));
+        let mut exec = RankExecutor::new(make(), ranks.clone());
+        let out = job.execute(&mut exec, inputs);
+        ranks.conclude(out)
+    })
+    .into_iter()
+    .enumerate()
+    .map(|(k, o)| {
+        o.unwrap_or_else(|e| panic!("rank {k} panicked: {e}"))
+            .unwrap_or_else(|e| panic!("rank {k}: {e}"))
+    })
+    .collect()
+}
+
+fn jobs(p: usize, dtype: DType) -> Vec<Job> {
+    let reg = Registry::builtin();
+    reg.iter()
+        .map(|c| {
+            Job::collective(c.clone(), Placement::whole(Mesh::new(p, "x").unwrap()))
+                .with_dtype(dtype)
+        })
+        .collect()
+}
+
+fn ranks_for(p: usize) -> Vec<usize> {
+    match p {
+        4 => vec![1, 2, 3, 4],
+        _ => vec![1, 2, 3, 5, 8],
+    }
+}
+
+#[test]
+fn every_collective_on_any_number_of_ranks_equals_one_process_cpu() {
+    let cpu = || Box::new(CpuExecutor::new()) as Box<dyn Executor>;
+    for p in [4, 8] {
+        for dtype in [DType::F32, DType::I32, DType::BF16] {
+            for job in jobs(p, dtype) {
+                let (inputs, want) = single(&job, 7);
+                for r in ranks_for(p) {
+                    for (k, got) in on_ranks(&job, &inputs, r, &cpu).into_iter().enumerate() {
+                        assert!(
+                            got == want,
+                            "{} P={p} {dtype} on {r} ranks: rank {k}'s outputs differ",
+                            job.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_ranks_equal_one_process() {
+    let gpu = || Box::new(GpuExecutor::from_env().expect("a GPU adapter")) as Box<dyn Executor>;
+    let reg = Registry::builtin();
+    for (name, dtype) in [
+        ("psum", DType::F32),
+        ("all_to_all", DType::BF16),
+        ("ring_allreduce_push", DType::I32),
+    ] {
+        let job = Job::collective(
+            reg.by_name(name).unwrap(),
+            Placement::whole(Mesh::new(4, "x").unwrap()),
+        )
+        .with_dtype(dtype);
+        let (inputs, want) = single(&job, 3);
+        for r in [2, 3] {
+            for got in on_ranks(&job, &inputs, r, &gpu) {
+                assert!(got == want, "{name} {dtype} on {r} GPU ranks differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_on_ranks_checks_its_devices_and_adds_the_counts() {
+    let reg = Registry::builtin();
+    let job = Job::collective(
+        reg.by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(8, "x").unwrap()),
+    );
+    let results = threads::run(3, |comm| {
+        let ranks = Arc::new(Ranks::new(comm));
+        let mut exec = RankExecutor::new(Box::new(CpuExecutor::new()), ranks.clone());
+        let r = job.run(&mut exec, 1);
+        ranks.conclude(r)
+    });
+    for r in results {
+        let c = r.unwrap().unwrap();
+        assert_eq!(c.wrong, 0);
+        assert_eq!(c.total, 8 * 8 * 128);
+        let (part, report) = c.ranks.expect("a run on ranks reports them");
+        assert_eq!(part, Partition::new(8, 3).unwrap());
+        assert_eq!(report.ranks.len(), 3);
+        // psum's ring crosses each of the three boundaries with every shard.
+        assert!(report.crossed_bytes() > 0);
+    }
+}
+
+#[test]
+fn more_ranks_than_devices_is_bad_input_on_every_rank() {
+    let reg = Registry::builtin();
+    let job = Job::collective(
+        reg.by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(2, "x").unwrap()),
+    );
+    for r in threads::run(3, |comm| {
+        let ranks = Arc::new(Ranks::new(comm));
+        let mut exec = RankExecutor::new(Box::new(CpuExecutor::new()), ranks.clone());
+        let r = job.run(&mut exec, 1);
+        ranks.conclude(r).map(drop)
+    }) {
+        // Rank 0's own error, and on the others rank 0's, with its exit status.
+        let e = r.unwrap().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadInput(_)
+                    | Error::Rank {
+                        rank: 0,
+                        status: 2,
+                        ..
+                    }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("3 ranks for 2 simulated devices"),
+            "{e}"
+        );
+    }
+}
+
+/// An executor that fails where its rank is told to.
+struct Failing {
+    inner: CpuExecutor,
+    at_prepare: bool,
+}
+
+struct FailingRun<'a>(Box<dyn Prepared + 'a>);
+
+impl Prepared for FailingRun<'_> {
+    fn upload(&mut self, inputs: &[Vec<HostArray>]) -> tpusim::Result<()> {
+        self.0.upload(inputs)
+    }
+    fn run(&mut self, iters: usize) -> tpusim::Result<std::time::Duration> {
+        self.0.run(iters)
+    }
+    fn read_outputs(&mut self) -> tpusim::Result<Vec<Vec<HostArray>>> {
+        self.0.read_outputs()
+    }
+    fn run_piece(&mut self, k: usize) -> tpusim::Result<()> {
+        if k == 1 {
+            return Err(Error::bad_input("piece 1 fails on purpose"));
+        }
+        self.0.run_piece(k)
+    }
+    fn read_view(&mut self, v: tpusim::ir::View, elem: usize) -> tpusim::Result<Vec<u8>> {
+        self.0.read_view(v, elem)
+    }
+    fn write_view(&mut self, v: tpusim::ir::View, elem: usize, b: &[u8]) -> tpusim::Result<()> {
+        self.0.write_view(v, elem, b)
+    }
+}
+
+impl Executor for Failing {
+    fn describe(&self) -> String {
+        "failing".into()
+    }
+    fn prepare<'a>(
+        &'a self,
+        p: &'a Program,
+        s: &'a Schedule,
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        self.prepare_pieces(p, s, &[])
+    }
+    fn prepare_pieces<'a>(
+        &'a self,
+        p: &'a Program,
+        s: &'a Schedule,
+        cuts: &[usize],
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        if self.at_prepare {
+            return Err(Error::bad_input("no memory for this rank, on purpose"));
+        }
+        Ok(Box::new(FailingRun(self.inner.prepare_pieces(p, s, cuts)?)))
+    }
+}
+
+#[test]
+fn a_rank_that_fails_ends_the_others() {
+    let reg = Registry::builtin();
+    let job = Job::collective(
+        reg.by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(4, "x").unwrap()),
+    );
+    // Before any message: every rank returns rank 1's error, with its exit status.
+    let results = threads::run(2, |comm| {
+        let ranks = Arc::new(Ranks::new(comm));
+        let inner = Failing {
+            inner: CpuExecutor::new(),
+            at_prepare: ranks.rank() == 1,
+        };
+        let mut exec = RankExecutor::new(Box::new(inner), ranks.clone());
+        let r = job.run(&mut exec, 1);
+        ranks.conclude(r).map(drop)
+    });
+    for r in results {
+        let e = r.expect("no rank panics").unwrap_err();
+        assert!(e.to_string().contains("no memory for this rank"), "{e}");
+    }
+    // In the middle of a run, while the other waits for its message: both end.
+    let results = threads::run(2, |comm| {
+        let ranks = Arc::new(Ranks::new(comm));
+        let inner = Failing {
+            inner: CpuExecutor::new(),
+            at_prepare: false,
+        };
+        let mut exec = RankExecutor::new(Box::new(inner), ranks.clone());
+        let r = job.run(&mut exec, 1);
+        ranks.conclude(r).map(drop)
+    });
+    for r in results {
+        let e = r.expect_err("a rank in a failed run aborts");
+        assert!(
+            e.contains("piece 1 fails on purpose") || e.contains("aborted"),
+            "{e}"
+        );
+    }
+}
