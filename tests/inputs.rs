@@ -377,7 +377,8 @@ fn bench_without_checks_reports_nothing_checked() {
     assert_eq!(row.split_whitespace().nth(6), Some("-"), "#wrong: {row}");
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
-    assert!(j[0]["wrong"].is_null(), "{j}");
+    assert!(j["rows"][0]["wrong"].is_null(), "{j}");
+    assert_eq!(j["rows"][0]["collective"], "psum", "{j}");
 }
 
 #[test]
