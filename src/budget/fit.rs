@@ -12,9 +12,7 @@ use crate::mesh::Mesh;
 use crate::units::{bytes, count};
 use std::cell::RefCell;
 
-/// The most devices the planner supports: device ids are 32-bit in the step tables'
-/// symbolic terms.
-pub const MAX_DEVICES: usize = u32::MAX as usize - 1;
+pub use crate::mesh::MAX_DEVICES;
 
 /// The most traced ops per device the planner supports: the race checker's per-device
 /// clocks are 32-bit counters.

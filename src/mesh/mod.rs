@@ -9,6 +9,10 @@ pub mod sharded;
 
 pub use placement::{Placement, Span};
 
+/// The most devices the planner supports: device ids are 32-bit in the step tables'
+/// symbolic terms.
+pub const MAX_DEVICES: usize = u32::MAX as usize - 1;
+
 use crate::error::{Error, Result};
 
 /// A mesh of devices on named axes, row-major (the last axis varies fastest).
@@ -45,7 +49,7 @@ impl Mesh {
             return Err(Error::TooLarge(format!(
                 "a mesh of {} devices is more than can be counted (at most {} devices are supported)",
                 sizes.join(" x "),
-                crate::budget::MAX_DEVICES
+                MAX_DEVICES
             )));
         }
         Ok(Self {
