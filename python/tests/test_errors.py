@@ -169,6 +169,33 @@ def test_strided_windows_are_copied_row_by_row(sim):
     np.testing.assert_array_equal(got, want)
 
 
+def signal_all(o_ref):
+    """Signals every device's barrier semaphore (its output is a semaphore)."""
+    for d in range(bk.num_devices):
+        pl.semaphore_signal(pltpu.get_barrier_semaphore(), device_id=d)  # <- semaphore output
+    pl.semaphore_wait(pltpu.get_barrier_semaphore(), bk.num_devices)
+
+
+def test_a_semaphore_output_is_unsupported_at_the_call(cpu):
+    call = pl.pallas_call(signal_all, in_specs=[], out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
+                          out_shape=pltpu.SemaphoreType.REGULAR(()),
+                          compiler_params=pltpu.CompilerParams(collective_id=0))
+
+    def copy(x_ref, sem_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    use = pl.pallas_call(copy, in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                                         pl.BlockSpec(memory_space=pltpu.SEMAPHORE)],
+                         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+                         out_shape=jax.ShapeDtypeStruct(bk.SHARD, jnp.float32))
+    f = jax.jit(jax.shard_map(lambda v: use(v, call()), mesh=bk.mesh(), in_specs=bk.partition,
+                              out_specs=bk.partition, check_vma=False))
+    with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate():
+        jax.block_until_ready(f(x()))
+    assert "semaphore-typed outputs" in str(e.value), str(e.value)
+    assert f"{__file__}:" in str(e.value), str(e.value)
+
+
 def test_unsupported_dtype_names_the_operand(cpu):
     f = bk.mapped(bk.call(bk.hbm_compute_kernel, out_shape=jax.ShapeDtypeStruct(bk.SHARD, jnp.int16)))
     err = raises(lambda v: f(bk.sharded(v.astype(jnp.int16))), tpusim.UnsupportedError)
