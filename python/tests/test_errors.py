@@ -169,6 +169,18 @@ def test_strided_windows_are_copied_row_by_row(sim):
     np.testing.assert_array_equal(got, want)
 
 
+def copy_on_a_regular_semaphore(x_ref, o_ref, sem):
+    pltpu.make_async_copy(x_ref, o_ref, sem).start()  # <- regular semaphore dma
+    pl.semaphore_wait(sem, 1)
+
+
+def test_a_dma_signalling_a_regular_semaphore_is_unsupported_at_its_line(cpu):
+    f = bk.mapped(bk.call(copy_on_a_regular_semaphore, scratch=[REGULAR]))
+    err = raises(f, tpusim.UnsupportedError)
+    assert "REGULAR" in str(err), str(err)
+    assert f"{__file__}:{marked_line(__file__, 'regular semaphore dma')}" in str(err), str(err)
+
+
 def signal_all(o_ref):
     """Signals every device's barrier semaphore (its output is a semaphore)."""
     for d in range(bk.num_devices):
