@@ -316,6 +316,12 @@ def test_a_kernel_over_a_huge_grid_is_refused_before_its_first_point(cpu, grid):
     assert "not enough memory" in str(e) or "more grid points than can be counted" in str(e), str(e)
 
 
+def test_the_issues_grid_of_ten_million_is_refused_once_its_first_points_are_timed(cpu):
+    # 4e7 evaluations of the kernel's jaxpr: minutes at what a point measures here.
+    refused_quickly(tpusim.LimitError, on_grid(copy_at_zero, (10**7,)),
+                    "too long", "4.0e7 kernel calls", "the most grid points that fit are")
+
+
 def test_a_slow_kernel_is_refused_once_a_few_points_have_measured_it(cpu):
     # 4 million points of milliseconds: fine at a typical kernel's microseconds,
     # refused as soon as the first points (50 ms of them) measure this one.
