@@ -510,6 +510,31 @@ def test_core_map_cores_share_their_chips_hbm():
         np.testing.assert_array_equal(got[:, c], a[:, c] + (c + 1) * 1000)
 
 
+def test_a_tensorcore_mesh_of_the_chips_default_core_count_inside_shard_map():
+    # TensorCoreMesh(axis_name=...) with no num_cores, made inside the shard_map body
+    # (where JAX's abstract device has no core count): the count is the simulated chip's
+    # (v5p: 2), read by the kernel through lax.axis_size.
+    def body(x):
+        @functools.partial(
+            pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core"),
+            out_type=jax.ShapeDtypeStruct((16, 128), jnp.int32),
+            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA])
+        def k(x_ref, o_ref, buf, dma):
+            n = lax.axis_size("core")
+            rows = pl.ds(lax.axis_index("core") * (16 // n), 16 // n)
+            pltpu.async_copy(x_ref.at[rows], buf.at[pl.ds(0, 16 // n)], dma).wait()
+            buf[...] = buf[...] + n * 1000
+            pltpu.async_copy(buf.at[pl.ds(0, 16 // n)], o_ref.at[rows], dma).wait()
+
+        return k(x)
+
+    x = put(iota((32, 128)), mesh1(2), P("x"))
+    f = jax.jit(jax.shard_map(body, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with tpusim.simulate(chip="v5p"):
+        got = np.asarray(f(x))
+    np.testing.assert_array_equal(got, np.asarray(x) + 2 * 1000)
+
+
 # ------------------------------------------------------------------ what is still missing
 
 

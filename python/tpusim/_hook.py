@@ -345,10 +345,12 @@ def set_chip(name):
             return CHIPS[_chip[0]][1]
 
     def default_cores():
+        # A CPU device has no core count; inside a shard_map the abstract device's is None.
         try:
-            return default()
+            n = default()
         except AttributeError:
-            return CHIPS[_chip[0]][1]
+            n = None
+        return CHIPS[_chip[0]][1] if n is None else n
 
     default = mosaic_core._get_default_num_cores
     from jaxlib import _jax
@@ -359,6 +361,13 @@ def set_chip(name):
     tpu_info.get_device_kind = device_kind
     tpu_info.get_num_device_cores = num_cores
     mosaic_core._get_default_num_cores = default_cores
+    # TensorCoreMesh's dataclass default was bound to the original function.
+    mesh_init = mosaic_core.TensorCoreMesh.__init__
+
+    def tensorcore_mesh_init(self, *, axis_name, num_cores=None, **kw):
+        mesh_init(self, axis_name=axis_name, num_cores=default_cores() if num_cores is None else num_cores, **kw)
+
+    mosaic_core.TensorCoreMesh.__init__ = tensorcore_mesh_init
     tpu_info._tpusim = True
 
 
