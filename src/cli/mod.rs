@@ -122,7 +122,10 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Some(r) => r.conclude(result),
         None => result,
     };
+    // Rank 0 says how it ended before the ranks finish together (MPI's finalize): a
+    // rank that exited first could otherwise have mpirun end rank 0 before it spoke.
+    let code = exit(result);
     drop(on_ranks);
     ranks::finish();
-    exit(result)
+    code
 }
