@@ -151,9 +151,7 @@ fn memory_fits(n: &Need, limit: Option<f64>) -> bool {
 }
 
 fn fits(req: &Request, n: &Need, limits: Limits) -> bool {
-    planner_ok(n)
-        && memory_ok(n, limits.memory)
-        && time(&n.census, req.work).seconds() <= limits.seconds
+    memory_fits(n, limits.memory) && time(&n.census, req.work).seconds() <= limits.seconds
 }
 
 /// Checks that `req` fits in this machine's memory, the time limit and the planner's
@@ -177,15 +175,7 @@ pub fn ranks_needed(req: &Request) -> Result<(usize, Need, Option<Available>)> {
             req.what
         )));
     }
-    let one = Request {
-        what: req.what.clone(),
-        devices: p,
-        build: req.build,
-        repeat: req.repeat,
-        work: req.work,
-        share: most_ranks(p),
-    };
-    let census = estimate_at(&one, p, limit, &Samples::default())?.census;
+    let census = census_on_ranks(req, limit)?;
     let at = |r: usize| need_on(&census, req.work, r);
     if !planner_ok(&at(1)) {
         return Err(Error::TooLarge(format!(
@@ -210,41 +200,42 @@ pub fn ranks_needed(req: &Request) -> Result<(usize, Need, Option<Available>)> {
             avail.source,
         )));
     }
-    // The fewest ranks that fit: needs shrink as ranks grow.
-    let r = largest_below(p, &|x| !memory_fits(&at(x), limit)) + 1;
+    let r = fewest_fitting(&census, req.work, p, limit);
     Ok((r, at(r), avail))
 }
 
-/// One device per rank: the share whose need is the least, so that the estimate's
-/// spec-only lower bound refuses before tracing a kernel no number of ranks could hold
-/// (tracing it would allocate in proportion to its shapes).
-fn most_ranks(p: usize) -> Share {
-    Share {
-        ranks: p.max(1),
-        on_host: 1,
-    }
+/// The census of `req` for a partitioned run: estimated at one device per rank, the
+/// share whose need is the least, so that the spec-only lower bound refuses (within
+/// `limit`) before tracing a kernel no number of ranks could hold (tracing it would
+/// allocate in proportion to its shapes).
+fn census_on_ranks(req: &Request, limit: Option<f64>) -> Result<Census> {
+    let one = Request {
+        what: req.what.clone(),
+        devices: req.devices,
+        build: req.build,
+        repeat: req.repeat,
+        work: req.work,
+        share: Share {
+            ranks: req.devices.max(1),
+            on_host: 1,
+        },
+    };
+    Ok(estimate_at(&one, req.devices, limit, &Samples::default())?.census)
+}
+
+/// The fewest of up to `p` ranks whose need under `census` fits `limit` (needs shrink
+/// as ranks grow); `p` when none fewer does.
+fn fewest_fitting(census: &Census, work: Work, p: usize, limit: Option<f64>) -> usize {
+    largest_below(p, &|x| !memory_fits(&need_on(census, work, x), limit)) + 1
 }
 
 /// The fewest ranks of this size that fit `req` in `limit` bytes each, if any does
 /// (for messages).
 fn fewest_ranks(req: &Request, limit: f64) -> Option<usize> {
-    let one = Request {
-        what: String::new(),
-        devices: req.devices,
-        build: req.build,
-        repeat: req.repeat,
-        work: req.work,
-        share: most_ranks(req.devices),
-    };
-    let census = estimate_at(&one, req.devices, Some(limit), &Samples::default())
-        .ok()?
-        .census;
-    let (p, work) = (req.devices, req.work);
-    let at = |r: usize| need_on(&census, work, r);
-    if !memory_fits(&at(p.max(1)), Some(limit)) {
-        return None;
-    }
-    Some(largest_below(p, &|x| !memory_fits(&at(x), Some(limit))) + 1)
+    let census = census_on_ranks(req, Some(limit)).ok()?;
+    let p = req.devices;
+    memory_fits(&need_on(&census, req.work, p.max(1)), Some(limit))
+        .then(|| fewest_fitting(&census, req.work, p, Some(limit)))
 }
 
 /// [`ensure_fits`] against a given amount of available memory (`None`: unknown, only
