@@ -93,7 +93,6 @@ def _impl(*args, out_avals, **params):
     axis_sizes = dict(jax_core.get_axis_env().axis_sizes)
     params = dict(params, out_avals=out_avals)
     spec = CallSpec(params, axis_sizes)
-    _refuse_semaphore_outputs(out_avals, spec)
     meeting = Meeting(spec)
     if axis_sizes:
         coords = jnp.stack([lax.axis_index(k) for k in axis_sizes]).astype(jnp.int32)
@@ -102,25 +101,6 @@ def _impl(*args, out_avals, **params):
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
     outs = callback.io_callback(meeting, shapes, coords, *args, ordered=False)
     return list(outs)
-
-
-def _refuse_semaphore_outputs(out_avals, spec):
-    """Semaphore-typed outputs (``memory_space=pltpu.SEMAPHORE``) are not simulated yet:
-    an UnsupportedError naming them and the call's line, not a dtype error from JAX's
-    callback."""
-    import jax.numpy as jnp
-    from jax._src.pallas import core as pallas_core
-
-    from ._jaxpr import _Where, unsupported
-
-    for k, a in enumerate(out_avals):
-        if jnp.issubdtype(a.dtype, pallas_core.semaphore_dtype):
-            raise unsupported(
-                "semaphore-typed outputs (memory_space=pltpu.SEMAPHORE)",
-                f"output {k} of `{spec.name}` is a {a.dtype} array; tpusim runs kernels whose"
-                " outputs are data",
-                _Where(None, spec.site, "pallas_call"),
-            )
 
 
 # ---------------------------------------------------------------- meeting

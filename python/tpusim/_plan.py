@@ -98,6 +98,14 @@ class CallSpec:
             self.grid = ()
         self.num_index = self.gm.num_index_operands
         self.num_inputs = self.gm.num_inputs
+        # Refused here, at lowering, before JAX's callback is given a semaphore dtype.
+        for bm in self.gm.block_mappings:
+            if space_of(bm.transformed_block_aval.memory_space) == "sem":
+                raise unsupported(
+                    "semaphore-typed outputs and operands (memory_space=pltpu.SEMAPHORE)",
+                    f"`{self.name}` passes semaphores between calls; tpusim's semaphores belong to one call",
+                    _Where(None, self.site, "pallas_call"),
+                )
         self.num_outputs = self.gm.num_outputs
         self.smem_inputs = []  # positions (among the call's operands) read here
         for i, bm in enumerate(self.gm.block_mappings[: self.num_inputs]):
@@ -213,11 +221,6 @@ class Plan:
                 b.smem = {d: init(d) for d in range(self.P)}
                 ops.append((is_out, b, None))
                 continue
-            if ms == "sem":
-                raise unsupported(
-                    "semaphore operands and outputs (memory_space=pltpu.SEMAPHORE)",
-                    "tpusim's semaphores belong to one call", where,
-                )
             dt = self._dt(arr.dtype, f"operand `{name}`")
             block = tuple(pallas_core._get_block_shape(bm.block_shape))
             whole = block == tuple(arr.shape) and all(
