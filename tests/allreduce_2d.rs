@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::tpusim;
+
 use common::{check, run_along, run_scheduled, simulate};
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{Collective, Registry, Span};
@@ -201,18 +203,6 @@ fn the_model_lays_the_mesh_on_its_torus() {
         torus > 0.0 && torus < ring,
         "torus {torus} s, ring {ring} s"
     );
-}
-
-fn tpusim(args: &[&str]) -> (i32, String, String) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tpusim"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 #[test]

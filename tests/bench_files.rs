@@ -1,19 +1,9 @@
 //! `tpusim bench` result files describe their run, `bench --model` is the modeled TPU's
 //! table, and `tpusim plot` draws them.
 
-use std::process::Command;
+mod common;
 
-fn tpusim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::tpusim;
 
 fn temp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tpusim-bench-files-{}", std::process::id()));

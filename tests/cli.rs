@@ -1,18 +1,10 @@
 //! The `tpusim` binary: output line and exit status (0 match, 2 bad input).
 
-use std::process::Command;
+mod common;
 
-fn tpusim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::tpusim;
+
+use std::process::Command;
 
 #[test]
 fn run_prints_one_line_and_exits_zero() {

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::tpusim;
+
 use std::sync::Arc;
 use tpusim::collectives::{variants::variant, Collective, MatmulShape, Registry};
 use tpusim::exec::cpu::CpuExecutor;
@@ -416,18 +418,6 @@ fn the_mxu_rate_follows_the_dtype() {
     };
     let ratio = time(DType::F32) / time(DType::BF16);
     assert!((ratio - 6.0).abs() < 1e-9, "{ratio}");
-}
-
-fn tpusim(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpusim"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -127,3 +127,16 @@ pub fn plan(
         .plan()?;
     Ok((p.program, p.schedule))
 }
+
+/// Runs the `tpusim` binary with `args`: exit code, stdout, stderr.
+pub fn tpusim(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
