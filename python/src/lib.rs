@@ -1,7 +1,8 @@
 //! `tpusim._native`: the Rust core of tpusim for Python, one module per concern:
 //! [`errors`] (exceptions), [`arrays`] (numpy in and out), [`executors`], [`kernel`]
 //! (a Pallas kernel written in Python, its jaxpr recorded by `tpusim._jaxpr`,
-//! see [`replay`]) and [`collectives`] (the shipped ones). Every step is a job of the
+//! see [`replay`]), [`xla_call`] (the custom call a pallas_call lowers to) and
+//! [`collectives`] (the shipped ones). Every step is a job of the
 //! core's pipeline (`tpusim::run::Job`), as on the command line; structured results
 //! cross as Python data (dicts and lists, through `pythonize`) in the core's formats.
 
@@ -11,6 +12,7 @@ mod errors;
 mod executors;
 mod kernel;
 mod replay;
+mod xla_call;
 
 use errors::{BadInput, OrPy};
 use pyo3::prelude::*;
@@ -92,6 +94,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::ensure_recording_fits, m)?)?;
     m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::meeting_register, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::ffi_handler_address, m)?)?;
     use collectives as c;
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;
     m.add_function(wrap_pyfunction!(c::variants, m)?)?;

@@ -419,3 +419,45 @@ def test_refusals_fit_in_one_gib_of_address_space():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_a_device_that_never_makes_the_call_is_an_error_not_a_hang(monkeypatch):
+    """Only device 0 takes the branch with the pallas_call: the others never come to its
+    meeting, and the one that came fails once the meeting's time is up."""
+    from jax import lax
+
+    from tpusim import _hook
+
+    monkeypatch.setattr(_hook.Meeting, "timeout", 1.0)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(lambda v: lax.cond(lax.axis_index("x") == 0, call, lambda u: u, v),
+                              mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    v = jax.device_put(np.zeros((32, 128), np.int32), jax.NamedSharding(mesh, P("x")))
+    t = time.monotonic()
+    with pytest.raises(tpusim.BadInput, match="only 1 of the 4 devices reached pallas_call `kernel` within 1 s"):
+        with tpusim.simulate(backend="cpu"):
+            np.asarray(f(v))
+    assert time.monotonic() - t < 30
+
+
+def test_a_pallas_call_lowers_to_tpusims_custom_call_not_a_host_callback():
+    """One XLA custom call per device (the P calls meet in Rust, without the GIL); no
+    Python host callback is left in the program."""
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    v = jax.device_put(np.arange(32 * 128, dtype=np.int32).reshape(32, 128), jax.NamedSharding(mesh, P("x")))
+    with tpusim.simulate(backend="cpu"):
+        hlo = f.lower(v).as_text()
+        got = np.asarray(f(v))
+    assert "tpusim_pallas_call" in hlo and "callback" not in hlo.lower(), hlo
+    np.testing.assert_array_equal(got, np.asarray(v) * 2)

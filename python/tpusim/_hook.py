@@ -4,11 +4,12 @@ JAX lowers a ``pallas_call`` through one rule (``pallas_call._pallas_call_loweri
 which ``pl.kernel`` and ``pl.core_map`` reach too). :func:`install` wraps it: a call
 whose ``interpret`` is :class:`TpusimParams` — what :func:`simulate` makes every
 ``pallas_call`` get, as JAX's ``force_tpu_interpret_mode`` does for its interpreter —
-lowers to one host callback per device, with the device's mesh coordinates and its
-operands. The P devices' callbacks meet (:class:`Meeting`): the last to arrive hands
-the gathered operands to one worker thread, which evaluates the kernel jaxpr (once per
-kernel, shapes, mesh and SMEM values: the plan is cached) and runs the Rust pipeline;
-each device's callback returns its outputs. Everything around the kernel is JAX's.
+lowers to one XLA custom call per device (``jax.ffi.ffi_call`` of tpusim's handler),
+with the device's index and its operands. The P devices' calls meet in Rust, without
+the GIL (:class:`Meeting`, ``xla_call.rs``); the last to arrive hands the gathered
+operands to Python once, which evaluates the kernel jaxpr (once per kernel, shapes,
+mesh and SMEM values: the plan is cached) and runs the Rust pipeline; each device's
+call gets its outputs. Everything around the kernel is JAX's.
 """
 
 import contextlib
@@ -67,24 +68,19 @@ def install():
 
         pc._pallas_call_lowering = lowering
         mlir.register_lowering(pc.pallas_call_p, lowering)
-        import logging
-
-        # A failed call's error reaches the caller (JAX re-raises it); JAX's log of
-        # each device's failed callback would only repeat it P times.
-        logging.getLogger("jax._src.callback").addFilter(_not_ours)
+        jax = _jax()
+        jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(_native.ffi_handler_address()), platform="cpu")
         _installed = True
 
 
-def _not_ours(record):
-    e = record.exc_info[1] if record.exc_info else None
-    return not isinstance(e, _native.TpusimError)
+#: The custom call target of every simulated pallas_call (``xla_call.rs``).
+_TARGET = "tpusim_pallas_call"
 
 
 def _impl(*args, out_avals, **params):
-    """The traced body of a pallas_call: one callback per device."""
+    """The traced body of a pallas_call: one custom call per device."""
     jax = _jax()
     from jax import lax
-    from jax._src import callback
     from jax._src import core as jax_core
     import jax.numpy as jnp
 
@@ -93,27 +89,17 @@ def _impl(*args, out_avals, **params):
     axis_sizes = dict(jax_core.get_axis_env().axis_sizes)
     params = dict(params, out_avals=out_avals)
     spec = CallSpec(params, axis_sizes)
-    meeting = Meeting(spec)
-    if axis_sizes:
-        coords = jnp.stack([lax.axis_index(k) for k in axis_sizes]).astype(jnp.int32)
-    else:
-        coords = jnp.zeros((0,), jnp.int32)
+    meeting = Meeting(spec, [(a.shape, np.dtype(a.dtype)) for a in (x.aval for x in args)])
+    device = jnp.int32(0)
+    for k, n in axis_sizes.items():  # row-major over the mesh axes, as Meeting numbers them
+        device = device * n + lax.axis_index(k).astype(jnp.int32)
+    header = jnp.stack([jnp.int32(meeting.id), device])
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
-    outs = callback.io_callback(meeting, shapes, coords, *args, ordered=False)
+    outs = jax.ffi.ffi_call(_TARGET, shapes, has_side_effect=True)(header, *args)
     return list(outs)
 
 
 # ---------------------------------------------------------------- meeting
-
-
-class _Round:
-    __slots__ = ("args", "done", "result", "error")
-
-    def __init__(self):
-        self.args = {}
-        self.done = threading.Event()
-        self.result = None
-        self.error = None
 
 
 #: Plans by kernel, shapes, mesh and SMEM values (any lowering of the same call).
@@ -121,62 +107,31 @@ _plans = {}
 
 
 class Meeting:
-    """Where the P devices' callbacks of one lowered pallas_call meet, call after call."""
+    """Where the P devices' calls of one lowered pallas_call meet, call after call: the
+    rendezvous is Rust's (``xla_call.rs``); :meth:`run_bytes` runs the gathered call."""
 
     timeout = 120.0
 
-    def __init__(self, spec):
+    def __init__(self, spec, in_avals):
         self.spec = spec
+        self.in_avals = in_avals
         self.P = 1
         for _, n in spec.axes:
             self.P *= n
-        self.cond = threading.Condition()
-        self.count = {}
-        self.rounds = {}
+        self.id = _native.meeting_register(spec.name, self.P, self.run_bytes, _failed, self.timeout)
 
-    def _device(self, coords):
-        d = 0
-        for (_, n), c in zip(self.spec.axes, coords):
-            d = d * n + int(c)
-        return d
-
-    def __call__(self, coords, *args):
-        d = self._device(np.asarray(coords))
-        with self.cond:
-            k = self.count.get(d, 0)
-            self.count[d] = k + 1
-            r = self.rounds.setdefault(k, _Round())
-            r.args[d] = [np.asarray(a) for a in args]
-            leader = len(r.args) == self.P
-            if leader:
-                del self.rounds[k]
-                self.cond.notify_all()
-            else:
-                ok = self.cond.wait_for(lambda: len(r.args) == self.P, timeout=self.timeout)
-                if not ok:
-                    r.error = _native.BadInput(
-                        f"bad input: only {len(r.args)} of the {self.P} devices reached "
-                        f"pallas_call `{self.spec.name}` within {self.timeout:.0f} s "
-                        "(every device of the shard_map must make the same calls)"
-                    )
-                    r.done.set()
-        if leader:
-            try:
-                args = [r.args[i] for i in range(self.P)]
-                # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
-                if _backend() == "cpu":
-                    r.result = self._run(args)
-                else:
-                    r.result = _worker.submit(self._run, args)
-            except BaseException as e:  # handed to every device
-                r.error = e
-            r.done.set()
-        r.done.wait()
-        if r.error is not None:
+    def run_bytes(self, per_device):
+        """Every device's operands (bytes, in operand order) → every device's results."""
+        args = [[np.frombuffer(b, dt).reshape(shape) for b, (shape, dt) in zip(row, self.in_avals)]
+                for row in per_device]
+        try:
+            # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
+            res = self._run(args) if _backend() == "cpu" else _worker.submit(self._run, args)
+        except BaseException as e:  # every device's call fails with it
             global _last_error
-            _last_error = r.error
-            raise r.error
-        return r.result[d]
+            _last_error = e
+            raise
+        return [[np.ascontiguousarray(x).tobytes() for x in row] for row in res]
 
     def plan(self, per_device):
         """The cached plan for these operands (keyed by the SMEM values they hold)."""
@@ -215,6 +170,14 @@ class Meeting:
 
 
 _last_error = None
+
+
+def _failed(message):
+    """A call that failed in the meeting itself (a device that never came)."""
+    global _last_error
+    _last_error = _native.BadInput(message)
+
+
 #: While the tools (check, trace, model) look at a program, a call that fails to run
 #: returns zeros: its report says why.
 _tolerant = 0

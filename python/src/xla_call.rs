@@ -1,0 +1,414 @@
+//! The XLA custom call a `pallas_call` lowers to under `tpusim.simulate`: one call per
+//! device (XLA's typed FFI, `jax.ffi.ffi_call`), whose P calls meet here, in Rust,
+//! without the GIL. The last device to arrive takes the GIL once, hands every device's
+//! operands to the meeting's Python callback (which plans and runs the simulation) and
+//! writes each device's outputs into XLA's result buffers; the others wait. A host
+//! callback per device (`io_callback`) cost milliseconds a call in JAX's machinery alone.
+//!
+//! The ABI structs mirror `xla/ffi/api/c_api.h` (jaxlib ships the header); only the
+//! fields this handler reads come after the last one it needs.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+#[repr(C)]
+struct Extension {
+    struct_size: usize,
+    kind: i32,
+    next: *mut Extension,
+}
+
+#[repr(C)]
+struct ApiVersion {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    major: i32,
+    minor: i32,
+}
+
+#[repr(C)]
+struct Metadata {
+    struct_size: usize,
+    api_version: ApiVersion,
+    traits: u32,
+    state_type_id: i64,
+}
+
+#[repr(C)]
+struct MetadataExtension {
+    base: Extension,
+    metadata: *mut Metadata,
+}
+
+#[repr(C)]
+struct Buffer {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    dtype: i32,
+    data: *mut c_void,
+    rank: i64,
+    dims: *const i64,
+}
+
+/// `XLA_FFI_Args` and `XLA_FFI_Rets` (the same layout).
+#[repr(C)]
+struct Buffers {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    size: i64,
+    types: *const i32,
+    items: *const *mut Buffer,
+}
+
+#[repr(C)]
+struct Attrs {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    size: i64,
+    types: *const i32,
+    names: *const c_void,
+    attrs: *const c_void,
+}
+
+#[repr(C)]
+struct CallFrame {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    api: *const Api,
+    ctx: *mut c_void,
+    stage: i32,
+    args: Buffers,
+    rets: Buffers,
+    attrs: Attrs,
+}
+
+#[repr(C)]
+struct ErrorCreateArgs {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    message: *const c_char,
+    errc: i32,
+}
+
+#[repr(C)]
+struct Api {
+    struct_size: usize,
+    extension_start: *mut Extension,
+    api_version: ApiVersion,
+    internal_api: *const c_void,
+    error_create: unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut c_void,
+}
+
+/// The header's `XLA_FFI_API_MAJOR`/`MINOR` (jaxlib 0.12) and constants used here.
+const API_MAJOR: i32 = 0;
+const API_MINOR: i32 = 5;
+const EXTENSION_METADATA: i32 = 1;
+const STAGE_EXECUTE: i32 = 3;
+const ERROR_INTERNAL: i32 = 13;
+const DTYPE_S32: i32 = 4;
+
+/// Bytes per element of an XLA primitive type, for the types a pallas operand can have.
+fn element_bytes(dtype: i32) -> Option<usize> {
+    Some(match dtype {
+        1 | 2 | 6 => 1,       // pred, s8, u8
+        3 | 7 | 10 | 16 => 2, // s16, u16, f16, bf16
+        4 | 8 | 11 => 4,      // s32, u32, f32
+        5 | 9 | 12 | 15 => 8, // s64, u64, f64, c64
+        18 => 16,             // c128
+        _ => return None,
+    })
+}
+
+/// A device's operand or result buffer: XLA's memory, valid while its call waits here.
+#[derive(Clone, Copy)]
+struct Span {
+    data: *mut u8,
+    bytes: usize,
+}
+// The pointers are only used while every device's call is held in the meeting.
+unsafe impl Send for Span {}
+
+impl Span {
+    /// The buffer's bytes (valid while its device's call waits in the meeting).
+    fn bytes(&self) -> &[u8] {
+        if self.bytes == 0 {
+            return &[];
+        }
+        // SAFETY: XLA's buffer of that size, alive while its call waits in `join`.
+        unsafe { std::slice::from_raw_parts(self.data, self.bytes) }
+    }
+
+    /// Writes `b` (of the buffer's size) into the buffer.
+    fn write(&self, b: &[u8]) {
+        if self.bytes > 0 {
+            // SAFETY: as in `bytes`; the caller checked the sizes are equal.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.data, self.bytes) };
+        }
+    }
+}
+
+unsafe fn spans(list: &Buffers, from: usize) -> Result<Vec<Span>, String> {
+    (from..list.size as usize)
+        .map(|i| {
+            let b = &**list.items.add(i);
+            let elem = element_bytes(b.dtype).ok_or_else(|| {
+                format!(
+                    "operand {i} has an XLA type ({}) tpusim cannot take",
+                    b.dtype
+                )
+            })?;
+            let n: i64 = (0..b.rank as usize).map(|k| *b.dims.add(k)).product();
+            Ok(Span {
+                data: b.data as *mut u8,
+                bytes: n as usize * elem,
+            })
+        })
+        .collect()
+}
+
+/// Why a call failed: in Python's `run` (which has kept the error), or here.
+#[derive(Clone)]
+enum Failure {
+    InRun(String),
+    Here(String),
+}
+
+struct Round {
+    ins: Vec<Option<Vec<Span>>>,
+    outs: Vec<Option<Vec<Span>>>,
+    arrived: usize,
+    left: usize,
+    outcome: Option<Result<(), Failure>>,
+}
+
+struct Meeting {
+    name: String,
+    devices: usize,
+    timeout: Duration,
+    run: Py<PyAny>,
+    /// Told the message of a call that fails here, not in `run` (a device missing).
+    failed: Py<PyAny>,
+    state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
+    cv: Condvar,
+}
+
+fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
+    static M: OnceLock<Mutex<Vec<&'static Meeting>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Registers a meeting of `devices` device calls of pallas_call `name`; `run` takes a
+/// list (per device) of lists of operand bytes and returns the same of result bytes;
+/// `failed` is told the message of a call that fails in the meeting itself. Returns its
+/// number, the first element of every device call's header operand.
+#[pyfunction]
+#[pyo3(signature = (name, devices, run, failed, timeout_s=120.0))]
+pub fn meeting_register(
+    name: String,
+    devices: usize,
+    run: Py<PyAny>,
+    failed: Py<PyAny>,
+    timeout_s: f64,
+) -> usize {
+    // A lowered call may run as long as the process does: its meeting lives as long.
+    let m: &'static Meeting = Box::leak(Box::new(Meeting {
+        name,
+        devices,
+        timeout: Duration::from_secs_f64(timeout_s),
+        run,
+        failed,
+        state: Mutex::new((vec![0; devices], HashMap::new())),
+        cv: Condvar::new(),
+    }));
+    let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
+    all.push(m);
+    all.len() - 1
+}
+
+/// The address of the FFI handler, for `jax.ffi.register_ffi_target`.
+#[pyfunction]
+pub fn ffi_handler_address() -> usize {
+    handler as *const () as usize
+}
+
+impl Meeting {
+    fn join(&self, device: usize, ins: Vec<Span>, outs: Vec<Span>) -> Result<(), Failure> {
+        if device >= self.devices {
+            return Err(Failure::Here(format!(
+                "device {device} in a meeting of {}",
+                self.devices
+            )));
+        }
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (count, rounds) = &mut *guard;
+        let k = count[device];
+        count[device] += 1;
+        let p = self.devices;
+        let round = rounds.entry(k).or_insert_with(|| Round {
+            ins: vec![None; p],
+            outs: vec![None; p],
+            arrived: 0,
+            left: p,
+            outcome: None,
+        });
+        if round.outcome.is_none() {
+            round.ins[device] = Some(ins);
+            round.outs[device] = Some(outs);
+            round.arrived += 1;
+        }
+        if round.outcome.is_none() && round.arrived == p {
+            let ins: Vec<Vec<Span>> = round
+                .ins
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            let outs: Vec<Vec<Span>> = round
+                .outs
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            drop(guard);
+            let outcome = self.lead(&ins, &outs);
+            guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            guard.1.get_mut(&k).expect("the round in progress").outcome = Some(outcome);
+            self.cv.notify_all();
+        } else {
+            let deadline = Instant::now() + self.timeout;
+            loop {
+                let r = guard.1.get_mut(&k).expect("the round in progress");
+                if r.outcome.is_some() {
+                    break;
+                }
+                let now = Instant::now();
+                // Once every device is in, the simulation may take as long as it takes.
+                if r.arrived < p && now >= deadline {
+                    r.outcome = Some(Err(Failure::Here(format!(
+                        "bad input: only {} of the {p} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
+                        r.arrived,
+                        self.name,
+                        self.timeout.as_secs_f64()
+                    ))));
+                    self.cv.notify_all();
+                    break;
+                }
+                let wait = deadline
+                    .saturating_duration_since(now)
+                    .max(Duration::from_millis(100));
+                guard = self
+                    .cv
+                    .wait_timeout(guard, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        let r = guard.1.get_mut(&k).expect("the round in progress");
+        let outcome = r.outcome.clone().expect("set above");
+        r.left -= 1;
+        if r.left == 0 {
+            guard.1.remove(&k);
+        }
+        outcome
+    }
+
+    /// Hands the operands to Python once and copies its results into XLA's buffers.
+    fn lead(&self, ins: &[Vec<Span>], outs: &[Vec<Span>]) -> Result<(), Failure> {
+        Python::attach(|py| -> PyResult<()> {
+            let per_device = PyList::empty(py);
+            for spans in ins {
+                let row = PyList::empty(py);
+                for s in spans {
+                    row.append(PyBytes::new(py, s.bytes()))?;
+                }
+                per_device.append(row)?;
+            }
+            let result = self.run.call1(py, (per_device,))?;
+            let result = result.bind(py);
+            for (d, spans) in outs.iter().enumerate() {
+                let row = result.get_item(d)?;
+                for (i, s) in spans.iter().enumerate() {
+                    let item = row.get_item(i)?;
+                    let b = item.cast::<PyBytes>()?.as_bytes();
+                    if b.len() != s.bytes {
+                        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                            "output {i} of device {d}: {} bytes for a buffer of {}",
+                            b.len(),
+                            s.bytes
+                        )));
+                    }
+                    s.write(b);
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| Failure::InRun(Python::attach(|py| e.value(py).to_string())))
+    }
+}
+
+unsafe fn error(api: *const Api, message: &str) -> *mut c_void {
+    let msg = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    let mut args = ErrorCreateArgs {
+        struct_size: std::mem::offset_of!(ErrorCreateArgs, errc) + 4,
+        extension_start: null_mut(),
+        message: msg.as_ptr(),
+        errc: ERROR_INTERNAL,
+    };
+    ((*api).error_create)(&mut args)
+}
+
+unsafe fn call(frame: &CallFrame) -> Result<(), String> {
+    if frame.args.size < 1 {
+        return Err("the call has no header operand".into());
+    }
+    let header = &**frame.args.items;
+    if header.dtype != DTYPE_S32 || header.rank != 1 || *header.dims != 2 {
+        return Err("the header operand is not int32[2]".into());
+    }
+    let h = std::slice::from_raw_parts(header.data as *const i32, 2);
+    let meeting = {
+        let all = meetings().lock().unwrap_or_else(|e| e.into_inner());
+        *all.get(h[0] as usize).ok_or("no such meeting")?
+    };
+    let joined = spans(&frame.args, 1)
+        .and_then(|ins| Ok((ins, spans(&frame.rets, 0)?)))
+        .map_err(Failure::Here)
+        .and_then(|(ins, outs)| meeting.join(h[1] as usize, ins, outs));
+    if let Err(Failure::Here(msg)) = &joined {
+        Python::attach(|py| meeting.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
+    }
+    joined.map_err(|f| match f {
+        Failure::InRun(m) | Failure::Here(m) => m,
+    })
+}
+
+/// The FFI handler (execute stage; answers XLA's metadata query).
+unsafe extern "C" fn handler(frame: *mut CallFrame) -> *mut c_void {
+    let f = &*frame;
+    let ext = f.extension_start;
+    if !ext.is_null() && (*ext).kind == EXTENSION_METADATA {
+        let m = &mut *(*(ext as *mut MetadataExtension)).metadata;
+        m.api_version = ApiVersion {
+            struct_size: std::mem::size_of::<ApiVersion>(),
+            extension_start: null_mut(),
+            major: API_MAJOR,
+            minor: API_MINOR,
+        };
+        m.traits = 0;
+        m.state_type_id = 0;
+        return null_mut();
+    }
+    if f.stage != STAGE_EXECUTE {
+        return null_mut();
+    }
+    match catch_unwind(AssertUnwindSafe(|| call(f))) {
+        Ok(Ok(())) => null_mut(),
+        Ok(Err(msg)) => error(f.api, &msg),
+        Err(_) => error(f.api, "tpusim's pallas_call handler panicked"),
+    }
+}
