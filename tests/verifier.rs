@@ -508,3 +508,77 @@ fn racy_data_is_identical_on_gpu_and_cpu_under_every_policy() {
         "some policy reads a source before its destination is written"
     );
 }
+
+/// A kernel whose scratch `acc` is read as `how` says: `filled` (written whole first),
+/// `unfilled` (accumulated into with nothing written), `half` (half written, then copied
+/// out whole) or `remote` (sent to the right neighbour before anything wrote it).
+fn scratch_use(how: &'static str) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[16], DType::I32)
+        .output("y", MemorySpace::Vmem, &[16], DType::I32)
+        .vmem("acc", &[16], DType::I32)
+        .dma_sem("send")
+        .dma_sem("recv");
+    PallasCall::new("scratch", spec, move |pl, a| {
+        let (x, y, acc) = (a.r(0), a.r(1), a.r(2));
+        match how {
+            "filled" => {
+                pl.fill(acc, 0.0);
+                pl.add_assign(acc, x);
+            }
+            "unfilled" => pl.add_assign(acc, x),
+            "half" => pl.copy(
+                acc.slice(tpusim::kernel::ds(0, 8)),
+                x.slice(tpusim::kernel::ds(0, 8)),
+            ),
+            "remote" => {
+                let right = (pl.axis_index("x") + 1) % pl.axis_size("x");
+                let c = pl.make_async_remote_copy(acc, y, a.sem(3), a.sem(4), right);
+                c.start();
+                c.wait();
+                return;
+            }
+            _ => unreachable!(),
+        }
+        pl.copy(y, acc);
+    })
+}
+
+#[test]
+fn reads_of_memory_nothing_wrote_are_reported_with_their_line_and_bytes() {
+    assert!(clean(&scratch_use("filled"), 2));
+    let mesh = Mesh::new(2, "x").unwrap();
+    let all = ScheduleSpec::check_set(2, 20, 0);
+    for (how, bytes, op) in [
+        ("unfilled", (0, 64), "add_assign"),
+        ("half", (32, 64), "copy"),
+        ("remote", (0, 64), "start"),
+    ] {
+        let r = check(&scratch_use(how), &mesh, &all).unwrap();
+        assert_eq!(
+            r.kinds(),
+            vec![ProblemKind::UninitializedRead],
+            "{how}: {:?}",
+            r.findings
+        );
+        // The same bug under every schedule: nothing ever writes those bytes.
+        assert_eq!(r.findings[0].schedules, 20, "{how}");
+        let Problem::Uninit(u) = &r.findings[0].problem else {
+            unreachable!()
+        };
+        assert_eq!(u.alloc, "acc");
+        assert_eq!(u.bytes, bytes, "{how}");
+        let site = u.read.site.as_ref().unwrap();
+        assert_eq!(site.op, op, "{how}");
+        assert!(
+            site.location.starts_with("tests/verifier.rs:"),
+            "{}",
+            site.location
+        );
+        let shown = r.findings[0].problem.to_string();
+        assert!(
+            shown.contains("read of uninitialized memory: `acc`"),
+            "{shown}"
+        );
+    }
+}

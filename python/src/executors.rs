@@ -63,7 +63,11 @@ fn gpu() -> PyResult<Rc<dyn Executor>> {
 /// or `"cpu"` (what `auto` stands for on this machine, decided once per thread).
 #[pyfunction]
 pub fn resolve_backend(backend: &str) -> PyResult<&'static str> {
-    Ok(if chosen(backend)?.is_gpu() { "gpu" } else { "cpu" })
+    Ok(if chosen(backend)?.is_gpu() {
+        "gpu"
+    } else {
+        "cpu"
+    })
 }
 
 fn chosen(backend: &str) -> PyResult<tpusim::exec::Chosen> {

@@ -8,12 +8,12 @@
 
 use serde::{Deserialize, Deserializer};
 use std::sync::Arc;
+use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
+use tpusim::kernel::Value;
 use tpusim::kernel::{
     ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, KernelErrorKind, MemorySpace,
     PallasCall, ReduceOp, Ref, Sem, SourceLoc,
 };
-use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
-use tpusim::kernel::Value;
 use tpusim::{DType, DeviceId, Error, Result};
 
 /// A Python source line, interned when the recording is read.
@@ -366,13 +366,12 @@ struct Replay<'c, 'a> {
 
 impl<'c, 'a> Replay<'c, 'a> {
     fn r(&self, p: &RefPath) -> Ref {
-        p.1.iter().fold(self.args.r(p.0), |r, &(kind, a, b)| {
-            match kind {
+        p.1.iter()
+            .fold(self.args.r(p.0), |r, &(kind, a, b)| match kind {
                 0 => r.at(a),
                 1 => r.slice(ds(a, b)),
                 _ => r.flat().slice(ds(a, b)),
-            }
-        })
+            })
     }
 
     fn sem(&self, p: &SemPath) -> Sem {

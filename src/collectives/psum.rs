@@ -50,6 +50,9 @@ pub(crate) struct Handshakes {
     pub capacity: bool,
     /// The barrier's second round (the docs' double barrier).
     pub double_barrier: bool,
+    /// The output's fill at the first step (the accumulator's starting value): not a
+    /// handshake, the one initialisation a broken variant drops.
+    pub fill_output: bool,
 }
 
 impl Handshakes {
@@ -58,6 +61,7 @@ impl Handshakes {
         barrier: true,
         capacity: true,
         double_barrier: true,
+        fill_output: true,
     };
 }
 
@@ -82,7 +86,9 @@ pub(crate) fn psum_kernel_with(
         if handshakes.barrier {
             neighbor_barrier(pl, left, right, handshakes.double_barrier);
         }
-        pl.fill(o_ref, identity(op, o_ref.dtype()));
+        if handshakes.fill_output {
+            pl.fill(o_ref, identity(op, o_ref.dtype()));
+        }
         pl.fill(vmem_recv, 0.0);
 
         let first = pl.make_async_remote_copy(

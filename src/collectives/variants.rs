@@ -43,6 +43,24 @@ fn within_one() -> Vec<Variant> {
         },
         Variant {
             collective: "psum",
+            name: "no-init",
+            summary: "the output never filled with the reduction's identity: the first accumulate adds to whatever the memory held (read of uninitialized memory)",
+            expect: Some(ProblemKind::UninitializedRead),
+            repeat: 1,
+            build: |mesh, shard, dtype| {
+                psum_without(
+                    Handshakes {
+                        fill_output: false,
+                        ..Handshakes::SEED
+                    },
+                    mesh,
+                    shard,
+                    dtype,
+                )
+            },
+        },
+        Variant {
+            collective: "psum",
             name: "no-barrier",
             summary: "the neighbour barrier at entry removed: the first signal and DMA can reach a neighbour that has not entered the kernel (sent before entry)",
             expect: Some(ProblemKind::SendBeforeEntry),

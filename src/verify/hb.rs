@@ -117,6 +117,9 @@ pub trait Sink {
         _site: Option<OpSite>,
     ) {
     }
+    /// Destination `v` of an op that reads it before writing it (an accumulate's); its
+    /// write comes as an access too.
+    fn reads_destination(&mut self, _agent: Agent, _v: &View, _site: Option<OpSite>) {}
     /// A device sends to another one, with the sender's clock.
     fn send(&mut self, _s: &Send, _clock: &Clock) {}
     /// Device `device` entered invocation `invocation`; its own clock component is
@@ -137,6 +140,10 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
     fn access(&mut self, agent: Agent, v: &View, write: bool, clock: &Clock, site: Option<OpSite>) {
         self.0.access(agent, v, write, clock, site);
         self.1.access(agent, v, write, clock, site);
+    }
+    fn reads_destination(&mut self, agent: Agent, v: &View, site: Option<OpSite>) {
+        self.0.reads_destination(agent, v, site);
+        self.1.reads_destination(agent, v, site);
     }
     fn send(&mut self, s: &Send, clock: &Clock) {
         self.0.send(s, clock);
@@ -428,6 +435,9 @@ fn data_accesses(
 ) {
     for v in op.reads() {
         sink.access(agent, &v, false, clock, site);
+    }
+    if let DataOp::Accumulate { dst, .. } = op {
+        sink.reads_destination(agent, dst, site);
     }
     for v in op.writes() {
         sink.access(agent, &v, true, clock, site);

@@ -1,7 +1,8 @@
 //! The verifier: runs a kernel under many schedules with the happens-before checker
 //! and reports every distinct problem — races, deadlocks, semaphores not zero at exit,
-//! DMAs never waited, and the trace-time mistakes (device id out of range, out-of-bounds
-//! slices, peer reads in the TPU model) — each with a schedule that reproduces it.
+//! DMAs never waited, reads of memory nothing wrote, and the trace-time mistakes (device
+//! id out of range, out-of-bounds slices, peer reads in the TPU model) — each with a
+//! schedule that reproduces it.
 
 mod clock;
 mod entry;
@@ -15,12 +16,14 @@ mod race;
 mod serialize;
 mod side;
 mod sync;
+mod uninit;
 
 pub use clock::Clock;
 pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
 pub use race::{Race, SharedSemaphore};
 pub use side::RaceSide;
+pub use uninit::UninitRead;
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;
@@ -46,6 +49,8 @@ pub enum ProblemKind {
     PeerRead,
     /// A DMA or signal sent to a device not known to have entered the kernel.
     SendBeforeEntry,
+    /// A read of memory nothing wrote before it (scratch, an output, a VMEM block).
+    UninitializedRead,
     /// Any other kernel mistake (shape mismatch, compute on HBM, misuse).
     Other,
 }
@@ -61,6 +66,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::OutOfBounds => "out-of-bounds ref slice",
             ProblemKind::PeerRead => "peer read in the TPU model",
             ProblemKind::SendBeforeEntry => "sent before the receiver entered the kernel",
+            ProblemKind::UninitializedRead => "read of uninitialized memory",
             ProblemKind::Other => "kernel error",
         })
     }
@@ -73,6 +79,8 @@ pub enum Problem {
     Race(Race),
     /// A send to a device not known to have entered the kernel.
     Early(EarlySend),
+    /// A read of memory nothing wrote before it.
+    Uninit(UninitRead),
     /// A deadlock, with every blocked device.
     Deadlock(Vec<Blocked>),
     /// A leftover at kernel exit.
@@ -87,6 +95,7 @@ impl Problem {
         match self {
             Problem::Race(_) => ProblemKind::Race,
             Problem::Early(_) => ProblemKind::SendBeforeEntry,
+            Problem::Uninit(_) => ProblemKind::UninitializedRead,
             Problem::Deadlock(_) => ProblemKind::Deadlock,
             Problem::Exit(ExitProblem::SemaphoreNotZero { .. }) => ProblemKind::SemaphoreNotZero,
             Problem::Exit(_) => ProblemKind::DmaNotWaited,
@@ -104,6 +113,7 @@ impl Problem {
         match self {
             Problem::Race(r) => r.key(),
             Problem::Early(e) => format!("entry:{}", e.sender.location),
+            Problem::Uninit(u) => u.key(),
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
@@ -132,6 +142,7 @@ impl fmt::Display for Problem {
         match self {
             Problem::Race(r) => write!(f, "{r}"),
             Problem::Early(e) => write!(f, "{e}"),
+            Problem::Uninit(u) => write!(f, "{u}"),
             Problem::Deadlock(b) => {
                 write!(f, "{}", Error::Deadlock(b.clone()).to_string().trim_end())
             }
@@ -152,6 +163,7 @@ pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
     let found = fixpoint::check(program, &log.events);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));
+    problems.extend(found.uninit.into_iter().map(Problem::Uninit));
     match result {
         Ok(_) => {}
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),

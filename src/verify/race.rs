@@ -16,6 +16,7 @@ use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::side::RaceSide;
 use super::sync::Facts;
+use super::uninit::{UninitRead, Written};
 use crate::error::Site;
 use crate::ir::{Completion, OpSite, Program, View};
 use std::collections::HashMap;
@@ -172,6 +173,10 @@ pub struct RaceChecker<'a> {
     /// Per (device, invocation): the device's own clock component from its entry on
     /// (0: not entered yet).
     entries: Vec<u32>,
+    /// What the replay has written so far, for reads of memory nothing wrote.
+    written: Written,
+    /// Reads of memory nothing wrote (one per kernel line and allocation).
+    uninit: Vec<UninitRead>,
 }
 
 /// Per DMA side, (device, position) of the waits ordered after its completion: the
@@ -233,6 +238,8 @@ pub struct Findings {
     pub races: Vec<Race>,
     /// Entry-rule violations, in order (one per kernel line).
     pub early: Vec<EarlySend>,
+    /// Reads of memory nothing wrote, in order (one per kernel line and allocation).
+    pub uninit: Vec<UninitRead>,
 }
 
 /// The explanations a finished replay can give: its facts, and per DMA side its credit
@@ -257,6 +264,8 @@ impl<'a> RaceChecker<'a> {
             early: Vec::new(),
             waits: 0,
             entries: vec![0; p.devices * p.invocations.len()],
+            written: Written::new(p),
+            uninit: Vec::new(),
         }
     }
 
@@ -275,7 +284,7 @@ impl<'a> RaceChecker<'a> {
                     .collect(),
             }
         });
-        let races = self
+        let races: Vec<Race> = self
             .found
             .iter()
             .map(|f| {
@@ -320,11 +329,53 @@ impl<'a> RaceChecker<'a> {
                 }
             })
             .collect();
-        Findings { races, early }
+        // A read racing with the write that would have initialised it is that race: the
+        // race names both sides and the fix.
+        let uninit = self
+            .uninit
+            .into_iter()
+            .filter(|u| {
+                !races.iter().any(|r: &Race| {
+                    r.device == u.device
+                        && r.alloc == u.alloc
+                        && (r.first == u.read || r.second == u.read)
+                })
+            })
+            .collect();
+        Findings {
+            races,
+            early,
+            uninit,
+        }
     }
 
     fn ordered(&self, a: &Access, c: &Clock) -> bool {
         ordered(&self.joined, a, c)
+    }
+
+    /// Notes a read of `view` by `agent` when part of it was never written.
+    fn check_written(&mut self, agent: Agent, view: &View, site: Option<OpSite>) {
+        let Some((lo, hi)) = self.written.unwritten(view) else {
+            return;
+        };
+        let size = self.p.layout.allocs[view.alloc()].dtype.size() as u64;
+        let read = self.side(&Access {
+            lo,
+            hi,
+            write: false,
+            agent,
+            time: 0,
+            site,
+        });
+        let found = UninitRead {
+            alloc: self.p.alloc_label(view.alloc()),
+            device: view.device(),
+            bytes: (lo as u64 * size, hi as u64 * size),
+            read,
+        };
+        if !self.uninit.iter().any(|u| u.key() == found.key()) {
+            self.uninit.push(found);
+        }
     }
 
     fn dma_actor(&self, k: usize) -> String {
@@ -440,6 +491,11 @@ impl Sink for RaceChecker<'_> {
         if view.is_empty() {
             return;
         }
+        if write {
+            self.written.write(view);
+        } else {
+            self.check_written(agent, view, site);
+        }
         let time = match agent {
             Agent::Device(d) => clock.device(d),
             Agent::Dma(..) => 0,
@@ -475,6 +531,12 @@ impl Sink for RaceChecker<'_> {
             !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && ordered(joined, a, clock))
         });
         shadow.push(x);
+    }
+
+    fn reads_destination(&mut self, agent: Agent, view: &View, site: Option<OpSite>) {
+        if !view.is_empty() {
+            self.check_written(agent, view, site);
+        }
     }
 
     fn enter(&mut self, device: usize, invocation: usize, pos: u32) {
