@@ -461,3 +461,16 @@ def test_a_pallas_call_lowers_to_tpusims_custom_call_not_a_host_callback():
         got = np.asarray(f(v))
     assert "tpusim_pallas_call" in hlo and "callback" not in hlo.lower(), hlo
     np.testing.assert_array_equal(got, np.asarray(v) * 2)
+
+
+def test_a_first_grid_point_that_looks_slow_is_not_divided_by_zero(monkeypatch):
+    """On a loaded machine the first point can be descheduled between its two clock
+    reads; the budget waits for a second point to have a rate (it divided by zero)."""
+    from tpusim import _budget
+
+    ticks = iter(range(100))
+    monkeypatch.setattr(_budget.time, "perf_counter", lambda: 0.5 * next(ticks))
+    b = _budget.RecordingBudget("k", 1, (4,))
+    b.called([])  # 0.5 s "taken" with no point after the first to time
+    b.called([])  # now a rate: 1 s a point, 4 points fit
+    assert b.calls == 2

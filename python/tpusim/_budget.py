@@ -55,7 +55,9 @@ class RecordingBudget:
             self.least_bytes = size if self.sampled == 0 else min(self.least_bytes, size)
             self.sampled += 1
         took = time.perf_counter() - self.start
-        if self.calls < self.next_calls and took < self.next_seconds:
+        # A rate needs a point timed after the first (a descheduled first point could
+        # otherwise look slow here with no point to divide by).
+        if self.calls == 1 or (self.calls < self.next_calls and took < self.next_seconds):
             return
         self.next_calls, self.next_seconds = 2 * self.calls, 2 * max(took, self.next_seconds)
         _native.ensure_recording_fits(

@@ -130,7 +130,12 @@ class Meeting:
         except BaseException as e:  # every device's call fails with it
             global _last_error
             _last_error = e
-            raise
+            if isinstance(e, _native.TpusimError):
+                raise
+            # A bug of tpusim's own: JAX's error carries the message only, so say where.
+            import traceback
+
+            raise RuntimeError(f"tpusim internal error: {''.join(traceback.format_exception(e)).strip()}") from e
         return [[np.ascontiguousarray(x).tobytes() for x in row] for row in res]
 
     def plan(self, per_device):
@@ -373,7 +378,9 @@ def raise_ours(e):
             jax.effects_barrier()
         except Exception:
             pass
-        raise ours.with_traceback(None) from e
+        if isinstance(ours, _native.TpusimError):
+            raise ours.with_traceback(None) from e
+        raise ours from e
 
 
 def simulate_globally(chip="v5e"):
