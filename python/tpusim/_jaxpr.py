@@ -15,6 +15,7 @@ JAX's own TPU interpret mode (``jax/_src/pallas/mosaic/interpret/``) gives the
 meaning of each primitive; this module follows it.
 """
 
+import functools
 import math
 import os
 
@@ -53,16 +54,34 @@ def site_of(source_info, outer=("<unknown>", 0)):
     tb = getattr(source_info, "traceback", None)
     if tb is None:
         return outer
-    for fr in tb.frames:
-        f = os.path.abspath(fr.file_name)
-        if f.startswith(_PKG):
-            continue
-        if f.startswith(_JAX_DIR) and not f.startswith(_JAX_OPS):
-            continue
-        if f.startswith("<frozen"):
-            continue
-        return (fr.file_name, fr.line_num)
-    return outer
+    try:
+        found = _users_frame.get(tb, _MISSING)
+    except TypeError:  # an unhashable traceback: look each time
+        found = _MISSING
+    if found is _MISSING:
+        found = next(((fr.file_name, fr.line_num) for fr in tb.frames if _users_file(fr.file_name)), None)
+        if len(_users_frame) > 200_000:
+            _users_frame.clear()
+        try:
+            _users_frame[tb] = found
+        except TypeError:
+            pass
+    return outer if found is None else found
+
+
+#: Per traceback, its user's frame (an equation's is looked up at every point it runs).
+_users_frame = {}
+_MISSING = object()
+
+
+@functools.lru_cache(maxsize=4096)
+def _users_file(name):
+    if name.startswith("<frozen"):
+        return False
+    f = os.path.abspath(name)
+    if f.startswith(_PKG):
+        return False
+    return not (f.startswith(_JAX_DIR) and not f.startswith(_JAX_OPS))
 
 
 class _Where:

@@ -165,6 +165,7 @@ class Plan:
         self.smem_out = []  # (output index, buffer)
         self.out_sources = []  # per output: ("rust", k) | ("smem", buffer)
         self.pipeline_sem = None
+        self._pieces_made = {}  # see _pieces
         self.mesh = spec.tpusim_mesh()
         self.P = self.mesh.size
         self.devices = spec.axes
@@ -455,11 +456,17 @@ class Plan:
 
     def _pieces(self, a, b):
         """Pieces for an op between views `a` and `b` of equal element count: a list of
-        (path_a, path_b)."""
-        ra, rb = a.runs(), b.runs()
-        if len(ra) == 1 and len(rb) == 1:
-            return [(self._path(a), self._path(b))]
-        return [(self._path(a, x), self._path(b, y)) for x, y in _merge(ra, rb)]
+        (path_a, path_b). The same views recur at every device and grid point: made once."""
+        key = (a.buf.pos, a.buf.shape, a.dims, b.buf.pos, b.buf.shape, b.dims)
+        got = self._pieces_made.get(key)
+        if got is None:
+            ra, rb = a.runs(), b.runs()
+            if len(ra) == 1 and len(rb) == 1:
+                got = [(self._path(a), self._path(b))]
+            else:
+                got = [(self._path(a, x), self._path(b, y)) for x, y in _merge(ra, rb)]
+            self._pieces_made[key] = got
+        return got
 
     def _check_same(self, p, a, b, where):
         if a.numel() != b.numel() or np.dtype(a.dtype) != np.dtype(b.dtype):
