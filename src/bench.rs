@@ -7,6 +7,7 @@ use crate::array::DType;
 use crate::budget::{Need, Work};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
+use crate::ir::{Program, Schedule};
 use crate::model::{bus_factor, CostModel};
 use crate::run::{random_inputs, Job};
 use crate::sched::ScheduleSpec;
@@ -60,7 +61,7 @@ pub struct BenchRow {
     /// Copy-equivalent bytes the schedule moves per iteration (an accumulate counts as
     /// reading two elements and writing one), per second.
     pub moved_bw: f64,
-    /// The least seconds an iteration can take on this executor ([`Rates::roofline`]).
+    /// The least seconds an iteration can take on this executor ([`roof`]).
     pub roof_seconds: f64,
     /// The rates the roof was computed from.
     pub rates: Rates,
@@ -334,13 +335,16 @@ pub fn sweep(
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
         let mut rates = Rates::best(exec.inner().unwrap_or(exec), cfg.dtype)?;
+        let mut roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         // A run faster than its roof means a rate measurement came out slow: measure
-        // again (at most twice), keeping the best of all measurements.
+        // again (at most twice), keeping the best of all measurements. (On ranks every
+        // rank has the same roof and time, so all of them measure again or none.)
         for _ in 0..2 {
-            if rates.roofline(sched, program, cfg.iters) <= seconds {
+            if roof_seconds <= seconds {
                 break;
             }
             rates = Rates::measure_again(exec.inner().unwrap_or(exec), cfg.dtype)?;
+            roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         }
         let traffic = j
             .collective_of()
@@ -358,13 +362,35 @@ pub fn sweep(
             busbw: algbw * bus_factor(traffic, p),
             wrong,
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
-            roof_seconds: rates.roofline(sched, program, cfg.iters),
+            roof_seconds,
             rates,
             macs: sched.ops.iter().map(|o| o.work().macs).sum(),
             ranks: share,
         });
     }
     Ok(rows)
+}
+
+/// The least seconds one iteration of `sched` can take on `exec` ([`Rates::roofline`]
+/// at `rates`, this process's). On ranks ([`crate::exec::ranks`]) the ranks run
+/// concurrently, each its own ops on its own executor, and the iteration ends when the
+/// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
+/// rank runs (its [`crate::exec::ranks::plan::RankPlan`]'s local schedule) at that rank's
+/// own rates, so the largest of these over the ranks is the bound (a collective call:
+/// every rank gets it). The messages between ranks are not counted: they only add time.
+pub fn roof(
+    exec: &dyn Executor,
+    rates: &Rates,
+    sched: &Schedule,
+    program: &Program,
+    iters: usize,
+) -> Result<f64> {
+    let Some(r) = exec.ranks() else {
+        return Ok(rates.roofline(sched, program, iters));
+    };
+    let part = r.partition(program.devices)?;
+    let plan = crate::exec::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;
+    r.max(rates.roofline(&plan.schedule, &plan.program, iters))
 }
 
 /// One line of the modeled table: the collective on the cost model's clock.
