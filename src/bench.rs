@@ -15,7 +15,9 @@ use crate::units::human;
 pub use crate::units::parse_size;
 use serde_json::{json, Value};
 
+mod meta;
 mod rates;
+pub use meta::{results, Asked, Ran};
 pub use rates::{Rates, MATMUL_SHAPES, RATE_SIZES};
 
 /// What to sweep.
