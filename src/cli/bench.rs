@@ -215,7 +215,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             "# {}",
             tpusim::exec::ranks::Partition::new(cfg.devices, r.size())?.describe()
         )?;
-        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages)")?;
+        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages); roof: the slowest rank's own ops at its rates")?;
     }
     outln!(
         "{}{}",
