@@ -357,7 +357,12 @@ pub fn collective_bench<'py>(
         cfg.devices
     );
     if mesh.is_some() {
-        let axes: Vec<String> = place.mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect();
+        let axes: Vec<String> = place
+            .mesh
+            .axes()
+            .iter()
+            .map(|(n, s)| format!("{n}={s}"))
+            .collect();
         call += &format!(", mesh=<mesh {}>", axes.join(","));
     }
     if let Some(x) = axis {
