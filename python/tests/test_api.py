@@ -149,6 +149,13 @@ def test_bench_results_say_what_ran_and_where(backend):
     assert repr(r) == (
         f"BenchResults(all_gather_matmul, devices=2, dtype=bf16, executor={backend}, rows=2)"
     )
+    # Along one axis of a 2 x 3 mesh: every device, each group of 3 one instance.
+    m = tpusim.Mesh(axes=[("x", 2), ("y", 3)])
+    g = tpusim.bench("psum", mesh=m, axis="y", min_bytes="4K", max_bytes="4K", iters=1,
+                     warmup=0, backend=backend)
+    assert (g.devices, g.mesh, g.axis, g.group_devices) == (6, "x=2,y=3", "y", 3)
+    assert g.command[0].endswith(', mesh=<mesh x=2,y=3>, axis="y")'), g.command
+    assert [row["wrong"] for row in g.rows] == [0]
     # The object the command line writes.
     assert set(r.json()) == {
         "tpusim", "command", "date", "devices", "mesh", "axis", "group_devices", "dtype",
