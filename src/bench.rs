@@ -7,15 +7,18 @@ use crate::array::DType;
 use crate::budget::{Need, Work};
 use crate::error::{Error, Result};
 use crate::exec::{count_wrong, Executor};
-use crate::ir::{DataOp, Program, Schedule};
-use crate::kernel::{GridSpec, PallasCall};
-use crate::mesh::Mesh;
+use crate::ir::{Program, Schedule};
 use crate::model::{bus_factor, CostModel};
 use crate::run::{random_inputs, Job};
-use crate::sched::{schedule, Eager, ScheduleSpec};
+use crate::sched::ScheduleSpec;
 use crate::units::human;
 pub use crate::units::parse_size;
 use serde_json::{json, Value};
+
+mod meta;
+mod rates;
+pub use meta::{results, Asked, Ran};
+pub use rates::{Rates, MATMUL_SHAPES, RATE_SIZES};
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -60,7 +63,7 @@ pub struct BenchRow {
     /// Copy-equivalent bytes the schedule moves per iteration (an accumulate counts as
     /// reading two elements and writing one), per second.
     pub moved_bw: f64,
-    /// The least seconds an iteration can take on this executor ([`Rates::roofline`]).
+    /// The least seconds an iteration can take on this executor ([`roof`]).
     pub roof_seconds: f64,
     /// The rates the roof was computed from.
     pub rates: Rates,
@@ -89,218 +92,6 @@ pub struct RankShare {
     pub busy: Vec<f64>,
 }
 
-/// An executor's best rates and fixed cost, measured in the same run: bytes of
-/// destination per second for copies, accumulates, non-zero fills and zero fills (the
-/// best over ops of [`RATE_SIZES`]), and the least time one submitted run takes (a kernel
-/// that does nothing). [`Rates::roofline`] adds them up
-/// into the least time a schedule can take on the executor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rates {
-    /// Copies (a VMEM copy; DMAs run the same way).
-    pub copy: f64,
-    /// Accumulates (`dst += src`).
-    pub accumulate: f64,
-    /// Fills with a non-zero value.
-    pub fill: f64,
-    /// Fills with zeros (a buffer clear on the GPU).
-    pub zero: f64,
-    /// Seconds of one submitted run of a kernel that does nothing.
-    pub fixed: f64,
-}
-
-/// The kinds of data op a rate is measured for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Kind {
-    Copy,
-    Accumulate,
-    Fill,
-    Zero,
-}
-
-impl Kind {
-    const ALL: [Kind; 4] = [Kind::Copy, Kind::Accumulate, Kind::Fill, Kind::Zero];
-
-    fn of(op: &DataOp) -> Kind {
-        match op {
-            // A compute op writes its bytes at least as slowly as a copy does.
-            DataOp::Copy { .. } | DataOp::Compute(_) => Kind::Copy,
-            DataOp::Accumulate { .. } => Kind::Accumulate,
-            DataOp::Fill { bits: 0, .. } => Kind::Zero,
-            DataOp::Fill { .. } => Kind::Fill,
-        }
-    }
-}
-
-/// The op sizes rates are measured on: small enough to stay in caches, up to one large op
-/// whose two buffers exceed what the GPU executor runs as one arena program
-/// ([`crate::exec::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
-pub const RATE_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 20 << 20];
-
-/// Least seconds per iteration of `run`, over five timed runs of enough iterations to
-/// take about 1 ms each, after one warm-up; with the executor's `fixed` cost of a
-/// submission taken off each run.
-fn least_per_iter(run: &mut dyn crate::exec::Prepared, fixed: f64) -> Result<f64> {
-    let first = run.run(1)?.as_secs_f64();
-    let iters = ((1e-3 / first.max(1e-7)).ceil() as usize).clamp(1, 2000);
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t = run.run(iters)?.as_secs_f64();
-        best = best.min((t - fixed).max(0.0) / iters as f64);
-    }
-    Ok(best)
-}
-
-impl Rates {
-    /// The best rates of `exec` in this process: for every kind of data op, the best of
-    /// ops of [`RATE_SIZES`] bytes (one device, VMEM scratch, `dtype`), measured on the
-    /// first call for an executor (by its description) and dtype and kept. A data op of
-    /// any size moves its bytes no faster than the best of these (small ops pay more per
-    /// byte, large ones leave the caches), so their sum is a bound.
-    pub fn best(exec: &dyn Executor, dtype: DType) -> Result<Self> {
-        match Self::cache(&(exec.describe(), dtype), None) {
-            Some(r) => Ok(r),
-            None => Self::measure_again(exec, dtype),
-        }
-    }
-
-    /// Measures `exec`'s rates again and keeps, per kind, the best of every measurement
-    /// so far (and the least fixed cost): when a run beats its roof, one measurement came
-    /// out slow (the machine was busy), and the roof is computed again from these.
-    pub fn measure_again(exec: &dyn Executor, dtype: DType) -> Result<Self> {
-        let fixed = Self::empty(exec, dtype)?;
-        let mut best = [0.0f64; 4];
-        for (k, kind) in Kind::ALL.into_iter().enumerate() {
-            for &b in &RATE_SIZES {
-                best[k] = best[k].max(Self::rate(exec, kind, b, dtype, fixed)?);
-            }
-        }
-        let r = Rates {
-            copy: best[0],
-            accumulate: best[1],
-            fill: best[2],
-            zero: best[3],
-            fixed: fixed.0,
-        };
-        Ok(Self::cache(&(exec.describe(), dtype), Some(r)).unwrap_or(r))
-    }
-
-    /// The kept rates for `key`, merged first with `new` when given.
-    fn cache(key: &(String, DType), new: Option<Rates>) -> Option<Rates> {
-        use std::collections::HashMap;
-        use std::sync::Mutex;
-        /// Best rates by executor description and dtype.
-        type Cache = Option<HashMap<(String, DType), Rates>>;
-        static CACHE: Mutex<Cache> = Mutex::new(None);
-        let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        let map = guard.get_or_insert_with(HashMap::new);
-        if let Some(n) = new {
-            let merged = match map.get(key) {
-                Some(o) => Rates {
-                    copy: o.copy.max(n.copy),
-                    accumulate: o.accumulate.max(n.accumulate),
-                    fill: o.fill.max(n.fill),
-                    zero: o.zero.max(n.zero),
-                    fixed: o.fixed.min(n.fixed),
-                },
-                None => n,
-            };
-            map.insert(key.clone(), merged);
-        }
-        map.get(key).copied()
-    }
-
-    /// Bytes per second of `kind` on ops of `bytes`: below 1 MiB, from the difference
-    /// between kernels of 2 and 6 such ops (what an iteration costs beyond its ops
-    /// cancels out); from 1 MiB, one op, less an empty iteration.
-    fn rate(
-        exec: &dyn Executor,
-        kind: Kind,
-        bytes: u64,
-        dtype: DType,
-        fixed: (f64, f64),
-    ) -> Result<f64> {
-        let elems = ((bytes / dtype.size() as u64) as usize).max(1);
-        let per_op = if bytes >= 1 << 20 {
-            Self::time(exec, elems, dtype, 1, kind, fixed.0)? - fixed.1
-        } else {
-            let two = Self::time(exec, elems, dtype, 2, kind, fixed.0)?;
-            let six = Self::time(exec, elems, dtype, 6, kind, fixed.0)?;
-            (six - two) / 4.0
-        };
-        Ok((elems * dtype.size()) as f64 / per_op.max(1e-12))
-    }
-
-    /// The least time of one submitted run of a kernel that does nothing, and the least
-    /// time per iteration of many in one submission.
-    fn empty(exec: &dyn Executor, dtype: DType) -> Result<(f64, f64)> {
-        let mesh = Mesh::new(1, "x")?;
-        let spec = GridSpec::new().vmem("a", &[1], dtype);
-        let call = PallasCall::new("empty", spec, |_, _| {});
-        let program = call.lower(&mesh)?;
-        let sched = schedule(&program, &mut Eager::default())?;
-        let mut run = exec.prepare(&program, &sched)?;
-        run.run(1)?;
-        let mut best = f64::INFINITY;
-        for _ in 0..5 {
-            best = best.min(run.run(1)?.as_secs_f64());
-        }
-        let per_iter = least_per_iter(run.as_mut(), best)?;
-        Ok((best, per_iter))
-    }
-
-    /// Least seconds per iteration of a kernel of `ops` ops of `kind` on `elems` elements.
-    fn time(
-        exec: &dyn Executor,
-        elems: usize,
-        dtype: DType,
-        ops: usize,
-        kind: Kind,
-        fixed: f64,
-    ) -> Result<f64> {
-        let mesh = Mesh::new(1, "x")?;
-        let spec = GridSpec::new()
-            .vmem("a", &[elems], dtype)
-            .vmem("b", &[elems], dtype);
-        let call = PallasCall::new("rate", spec, move |pl, a| {
-            for _ in 0..ops {
-                match kind {
-                    Kind::Copy => pl.copy(a.r("a"), a.r("b")),
-                    Kind::Accumulate => pl.add_assign(a.r("a"), a.r("b")),
-                    Kind::Fill => pl.fill(a.r("a"), 1.0),
-                    Kind::Zero => pl.fill(a.r("a"), 0.0),
-                }
-            }
-        });
-        let program = call.lower(&mesh)?;
-        exec.check(&program)?;
-        let sched = schedule(&program, &mut Eager::default())?;
-        let mut run = exec.prepare(&program, &sched)?;
-        least_per_iter(run.as_mut(), fixed)
-    }
-
-    /// The least seconds one iteration of `sched` can take on this executor when `iters`
-    /// iterations run in one submission: every data op's bytes at the best rate of its
-    /// kind, plus the fixed cost of the submission shared by the iterations. Costs the
-    /// executor has beyond those (a dispatch, a semaphore, the scheduler) only add time.
-    pub fn roofline(&self, sched: &Schedule, program: &Program, iters: usize) -> f64 {
-        let allocs = sched.allocations(program);
-        let data: f64 = sched
-            .ops
-            .iter()
-            .map(|o| {
-                let b = o.bytes(&allocs) as f64;
-                b / match Kind::of(o) {
-                    Kind::Copy => self.copy,
-                    Kind::Accumulate => self.accumulate,
-                    Kind::Fill => self.fill,
-                    Kind::Zero => self.zero,
-                }
-            })
-            .sum();
-        data + self.fixed / iters.max(1) as f64
-    }
-}
-
 impl BenchRow {
     /// The row as JSON.
     pub fn json(&self) -> Value {
@@ -320,6 +111,8 @@ impl BenchRow {
                 "accumulate_gbps": self.rates.accumulate / 1e9,
                 "fill_gbps": self.rates.fill / 1e9,
                 "zero_gbps": self.rates.zero / 1e9,
+                "matmul_tflops": self.rates.matmul / 1e12,
+                "vector_gops": self.rates.vector / 1e9,
                 "fixed_us": self.rates.fixed * 1e6,
             },
             "macs": self.macs,
@@ -544,13 +337,16 @@ pub fn sweep(
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
         let mut rates = Rates::best(exec.inner().unwrap_or(exec), cfg.dtype)?;
+        let mut roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         // A run faster than its roof means a rate measurement came out slow: measure
-        // again (at most twice), keeping the best of all measurements.
+        // again (at most twice), keeping the best of all measurements. (On ranks every
+        // rank has the same roof and time, so all of them measure again or none.)
         for _ in 0..2 {
-            if rates.roofline(sched, program, cfg.iters) <= seconds {
+            if roof_seconds <= seconds {
                 break;
             }
             rates = Rates::measure_again(exec.inner().unwrap_or(exec), cfg.dtype)?;
+            roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         }
         let traffic = j
             .collective_of()
@@ -568,13 +364,35 @@ pub fn sweep(
             busbw: algbw * bus_factor(traffic, p),
             wrong,
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
-            roof_seconds: rates.roofline(sched, program, cfg.iters),
+            roof_seconds,
             rates,
             macs: sched.ops.iter().map(|o| o.work().macs).sum(),
             ranks: share,
         });
     }
     Ok(rows)
+}
+
+/// The least seconds one iteration of `sched` can take on `exec` ([`Rates::roofline`]
+/// at `rates`, this process's). On ranks ([`crate::exec::ranks`]) the ranks run
+/// concurrently, each its own ops on its own executor, and the iteration ends when the
+/// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
+/// rank runs (its [`crate::exec::ranks::plan::RankPlan`]'s local schedule) at that rank's
+/// own rates, so the largest of these over the ranks is the bound (a collective call:
+/// every rank gets it). The messages between ranks are not counted: they only add time.
+pub fn roof(
+    exec: &dyn Executor,
+    rates: &Rates,
+    sched: &Schedule,
+    program: &Program,
+    iters: usize,
+) -> Result<f64> {
+    let Some(r) = exec.ranks() else {
+        return Ok(rates.roofline(sched, program, iters));
+    };
+    let part = r.partition(program.devices)?;
+    let plan = crate::exec::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;
+    r.max(rates.roofline(&plan.schedule, &plan.program, iters))
 }
 
 /// One line of the modeled table: the collective on the cost model's clock.

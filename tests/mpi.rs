@@ -282,6 +282,47 @@ fn bench_on_ranks_reports_what_crossed_and_each_ranks_share() {
     let xrank: f64 = cols[cols.len() - 2].parse().unwrap();
     assert!(xrank > 0.4 && xrank < 1.0, "{row}");
     assert_eq!(cols[cols.len() - 1].split('/').count(), 2, "{row}");
+    // The roof on ranks is the slowest rank's own ops (ranks run at once): a bound, on 4
+    // ranks too (one process's roof of every op once read 117%); matmuls count their FLOPs.
+    let (code, out, err) = mpirun(
+        4,
+        &[
+            "bench",
+            "all",
+            "-p",
+            "4",
+            "-b",
+            "64K",
+            "-e",
+            "1M",
+            "-f",
+            "16",
+            "-n",
+            "3",
+            "--backend",
+            "cpu",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("collective"))
+        .expect("a header");
+    let at = header
+        .split_whitespace()
+        .position(|c| c == "%roof")
+        .expect("%roof");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("collective") && !l.is_empty())
+        .collect();
+    assert!(rows.len() >= 20, "{out}");
+    for row in rows {
+        let roof: f64 = row.split_whitespace().nth(at).unwrap().parse().unwrap();
+        // (ppermute on one device a rank runs only messages: its roof is ~0.)
+        assert!((0.0..=100.0).contains(&roof), "{row}\n{out}");
+    }
     // The verifier stays on one process: rank 0 checks, the others wait.
     let (code, out, err) = mpirun(2, &["check", "psum", "-p", "4", "--schedules", "20"], &[]);
     assert_eq!(code, 0, "{out}{err}");

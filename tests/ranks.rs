@@ -262,3 +262,97 @@ fn a_rank_that_fails_ends_the_others() {
         );
     }
 }
+
+/// On ranks the roof is the largest over ranks of the roof of the ops each rank runs
+/// (all their views on its devices; the copies between ranks are messages, not
+/// counted): computed here from the schedule and the partition, for psum and
+/// all_gather_matmul at P = 4 on 1 to 4 thread ranks, at rates of our own choosing.
+/// And a sweep on 2 and 4 thread ranks: no row's roof above its time.
+#[test]
+fn the_roof_on_ranks_is_the_slowest_ranks_share() {
+    use tpusim::bench::{roof, sweep, BenchConfig, Rates};
+    let rates = Rates {
+        copy: 1e9,
+        accumulate: 5e8,
+        fill: 2e9,
+        zero: 4e9,
+        matmul: 1e8,
+        vector: 1e9,
+        fixed: 1e-5,
+    };
+    let reg = Registry::builtin();
+    for name in ["psum", "all_gather_matmul"] {
+        let job = Job::collective(
+            reg.by_name(name).unwrap(),
+            Placement::whole(Mesh::new(4, "x").unwrap()),
+        );
+        let plan = job.plan().unwrap();
+        let (program, sched) = (&plan.program, &plan.schedule);
+        let allocs = sched.allocations(program);
+        for r in 1..=4 {
+            let part = Partition::new(4, r).unwrap();
+            let want = (0..r)
+                .map(|k| {
+                    let held = part.devices_of(k);
+                    let own: f64 = sched
+                        .ops
+                        .iter()
+                        .filter(|o| {
+                            o.reads()
+                                .chain(o.writes())
+                                .all(|v| held.contains(&v.device()))
+                        })
+                        .map(|o| rates.op_seconds(o, &allocs))
+                        .sum();
+                    own + 1e-5 / 3.0
+                })
+                .fold(0.0, f64::max);
+            let whole = rates.roofline(sched, program, 3);
+            assert!(r == 1 || want < whole, "{name} R={r}: {want} vs {whole}");
+            for got in threads::run(r, |comm| {
+                let ranks = Arc::new(Ranks::new(comm));
+                let exec = RankExecutor::new(Box::new(CpuExecutor::new()), ranks.clone());
+                let got = roof(&exec, &rates, sched, program, 3);
+                ranks.conclude(got)
+            }) {
+                let got = got.unwrap().unwrap();
+                assert!(
+                    (got - want).abs() <= 1e-12 * want,
+                    "{name} R={r}: {got} vs {want}"
+                );
+            }
+        }
+    }
+    let cfg = BenchConfig {
+        devices: 4,
+        min_bytes: 64 << 10,
+        max_bytes: 1 << 20,
+        factor: 16,
+        iters: 3,
+        warmup: 1,
+        checks: 0,
+        dtype: DType::F32,
+        schedule: tpusim::sched::ScheduleSpec::Eager,
+    };
+    for r in [2, 4] {
+        for name in ["psum", "all_gather", "all_gather_matmul"] {
+            let job = Job::collective(
+                reg.by_name(name).unwrap(),
+                Placement::whole(Mesh::new(4, "x").unwrap()),
+            );
+            for rows in threads::run(r, |comm| {
+                let ranks = Arc::new(Ranks::new(comm));
+                let exec = RankExecutor::new(Box::new(CpuExecutor::new()), ranks.clone());
+                let rows = sweep(&job, &cfg, &exec, &mut |_| {});
+                ranks.conclude(rows)
+            }) {
+                for row in rows.unwrap().unwrap() {
+                    assert!(
+                        row.roof_seconds > 0.0 && row.roof_seconds <= row.seconds,
+                        "{name} R={r}: {row:?}"
+                    );
+                }
+            }
+        }
+    }
+}

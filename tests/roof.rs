@@ -56,6 +56,12 @@ fn roof_is_a_bound(exec: &dyn Executor) {
         }
         for r in &rows {
             assert!(r.roof_seconds > 0.0, "{}: {r:?}", c.name());
+            // A matmul collective's roof holds its FLOPs at the best matmul rate.
+            let flops = 2.0 * r.macs as f64 / r.rates.matmul;
+            assert!(r.roof_seconds >= flops, "{}: {r:?}", c.name());
+        }
+        if c.name().contains("matmul") {
+            assert!(rows.iter().all(|r| r.macs > 0), "{}: {rows:?}", c.name());
         }
     }
 }
@@ -80,6 +86,8 @@ fn roofline_adds_bytes_at_their_rates() {
         accumulate: 2e8,
         fill: 5e8,
         zero: 4e9,
+        matmul: 1e12,
+        vector: 1e9,
         fixed: 1e-4,
     };
     let reg = Registry::builtin();
@@ -104,7 +112,8 @@ fn roofline_adds_bytes_at_their_rates() {
     for op in &plan.schedule.ops {
         let b = op.bytes(&allocs);
         match op {
-            tpusim::ir::DataOp::Copy { .. } | tpusim::ir::DataOp::Compute(_) => copies += b,
+            tpusim::ir::DataOp::Copy { .. } => copies += b,
+            tpusim::ir::DataOp::Compute(_) => panic!("psum computes nothing"),
             tpusim::ir::DataOp::Accumulate { .. } => accs += b,
             tpusim::ir::DataOp::Fill { bits: 0, .. } => zeros += b,
             tpusim::ir::DataOp::Fill { .. } => fills += b,
@@ -121,4 +130,84 @@ fn roofline_adds_bytes_at_their_rates() {
         (got - want).abs() < 1e-12 * want.max(1.0),
         "{got} vs {want}"
     );
+}
+
+/// A compute op takes the most of its bytes at the copy rate, its FLOPs at the matmul
+/// rate and (elementwise) its operations at the elementwise rate. all_gather_matmul at
+/// P = 2 with x of 4 x 8 and w of 8 x 16 runs P × P = 4 matmuls of 2·4·8·16 FLOPs, each
+/// writing a 4 x 16 f32 block; its other ops are copies and fills. A kernel of one
+/// negation of 1000 elements and one reshape of them: the negation is bounded by its
+/// operations, the reshape (data movement) by its bytes only.
+#[test]
+fn roofline_counts_flops_and_elementwise_work() {
+    use tpusim::ir::DataOp;
+    let reg = Registry::builtin();
+    let job = Job::collective(
+        reg.by_name("all_gather_matmul").unwrap(),
+        Placement::whole(Mesh::new(2, "x").unwrap()),
+    )
+    .with_shape(&[4, 8, 16]);
+    let plan = job.plan().unwrap();
+    let allocs = plan.schedule.allocations(&plan.program);
+    let (mut other, mut dots) = (0u64, 0usize);
+    for op in &plan.schedule.ops {
+        match op {
+            DataOp::Compute(_) => dots += 1,
+            DataOp::Copy { .. } | DataOp::Fill { .. } | DataOp::Accumulate { .. } => {
+                other += op.bytes(&allocs)
+            }
+        }
+    }
+    assert_eq!(dots, 4, "one matmul per device and step");
+    let flops = 2.0 * 4.0 * 8.0 * 16.0;
+    let block = 4.0 * 16.0 * 4.0;
+    // Every rate the same but the matmul's: the matmul bound, then the bytes' bound.
+    let at = |matmul: f64| Rates {
+        copy: 1e9,
+        accumulate: 1e9,
+        fill: 1e9,
+        zero: 1e9,
+        matmul,
+        vector: 1e9,
+        fixed: 2e-6,
+    };
+    for (matmul, per_dot) in [(1e6, flops / 1e6), (1e15, block / 1e9)] {
+        let want = other as f64 / 1e9 + 4.0 * per_dot + 2e-6 / 5.0;
+        let got = at(matmul).roofline(&plan.schedule, &plan.program, 5);
+        assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");
+    }
+
+    let spec = tpusim::kernel::GridSpec::new()
+        .vmem("a", &[1000], DType::F32)
+        .vmem("b", &[10, 100], DType::F32);
+    let call = tpusim::kernel::PallasCall::new("neg_reshape", spec, |pl, a| {
+        let x = pl.read(a.r("a"));
+        let y = -&x;
+        pl.store(a.r("b"), &y.reshape(&[10, 100]));
+    });
+    let program = call.lower(&Mesh::new(1, "x").unwrap()).unwrap();
+    let sched = tpusim::sched::schedule(&program, &mut tpusim::sched::Eager::default()).unwrap();
+    let kinds: Vec<String> = sched
+        .ops
+        .iter()
+        .map(|o| match o {
+            DataOp::Compute(c) => format!("{:?}", c.kind),
+            DataOp::Copy { .. } => "copy".into(),
+            _ => "other".into(),
+        })
+        .collect();
+    assert_eq!(kinds, ["Unary(Neg)", "Reshape", "copy"], "{kinds:?}");
+    let rates = Rates {
+        copy: 4e9,
+        accumulate: 1e9,
+        fill: 1e9,
+        zero: 1e9,
+        matmul: 1e12,
+        vector: 1e8,
+        fixed: 0.0,
+    };
+    // neg: 1000 ops at 1e8/s (above 4000 bytes at 4e9); reshape and copy: 4000 bytes each.
+    let want = 1000.0 / 1e8 + 2.0 * 4000.0 / 4e9;
+    let got = rates.roofline(&sched, &program, 1);
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
 }

@@ -315,7 +315,8 @@ pub fn collective_model<'py>(
     modeled(py, &run, name, timeline)
 }
 
-/// `tpusim bench` for shipped collective `name`: the rows.
+/// `tpusim bench` for shipped collective `name`: the self-describing results
+/// ([`bench::results`]), the rows among them.
 #[pyfunction]
 #[pyo3(signature = (name, devices=4, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5, checks=1, dtype="f32", backend="auto", schedule="eager", mesh=None, axis=None))]
 #[allow(clippy::too_many_arguments)]
@@ -348,8 +349,40 @@ pub fn collective_bench<'py>(
         schedule: ScheduleSpec::parse(schedule).py()?,
     };
     let exec = executor(backend)?;
+    let date = bench::utc_now();
     let rows = bench::sweep(&job, &cfg, &exec, &mut |_| {}).py()?;
-    to_py_data(py, &rows)
+    let place = job.place();
+    let mut call = format!(
+        "tpusim.bench({name:?}, devices={}, min_bytes={min_bytes:?}, max_bytes={max_bytes:?}, factor={factor}, iters={iters}, warmup={warmup}, checks={checks}, dtype={dtype:?}, backend={backend:?}, schedule={schedule:?}",
+        cfg.devices
+    );
+    if mesh.is_some() {
+        let axes: Vec<String> = place
+            .mesh
+            .axes()
+            .iter()
+            .map(|(n, s)| format!("{n}={s}"))
+            .collect();
+        call += &format!(", mesh=<mesh {}>", axes.join(","));
+    }
+    if let Some(x) = axis {
+        call += &format!(", axis={x:?}");
+    }
+    call += ")";
+    let asked = bench::Asked {
+        command: vec![call],
+        date,
+        mesh: &place.mesh,
+        axis,
+        group_devices: Some(place.devices()),
+        repeat: 1,
+    };
+    let ran = bench::Ran::Executor {
+        backend,
+        exec: &exec,
+        rows: &rows,
+    };
+    to_py_data(py, &bench::results(&cfg, &asked, &ran))
 }
 
 /// Deterministic random inputs for shipped collective `name` (what `tpusim run` uses):

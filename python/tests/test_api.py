@@ -115,9 +115,53 @@ def test_model_and_timeline(tmp_path):
 
 
 def test_bench_rows():
-    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=3, warmup=1, backend="cpu")
+    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=3, warmup=1, backend="cpu").rows
     assert [r["size"] for r in rows] == [4096, 16384]
     assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_bench_results_say_what_ran_and_where(backend):
+    import datetime
+
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    r = tpusim.bench("all_gather_matmul", 2, min_bytes="8K", max_bytes="32K", iters=2, warmup=1,
+                     checks=1, dtype="bf16", backend=backend, schedule="lazy")
+    assert isinstance(r, tpusim.BenchResults)
+    import pathlib
+    import tomllib
+
+    cargo = pathlib.Path(__file__).resolve().parents[2] / "Cargo.toml"
+    assert r.tpusim == tomllib.loads(cargo.read_text())["package"]["version"]
+    assert (r.devices, r.mesh, r.axis, r.group_devices) == (2, "x=2", None, 2)
+    assert (r.dtype, r.schedule, r.iters, r.warmup, r.checks, r.repeat) == ("bf16", "lazy", 2, 1, 1, 1)
+    assert (r.min_bytes, r.max_bytes, r.factor) == (8192, 32768, 4)
+    assert (r.backend, r.executor, r.timing) == (backend, backend, "measured")
+    if backend == "cpu":
+        assert r.adapter == "cpu"
+    else:  # the adapter's name, then wgpu's backend and device type
+        assert any(f"({b}, " in r.adapter for b in ("Vulkan", "Metal", "Dx12", "Gl")), r.adapter
+    date = datetime.datetime.strptime(r.date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    assert before <= date <= datetime.datetime.now(datetime.timezone.utc)
+    assert r.command[0].startswith('tpusim.bench("all_gather_matmul", devices=2, min_bytes="8K"')
+    assert [row["size"] for row in r.rows] == [8192, 32768]
+    assert all(row["collective"] == "all_gather_matmul" and row["macs"] > 0 for row in r.rows)
+    assert repr(r) == (
+        f"BenchResults(all_gather_matmul, devices=2, dtype=bf16, executor={backend}, rows=2)"
+    )
+    # Along one axis of a 2 x 3 mesh: every device, each group of 3 one instance.
+    m = tpusim.Mesh(axes=[("x", 2), ("y", 3)])
+    g = tpusim.bench("psum", mesh=m, axis="y", min_bytes="4K", max_bytes="4K", iters=1,
+                     warmup=0, backend=backend)
+    assert (g.devices, g.mesh, g.axis, g.group_devices) == (6, "x=2,y=3", "y", 3)
+    assert g.command[0].endswith(', mesh=<mesh x=2,y=3>, axis="y")'), g.command
+    assert [row["wrong"] for row in g.rows] == [0]
+    # The object the command line writes.
+    assert set(r.json()) == {
+        "tpusim", "command", "date", "devices", "mesh", "axis", "group_devices", "dtype",
+        "schedule", "iters", "warmup", "checks", "repeat", "min_bytes", "max_bytes", "factor",
+        "backend", "executor", "adapter", "timing", "rows",
+    }
 
 
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])

@@ -57,4 +57,4 @@ def test_shipped_collectives_example_runs(cpu, tmp_path, monkeypatch):
     total = sum(np.split(x.astype(np.float64), 4, axis=1))
     np.testing.assert_allclose(scope["y"], np.concatenate([total] * 4, axis=1), rtol=1e-5)
     np.testing.assert_array_equal(scope["outs"][2], np.stack([x0, x1, x2, x3]))
-    assert (tmp_path / "psum.json").exists() and scope["rows"][-1]["wrong"] == 0
+    assert (tmp_path / "psum.json").exists() and scope["res"].rows[-1]["wrong"] == 0

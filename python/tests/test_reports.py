@@ -41,9 +41,9 @@ def test_all_reduces_keep_the_input_shape(name):
 
 def test_backend_auto_is_the_default_and_says_what_it_chose():
     assert tpusim.config.backend == os.environ.get("TPUSIM_BACKEND", "auto")
-    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="4K", iters=2, warmup=0, backend="auto")
+    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="4K", iters=2, warmup=0, backend="auto").rows
     assert rows[0]["wrong"] == 0
-    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="4K", iters=2, warmup=0, backend="cpu")
+    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="4K", iters=2, warmup=0, backend="cpu").rows
     assert rows[0]["roof_us"] > 0 and rows[0]["rates"]["copy_gbps"] > 0
 
 
@@ -61,9 +61,13 @@ def test_the_driver_says_nothing_about_xdg_runtime_dir():
 
 
 def test_plot_draws_bench_rows_and_timelines(tmp_path):
-    rows = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=2, warmup=0, backend="cpu")
+    results = tpusim.bench("psum", 4, min_bytes="4K", max_bytes="16K", iters=2, warmup=0, backend="cpu")
+    rows = results.rows
     png = tmp_path / "busbw.png"
     assert tpusim.plot(rows, png) == "1 lines"
+    # What bench returned, as the rows and the command line's files are.
+    assert tpusim.plot(results, tmp_path / "r.svg") == "1 lines"
+    assert tpusim.plot([results, results], tmp_path / "r2.svg") == "2 lines"
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 520

@@ -56,13 +56,13 @@ from ._native import (
     UnsupportedError,
 )
 from . import _native
-from .results import Finding, ModelRun, Report, Row, Site, Table
+from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
 from ._hook import simulate, last_error
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
     "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
-    "Finding", "Site", "Table", "Row", "ModelRun", "TpusimError", "BadInput",
+    "Finding", "Site", "Table", "Row", "ModelRun", "BenchResults", "TpusimError", "BadInput",
     "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
     "NoAdapter", "GpuError", "simulate", "last_error",
 ]
@@ -239,31 +239,38 @@ def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline
 
 def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5,
           checks=1, dtype="f32", backend=None, schedule="eager", mesh=None, axis=None):
-    """``tpusim bench``: a size sweep of shipped collective `name`; one dict per size
-    (``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``wrong``, …)."""
-    return _native.collective_bench(
+    """``tpusim bench``: a size sweep of shipped collective `name`, as a
+    :class:`BenchResults` (what ran, where, and ``.rows``: one dict per size, ``size``,
+    ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``roof_us``, ``wrong``, …)."""
+    return BenchResults.from_dict(_native.collective_bench(
         name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
         dtype, backend or config.backend, schedule, mesh, axis,
-    )
+    ))
 
 
 def plot(files, output):
     """``tpusim plot``: draws bench results (busbw and time against size, a line per
     collective and file) or one timeline (a lane per device track and link) to `output`
     (``.svg`` or ``.png``). Each of `files` is a path (``tpusim bench --json``, a
-    ``timeline=`` file of :func:`model`) or the rows :func:`bench` returned. Returns what
-    was drawn, e.g. ``"9 lines"``."""
+    ``timeline=`` file of :func:`model`), what :func:`bench` returned, or its rows.
+    Returns what was drawn, e.g. ``"9 lines"``."""
     import json
     import tempfile
 
-    if isinstance(files, (str, _os.PathLike)) or (
+    if isinstance(files, (str, _os.PathLike, BenchResults)) or (
         isinstance(files, list) and files and isinstance(files[0], dict)
     ):
         files = [files]
     with tempfile.TemporaryDirectory(prefix="tpusim-plot-") as tmp:
         paths = []
         for i, f in enumerate(files):
-            if isinstance(f, list):
+            if isinstance(f, BenchResults):
+                name = f.rows[0]["collective"] if len(files) == 1 and f.rows else f"results{i}"
+                p = _os.path.join(tmp, f"{name}.json")
+                with open(p, "w") as out:
+                    json.dump(f.json(), out)
+                f = p
+            elif isinstance(f, list):
                 name = f[0]["collective"] if len(files) == 1 and f else f"rows{i}"
                 p = _os.path.join(tmp, f"{name}.json")
                 with open(p, "w") as out:

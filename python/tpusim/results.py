@@ -204,3 +204,55 @@ class ModelRun:
                 json.dump(run.timeline, f)
             run.timeline_path = str(path)
         return run
+
+
+@dataclass
+class BenchResults:
+    """A :func:`tpusim.bench` sweep, self-describing as ``tpusim bench --json``'s file:
+    what ran (tpusim version, the call, the date it started, devices, mesh, axis, dtype,
+    schedule, iterations, sizes), where (the backend asked for, the executor that ran,
+    ``gpu`` or ``cpu``, and its adapter; ``timing`` is ``measured``), and ``rows``: one
+    dict per size (``size``, ``time_us``, ``busbw_gbps``, ``roof_us``, ``wrong``, …).
+    ``json()`` is the object the command line writes; :func:`tpusim.plot` draws it."""
+
+    tpusim: str
+    command: List[str]
+    date: str
+    devices: int
+    mesh: str
+    axis: Optional[str]
+    group_devices: Optional[int]
+    dtype: str
+    schedule: str
+    iters: Optional[int]
+    warmup: Optional[int]
+    checks: Optional[int]
+    repeat: int
+    min_bytes: int
+    max_bytes: int
+    factor: int
+    backend: Optional[str]
+    executor: Optional[str]
+    adapter: Optional[str]
+    timing: str
+    rows: List[dict] = field(repr=False)
+    model: Optional[str] = None
+    topology: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+    def json(self):
+        """The results as ``tpusim bench --json`` writes them (a dict)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if self.timing != "modeled":
+            del d["model"], d["topology"]
+        return d
+
+    def __repr__(self):
+        names = sorted({r["collective"] for r in self.rows})
+        return (
+            f"BenchResults({', '.join(names)}, devices={self.devices}, dtype={self.dtype}, "
+            f"executor={self.executor}, rows={len(self.rows)})"
+        )

@@ -153,32 +153,15 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     };
     let status = Status::new();
     let mut progress = |p: Progress| status.report(p);
-    let mut meta = serde_json::json!({
-        "tpusim": env!("CARGO_PKG_VERSION"),
-        "command": std::env::args().collect::<Vec<_>>(),
-        "date": tpusim::bench::utc_now(),
-        "devices": cfg.devices,
-        "mesh": mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect::<Vec<_>>().join(","),
-        "axis": a.place.axis,
-        "group_devices": jobs.first().map(|j| j.place().devices()),
-        "dtype": cfg.dtype.to_string(),
-        "schedule": cfg.schedule.to_string(),
-        "iters": cfg.iters,
-        "warmup": cfg.warmup,
-        "checks": cfg.checks,
-        "repeat": a.repeat,
-        "min_bytes": cfg.min_bytes,
-        "max_bytes": cfg.max_bytes,
-        "factor": cfg.factor,
-    });
+    let asked = tpusim::bench::Asked {
+        command: std::env::args().collect(),
+        date: tpusim::bench::utc_now(),
+        mesh: &mesh,
+        axis: a.place.axis.as_deref(),
+        group_devices: jobs.first().map(|j| j.place().devices()),
+        repeat: a.repeat,
+    };
     if let Some(model) = &model {
-        meta["backend"] = serde_json::Value::Null;
-        meta["executor"] = serde_json::Value::Null;
-        meta["model"] = serde_json::json!(model.name);
-        meta["timing"] = serde_json::json!("modeled");
-        for k in ["iters", "warmup", "checks"] {
-            meta[k] = serde_json::Value::Null; // the model's clock has no noise
-        }
         outln!(
             "# tpusim bench: P={} dtype={} schedule={}{} on the cost model {} (link {:.0} GB/s per direction, {:.2} us per hop)",
             at,
@@ -200,11 +183,12 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             })?;
             rows.extend(r);
         }
-        if let Some(t) = rows.first() {
-            meta["topology"] = serde_json::json!(t.topology);
-        }
-        meta["rows"] = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
         if let Some(out) = &json {
+            let ran = tpusim::bench::Ran::Model {
+                name: &model.name,
+                rows: &rows,
+            };
+            let meta = tpusim::bench::results(&cfg, &asked, &ran);
             out.write_with(|w| {
                 serde_json::to_writer_pretty(w, &meta).map_err(std::io::Error::from)
             })?;
@@ -212,10 +196,6 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         return Ok(true);
     }
     let exec = super::executor(&chosen)?;
-    meta["backend"] = serde_json::json!(a.backend);
-    meta["executor"] = serde_json::json!(if chosen.is_gpu() { "gpu" } else { "cpu" });
-    meta["adapter"] = serde_json::json!(exec.describe());
-    meta["timing"] = serde_json::json!("measured");
     outln!(
         "# tpusim bench: P={} dtype={} schedule={} iters={} warmup={} checks={}{} on {}",
         at,
@@ -228,14 +208,14 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         exec.describe()
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
-    outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops at this executor's best rates, same run, plus a submission's fixed cost)")?;
+    outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops' bytes, matmul FLOPs and elementwise ops at this executor's best rates, same run, plus a submission's fixed cost)")?;
     let on_ranks = super::ranks::current().is_some();
     if let Some(r) = super::ranks::current() {
         outln!(
             "# {}",
             tpusim::exec::ranks::Partition::new(cfg.devices, r.size())?.describe()
         )?;
-        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages)")?;
+        outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages); roof: the slowest rank's own ops at its rates")?;
     }
     outln!(
         "{}{}",
@@ -253,7 +233,12 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         rows.extend(r);
     }
     if let Some(out) = json.as_ref().filter(|_| super::ranks::runs_alone()) {
-        meta["rows"] = serde_json::Value::Array(rows.iter().map(|r| r.json()).collect());
+        let ran = tpusim::bench::Ran::Executor {
+            backend: &a.backend,
+            exec: exec.as_ref(),
+            rows: &rows,
+        };
+        let meta = tpusim::bench::results(&cfg, &asked, &ran);
         out.write_with(|w| serde_json::to_writer_pretty(w, &meta).map_err(std::io::Error::from))?;
     }
     let wrong: usize = rows.iter().filter_map(|r| r.wrong).sum();

@@ -303,6 +303,15 @@ impl Ranks {
             .sum())
     }
 
+    /// The largest of every rank's `x` (a collective call).
+    pub fn max(&self, x: f64) -> Result<f64> {
+        Ok(self
+            .exchange(&x.to_le_bytes())?
+            .iter()
+            .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
+            .fold(f64::NEG_INFINITY, f64::max))
+    }
+
     /// True when a failure has been exchanged: every rank returns it.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)

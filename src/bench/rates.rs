@@ -1,0 +1,340 @@
+//! The roof of a bench row: an executor's best rates, measured in the same process, and
+//! the least time a schedule can take at them.
+
+use crate::array::DType;
+use crate::error::Result;
+use crate::exec::Executor;
+use crate::ir::{Allocation, ComputeKind, DataOp, DotDims, Program, Schedule};
+use crate::kernel::{GridSpec, PallasCall};
+use crate::mesh::Mesh;
+use crate::sched::{schedule, Eager};
+
+/// An executor's best rates and fixed cost, measured in the same run: bytes of
+/// destination per second for copies, accumulates, non-zero fills and zero fills (the
+/// best over ops of [`RATE_SIZES`]), FLOP/s of a matmul (the best over
+/// [`MATMUL_SHAPES`]), elementwise operations per second (a negation, the cheapest
+/// elementwise op, best over [`RATE_SIZES`]), and the least time one submitted run takes
+/// (a kernel that does nothing). [`Rates::roofline`] adds them up into the least time a
+/// schedule can take on the executor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    /// Copies (a VMEM copy; DMAs run the same way).
+    pub copy: f64,
+    /// Accumulates (`dst += src`).
+    pub accumulate: f64,
+    /// Fills with a non-zero value.
+    pub fill: f64,
+    /// Fills with zeros (a buffer clear on the GPU).
+    pub zero: f64,
+    /// FLOP/s of a matmul (2 per multiply-add).
+    pub matmul: f64,
+    /// Elementwise operations per second ([`crate::ir::Work::vector_ops`]).
+    pub vector: f64,
+    /// Seconds of one submitted run of a kernel that does nothing.
+    pub fixed: f64,
+}
+
+/// What a rate is measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Copy,
+    Accumulate,
+    Fill,
+    Zero,
+    /// `-x` into a temporary: one elementwise op per element.
+    Neg,
+}
+
+impl Kind {
+    /// The kinds whose rate is in bytes (or elements) of destination, in [`Rates`]'
+    /// order.
+    const ALL: [Kind; 5] = [
+        Kind::Copy,
+        Kind::Accumulate,
+        Kind::Fill,
+        Kind::Zero,
+        Kind::Neg,
+    ];
+
+    /// The rate a data op's bytes are bounded by (a compute op writes its bytes at least
+    /// as slowly as a copy does).
+    fn of(op: &DataOp) -> Kind {
+        match op {
+            DataOp::Copy { .. } | DataOp::Compute(_) => Kind::Copy,
+            DataOp::Accumulate { .. } => Kind::Accumulate,
+            DataOp::Fill { bits: 0, .. } => Kind::Zero,
+            DataOp::Fill { .. } => Kind::Fill,
+        }
+    }
+}
+
+/// The op sizes rates are measured on: small enough to stay in caches, up to one large op
+/// whose two buffers exceed what the GPU executor runs as one arena program
+/// ([`crate::exec::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
+pub const RATE_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 20 << 20];
+
+/// The matmuls (`M x K` by `K x N`) the matmul rate is measured on: the shapes bench
+/// gives the matmul collectives' blocks (K = N = 128), from a few rows to many.
+pub const MATMUL_SHAPES: [[usize; 3]; 4] = [
+    [32, 128, 128],
+    [256, 128, 128],
+    [1024, 128, 128],
+    [2048, 128, 128],
+];
+
+/// Least seconds per iteration of `run`, over five timed runs of enough iterations to
+/// take about 1 ms each, after one warm-up; with the executor's `fixed` cost of a
+/// submission taken off each run.
+fn least_per_iter(run: &mut dyn crate::exec::Prepared, fixed: f64) -> Result<f64> {
+    let first = run.run(1)?.as_secs_f64();
+    let iters = ((1e-3 / first.max(1e-7)).ceil() as usize).clamp(1, 2000);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = run.run(iters)?.as_secs_f64();
+        best = best.min((t - fixed).max(0.0) / iters as f64);
+    }
+    Ok(best)
+}
+
+/// Least seconds per iteration of a one-device kernel whose body is `body`, run on
+/// `exec` (`fixed`: the cost of a submission, taken off).
+fn kernel_time(
+    exec: &dyn Executor,
+    spec: GridSpec,
+    fixed: f64,
+    body: impl Fn(&crate::kernel::Ctx, &crate::kernel::Args) + Send + Sync + 'static,
+) -> Result<f64> {
+    let mesh = Mesh::new(1, "x")?;
+    let call = PallasCall::new("rate", spec, body);
+    let program = call.lower(&mesh)?;
+    exec.check(&program)?;
+    let sched = schedule(&program, &mut Eager::default())?;
+    let mut run = exec.prepare(&program, &sched)?;
+    least_per_iter(run.as_mut(), fixed)
+}
+
+impl Rates {
+    /// The best rates of `exec` in this process: for every kind of data op, the best of
+    /// ops of [`RATE_SIZES`] bytes (one device, VMEM scratch, `dtype`), and of matmuls
+    /// of [`MATMUL_SHAPES`] in `dtype` (accumulated as the matmul collectives do),
+    /// measured on the first call for an executor (by its description) and dtype and
+    /// kept. A data op of any size moves its bytes no faster than the best of these
+    /// (small ops pay more per byte, large ones leave the caches), and a matmul of any
+    /// shape computes no faster, so their sum is a bound.
+    pub fn best(exec: &dyn Executor, dtype: DType) -> Result<Self> {
+        match Self::cache(&(exec.describe(), dtype), None) {
+            Some(r) => Ok(r),
+            None => Self::measure_again(exec, dtype),
+        }
+    }
+
+    /// Measures `exec`'s rates again and keeps, per kind, the best of every measurement
+    /// so far (and the least fixed cost): when a run beats its roof, one measurement came
+    /// out slow (the machine was busy), and the roof is computed again from these.
+    pub fn measure_again(exec: &dyn Executor, dtype: DType) -> Result<Self> {
+        let fixed = Self::empty(exec, dtype)?;
+        let mut best = [0.0f64; 5];
+        for (k, kind) in Kind::ALL.into_iter().enumerate() {
+            for &b in &RATE_SIZES {
+                best[k] = best[k].max(Self::rate(exec, kind, b, dtype, fixed)?);
+            }
+        }
+        let mut matmul = 0.0f64;
+        for s in MATMUL_SHAPES {
+            matmul = matmul.max(Self::matmul_rate(exec, s, dtype, fixed)?);
+        }
+        let r = Rates {
+            copy: best[0],
+            accumulate: best[1],
+            fill: best[2],
+            zero: best[3],
+            matmul,
+            vector: best[4] / dtype.size() as f64,
+            fixed: fixed.0,
+        };
+        Ok(Self::cache(&(exec.describe(), dtype), Some(r)).unwrap_or(r))
+    }
+
+    /// The kept rates for `key`, merged first with `new` when given.
+    fn cache(key: &(String, DType), new: Option<Rates>) -> Option<Rates> {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        /// Best rates by executor description and dtype.
+        type Cache = Option<HashMap<(String, DType), Rates>>;
+        static CACHE: Mutex<Cache> = Mutex::new(None);
+        let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        let map = guard.get_or_insert_with(HashMap::new);
+        if let Some(n) = new {
+            let merged = match map.get(key) {
+                Some(o) => Rates {
+                    copy: o.copy.max(n.copy),
+                    accumulate: o.accumulate.max(n.accumulate),
+                    fill: o.fill.max(n.fill),
+                    zero: o.zero.max(n.zero),
+                    matmul: o.matmul.max(n.matmul),
+                    vector: o.vector.max(n.vector),
+                    fixed: o.fixed.min(n.fixed),
+                },
+                None => n,
+            };
+            map.insert(key.clone(), merged);
+        }
+        map.get(key).copied()
+    }
+
+    /// Bytes per second of `kind` on ops of `bytes`: below 1 MiB, from the difference
+    /// between kernels of 2 and 6 such ops (what an iteration costs beyond its ops
+    /// cancels out); from 1 MiB, one op, less an empty iteration.
+    fn rate(
+        exec: &dyn Executor,
+        kind: Kind,
+        bytes: u64,
+        dtype: DType,
+        fixed: (f64, f64),
+    ) -> Result<f64> {
+        let elems = ((bytes / dtype.size() as u64) as usize).max(1);
+        let per_op = if bytes >= 1 << 20 {
+            Self::time(exec, elems, dtype, 1, kind, fixed.0)? - fixed.1
+        } else {
+            let two = Self::time(exec, elems, dtype, 2, kind, fixed.0)?;
+            let six = Self::time(exec, elems, dtype, 6, kind, fixed.0)?;
+            (six - two) / 4.0
+        };
+        Ok((elems * dtype.size()) as f64 / per_op.max(1e-12))
+    }
+
+    /// FLOP/s of one matmul of `[m, k, n]` in `dtype` (products accumulated in
+    /// [`crate::collectives::accumulator`]'s dtype): from the difference between kernels
+    /// of 1 and 3 of them, so that what an iteration costs beyond them cancels out.
+    fn matmul_rate(
+        exec: &dyn Executor,
+        [m, k, n]: [usize; 3],
+        dtype: DType,
+        fixed: (f64, f64),
+    ) -> Result<f64> {
+        let time = |ops: usize| {
+            let spec = GridSpec::new()
+                .vmem("x", &[m, k], dtype)
+                .vmem("w", &[k, n], dtype);
+            kernel_time(exec, spec, fixed.0, move |pl, a| {
+                let dims = DotDims {
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                    ..DotDims::default()
+                };
+                let acc = crate::collectives::accumulator(dtype);
+                for _ in 0..ops {
+                    let (x, w) = (pl.read(a.r("x")), pl.read(a.r("w")));
+                    drop(pl.dot_general(&x, &w, dims.clone(), acc));
+                }
+            })
+        };
+        let (one, three) = (time(1)?, time(3)?);
+        let per_op = (three - one) / 2.0;
+        Ok(2.0 * (m * k * n) as f64 / per_op.max(1e-12))
+    }
+
+    /// The least time of one submitted run of a kernel that does nothing, and the least
+    /// time per iteration of many in one submission.
+    fn empty(exec: &dyn Executor, dtype: DType) -> Result<(f64, f64)> {
+        let mesh = Mesh::new(1, "x")?;
+        let spec = GridSpec::new().vmem("a", &[1], dtype);
+        let call = PallasCall::new("empty", spec, |_, _| {});
+        let program = call.lower(&mesh)?;
+        let sched = schedule(&program, &mut Eager::default())?;
+        let mut run = exec.prepare(&program, &sched)?;
+        run.run(1)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            best = best.min(run.run(1)?.as_secs_f64());
+        }
+        let per_iter = least_per_iter(run.as_mut(), best)?;
+        Ok((best, per_iter))
+    }
+
+    /// Least seconds per iteration of a kernel of `ops` ops of `kind` on `elems` elements.
+    fn time(
+        exec: &dyn Executor,
+        elems: usize,
+        dtype: DType,
+        ops: usize,
+        kind: Kind,
+        fixed: f64,
+    ) -> Result<f64> {
+        let spec = GridSpec::new()
+            .vmem("a", &[elems], dtype)
+            .vmem("b", &[elems], dtype);
+        kernel_time(exec, spec, fixed, move |pl, a| {
+            for _ in 0..ops {
+                match kind {
+                    Kind::Copy => pl.copy(a.r("a"), a.r("b")),
+                    Kind::Accumulate => pl.add_assign(a.r("a"), a.r("b")),
+                    Kind::Fill => pl.fill(a.r("a"), 1.0),
+                    Kind::Zero => pl.fill(a.r("a"), 0.0),
+                    Kind::Neg => drop(-&pl.read(a.r("b"))),
+                }
+            }
+        })
+    }
+
+    /// The least seconds `op` can take at these rates: its bytes at the rate of its
+    /// kind; for a compute op, the most of that, its FLOPs at the matmul rate and (for an
+    /// elementwise op) its elementwise operations at the elementwise rate, each a bound
+    /// on its own. `allocs` is [`Schedule::allocations`]'.
+    pub fn op_seconds(&self, op: &DataOp, allocs: &[Allocation]) -> f64 {
+        let bytes = op.bytes(allocs) as f64
+            / match Kind::of(op) {
+                Kind::Copy | Kind::Neg => self.copy,
+                Kind::Accumulate => self.accumulate,
+                Kind::Fill => self.fill,
+                Kind::Zero => self.zero,
+            };
+        let DataOp::Compute(c) = op else {
+            return bytes;
+        };
+        let w = c.work();
+        let flops = 2.0 * w.macs as f64 / self.matmul;
+        // A negation is the cheapest elementwise op (one source, one operation per
+        // element); reductions and data movement (reshape, slice…) are bounded by their
+        // bytes only.
+        let elementwise = matches!(
+            c.kind,
+            ComputeKind::Unary(_)
+                | ComputeKind::Binary(_)
+                | ComputeKind::Compare(_)
+                | ComputeKind::Select
+        );
+        let vector = if elementwise {
+            w.vector_ops as f64 / self.vector
+        } else {
+            0.0
+        };
+        bytes.max(flops).max(vector)
+    }
+
+    /// The least seconds one iteration of `sched` can take on this executor when `iters`
+    /// iterations run in one submission: every data op's [`Rates::op_seconds`], plus the
+    /// fixed cost of the submission shared by the iterations. Costs the executor has
+    /// beyond those (a dispatch, a semaphore, the scheduler) only add time.
+    pub fn roofline(&self, sched: &Schedule, program: &Program, iters: usize) -> f64 {
+        self.roofline_of(sched, program, iters, |_| true)
+    }
+
+    /// [`Rates::roofline`] of the ops `runs_here` keeps (one rank's share of a schedule).
+    pub fn roofline_of(
+        &self,
+        sched: &Schedule,
+        program: &Program,
+        iters: usize,
+        runs_here: impl Fn(&DataOp) -> bool,
+    ) -> f64 {
+        let allocs = sched.allocations(program);
+        let data: f64 = sched
+            .ops
+            .iter()
+            .filter(|o| runs_here(o))
+            .map(|o| self.op_seconds(o, &allocs))
+            .sum();
+        data + self.fixed / iters.max(1) as f64
+    }
+}
