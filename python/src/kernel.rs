@@ -10,10 +10,10 @@ use crate::replay;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tpusim::run::Plan;
 use tpusim::collectives::Registry;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
+use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;
 use tpusim::trace::{Labels, TraceLayout};
 use tpusim::Error;
@@ -320,4 +320,15 @@ pub fn check_sequence<'py>(
     }
     let job = job.repeat(repeat).py()?;
     to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
+}
+
+/// How a site names loop iterations `loops` (`((file, line), iteration)` each, outermost
+/// first): the core's words, for the errors the front end raises itself.
+#[pyfunction]
+pub fn iteration_text(loops: Vec<((String, u32), u32)>) -> String {
+    let loops: Vec<(replay::Loc, u32)> = loops
+        .iter()
+        .map(|((f, l), n)| (replay::Loc(tpusim::kernel::SourceLoc::intern(f, *l)), *n))
+        .collect();
+    replay::iteration(&loops).to_string()
 }
