@@ -1,5 +1,6 @@
 //! One error type for the whole crate; every message names what went wrong and where.
 
+use crate::ir::Iteration;
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -14,9 +15,13 @@ pub struct Site {
     pub device: usize,
     /// The kernel invocation, in a sequence of them (`None` for a single one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub invocation: Option<usize>,
+    pub invocation: Option<u32>,
     /// Grid point (one index per grid axis); empty before the grid or for an empty grid.
     pub grid: Vec<usize>,
+    /// The loop iteration(s) of the call (printed and serialized as `iteration 2 of
+    /// the loop at kernel.py:40`); [`Iteration::NONE`] outside every loop.
+    #[serde(skip_serializing_if = "Iteration::is_none")]
+    pub iteration: Iteration,
     /// The API call, e.g. `make_async_remote_copy`.
     pub op: &'static str,
     /// `file:line` of the kernel source that made the call.
@@ -29,11 +34,11 @@ impl fmt::Display for Site {
         if let Some(k) = self.invocation {
             write!(f, " in invocation {k}")?;
         }
-        write!(
-            f,
-            " at grid point {:?}, `{}` ({})",
-            self.grid, self.op, self.location
-        )
+        write!(f, " at grid point {:?}", self.grid)?;
+        if !self.iteration.is_none() {
+            write!(f, " in {}", self.iteration)?;
+        }
+        write!(f, ", `{}` ({})", self.op, self.location)
     }
 }
 

@@ -589,3 +589,59 @@ fn an_all_to_all_on_a_ring_is_bounded_by_its_bisection() {
     let (t2, _) = modeled(&call, p, &torus);
     assert!(t2 < ring && t2 > direct, "{direct} < {t2} < {ring}");
 }
+
+/// Device d loops d+1 times; iteration i copies its input into block i of `o`, d+1
+/// times over (devices take different numbers of steps per iteration), then marks
+/// `i={i}`.
+fn uneven_loops() -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[1], DType::F32)
+        .output("o", MemorySpace::Vmem, &[3, 1], DType::F32);
+    PallasCall::new("uneven", spec, |pl, a| {
+        let d = pl.device();
+        for i in 0..=d {
+            pl.in_iteration(i, || {
+                for _ in 0..=d {
+                    pl.copy(a.r("o").at(i as i64), a.r("x"));
+                }
+                pl.trace_step(format!("i={i}"));
+            });
+        }
+    })
+}
+
+#[test]
+fn loops_of_different_lengths_get_a_row_per_iteration_in_lockstep() {
+    let mesh = Mesh::new(3, "x").unwrap();
+    let (program, errors) = uneven_loops().trace(&mesh).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let layout = tpusim::trace::derived_layout(&program, &[1]);
+    let t = tpusim::trace::trace_program("uneven", &program, &layout).unwrap();
+    let steps: Vec<&str> = t.rows.iter().filter_map(|r| r.step.as_deref()).collect();
+    // Iteration 1 only on devices 1 and 2, iteration 2 only on device 2: each a row.
+    assert_eq!(steps, ["i=0", "i=1", "i=2"], "{}", t.markdown());
+    for (i, step) in steps.iter().enumerate() {
+        let r = t
+            .rows
+            .iter()
+            .find(|r| r.step.as_deref() == Some(step))
+            .unwrap();
+        for (d, cells) in r.cells.iter().enumerate() {
+            // Device d has written blocks 0..=min(i, d) and no further: no device ran
+            // ahead into its next iteration before the row was taken.
+            for (b, cell) in cells.iter().enumerate() {
+                let want = if b <= i.min(d) {
+                    Cell::Sum(vec![(d, 0)], 0)
+                } else {
+                    Cell::Never
+                };
+                assert_eq!(
+                    *cell,
+                    want,
+                    "row {step} device {d} block {b}\n{}",
+                    t.markdown()
+                );
+            }
+        }
+    }
+}

@@ -509,6 +509,84 @@ fn racy_data_is_identical_on_gpu_and_cpu_under_every_policy() {
     );
 }
 
+/// Local copies in a loop of 4 (inside an outer loop of 2); in iteration `bad` of the
+/// inner loop of outer iteration 1 the copy's source is overwritten while in flight.
+fn racy_loop(bad: usize) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[16], DType::I32)
+        .output("y", MemorySpace::Any, &[16], DType::I32)
+        .dma_sem("sem");
+    PallasCall::new("racy_loop", spec, move |pl, a| {
+        for o in 0..2 {
+            pl.in_iteration(o, || {
+                for i in 0..4 {
+                    pl.in_iteration(i, || {
+                        let c = pl.make_async_copy(a.r(0), a.r(1), a.sem(2));
+                        c.start();
+                        if o == 1 && i == bad {
+                            pl.fill(a.r(0), 7.0);
+                        }
+                        c.wait();
+                    });
+                }
+            });
+        }
+    })
+}
+
+#[test]
+fn a_race_in_a_loop_names_its_iteration() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let specs = ScheduleSpec::check_set(2, 5, 0);
+    for bad in [1usize, 3] {
+        let r = check(&racy_loop(bad), &mesh, &specs).unwrap();
+        assert_eq!(r.kinds(), vec![ProblemKind::Race]);
+        let shown = r.findings[0].problem.to_string();
+        // The inner loop's line (the `in_iteration` call inside `for i`), then the outer's.
+        let inner = line_of("pl.in_iteration(i, ||");
+        let outer = line_of("pl.in_iteration(o, ||");
+        let want = format!(
+            "in iteration {bad} of the loop at tests/verifier.rs:{inner} within iteration 1 of the loop at tests/verifier.rs:{outer}"
+        );
+        assert!(shown.contains(&want), "{shown}");
+        for other in (0..4).filter(|&i| i != bad) {
+            let other = format!("iteration {other} of the loop at tests/verifier.rs:{inner}");
+            assert!(!shown.contains(&other), "{shown}");
+        }
+    }
+}
+
+/// The line of this file that contains `text` (once).
+fn line_of(text: &str) -> usize {
+    let src = include_str!("verifier.rs");
+    let lines: Vec<usize> = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(text) && !l.contains("line_of"))
+        .map(|(n, _)| n + 1)
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    lines[0]
+}
+
+#[test]
+fn a_mutant_ring_names_the_iteration_of_its_mistake() {
+    // `negative-left` computes left = -1 on rank 0: every step of both loops reads it,
+    // reported once per line, at the first iteration.
+    let v = collectives::variants::variant("ring_allreduce", "negative-left").unwrap();
+    let mesh = Mesh::new(4, "x").unwrap();
+    let call = v.call(&mesh, &[4, 1], DType::F32).unwrap();
+    let r = check(&call, &mesh, &ScheduleSpec::check_set(4, 1, 0)).unwrap();
+    let shown: Vec<String> = r.findings.iter().map(|f| f.problem.to_string()).collect();
+    assert!(!shown.is_empty());
+    for s in &shown {
+        assert!(
+            s.contains("device 0 at grid point [] in iteration 0 of the loop at src/collectives/ring_allreduce.rs:"),
+            "{s}"
+        );
+    }
+}
+
 /// A kernel whose scratch `acc` is read as `how` says: `filled` (written whole first),
 /// `unfilled` (accumulated into with nothing written), `half` (half written, then copied
 /// out whole) or `remote` (sent to the right neighbour before anything wrote it).

@@ -321,3 +321,14 @@ pub fn check_sequence<'py>(
     let job = job.repeat(repeat).py()?;
     to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
 }
+
+/// How a site names loop iterations `loops` (`((file, line), iteration)` each, outermost
+/// first): the core's words, for the errors the front end raises itself.
+#[pyfunction]
+pub fn iteration_text(loops: Vec<((String, u32), u32)>) -> String {
+    let loops: Vec<(replay::Loc, u32)> = loops
+        .iter()
+        .map(|((f, l), n)| (replay::Loc(tpusim::kernel::SourceLoc::intern(f, *l)), *n))
+        .collect();
+    replay::iteration(&loops).to_string()
+}

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
 use tpusim::kernel::Value;
 use tpusim::kernel::{
-    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, KernelErrorKind, MemorySpace,
-    PallasCall, ReduceOp, Ref, Sem, SourceLoc,
+    ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, Iteration, KernelErrorKind,
+    MemorySpace, PallasCall, ReduceOp, Ref, Sem, SourceLoc,
 };
 use tpusim::{DType, DeviceId, Error, Result};
 
 /// A Python source line, interned when the recording is read.
 #[derive(Clone, Copy, Debug)]
-pub struct Loc(SourceLoc);
+pub struct Loc(pub SourceLoc);
 
 impl<'de> Deserialize<'de> for Loc {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -169,6 +169,12 @@ pub enum Op {
         side: Side,
         at: Loc,
     },
+    /// The calls that follow are in these loop iterations (each loop's line and the
+    /// iteration, outermost first; none: outside every loop).
+    Iter { loops: Vec<(Loc, u32)> },
+    /// A step mark (`tpusim.trace_step(label)`, or the end of a loop iteration that
+    /// communicated): a row of the step table.
+    Mark { label: String, at: Loc },
     /// A mistake the front end found itself (an index or a device id it resolved).
     Error {
         kind: ErrorKind,
@@ -338,6 +344,14 @@ pub enum ErrorKind {
     Misuse,
     /// Two views of one op whose sizes or dtypes differ.
     ShapeMismatch,
+}
+
+/// The iteration context of loop iterations `loops` (each loop's line and iteration,
+/// outermost first).
+pub fn iteration(loops: &[(Loc, u32)]) -> Iteration {
+    loops
+        .iter()
+        .fold(Iteration::NONE, |it, (at, n)| it.within(at.0, *n))
 }
 
 /// Every device's recorded calls, per grid point (row-major).
@@ -580,6 +594,11 @@ impl<'c, 'a> Replay<'c, 'a> {
                     };
                     pl.dma_wait(self.sem(sem), *bytes, side);
                 }
+                Op::Iter { loops } => pl.set_iteration(iteration(loops)),
+                Op::Mark { label, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.trace_step(label.clone());
+                }
                 Op::Error {
                     kind,
                     what,
@@ -600,6 +619,7 @@ impl<'c, 'a> Replay<'c, 'a> {
             }
         }
         pl.set_source(None);
+        pl.set_iteration(Iteration::NONE);
     }
 }
 

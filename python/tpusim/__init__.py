@@ -58,13 +58,14 @@ from ._native import (
 from . import _native
 from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
 from ._hook import simulate, last_error
+from ._step import trace_step
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
     "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
     "Finding", "Site", "Table", "Row", "ModelRun", "BenchResults", "TpusimError", "BadInput",
     "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
-    "NoAdapter", "GpuError", "simulate", "last_error",
+    "NoAdapter", "GpuError", "simulate", "last_error", "trace_step",
 ]
 
 

@@ -15,6 +15,7 @@ JAX's own TPU interpret mode (``jax/_src/pallas/mosaic/interpret/``) gives the
 meaning of each primitive; this module follows it.
 """
 
+import contextlib
 import functools
 import math
 import os
@@ -90,12 +91,21 @@ class _Where:
     def __init__(self, point, site, op):
         self.point, self.site, self.op = point, site, op
 
+    def iteration(self):
+        """The loop iterations of the current call as a site prints them ('' outside loops)."""
+        p = self.point
+        if p is None or not p.loops:
+            return ""
+        return _native.iteration_text([((f, int(l)), n) for (f, l), n in p.loops])
+
     def __str__(self):
         p = self.point
         loc = f"{self.site[0]}:{self.site[1]}"
         if p is None:
             return f" ({loc})"
-        return f" in device {p.device} at grid point {list(p.index)}, `{self.op}` ({loc})"
+        it = self.iteration()
+        it = f" in {it}" if it else ""
+        return f" in device {p.device} at grid point {list(p.index)}{it}, `{self.op}` ({loc})"
 
 
 def _error(cls, kind, detail, where):
@@ -109,6 +119,8 @@ def _error(cls, kind, detail, where):
         "op": where.op,
         "location": f"{where.site[0]}:{where.site[1]}",
     }
+    if where.iteration():  # as the core's sites: only inside a loop
+        e.site["iteration"] = where.iteration()
     return e
 
 
@@ -551,6 +563,18 @@ IDENTITY = {"pvary", "copy", "copy_p", "optimization_barrier", "multiple_of", "s
 # ---------------------------------------------------------------- one grid point
 
 
+# The records of calls that communicate: a loop iteration with one gets a step mark.
+_COMMUNICATES = frozenset(
+    ("start", "wait", "wait_send", "wait_recv", "dma_wait", "signal", "sem_wait")
+)
+
+
+def loop_label(loops):
+    """A step mark's label for loop iterations ((file, line), n), outermost first:
+    ``kernel.py:40 iteration 2``, nested ones after a comma."""
+    return ", ".join(f"{os.path.basename(f)}:{l} iteration {n}" for (f, l), n in loops)
+
+
 class Point:
     """One device at one grid point: its scalars, and the calls it records."""
 
@@ -563,6 +587,13 @@ class Point:
         self.nvalues = 0
         self.syms = []
         self.core = cores_coord
+        # The loop iterations being evaluated, outermost first: ((file, line), n) each;
+        # the context the last record was made in; whether a call that communicates
+        # (a DMA or semaphore op) was recorded since the last step mark.
+        self.loops = ()
+        self._recorded_in = ()
+        self._communicated = False
+        self._marks = 0
 
     def drop_unused(self):
         """Takes back the records of values nothing used (`jnp.zeros_like(o_ref[...])`
@@ -580,9 +611,40 @@ class Point:
                         work.append(a)
 
     def record(self, op, site, **fields):
+        if self.loops != self._recorded_in:
+            # The calls that follow are in these iterations (the Rust side's sites say so).
+            self.ops.append({"op": "iter", "loops": [[[f, int(l)], n] for (f, l), n in self.loops]})
+            self._recorded_in = self.loops
         fields["op"] = op
         fields["at"] = [site[0], int(site[1])]
         self.ops.append(fields)
+        if op in _COMMUNICATES:
+            self._communicated = True
+
+    def mark(self, label, site):
+        """A step mark (a row of the step table once every device passed it)."""
+        self.record("mark", site, label=label)
+        self._communicated = False
+        self._marks += 1
+
+    @contextlib.contextmanager
+    def iteration(self, site, n):
+        """Evaluates iteration `n` (0-based, in the order run) of the loop at `site`;
+        an iteration that communicated ends with a step mark naming it, so the step
+        table has a row per iteration (a nested loop's marks stand for the iteration
+        around them when nothing communicated after its last one)."""
+        outer, pending, marks = self.loops, self._communicated, self._marks
+        self.loops = outer + ((tuple(site), n),)
+        self._communicated = False
+        try:
+            yield
+            if self._communicated:
+                self.mark(loop_label(self.loops), site)
+            if self._marks > marks:
+                pending = False  # a mark's row shows what came before it too
+        finally:
+            self.loops = outer
+            self._communicated = pending
 
 
 class Evaluator:
@@ -733,8 +795,8 @@ class Evaluator:
     def emit(self, sym, op, where, **fields):
         sym.id = self.p.nvalues
         self.p.nvalues += 1
-        sym.pos = len(self.p.ops)
         self.p.record(op, where.site, id=sym.id, **fields)
+        sym.pos = len(self.p.ops) - 1
         sym.rec = self.p.ops[-1]
         self.p.syms.append(sym)
 
@@ -787,7 +849,8 @@ class Evaluator:
             (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
             if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
                 return val
-            val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
+            with self.p.iteration(where.site, n):
+                val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
             n += 1
             if n > self.plan.max_iterations:
                 raise unsupported(
@@ -807,9 +870,10 @@ class Evaluator:
             raise unsupported("scan", "scanning over values loaded from refs", where)
         ys = []
         order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
-        for i in order:
+        for n, i in enumerate(order):
             x_i = [np.asarray(x)[i] for x in xs]
-            out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
+            with self.p.iteration(where.site, n):
+                out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
             if "ft_out" in p:
                 carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
             else:
@@ -1033,6 +1097,10 @@ class Evaluator:
             "a semaphore's value depends on the schedule, which tpusim decides after the kernel is traced",
             self.where(eqn),
         )
+
+    def p_tpusim_trace_step(self, eqn, ins):
+        self.p.mark(eqn.params["label"], self.site(eqn))
+        return []
 
     def p_delay(self, eqn, ins):
         return []

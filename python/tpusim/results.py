@@ -10,13 +10,16 @@ from typing import List, Optional
 @dataclass(frozen=True)
 class Site:
     """Where in a kernel: device, grid point, API call and ``file:line``; in a sequence of
-    kernel invocations, which one (``invocation``, else None)."""
+    kernel invocations, which one (``invocation``, else None); inside loops, which
+    iteration of each (``iteration``: ``iteration 2 of the loop at kernel.py:40``,
+    else empty)."""
 
     device: Optional[int]
     grid: tuple
     op: str
     location: str
     invocation: Optional[int] = None
+    iteration: str = ""
 
     @property
     def file(self):
@@ -30,11 +33,12 @@ class Site:
     @classmethod
     def from_dict(cls, d):
         return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"),
-                   d.get("invocation"))
+                   d.get("invocation"), d.get("iteration", ""))
 
     def __str__(self):
         inv = "" if self.invocation is None else f" in invocation {self.invocation}"
-        return f"device {self.device}{inv} at grid point {list(self.grid)}, `{self.op}` ({self.location})"
+        it = f" in {self.iteration}" if self.iteration else ""
+        return f"device {self.device}{inv} at grid point {list(self.grid)}{it}, `{self.op}` ({self.location})"
 
 
 @dataclass

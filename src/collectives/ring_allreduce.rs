@@ -63,34 +63,38 @@ pub(crate) fn ring_allreduce_kernel_with(
         pl.notify(signal, right, [0, my_rank], 1, NotifyOp::AtomicAdd);
     }
 
-    // Reduce-scatter: (nr-1) steps.
+    // Reduce-scatter: (nr-1) steps. `in_iteration`: reports name the step.
     for s in 0..nranks - 1 {
-        let step = s + 1;
-        let recv_add_idx = (my_rank - step - 1 + nranks) % nranks;
-        let left_send_idx = (left - step + nranks) % nranks;
-        // Wait for the left neighbour's chunk of round s (signal row s), then:
-        pl.wait(signal, [s, left], 1, WaitCmp::Ge);
-        pl.remote_load(recv, at(left_send_idx), left); // recv = remote_load(scratch, peer=left, ...)
-        pl.copy(acc, at(recv_add_idx)); // acc = pl.load(scratch, ...)
-        pl.accumulate(acc, recv, op); // acc = pl.add(acc, recv)
-        pl.copy(at(recv_add_idx), acc); // scratch = pl.store(acc, ...)
-                                        // The store readies the next round's send: notify the right neighbour (row s+1).
-        pl.notify(signal, right, [s + 1, my_rank], 1, NotifyOp::AtomicAdd);
-        pl.trace_step(format!("reduce-scatter {s}")); // tpusim: a row of the step table
+        pl.in_iteration(s as usize, || {
+            let step = s + 1;
+            let recv_add_idx = (my_rank - step - 1 + nranks) % nranks;
+            let left_send_idx = (left - step + nranks) % nranks;
+            // Wait for the left neighbour's chunk of round s (signal row s), then:
+            pl.wait(signal, [s, left], 1, WaitCmp::Ge);
+            pl.remote_load(recv, at(left_send_idx), left); // recv = remote_load(scratch, peer=left, ...)
+            pl.copy(acc, at(recv_add_idx)); // acc = pl.load(scratch, ...)
+            pl.accumulate(acc, recv, op); // acc = pl.add(acc, recv)
+            pl.copy(at(recv_add_idx), acc); // scratch = pl.store(acc, ...)
+                                            // The store readies the next round's send: notify the right neighbour (row s+1).
+            pl.notify(signal, right, [s + 1, my_rank], 1, NotifyOp::AtomicAdd);
+            pl.trace_step(format!("reduce-scatter {s}")); // tpusim: a row of the step table
+        });
     }
 
     // All-gather: (nr-1) steps (rows nranks-1 .. 2*(nranks-1)-1): copy the left
     // neighbour's reduced chunk into the local chunk.
     for t in 0..nranks - 1 {
-        let row = nranks - 1 + t;
-        let idx = (left - t + nranks) % nranks;
-        pl.wait(signal, [row, left], 1, WaitCmp::Ge);
-        pl.remote_load(recv, at(idx), left);
-        pl.copy(at(idx), recv);
-        if row + 1 < 2 * (nranks - 1) {
-            pl.notify(signal, right, [row + 1, my_rank], 1, NotifyOp::AtomicAdd);
-        }
-        pl.trace_step(format!("all-gather {t}")); // tpusim: a row of the step table
+        pl.in_iteration(t as usize, || {
+            let row = nranks - 1 + t;
+            let idx = (left - t + nranks) % nranks;
+            pl.wait(signal, [row, left], 1, WaitCmp::Ge);
+            pl.remote_load(recv, at(idx), left);
+            pl.copy(at(idx), recv);
+            if row + 1 < 2 * (nranks - 1) {
+                pl.notify(signal, right, [row + 1, my_rank], 1, NotifyOp::AtomicAdd);
+            }
+            pl.trace_step(format!("all-gather {t}")); // tpusim: a row of the step table
+        });
     }
 }
 

@@ -11,6 +11,7 @@ mod compute;
 mod data;
 mod dma;
 mod first_fit;
+mod iteration;
 mod layout;
 mod op;
 mod program;
@@ -26,6 +27,7 @@ pub use compute::{
 pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
 pub use first_fit::FirstFit;
+pub use iteration::Iteration;
 pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
 pub use op::{Cmp, Op, OpKind, Remap, WaitKind};
 pub use program::{grid_coords, Feed, Invocation, Program};

@@ -104,6 +104,11 @@ pub struct Program {
     pub invocations: Vec<Invocation>,
 }
 
+/// Invocation `k` as a [`Site`] holds it (4 bytes: a site is part of every kernel error).
+fn invocation_number(k: usize) -> u32 {
+    u32::try_from(k).expect("fewer than 2^32 kernel invocations")
+}
+
 impl Program {
     /// True when the program is a sequence of more than one invocation (reports then
     /// name the invocation of every site, semaphore and allocation).
@@ -136,8 +141,11 @@ impl Program {
         let step = s.grid_linear as usize;
         Site {
             device: s.device as usize,
-            invocation: self.is_sequence().then(|| self.invocation_of_step(step)),
+            invocation: self
+                .is_sequence()
+                .then(|| invocation_number(self.invocation_of_step(step))),
             grid: self.grid_point(step),
+            iteration: s.iteration,
             op: s.op(),
             location: s.location.to_string(),
         }

@@ -1,6 +1,7 @@
-//! Where an op came from: the kernel's source line, the device, the grid point and the
-//! API call.
+//! Where an op came from: the kernel's source line, the device, the grid point, the
+//! loop iteration and the API call.
 
+use super::Iteration;
 use std::collections::HashSet;
 use std::fmt;
 use std::panic::Location;
@@ -76,8 +77,8 @@ impl fmt::Display for SourceLoc {
     }
 }
 
-/// Where an op was recorded: grid point (linear), API call and kernel source line. 20
-/// bytes: a program at large P has millions of sites.
+/// Where an op was recorded: grid point (linear), loop iteration, API call and kernel
+/// source line. 24 bytes: a program at large P has millions of sites.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSite {
     /// Device that recorded the op (32 bits, as the planner's limit on P).
@@ -89,6 +90,8 @@ pub struct OpSite {
     op: u32,
     /// Kernel source location.
     pub location: SourceLoc,
+    /// The loop iteration(s) the op was recorded in ([`Iteration::NONE`] outside loops).
+    pub iteration: Iteration,
 }
 
 impl OpSite {
@@ -99,7 +102,13 @@ impl OpSite {
             grid_linear,
             op: super::source_files::number(op),
             location,
+            iteration: Iteration::NONE,
         }
+    }
+
+    /// This site, recorded in loop iteration `iteration`.
+    pub fn in_iteration(self, iteration: Iteration) -> Self {
+        OpSite { iteration, ..self }
     }
 
     /// The API call's name.

@@ -6,8 +6,8 @@ use crate::array::DType;
 use crate::error::{KernelError, KernelErrorKind, Site};
 use crate::ir::{Cmp, SemId};
 use crate::ir::{
-    DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, SourceLoc,
-    View, WaitKind,
+    DataOp, Dma, Iteration, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef,
+    SourceLoc, View, WaitKind,
 };
 use crate::mesh::{DeviceId, Mesh, SignalTarget};
 use std::cell::{Cell, RefCell};
@@ -35,6 +35,8 @@ pub struct Ctx<'a> {
     pub(crate) scoped_depth: Cell<usize>,
     /// The source line calls are attributed to, when a front end set one.
     pub(crate) source: Cell<Option<SourceLoc>>,
+    /// The loop iteration calls are recorded in ([`Ctx::in_iteration`]).
+    pub(crate) iteration: Cell<Iteration>,
     /// Devices per chip ([`crate::kernel::GridSpec::cores`]): HBM is the chip's.
     pub(crate) cores: usize,
     pub(crate) rec: RefCell<Recording>,
@@ -82,6 +84,7 @@ impl<'a> Ctx<'a> {
             // Not in a closure: `Location::caller` must run in this `#[track_caller]` fn.
             self.source.get().unwrap_or(Location::caller().into()),
         )
+        .in_iteration(self.iteration.get())
     }
 
     /// Attributes the calls that follow to `loc` instead of the Rust line that makes
@@ -90,6 +93,38 @@ impl<'a> Ctx<'a> {
     /// error and verifier finding name its kernel's own source line.
     pub fn set_source(&self, loc: Option<SourceLoc>) {
         self.source.set(loc);
+    }
+
+    /// Runs `body` as iteration `index` of a loop of the kernel (the loop at the
+    /// caller's line, nested in the iteration this call is in): every site recorded in
+    /// it, and so every report that names one, says which iteration. No effect on
+    /// execution.
+    ///
+    /// ```ignore
+    /// for s in 0..steps {
+    ///     pl.in_iteration(s, || ring_step(pl, s));
+    /// }
+    /// ```
+    #[track_caller]
+    pub fn in_iteration<R>(&self, index: usize, body: impl FnOnce() -> R) -> R {
+        let outer = self.iteration.get();
+        let index = u32::try_from(index).expect("fewer than 2^32 loop iterations");
+        self.iteration.set(outer.within(SourceLoc::caller(), index));
+        let r = body();
+        self.iteration.set(outer);
+        r
+    }
+
+    /// Records the calls that follow in loop iteration `iteration`
+    /// ([`Iteration::NONE`]: outside every loop): how a front end that evaluates a
+    /// kernel's loops itself (the Python package) names the iteration of every site.
+    pub fn set_iteration(&self, iteration: Iteration) {
+        self.iteration.set(iteration);
+    }
+
+    /// The loop iteration the calls are recorded in.
+    pub fn iteration(&self) -> Iteration {
+        self.iteration.get()
     }
 
     /// Reports a kernel mistake that a front end found itself (an index it resolved, a
@@ -118,6 +153,7 @@ impl<'a> Ctx<'a> {
                 device: self.device,
                 invocation: None,
                 grid: self.point.clone(),
+                iteration: site.iteration,
                 op: site.op(),
                 location: site.location.to_string(),
             },

@@ -6,8 +6,8 @@ use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use super::temps::Temps;
 use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
-    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,
-    View,
+    grid_coords, Allocation, DataOp, Invocation, Iteration, Layout, MemorySpace, Program, SemInfo,
+    SemKind, View,
 };
 use crate::mesh::Mesh;
 use std::cell::{Cell, RefCell};
@@ -273,6 +273,7 @@ impl PallasCall {
             scoped_base: frame.scoped_base,
             scoped_depth: Cell::new(0),
             source: Cell::new(None),
+            iteration: Cell::new(Iteration::NONE),
             cores: spec.cores.max(1),
             rec: RefCell::new(rec),
             temps: &frame.temps,
@@ -335,6 +336,7 @@ impl PallasCall {
                             device,
                             invocation: None,
                             grid: grid_coords(&spec.grid, g),
+                            iteration: Iteration::NONE,
                             op: "kernel body",
                             location: self.name.clone(),
                         },
@@ -351,6 +353,7 @@ impl PallasCall {
                             device,
                             invocation: None,
                             grid: grid_coords(&spec.grid, g),
+                            iteration: Iteration::NONE,
                             op: "kernel argument",
                             location: format!("{}:{}", at.file(), at.line()),
                         },

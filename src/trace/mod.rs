@@ -1,5 +1,6 @@
 //! Step tables: what every device holds after every grid point, in the seeds' notation
-//! (`tpusim trace`). The symbolic executor runs the lockstep schedule; a collective's
+//! (`tpusim trace`), and after every step mark inside one. The symbolic executor runs the
+//! lockstep schedule, in lockstep at step marks too; a collective's
 //! [`TraceLayout`] names the buffer regions (columns) and how input elements are labeled.
 
 mod layouts;
@@ -10,7 +11,8 @@ pub use symbolic::{Snapshot, Sym, Symbolic, Term, COMPUTED, CONST};
 
 use crate::error::{Error, Result};
 use crate::ir::Program;
-use crate::sched::{schedule_observed, ScheduleSpec};
+use crate::sched::policies::Lockstep;
+use crate::sched::schedule_observed;
 use serde_json::{json, Value};
 
 /// One cell: a region's value on one device.
@@ -63,8 +65,8 @@ pub struct Table {
 /// lockstep schedule run by the symbolic executor.
 pub fn trace_program(name: &str, program: &Program, layout: &TraceLayout) -> Result<Table> {
     let mut sym = Symbolic::new(program);
-    let mut policy = ScheduleSpec::Lockstep.policy();
-    schedule_observed(program, policy.as_mut(), &mut sym)?;
+    let mut policy = Lockstep::at_marks(program);
+    schedule_observed(program, &mut policy, &mut sym)?;
     sym.flush();
     build(name, program, layout, &sym.rows)
 }

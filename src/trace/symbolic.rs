@@ -2,8 +2,9 @@
 //! elements summed into it, in accumulation order (or "never written"). It is an
 //! [`Observer`], so it sees exactly the order the scheduler ran.
 
-use crate::ir::{Completion, DataOp, Op, OpSite, Program, View};
+use crate::ir::{Completion, DataOp, Op, OpKind, OpSite, Program, View};
 use crate::sched::Observer;
+use std::collections::HashMap;
 
 /// An input element: (device, element index in that device's input operand 0).
 pub type Term = (u32, u32);
@@ -36,9 +37,7 @@ pub struct Symbolic<'p> {
     cur: Vec<usize>,
     next_row: usize,
     started: bool,
-    marks: Vec<usize>,
-    labels: Vec<String>,
-    next_mark: usize,
+    marks: Marks,
     /// Snapshots, in order.
     pub rows: Vec<Snapshot>,
 }
@@ -72,9 +71,7 @@ impl<'p> Symbolic<'p> {
             cur,
             next_row: 0,
             started: false,
-            marks: vec![0; p.devices],
-            labels: Vec::new(),
-            next_mark: 0,
+            marks: Marks::new(p),
             rows: Vec::new(),
         }
     }
@@ -187,6 +184,65 @@ impl<'p> Symbolic<'p> {
     }
 }
 
+/// The step marks of a program, matched across devices by grid point, label and
+/// occurrence (the n-th mark of that label in that grid point): a step's row comes
+/// once every device that has that mark passed it, so devices whose loops run a
+/// different number of iterations, or that mark steps other devices do not, each get
+/// their rows.
+struct Marks {
+    /// Each device's marks in program order, as step numbers.
+    order: Vec<Vec<usize>>,
+    /// Per device, the marks it passed.
+    passed: Vec<usize>,
+    /// Per step: its grid point, label, the devices that have it and those past it.
+    steps: Vec<(usize, String, usize, usize)>,
+}
+
+impl Marks {
+    fn new(p: &Program) -> Self {
+        let mut number: HashMap<(usize, &str, usize), usize> = HashMap::new();
+        let mut steps = Vec::new();
+        let order = p
+            .ops
+            .iter()
+            .map(|ops| {
+                let mut seen: HashMap<(usize, &str), usize> = HashMap::new();
+                ops.iter()
+                    .filter_map(|op| match &op.kind {
+                        OpKind::Mark(label) => Some((op.site.grid_linear as usize, &**label)),
+                        _ => None,
+                    })
+                    .map(|(g, label)| {
+                        let n = seen.entry((g, label)).or_insert(0);
+                        *n += 1;
+                        let k = *number.entry((g, label, *n)).or_insert_with(|| {
+                            steps.push((g, label.to_string(), 0, 0));
+                            steps.len() - 1
+                        });
+                        steps[k].2 += 1;
+                        k
+                    })
+                    .collect()
+            })
+            .collect();
+        Marks {
+            order,
+            passed: vec![0; p.devices],
+            steps,
+        }
+    }
+
+    /// Device `device` passed its next mark: the step's grid point and label when it
+    /// was the last device to reach it.
+    fn pass(&mut self, device: usize) -> Option<(usize, String)> {
+        let k = *self.order[device].get(self.passed[device])?;
+        self.passed[device] += 1;
+        let (g, label, have, past) = &mut self.steps[k];
+        *past += 1;
+        (*past == *have).then(|| (*g, label.clone()))
+    }
+}
+
 impl Observer for Symbolic<'_> {
     fn data(&mut self, _device: usize, op: &DataOp, site: Option<&OpSite>) {
         if site.is_some() {
@@ -199,19 +255,10 @@ impl Observer for Symbolic<'_> {
         self.begin();
     }
 
-    fn mark(&mut self, device: usize, label: &str) {
+    fn mark(&mut self, device: usize, _label: &str) {
         self.begin();
-        let k = self.marks[device];
-        if self.labels.len() <= k {
-            self.labels.push(label.to_string());
-        }
-        self.marks[device] += 1;
-        let lowest = self.marks.iter().copied().min().unwrap_or(0);
-        while self.next_mark < lowest {
-            let label = self.labels[self.next_mark].clone();
-            let g = self.cur.iter().copied().min();
-            self.rows.push((g, Some(label), self.mem.clone()));
-            self.next_mark += 1;
+        if let Some((g, label)) = self.marks.pass(device) {
+            self.rows.push((Some(g), Some(label), self.mem.clone()));
         }
     }
 
