@@ -130,8 +130,10 @@ mod tests {
             dtype: crate::DType::F32,
             shape: vec![100],
         };
-        let mut layout = Layout::default();
-        layout.allocs = vec![alloc("x"), alloc("scratch")];
+        let layout = Layout {
+            allocs: vec![alloc("x"), alloc("scratch")],
+            ..Layout::default()
+        };
         let p = Program {
             name: "t".into(),
             devices: 2,
