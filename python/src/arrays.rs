@@ -54,9 +54,23 @@ pub fn to_host(x: &Bound<'_, PyAny>) -> PyResult<HostArray> {
 
 /// A host array as a numpy array.
 pub fn to_numpy<'py>(py: Python<'py>, a: &HostArray) -> PyResult<Bound<'py, PyAny>> {
+    into_numpy(py, a.clone())
+}
+
+/// A host array as a numpy array, its 32-bit words handed over without a copy when an
+/// element is one word (f32, i32).
+pub fn into_numpy(py: Python<'_>, a: HostArray) -> PyResult<Bound<'_, PyAny>> {
     let flat = match a.dtype {
-        DType::F32 => PyArray1::from_vec(py, a.as_f32().to_vec()).into_any(),
-        DType::I32 => PyArray1::from_vec(py, a.as_i32().to_vec()).into_any(),
+        DType::F32 | DType::I32 => {
+            let dtype = if a.dtype == DType::F32 {
+                "float32"
+            } else {
+                "int32"
+            };
+            PyArray1::from_vec(py, a.words)
+                .into_any()
+                .call_method1("view", (dtype,))?
+        }
         DType::F16 => {
             let v: Vec<half::f16> = a.halves().into_iter().map(half::f16::from_bits).collect();
             PyArray1::from_vec(py, v).into_any()
@@ -86,13 +100,14 @@ pub fn per_device(inputs: &[Vec<Bound<'_, PyAny>>]) -> PyResult<Vec<Vec<HostArra
         .collect()
 }
 
-/// `outputs[device][operand]` host arrays as numpy arrays.
-pub fn to_numpy_all<'py>(
-    py: Python<'py>,
-    out: &[Vec<HostArray>],
-) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
-    out.iter()
-        .map(|d| d.iter().map(|a| to_numpy(py, a)).collect())
+/// `outputs[device][operand]` host arrays as numpy arrays (without a copy where
+/// [`into_numpy`] can).
+pub fn to_numpy_all(
+    py: Python<'_>,
+    out: Vec<Vec<HostArray>>,
+) -> PyResult<Vec<Vec<Bound<'_, PyAny>>>> {
+    out.into_iter()
+        .map(|d| d.into_iter().map(|a| into_numpy(py, a)).collect())
         .collect()
 }
 

@@ -207,7 +207,7 @@ pub fn collective_run<'py>(
             }
         }
     }
-    to_numpy_all(py, &out)
+    to_numpy_all(py, out)
 }
 
 /// `jax.shard_map` of shipped collective `name` on a global array: split along
@@ -405,7 +405,7 @@ pub fn collective_inputs<'py>(
     .with_dtype(DType::parse_collective(dtype).py()?)
     .lower()
     .py()?;
-    to_numpy_all(py, &random_inputs(&program, seed).py()?)
+    to_numpy_all(py, random_inputs(&program, seed).py()?)
 }
 
 /// Parses a permutation written `0:1,1:2`.

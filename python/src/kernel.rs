@@ -172,7 +172,7 @@ impl KernelCall {
         let mut exec = executor(backend)?;
         let plan = self.plan_for(schedule, &exec)?;
         let out = plan.execute(&mut exec, &inputs).py()?;
-        to_numpy_all(py, &out)
+        to_numpy_all(py, out)
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run

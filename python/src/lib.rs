@@ -10,6 +10,7 @@ mod arrays;
 mod collectives;
 mod errors;
 mod executors;
+mod heap;
 mod kernel;
 mod replay;
 mod xla_call;
@@ -89,6 +90,7 @@ impl PyMesh {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    heap::keep_freed_memory();
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;

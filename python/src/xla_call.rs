@@ -15,6 +15,7 @@ use std::ptr::null_mut;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -145,12 +146,14 @@ impl Span {
         unsafe { std::slice::from_raw_parts(self.data, self.bytes) }
     }
 
-    /// Writes `b` (of the buffer's size) into the buffer.
-    fn write(&self, b: &[u8]) {
-        if self.bytes > 0 {
-            // SAFETY: as in `bytes`; the caller checked the sizes are equal.
-            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.data, self.bytes) };
+    /// The buffer, to write into.
+    #[allow(clippy::mut_from_ref)] // XLA's memory, written by one thread: the leader's
+    fn bytes_mut(&self) -> &mut [u8] {
+        if self.bytes == 0 {
+            return &mut [];
         }
+        // SAFETY: as in `bytes`; only the meeting's leader writes, once.
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.bytes) }
     }
 }
 
@@ -205,7 +208,8 @@ fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
 }
 
 /// Registers a meeting of `devices` device calls of pallas_call `name`; `run` takes a
-/// list (per device) of lists of operand bytes and returns the same of result bytes;
+/// list (per device) of lists of operand bytes and returns the same of results (C-contiguous
+/// uint8 arrays);
 /// `failed` is told the message of a call that fails in the meeting itself. Returns its
 /// number, the first element of every device call's header operand.
 #[pyfunction]
@@ -333,16 +337,16 @@ impl Meeting {
             for (d, spans) in outs.iter().enumerate() {
                 let row = result.get_item(d)?;
                 for (i, s) in spans.iter().enumerate() {
-                    let item = row.get_item(i)?;
-                    let b = item.cast::<PyBytes>()?.as_bytes();
-                    if b.len() != s.bytes {
+                    // A C-contiguous uint8 array: copied straight into XLA's buffer.
+                    let b = PyBuffer::<u8>::get(&row.get_item(i)?)?;
+                    if b.len_bytes() != s.bytes {
                         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
                             "output {i} of device {d}: {} bytes for a buffer of {}",
-                            b.len(),
+                            b.len_bytes(),
                             s.bytes
                         )));
                     }
-                    s.write(b);
+                    b.copy_to_slice(py, s.bytes_mut())?;
                 }
             }
             Ok(())

@@ -121,7 +121,8 @@ class Meeting:
         self.id = _native.meeting_register(spec.name, self.P, self.run_bytes, _failed, self.timeout)
 
     def run_bytes(self, per_device):
-        """Every device's operands (bytes, in operand order) → every device's results."""
+        """Every device's operands (bytes, in operand order) → every device's results (as
+        uint8 arrays)."""
         args = [[np.frombuffer(b, dt).reshape(shape) for b, (shape, dt) in zip(row, self.in_avals)]
                 for row in per_device]
         try:
@@ -136,7 +137,8 @@ class Meeting:
             import traceback
 
             raise RuntimeError(f"tpusim internal error: {''.join(traceback.format_exception(e)).strip()}") from e
-        return [[np.ascontiguousarray(x).tobytes() for x in row] for row in res]
+        # Bytes as uint8 views, which Rust copies into XLA's result buffers.
+        return [[np.ascontiguousarray(x).reshape(-1).view(np.uint8) for x in row] for row in res]
 
     def plan(self, per_device):
         """The cached plan for these operands (keyed by the SMEM values they hold)."""
