@@ -116,6 +116,8 @@ pub enum Op {
     },
     /// `pl.semaphore_wait(sem, value)`.
     SemWait { sem: SemPath, value: i64, at: Loc },
+    /// `pl.semaphore_read(sem)`, its value written into `dst` (one int32) when it runs.
+    SemRead { sem: SemPath, dst: RefPath, at: Loc },
     /// `dst[...] = jnp.zeros_like(dst)` (and `full_like`, `ones_like`, …).
     Fill { dst: RefPath, value: f64, at: Loc },
     /// `dst[...] = src[...]`.
@@ -492,6 +494,10 @@ impl<'c, 'a> Replay<'c, 'a> {
                 Op::SemWait { sem, value, at } => {
                     pl.set_source(Some(at.0));
                     pl.semaphore_wait(self.sem(sem), *value);
+                }
+                Op::SemRead { sem, dst, at } => {
+                    pl.set_source(Some(at.0));
+                    pl.semaphore_read(self.sem(sem), self.r(dst));
                 }
                 Op::Fill { dst, value, at } => {
                     pl.set_source(Some(at.0));

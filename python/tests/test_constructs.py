@@ -539,20 +539,64 @@ def test_a_tensorcore_mesh_of_the_chips_default_core_count_inside_shard_map():
 
 
 def test_a_missing_construct_names_the_primitive_and_line():
-    def kernel(x_ref, o_ref, sem):
-        pl.semaphore_signal(sem, 1)
-        o_ref[0, 0] = pl.semaphore_read(sem)  # <- read
-        pl.semaphore_wait(sem, 1)
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.cumsum(x_ref[...], axis=0)  # <- cumsum
 
     def f(x):
         call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
                               in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM), scratch_shapes=[REGULAR])
+                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     from conftest import marked_line
 
     with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate(backend="cpu"):
         jax.block_until_ready(jax.jit(f)(put(iota((16, 128)), mesh1(2), P("x"))))
-    assert "`pl.semaphore_read`" in str(e.value)
-    assert f"{__file__}:{marked_line(__file__, 'read')}" in str(e.value)
+    assert "`cumsum`" in str(e.value)
+    assert f"{__file__}:{marked_line(__file__, 'cumsum')}" in str(e.value)
+
+
+def semaphore_count(kernel):
+    def f(x):
+        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM), scratch_shapes=[REGULAR])
+        return jax.shard_map(call, mesh=mesh1(4), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+
+    return jax.jit(f)
+
+
+def test_semaphore_read_gives_the_value_when_it_runs():
+    """JAX's interpret mode has no CPU lowering of `semaphore_read`: the reference is the
+    count each device signalled itself (d + 1) added to its input."""
+
+    def kernel(x_ref, o_ref, sem):
+        n = lax.axis_index("x") + 1
+        pl.semaphore_signal(sem, n)
+        o_ref[...] = x_ref[...] + jnp.full_like(o_ref, pl.semaphore_read(sem))
+        pl.semaphore_wait(sem, n)
+
+    x = put(iota((32, 128)), mesh1(4), P("x"))
+    with tpusim.simulate(backend="cpu"):
+        got = np.asarray(semaphore_count(kernel)(x))
+    want = iota((32, 128)) + np.repeat(np.arange(1, 5, dtype=np.int32), 8)[:, None]
+    np.testing.assert_array_equal(got, want)
+    assert tpusim.check(semaphore_count(kernel), x, schedules=10).clean
+
+
+def test_a_semaphore_value_deciding_control_flow_is_unsupported_at_its_line():
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1)
+
+        @pl.when(pl.semaphore_read(sem) > 0)  # <- read decides
+        def _():
+            o_ref[...] = x_ref[...]
+
+        pl.semaphore_wait(sem, 1)
+
+    from conftest import marked_line
+
+    with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate(backend="cpu"):
+        jax.block_until_ready(semaphore_count(kernel)(put(iota((32, 128)), mesh1(4), P("x"))))
+    assert "read from a semaphore" in str(e.value)
+    assert f"{__file__}:{marked_line(__file__, 'read decides')}" in str(e.value)

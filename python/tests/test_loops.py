@@ -195,8 +195,9 @@ def test_nested_loops_of_different_lengths_get_a_row_per_inner_iteration():
 
 def looped_mistake(kind):
     """A loop of 3 whose iteration 2 makes a mistake: a remote copy to device id k+2
-    (4: outside the mesh) found while tracing, or (`unsupported`) a `semaphore_read`
-    in iteration 1, which tpusim refuses."""
+    (4: outside the mesh) found while tracing, or (`unsupported`) in iteration 1 a
+    `semaphore_signal` by a semaphore's value (known only when the schedule runs), which
+    tpusim refuses."""
 
     def kernel(x_ref, o_ref, send, recv, reg):
         def step(k, carry):
@@ -236,5 +237,6 @@ def test_mistakes_found_while_tracing_a_loop_name_the_iteration():
     # Raised by the front end itself (before the core sees the kernel): the same words.
     with pytest.raises(tpusim.UnsupportedError) as e:
         tpusim.check(looped_mistake("unsupported"), x, schedules=5)
-    assert f"at grid point [] in iteration 1 of the loop at {loop}, `semaphore_read`" in str(e.value), str(e.value)
+    assert f"at grid point [] in iteration 1 of the loop at {loop}, `semaphore_signal`" in str(e.value), str(e.value)
+    assert "read from a semaphore" in str(e.value), str(e.value)
     assert e.value.site["iteration"] == f"iteration 1 of the loop at {loop}"

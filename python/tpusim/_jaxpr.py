@@ -311,8 +311,9 @@ def _concrete_int(v, what, where):
     if isinstance(v, Sym):
         raise unsupported(
             where.op,
-            f"{what} is computed from data loaded from VMEM or HBM (only program ids, "
-            "axis indices, constants and SMEM values are known before the kernel runs)",
+            f"{what} is computed from data loaded from VMEM or HBM or read from a semaphore "
+            "(only program ids, axis indices, constants and SMEM values are known before the "
+            "kernel runs)",
             where,
         )
     if isinstance(v, RefV):
@@ -1092,11 +1093,22 @@ class Evaluator:
         return []
 
     def p_semaphore_read(self, eqn, ins):
-        raise unsupported(
-            "pl.semaphore_read",
-            "a semaphore's value depends on the schedule, which tpusim decides after the kernel is traced",
-            self.where(eqn),
-        )
+        # The value depends on the schedule, decided after tracing: the read writes it into
+        # a one-element scratch when it runs, and the kernel gets a load of that, a value
+        # it can compute with and store (not a number to branch on).
+        where = self.where(eqn, "semaphore_read")
+        sem, sem_t = jax.tree_util.tree_unflatten(eqn.params["args_tree"], ins)
+        try:
+            sem = transform(sem, sem_t, where)
+        except _OutOfBounds as e:
+            return self._oob(e, where, eqn.outvars[0].aval)
+        buf = self.plan.semaphore_value_buf(eqn, where)
+        self.p.record("sem_read", where.site, sem=self.sem_path(sem, where), dst=[buf.pos, []])
+        v = self.load(RefV(buf), eqn, where)  # shape (1,): the scalar is its reshape
+        w = Sym("reshape", [v], (), v.dtype, where.site)
+        v.uses += 1
+        self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=[], dtype=_dt(v.dtype, where))
+        return w
 
     def p_tpusim_trace_step(self, eqn, ins):
         self.p.mark(eqn.params["label"], self.site(eqn))

@@ -309,6 +309,18 @@ class Plan:
             bufs = bufs[1]
         return bufs
 
+    def semaphore_value_buf(self, eqn, where):
+        """The int32 scratch a `semaphore_read` equation writes its value into (one per
+        equation, as `run_scoped` scratch is)."""
+        key = ("semaphore_read", id(eqn))
+        got = self.scoped_bufs.get(key)
+        if got is None:
+            name = f"semaphore_read@{where.site[1]}"
+            pos = self._add_scratch("vmem", name, (1,), self._dt(np.dtype(np.int32), f"scratch `{name}`"))
+            got = (eqn, Buffer("vmem", name, (1,), np.dtype(np.int32), pos=pos))
+            self.scoped_bufs[key] = got
+        return got[1]
+
     def pipeline_jaxpr(self, eqn):
         got = self.pipelines.get(id(eqn))
         if got is None:
@@ -489,7 +501,7 @@ class Plan:
             op = r["op"]
             if op in ("start", "dma_wait", "wait", "wait_send", "wait_recv"):
                 return False
-            if op in ("copy", "fill", "accumulate", "store") and r["dst"][0] in pos:
+            if op in ("copy", "fill", "accumulate", "store", "sem_read") and r["dst"][0] in pos:
                 return False
         return True
 

@@ -69,6 +69,14 @@ pub enum OpKind {
     /// A step boundary for step tables in kernels that loop inside one grid point
     /// (`Ctx::trace_step`); no effect on execution.
     Mark(std::sync::Arc<str>),
+    /// `pl.semaphore_read`: writes `sem`'s value when the op runs (the schedule decides
+    /// it) into the one 32-bit integer element `dst`, as a fill ([`OpKind::fill_of_read`]).
+    SemRead {
+        /// Semaphore (on the reading device).
+        sem: SemRef,
+        /// Where the value goes (VMEM, one i32 element).
+        dst: View,
+    },
 }
 
 /// One traced op.
@@ -114,6 +122,19 @@ impl OpKind {
             },
             OpKind::Compute(c) => OpKind::Compute(Box::new(c.map_views(m.view))),
             OpKind::Mark(label) => OpKind::Mark(label.clone()),
+            OpKind::SemRead { sem, dst } => OpKind::SemRead {
+                sem: (m.sem)(*sem),
+                dst: (m.view)(*dst),
+            },
+        }
+    }
+
+    /// The data op a semaphore read is when the semaphore holds `value`: the one
+    /// definition of what `SemRead` writes (a value past `i32::MAX` saturates).
+    pub fn fill_of_read(dst: View, value: u64) -> DataOp {
+        DataOp::Fill {
+            dst,
+            bits: value.min(i32::MAX as u64) as u32,
         }
     }
 }

@@ -434,6 +434,40 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// `pl.semaphore_read(sem)`: writes the semaphore's value when the op runs into `dst`,
+    /// one int32 element in VMEM. The value depends on the schedule (what was signalled and
+    /// waited for by then), which is decided after tracing, so it reaches the kernel as data
+    /// only, never as a trace-time number.
+    #[track_caller]
+    pub fn semaphore_read(&self, sem: Sem, dst: Ref) {
+        let site = self.site("semaphore_read");
+        let Some(s) = self.sem_ref(
+            &sem,
+            self.device,
+            &[SemKind::Regular, SemKind::Dma, SemKind::Barrier],
+            site,
+        ) else {
+            return;
+        };
+        let Some(d) = self.vmem_view(&dst, site) else {
+            return;
+        };
+        if d.len() != 1 || dst.dtype != DType::I32 {
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "semaphore_read writes one int32 element; `{}` is {:?} {}",
+                    self.name(&dst),
+                    dst.shape(),
+                    dst.dtype
+                ),
+            );
+            return;
+        }
+        self.push(OpKind::SemRead { sem: s, dst: d }, site);
+    }
+
     /// `pl.semaphore_wait(sem, value)`: blocks until `sem >= value`, then subtracts `value`.
     #[track_caller]
     pub fn semaphore_wait(&self, sem: Sem, value: i64) {

@@ -415,7 +415,8 @@ impl<'p> Clock<'p> {
                 self.routes.insert(*id, devices);
                 self.dma_start.insert(*id, t);
             }
-            OpKind::Mark(_) => {}
+            // A scalar read of a semaphore: no time the model counts.
+            OpKind::Mark(_) | OpKind::SemRead { .. } => {}
             OpKind::Compute(c) => {
                 let work = c.work();
                 let (unit, dur) = match &**c {

@@ -406,6 +406,14 @@ impl<'p> Engine<'p> {
                 obs.data(d, c, Some(&op.site));
             }
             OpKind::Mark(label) => obs.mark(d, label),
+            OpKind::SemRead { sem, dst } => {
+                // The value the schedule gives the semaphore here, written as data.
+                let fill = OpKind::fill_of_read(*dst, self.sems[self.slot(*sem)]);
+                if self.record {
+                    out.ops.push(fill.clone());
+                }
+                obs.data(d, &fill, Some(&op.site));
+            }
         }
     }
 

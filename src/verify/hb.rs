@@ -208,6 +208,12 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                         data_accesses(c, Agent::Device(d), &dev[d], Some(op.site), sink);
                     }
                     OpKind::Mark(_) => {}
+                    OpKind::SemRead { dst, .. } => {
+                        // A write of `dst`; reading a semaphore orders nothing.
+                        dev[d].tick(d);
+                        let fill = OpKind::fill_of_read(*dst, 0);
+                        data_accesses(&fill, Agent::Device(d), &dev[d], Some(op.site), sink);
+                    }
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
                         if dma.is_remote() && dma.dst.device() != d {

@@ -121,6 +121,10 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
                         }
                     }
                     OpKind::Mark(_) => {}
+                    OpKind::SemRead { dst, .. } => {
+                        dev[d][d] += 1;
+                        s.access(Agent::Device(d), *dst, true, &dev[d]);
+                    }
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
                         if dma.is_remote() && dma.dst.device() != d {
