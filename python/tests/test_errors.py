@@ -170,15 +170,19 @@ def test_strided_windows_are_copied_row_by_row(sim):
 
 
 def copy_on_a_regular_semaphore(x_ref, o_ref, sem):
-    pltpu.make_async_copy(x_ref, o_ref, sem).start()  # <- regular semaphore dma
+    pltpu.make_async_copy(x_ref, o_ref, sem).start()
+    # A REGULAR semaphore gains one per completion (TPU v6+); JAX itself refuses a
+    # descriptor wait on one ("Use pl.semaphore_wait() instead").
     pl.semaphore_wait(sem, 1)
 
 
-def test_a_dma_signalling_a_regular_semaphore_is_unsupported_at_its_line(cpu):
+def test_a_dma_signalling_a_regular_semaphore_counts_one_per_completion():
     f = bk.mapped(bk.call(copy_on_a_regular_semaphore, scratch=[REGULAR]))
-    err = raises(f, tpusim.UnsupportedError)
-    assert "REGULAR" in str(err), str(err)
-    assert f"{__file__}:{marked_line(__file__, 'regular semaphore dma')}" in str(err), str(err)
+    v = x()
+    with tpusim.simulate(backend="cpu"):
+        got = np.asarray(f(v))
+    np.testing.assert_array_equal(got, np.asarray(v))
+    assert tpusim.check(f, v, schedules=10).clean
 
 
 def signal_all(o_ref):
@@ -474,3 +478,21 @@ def test_a_first_grid_point_that_looks_slow_is_not_divided_by_zero(monkeypatch):
     b.called([])  # 0.5 s "taken" with no point after the first to time
     b.called([])  # now a rate: 1 s a point, 4 points fit
     assert b.calls == 2
+
+
+def test_a_kernel_over_a_sparsecore_mesh_is_unsupported_at_its_line():
+    """tpusim models TensorCores; a SparseCore mesh (here on v6e, which has them) is
+    refused rather than run as if its subcores were TensorCores."""
+    from jax.experimental.pallas import tpu_sc as plsc
+
+    with tpusim.simulate(backend="cpu", chip="v6e"):
+        mesh = plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1)
+
+        @pl.kernel(out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), mesh=mesh)  # <- sparsecore kernel
+        def k(x_ref, y_ref):
+            pass
+
+        with pytest.raises(tpusim.UnsupportedError) as e:
+            jax.block_until_ready(jax.jit(k)(jnp.zeros((8, 128), jnp.float32)))
+    assert "ScalarSubcoreMesh" in str(e.value) and "SparseCores" in str(e.value), str(e.value)
+    assert f"{__file__}:{marked_line(__file__, 'sparsecore kernel')}" in str(e.value), str(e.value)

@@ -347,6 +347,7 @@ def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
     ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use);
     `chip`: the TPU generation JAX's TPU queries answer for (see :func:`set_chip`)."""
     install()
+    prev_chip = _chip[0]
     set_chip(chip)
     from jax._src import config as jax_config
 
@@ -365,6 +366,7 @@ def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
     finally:
         jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
         config.backend, config.schedule = prev_cfg
+        _chip[0] = prev_chip
 
 
 def raise_ours(e):

@@ -1142,13 +1142,7 @@ class Evaluator:
         except _OutOfBounds as e:
             self._oob(e, where, None)
             return []
-        for sem in (dst_sem, src_sem):
-            if isinstance(sem, RefV) and sem.buf.sem == "regular":
-                raise unsupported(
-                    "DMAs that signal a REGULAR semaphore",
-                    f"`{sem.buf.name}` is a SemaphoreType.REGULAR; tpusim's DMAs signal DMA semaphores",
-                    where,
-                )
+        # A REGULAR semaphore gains one per completion (TPU v6+): the core's rule.
         self.plan.lower_dma(self.p, eqn, "start", src, dst, dst_sem, src_sem, dev, where, self)
         return []
 

@@ -88,6 +88,12 @@ class CallSpec:
         self.core_axis = None
         self.cores = 1
         if self.mesh is not None:
+            from jax._src.pallas.mosaic import core as mosaic_core
+
+            if not isinstance(self.mesh, mosaic_core.TensorCoreMesh):
+                raise unsupported(f"pl.kernel over a {type(self.mesh).__name__}",
+                                  "TensorCore meshes only: tpusim models TensorCores, not SparseCores",
+                                  _Where(None, self.site, "pl.kernel"))
             shape = dict(self.mesh.shape)
             if len(shape) != 1:
                 raise unsupported(f"pl.kernel over the mesh {self.mesh}", "one core axis", _Where(None, self.site, "pl.kernel"))

@@ -110,6 +110,19 @@ fn invocation_number(k: usize) -> u32 {
 }
 
 impl Program {
+    /// What completion `side` of DMA `k` credits: its semaphore and the amount. The one
+    /// definition: a DMA semaphore gains the bytes moved; a REGULAR one (which TPU v6
+    /// and later let a DMA signal) gains one per completion.
+    pub fn dma_credit(&self, k: usize, side: super::dma::Completion) -> Option<(SemRef, u64)> {
+        let dma = &self.dmas[k];
+        let s = dma.credits(side)?;
+        let amount = match self.layout.sems[s.sem()].kind {
+            SemKind::Regular => 1,
+            _ => dma.bytes,
+        };
+        Some((s, amount))
+    }
+
     /// True when the program is a sequence of more than one invocation (reports then
     /// name the invocation of every site, semaphore and allocation).
     pub fn is_sequence(&self) -> bool {

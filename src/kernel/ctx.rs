@@ -13,6 +13,10 @@ use crate::mesh::{DeviceId, Mesh, SignalTarget};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;
 
+/// The semaphores a DMA may signal: DMA semaphores (its bytes) and REGULAR ones (one
+/// per completion, TPU v6 and later); see `Program::dma_credit`.
+const DMA_SIGNALS: &[SemKind] = &[SemKind::Dma, SemKind::Regular];
+
 #[derive(Default)]
 pub(crate) struct Recording {
     pub ops: Vec<Op>,
@@ -346,7 +350,7 @@ impl<'a> Ctx<'a> {
         let dma = (|| {
             let s = self.view(&src, self.device, site)?;
             let d = self.view(&dst, self.device, site)?;
-            let sem = self.sem_ref(&sem, self.device, &[SemKind::Dma], site)?;
+            let sem = self.sem_ref(&sem, self.device, DMA_SIGNALS, site)?;
             self.same_shape(&src, &dst, site).then_some(())?;
             Some(Dma {
                 src: s,
@@ -376,13 +380,13 @@ impl<'a> Ctx<'a> {
     ) -> AsyncRemoteCopy<'c, 'a> {
         let site = self.site("make_async_remote_copy");
         let id = device_id.into();
-        let own_recv = self.sem_ref(&recv_sem, self.device, &[SemKind::Dma], site);
+        let own_recv = self.sem_ref(&recv_sem, self.device, DMA_SIGNALS, site);
         let dma = (|| {
             let target = self.resolve(&id, site)?;
             let s = self.view(&src, self.device, site)?;
             let d = self.view(&dst, target, site)?;
-            let send = self.sem_ref(&send_sem, self.device, &[SemKind::Dma], site)?;
-            let recv = self.sem_ref(&recv_sem, target, &[SemKind::Dma], site)?;
+            let send = self.sem_ref(&send_sem, self.device, DMA_SIGNALS, site)?;
+            let recv = self.sem_ref(&recv_sem, target, DMA_SIGNALS, site)?;
             self.same_shape(&src, &dst, site).then_some(())?;
             Some(Dma {
                 src: s,
@@ -634,6 +638,18 @@ impl<'a> Ctx<'a> {
 
     fn wait_on(&self, sem: Option<SemRef>, amount: u64, why: WaitKind, site: OpSite) {
         if let Some(s) = sem {
+            if self.layout.sems[s.sem()].kind == SemKind::Regular {
+                self.fail(
+                    site,
+                    KernelErrorKind::Misuse,
+                    format!(
+                        "`{}` is a REGULAR semaphore: a DMA adds one to it per completion, so wait for it with semaphore_wait(sem, 1), not `{}`",
+                        self.layout.sems[s.sem()].name,
+                        site.op()
+                    ),
+                );
+                return;
+            }
             self.push(
                 OpKind::Wait {
                     sem: SemRef::new(self.device, s.sem()),
@@ -659,7 +675,7 @@ impl<'a> Ctx<'a> {
             DmaSide::Recv => ("wait_recv", WaitKind::WaitRecv),
         };
         let site = self.site(op);
-        let s = self.sem_ref(&sem, self.device, &[SemKind::Dma], site);
+        let s = self.sem_ref(&sem, self.device, DMA_SIGNALS, site);
         self.wait_on(s, bytes, why, site);
     }
 

@@ -341,8 +341,8 @@ impl<'p> Engine<'p> {
         if let (Some(op), true) = (&moved, self.record) {
             out.ops.push(op.clone());
         }
-        if let Some(s) = dma.credits(side) {
-            self.credit(s, dma.bytes, Credit::Dma { id, side }, obs);
+        if let Some((s, amount)) = self.p.dma_credit(id, side) {
+            self.credit(s, amount, Credit::Dma { id, side }, obs);
         }
         obs.dma_complete(id, side, moved.as_ref());
     }

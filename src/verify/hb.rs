@@ -294,10 +294,10 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                     sink.access(Agent::Dma(k, side), &v, true, start, None);
                 }
                 let done = *left == 0;
-                if let Some(s) = dma.credits(side) {
+                if let Some((s, amount)) = p.dma_credit(k, side) {
                     let c = Credit {
                         slot: small(s.device() * sems + s.sem()),
-                        amount: dma.bytes,
+                        amount,
                         comp: start.device(s.device()),
                         set: false,
                         atomic: false,
@@ -390,11 +390,12 @@ pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
             _ => unreachable!("a credit's op is a signal"),
         },
         Event::Complete { dma: k, side } => {
-            let dma = &p.dmas[k as usize];
-            let s = dma.credits(side).expect("a credit's completion credits");
+            let (s, amount) = p
+                .dma_credit(k as usize, side)
+                .expect("a credit's completion credits");
             Credit {
                 slot: small(s.device() * sems + s.sem()),
-                amount: dma.bytes,
+                amount,
                 comp,
                 set: false,
                 atomic: false,
