@@ -54,23 +54,9 @@ pub fn to_host(x: &Bound<'_, PyAny>) -> PyResult<HostArray> {
 
 /// A host array as a numpy array.
 pub fn to_numpy<'py>(py: Python<'py>, a: &HostArray) -> PyResult<Bound<'py, PyAny>> {
-    into_numpy(py, a.clone())
-}
-
-/// A host array as a numpy array, its 32-bit words handed over without a copy when an
-/// element is one word (f32, i32).
-pub fn into_numpy(py: Python<'_>, a: HostArray) -> PyResult<Bound<'_, PyAny>> {
     let flat = match a.dtype {
-        DType::F32 | DType::I32 => {
-            let dtype = if a.dtype == DType::F32 {
-                "float32"
-            } else {
-                "int32"
-            };
-            PyArray1::from_vec(py, a.words)
-                .into_any()
-                .call_method1("view", (dtype,))?
-        }
+        DType::F32 => PyArray1::from_vec(py, a.as_f32().to_vec()).into_any(),
+        DType::I32 => PyArray1::from_vec(py, a.as_i32().to_vec()).into_any(),
         DType::F16 => {
             let v: Vec<half::f16> = a.halves().into_iter().map(half::f16::from_bits).collect();
             PyArray1::from_vec(py, v).into_any()
@@ -90,6 +76,20 @@ pub fn into_numpy(py: Python<'_>, a: HostArray) -> PyResult<Bound<'_, PyAny>> {
         }
     };
     flat.call_method1("reshape", (a.shape.clone(),))
+}
+
+/// [`to_numpy`], the 32-bit words handed over without a copy when an element is one
+/// word (f32, i32).
+pub fn into_numpy(py: Python<'_>, a: HostArray) -> PyResult<Bound<'_, PyAny>> {
+    let dtype = match a.dtype {
+        DType::F32 => "float32",
+        DType::I32 => "int32",
+        _ => return to_numpy(py, &a),
+    };
+    PyArray1::from_vec(py, a.words)
+        .into_any()
+        .call_method1("view", (dtype,))?
+        .call_method1("reshape", (a.shape,))
 }
 
 /// `inputs[device][operand]` numpy arrays as host arrays.

@@ -5,8 +5,8 @@
 //! writes each device's outputs into XLA's result buffers; the others wait. A host
 //! callback per device (`io_callback`) cost milliseconds a call in JAX's machinery alone.
 //!
-//! The ABI structs mirror `xla/ffi/api/c_api.h` (jaxlib ships the header); only the
-//! fields this handler reads come after the last one it needs.
+//! The ABI structs mirror `xla/ffi/api/c_api.h` (jaxlib ships the header), each up to
+//! the last field this handler needs.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
@@ -131,7 +131,7 @@ fn element_bytes(dtype: i32) -> Option<usize> {
 #[derive(Clone, Copy)]
 struct Span {
     data: *mut u8,
-    bytes: usize,
+    len: usize,
 }
 // The pointers are only used while every device's call is held in the meeting.
 unsafe impl Send for Span {}
@@ -139,21 +139,21 @@ unsafe impl Send for Span {}
 impl Span {
     /// The buffer's bytes (valid while its device's call waits in the meeting).
     fn bytes(&self) -> &[u8] {
-        if self.bytes == 0 {
+        if self.len == 0 {
             return &[];
         }
         // SAFETY: XLA's buffer of that size, alive while its call waits in `join`.
-        unsafe { std::slice::from_raw_parts(self.data, self.bytes) }
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
     /// The buffer, to write into.
     #[allow(clippy::mut_from_ref)] // XLA's memory, written by one thread: the leader's
     fn bytes_mut(&self) -> &mut [u8] {
-        if self.bytes == 0 {
+        if self.len == 0 {
             return &mut [];
         }
         // SAFETY: as in `bytes`; only the meeting's leader writes, once.
-        unsafe { std::slice::from_raw_parts_mut(self.data, self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
     }
 }
 
@@ -170,7 +170,7 @@ unsafe fn spans(list: &Buffers, from: usize) -> Result<Vec<Span>, String> {
             let n: i64 = (0..b.rank as usize).map(|k| *b.dims.add(k)).product();
             Ok(Span {
                 data: b.data as *mut u8,
-                bytes: n as usize * elem,
+                len: n as usize * elem,
             })
         })
         .collect()
@@ -339,11 +339,11 @@ impl Meeting {
                 for (i, s) in spans.iter().enumerate() {
                     // A C-contiguous uint8 array: copied straight into XLA's buffer.
                     let b = PyBuffer::<u8>::get(&row.get_item(i)?)?;
-                    if b.len_bytes() != s.bytes {
+                    if b.len_bytes() != s.len {
                         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
                             "output {i} of device {d}: {} bytes for a buffer of {}",
                             b.len_bytes(),
-                            s.bytes
+                            s.len
                         )));
                     }
                     b.copy_to_slice(py, s.bytes_mut())?;
