@@ -1104,11 +1104,7 @@ class Evaluator:
             return self._oob(e, where, eqn.outvars[0].aval)
         buf = self.plan.semaphore_value_buf(eqn, where)
         self.p.record("sem_read", where.site, sem=self.sem_path(sem, where), dst=[buf.pos, []])
-        v = self.load(RefV(buf), eqn, where)  # shape (1,): the scalar is its reshape
-        w = Sym("reshape", [v], (), v.dtype, where.site)
-        v.uses += 1
-        self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=[], dtype=_dt(v.dtype, where))
-        return w
+        return self.load(RefV(buf, (0,)), eqn, where)  # its one element, a scalar
 
     def p_tpusim_trace_step(self, eqn, ins):
         self.p.mark(eqn.params["label"], self.site(eqn))
