@@ -55,18 +55,12 @@ def site_of(source_info, outer=("<unknown>", 0)):
     tb = getattr(source_info, "traceback", None)
     if tb is None:
         return outer
-    try:
-        found = _users_frame.get(tb, _MISSING)
-    except TypeError:  # an unhashable traceback: look each time
-        found = _MISSING
+    found = _users_frame.get(tb, _MISSING)  # jaxlib's tracebacks hash by their frames
     if found is _MISSING:
         found = next(((fr.file_name, fr.line_num) for fr in tb.frames if _users_file(fr.file_name)), None)
         if len(_users_frame) > 200_000:
             _users_frame.clear()
-        try:
-            _users_frame[tb] = found
-        except TypeError:
-            pass
+        _users_frame[tb] = found
     return outer if found is None else found
 
 
