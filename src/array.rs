@@ -105,6 +105,53 @@ impl DType {
         }
     }
 
+    /// Elements as numpy and XLA hold them (`size()` bytes each, little-endian) into
+    /// words as [`DType::bits_of`] stores them; `words.len()` elements.
+    pub fn words_from_bytes(self, bytes: &[u8], words: &mut [u32]) {
+        match self.size() {
+            4 => {
+                for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            2 => {
+                for (w, b) in words.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *w = u16::from_le_bytes([b[0], b[1]]) as u32;
+                }
+            }
+            _ => {
+                for (w, &b) in words.iter_mut().zip(bytes) {
+                    *w = match self {
+                        DType::I8 => b as i8 as i32 as u32,
+                        DType::Bool => u32::from(b != 0),
+                        _ => u32::from(b),
+                    };
+                }
+            }
+        }
+    }
+
+    /// [`DType::words_from_bytes`] backwards: words into `size()`-byte elements.
+    pub fn bytes_from_words(self, words: &[u32], bytes: &mut [u8]) {
+        match self.size() {
+            4 => {
+                for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
+                    b.copy_from_slice(&w.to_le_bytes());
+                }
+            }
+            2 => {
+                for (b, w) in bytes.chunks_exact_mut(2).zip(words) {
+                    b.copy_from_slice(&(*w as u16).to_le_bytes());
+                }
+            }
+            _ => {
+                for (b, w) in bytes.iter_mut().zip(words) {
+                    *b = *w as u8;
+                }
+            }
+        }
+    }
+
     /// Parses `f32`, `i32`, `f16`, `bf16`, `i8`, `u8`, `bool` (or numpy's names).
     pub fn parse(s: &str) -> Result<Self> {
         match s {
@@ -356,6 +403,25 @@ pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_and_words_round_trip_in_every_dtype() {
+        for d in DType::ALL {
+            let values = [0.0, 1.0, -2.0, 100.0, 0.5];
+            let words: Vec<u32> = values.iter().map(|&v| d.bits_of(v)).collect();
+            let mut bytes = vec![0u8; words.len() * d.size()];
+            d.bytes_from_words(&words, &mut bytes);
+            let mut back = vec![7u32; words.len()];
+            d.words_from_bytes(&bytes, &mut back);
+            assert_eq!(back, words, "{d}");
+        }
+        // numpy's bytes: -2 as int8 is 0xfe, 1.0 as f16 is 0x3c00.
+        let mut w = [0u32];
+        DType::I8.words_from_bytes(&[0xfe], &mut w);
+        assert_eq!(DType::I8.value_of(w[0]), -2.0);
+        DType::F16.words_from_bytes(&[0x00, 0x3c], &mut w);
+        assert_eq!(DType::F16.value_of(w[0]), 1.0);
+    }
 
     #[test]
     fn shapes_parse_and_reject() {

@@ -56,6 +56,39 @@ fn deadlock_names_every_blocked_device() {
 }
 
 #[test]
+fn a_carried_semaphores_count_at_exit_is_its_output_but_an_unwaited_dma_is_still_a_fault() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let carried = || {
+        GridSpec::new()
+            .input("x_ref", MemorySpace::Any, &[8], DType::I32)
+            .output("y_ref", MemorySpace::Any, &[8], DType::I32)
+            .carried_sem("handed_on", tpusim::ir::SemKind::Regular, None)
+            .carried_sem("dma_out", tpusim::ir::SemKind::Dma, None)
+    };
+    // A count left on a carried REGULAR semaphore: clean.
+    let left = PallasCall::new("left", carried(), |pl, a| {
+        pl.semaphore_signal(a.sem(2), 3, None);
+    });
+    let prog = left.lower(&mesh).unwrap();
+    assert!(schedule(&prog, &mut Eager::default()).is_ok());
+    // A DMA never waited on a carried DMA semaphore: still a DMA not waited.
+    let unwaited = PallasCall::new("unwaited", carried(), |pl, a| {
+        pl.make_async_copy(a.r(0), a.r(1), a.sem(3)).start();
+    });
+    let prog = unwaited.lower(&mesh).unwrap();
+    let e = schedule(&prog, &mut Eager::default()).expect_err("a DMA not waited");
+    let Error::Exit(problems) = &e else {
+        panic!("{e}")
+    };
+    assert!(
+        problems
+            .iter()
+            .all(|p| matches!(p, ExitProblem::DmaNotWaited { .. })),
+        "{e}"
+    );
+}
+
+#[test]
 fn leftover_signal_is_a_semaphore_not_zero_at_exit() {
     let e = run(2, |pl, a| {
         pl.semaphore_signal(a.sem(4), 2, None);

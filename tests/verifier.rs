@@ -237,6 +237,35 @@ fn reading_a_push_before_its_wait_is_a_race() {
 }
 
 #[test]
+fn a_race_names_its_bytes_at_the_dtypes_width() {
+    // The same race on eight f16 elements covers 16 bytes, not 32.
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[8], DType::F16)
+        .output("y", MemorySpace::Vmem, &[8], DType::F16)
+        .vmem("buf", &[8], DType::F16)
+        .dma_sem("send")
+        .dma_sem("recv");
+    let call = PallasCall::new("push16", spec, |pl, a| {
+        let me = pl.axis_index("x");
+        let c = pl.make_async_remote_copy(a.r(0), a.r(2), a.sem(3), a.sem(4), 1);
+        if me == 0 {
+            c.start();
+            c.wait_send();
+        }
+        if me == 1 {
+            pl.copy(a.r(1), a.r(2));
+            c.wait_recv();
+        }
+    });
+    let mesh = Mesh::new(2, "x").unwrap();
+    let bad = check(&call, &mesh, &ScheduleSpec::check_set(2, 20, 0)).unwrap();
+    let Problem::Race(r) = &bad.findings[0].problem else {
+        panic!("{:?}", bad.kinds())
+    };
+    assert_eq!((r.alloc.as_str(), r.device, r.bytes), ("buf", 1, (0, 16)));
+}
+
+#[test]
 fn replaying_a_schedule_gives_the_same_order() {
     let mesh = Mesh::new(5, "x").unwrap();
     let c = collectives::Registry::builtin().by_name("psum").unwrap();

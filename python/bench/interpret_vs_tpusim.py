@@ -173,7 +173,7 @@ def main():
     ap.add_argument("--sizes", default="4K,128K")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--modes", default="jax,tpusim-cpu,tpusim-gpu")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--broken", type=int, default=0, help="also run the shared-semaphore all_gather N times")
     ap.add_argument("--broken-child", nargs=3, help=argparse.SUPPRESS)

@@ -7,16 +7,18 @@ use crate::collectives::model_spec;
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::replay;
+use crate::xla_call::CallBuffers;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
+use tpusim::exec::Executor;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
 use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;
 use tpusim::trace::{Labels, TraceLayout};
-use tpusim::Error;
+use tpusim::{Error, HostArray};
 
 use crate::PyMesh;
 
@@ -173,6 +175,94 @@ impl KernelCall {
         let plan = self.plan_for(schedule, &exec)?;
         let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, out)
+    }
+
+    /// Runs the kernel on one round's buffers of the XLA custom call, in place: Rust
+    /// device `r` reads operands `inputs` (one per Rust input) of XLA device `rows[r]`;
+    /// XLA device `x` gets the outputs of Rust device `out_rows[x]`, its result `k` from
+    /// Rust output `results[k]` (`None`: a result Python writes).
+    #[pyo3(signature = (buffers, rows, inputs, out_rows, results, backend="auto", schedule="eager"))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_into(
+        &self,
+        buffers: PyRef<'_, CallBuffers>,
+        rows: Vec<usize>,
+        inputs: Vec<usize>,
+        out_rows: Vec<usize>,
+        results: Vec<Option<usize>>,
+        backend: &str,
+        schedule: &str,
+    ) -> PyResult<()> {
+        let exec = executor(backend)?;
+        let plan = self.plan_for(schedule, &exec)?;
+        let prog = &plan.program;
+        if rows.len() != prog.devices || inputs.len() != prog.inputs.len() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "`{}`: {} rows of {} inputs for {} devices of {} inputs",
+                prog.name,
+                rows.len(),
+                inputs.len(),
+                prog.devices,
+                prog.inputs.len()
+            )));
+        }
+        exec.check(prog).py()?;
+        let mut run = exec.prepare(prog, &plan.schedule).py()?;
+        let allocs = &prog.layout.allocs;
+        let sized = |what: &str, bytes: usize, a: usize| -> PyResult<()> {
+            let want = allocs[a].numel() * allocs[a].dtype.size();
+            if bytes == want {
+                return Ok(());
+            }
+            Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "{what} `{}`: {bytes} bytes for {want}",
+                allocs[a].name
+            )))
+        };
+        // Operands into the run's memory: in place where it is host memory, else staged.
+        let mut staged = Vec::new();
+        for (r, &x) in rows.iter().enumerate() {
+            let mut row = Vec::new();
+            for (i, &k) in inputs.iter().enumerate() {
+                let a = prog.inputs[i];
+                let bytes = buffers.operand(x, k)?;
+                sized("input", bytes.len(), a)?;
+                let dtype = allocs[a].dtype;
+                match run.input_words(r, i) {
+                    Some(words) => dtype.words_from_bytes(bytes, words),
+                    None => {
+                        let mut words = vec![0; allocs[a].numel()];
+                        dtype.words_from_bytes(bytes, &mut words);
+                        row.push(HostArray::from_words(dtype, &allocs[a].shape, words).py()?);
+                    }
+                }
+            }
+            staged.push(row);
+        }
+        if staged.iter().any(|r| !r.is_empty()) {
+            run.upload(&staged).py()?;
+        }
+        run.run(1).py()?;
+        let read = match prog.outputs.is_empty() || run.output_words(0, 0).is_some() {
+            true => None,
+            false => Some(run.read_outputs().py()?),
+        };
+        for (x, &r) in out_rows.iter().enumerate() {
+            for (k, o) in results.iter().enumerate() {
+                let Some(o) = *o else { continue };
+                let a = prog.outputs[o];
+                let dst = buffers.result(x, k)?;
+                sized("output", dst.len(), a)?;
+                let words = match &read {
+                    Some(v) => &v[r][o].words[..],
+                    None => run
+                        .output_words(r, o)
+                        .expect("host memory, as its first output"),
+                };
+                allocs[a].dtype.bytes_from_words(words, dst);
+            }
+        }
+        Ok(())
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run

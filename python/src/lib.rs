@@ -97,6 +97,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::ensure_recording_fits, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::iteration_text, m)?)?;
     m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
+    m.add_class::<xla_call::CallBuffers>()?;
     m.add_function(wrap_pyfunction!(xla_call::meeting_register, m)?)?;
     m.add_function(wrap_pyfunction!(xla_call::ffi_handler_address, m)?)?;
     use collectives as c;

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Deserializer};
 use std::sync::Arc;
-use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
+use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, SemKind, Unary};
 use tpusim::kernel::Value;
 use tpusim::kernel::{
     ds, Args, AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, GridSpec, Iteration, KernelErrorKind,
@@ -668,7 +668,12 @@ pub fn grid_spec(
             ("dma", [n]) => spec.dma_sems(name, *n),
             ("regular", []) => spec.regular_sem(name),
             ("regular", [n]) => spec.regular_sems(name, *n),
-            ("dma" | "regular", _) => {
+            // Semaphore-typed outputs: handed on, their counts at exit the results.
+            ("dma_out", []) => spec.carried_sem(name, SemKind::Dma, None),
+            ("dma_out", [n]) => spec.carried_sem(name, SemKind::Dma, Some(*n)),
+            ("regular_out", []) => spec.carried_sem(name, SemKind::Regular, None),
+            ("regular_out", [n]) => spec.carried_sem(name, SemKind::Regular, Some(*n)),
+            ("dma" | "regular" | "dma_out" | "regular_out", _) => {
                 return Err(Error::bad_input(format!(
                     "scratch `{name}`: semaphore arrays of shape {shape:?}; tpusim supports one dimension"
                 )))

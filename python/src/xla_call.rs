@@ -1,9 +1,10 @@
 //! The XLA custom call a `pallas_call` lowers to under `tpusim.simulate`: one call per
 //! device (XLA's typed FFI, `jax.ffi.ffi_call`), whose P calls meet here, in Rust,
-//! without the GIL. The last device to arrive takes the GIL once, hands every device's
-//! operands to the meeting's Python callback (which plans and runs the simulation) and
-//! writes each device's outputs into XLA's result buffers; the others wait. A host
-//! callback per device (`io_callback`) cost milliseconds a call in JAX's machinery alone.
+//! without the GIL. The last device to arrive takes the GIL once and hands every
+//! device's operand and result buffers ([`CallBuffers`]) to the meeting's Python
+//! callback, which plans the simulation and runs it on them in place (the data does not
+//! pass through Python); the others wait. A host callback per device (`io_callback`)
+//! cost milliseconds a call in JAX's machinery alone.
 //!
 //! The ABI structs mirror `xla/ffi/api/c_api.h` (jaxlib ships the header), each up to
 //! the last field this handler needs.
@@ -12,12 +13,15 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::PyBytes;
+
+use crate::errors::BadInput;
 
 #[repr(C)]
 struct Extension {
@@ -135,6 +139,7 @@ struct Span {
 }
 // The pointers are only used while every device's call is held in the meeting.
 unsafe impl Send for Span {}
+unsafe impl Sync for Span {}
 
 impl Span {
     /// The buffer's bytes (valid while its device's call waits in the meeting).
@@ -154,6 +159,94 @@ impl Span {
         }
         // SAFETY: as in `bytes`; only the meeting's leader writes, once.
         unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+    }
+}
+
+/// One round's buffers: every device's operands (after the header) and results, XLA's
+/// memory, lent to the meeting's Python callback while the round's calls wait; closed
+/// (every access an error) once the callback returns.
+#[pyclass(module = "tpusim._native", frozen)]
+pub struct CallBuffers {
+    ins: Vec<Vec<Span>>,
+    outs: Vec<Vec<Span>>,
+    open: AtomicBool,
+}
+
+impl CallBuffers {
+    fn span(&self, results: bool, device: usize, k: usize) -> PyResult<&Span> {
+        if !self.open.load(Ordering::Acquire) {
+            return Err(BadInput::new_err(
+                "bad input: the buffers of a pallas_call that has returned",
+            ));
+        }
+        let (list, what) = if results {
+            (&self.outs, "result")
+        } else {
+            (&self.ins, "operand")
+        };
+        list.get(device).and_then(|r| r.get(k)).ok_or_else(|| {
+            pyo3::exceptions::PyIndexError::new_err(format!("no {what} {k} of device {device}"))
+        })
+    }
+
+    /// Operand `k` of `device`.
+    pub fn operand(&self, device: usize, k: usize) -> PyResult<&[u8]> {
+        Ok(self.span(false, device, k)?.bytes())
+    }
+
+    /// Result `k` of `device`, to write into.
+    #[allow(clippy::mut_from_ref)] // XLA's memory, written by the round's one runner
+    pub fn result(&self, device: usize, k: usize) -> PyResult<&mut [u8]> {
+        Ok(self.span(true, device, k)?.bytes_mut())
+    }
+}
+
+#[pymethods]
+impl CallBuffers {
+    /// How many devices' buffers.
+    #[getter]
+    fn devices(&self) -> usize {
+        self.ins.len()
+    }
+
+    /// A copy of operand `k` of `device`.
+    fn operand_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        device: usize,
+        k: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.operand(device, k)?))
+    }
+
+    /// Writes `data` (a C-contiguous uint8 buffer of the result's size) into result `k`
+    /// of `device`.
+    fn write_result(
+        &self,
+        py: Python<'_>,
+        device: usize,
+        k: usize,
+        data: PyBuffer<u8>,
+    ) -> PyResult<()> {
+        let dst = self.result(device, k)?;
+        if data.len_bytes() != dst.len() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "result {k} of device {device}: {} bytes for a buffer of {}",
+                data.len_bytes(),
+                dst.len()
+            )));
+        }
+        data.copy_to_slice(py, dst)
+    }
+
+    /// Zeros every result.
+    fn zero_results(&self) -> PyResult<()> {
+        for d in 0..self.outs.len() {
+            for k in 0..self.outs[d].len() {
+                self.result(d, k)?.fill(0);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -279,7 +372,7 @@ impl Meeting {
                 .map(|s| s.take().unwrap_or_default())
                 .collect();
             drop(guard);
-            let outcome = self.lead(&ins, &outs);
+            let outcome = self.lead(ins, outs);
             guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
             guard.1.get_mut(&k).expect("the round in progress").outcome = Some(outcome);
             self.cv.notify_all();
@@ -322,34 +415,20 @@ impl Meeting {
     }
 
     /// Hands the operands to Python once and copies its results into XLA's buffers.
-    fn lead(&self, ins: &[Vec<Span>], outs: &[Vec<Span>]) -> Result<(), Failure> {
+    fn lead(&self, ins: Vec<Vec<Span>>, outs: Vec<Vec<Span>>) -> Result<(), Failure> {
         Python::attach(|py| -> PyResult<()> {
-            let per_device = PyList::empty(py);
-            for spans in ins {
-                let row = PyList::empty(py);
-                for s in spans {
-                    row.append(PyBytes::new(py, s.bytes()))?;
-                }
-                per_device.append(row)?;
-            }
-            let result = self.run.call1(py, (per_device,))?;
-            let result = result.bind(py);
-            for (d, spans) in outs.iter().enumerate() {
-                let row = result.get_item(d)?;
-                for (i, s) in spans.iter().enumerate() {
-                    // A C-contiguous uint8 array: copied straight into XLA's buffer.
-                    let b = PyBuffer::<u8>::get(&row.get_item(i)?)?;
-                    if b.len_bytes() != s.len {
-                        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                            "output {i} of device {d}: {} bytes for a buffer of {}",
-                            b.len_bytes(),
-                            s.len
-                        )));
-                    }
-                    b.copy_to_slice(py, s.bytes_mut())?;
-                }
-            }
-            Ok(())
+            let bufs = Py::new(
+                py,
+                CallBuffers {
+                    ins,
+                    outs,
+                    open: AtomicBool::new(true),
+                },
+            )?;
+            let ran = self.run.call1(py, (bufs.clone_ref(py),));
+            // XLA's buffers go back with the calls: nothing may touch them after.
+            bufs.get().open.store(false, Ordering::Release);
+            ran.map(drop)
         })
         .map_err(|e| Failure::InRun(Python::attach(|py| e.value(py).to_string())))
     }

@@ -38,7 +38,7 @@ def main():
         exec(compile(src, a.script, "exec"), g)
         import jax
 
-        jax.effects_barrier()  # calls dispatched asynchronously have run
+        _hook.wait_for_calls()  # calls dispatched asynchronously have run
     arrays = {}
     for k in ("input_arr", "pallas_result", "xla_result"):
         v = g.get(k)

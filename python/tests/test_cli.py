@@ -49,6 +49,23 @@ def test_trace_and_model(tmp_path):
     assert trace.name.startswith("reduce_scatter_kernel") and trace.stat().st_size > 100
 
 
+def test_a_failed_call_the_script_caught_is_not_raised_again_at_its_end(tmp_path):
+    # As JAX's own tests of failing kernels do: the error is expected, caught, and the
+    # result dropped; the script succeeds.
+    script = tmp_path / "caught.py"
+    src = open(seed_path("ppermute")).read().replace(
+        "target = lax.rem(my_id + 1, num_devices)", "target = lax.rem(my_id - 1, num_devices)")
+    head, _, _ = src.partition("pallas_result = jax.jit(")
+    script.write_text(head + (
+        "f = jax.jit(jax.shard_map(right_shift, mesh=mesh, in_specs=partition, out_specs=partition,"
+        " check_vma=False))\n"
+        "try:\n    f(input_arr).block_until_ready()\nexcept Exception as e:\n    print('caught', type(e).__name__)\n"
+    ))
+    code, out, err = tpusim_cli("run", "--devices", "4", str(script))
+    assert code == 0, err
+    assert "caught" in out
+
+
 def test_a_failing_kernel_is_tpusims_message_and_exit_1(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text(open(seed_path("ppermute")).read().replace(

@@ -192,9 +192,11 @@ def signal_all(o_ref):
     pl.semaphore_wait(pltpu.get_barrier_semaphore(), bk.num_devices)
 
 
-def test_a_semaphore_output_is_unsupported_at_the_call(cpu):
+def test_a_barrier_semaphore_output_is_unsupported_at_the_call(cpu):
+    # REGULAR and DMA semaphore outputs are handed on (test_semaphore_operands.py); a
+    # barrier semaphore belongs to its collective_id.
     call = pl.pallas_call(signal_all, in_specs=[], out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
-                          out_shape=pltpu.SemaphoreType.REGULAR(()),
+                          out_shape=pltpu.SemaphoreType.BARRIER(()),
                           compiler_params=pltpu.CompilerParams(collective_id=0))
 
     def copy(x_ref, sem_ref, o_ref):
@@ -208,7 +210,7 @@ def test_a_semaphore_output_is_unsupported_at_the_call(cpu):
                               out_specs=bk.partition, check_vma=False))
     with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate():
         jax.block_until_ready(f(x()))
-    assert "semaphore-typed outputs" in str(e.value), str(e.value)
+    assert "a semaphore operand of type barrier_semaphore" in str(e.value), str(e.value)
     assert f"{__file__}:" in str(e.value), str(e.value)
 
 

@@ -97,7 +97,7 @@ def main(argv=None):
             try:
                 runpy.run_path(a.script, run_name="__main__")
             finally:
-                _effects_barrier()
+                _hook.wait_for_calls(report=True)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException as e:  # the script failed: say why, in tpusim's words when ours
@@ -110,13 +110,6 @@ def main(argv=None):
         if not results:
             print("tpusim: the script made no pallas_call", file=sys.stderr)
     return status
-
-
-def _effects_barrier():
-    """Waits for the calls JAX dispatched asynchronously (their reports count)."""
-    import jax
-
-    jax.effects_barrier()
 
 
 def _show(cmd, r):

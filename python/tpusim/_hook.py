@@ -6,10 +6,10 @@ whose ``interpret`` is :class:`TpusimParams` — what :func:`simulate` makes eve
 ``pallas_call`` get, as JAX's ``force_tpu_interpret_mode`` does for its interpreter —
 lowers to one XLA custom call per device (``jax.ffi.ffi_call`` of tpusim's handler),
 with the device's index and its operands. The P devices' calls meet in Rust, without
-the GIL (:class:`Meeting`, ``xla_call.rs``); the last to arrive hands the gathered
-operands to Python once, which evaluates the kernel jaxpr (once per kernel, shapes,
-mesh and SMEM values: the plan is cached) and runs the Rust pipeline; each device's
-call gets its outputs. Everything around the kernel is JAX's.
+the GIL (:class:`Meeting`, ``xla_call.rs``); the last to arrive hands every device's
+buffers to Python once, which evaluates the kernel jaxpr (once per kernel, shapes,
+mesh and SMEM values: the plan is cached) and runs the Rust pipeline, which reads the
+operands and writes the results in XLA's buffers. Everything around the kernel is JAX's.
 """
 
 import contextlib
@@ -67,6 +67,19 @@ def install():
             return original(ctx, *in_nodes, interpret=interpret, **params)
 
         pc._pallas_call_lowering = lowering
+        # JAX gives interpreted calls the IO effects of its callbacks; tpusim's custom
+        # call has none, and with none jit keeps its C++ fast path (no runtime token).
+        from jax._src import effects as jax_effects
+        from jax._src.pallas import core as pallas_core
+
+        interpret_effects = pallas_core.get_interpret_effects
+
+        def effects_of(interpret):
+            if isinstance(interpret, TpusimParams):
+                return jax_effects.no_effects
+            return interpret_effects(interpret)
+
+        pallas_core.get_interpret_effects = effects_of
         mlir.register_lowering(pc.pallas_call_p, lowering)
         jax = _jax()
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(_native.ffi_handler_address()), platform="cpu")
@@ -89,7 +102,7 @@ def _impl(*args, out_avals, **params):
     axis_sizes = dict(jax_core.get_axis_env().axis_sizes)
     params = dict(params, out_avals=out_avals)
     spec = CallSpec(params, axis_sizes)
-    meeting = Meeting(spec, [(a.shape, np.dtype(a.dtype)) for a in (x.aval for x in args)])
+    meeting = Meeting(spec, [(a.shape, _host_dtype(a.dtype)) for a in (x.aval for x in args)])
     device = jnp.int32(0)
     for k, n in axis_sizes.items():  # row-major over the mesh axes, as Meeting numbers them
         device = device * n + lax.axis_index(k).astype(jnp.int32)
@@ -97,6 +110,13 @@ def _impl(*args, out_avals, **params):
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
     outs = jax.ffi.ffi_call(_TARGET, shapes, has_side_effect=True)(header, *args)
     return list(outs)
+
+
+def _host_dtype(dtype):
+    """The numpy dtype of an operand's bytes: a semaphore's count is an int32."""
+    from ._jaxpr import sem_kind
+
+    return np.dtype(np.int32) if sem_kind(dtype) else np.dtype(dtype)
 
 
 # ---------------------------------------------------------------- meeting
@@ -118,16 +138,14 @@ class Meeting:
         self.P = 1
         for _, n in spec.axes:
             self.P *= n
-        self.id = _native.meeting_register(spec.name, self.P, self.run_bytes, _failed, self.timeout)
+        self.id = _native.meeting_register(spec.name, self.P, self.run_round, _failed, self.timeout)
 
-    def run_bytes(self, per_device):
-        """Every device's operands (bytes, in operand order) → every device's results (as
-        uint8 arrays)."""
-        args = [[np.frombuffer(b, dt).reshape(shape) for b, (shape, dt) in zip(row, self.in_avals)]
-                for row in per_device]
+    def run_round(self, bufs):
+        """Runs the gathered call on one round's buffers (``CallBuffers``: every device's
+        operands, read in place, and results, written in place)."""
         try:
             # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
-            res = self._run(args) if _backend() == "cpu" else _worker.submit(self._run, args)
+            self._run(bufs) if _backend() == "cpu" else _worker.submit(self._run, bufs)
         except BaseException as e:  # every device's call fails with it
             global _last_error
             _last_error = e
@@ -137,43 +155,45 @@ class Meeting:
             import traceback
 
             raise RuntimeError(f"tpusim internal error: {''.join(traceback.format_exception(e)).strip()}") from e
-        # Bytes as uint8 views, which Rust copies into XLA's result buffers.
-        return [[np.ascontiguousarray(x).reshape(-1).view(np.uint8) for x in row] for row in res]
 
-    def plan(self, per_device):
-        """The cached plan for these operands (keyed by the SMEM values they hold)."""
+    def plan(self, smem):
+        """The cached plan for these SMEM operand values (`smem[device]`: operand index →
+        array, for the scalar prefetch and SMEM operands, per Rust device)."""
         from ._plan import Plan
 
-        spec = self.spec
-        keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
-        key = (spec.key(), tuple(per_device[d][k].tobytes() for d in range(len(per_device)) for k in keys))
+        key = (self.spec.key(), tuple(a.tobytes() for per in smem for _, a in sorted(per.items())))
         plan = _plans.get(key)
         if plan is None:
-            smem = [{k: per_device[d][k] for k in keys} for d in range(len(per_device))]
-            plan = Plan(spec, smem)
+            plan = Plan(self.spec, smem)
             if len(_plans) >= 64:
                 _plans.pop(next(iter(_plans)))
             _plans[key] = plan
             _observe("planned", plan)
         return plan
 
-    def _run(self, per_device):
-        if self.spec.cores > 1:
-            per_device = [a for a in per_device for _ in range(self.spec.cores)]
-        plan = self.plan(per_device)
+    def _run(self, bufs):
+        spec, cores = self.spec, self.spec.cores
+        keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
+        smem = [{k: np.frombuffer(bufs.operand_bytes(d, k), self.in_avals[k][1]).reshape(self.in_avals[k][0])
+                 for k in keys} for d in range(self.P)]
+        # The cores of a chip are devices of the Rust mesh, reading their chip's operands.
+        rows = [r // cores for r in range(self.P * cores)]
+        plan = self.plan([smem[x] for x in rows])
         _observe("call", plan)
+        out_rows = [x * cores for x in range(self.P)]
         try:
-            outs = plan.call.run(plan.rust_inputs(per_device), backend=_backend(), schedule=config.schedule)
+            plan.call.run_into(bufs, rows, plan.input_operands, out_rows, plan.result_sources,
+                               backend=_backend(), schedule=config.schedule)
         except _native.TpusimError:
             if not _tolerant:
                 raise
             # The tools report what went wrong; the program goes on with zeros.
-            outs = [[np.zeros(o[2], _np_dtype(o[3])) for o in plan.outputs] for _ in range(plan.P)]
-        res = plan.results(outs)
-        if self.spec.cores > 1:
-            res = [res[i * self.spec.cores] for i in range(len(res) // self.spec.cores)]
-        return [[np.asarray(x).astype(a.dtype, copy=False).reshape(a.shape)
-                 for x, a in zip(row, self.spec.out_avals)] for row in res]
+            bufs.zero_results()
+        for k, buf in plan.smem_results:
+            a = spec.out_avals[k]
+            for x, r in enumerate(out_rows):
+                v = np.ascontiguousarray(np.asarray(buf.smem[r]).astype(a.dtype).reshape(a.shape))
+                bufs.write_result(x, k, v.reshape(-1).view(np.uint8))
 
 
 _last_error = None
@@ -367,6 +387,44 @@ def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
         jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
         config.backend, config.schedule = prev_cfg
         _chip[0] = prev_chip
+
+
+def wait_for_calls(report=False):
+    """Waits for the pallas_calls JAX dispatched asynchronously. tpusim's calls have no
+    effects (so jit keeps its fast path), so ``jax.effects_barrier`` alone does not wait
+    for them: every live array is waited for, then a computation on every device, which
+    JAX's CPU client starts only after the multi-device computations before it (those
+    whose results were dropped). With `report` (a script's end), the first error of a
+    call whose result is still alive (one the script kept but may never have looked at)
+    is raised; a call whose result is gone raised its error where it was used, if it was."""
+    jax = _jax()
+    first = None
+    for a in jax.live_arrays():
+        try:
+            a.block_until_ready()
+        except Exception as e:
+            first = first or e
+    devices = jax.devices()
+    if len(devices) > 1:
+        try:
+            jax.block_until_ready(_barrier(tuple(devices))())
+        except Exception:
+            pass
+    jax.effects_barrier()
+    if report and first is not None:
+        raise first
+
+
+@functools.lru_cache(maxsize=4)
+def _barrier(devices):
+    jax = _jax()
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(devices), ("tpusim_barrier",))
+    spec = PartitionSpec("tpusim_barrier")
+    x = jax.device_put(np.zeros(len(devices), np.int32), NamedSharding(mesh, spec))
+    f = jax.jit(jax.shard_map(lambda v: v + 1, mesh=mesh, in_specs=spec, out_specs=spec))
+    return lambda: f(x)
 
 
 def raise_ours(e):

@@ -8,6 +8,7 @@ SMEM values (scalar prefetch and SMEM operands decide control flow), and is what
 cache keeps: a repeated call with the same values reuses it and only executes.
 """
 
+import functools
 import json
 import math
 import re
@@ -104,18 +105,12 @@ class CallSpec:
             self.grid = ()
         self.num_index = self.gm.num_index_operands
         self.num_inputs = self.gm.num_inputs
-        # Refused here, at lowering, before JAX's callback is given a semaphore dtype.
-        for bm in self.gm.block_mappings:
-            if space_of(bm.transformed_block_aval.memory_space) == "sem":
-                raise unsupported(
-                    "semaphore-typed outputs and operands (memory_space=pltpu.SEMAPHORE)",
-                    f"`{self.name}` passes semaphores between calls; tpusim's semaphores belong to one call",
-                    _Where(None, self.site, "pallas_call"),
-                )
         self.num_outputs = self.gm.num_outputs
-        self.smem_inputs = []  # positions (among the call's operands) read here
+        # Positions (among the call's operands) of the inputs read here, when the call runs:
+        # SMEM operands, and semaphores (their counts are the kernel's starting counts).
+        self.smem_inputs = []
         for i, bm in enumerate(self.gm.block_mappings[: self.num_inputs]):
-            if space_of(bm.transformed_block_aval.memory_space) == "smem":
+            if space_of(bm.transformed_block_aval.memory_space) in ("smem", "sem"):
                 self.smem_inputs.append(self.num_index + i)
 
     def key(self):
@@ -171,6 +166,9 @@ class Plan:
         self.smem_out = []  # (output index, buffer)
         self.out_sources = []  # per output: ("rust", k) | ("smem", buffer)
         self.pipeline_sem = None
+        self.sem_inputs = []  # (semaphore, its counts per device): credited at entry
+        self.sem_outputs = []  # (semaphore, its counts' Rust output): read at exit
+        self._sem_scratch = []  # (semaphore operand, scratch kind, shape)
         self._pieces_made = {}  # see _pieces
         self.mesh = spec.tpusim_mesh()
         self.P = self.mesh.size
@@ -222,6 +220,11 @@ class Plan:
             name = spec.arg_name(k, f"out{j - spec.num_inputs}" if is_out else f"in{j}")
             ms = space_of(bm.transformed_block_aval.memory_space)
             arr = bm.array_aval
+            if ms == "sem":
+                ops.append((is_out, *self._sem_operand(name, arr, is_out, where)))
+                if not is_out:
+                    self.sem_inputs.append((ops[-1][1], [np.asarray(smem_values[d][k]) for d in range(self.P)]))
+                continue
             if ms == "smem":
                 b = Buffer("smem", name, arr.shape, arr.dtype)
                 init = (lambda d: np.zeros(arr.shape, arr.dtype)) if is_out else (lambda d: np.array(smem_values[d][k]))
@@ -247,6 +250,8 @@ class Plan:
                 if is_out == want_out and rust is not None:
                     rust[0].pos = len(self.inputs) + len(self.outputs)
                     target.append(rust[1])
+        for sem, kind, dims in self._sem_scratch:
+            sem.pos = self._add_scratch(kind, sem.name, dims, "i32")
         bufs = [seen for _, seen, _ in ops]
         # Aliased outputs: the output starts as the input (the Rust prologue copies it in);
         # the kernel's input ref is the output.
@@ -255,6 +260,11 @@ class Plan:
             ii, oj = i_idx - spec.num_index, spec.num_inputs + o_idx
             if ii < 0:
                 raise unsupported("input_output_aliases of a scalar prefetch operand", "", where)
+            if bufs[ii].kind == "sem" and bufs[oj].kind == "sem":
+                # One semaphore, its count carried in and out.
+                self.sem_inputs = [(bufs[oj] if b is bufs[ii] else b, v) for b, v in self.sem_inputs]
+                bufs[ii] = bufs[oj]
+                continue
             if ops[ii][2] is None or ops[oj][2] is None:
                 raise unsupported("input_output_aliases of SMEM operands", "", where)
             src, dst = ops[ii][2][0], ops[oj][2][0]
@@ -278,6 +288,52 @@ class Plan:
             vb.pos = self._add_scratch("vmem", vb.name, vb.shape, self._dt(vb.dtype, vb.name))
         if self.blocked:
             self.pipeline_sem = self._add_scratch("dma", "pipeline_sem", [], "i32")
+
+    def _sem_operand(self, name, arr, is_out, where):
+        """A semaphore-typed operand: (the semaphore the kernel sees, the Rust operand or
+        None). An input starts the kernel's semaphore at its counts (signals at entry);
+        an output is a semaphore the kernel hands on, whose counts at exit (read when
+        each device leaves) are an int32 Rust output."""
+        kind = sem_kind(arr.dtype)
+        if kind not in ("dma", "regular"):
+            raise unsupported(f"a semaphore operand of type {arr.dtype}", "DMA and REGULAR semaphores", where)
+        shape = tuple(arr.shape)
+        n = math.prod(shape)
+        sem = Buffer("sem", name, shape, arr.dtype, sem=kind)
+        # Its scratch slot comes once the Rust operands are known (positions follow them).
+        self._sem_scratch.append((sem, f"{kind}_out" if is_out else kind, [] if not shape else [n]))
+        if not is_out:
+            return sem, None
+        counts = Buffer("vmem", f"{name} (counts)", (max(n, 1),), np.int32)
+        self.sem_outputs.append((sem, counts))
+        return sem, (counts, (f"{name} (counts)", "vmem", [max(n, 1)], "i32"))
+
+    def _sem_paths(self, sem):
+        """The recorded form of each semaphore of `sem`, in row-major order."""
+        if not sem.shape:
+            return [[{"Arg": sem.pos}, None]]
+        return [[{"Arg": sem.pos}, i] for i in range(math.prod(sem.shape))]
+
+    def _sem_entry(self, p, device):
+        """The semaphore operands' counts, credited as the device enters the kernel."""
+        where = _Where(p, self.spec.site, "pallas_call")
+        for sem, values in self.sem_inputs:
+            for path, v in zip(self._sem_paths(sem), np.asarray(values[device]).reshape(-1)):
+                if v == 0:
+                    continue
+                if sem.sem == "dma" or v < 0:
+                    raise unsupported(
+                        f"a {sem.sem} semaphore operand `{sem.name}` with count {int(v)}",
+                        "tpusim completes every DMA within its call: a DMA semaphore comes in at 0, a REGULAR one at a count of at least 0",
+                        where,
+                    )
+                p.record("signal", self.spec.site, sem=path, inc=int(v), dev=None)
+
+    def _sem_exit(self, p):
+        """The semaphore outputs' counts, read as the device leaves the kernel."""
+        for sem, counts in self.sem_outputs:
+            for i, path in enumerate(self._sem_paths(sem)):
+                p.record("sem_read", self.spec.site, sem=path, dst=[counts.pos, [[0, i, 0]]])
 
     def _alloc(self, aval, name, where):
         ms = space_of(getattr(aval, "memory_space", None))
@@ -651,6 +707,7 @@ class Plan:
         # Blocked operands look at a point's neighbours: their grids are listed (the
         # budget refused grids too large to list before this); others go lazily.
         points = list(grid_points(self.grid)) if self.blocked else grid_points(self.grid)
+        last = math.prod(self.grid) - 1
         out = []
         idx_cache = {}
         if self.blocked:
@@ -669,6 +726,8 @@ class Plan:
                     view = self._block_view(hbm, bm, ids[g])
                     self._check_block(p, view, vb)
                     self._copy(p, view, RefV(vb), "BlockSpec")
+            if g == 0:
+                self._sem_entry(p, device)
             args = [RefV(b) for b in self.kernel_bufs]
             ev.run(spec.jaxpr, [], args)
             for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
@@ -679,6 +738,8 @@ class Plan:
                     view = self._block_view(hbm, bm, ids[g])
                     self._check_block(p, view, vb)
                     self._copy(p, RefV(vb), view, "BlockSpec")
+            if g == last:
+                self._sem_exit(p)
             p.drop_unused()
             out.append([r for r in p.ops if not r.get("dead")])
             self.budget.called(out[-1])
@@ -696,24 +757,19 @@ class Plan:
 
     # -- results
 
-    def results(self, rust_outs):
-        """Per device, the call's outputs: Rust's and SMEM's."""
-        res = []
-        for d in range(self.P):
-            row = []
-            for kind, x in self.out_sources:
-                if kind == "rust":
-                    row.append(rust_outs[d][x])
-                else:
-                    row.append(x.smem[d])
-            res.append(row)
-        return res
-
-    def rust_inputs(self, per_device_args):
-        """The Rust call's inputs per device from the call's operands per device."""
+    @functools.cached_property
+    def input_operands(self):
+        """The call's operand index of each Rust input (its non-SMEM inputs, in order)."""
         spec = self.spec
-        keep = []
-        for j, bm in enumerate(spec.gm.block_mappings[: spec.num_inputs]):
-            if space_of(bm.transformed_block_aval.memory_space) != "smem":
-                keep.append(spec.num_index + j)
-        return [[np.ascontiguousarray(args[k]) for k in keep] for args in per_device_args]
+        return [spec.num_index + j for j, bm in enumerate(spec.gm.block_mappings[: spec.num_inputs])
+                if space_of(bm.transformed_block_aval.memory_space) not in ("smem", "sem")]
+
+    @functools.cached_property
+    def result_sources(self):
+        """Per result of the call, the Rust output it is (``None``: an SMEM one)."""
+        return [x if kind == "rust" else None for kind, x in self.out_sources]
+
+    @functools.cached_property
+    def smem_results(self):
+        """The results the kernel keeps in SMEM: (result index, buffer)."""
+        return [(k, x) for k, (kind, x) in enumerate(self.out_sources) if kind == "smem"]

@@ -76,7 +76,7 @@ def _run(fn, args, devices):
     with _hook.simulate(devices=devices):
         res = fn(*args)
         jax.block_until_ready(res)
-        jax.effects_barrier()
+        _hook.wait_for_calls()
     return res
 
 

@@ -106,6 +106,19 @@ pub trait Prepared {
         self.read_outputs()
     }
 
+    /// Input `operand` of `device` in host memory, written in place of an
+    /// [`Prepared::upload`] (one copy from the caller's buffer); `None` where this run's
+    /// memory is not host vectors.
+    fn input_words(&mut self, _device: usize, _operand: usize) -> Option<&mut [u32]> {
+        None
+    }
+
+    /// Output `operand` of `device` in host memory after a run, read in place of
+    /// [`Prepared::read_outputs`]; `None` where this run's memory is not host vectors.
+    fn output_words(&self, _device: usize, _operand: usize) -> Option<&[u32]> {
+        None
+    }
+
     /// Runs piece `k` of a schedule prepared in pieces ([`Executor::prepare_pieces`]) once.
     fn run_piece(&mut self, _k: usize) -> Result<()> {
         Err(Error::bad_input("this run was not prepared in pieces"))

@@ -82,6 +82,9 @@ pub struct SemInfo {
     pub name: String,
     /// Kind.
     pub kind: SemKind,
+    /// Handed on as the kernel's output (`out_specs` in `pltpu.SEMAPHORE`): its count at
+    /// exit is a result, not a fault (a DMA not waited still is one).
+    pub carried: bool,
 }
 
 /// The per-device memory layout: allocations and semaphore slots.

@@ -167,16 +167,23 @@ impl PallasCall {
                     args.push(Arg::Ref(Ref::whole(id, MemorySpace::Vmem, *dtype, shape)));
                     names.push(name.clone());
                 }
-                ScratchSpec::Sem { name, kind, count } => {
+                ScratchSpec::Sem {
+                    name,
+                    kind,
+                    count,
+                    carried,
+                } => {
                     let base = layout.sems.len();
                     match count {
                         None => layout.sems.push(SemInfo {
                             name: name.clone(),
                             kind: *kind,
+                            carried: *carried,
                         }),
                         Some(n) => layout.sems.extend((0..*n).map(|i| SemInfo {
                             name: element(name, format_args!("{i}")),
                             kind: *kind,
+                            carried: *carried,
                         })),
                     }
                     args.push(Arg::Sem(Sem {
@@ -196,6 +203,7 @@ impl PallasCall {
                             layout.sems.push(SemInfo {
                                 name: element(name, format_args!("{r}, {c}")),
                                 kind: SemKind::Signal,
+                                carried: false,
                             });
                         }
                     }
@@ -215,6 +223,7 @@ impl PallasCall {
             layout.sems.push(SemInfo {
                 name: format!("barrier_semaphore(collective_id={id})"),
                 kind: SemKind::Barrier,
+                carried: false,
             });
             Sem {
                 base: layout.sems.len() - 1,
@@ -231,6 +240,7 @@ impl PallasCall {
         layout.sems.extend((0..MAX_SCOPED).map(|d| SemInfo {
             name: format!("run_scoped[{d}]"),
             kind: SemKind::Regular,
+            carried: false,
         }));
         let args = Args::new(args, names);
         Ok(Frame {

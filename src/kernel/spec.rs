@@ -41,6 +41,8 @@ pub enum ScratchSpec {
         kind: SemKind,
         /// `Some(n)` for an array of `n`.
         count: Option<usize>,
+        /// Handed on as an output ([`crate::ir::SemInfo::carried`]).
+        carried: bool,
     },
     /// A seed-003 signal matrix of `rows x cols` i32 counters per device.
     SignalMatrix {
@@ -130,11 +132,25 @@ impl GridSpec {
         self.sem(name, SemKind::Regular, Some(n))
     }
 
+    /// Adds a semaphore (an array of `count`) the kernel hands on as an output
+    /// (`out_specs` in `pltpu.SEMAPHORE`): its count at exit is a result the caller
+    /// reads ([`crate::ir::SemInfo::carried`]), not a fault.
+    pub fn carried_sem(mut self, name: &str, kind: SemKind, count: Option<usize>) -> Self {
+        self.scratch.push(ScratchSpec::Sem {
+            name: name.into(),
+            kind,
+            count,
+            carried: true,
+        });
+        self
+    }
+
     fn sem(mut self, name: &str, kind: SemKind, count: Option<usize>) -> Self {
         self.scratch.push(ScratchSpec::Sem {
             name: name.into(),
             kind,
             count,
+            carried: false,
         });
         self
     }

@@ -449,6 +449,9 @@ impl<'p> Engine<'p> {
                     continue;
                 }
                 let owed = self.credits.get(&i).filter(|q| !q.is_empty());
+                if info.carried && !(info.kind == SemKind::Dma && owed.is_some()) {
+                    continue; // its count is the kernel's output
+                }
                 if let (SemKind::Dma, Some(owed)) = (info.kind, owed) {
                     for (id, bytes) in owed.iter() {
                         problems.push(ExitProblem::DmaNotWaited {

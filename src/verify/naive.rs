@@ -212,6 +212,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
     let sem = |name: &str, kind| SemInfo {
         name: name.into(),
         kind,
+        carried: false,
     };
     let layout = Layout {
         allocs: vec![

@@ -18,7 +18,7 @@ use super::side::RaceSide;
 use super::sync::Facts;
 use super::uninit::{UninitRead, Written};
 use crate::error::Site;
-use crate::ir::{Completion, OpSite, Program, View};
+use crate::ir::{AllocId, Completion, OpSite, Program, View};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -250,6 +250,12 @@ struct Explain<'f> {
 }
 
 impl<'a> RaceChecker<'a> {
+    /// Elements `lo..hi` of allocation `alloc` as the byte range a TPU holds them in.
+    fn bytes_of(&self, alloc: AllocId, lo: usize, hi: usize) -> (u64, u64) {
+        let size = self.p.layout.allocs[alloc].dtype.size() as u64;
+        (lo as u64 * size, hi as u64 * size)
+    }
+
     /// A checker for `p`, whose waits are ordered as `orders` says.
     pub fn new(p: &'a Program, orders: &'a Orders, log: &'a [Entry]) -> Self {
         Self {
@@ -295,9 +301,10 @@ impl<'a> RaceChecker<'a> {
                 Race {
                     alloc: self.p.alloc_label(f.view.alloc()),
                     device: f.view.device(),
-                    bytes: (
-                        f.first.lo.max(f.second.lo) as u64 * 4,
-                        f.first.hi.min(f.second.hi) as u64 * 4,
+                    bytes: self.bytes_of(
+                        f.view.alloc(),
+                        f.first.lo.max(f.second.lo),
+                        f.first.hi.min(f.second.hi),
                     ),
                     first: self.side(&f.first),
                     second: self.side(&f.second),
@@ -358,7 +365,6 @@ impl<'a> RaceChecker<'a> {
         let Some((lo, hi)) = self.written.unwritten(view) else {
             return;
         };
-        let size = self.p.layout.allocs[view.alloc()].dtype.size() as u64;
         let read = self.side(&Access {
             lo,
             hi,
@@ -370,7 +376,7 @@ impl<'a> RaceChecker<'a> {
         let found = UninitRead {
             alloc: self.p.alloc_label(view.alloc()),
             device: view.device(),
-            bytes: (lo as u64 * size, hi as u64 * size),
+            bytes: self.bytes_of(view.alloc(), lo, hi),
             read,
         };
         if !self.uninit.iter().any(|u| u.key() == found.key()) {

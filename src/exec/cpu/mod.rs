@@ -263,6 +263,20 @@ impl Prepared for CpuRun<'_> {
         Ok(t.elapsed())
     }
 
+    fn input_words(&mut self, device: usize, operand: usize) -> Option<&mut [u32]> {
+        let a = *self.program.inputs.get(operand)?;
+        (device < self.program.devices).then(|| {
+            let i = self.mem.table.index_of(device, a);
+            &mut self.mem.bufs[i][..]
+        })
+    }
+
+    fn output_words(&self, device: usize, operand: usize) -> Option<&[u32]> {
+        let a = *self.program.outputs.get(operand)?;
+        (device < self.program.devices)
+            .then(|| &self.mem.bufs[self.mem.table.index_of(device, a)][..])
+    }
+
     fn run_piece(&mut self, k: usize) -> Result<()> {
         let r = self.pieces.get(k).cloned().ok_or_else(|| {
             crate::Error::bad_input(format!("no piece {k} of {}", self.pieces.len()))
