@@ -498,3 +498,31 @@ def test_a_kernel_over_a_sparsecore_mesh_is_unsupported_at_its_line():
             jax.block_until_ready(jax.jit(k)(jnp.zeros((8, 128), jnp.float32)))
     assert "ScalarSubcoreMesh" in str(e.value) and "SparseCores" in str(e.value), str(e.value)
     assert f"{__file__}:{marked_line(__file__, 'sparsecore kernel')}" in str(e.value), str(e.value)
+
+
+def test_a_calls_buffers_cannot_be_touched_after_it_returns(cpu, monkeypatch):
+    # XLA's buffers are lent to the simulation for the call only.
+    from tpusim import _hook
+
+    kept = []
+    run_round = _hook.Meeting.run_round
+
+    def keep(self, bufs):
+        kept.append(bufs)
+        return run_round(self, bufs)
+
+    monkeypatch.setattr(_hook.Meeting, "run_round", keep)
+
+    def copy(x_ref, y_ref):
+        y_ref[...] = x_ref[...]
+
+    f = bk.mapped(bk.call(copy, space=pltpu.VMEM))
+    with tpusim.simulate():
+        a = x()
+        np.testing.assert_array_equal(np.asarray(f(a)), np.asarray(a))
+    (bufs,) = kept
+    assert bufs.devices == 4
+    with pytest.raises(tpusim.BadInput, match="returned"):
+        bufs.operand_bytes(0, 0)
+    with pytest.raises(tpusim.BadInput, match="returned"):
+        bufs.zero_results()
