@@ -193,13 +193,18 @@ fn writing_a_dma_source_in_flight_is_a_race_and_after_wait_is_not() {
     );
 }
 
-/// Device 0 pushes into device 1's buffer, which device 1 reads; with `signal` the
+/// Device 0 pushes into device 1's buffer, which device 1 reads; with `wait_for_it` the
 /// reader waits for the DMA (ordered), without it the read is unordered (a race).
 fn push_then_read(wait_for_it: bool) -> PallasCall {
+    push_then_read_in(DType::I32, wait_for_it)
+}
+
+/// [`push_then_read`] on eight elements of `dtype`.
+fn push_then_read_in(dtype: DType, wait_for_it: bool) -> PallasCall {
     let spec = GridSpec::new()
-        .input("x", MemorySpace::Any, &[8], DType::I32)
-        .output("y", MemorySpace::Vmem, &[8], DType::I32)
-        .vmem("buf", &[8], DType::I32)
+        .input("x", MemorySpace::Any, &[8], dtype)
+        .output("y", MemorySpace::Vmem, &[8], dtype)
+        .vmem("buf", &[8], dtype)
         .dma_sem("send")
         .dma_sem("recv");
     PallasCall::new("push", spec, move |pl, a| {
@@ -239,26 +244,13 @@ fn reading_a_push_before_its_wait_is_a_race() {
 #[test]
 fn a_race_names_its_bytes_at_the_dtypes_width() {
     // The same race on eight f16 elements covers 16 bytes, not 32.
-    let spec = GridSpec::new()
-        .input("x", MemorySpace::Any, &[8], DType::F16)
-        .output("y", MemorySpace::Vmem, &[8], DType::F16)
-        .vmem("buf", &[8], DType::F16)
-        .dma_sem("send")
-        .dma_sem("recv");
-    let call = PallasCall::new("push16", spec, |pl, a| {
-        let me = pl.axis_index("x");
-        let c = pl.make_async_remote_copy(a.r(0), a.r(2), a.sem(3), a.sem(4), 1);
-        if me == 0 {
-            c.start();
-            c.wait_send();
-        }
-        if me == 1 {
-            pl.copy(a.r(1), a.r(2));
-            c.wait_recv();
-        }
-    });
     let mesh = Mesh::new(2, "x").unwrap();
-    let bad = check(&call, &mesh, &ScheduleSpec::check_set(2, 20, 0)).unwrap();
+    let bad = check(
+        &push_then_read_in(DType::F16, false),
+        &mesh,
+        &ScheduleSpec::check_set(2, 20, 0),
+    )
+    .unwrap();
     let Problem::Race(r) = &bad.findings[0].problem else {
         panic!("{:?}", bad.kinds())
     };

@@ -210,13 +210,6 @@ def _failed(message):
 _tolerant = 0
 
 
-def _np_dtype(name):
-    import ml_dtypes
-
-    return {"f32": np.float32, "i32": np.int32, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
-            "i8": np.int8, "u8": np.uint8, "bool": np.bool_}[name]
-
-
 def last_error():
     """The tpusim error the last failed pallas_call raised (JAX re-raises it as a
     runtime error of its own)."""
@@ -434,12 +427,6 @@ def raise_ours(e):
     if ours is None or isinstance(e, _native.TpusimError):
         return
     if type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and str(ours).split("\n")[0] in str(e):
-        import jax
-
-        try:  # JAX keeps the failed call's error for its next barrier (and at exit)
-            jax.effects_barrier()
-        except Exception:
-            pass
         if isinstance(ours, _native.TpusimError):
             raise ours.with_traceback(None) from e
         raise ours from e
