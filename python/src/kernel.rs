@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::exec::Executor;
+use tpusim::exec::{Coverage, Executor, Lent};
 use tpusim::model::Traffic;
 use tpusim::run::Job;
 use tpusim::run::Plan;
@@ -27,17 +27,25 @@ use crate::PyMesh;
 #[pyclass(module = "tpusim._native", frozen)]
 pub struct KernelCall {
     job: Job,
-    /// The last plan run (its schedule spec): a repeated call costs its execution only.
-    planned: Mutex<Option<(String, Arc<Plan>)>>,
+    /// The last plan run (its schedule spec) and what its schedule writes of the inputs
+    /// and outputs: a repeated call costs its execution only.
+    planned: Mutex<Option<Planned>>,
 }
 
+/// A plan under a schedule spec, with its coverage.
+type Planned = (String, Arc<Plan>, Arc<Coverage>);
+
 impl KernelCall {
-    /// The plan of this call under `schedule`, made once and kept.
-    fn plan_for(&self, schedule: &str, exec: &dyn tpusim::exec::Executor) -> PyResult<Arc<Plan>> {
+    /// The plan of this call under `schedule` and its coverage, made once and kept.
+    fn plan_for(
+        &self,
+        schedule: &str,
+        exec: &dyn tpusim::exec::Executor,
+    ) -> PyResult<(Arc<Plan>, Arc<Coverage>)> {
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, p)) = got.as_ref() {
+        if let Some((s, p, c)) = got.as_ref() {
             if s == schedule {
-                return Ok(p.clone());
+                return Ok((p.clone(), c.clone()));
             }
         }
         let job = self
@@ -46,8 +54,9 @@ impl KernelCall {
             .with_schedule(ScheduleSpec::parse(schedule).py()?);
         job.ensure_fits(Job::run_work(exec, false, false)).py()?;
         let plan = Arc::new(job.plan().py()?);
-        *got = Some((schedule.to_string(), plan.clone()));
-        Ok(plan)
+        let coverage = Arc::new(Coverage::of(&plan.program, &plan.schedule));
+        *got = Some((schedule.to_string(), plan.clone(), coverage.clone()));
+        Ok((plan, coverage))
     }
 }
 
@@ -172,7 +181,7 @@ impl KernelCall {
     ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
         let inputs = per_device(&inputs)?;
         let mut exec = executor(backend)?;
-        let plan = self.plan_for(schedule, &exec)?;
+        let (plan, _) = self.plan_for(schedule, &exec)?;
         let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, out)
     }
@@ -180,7 +189,10 @@ impl KernelCall {
     /// Runs the kernel on one round's buffers of the XLA custom call, in place: Rust
     /// device `r` reads operands `inputs` (one per Rust input) of XLA device `rows[r]`;
     /// XLA device `x` gets the outputs of Rust device `out_rows[x]`, its result `k` from
-    /// Rust output `results[k]` (`None`: a result Python writes).
+    /// Rust output `results[k]` (`None`: a result Python writes). On the CPU executor
+    /// XLA's buffers of 4-byte types are the run's memory
+    /// ([`tpusim::exec::cpu::CpuExecutor::prepare_lent`]);
+    /// elsewhere they are copied in and out.
     #[pyo3(signature = (buffers, rows, inputs, out_rows, results, backend="auto", schedule="eager"))]
     #[allow(clippy::too_many_arguments)]
     fn run_into(
@@ -194,9 +206,13 @@ impl KernelCall {
         schedule: &str,
     ) -> PyResult<()> {
         let exec = executor(backend)?;
-        let plan = self.plan_for(schedule, &exec)?;
+        let (plan, coverage) = self.plan_for(schedule, &exec)?;
         let prog = &plan.program;
-        if rows.len() != prog.devices || inputs.len() != prog.inputs.len() {
+        if rows.len() != prog.devices
+            || inputs.len() != prog.inputs.len()
+            || out_rows.iter().any(|&r| r >= prog.devices)
+            || results.iter().flatten().any(|&o| o >= prog.outputs.len())
+        {
             return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
                 "`{}`: {} rows of {} inputs for {} devices of {} inputs",
                 prog.name,
@@ -207,7 +223,6 @@ impl KernelCall {
             )));
         }
         exec.check(prog).py()?;
-        let mut run = exec.prepare(prog, &plan.schedule).py()?;
         let allocs = &prog.layout.allocs;
         let sized = |what: &str, bytes: usize, a: usize| -> PyResult<()> {
             let want = allocs[a].numel() * allocs[a].dtype.size();
@@ -219,48 +234,89 @@ impl KernelCall {
                 allocs[a].name
             )))
         };
-        // Operands into the run's memory: in place where it is host memory, else staged.
-        let mut staged = Vec::new();
+        // XLA's buffers the run can use in place: 4-byte elements, aligned to them.
+        let words = |b: &[u8], a: usize| match allocs[a].dtype.size() {
+            4 => bytemuck::try_cast_slice::<u8, u32>(b).is_ok(),
+            _ => false,
+        };
+        let cpu = tpusim::exec::cpu::CpuExecutor::new();
+        let mut lent = Vec::new();
+        let mut copied_in = Vec::new();
         for (r, &x) in rows.iter().enumerate() {
-            let mut row = Vec::new();
             for (i, &k) in inputs.iter().enumerate() {
                 let a = prog.inputs[i];
                 let bytes = buffers.operand(x, k)?;
                 sized("input", bytes.len(), a)?;
-                let dtype = allocs[a].dtype;
-                match run.input_words(r, i) {
-                    Some(words) => dtype.words_from_bytes(bytes, words),
-                    None => {
-                        let mut words = vec![0; allocs[a].numel()];
-                        dtype.words_from_bytes(bytes, &mut words);
-                        row.push(HostArray::from_words(dtype, &allocs[a].shape, words).py()?);
-                    }
+                if !exec.is_gpu() && words(bytes, a) {
+                    lent.push(Lent::Input {
+                        device: r,
+                        alloc: a,
+                        words: bytemuck::cast_slice(bytes),
+                    });
+                } else {
+                    copied_in.push((r, i, bytes));
                 }
             }
-            staged.push(row);
         }
-        if staged.iter().any(|r| !r.is_empty()) {
-            run.upload(&staged).py()?;
-        }
-        run.run(1).py()?;
-        let read = match prog.outputs.is_empty() || run.output_words(0, 0).is_some() {
-            true => None,
-            false => Some(run.read_outputs().py()?),
-        };
+        // Result `k` of XLA device `x` is lent as its Rust output, once; the others copy.
+        let mut copied_out = Vec::new();
         for (x, &r) in out_rows.iter().enumerate() {
             for (k, o) in results.iter().enumerate() {
                 let Some(o) = *o else { continue };
                 let a = prog.outputs[o];
                 let dst = buffers.result(x, k)?;
                 sized("output", dst.len(), a)?;
-                let words = match &read {
-                    Some(v) => &v[r][o].words[..],
-                    None => run
-                        .output_words(r, o)
-                        .expect("host memory, as its first output"),
-                };
-                allocs[a].dtype.bytes_from_words(words, dst);
+                let taken = lent
+                    .iter()
+                    .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));
+                if !exec.is_gpu() && !taken && words(dst, a) {
+                    lent.push(Lent::Output {
+                        device: r,
+                        alloc: a,
+                        words: bytemuck::cast_slice_mut(dst),
+                    });
+                } else {
+                    copied_out.push((r, o, dst));
+                }
             }
+        }
+        let mut run = match exec.is_gpu() {
+            true => exec.prepare(prog, &plan.schedule).py()?,
+            false => cpu
+                .prepare_lent(prog, &plan.schedule, &coverage, lent)
+                .py()?,
+        };
+        // The rest in: in place where the run's memory is host memory, else staged.
+        let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
+        for (r, i, bytes) in copied_in {
+            let a = prog.inputs[i];
+            let dtype = allocs[a].dtype;
+            match run.input_words(r, i) {
+                Some(w) => dtype.words_from_bytes(bytes, w),
+                None => {
+                    let mut w = vec![0; allocs[a].numel()];
+                    dtype.words_from_bytes(bytes, &mut w);
+                    staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
+                }
+            }
+        }
+        if staged.iter().any(|r| !r.is_empty()) {
+            run.upload(&staged).py()?;
+        }
+        run.run(1).py()?;
+        let read = match copied_out.is_empty() || run.output_words(0, 0).is_some() {
+            true => None,
+            false => Some(run.read_outputs().py()?),
+        };
+        for (r, o, dst) in copied_out {
+            let a = prog.outputs[o];
+            let words = match &read {
+                Some(v) => &v[r][o].words[..],
+                None => run
+                    .output_words(r, o)
+                    .expect("host memory, as its first output"),
+            };
+            allocs[a].dtype.bytes_from_words(words, dst);
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ mod heap;
 mod kernel;
 mod replay;
 mod xla_call;
+mod xla_ffi;
 
 use errors::{BadInput, OrPy};
 use pyo3::prelude::*;

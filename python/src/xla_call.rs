@@ -1,16 +1,16 @@
 //! The XLA custom call a `pallas_call` lowers to under `tpusim.simulate`: one call per
 //! device (XLA's typed FFI, `jax.ffi.ffi_call`), whose P calls meet here, in Rust,
-//! without the GIL. The last device to arrive takes the GIL once and hands every
+//! without the GIL. A device that is not the last to arrive leaves its buffers and a
+//! future with the meeting and returns: XLA's thread goes on, and its call completes
+//! when the future is set. The last to arrive takes the GIL once and hands every
 //! device's operand and result buffers ([`CallBuffers`]) to the meeting's Python
 //! callback, which plans the simulation and runs it on them in place (the data does not
-//! pass through Python); the others wait. A host callback per device (`io_callback`)
-//! cost milliseconds a call in JAX's machinery alone.
-//!
-//! The ABI structs mirror `xla/ffi/api/c_api.h` (jaxlib ships the header), each up to
-//! the last field this handler needs.
+//! pass through Python), then sets the others' futures. A watchdog fails a round whose
+//! devices do not all come in time. A host callback per device (`io_callback`) cost
+//! milliseconds a call in JAX's machinery alone; a call that blocked its XLA thread
+//! until the last device came cost the P threads' sleeps and wake-ups.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,122 +22,15 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::BadInput;
+use crate::xla_ffi::{self, Buffers, CallFrame, Future};
 
-#[repr(C)]
-struct Extension {
-    struct_size: usize,
-    kind: i32,
-    next: *mut Extension,
-}
-
-#[repr(C)]
-struct ApiVersion {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    major: i32,
-    minor: i32,
-}
-
-#[repr(C)]
-struct Metadata {
-    struct_size: usize,
-    api_version: ApiVersion,
-    traits: u32,
-    state_type_id: i64,
-}
-
-#[repr(C)]
-struct MetadataExtension {
-    base: Extension,
-    metadata: *mut Metadata,
-}
-
-#[repr(C)]
-struct Buffer {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    dtype: i32,
-    data: *mut c_void,
-    rank: i64,
-    dims: *const i64,
-}
-
-/// `XLA_FFI_Args` and `XLA_FFI_Rets` (the same layout).
-#[repr(C)]
-struct Buffers {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    size: i64,
-    types: *const i32,
-    items: *const *mut Buffer,
-}
-
-#[repr(C)]
-struct Attrs {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    size: i64,
-    types: *const i32,
-    names: *const c_void,
-    attrs: *const c_void,
-}
-
-#[repr(C)]
-struct CallFrame {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    api: *const Api,
-    ctx: *mut c_void,
-    stage: i32,
-    args: Buffers,
-    rets: Buffers,
-    attrs: Attrs,
-}
-
-#[repr(C)]
-struct ErrorCreateArgs {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    message: *const c_char,
-    errc: i32,
-}
-
-#[repr(C)]
-struct Api {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    api_version: ApiVersion,
-    internal_api: *const c_void,
-    error_create: unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut c_void,
-}
-
-/// The header's `XLA_FFI_API_MAJOR`/`MINOR` (jaxlib 0.12) and constants used here.
-const API_MAJOR: i32 = 0;
-const API_MINOR: i32 = 5;
-const EXTENSION_METADATA: i32 = 1;
-const STAGE_EXECUTE: i32 = 3;
-const ERROR_INTERNAL: i32 = 13;
-const DTYPE_S32: i32 = 4;
-
-/// Bytes per element of an XLA primitive type, for the types a pallas operand can have.
-fn element_bytes(dtype: i32) -> Option<usize> {
-    Some(match dtype {
-        1 | 2 | 6 => 1,       // pred, s8, u8
-        3 | 7 | 10 | 16 => 2, // s16, u16, f16, bf16
-        4 | 8 | 11 => 4,      // s32, u32, f32
-        5 | 9 | 12 | 15 => 8, // s64, u64, f64, c64
-        18 => 16,             // c128
-        _ => return None,
-    })
-}
-
-/// A device's operand or result buffer: XLA's memory, valid while its call waits here.
+/// A device's operand or result buffer: XLA's memory, valid until its call completes.
 #[derive(Clone, Copy)]
 struct Span {
     data: *mut u8,
     len: usize,
 }
-// The pointers are only used while every device's call is held in the meeting.
+// The pointers are only used before their calls complete (XLA keeps them until then).
 unsafe impl Send for Span {}
 unsafe impl Sync for Span {}
 
@@ -147,7 +40,7 @@ impl Span {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: XLA's buffer of that size, alive while its call waits in `join`.
+        // SAFETY: XLA's buffer of that size, alive until its call completes (after the round).
         unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
@@ -254,7 +147,7 @@ unsafe fn spans(list: &Buffers, from: usize) -> Result<Vec<Span>, String> {
     (from..list.size as usize)
         .map(|i| {
             let b = &**list.items.add(i);
-            let elem = element_bytes(b.dtype).ok_or_else(|| {
+            let elem = xla_ffi::element_bytes(b.dtype).ok_or_else(|| {
                 format!(
                     "operand {i} has an XLA type ({}) tpusim cannot take",
                     b.dtype
@@ -276,12 +169,32 @@ enum Failure {
     Here(String),
 }
 
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::InRun(m) | Failure::Here(m) => m,
+        }
+    }
+}
+
+/// One round of a meeting: the calls of every device's `k`-th call.
 struct Round {
     ins: Vec<Option<Vec<Span>>>,
     outs: Vec<Option<Vec<Span>>>,
     arrived: usize,
-    left: usize,
-    outcome: Option<Result<(), Failure>>,
+    /// The calls that came and went on, completed when the round ends.
+    pending: Vec<Future>,
+    deadline: Instant,
+    /// Set once the round failed before every device came: its late calls fail at once.
+    failed: Option<String>,
+}
+
+/// What a device's call does once it has joined its round.
+enum Joined {
+    /// Return this future to XLA: the round completes it.
+    Later(*mut xla_ffi::RawFuture),
+    /// The call is over (it led the round, or the round had failed).
+    Now(Result<(), Failure>),
 }
 
 struct Meeting {
@@ -291,8 +204,8 @@ struct Meeting {
     run: Py<PyAny>,
     /// Told the message of a call that fails here, not in `run` (a device missing).
     failed: Py<PyAny>,
+    /// Every device's next round, and the rounds some device has come to.
     state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
-    cv: Condvar,
 }
 
 fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
@@ -300,11 +213,11 @@ fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
     M.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// Registers a meeting of `devices` device calls of pallas_call `name`; `run` takes a
-/// list (per device) of lists of operand bytes and returns the same of results (C-contiguous
-/// uint8 arrays);
-/// `failed` is told the message of a call that fails in the meeting itself. Returns its
-/// number, the first element of every device call's header operand.
+/// Registers a meeting of `devices` device calls of pallas_call `name`; `run` is called
+/// with one round's [`CallBuffers`] and runs the call on them; `failed` is told the
+/// message of a call that fails in the meeting itself (a device that did not come within
+/// `timeout_s`). Returns its number, the first element of every device call's header
+/// operand.
 #[pyfunction]
 #[pyo3(signature = (name, devices, run, failed, timeout_s=120.0))]
 pub fn meeting_register(
@@ -322,7 +235,6 @@ pub fn meeting_register(
         run,
         failed,
         state: Mutex::new((vec![0; devices], HashMap::new())),
-        cv: Condvar::new(),
     }));
     let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
     all.push(m);
@@ -336,82 +248,122 @@ pub fn ffi_handler_address() -> usize {
 }
 
 impl Meeting {
-    fn join(&self, device: usize, ins: Vec<Span>, outs: Vec<Span>) -> Result<(), Failure> {
+    /// Device `device`'s call joins its round; `api` makes its future if it is not the
+    /// last to come.
+    fn join(
+        &'static self,
+        device: usize,
+        ins: Vec<Span>,
+        outs: Vec<Span>,
+        api: *const xla_ffi::Api,
+    ) -> Joined {
         if device >= self.devices {
-            return Err(Failure::Here(format!(
+            return Joined::Now(Err(Failure::Here(format!(
                 "device {device} in a meeting of {}",
                 self.devices
-            )));
+            ))));
         }
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (count, rounds) = &mut *guard;
         let k = count[device];
         count[device] += 1;
         let p = self.devices;
-        let round = rounds.entry(k).or_insert_with(|| Round {
-            ins: vec![None; p],
-            outs: vec![None; p],
-            arrived: 0,
-            left: p,
-            outcome: None,
+        let round = rounds.entry(k).or_insert_with(|| {
+            watchdog().opened(self);
+            Round {
+                ins: vec![None; p],
+                outs: vec![None; p],
+                arrived: 0,
+                pending: Vec::new(),
+                deadline: Instant::now() + self.timeout,
+                failed: None,
+            }
         });
-        if round.outcome.is_none() {
-            round.ins[device] = Some(ins);
-            round.outs[device] = Some(outs);
-            round.arrived += 1;
+        round.arrived += 1;
+        if let Some(msg) = &round.failed {
+            let msg = msg.clone();
+            if round.arrived == p {
+                rounds.remove(&k);
+            }
+            return Joined::Now(Err(Failure::Here(msg)));
         }
-        if round.outcome.is_none() && round.arrived == p {
-            let ins: Vec<Vec<Span>> = round
-                .ins
-                .iter_mut()
-                .map(|s| s.take().unwrap_or_default())
-                .collect();
-            let outs: Vec<Vec<Span>> = round
-                .outs
-                .iter_mut()
-                .map(|s| s.take().unwrap_or_default())
-                .collect();
-            drop(guard);
-            let outcome = self.lead(ins, outs);
-            guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            guard.1.get_mut(&k).expect("the round in progress").outcome = Some(outcome);
-            self.cv.notify_all();
-        } else {
-            let deadline = Instant::now() + self.timeout;
-            loop {
-                let r = guard.1.get_mut(&k).expect("the round in progress");
-                if r.outcome.is_some() {
-                    break;
+        round.ins[device] = Some(ins);
+        round.outs[device] = Some(outs);
+        if round.arrived < p {
+            // SAFETY: the API of this call's live frame.
+            return match unsafe { Future::create(api) } {
+                Ok(f) => {
+                    let raw = f.raw();
+                    round.pending.push(f);
+                    Joined::Later(raw)
                 }
-                let now = Instant::now();
-                // Once every device is in, the simulation may take as long as it takes.
-                if r.arrived < p && now >= deadline {
-                    r.outcome = Some(Err(Failure::Here(format!(
-                        "bad input: only {} of the {p} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
+                Err(()) => {
+                    // The round cannot wait for this call: it fails, as on a timeout.
+                    let msg = "XLA refused a future for a call of pallas_call".to_string();
+                    round.failed = Some(msg.clone());
+                    round.ins.clear();
+                    round.outs.clear();
+                    let pending = std::mem::take(&mut round.pending);
+                    drop(guard);
+                    watchdog().closed(1);
+                    for f in pending {
+                        f.set(Err(&msg));
+                    }
+                    Joined::Now(Err(Failure::Here(msg)))
+                }
+            };
+        }
+        let round = rounds.remove(&k).expect("the round in progress");
+        drop(guard);
+        watchdog().closed(1);
+        let ins = round
+            .ins
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        let outs = round
+            .outs
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        let outcome = self.lead(ins, outs);
+        for f in round.pending {
+            f.set(outcome.as_ref().map(|_| ()).map_err(Failure::message));
+        }
+        Joined::Now(outcome)
+    }
+
+    /// Fails the rounds whose time is up before every device came (their calls complete
+    /// with the error; the devices still to come fail at once).
+    fn expire(&self, now: Instant) {
+        let mut expired = Vec::new();
+        {
+            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            for r in guard.1.values_mut() {
+                if r.failed.is_none() && now >= r.deadline {
+                    let msg = format!(
+                        "bad input: only {} of the {} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
                         r.arrived,
+                        self.devices,
                         self.name,
                         self.timeout.as_secs_f64()
-                    ))));
-                    self.cv.notify_all();
-                    break;
+                    );
+                    r.failed = Some(msg.clone());
+                    r.ins.clear();
+                    r.outs.clear();
+                    expired.push((msg, std::mem::take(&mut r.pending)));
                 }
-                let wait = deadline
-                    .saturating_duration_since(now)
-                    .max(Duration::from_millis(100));
-                guard = self
-                    .cv
-                    .wait_timeout(guard, wait)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
             }
         }
-        let r = guard.1.get_mut(&k).expect("the round in progress");
-        let outcome = r.outcome.clone().expect("set above");
-        r.left -= 1;
-        if r.left == 0 {
-            guard.1.remove(&k);
+        if !expired.is_empty() {
+            watchdog().closed(expired.len());
         }
-        outcome
+        for (msg, pending) in expired {
+            Python::attach(|py| self.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
+            for f in pending {
+                f.set(Err(&msg));
+            }
+        }
     }
 
     /// Hands the operands to Python once and copies its results into XLA's buffers.
@@ -434,23 +386,74 @@ impl Meeting {
     }
 }
 
-unsafe fn error(api: *const Api, message: &str) -> *mut c_void {
-    let msg = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    let mut args = ErrorCreateArgs {
-        struct_size: std::mem::offset_of!(ErrorCreateArgs, errc) + 4,
-        extension_start: null_mut(),
-        message: msg.as_ptr(),
-        errc: ERROR_INTERNAL,
-    };
-    ((*api).error_create)(&mut args)
+/// The thread that fails rounds whose devices did not all come in time: it looks at the
+/// meetings every tick while a round is open anywhere, and sleeps while none is.
+struct Watchdog {
+    /// The rounds open, and every meeting that ever had one.
+    state: Mutex<(usize, Vec<&'static Meeting>)>,
+    cv: Condvar,
 }
 
-unsafe fn call(frame: &CallFrame) -> Result<(), String> {
+fn watchdog() -> &'static Watchdog {
+    static W: OnceLock<&'static Watchdog> = OnceLock::new();
+    W.get_or_init(|| {
+        let w: &'static Watchdog = Box::leak(Box::new(Watchdog {
+            state: Mutex::new((0, Vec::new())),
+            cv: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("tpusim-meetings".into())
+            .spawn(move || w.watch())
+            .expect("a thread for the meetings' watchdog");
+        w
+    })
+}
+
+impl Watchdog {
+    /// `m` opened a round.
+    fn opened(&self, m: &'static Meeting) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.1.iter().any(|o| std::ptr::eq(*o, m)) {
+            s.1.push(m);
+        }
+        s.0 += 1;
+        if s.0 == 1 {
+            self.cv.notify_one();
+        }
+    }
+
+    /// `n` rounds ended (ran, or failed).
+    fn closed(&self, n: usize) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 = s.0.saturating_sub(n);
+    }
+
+    fn watch(&self) {
+        let tick = Duration::from_millis(50);
+        loop {
+            let watched = {
+                let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                while s.0 == 0 {
+                    s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+                s.1.clone()
+            };
+            std::thread::sleep(tick);
+            let now = Instant::now();
+            for m in watched {
+                m.expire(now);
+            }
+        }
+    }
+}
+
+/// Joins the call of `frame` to its meeting.
+unsafe fn call(frame: &mut CallFrame) -> Result<(), String> {
     if frame.args.size < 1 {
         return Err("the call has no header operand".into());
     }
     let header = &**frame.args.items;
-    if header.dtype != DTYPE_S32 || header.rank != 1 || *header.dims != 2 {
+    if header.dtype != xla_ffi::DTYPE_S32 || header.rank != 1 || *header.dims != 2 {
         return Err("the header operand is not int32[2]".into());
     }
     let h = std::slice::from_raw_parts(header.data as *const i32, 2);
@@ -458,40 +461,36 @@ unsafe fn call(frame: &CallFrame) -> Result<(), String> {
         let all = meetings().lock().unwrap_or_else(|e| e.into_inner());
         *all.get(h[0] as usize).ok_or("no such meeting")?
     };
-    let joined = spans(&frame.args, 1)
-        .and_then(|ins| Ok((ins, spans(&frame.rets, 0)?)))
-        .map_err(Failure::Here)
-        .and_then(|(ins, outs)| meeting.join(h[1] as usize, ins, outs));
-    if let Err(Failure::Here(msg)) = &joined {
-        Python::attach(|py| meeting.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
+    let spans = spans(&frame.args, 1).and_then(|ins| Ok((ins, spans(&frame.rets, 0)?)));
+    let joined = match spans {
+        Ok((ins, outs)) => meeting.join(h[1] as usize, ins, outs, frame.api),
+        Err(msg) => Joined::Now(Err(Failure::Here(msg))),
+    };
+    match joined {
+        Joined::Later(future) => {
+            frame.future = future;
+            Ok(())
+        }
+        Joined::Now(Ok(())) => Ok(()),
+        Joined::Now(Err(f)) => {
+            if let Failure::Here(msg) = &f {
+                Python::attach(|py| meeting.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
+            }
+            Err(f.message().to_string())
+        }
     }
-    joined.map_err(|f| match f {
-        Failure::InRun(m) | Failure::Here(m) => m,
-    })
 }
 
 /// The FFI handler (execute stage; answers XLA's metadata query).
-unsafe extern "C" fn handler(frame: *mut CallFrame) -> *mut c_void {
-    let f = &*frame;
-    let ext = f.extension_start;
-    if !ext.is_null() && (*ext).kind == EXTENSION_METADATA {
-        let m = &mut *(*(ext as *mut MetadataExtension)).metadata;
-        m.api_version = ApiVersion {
-            struct_size: std::mem::size_of::<ApiVersion>(),
-            extension_start: null_mut(),
-            major: API_MAJOR,
-            minor: API_MINOR,
-        };
-        m.traits = 0;
-        m.state_type_id = 0;
+unsafe extern "C" fn handler(frame: *mut CallFrame) -> *mut std::ffi::c_void {
+    let f = &mut *frame;
+    if xla_ffi::answer_metadata(f) || f.stage != xla_ffi::STAGE_EXECUTE {
         return null_mut();
     }
-    if f.stage != STAGE_EXECUTE {
-        return null_mut();
-    }
+    let api = f.api;
     match catch_unwind(AssertUnwindSafe(|| call(f))) {
         Ok(Ok(())) => null_mut(),
-        Ok(Err(msg)) => error(f.api, &msg),
-        Err(_) => error(f.api, "tpusim's pallas_call handler panicked"),
+        Ok(Err(msg)) => xla_ffi::error(api, &msg),
+        Err(_) => xla_ffi::error(api, "tpusim's pallas_call handler panicked"),
     }
 }

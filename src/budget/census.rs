@@ -42,6 +42,8 @@ pub struct Traced {
     pub ops: f64,
     /// DMAs started.
     pub dmas: f64,
+    /// The runs those DMAs move (a data op each: a strided DMA moves one per row).
+    pub dma_runs: f64,
     /// VMEM compute ops.
     pub computes: f64,
     /// Semaphore signals (local or remote).
@@ -136,6 +138,7 @@ impl Census {
                 let w = wd * wg;
                 t.ops += w * rec.ops.len() as f64;
                 t.dmas += w * rec.dmas.len() as f64;
+                t.dma_runs += w * rec.dmas.iter().map(|d| d.runs().1 as f64).sum::<f64>();
                 for op in &rec.ops {
                     match op.kind {
                         OpKind::Compute(_) => t.computes += w,
@@ -157,6 +160,7 @@ impl Census {
         self.traced = Some(Traced {
             ops: t.ops / n,
             dmas: t.dmas / n,
+            dma_runs: t.dma_runs / n,
             computes: t.computes / n,
             signals: t.signals / n,
             marks: t.marks / n,
@@ -176,6 +180,7 @@ impl Census {
             Traced {
                 ops: t(|t| t.ops),
                 dmas: t(|t| t.dmas),
+                dma_runs: t(|t| t.dma_runs),
                 computes: t(|t| t.computes),
                 signals: t(|t| t.signals),
                 marks: t(|t| t.marks),

@@ -212,7 +212,7 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
     let t = c.traced.unwrap_or_default();
     let ops = p * t.ops;
     let dmas = p * t.dmas;
-    let data_ops = p * (t.computes + t.dmas + c.copies);
+    let data_ops = p * (t.computes + t.dma_runs + c.copies);
     let mut parts = Vec::new();
     let mut host = |name, bytes, scales| {
         parts.push(Part {

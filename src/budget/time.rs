@@ -139,7 +139,7 @@ pub fn time(c: &Census, work: Work) -> Time {
     let p = c.devices;
     let t = c.traced.unwrap_or_default();
     let ops = p * t.ops;
-    let data_ops = p * (t.computes + t.dmas + c.copies);
+    let data_ops = p * (t.computes + t.dma_runs + c.copies);
     let waits = p * (t.ops - t.dmas - t.computes - t.signals - t.marks).max(0.0);
     let outputs = p * c.output_bytes / HOST_WORD;
     let words = p * (c.input_bytes + c.output_bytes) / HOST_WORD;
@@ -299,6 +299,7 @@ mod tests {
             traced: Some(Traced {
                 ops,
                 dmas: ops / 4.0,
+                dma_runs: ops / 4.0,
                 computes: ops / 8.0,
                 signals: 0.0,
                 marks: 0.0,

@@ -3,12 +3,15 @@
 
 pub mod cpu;
 pub mod gpu;
+mod lend;
 pub mod ranks;
 
 use crate::array::HostArray;
 use crate::error::{Error, Result};
 use crate::ir::{Program, Schedule, View};
 use std::time::Duration;
+
+pub use lend::{Coverage, Lent};
 
 /// Runs a schedule on some memory. The lifecycle: [`Executor::prepare`] a schedule once
 /// (memory, and on the GPU the recorded commands), then [`Prepared::upload`] inputs,

@@ -20,6 +20,7 @@ mod sequence;
 mod site;
 mod source_files;
 mod view;
+mod written;
 
 pub use compute::{
     dot_shape, Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction, Unary, Work,
@@ -34,4 +35,5 @@ pub use program::{grid_coords, Feed, Invocation, Program};
 pub use schedule::{Memory, Schedule};
 pub use sequence::{feed, sequence};
 pub use site::{OpSite, SourceLoc};
-pub use view::{SemRef, View};
+pub use view::{Block, SemRef, View};
+pub use written::Written;

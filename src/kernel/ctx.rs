@@ -4,7 +4,7 @@
 use super::refs::{Fault, Ref, Sem};
 use crate::array::DType;
 use crate::error::{KernelError, KernelErrorKind, Site};
-use crate::ir::{Cmp, SemId};
+use crate::ir::{Block, Cmp, SemId};
 use crate::ir::{
     DataOp, Dma, Iteration, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef,
     SourceLoc, View, WaitKind,
@@ -182,13 +182,64 @@ impl<'a> Ctx<'a> {
             self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
             return None;
         }
-        // HBM belongs to the chip: its cores address it on the first one.
-        let device = if r.space == MemorySpace::Any {
+        if let Some((rows, len, stride)) = r.rows() {
+            let f = Fault::rows(rows, stride, len);
+            self.fail(
+                site,
+                KernelErrorKind::Misuse,
+                format!(
+                    "{}: `{}` takes a contiguous ref here (a strided window moves by DMA)",
+                    f.describe(self.name(r)),
+                    site.op()
+                ),
+            );
+            return None;
+        }
+        Some(View::new(
+            self.chip_device(r, device),
+            r.alloc,
+            r.offset,
+            r.numel(),
+        ))
+    }
+
+    /// HBM belongs to the chip: its cores address it on the first one.
+    fn chip_device(&self, r: &Ref, device: usize) -> usize {
+        if r.space == MemorySpace::Any {
             device - device % self.cores.max(1)
         } else {
             device
+        }
+    }
+
+    /// What a DMA of `r` on `device` moves: its rows, or one contiguous run.
+    pub(super) fn block(&self, r: &Ref, device: usize, site: OpSite) -> Option<Block> {
+        let Some((rows, len, stride)) = r.rows() else {
+            return self.view(r, device, site).map(Block::from);
         };
-        Some(View::new(device, r.alloc, r.offset, r.numel()))
+        if r.fault == Some(Fault::Arg) {
+            return None;
+        }
+        if let Some(f) = r.fault {
+            self.fail(site, KernelErrorKind::OutOfBounds, f.describe(self.name(r)));
+            return None;
+        }
+        let size = self.layout.allocs[r.alloc].numel();
+        let end = r.offset + (rows - 1) * stride + len;
+        if end > size {
+            self.fail(
+                site,
+                KernelErrorKind::OutOfBounds,
+                format!(
+                    "`{}` as {rows} rows of {len} elements {stride} apart from element {} ends at element {end} of {size}",
+                    self.name(r),
+                    r.offset
+                ),
+            );
+            return None;
+        }
+        let first = View::new(self.chip_device(r, device), r.alloc, r.offset, len);
+        Block::new(first, rows, stride)
     }
 
     fn sem_ref(&self, s: &Sem, device: usize, want: &[SemKind], site: OpSite) -> Option<SemRef> {
@@ -348,8 +399,8 @@ impl<'a> Ctx<'a> {
     pub fn make_async_copy<'c>(&'c self, src: Ref, dst: Ref, sem: Sem) -> AsyncCopy<'c, 'a> {
         let site = self.site("make_async_copy");
         let dma = (|| {
-            let s = self.view(&src, self.device, site)?;
-            let d = self.view(&dst, self.device, site)?;
+            let s = self.block(&src, self.device, site)?;
+            let d = self.block(&dst, self.device, site)?;
             let sem = self.sem_ref(&sem, self.device, DMA_SIGNALS, site)?;
             self.same_shape(&src, &dst, site).then_some(())?;
             Some(Dma {
@@ -383,8 +434,8 @@ impl<'a> Ctx<'a> {
         let own_recv = self.sem_ref(&recv_sem, self.device, DMA_SIGNALS, site);
         let dma = (|| {
             let target = self.resolve(&id, site)?;
-            let s = self.view(&src, self.device, site)?;
-            let d = self.view(&dst, target, site)?;
+            let s = self.block(&src, self.device, site)?;
+            let d = self.block(&dst, target, site)?;
             let send = self.sem_ref(&send_sem, self.device, DMA_SIGNALS, site)?;
             let recv = self.sem_ref(&recv_sem, target, DMA_SIGNALS, site)?;
             self.same_shape(&src, &dst, site).then_some(())?;

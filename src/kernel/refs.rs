@@ -33,12 +33,34 @@ pub(crate) enum Fault {
         dim: usize,
     },
     AtScalar,
+    /// A column slice that leaves the last dimension.
+    Cols {
+        start: i64,
+        size: i64,
+        dim: usize,
+    },
+    /// A window of rows that overlap each other, or a strided window used where only a
+    /// contiguous run can be.
+    Rows {
+        rows: i64,
+        stride: i64,
+        len: usize,
+    },
     /// A kernel argument that does not exist or has the other kind (already reported
     /// where the kernel asked for it).
     Arg,
 }
 
 impl Fault {
+    /// `rows` rows of `len` elements, `stride` apart, where they cannot be.
+    pub(crate) fn rows(rows: usize, stride: usize, len: usize) -> Fault {
+        Fault::Rows {
+            rows: rows as i64,
+            stride: stride as i64,
+            len,
+        }
+    }
+
     pub(crate) fn describe(&self, name: &str) -> String {
         match self {
             Fault::At { index, size } => format!(
@@ -49,14 +71,23 @@ impl Fault {
                 "`{name}` slice ds({start}, {size}) leaves a leading dimension of size {dim}"
             ),
             Fault::AtScalar => format!("`{name}.at(..)` on a ref with no dimensions left"),
+            Fault::Cols { start, size, dim } => format!(
+                "`{name}` column slice ds({start}, {size}) leaves a last dimension of size {dim}"
+            ),
+            Fault::Rows { rows, stride, len } => format!(
+                "`{name}` as {rows} rows of {len} elements {stride} apart: rows must not overlap"
+            ),
             Fault::Arg => format!("`{name}` is not a kernel argument"),
         }
     }
 }
 
 /// A typed view of one allocation (the same allocation on every device): dtype,
-/// shape and element offset. `.at(i)` drops the leading dimension, `.slice(ds(..))`
-/// narrows it; views are therefore always contiguous.
+/// shape and element offset. `.at(i)` drops the leading dimension and `.slice(ds(..))`
+/// narrows it, which keep a view contiguous; `.cols(ds(..))` narrows the last dimension,
+/// which makes it a window of rows (every dimension but the last) a fixed stride apart:
+/// what a DMA moves as one (`x_ref.at[pl.ds(..), pl.ds(..)]`); compute and VMEM
+/// assignments take contiguous refs only.
 #[derive(Clone, Copy, Debug)]
 pub struct Ref {
     pub(crate) alloc: AllocId,
@@ -65,6 +96,8 @@ pub struct Ref {
     rank: u8,
     dims: [usize; MAX_RANK],
     pub(crate) offset: usize,
+    /// Elements from one row (every index but the last) to the next; 0: contiguous.
+    stride: usize,
     pub(crate) fault: Option<Fault>,
 }
 
@@ -87,6 +120,7 @@ impl Ref {
             rank: shape.len() as u8,
             dims,
             offset: 0,
+            stride: 0,
             fault: None,
         }
     }
@@ -116,8 +150,22 @@ impl Ref {
         (self.numel() * self.dtype.size()) as u64
     }
 
+    /// Elements from one index of the leading dimension to the next.
     fn row_len(&self) -> usize {
-        self.shape()[1..].iter().product()
+        let dims = self.shape();
+        match (self.stride, dims.len()) {
+            (0, _) | (_, 0..=1) => dims[1..].iter().product(),
+            (s, n) => dims[1..n - 1].iter().product::<usize>() * s,
+        }
+    }
+
+    /// Rows (every index but the last), elements per row and the stride between rows
+    /// when this ref is a strided window; `None` when it is contiguous.
+    pub fn rows(&self) -> Option<(usize, usize, usize)> {
+        let dims = self.shape();
+        let n = dims.len();
+        let (rows, len) = (dims[..n.saturating_sub(1)].iter().product(), *dims.last()?);
+        (self.stride != 0 && rows > 1 && self.stride != len).then_some((rows, len, self.stride))
     }
 
     /// A copy of this ref to index on its leading dimension, or `None` when it is faulty
@@ -149,6 +197,9 @@ impl Ref {
         r.dims.copy_within(1..MAX_RANK, 0);
         r.dims[MAX_RANK - 1] = 0;
         r.rank -= 1;
+        if r.rank <= 1 {
+            r.stride = 0;
+        }
         r
     }
 
@@ -159,6 +210,11 @@ impl Ref {
             return *self;
         }
         let mut r = *self;
+        if let Some((rows, len, stride)) = self.rows() {
+            r.fault = Some(Fault::rows(rows, stride, len));
+            return r;
+        }
+        r.stride = 0;
         let n = self.numel();
         r.dims = [0; MAX_RANK];
         r.dims[0] = n;
@@ -182,6 +238,50 @@ impl Ref {
         }
         r.offset += d.start as usize * self.row_len();
         r.dims[0] = d.size as usize;
+        r
+    }
+
+    /// `ref.at[..., pl.ds(start, size)]`: columns `start .. start + size` of the last
+    /// dimension, every row (every index but the last) kept: a strided window of the
+    /// rows, unless it takes whole rows.
+    pub fn cols(&self, d: Ds) -> Ref {
+        let Some(mut r) = self.indexable() else {
+            return self.faulted();
+        };
+        let n = r.rank as usize;
+        let dim = r.dims[n - 1];
+        if d.start < 0 || d.size < 0 || (d.start + d.size) as usize > dim {
+            r.fault = Some(Fault::Cols {
+                start: d.start,
+                size: d.size,
+                dim,
+            });
+            return r;
+        }
+        if r.stride == 0 && n > 1 {
+            r.stride = dim;
+        }
+        r.offset += d.start as usize;
+        r.dims[n - 1] = d.size as usize;
+        r
+    }
+
+    /// This one-dimensional ref as the first of `rows` rows, each `stride` elements after
+    /// the one before: a window of a wider array, as a front end that resolved its
+    /// indices to element offsets names it (`x.flat().slice(ds(offset, len)).rows(..)`).
+    pub fn rows_of(&self, rows: usize, stride: usize) -> Ref {
+        let Some(mut r) = self.indexable() else {
+            return self.faulted();
+        };
+        let len = r.dims[0];
+        if r.rank != 1 || (rows > 1 && stride < len) {
+            r.fault = Some(Fault::rows(rows, stride, len));
+            return r;
+        }
+        r.rank = 2;
+        r.dims[0] = rows;
+        r.dims[1] = len;
+        r.stride = stride;
         r
     }
 }

@@ -296,55 +296,47 @@ impl<'p> Engine<'p> {
             return;
         };
         let f = &mut self.in_flight[at];
-        let moved = match side {
+        let moved: Vec<DataOp> = match side {
             Completion::Local => {
                 f.recv = false;
-                Some(DataOp::Copy {
-                    src: dma.src,
-                    dst: dma.dst,
-                })
+                dma.copies(None).collect()
             }
             Completion::Recv => {
                 f.recv = false;
-                let src = match f.staged.take() {
-                    Some(v) => {
-                        self.staging[v.device()].free(v.offset());
-                        v
-                    }
-                    None => dma.src,
-                };
-                Some(DataOp::Copy { src, dst: dma.dst })
+                let via = f.staged.take();
+                if let Some(v) = via {
+                    self.staging[v.device()].free(v.offset());
+                }
+                dma.copies(via).collect()
             }
             Completion::Send => {
                 f.send = false;
                 if f.recv {
                     let dev = dma.src.device();
+                    let n = dma.src.numel();
                     let v = View::new(
                         dev,
                         Schedule::staging_alloc(self.p),
-                        self.staging[dev].alloc(dma.src.len()),
-                        dma.src.len(),
+                        self.staging[dev].alloc(n),
+                        n,
                     );
                     f.staged = Some(v);
-                    Some(DataOp::Copy {
-                        src: dma.src,
-                        dst: v,
-                    })
+                    dma.stage(v).collect()
                 } else {
-                    None
+                    Vec::new()
                 }
             }
         };
         if !f.send && !f.recv {
             self.in_flight.remove(at);
         }
-        if let (Some(op), true) = (&moved, self.record) {
-            out.ops.push(op.clone());
+        if self.record {
+            out.ops.extend_from_slice(&moved);
         }
         if let Some((s, amount)) = self.p.dma_credit(id, side) {
             self.credit(s, amount, Credit::Dma { id, side }, obs);
         }
-        obs.dma_complete(id, side, moved.as_ref());
+        obs.dma_complete(id, side, &moved);
     }
 
     fn step_device(&mut self, d: usize, out: &mut Schedule, obs: &mut dyn Observer) {

@@ -33,10 +33,10 @@ pub trait Observer {
     fn data(&mut self, _device: usize, _op: &DataOp, _site: Option<&OpSite>) {}
     /// Device `device` started DMA `dma`.
     fn dma_start(&mut self, _device: usize, _dma: usize) {}
-    /// Completion `side` of DMA `dma` happened and credited its semaphore. `moved` is the
-    /// data op the schedule runs at this point for the DMA (its copy into the
-    /// destination, or into the staging area), if any.
-    fn dma_complete(&mut self, _dma: usize, _side: Completion, _moved: Option<&DataOp>) {}
+    /// Completion `side` of DMA `dma` happened and credited its semaphore. `moved` are
+    /// the data ops the schedule runs at this point for the DMA (its copies into the
+    /// destination, or into the staging area, a row each), if any.
+    fn dma_complete(&mut self, _dma: usize, _side: Completion, _moved: &[DataOp]) {}
     /// Semaphore `sem` gained `amount` (or was set to it, for a seed-003 `Set`): the one
     /// report of every credit, in schedule order.
     fn credit(&mut self, _sem: SemRef, _amount: u64, _by: Credit) {}

@@ -270,9 +270,9 @@ impl Observer for Symbolic<'_> {
         self.begin();
     }
 
-    fn dma_complete(&mut self, _dma: usize, _side: Completion, moved: Option<&DataOp>) {
+    fn dma_complete(&mut self, _dma: usize, _side: Completion, moved: &[DataOp]) {
         self.begin();
-        if let Some(op) = moved {
+        for op in moved {
             self.apply(op);
         }
     }

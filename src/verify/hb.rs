@@ -8,7 +8,7 @@
 use super::clock::Clock;
 use super::log::{Entry, Event};
 use super::orders::{Join, Orders};
-use crate::ir::{Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
+use crate::ir::{Block, Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
 use crate::sched::ids::IdMap;
 use std::collections::HashSet;
 
@@ -107,11 +107,11 @@ pub trait Sink {
     fn credit(&mut self, _id: usize, _c: &Credit) {}
     /// A wait passed (ordinals count from 0 in log order), with the waiter's clock after it.
     fn wait(&mut self, _ordinal: usize, _w: &Wait, _clock: &Clock) {}
-    /// A memory access by `agent` whose ordering is decided by `clock`.
+    /// A memory access by `agent` (a view, or a DMA's rows) whose ordering is decided by `clock`.
     fn access(
         &mut self,
         _agent: Agent,
-        _v: &View,
+        _b: &Block,
         _write: bool,
         _clock: &Clock,
         _site: Option<OpSite>,
@@ -137,9 +137,16 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
         self.0.wait(ordinal, w, clock);
         self.1.wait(ordinal, w, clock);
     }
-    fn access(&mut self, agent: Agent, v: &View, write: bool, clock: &Clock, site: Option<OpSite>) {
-        self.0.access(agent, v, write, clock, site);
-        self.1.access(agent, v, write, clock, site);
+    fn access(
+        &mut self,
+        agent: Agent,
+        b: &Block,
+        write: bool,
+        clock: &Clock,
+        site: Option<OpSite>,
+    ) {
+        self.0.access(agent, b, write, clock, site);
+        self.1.access(agent, b, write, clock, site);
     }
     fn reads_destination(&mut self, agent: Agent, v: &View, site: Option<OpSite>) {
         self.0.reads_destination(agent, v, site);
@@ -441,13 +448,13 @@ fn data_accesses(
     sink: &mut dyn Sink,
 ) {
     for v in op.reads() {
-        sink.access(agent, &v, false, clock, site);
+        sink.access(agent, &v.into(), false, clock, site);
     }
     if let DataOp::Accumulate { dst, .. } = op {
         sink.reads_destination(agent, dst, site);
     }
     for v in op.writes() {
-        sink.access(agent, &v, true, clock, site);
+        sink.access(agent, &v.into(), true, clock, site);
     }
 }
 

@@ -165,7 +165,7 @@ impl Observer for EventLog {
         self.op(device);
     }
 
-    fn dma_complete(&mut self, dma: usize, side: Completion, _moved: Option<&DataOp>) {
+    fn dma_complete(&mut self, dma: usize, side: Completion, _moved: &[DataOp]) {
         self.events.push(
             Event::Complete {
                 dma: dma as u32,

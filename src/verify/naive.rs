@@ -9,8 +9,8 @@ use super::orders::{Join, Orders};
 use super::Clock;
 use crate::array::DType;
 use crate::ir::{
-    Allocation, Cmp, DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, Program, ReduceOp,
-    SemInfo, SemKind, SemRef, SourceLoc, View, WaitKind,
+    Allocation, Block, Cmp, DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, Program,
+    ReduceOp, SemInfo, SemKind, SemRef, SourceLoc, View, WaitKind,
 };
 use crate::sched::{observe, ScheduleSpec};
 use proptest::prelude::*;
@@ -33,9 +33,9 @@ impl Sink for Told {
         self.0
             .push(format!("wait {ordinal} pos {} {:?}", w.pos, plain(clock)));
     }
-    fn access(&mut self, a: Agent, v: &View, write: bool, clock: &Clock, _: Option<OpSite>) {
+    fn access(&mut self, a: Agent, b: &Block, write: bool, clock: &Clock, _: Option<OpSite>) {
         self.0
-            .push(format!("access {a:?} {v:?} {write} {:?}", plain(clock)));
+            .push(format!("access {a:?} {b:?} {write} {:?}", plain(clock)));
     }
     fn send(&mut self, s: &Send, clock: &Clock) {
         self.0.push(format!("send {} {:?}", s.to, plain(clock)));
@@ -70,8 +70,9 @@ impl Plain {
         self.credits.push(clock.to_vec());
     }
 
-    fn access(&mut self, a: Agent, v: View, w: bool, c: &[u32]) {
-        self.told.0.push(format!("access {a:?} {v:?} {w} {c:?}"));
+    fn access(&mut self, a: Agent, v: impl Into<Block>, w: bool, c: &[u32]) {
+        let b: Block = v.into();
+        self.told.0.push(format!("access {a:?} {b:?} {w} {c:?}"));
     }
 }
 
@@ -258,8 +259,8 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
                     3 => wait(BAR, 1, WaitKind::Semaphore),
                     4 | 5 => {
                         dmas.push(Dma {
-                            src: view(d, 0, offset),
-                            dst: view(peer, 0, 4 - offset % 4),
+                            src: view(d, 0, offset).into(),
+                            dst: view(peer, 0, 4 - offset % 4).into(),
                             send_sem: (what % 9 == 4).then(|| on(SEND)),
                             recv_sem: SemRef::new(if what % 9 == 4 { peer } else { d }, RECV),
                             bytes: 16,

@@ -16,9 +16,10 @@ use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::side::RaceSide;
 use super::sync::Facts;
-use super::uninit::{UninitRead, Written};
+use super::uninit::UninitRead;
 use crate::error::Site;
-use crate::ir::{AllocId, Completion, OpSite, Program, View};
+use crate::ir::Written;
+use crate::ir::{AllocId, Block, Completion, OpSite, Program, View};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -27,8 +28,7 @@ type DmaSide = (usize, Completion);
 
 #[derive(Clone, Copy, Debug)]
 struct Access {
-    lo: usize,
-    hi: usize,
+    block: Block,
     write: bool,
     agent: Agent,
     time: u32,
@@ -147,9 +147,10 @@ impl fmt::Display for Race {
 /// Two unordered accesses, as found (turned into a [`Race`] by [`RaceChecker::finish`]).
 #[derive(Clone, Copy, Debug)]
 struct Found {
-    view: View,
     first: Access,
     second: Access,
+    /// The first run of elements both touch.
+    at: (usize, usize),
 }
 
 /// The race checker: a [`Sink`] for a replay under the orders of the fixpoint.
@@ -298,14 +299,11 @@ impl<'a> RaceChecker<'a> {
                     self.shared_semaphore(e, f.first.agent)
                         .or_else(|| self.shared_semaphore(e, f.second.agent))
                 });
+                let b = &f.second.block;
                 Race {
-                    alloc: self.p.alloc_label(f.view.alloc()),
-                    device: f.view.device(),
-                    bytes: self.bytes_of(
-                        f.view.alloc(),
-                        f.first.lo.max(f.second.lo),
-                        f.first.hi.min(f.second.hi),
-                    ),
+                    alloc: self.p.alloc_label(b.alloc()),
+                    device: b.device(),
+                    bytes: self.bytes_of(b.alloc(), f.at.0, f.at.1),
                     first: self.side(&f.first),
                     second: self.side(&f.second),
                     shared: shared.map(Box::new),
@@ -366,8 +364,7 @@ impl<'a> RaceChecker<'a> {
             return;
         };
         let read = self.side(&Access {
-            lo,
-            hi,
+            block: View::new(view.device(), view.alloc(), lo, hi - lo).into(),
             write: false,
             agent,
             time: 0,
@@ -489,44 +486,44 @@ impl Sink for RaceChecker<'_> {
     fn access(
         &mut self,
         agent: Agent,
-        view: &View,
+        block: &Block,
         write: bool,
         clock: &Clock,
         site: Option<OpSite>,
     ) {
-        if view.is_empty() {
+        if block.numel() == 0 {
             return;
         }
-        if write {
-            self.written.write(view);
-        } else {
-            self.check_written(agent, view, site);
+        for row in block.row_views() {
+            if write {
+                self.written.write(&row);
+            } else {
+                self.check_written(agent, &row, site);
+            }
         }
         let time = match agent {
             Agent::Device(d) => clock.device(d),
             Agent::Dma(..) => 0,
         };
         let x = Access {
-            lo: view.offset(),
-            hi: view.offset() + view.len(),
+            block: *block,
             write,
             agent,
             time,
             site,
         };
-        let slot = view.device() * self.p.layout.allocs.len() + view.alloc();
+        let slot = block.device() * self.p.layout.allocs.len() + block.alloc();
         for a in &self.shadow[slot] {
-            if a.lo < x.hi
-                && x.lo < a.hi
-                && (a.write || write)
-                && a.agent != agent
-                && !self.ordered(a, clock)
-            {
-                self.found.push(Found {
-                    view: *view,
-                    first: *a,
-                    second: x,
-                });
+            if (a.write || write) && a.agent != agent {
+                if let Some(at) = a.block.overlap(block) {
+                    if !self.ordered(a, clock) {
+                        self.found.push(Found {
+                            first: *a,
+                            second: x,
+                            at,
+                        });
+                    }
+                }
             }
         }
         // Accesses covered by this one and ordered before it can no longer race with
@@ -534,7 +531,7 @@ impl Sink for RaceChecker<'_> {
         let joined = &self.joined;
         let shadow = &mut self.shadow[slot];
         shadow.retain(|a| {
-            !(a.lo >= x.lo && a.hi <= x.hi && (write || !a.write) && ordered(joined, a, clock))
+            !(a.block.within(block) && (write || !a.write) && ordered(joined, a, clock))
         });
         shadow.push(x);
     }

@@ -3,11 +3,12 @@
 
 pub mod compute;
 
+use super::lend::{Coverage, Lent};
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
-use std::ops::Range;
+use std::ops::{Deref, DerefMut, Range};
 use std::time::{Duration, Instant};
 
 /// Runs schedules in host memory.
@@ -19,16 +20,120 @@ impl CpuExecutor {
     pub fn new() -> Self {
         CpuExecutor
     }
+
+    /// Prepares `schedule` with the allocations of `lent` in the caller's memory: an
+    /// input is read where it is (copied where an op writes it, so the caller's data
+    /// stays as it was), an output is the run's memory for it (zeroed first only where
+    /// `coverage`, [`Coverage::of`] this schedule, says the run needs it). The others
+    /// are the run's own, zeroed; an input not lent is written with
+    /// [`Prepared::input_words`] or [`Prepared::upload`].
+    pub fn prepare_lent<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        coverage: &Coverage,
+        lent: Vec<Lent<'a>>,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        let table = schedule.memory(program);
+        let mut bufs: Vec<Option<Buf<'a>>> = (0..table.len()).map(|_| None).collect();
+        for l in lent {
+            let (d, a) = l.place();
+            let why = lent_mismatch(program, &l);
+            let i = table.index_of(d, a);
+            if let Some(why) = why.or_else(|| bufs[i].is_some().then_some("lent twice")) {
+                return Err(Error::bad_input(format!(
+                    "`{}`: memory lent for allocation {a} of device {d}: {why}",
+                    program.name
+                )));
+            }
+            bufs[i] = Some(match l {
+                Lent::Input { words, .. } if coverage.input_written(d, a) => {
+                    Buf::Own(words.to_vec())
+                }
+                Lent::Input { words, .. } => Buf::Read(words),
+                Lent::Output { words, .. } => {
+                    if coverage.output_needs_zero(d, a) {
+                        words.fill(0);
+                    }
+                    Buf::Lent(words)
+                }
+            });
+        }
+        let bufs = bufs
+            .into_iter()
+            .zip(table.iter())
+            .map(|(b, (_, a))| match b {
+                Some(b) => Ok(b),
+                None => Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Box::new(CpuRun {
+            program,
+            schedule,
+            mem: Memory { table, bufs },
+            pieces: pieces(schedule.ops.len(), &[]),
+        }))
+    }
 }
 
-/// Host memory: one word vector per (device, allocation), in the order of
+/// Why `l` cannot be the memory of its allocation: a device or allocation the program
+/// lacks, an input lent as an output or the other way, the wrong size or element width.
+fn lent_mismatch(program: &Program, l: &Lent) -> Option<&'static str> {
+    let (d, a) = l.place();
+    let alloc = program.layout.allocs.get(a).filter(|_| d < program.devices);
+    let Some(alloc) = alloc else {
+        return Some("no such device or allocation");
+    };
+    let role = match l {
+        Lent::Input { .. } => &program.inputs,
+        Lent::Output { .. } => &program.outputs,
+    };
+    if !role.contains(&a) {
+        return Some("not an input lent as one, or an output lent as one");
+    }
+    if alloc.dtype.size() != 4 {
+        return Some("elements narrower than the 32-bit words lent");
+    }
+    (alloc.numel() != l.len()).then_some("not its number of elements")
+}
+
+/// The words of one allocation: the run's own, or the caller's ([`Lent`]).
+enum Buf<'a> {
+    Own(Vec<u32>),
+    /// An input read in place: no op writes it ([`Coverage::input_written`]).
+    Read(&'a [u32]),
+    Lent(&'a mut [u32]),
+}
+
+impl Deref for Buf<'_> {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        match self {
+            Buf::Own(v) => v,
+            Buf::Read(w) => w,
+            Buf::Lent(w) => w,
+        }
+    }
+}
+
+impl DerefMut for Buf<'_> {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        match self {
+            Buf::Own(v) => v,
+            Buf::Lent(w) => w,
+            Buf::Read(_) => unreachable!("an input lent for reading is never written (Coverage)"),
+        }
+    }
+}
+
+/// Host memory: one word buffer per (device, allocation), in the order of
 /// [`ir::Memory::index`].
-struct Memory {
+struct Memory<'a> {
     table: ir::Memory,
-    bufs: Vec<Vec<u32>>,
+    bufs: Vec<Buf<'a>>,
 }
 
-impl Memory {
+impl Memory<'_> {
     fn index(&self, v: &View) -> usize {
         self.table.index(v)
     }
@@ -161,7 +266,7 @@ pub fn order16(bits: u16) -> i32 {
 struct CpuRun<'a> {
     program: &'a Program,
     schedule: &'a Schedule,
-    mem: Memory,
+    mem: Memory<'a>,
     /// The ops of each piece ([`Executor::prepare_pieces`]; one piece: all of them).
     pieces: Vec<Range<usize>>,
 }
@@ -181,7 +286,7 @@ pub(crate) fn pieces(ops: usize, cuts: &[usize]) -> Vec<Range<usize>> {
     v
 }
 
-impl Memory {
+impl Memory<'_> {
     /// Runs `ops` in order.
     fn run(&mut self, ops: &[DataOp]) {
         for op in ops {
@@ -230,7 +335,7 @@ impl Executor for CpuExecutor {
         let mem = Memory {
             bufs: table
                 .iter()
-                .map(|(_, a)| host_words(a.numel(), &format!("`{}`", a.name)))
+                .map(|(_, a)| Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)))
                 .collect::<Result<_>>()?,
             table,
         };
@@ -325,7 +430,7 @@ impl Prepared for CpuRun<'_> {
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: self.mem.bufs[self.mem.table.index_of(d, a)].clone(),
+                        words: self.mem.bufs[self.mem.table.index_of(d, a)].to_vec(),
                     })
                     .collect()
             })

@@ -1,0 +1,226 @@
+//! Memory lent to the CPU executor (`CpuExecutor::prepare_lent`, as Python lends XLA's
+//! buffers): the same outputs as a run in the executor's own memory, the caller's inputs
+//! left as they were even where the kernel writes them, and outputs zeroed exactly where
+//! the run does not write them before reading them (`Coverage`).
+
+use tpusim::collectives::Registry;
+use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::{Coverage, Lent};
+use tpusim::ir::ReduceOp;
+use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
+use tpusim::mesh::Placement;
+use tpusim::run::{random_inputs, Job, Plan};
+use tpusim::{DType, HostArray, Mesh};
+
+/// Words per device per operand.
+type Words = Vec<Vec<Vec<u32>>>;
+
+/// Runs `plan` with every input and output lent (outputs start as `garbage`): the
+/// outputs, and the inputs as the caller holds them after.
+fn run_lent(plan: &Plan, inputs: &[Vec<HostArray>], garbage: u32) -> (Words, Words) {
+    let prog = &plan.program;
+    let cov = Coverage::of(prog, &plan.schedule);
+    let ins: Words = inputs
+        .iter()
+        .map(|d| d.iter().map(|a| a.words.clone()).collect())
+        .collect();
+    let mut outs: Words = (0..prog.devices)
+        .map(|_| {
+            prog.outputs
+                .iter()
+                .map(|&a| vec![garbage; prog.layout.allocs[a].numel()])
+                .collect()
+        })
+        .collect();
+    {
+        let mut lent = Vec::new();
+        for (d, dev) in ins.iter().enumerate() {
+            for (i, w) in dev.iter().enumerate() {
+                lent.push(Lent::Input {
+                    device: d,
+                    alloc: prog.inputs[i],
+                    words: w,
+                });
+            }
+        }
+        for (d, dev) in outs.iter_mut().enumerate() {
+            for (o, w) in dev.iter_mut().enumerate() {
+                lent.push(Lent::Output {
+                    device: d,
+                    alloc: prog.outputs[o],
+                    words: w,
+                });
+            }
+        }
+        let cpu = CpuExecutor::new();
+        let mut run = cpu.prepare_lent(prog, &plan.schedule, &cov, lent).unwrap();
+        run.run(1).unwrap();
+    }
+    (outs, ins)
+}
+
+fn words(out: &[Vec<HostArray>]) -> Words {
+    out.iter()
+        .map(|d| d.iter().map(|a| a.words.clone()).collect())
+        .collect()
+}
+
+#[test]
+fn every_shipped_collective_gives_the_same_outputs_in_lent_memory() {
+    let reg = Registry::builtin();
+    for c in reg.iter() {
+        for dtype in [DType::F32, DType::I32] {
+            let mesh = Mesh::new(4, "x").unwrap();
+            let job = Job::collective(c.clone(), Placement::whole(mesh)).with_dtype(dtype);
+            let Ok(plan) = job.plan() else { continue };
+            let inputs = random_inputs(&plan.program, 7).unwrap();
+            let want = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+            let (got, ins) = run_lent(&plan, &inputs, 0xdead_beef);
+            assert_eq!(got, words(&want), "{} {dtype}", c.name());
+            assert_eq!(ins, words(&inputs), "{} {dtype}: the inputs stay", c.name());
+        }
+    }
+}
+
+/// Device-local: `y[:half] = x[:half]` by a DMA; `acc += x[:half]` in VMEM (its HBM
+/// output written whole after); `z` read (into `v`) before it is written whole; `whole`
+/// written whole; then `x` overwritten (a DMA from a filled scratch).
+fn writes_its_input() -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[16, 128], DType::F32)
+        .output("y", MemorySpace::Any, &[16, 128], DType::F32)
+        .output("acc", MemorySpace::Vmem, &[8, 128], DType::F32)
+        .output("whole", MemorySpace::Any, &[8, 128], DType::F32)
+        .output("z", MemorySpace::Any, &[8, 128], DType::F32)
+        .vmem("s", &[16, 128], DType::F32)
+        .vmem("v", &[8, 128], DType::F32)
+        .dma_sem("sem");
+    PallasCall::new("writes_its_input", spec, |pl, a| {
+        let (x, y, acc, whole, z) = (a.r(0), a.r(1), a.r(2), a.r(3), a.r(4));
+        let (s, v, sem) = (a.r(5), a.r(6), a.sem(7));
+        let half = pl.make_async_copy(x.slice(ds(0, 8)), y.slice(ds(0, 8)), sem);
+        half.start();
+        half.wait();
+        let first = pl.make_async_copy(x.slice(ds(0, 8)), v, sem);
+        first.start();
+        first.wait();
+        pl.accumulate(acc, v, ReduceOp::Sum);
+        pl.fill(v, 3.0);
+        let all = pl.make_async_copy(v, whole, sem);
+        all.start();
+        all.wait();
+        let early = pl.make_async_copy(z, v, sem);
+        early.start();
+        early.wait();
+        let late = pl.make_async_copy(v, z, sem);
+        late.start();
+        late.wait();
+        pl.fill(s, 5.0);
+        let over = pl.make_async_copy(s, x, sem);
+        over.start();
+        over.wait();
+    })
+}
+
+#[test]
+fn lent_inputs_stay_and_outputs_are_zeroed_where_the_run_does_not_write_them_first() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
+    let prog = &plan.program;
+    let cov = Coverage::of(prog, &plan.schedule);
+    let [y, acc, whole, z] = prog.outputs[..] else {
+        panic!("four outputs")
+    };
+    let x = prog.inputs[0];
+    for d in 0..2 {
+        assert!(cov.input_written(d, x), "the kernel overwrites x");
+        assert!(cov.output_needs_zero(d, y), "half of y is never written");
+        assert!(
+            cov.output_needs_zero(d, z),
+            "z is read before it is written"
+        );
+        assert!(
+            !cov.output_needs_zero(d, acc),
+            "acc's HBM output is written whole from VMEM"
+        );
+        assert!(
+            !cov.output_needs_zero(d, whole),
+            "whole is written whole, never read first"
+        );
+    }
+    let inputs: Vec<Vec<HostArray>> = (0..2)
+        .map(|d| {
+            vec![
+                HostArray::from_f32(&[16, 128], (0..2048).map(|i| (i + d * 7) as f32).collect())
+                    .unwrap(),
+            ]
+        })
+        .collect();
+    let want = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    let (got, ins) = run_lent(&plan, &inputs, 0x7fc0_0000);
+    assert_eq!(got, words(&want));
+    assert_eq!(ins, words(&inputs), "the caller's x is not overwritten");
+    assert!(
+        got[0][0][1024..].iter().all(|&w| w == 0),
+        "y's unwritten half is zero, not the caller's"
+    );
+    assert!(
+        got[0][3].iter().all(|&w| w == 0),
+        "z was read as zeros, then written with them"
+    );
+}
+
+#[test]
+fn memory_lent_for_the_wrong_allocation_or_size_is_refused() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
+    let prog = &plan.program;
+    let cov = Coverage::of(prog, &plan.schedule);
+    let refused = |lent: Lent| {
+        let cpu = CpuExecutor::new();
+        cpu.prepare_lent(prog, &plan.schedule, &cov, vec![lent])
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let (x, y) = (prog.inputs[0], prog.outputs[0]);
+    let short = vec![0u32; 10];
+    let err = refused(Lent::Input {
+        device: 0,
+        alloc: x,
+        words: &short,
+    });
+    assert!(err.contains("not its number of elements"), "{err}");
+    let mut out = vec![0u32; 2048];
+    let err = refused(Lent::Output {
+        device: 0,
+        alloc: x,
+        words: &mut out,
+    });
+    assert!(err.contains("not an input lent as one"), "{err}");
+    let err = refused(Lent::Output {
+        device: 5,
+        alloc: y,
+        words: &mut out,
+    });
+    assert!(err.contains("no such device"), "{err}");
+    let (mut a, mut b) = (vec![0u32; 2048], vec![0u32; 2048]);
+    let cpu = CpuExecutor::new();
+    let twice = vec![
+        Lent::Output {
+            device: 0,
+            alloc: y,
+            words: &mut a,
+        },
+        Lent::Output {
+            device: 0,
+            alloc: y,
+            words: &mut b,
+        },
+    ];
+    let err = cpu
+        .prepare_lent(prog, &plan.schedule, &cov, twice)
+        .err()
+        .expect("lent twice");
+    assert!(err.to_string().contains("lent twice"), "{err}");
+}
