@@ -30,7 +30,9 @@ impl<'de> Deserialize<'de> for Loc {
 /// A ref as the kernel named it: argument position, then `.at[i]` (`[0, i, 0]`) and
 /// `pl.ds(start, size)` (`[1, start, size]`) steps on the leading dimension, or a run of
 /// `len` elements from element `offset` of the whole view (`[2, offset, len]`: how the
-/// jaxpr front end addresses a window that leading-dimension steps cannot express).
+/// jaxpr front end addresses a window that leading-dimension steps cannot express),
+/// which `[4, rows, stride]` makes the first of `rows` rows `stride` elements apart (a
+/// window a DMA moves as one).
 #[derive(Clone, Debug, Deserialize)]
 pub struct RefPath(usize, Vec<(u8, i64, i64)>);
 
@@ -386,6 +388,7 @@ impl<'c, 'a> Replay<'c, 'a> {
             .fold(self.args.r(p.0), |r, &(kind, a, b)| match kind {
                 0 => r.at(a),
                 1 => r.slice(ds(a, b)),
+                4 => r.rows_of(a.max(0) as usize, b.max(0) as usize),
                 _ => r.flat().slice(ds(a, b)),
             })
     }

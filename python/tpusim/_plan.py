@@ -64,6 +64,25 @@ def _merge(a, b):
     return out
 
 
+def _blocks(pieces):
+    """The common pieces of an op between two views (``_merge``'s) grouped into blocks a
+    DMA moves as one: runs of equal length whose offsets step by a fixed stride on each
+    side. [((a_off, len, rows, a_stride), (b_off, len, rows, b_stride))]."""
+    out = []
+    for (ao, n), (bo, m) in pieces:
+        if out:
+            (a0, an, rows, sa), (b0, bn, _, sb) = out[-1]
+            if n == an and m == bn:
+                if rows == 1 and ao - a0 >= n and bo - b0 >= n:
+                    out[-1] = ((a0, n, 2, ao - a0), (b0, n, 2, bo - b0))
+                    continue
+                if rows > 1 and ao == a0 + rows * sa and bo == b0 + rows * sb:
+                    out[-1] = ((a0, n, rows + 1, sa), (b0, n, rows + 1, sb))
+                    continue
+        out.append(((ao, n, 1, n), (bo, m, 1, m)))
+    return out
+
+
 class CallSpec:
     """What the lowering of one ``pallas_call`` knows: kernel, grid, operands, mesh."""
 
@@ -528,19 +547,30 @@ class Plan:
             run = runs[0]
         return [view.buf.pos, [[2, int(run[0]), int(run[1])]]]
 
-    def _pieces(self, a, b):
+    def _pieces(self, a, b, blocks=False):
         """Pieces for an op between views `a` and `b` of equal element count: a list of
-        (path_a, path_b). The same views recur at every device and grid point: made once."""
-        key = (a.buf.pos, a.buf.shape, a.dims, b.buf.pos, b.buf.shape, b.dims)
+        (path_a, path_b); with `blocks` (a DMA's), runs at a fixed stride on both sides
+        are one piece (``_blocks``). The same views recur at every device and grid point:
+        made once."""
+        key = (a.buf.pos, a.buf.shape, a.dims, b.buf.pos, b.buf.shape, b.dims, blocks)
         got = self._pieces_made.get(key)
         if got is None:
             ra, rb = a.runs(), b.runs()
             if len(ra) == 1 and len(rb) == 1:
                 got = [(self._path(a), self._path(b))]
+            elif blocks:
+                got = [(self._block_path(a, x), self._block_path(b, y)) for x, y in _blocks(_merge(ra, rb))]
             else:
                 got = [(self._path(a, x), self._path(b, y)) for x, y in _merge(ra, rb)]
             self._pieces_made[key] = got
         return got
+
+    @staticmethod
+    def _block_path(view, block):
+        """The path of `block` (offset, len, rows, stride) of `view`'s buffer: its first
+        run as rows of that run."""
+        off, n, rows, stride = (int(x) for x in block)
+        return [view.buf.pos, [[2, off, n], [4, rows, stride]]]
 
     def _check_same(self, p, a, b, where):
         if a.numel() != b.numel() or np.dtype(a.dtype) != np.dtype(b.dtype):
@@ -659,7 +689,7 @@ class Plan:
         if remote and send_p is None:
             raise kernel_error("misuse", "a remote copy needs a send semaphore", where)
         site = where.site
-        for s, d in self._pieces(src, dst):
+        for s, d in self._pieces(src, dst, blocks=True):
             i = p.ndesc = getattr(p, "ndesc", 0)
             p.ndesc += 1
             if remote:
@@ -692,7 +722,7 @@ class Plan:
     def _copy(self, p, src, dst, what):
         site = self.spec.site
         where = _Where(p, site, what)
-        for s, d in self._pieces(src, dst):
+        for s, d in self._pieces(src, dst, blocks=True):
             i = p.ndesc = getattr(p, "ndesc", 0)
             p.ndesc += 1
             p.record("local_copy", site, id=i, src=s, dst=d, sem=[{"Arg": self.pipeline_sem}, None])
