@@ -243,6 +243,55 @@ def test_select_ref_and_strided_windows():
         np.testing.assert_array_equal(got[d], np.concatenate([src[d][:, 64:], src[d][:, :64]], axis=1))
 
 
+def test_a_window_of_rows_is_one_dma_and_a_window_of_planes_one_per_plane():
+    # Rows 2..6 of columns 32..96 (one stride): one DMA. Planes 0..2 of rows 0..4 of
+    # columns 0..64 (two strides): a DMA per plane. Each from HBM into VMEM and back.
+    def kernel(x_ref, y_ref, o_ref, p_ref, v, w, sem):
+        rows = pltpu.make_async_copy(x_ref.at[pl.ds(2, 4), pl.ds(32, 64)], v, sem)
+        rows.start()
+        rows.wait()
+        back = pltpu.make_async_copy(v, o_ref.at[pl.ds(2, 4), pl.ds(32, 64)], sem)
+        back.start()
+        back.wait()
+        planes = pltpu.make_async_copy(y_ref.at[pl.ds(0, 2), pl.ds(0, 4), pl.ds(0, 64)], w, sem)
+        planes.start()
+        planes.wait()
+        out = pltpu.make_async_copy(w, p_ref.at[pl.ds(0, 2), pl.ds(0, 4), pl.ds(0, 64)], sem)
+        out.start()
+        out.wait()
+
+    def f(x, y):
+        call = pl.pallas_call(
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct((4, 8, 128), jnp.int32)),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
+            out_specs=(pl.BlockSpec(memory_space=pl.ANY),) * 2,
+            scratch_shapes=[pltpu.VMEM((4, 64), jnp.int32), pltpu.VMEM((2, 4, 64), jnp.int32), DMA])
+        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")),
+                             check_vma=False)(x, y)
+
+    from tpusim import _hook
+
+    m = mesh1(2)
+    x, y = put(iota((16, 128)) + 1, m, P("x")), put(iota((8, 8, 128)) + 1, m, P("x"))
+    plans = []
+    with _hook.observing(lambda what, plan: what == "call" and plans.append(plan)):
+        (o, q), (io, iq) = both(f, x, y)
+    # Interpret mode fills what the kernel leaves unwritten with garbage; tpusim with 0.
+    np.testing.assert_array_equal(o.reshape(2, 8, 128)[:, 2:6, 32:96], io.reshape(2, 8, 128)[:, 2:6, 32:96])
+    np.testing.assert_array_equal(q.reshape(2, 4, 8, 128)[:, :2, :4, :64], iq.reshape(2, 4, 8, 128)[:, :2, :4, :64])
+    # Per device: 2 DMAs of rows, 2 x 2 of planes; the same per device at both devices.
+    assert {p.call.lower()["dmas"] for p in plans} == {2 * (2 + 4)}
+    xs, ys = np.asarray(x).reshape(2, 8, 128), np.asarray(y).reshape(2, 4, 8, 128)
+    for d in range(2):
+        want = np.zeros((8, 128), np.int32)
+        want[2:6, 32:96] = xs[d][2:6, 32:96]
+        np.testing.assert_array_equal(o.reshape(2, 8, 128)[d], want)
+        want = np.zeros((4, 8, 128), np.int32)
+        want[:2, :4, :64] = ys[d][:2, :4, :64]
+        np.testing.assert_array_equal(q.reshape(2, 4, 8, 128)[d], want)
+
+
 # ------------------------------------------------------------------ SMEM and scalars
 
 
