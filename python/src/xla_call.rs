@@ -1,14 +1,11 @@
 //! The XLA custom call a `pallas_call` lowers to under `tpusim.simulate`: one call per
 //! device (XLA's typed FFI, `jax.ffi.ffi_call`), whose P calls meet here, in Rust,
-//! without the GIL. A device that is not the last to arrive leaves its buffers and a
-//! future with the meeting and returns: XLA's thread goes on, and its call completes
-//! when the future is set. The last to arrive takes the GIL once and hands every
+//! without the GIL. The last device to arrive takes the GIL once and hands every
 //! device's operand and result buffers ([`CallBuffers`]) to the meeting's Python
 //! callback, which plans the simulation and runs it on them in place (the data does not
-//! pass through Python), then sets the others' futures. A watchdog fails a round whose
-//! devices do not all come in time. A host callback per device (`io_callback`) cost
-//! milliseconds a call in JAX's machinery alone; a call that blocked its XLA thread
-//! until the last device came cost the P threads' sleeps and wake-ups.
+//! pass through Python); the others wait. A host callback per device (`io_callback`)
+//! cost milliseconds a call in JAX's machinery alone. (Handing XLA a future from each
+//! waiting call instead, so that its thread goes on, measured the same per call.)
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,15 +19,15 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::BadInput;
-use crate::xla_ffi::{self, Buffers, CallFrame, Future};
+use crate::xla_ffi::{self, Buffers, CallFrame};
 
-/// A device's operand or result buffer: XLA's memory, valid until its call completes.
+/// A device's operand or result buffer: XLA's memory, valid while its call waits here.
 #[derive(Clone, Copy)]
 struct Span {
     data: *mut u8,
     len: usize,
 }
-// The pointers are only used before their calls complete (XLA keeps them until then).
+// The pointers are only used while every device's call is held in the meeting.
 unsafe impl Send for Span {}
 unsafe impl Sync for Span {}
 
@@ -40,7 +37,7 @@ impl Span {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: XLA's buffer of that size, alive until its call completes (after the round).
+        // SAFETY: XLA's buffer of that size, alive while its call waits in `join`.
         unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
@@ -169,32 +166,12 @@ enum Failure {
     Here(String),
 }
 
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::InRun(m) | Failure::Here(m) => m,
-        }
-    }
-}
-
-/// One round of a meeting: the calls of every device's `k`-th call.
 struct Round {
     ins: Vec<Option<Vec<Span>>>,
     outs: Vec<Option<Vec<Span>>>,
     arrived: usize,
-    /// The calls that came and went on, completed when the round ends.
-    pending: Vec<Future>,
-    deadline: Instant,
-    /// Set once the round failed before every device came: its late calls fail at once.
-    failed: Option<String>,
-}
-
-/// What a device's call does once it has joined its round.
-enum Joined {
-    /// Return this future to XLA: the round completes it.
-    Later(*mut xla_ffi::RawFuture),
-    /// The call is over (it led the round, or the round had failed).
-    Now(Result<(), Failure>),
+    left: usize,
+    outcome: Option<Result<(), Failure>>,
 }
 
 struct Meeting {
@@ -204,8 +181,8 @@ struct Meeting {
     run: Py<PyAny>,
     /// Told the message of a call that fails here, not in `run` (a device missing).
     failed: Py<PyAny>,
-    /// Every device's next round, and the rounds some device has come to.
     state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
+    cv: Condvar,
 }
 
 fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
@@ -213,11 +190,11 @@ fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
     M.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// Registers a meeting of `devices` device calls of pallas_call `name`; `run` is called
-/// with one round's [`CallBuffers`] and runs the call on them; `failed` is told the
-/// message of a call that fails in the meeting itself (a device that did not come within
-/// `timeout_s`). Returns its number, the first element of every device call's header
-/// operand.
+/// Registers a meeting of `devices` device calls of pallas_call `name`; `run` takes a
+/// list (per device) of lists of operand bytes and returns the same of results (C-contiguous
+/// uint8 arrays);
+/// `failed` is told the message of a call that fails in the meeting itself. Returns its
+/// number, the first element of every device call's header operand.
 #[pyfunction]
 #[pyo3(signature = (name, devices, run, failed, timeout_s=120.0))]
 pub fn meeting_register(
@@ -235,6 +212,7 @@ pub fn meeting_register(
         run,
         failed,
         state: Mutex::new((vec![0; devices], HashMap::new())),
+        cv: Condvar::new(),
     }));
     let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
     all.push(m);
@@ -248,122 +226,82 @@ pub fn ffi_handler_address() -> usize {
 }
 
 impl Meeting {
-    /// Device `device`'s call joins its round; `api` makes its future if it is not the
-    /// last to come.
-    fn join(
-        &'static self,
-        device: usize,
-        ins: Vec<Span>,
-        outs: Vec<Span>,
-        api: *const xla_ffi::Api,
-    ) -> Joined {
+    fn join(&self, device: usize, ins: Vec<Span>, outs: Vec<Span>) -> Result<(), Failure> {
         if device >= self.devices {
-            return Joined::Now(Err(Failure::Here(format!(
+            return Err(Failure::Here(format!(
                 "device {device} in a meeting of {}",
                 self.devices
-            ))));
+            )));
         }
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (count, rounds) = &mut *guard;
         let k = count[device];
         count[device] += 1;
         let p = self.devices;
-        let round = rounds.entry(k).or_insert_with(|| {
-            watchdog().opened(self);
-            Round {
-                ins: vec![None; p],
-                outs: vec![None; p],
-                arrived: 0,
-                pending: Vec::new(),
-                deadline: Instant::now() + self.timeout,
-                failed: None,
-            }
+        let round = rounds.entry(k).or_insert_with(|| Round {
+            ins: vec![None; p],
+            outs: vec![None; p],
+            arrived: 0,
+            left: p,
+            outcome: None,
         });
-        round.arrived += 1;
-        if let Some(msg) = &round.failed {
-            let msg = msg.clone();
-            if round.arrived == p {
-                rounds.remove(&k);
-            }
-            return Joined::Now(Err(Failure::Here(msg)));
+        if round.outcome.is_none() {
+            round.ins[device] = Some(ins);
+            round.outs[device] = Some(outs);
+            round.arrived += 1;
         }
-        round.ins[device] = Some(ins);
-        round.outs[device] = Some(outs);
-        if round.arrived < p {
-            // SAFETY: the API of this call's live frame.
-            return match unsafe { Future::create(api) } {
-                Ok(f) => {
-                    let raw = f.raw();
-                    round.pending.push(f);
-                    Joined::Later(raw)
+        if round.outcome.is_none() && round.arrived == p {
+            let ins: Vec<Vec<Span>> = round
+                .ins
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            let outs: Vec<Vec<Span>> = round
+                .outs
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            drop(guard);
+            let outcome = self.lead(ins, outs);
+            guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            guard.1.get_mut(&k).expect("the round in progress").outcome = Some(outcome);
+            self.cv.notify_all();
+        } else {
+            let deadline = Instant::now() + self.timeout;
+            loop {
+                let r = guard.1.get_mut(&k).expect("the round in progress");
+                if r.outcome.is_some() {
+                    break;
                 }
-                Err(()) => {
-                    // The round cannot wait for this call: it fails, as on a timeout.
-                    let msg = "XLA refused a future for a call of pallas_call".to_string();
-                    round.failed = Some(msg.clone());
-                    round.ins.clear();
-                    round.outs.clear();
-                    let pending = std::mem::take(&mut round.pending);
-                    drop(guard);
-                    watchdog().closed(1);
-                    for f in pending {
-                        f.set(Err(&msg));
-                    }
-                    Joined::Now(Err(Failure::Here(msg)))
-                }
-            };
-        }
-        let round = rounds.remove(&k).expect("the round in progress");
-        drop(guard);
-        watchdog().closed(1);
-        let ins = round
-            .ins
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
-        let outs = round
-            .outs
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
-        let outcome = self.lead(ins, outs);
-        for f in round.pending {
-            f.set(outcome.as_ref().map(|_| ()).map_err(Failure::message));
-        }
-        Joined::Now(outcome)
-    }
-
-    /// Fails the rounds whose time is up before every device came (their calls complete
-    /// with the error; the devices still to come fail at once).
-    fn expire(&self, now: Instant) {
-        let mut expired = Vec::new();
-        {
-            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            for r in guard.1.values_mut() {
-                if r.failed.is_none() && now >= r.deadline {
-                    let msg = format!(
-                        "bad input: only {} of the {} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
+                let now = Instant::now();
+                // Once every device is in, the simulation may take as long as it takes.
+                if r.arrived < p && now >= deadline {
+                    r.outcome = Some(Err(Failure::Here(format!(
+                        "bad input: only {} of the {p} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
                         r.arrived,
-                        self.devices,
                         self.name,
                         self.timeout.as_secs_f64()
-                    );
-                    r.failed = Some(msg.clone());
-                    r.ins.clear();
-                    r.outs.clear();
-                    expired.push((msg, std::mem::take(&mut r.pending)));
+                    ))));
+                    self.cv.notify_all();
+                    break;
                 }
+                let wait = deadline
+                    .saturating_duration_since(now)
+                    .max(Duration::from_millis(100));
+                guard = self
+                    .cv
+                    .wait_timeout(guard, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
-        if !expired.is_empty() {
-            watchdog().closed(expired.len());
+        let r = guard.1.get_mut(&k).expect("the round in progress");
+        let outcome = r.outcome.clone().expect("set above");
+        r.left -= 1;
+        if r.left == 0 {
+            guard.1.remove(&k);
         }
-        for (msg, pending) in expired {
-            Python::attach(|py| self.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
-            for f in pending {
-                f.set(Err(&msg));
-            }
-        }
+        outcome
     }
 
     /// Hands the operands to Python once and copies its results into XLA's buffers.
@@ -386,69 +324,7 @@ impl Meeting {
     }
 }
 
-/// The thread that fails rounds whose devices did not all come in time: it looks at the
-/// meetings every tick while a round is open anywhere, and sleeps while none is.
-struct Watchdog {
-    /// The rounds open, and every meeting that ever had one.
-    state: Mutex<(usize, Vec<&'static Meeting>)>,
-    cv: Condvar,
-}
-
-fn watchdog() -> &'static Watchdog {
-    static W: OnceLock<&'static Watchdog> = OnceLock::new();
-    W.get_or_init(|| {
-        let w: &'static Watchdog = Box::leak(Box::new(Watchdog {
-            state: Mutex::new((0, Vec::new())),
-            cv: Condvar::new(),
-        }));
-        std::thread::Builder::new()
-            .name("tpusim-meetings".into())
-            .spawn(move || w.watch())
-            .expect("a thread for the meetings' watchdog");
-        w
-    })
-}
-
-impl Watchdog {
-    /// `m` opened a round.
-    fn opened(&self, m: &'static Meeting) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !s.1.iter().any(|o| std::ptr::eq(*o, m)) {
-            s.1.push(m);
-        }
-        s.0 += 1;
-        if s.0 == 1 {
-            self.cv.notify_one();
-        }
-    }
-
-    /// `n` rounds ended (ran, or failed).
-    fn closed(&self, n: usize) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.0 = s.0.saturating_sub(n);
-    }
-
-    fn watch(&self) {
-        let tick = Duration::from_millis(50);
-        loop {
-            let watched = {
-                let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                while s.0 == 0 {
-                    s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-                }
-                s.1.clone()
-            };
-            std::thread::sleep(tick);
-            let now = Instant::now();
-            for m in watched {
-                m.expire(now);
-            }
-        }
-    }
-}
-
-/// Joins the call of `frame` to its meeting.
-unsafe fn call(frame: &mut CallFrame) -> Result<(), String> {
+unsafe fn call(frame: &CallFrame) -> Result<(), String> {
     if frame.args.size < 1 {
         return Err("the call has no header operand".into());
     }
@@ -461,36 +337,27 @@ unsafe fn call(frame: &mut CallFrame) -> Result<(), String> {
         let all = meetings().lock().unwrap_or_else(|e| e.into_inner());
         *all.get(h[0] as usize).ok_or("no such meeting")?
     };
-    let spans = spans(&frame.args, 1).and_then(|ins| Ok((ins, spans(&frame.rets, 0)?)));
-    let joined = match spans {
-        Ok((ins, outs)) => meeting.join(h[1] as usize, ins, outs, frame.api),
-        Err(msg) => Joined::Now(Err(Failure::Here(msg))),
-    };
-    match joined {
-        Joined::Later(future) => {
-            frame.future = future;
-            Ok(())
-        }
-        Joined::Now(Ok(())) => Ok(()),
-        Joined::Now(Err(f)) => {
-            if let Failure::Here(msg) = &f {
-                Python::attach(|py| meeting.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
-            }
-            Err(f.message().to_string())
-        }
+    let joined = spans(&frame.args, 1)
+        .and_then(|ins| Ok((ins, spans(&frame.rets, 0)?)))
+        .map_err(Failure::Here)
+        .and_then(|(ins, outs)| meeting.join(h[1] as usize, ins, outs));
+    if let Err(Failure::Here(msg)) = &joined {
+        Python::attach(|py| meeting.failed.call1(py, (msg.as_str(),)).map(drop)).ok();
     }
+    joined.map_err(|f| match f {
+        Failure::InRun(m) | Failure::Here(m) => m,
+    })
 }
 
 /// The FFI handler (execute stage; answers XLA's metadata query).
 unsafe extern "C" fn handler(frame: *mut CallFrame) -> *mut std::ffi::c_void {
-    let f = &mut *frame;
+    let f = &*frame;
     if xla_ffi::answer_metadata(f) || f.stage != xla_ffi::STAGE_EXECUTE {
         return null_mut();
     }
-    let api = f.api;
     match catch_unwind(AssertUnwindSafe(|| call(f))) {
         Ok(Ok(())) => null_mut(),
-        Ok(Err(msg)) => xla_ffi::error(api, &msg),
-        Err(_) => xla_ffi::error(api, "tpusim's pallas_call handler panicked"),
+        Ok(Err(msg)) => xla_ffi::error(f.api, &msg),
+        Err(_) => xla_ffi::error(f.api, "tpusim's pallas_call handler panicked"),
     }
 }

@@ -1,7 +1,6 @@
 //! The slice of XLA's typed FFI (`xla/ffi/api/c_api.h`, as jaxlib 0.12 ships it) that
-//! tpusim's custom call uses: the call frame's buffers, errors, and futures (a handler
-//! that returns a future lets XLA's device thread go on; the call completes when the
-//! future is set). Each struct mirrors the header up to the last field read here.
+//! tpusim's custom call uses: the call frame's buffers, errors and the metadata query.
+//! Each struct mirrors the header up to the last field read here.
 
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::null_mut;
@@ -65,12 +64,6 @@ struct Attrs {
     attrs: *const c_void,
 }
 
-/// An opaque `XLA_FFI_Future`.
-#[repr(C)]
-pub struct RawFuture {
-    _private: [u8; 0],
-}
-
 #[repr(C)]
 pub struct CallFrame {
     struct_size: usize,
@@ -81,8 +74,6 @@ pub struct CallFrame {
     pub args: Buffers,
     pub rets: Buffers,
     attrs: Attrs,
-    /// Out: the future of an asynchronous call.
-    pub future: *mut RawFuture,
 }
 
 #[repr(C)]
@@ -91,28 +82,6 @@ struct ErrorCreateArgs {
     extension_start: *mut Extension,
     message: *const c_char,
     errc: i32,
-}
-
-#[repr(C)]
-struct FutureCreateArgs {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    future: *mut RawFuture,
-}
-
-#[repr(C)]
-struct FutureSetAvailableArgs {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    future: *mut RawFuture,
-}
-
-#[repr(C)]
-struct FutureSetErrorArgs {
-    struct_size: usize,
-    extension_start: *mut Extension,
-    future: *mut RawFuture,
-    error: *mut c_void,
 }
 
 type Fn1<A> = unsafe extern "C" fn(*mut A) -> *mut c_void;
@@ -124,21 +93,6 @@ pub struct Api {
     api_version: ApiVersion,
     internal_api: *const c_void,
     error_create: Fn1<ErrorCreateArgs>,
-    error_get_details: *const c_void,
-    error_destroy: *const c_void,
-    handler_register: *const c_void,
-    stream_get: *const c_void,
-    type_register: *const c_void,
-    invoke_context_get: *const c_void,
-    state_set: *const c_void,
-    state_get: *const c_void,
-    device_memory_allocate: *const c_void,
-    device_memory_free: *const c_void,
-    thread_pool_schedule: *const c_void,
-    thread_pool_num_threads: *const c_void,
-    future_create: Fn1<FutureCreateArgs>,
-    future_set_available: Fn1<FutureSetAvailableArgs>,
-    future_set_error: Fn1<FutureSetErrorArgs>,
 }
 
 /// The header's `XLA_FFI_API_MAJOR`/`MINOR` (jaxlib 0.12) and constants used here.
@@ -204,65 +158,4 @@ pub unsafe fn answer_metadata(frame: &CallFrame) -> bool {
     m.traits = 0;
     m.state_type_id = 0;
     true
-}
-
-/// A pending call's future: XLA keeps the call's buffers alive until it is set, once.
-pub struct Future {
-    api: *const Api,
-    raw: *mut RawFuture,
-}
-
-// XLA's futures may be set from any thread.
-unsafe impl Send for Future {}
-
-impl Future {
-    /// A new future (`Err` where XLA refused one).
-    ///
-    /// # Safety
-    /// `api` is the API of a live call frame.
-    pub unsafe fn create(api: *const Api) -> Result<Future, ()> {
-        let mut args = FutureCreateArgs {
-            struct_size: size_to!(FutureCreateArgs, extension_start, *mut Extension),
-            extension_start: null_mut(),
-            future: null_mut(),
-        };
-        if !((*api).future_create)(&mut args).is_null() || args.future.is_null() {
-            return Err(());
-        }
-        Ok(Future {
-            api,
-            raw: args.future,
-        })
-    }
-
-    /// The raw future, for the call frame.
-    pub fn raw(&self) -> *mut RawFuture {
-        self.raw
-    }
-
-    /// Completes the call: `Ok` or the error's message.
-    pub fn set(self, outcome: Result<(), &str>) {
-        // SAFETY: a future XLA made, set once (`self` is consumed).
-        unsafe {
-            match outcome {
-                Ok(()) => {
-                    let mut args = FutureSetAvailableArgs {
-                        struct_size: size_to!(FutureSetAvailableArgs, future, *mut RawFuture),
-                        extension_start: null_mut(),
-                        future: self.raw,
-                    };
-                    ((*self.api).future_set_available)(&mut args);
-                }
-                Err(msg) => {
-                    let mut args = FutureSetErrorArgs {
-                        struct_size: size_to!(FutureSetErrorArgs, error, *mut c_void),
-                        extension_start: null_mut(),
-                        future: self.raw,
-                        error: error(self.api, msg),
-                    };
-                    ((*self.api).future_set_error)(&mut args);
-                }
-            }
-        }
-    }
 }
