@@ -64,6 +64,30 @@ def test_a_failed_call_the_script_caught_is_not_raised_again_at_its_end(tmp_path
     code, out, err = tpusim_cli("run", "--devices", "4", str(script))
     assert code == 0, err
     assert "caught" in out
+    # Under check the script runs as under run (the error reaches its `except`), and the
+    # report names the mistake: exit 1 for the finding.
+    code, out, err = tpusim_cli("check", "--devices", "4", "--schedules", "5", str(script))
+    assert code == 1, err
+    assert "caught" in out and "device id out of range" in out, out
+
+
+def test_a_call_refused_before_it_runs_is_not_a_script_without_calls(tmp_path):
+    script = tmp_path / "refused.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n"
+        "def kernel(x_ref, o_ref):\n"
+        "    o_ref[...] = jnp.cumsum(x_ref[...], axis=0)\n"
+        "call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))\n"
+        "mesh = jax.make_mesh((4,), ('x',))\n"
+        "f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P('x'), out_specs=jax.P('x'), check_vma=False))\n"
+        "x = jax.device_put(jnp.ones((32, 128), jnp.int32), jax.NamedSharding(mesh, jax.P('x')))\nprint(f(x))\n")
+    for cmd in ("run", "check"):
+        code, out, err = tpusim_cli(cmd, "--devices", "4", str(script))
+        assert code == 1, err
+        assert "unsupported" in err and "cumsum" in err, err
+        assert "made no pallas_call" not in err, err
 
 
 def test_a_failing_kernel_is_tpusims_message_and_exit_1(tmp_path):

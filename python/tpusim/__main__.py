@@ -107,7 +107,7 @@ def main(argv=None):
             print(_show(a.cmd, r))
         if a.cmd == "check" and not results.clean and status == 0:
             status = 1
-        if not results:
+        if not results and status == 0:
             print("tpusim: the script made no pallas_call", file=sys.stderr)
     return status
 
@@ -134,7 +134,7 @@ class _maybe_collect:
         from tpusim import _tools
 
         f, kw = self.tool
-        self.cm = _tools.collecting(f, **kw)
+        self.cm = _tools.collecting(f, tolerant=False, **kw)
         return self.cm.__enter__()
 
     def __exit__(self, *exc):

@@ -205,8 +205,8 @@ def _failed(message):
     _last_error = _native.BadInput(message)
 
 
-#: While the tools (check, trace, model) look at a program, a call that fails to run
-#: returns zeros: its report says why.
+#: While the tools (check, trace, model) look at a function in code, a call that fails
+#: to run returns zeros: its report says why (``_tools.collecting``).
 _tolerant = 0
 
 

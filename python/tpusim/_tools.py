@@ -51,8 +51,11 @@ def model_plan(plan, preset="v5e", timeline=None, topology=None, **overrides):
 
 
 @contextlib.contextmanager
-def collecting(tool, **kw):
-    """Applies `tool` to every plan made inside; yields the Results."""
+def collecting(tool, tolerant=True, **kw):
+    """Applies `tool` to every plan made inside; yields the Results. `tolerant`: a call
+    that fails to run returns zeros (its result says why) so that a function under
+    ``tpusim.check`` goes on; the command line runs a script as ``run`` does, errors
+    raised where the script can catch them."""
     out = Results()
     seen = set()
 
@@ -61,12 +64,12 @@ def collecting(tool, **kw):
             seen.add(id(plan))
             out.append(tool(plan, **kw))
 
-    _hook._tolerant += 1
+    _hook._tolerant += int(tolerant)
     try:
         with _hook.observing(on):
             yield out
     finally:
-        _hook._tolerant -= 1
+        _hook._tolerant -= int(tolerant)
 
 
 def _run(fn, args, devices):
