@@ -7,12 +7,54 @@ use std::fmt;
 /// Crate-wide result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// How reports name a simulated device: a chip (`device 3`), or one TensorCore of a chip
+/// when a kernel runs on the cores of chips that have several (`pl.core_map`, whose
+/// cores are consecutive devices of the simulated mesh: its device 7 is `device 3 core 1`
+/// on chips of 2 cores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceName {
+    /// The chip (JAX's device).
+    pub device: usize,
+    /// The TensorCore of the chip, on chips of several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core: Option<u16>,
+}
+
+impl DeviceName {
+    /// The name of device `agent` of a mesh whose chips have `cores` cores each.
+    pub fn of(agent: usize, cores: usize) -> Self {
+        match cores {
+            0 | 1 => DeviceName {
+                device: agent,
+                core: None,
+            },
+            c => DeviceName {
+                device: agent / c,
+                core: Some(u16::try_from(agent % c).expect("fewer than 2^16 cores a chip")),
+            },
+        }
+    }
+}
+
+impl fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {}", self.device)?;
+        match self.core {
+            Some(c) => write!(f, " core {c}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Where in a kernel something happened: device, grid point, op and kernel source line
 /// (and, in a sequence of kernel invocations, which one).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Site {
-    /// Linear device id.
+    /// Device id: the linear one in the mesh, or the chip when chips have several cores.
     pub device: usize,
+    /// The TensorCore, on chips of several (see [`DeviceName`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core: Option<u16>,
     /// The kernel invocation, in a sequence of them (`None` for a single one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invocation: Option<u32>,
@@ -28,9 +70,19 @@ pub struct Site {
     pub location: String,
 }
 
+impl Site {
+    /// The device as [`DeviceName`] names it.
+    pub fn device_name(&self) -> DeviceName {
+        DeviceName {
+            device: self.device,
+            core: self.core,
+        }
+    }
+}
+
 impl fmt::Display for Site {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "device {}", self.device)?;
+        write!(f, "{}", self.device_name())?;
         if let Some(k) = self.invocation {
             write!(f, " in invocation {k}")?;
         }
@@ -115,7 +167,8 @@ pub enum ExitProblem {
     #[serde(rename = "semaphore not zero")]
     SemaphoreNotZero {
         /// Device holding it.
-        device: usize,
+        #[serde(flatten)]
+        device: DeviceName,
         /// Semaphore name (with array index).
         semaphore: String,
         /// Its value at exit.
@@ -300,7 +353,7 @@ impl fmt::Display for Error {
                         } => {
                             write!(
                                 f,
-                                "  semaphore not zero at exit: device {device} `{semaphore}` = {value}"
+                                "  semaphore not zero at exit: {device} `{semaphore}` = {value}"
                             )?;
                             match last_signal {
                                 Some(s) => writeln!(

@@ -107,7 +107,7 @@ fn leftover_signal_is_a_semaphore_not_zero_at_exit() {
     else {
         panic!("{e}")
     };
-    assert_eq!((*device, semaphore.as_str(), *value), (1, "flag", 2));
+    assert_eq!((device.device, semaphore.as_str(), *value), (1, "flag", 2));
     assert_eq!(
         last_signal.as_ref().map(|s| (s.device, s.grid.clone())),
         Some((1, vec![1]))

@@ -235,7 +235,10 @@ fn reading_a_push_before_its_wait_is_a_race() {
     let Problem::Race(r) = &bad.findings[0].problem else {
         unreachable!()
     };
-    assert_eq!((r.alloc.as_str(), r.device, r.bytes), ("buf", 1, (0, 32)));
+    assert_eq!(
+        (r.alloc.as_str(), r.device.device, r.bytes),
+        ("buf", 1, (0, 32))
+    );
     assert!(check(&push_then_read(true), &mesh, &all)
         .unwrap()
         .is_clean());
@@ -254,7 +257,10 @@ fn a_race_names_its_bytes_at_the_dtypes_width() {
     let Problem::Race(r) = &bad.findings[0].problem else {
         panic!("{:?}", bad.kinds())
     };
-    assert_eq!((r.alloc.as_str(), r.device, r.bytes), ("buf", 1, (0, 16)));
+    assert_eq!(
+        (r.alloc.as_str(), r.device.device, r.bytes),
+        ("buf", 1, (0, 16))
+    );
 }
 
 #[test]
@@ -369,7 +375,7 @@ fn k_dmas_on_one_semaphore_waited_k_times_then_read_are_clean() {
     let Problem::Race(race) = &r.findings[0].problem else {
         unreachable!()
     };
-    assert_eq!((race.alloc.as_str(), race.device), ("buf", 1));
+    assert_eq!((race.alloc.as_str(), race.device.device), ("buf", 1));
     assert!(race.shared.is_some(), "{race}");
 }
 
@@ -497,7 +503,7 @@ fn sending_beyond_the_handshake_is_sent_before_entry() {
     let Problem::Early(e) = &r.findings[0].problem else {
         unreachable!()
     };
-    assert_eq!((e.sender.device, e.to), (0, 2));
+    assert_eq!((e.sender.device, e.to.device), (0, 2));
     assert!(e.what.contains("`y`"), "{e}");
     assert!(e.entry.is_some());
     // Without a collective_id, Pallas' entry barrier orders every entry first.

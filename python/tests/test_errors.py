@@ -5,6 +5,7 @@ tpusim's message, and as the typed exception `tpusim.last_error()`. Then bad inp
 scale (issue 21): work refused before it is made, in well under a second and within
 1 GiB of address space; NaN compared NaN for NaN; 0-d shapes kept."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -526,3 +528,30 @@ def test_a_calls_buffers_cannot_be_touched_after_it_returns(cpu, monkeypatch):
         bufs.operand_bytes(0, 0)
     with pytest.raises(tpusim.BadInput, match="returned"):
         bufs.zero_results()
+
+
+def test_reports_name_a_core_maps_chip_and_core(cpu):
+    # In a pl.kernel over 2 TensorCores per chip, the tpusim mesh's devices are the cores:
+    # reports say "device 1 core 1" (JAX's device and its core), not the agent number 3.
+    @functools.partial(
+        pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        scratch_types=[pltpu.VMEM((8, 128), jnp.float32), REGULAR])
+    def k(x_ref, o_ref, buf, sem):
+        me, core = lax.axis_index("x"), lax.axis_index("core")
+
+        @pl.when((me == 1) & (core == 1))
+        def _():
+            pl.semaphore_signal(sem, 1)  # <- core left over
+
+    mesh = jax.make_mesh((2,), ("x",))
+    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    x = jax.device_put(np.zeros((16, 128), np.float32), jax.NamedSharding(mesh, P("x")))
+    (report,) = tpusim.check(f, x, schedules=5)
+    (found,) = report.findings
+    assert "device 1 core 1 `sem` = 1" in found.message, found.message
+    assert "device 3" not in found.message, found.message
+    assert f"device 1 core 1 at grid point [], `semaphore_signal` ({__file__}:{marked_line(__file__, 'core left over')})" in found.message
+    with pytest.raises(tpusim.ExitError) as e, tpusim.simulate(chip="v5p"):
+        jax.block_until_ready(f(x))
+    assert "device 1 core 1" in str(e.value), str(e.value)

@@ -99,7 +99,9 @@ class _Where:
             return f" ({loc})"
         it = self.iteration()
         it = f" in {it}" if it else ""
-        return f" in device {p.device} at grid point {list(p.index)}{it}, `{self.op}` ({loc})"
+        chip, core = p.name()
+        dev = f"device {chip}" + ("" if core is None else f" core {core}")
+        return f" in {dev} at grid point {list(p.index)}{it}, `{self.op}` ({loc})"
 
 
 def _error(cls, kind, detail, where):
@@ -108,7 +110,8 @@ def _error(cls, kind, detail, where):
     e.detail = detail
     p = where.point
     e.site = {
-        "device": p.device if p else None,
+        "device": p.name()[0] if p else None,
+        "core": p.name()[1] if p else None,
         "grid": list(p.index) if p else None,
         "op": where.op,
         "location": f"{where.site[0]}:{where.site[1]}",
@@ -573,7 +576,7 @@ def loop_label(loops):
 class Point:
     """One device at one grid point: its scalars, and the calls it records."""
 
-    def __init__(self, plan, device, index, cores_coord=None):
+    def __init__(self, plan, device, index):
         self.plan = plan
         self.device = device  # linear id in the tpusim mesh
         self.index = tuple(index)
@@ -581,7 +584,6 @@ class Point:
         self.nbarrier = 0
         self.nvalues = 0
         self.syms = []
-        self.core = cores_coord
         # The loop iterations being evaluated, outermost first: ((file, line), n) each;
         # the context the last record was made in; whether a call that communicates
         # (a DMA or semaphore op) was recorded since the last step mark.
@@ -589,6 +591,12 @@ class Point:
         self._recorded_in = ()
         self._communicated = False
         self._marks = 0
+
+    def name(self):
+        """(chip, core): how reports name this device (the core is None on chips of one;
+        a ``pl.core_map``'s cores are consecutive devices of the tpusim mesh)."""
+        cores = self.plan.spec.cores
+        return (self.device, None) if cores <= 1 else (self.device // cores, self.device % cores)
 
     def drop_unused(self):
         """Takes back the records of values nothing used (`jnp.zeros_like(o_ref[...])`

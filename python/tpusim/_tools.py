@@ -27,6 +27,8 @@ class Results(list):
 def _title(plan):
     s = plan.spec
     axes = "x".join(str(n) for _, n in s.axes) or "1"
+    if s.cores > 1:  # a core_map: the tpusim mesh's devices are the chips' cores
+        return f"{s.name} P={plan.P // s.cores} ({axes}) x {s.cores} cores at {s.site[0]}:{s.site[1]}"
     return f"{s.name} P={plan.P} ({axes}) at {s.site[0]}:{s.site[1]}"
 
 

@@ -12,7 +12,8 @@ class Site:
     """Where in a kernel: device, grid point, API call and ``file:line``; in a sequence of
     kernel invocations, which one (``invocation``, else None); inside loops, which
     iteration of each (``iteration``: ``iteration 2 of the loop at kernel.py:40``,
-    else empty)."""
+    else empty); in a ``pl.core_map`` on chips of several TensorCores, the core
+    (``core``, else None; ``device`` is then JAX's device, the chip)."""
 
     device: Optional[int]
     grid: tuple
@@ -20,6 +21,7 @@ class Site:
     location: str
     invocation: Optional[int] = None
     iteration: str = ""
+    core: Optional[int] = None
 
     @property
     def file(self):
@@ -33,12 +35,14 @@ class Site:
     @classmethod
     def from_dict(cls, d):
         return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"),
-                   d.get("invocation"), d.get("iteration", ""))
+                   d.get("invocation"), d.get("iteration", ""), d.get("core"))
 
     def __str__(self):
         inv = "" if self.invocation is None else f" in invocation {self.invocation}"
         it = f" in {self.iteration}" if self.iteration else ""
-        return f"device {self.device}{inv} at grid point {list(self.grid)}{it}, `{self.op}` ({self.location})"
+        core = "" if self.core is None else f" core {self.core}"
+        return (f"device {self.device}{core}{inv} at grid point {list(self.grid)}{it}, `{self.op}` "
+                f"({self.location})")
 
 
 @dataclass

@@ -10,7 +10,7 @@ use super::layout::{AllocId, Layout, SemKind};
 use super::op::Op;
 use super::site::OpSite;
 use super::view::SemRef;
-use crate::error::Site;
+use crate::error::{DeviceName, Site};
 
 /// How a label names the invocation a semaphore or buffer belongs to.
 const INVOCATION: &str = " of invocation ";
@@ -102,6 +102,9 @@ pub struct Program {
     pub outputs: Vec<AllocId>,
     /// The kernel invocations, in order (one for a single `pallas_call`).
     pub invocations: Vec<Invocation>,
+    /// TensorCores per chip: devices `c·k .. c·k + c` are chip k's cores (1: every
+    /// device is a chip). Reports name devices by it ([`Program::device_name`]).
+    pub cores: usize,
 }
 
 /// Invocation `k` as a [`Site`] holds it (4 bytes: a site is part of every kernel error).
@@ -149,11 +152,18 @@ impl Program {
         grid_coords(&inv.grid, step - inv.first_step)
     }
 
+    /// How reports name device `d`: its chip, and its core on chips of several.
+    pub fn device_name(&self, d: usize) -> DeviceName {
+        DeviceName::of(d, self.cores)
+    }
+
     /// A printable [`Site`] for an op site.
     pub fn site(&self, s: &OpSite) -> Site {
         let step = s.grid_linear as usize;
+        let name = self.device_name(s.device as usize);
         Site {
-            device: s.device as usize,
+            device: name.device,
+            core: name.core,
             invocation: self
                 .is_sequence()
                 .then(|| invocation_number(self.invocation_of_step(step))),

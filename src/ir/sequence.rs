@@ -92,6 +92,7 @@ pub fn sequence(parts: &[Program], repeat: usize) -> Result<Program> {
         inputs,
         outputs,
         invocations: b.invocations,
+        cores: parts.first().map_or(1, |p| p.cores),
     })
 }
 

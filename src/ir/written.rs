@@ -106,6 +106,7 @@ mod tests {
             inputs: vec![0],
             outputs: Vec::new(),
             invocations: Vec::new(),
+            cores: 1,
         };
         Written::new(&p)
     }

@@ -3,7 +3,7 @@
 
 use super::refs::{Fault, Ref, Sem};
 use crate::array::DType;
-use crate::error::{KernelError, KernelErrorKind, Site};
+use crate::error::{DeviceName, KernelError, KernelErrorKind, Site};
 use crate::ir::{Block, Cmp, SemId};
 use crate::ir::{
     DataOp, Dma, Iteration, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef,
@@ -154,7 +154,8 @@ impl<'a> Ctx<'a> {
         self.rec.borrow_mut().errors.push(KernelError {
             kind,
             site: Site {
-                device: self.device,
+                device: DeviceName::of(self.device, self.cores).device,
+                core: DeviceName::of(self.device, self.cores).core,
                 invocation: None,
                 grid: self.point.clone(),
                 iteration: site.iteration,

@@ -4,7 +4,7 @@ use super::ctx::{Ctx, Recording, MAX_SCOPED};
 use super::refs::{Ref, Sem, MAX_RANK};
 use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use super::temps::Temps;
-use crate::error::{Error, KernelError, KernelErrorKind, Result, Site};
+use crate::error::{DeviceName, Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
     grid_coords, Allocation, DataOp, Invocation, Iteration, Layout, MemorySpace, Program, SemInfo,
     SemKind, View,
@@ -343,7 +343,8 @@ impl PallasCall {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
-                            device,
+                            device: DeviceName::of(device, spec.cores).device,
+                            core: DeviceName::of(device, spec.cores).core,
                             invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             iteration: Iteration::NONE,
@@ -360,7 +361,8 @@ impl PallasCall {
                     note(KernelError {
                         kind: KernelErrorKind::Misuse,
                         site: Site {
-                            device,
+                            device: DeviceName::of(device, spec.cores).device,
+                            core: DeviceName::of(device, spec.cores).core,
                             invocation: None,
                             grid: grid_coords(&spec.grid, g),
                             iteration: Iteration::NONE,
@@ -431,6 +433,7 @@ impl PallasCall {
                 inputs,
                 outputs,
                 invocations: vec![invocation],
+                cores: spec.cores.max(1),
             },
             errors,
         ))

@@ -188,6 +188,7 @@ impl Program {
             inputs: self.inputs.clone(),
             outputs: self.outputs.clone(),
             invocations: Vec::new(),
+            cores: self.cores,
         }
     }
 }

@@ -448,13 +448,13 @@ impl<'p> Engine<'p> {
                     for (id, bytes) in owed.iter() {
                         problems.push(ExitProblem::DmaNotWaited {
                             site: self.p.site(&self.p.dmas[*id].origin),
-                            semaphore: format!("{} on device {device}", name()),
+                            semaphore: format!("{} on {}", name(), self.p.device_name(device)),
                             bytes: *bytes,
                         });
                     }
                 } else {
                     problems.push(ExitProblem::SemaphoreNotZero {
-                        device,
+                        device: self.p.device_name(device),
                         semaphore: name(),
                         value: self.sems[i],
                         last_signal: self.last_signal.get(&i).map(|s| self.p.site(s)),

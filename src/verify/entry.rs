@@ -11,7 +11,7 @@ use super::log::Entry;
 use super::orders::{Join, Orders};
 use super::side::RaceSide;
 use super::sync::Facts;
-use crate::error::Site;
+use crate::error::{DeviceName, Site};
 use crate::ir::Program;
 use std::collections::HashMap;
 use std::fmt;
@@ -24,7 +24,8 @@ pub struct EarlySend {
     /// The sending op.
     pub sender: Site,
     /// The device sent to.
-    pub to: usize,
+    #[serde(flatten)]
+    pub to: DeviceName,
     /// The invocation it was sent into (the sender's), in a sequence of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invocation: Option<usize>,
@@ -57,19 +58,19 @@ impl fmt::Display for EarlySend {
         };
         writeln!(
             f,
-            "sent to device {} before it is known to have entered {kernel}:",
+            "sent to {} before it is known to have entered {kernel}:",
             self.to
         )?;
         writeln!(f, "    {} by {}", self.what, self.sender)?;
         match &self.entry {
             Some(e) => writeln!(
                 f,
-                "    device {} enters {kernel} before its first op, {e}; nothing orders that entry before the send",
+                "    {} enters {kernel} before its first op, {e}; nothing orders that entry before the send",
                 self.to
             )?,
             None => writeln!(
                 f,
-                "    device {} has no op in {kernel}; nothing orders its entry before the send",
+                "    {} has no op in {kernel}; nothing orders its entry before the send",
                 self.to
             )?,
         }
@@ -93,7 +94,7 @@ impl fmt::Display for EarlySend {
         }
         write!(
             f,
-            "    its semaphores and buffers may not exist yet: handshake with device {} on the barrier semaphore first, or drop the collective_id to get Pallas' entry barrier",
+            "    its semaphores and buffers may not exist yet: handshake with {} on the barrier semaphore first, or drop the collective_id to get Pallas' entry barrier",
             self.to
         )
     }

@@ -307,6 +307,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
             (!entry_barrier).then_some(0),
             n,
         )],
+        cores: 1,
     }
 }
 

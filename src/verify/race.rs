@@ -17,7 +17,7 @@ use super::orders::{Join, Orders};
 use super::side::RaceSide;
 use super::sync::Facts;
 use super::uninit::UninitRead;
-use crate::error::Site;
+use crate::error::{DeviceName, Site};
 use crate::ir::Written;
 use crate::ir::{AllocId, Block, Completion, OpSite, Program, View};
 use std::collections::HashMap;
@@ -42,7 +42,8 @@ pub struct SharedSemaphore {
     /// The semaphore.
     pub semaphore: String,
     /// The device it is on.
-    pub device: usize,
+    #[serde(flatten)]
+    pub device: DeviceName,
     /// The wait that consumed the DMA's bytes in the run that was checked.
     pub wait: Site,
     /// Another credit that could have satisfied that wait instead.
@@ -55,7 +56,8 @@ pub struct Race {
     /// Allocation name.
     pub alloc: String,
     /// Device whose memory it is.
-    pub device: usize,
+    #[serde(flatten)]
+    pub device: DeviceName,
     /// Overlapping byte range `[lo, hi)`.
     pub bytes: (u64, u64),
     /// The access recorded first.
@@ -88,21 +90,17 @@ impl Race {
     /// the device's own earlier use of the buffer (a read by it, or by a DMA it started):
     /// the sender runs ahead of a receiver that has not released the buffer, which a
     /// capacity handshake fixes (not separate semaphores: the bytes are the same).
-    pub fn overwrite_of_a_buffer_in_use(&self) -> Option<usize> {
-        let d = self.device;
+    pub fn overwrite_of_a_buffer_in_use(&self) -> Option<String> {
+        let d = self.device.to_string();
         let (first, second) = (&self.first, &self.second);
         if first.access != "read" || second.access != "write" {
             return None;
         }
-        let (from, to) = second
-            .actor
-            .strip_prefix("DMA device ")?
-            .split_once(" -> device ")?;
-        let (from, to): (usize, usize) = (from.parse().ok()?, to.parse().ok()?);
-        let by_receiver = first.actor == format!("device {d}")
-            || first.actor.starts_with(&format!("DMA on device {d} "))
-            || first.actor.starts_with(&format!("DMA device {d} -> "));
-        (to == d && from != d && by_receiver).then_some(from)
+        let (from, to) = second.actor.strip_prefix("DMA ")?.split_once(" -> ")?;
+        let by_receiver = first.actor == d
+            || first.actor == format!("DMA on {d} (local)")
+            || first.actor.starts_with(&format!("DMA {d} -> "));
+        (to == d && from != d && by_receiver).then(|| from.to_string())
     }
 }
 
@@ -110,7 +108,7 @@ impl fmt::Display for Race {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "race on `{}` of device {}, bytes {}..{}:",
+            "race on `{}` of {}, bytes {}..{}:",
             self.alloc, self.device, self.bytes.0, self.bytes.1
         )?;
         writeln!(f, "    {}", self.first)?;
@@ -118,16 +116,16 @@ impl fmt::Display for Race {
         if let Some(sender) = self.overwrite_of_a_buffer_in_use() {
             return write!(
                 f,
-                "    device {sender}'s DMA overwrites `{}` while device {} still uses what it holds: \
-                 have device {} signal device {sender} once it is done with the buffer (a capacity \
-                 semaphore), and device {sender} wait for that signal before it starts the DMA",
+                "    {sender}'s DMA overwrites `{}` while {} still uses what it holds: \
+                 have {} signal {sender} once it is done with the buffer (a capacity \
+                 semaphore), and {sender} wait for that signal before it starts the DMA",
                 self.alloc, self.device, self.device
             );
         }
         match &self.shared {
             Some(s) => write!(
                 f,
-                "    `{}` of device {} is shared by credits that can be in flight together: the \
+                "    `{}` of {} is shared by credits that can be in flight together: the \
                  wait at {} took this DMA's bytes in this run, but {} can satisfy it as well, \
                  before this DMA has landed: give each DMA in flight its own semaphore, or \
                  wait for all of them before the access",
@@ -166,9 +164,9 @@ pub struct RaceChecker<'a> {
     since_all: Vec<Vec<DmaSide>>,
     shadow: Vec<Vec<Access>>,
     found: Vec<Found>,
-    /// Entry-rule violations found, in order (one per kernel line), each with the
-    /// number of waits the replay had passed when it was sent.
-    early: Vec<(EarlySend, usize)>,
+    /// Entry-rule violations found, in order (one per kernel line), each with its
+    /// sender and receiver and the number of waits the replay had passed when it was sent.
+    early: Vec<(EarlySend, (usize, usize), usize)>,
     /// Waits passed so far in the replay.
     waits: usize,
     /// Per (device, invocation): the device's own clock component from its entry on
@@ -302,7 +300,7 @@ impl<'a> RaceChecker<'a> {
                 let b = &f.second.block;
                 Race {
                     alloc: self.p.alloc_label(b.alloc()),
-                    device: b.device(),
+                    device: self.p.device_name(b.device()),
                     bytes: self.bytes_of(b.alloc(), f.at.0, f.at.1),
                     first: self.side(&f.first),
                     second: self.side(&f.second),
@@ -314,17 +312,16 @@ impl<'a> RaceChecker<'a> {
         let early = self
             .early
             .iter()
-            .map(|(e, before)| {
+            .map(|(e, (sender, to), before)| {
                 let why = by.as_ref().and_then(|by| {
-                    let sender = e.sender.device;
                     stand_in(
                         self.p,
                         self.log,
                         self.orders,
                         facts,
                         by,
-                        sender,
-                        e.to,
+                        *sender,
+                        *to,
                         *before,
                     )
                 });
@@ -372,7 +369,7 @@ impl<'a> RaceChecker<'a> {
         });
         let found = UninitRead {
             alloc: self.p.alloc_label(view.alloc()),
-            device: view.device(),
+            device: self.p.device_name(view.device()),
             bytes: self.bytes_of(view.alloc(), lo, hi),
             read,
         };
@@ -384,15 +381,20 @@ impl<'a> RaceChecker<'a> {
     fn dma_actor(&self, k: usize) -> String {
         let m = &self.p.dmas[k];
         if m.is_remote() {
-            format!("DMA device {} -> device {}", m.src.device(), m.dst.device())
+            let (from, to) = (m.src.device(), m.dst.device());
+            format!(
+                "DMA {} -> {}",
+                self.p.device_name(from),
+                self.p.device_name(to)
+            )
         } else {
-            format!("DMA on device {} (local)", m.src.device())
+            format!("DMA on {} (local)", self.p.device_name(m.src.device()))
         }
     }
 
     fn side(&self, a: &Access) -> RaceSide {
         let (actor, site) = match a.agent {
-            Agent::Device(d) => (format!("device {d}"), a.site),
+            Agent::Device(d) => (self.p.device_name(d).to_string(), a.site),
             Agent::Dma(k, _) => (self.dma_actor(k), Some(self.p.dmas[k].origin)),
         };
         RaceSide {
@@ -443,7 +445,7 @@ impl<'a> RaceChecker<'a> {
             .or_else(|| others.first().copied())?;
         Some(SharedSemaphore {
             semaphore: self.p.sem_label(w.slot() % self.p.layout.sems.len()),
-            device: w.slot() / self.p.layout.sems.len(),
+            device: self.p.device_name(w.slot() / self.p.layout.sems.len()),
             wait: self.p.site(&site),
             instead: self.credit_side(&e.facts.credit(alt)),
         })
@@ -584,11 +586,12 @@ impl Sink for RaceChecker<'_> {
             EarlySend {
                 what,
                 sender,
-                to: s.to,
+                to: self.p.device_name(s.to),
                 invocation: self.p.is_sequence().then_some(k),
                 entry,
                 stand_in: None,
             },
+            (s.site.device as usize, s.to),
             self.waits,
         ));
     }

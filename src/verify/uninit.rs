@@ -6,6 +6,7 @@
 //! read is reported when, in this run, no write to those bytes came before it at all.
 
 use super::side::RaceSide;
+use crate::error::DeviceName;
 use crate::ir::Program;
 use serde::Serialize;
 use std::fmt;
@@ -16,7 +17,8 @@ pub struct UninitRead {
     /// Allocation name.
     pub alloc: String,
     /// Device whose memory it is.
-    pub device: usize,
+    #[serde(flatten)]
+    pub device: DeviceName,
     /// The first run of bytes `[lo, hi)` of the read that nothing wrote.
     pub bytes: (u64, u64),
     /// The read.
@@ -39,7 +41,7 @@ impl fmt::Display for UninitRead {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "read of uninitialized memory: `{}` of device {}, bytes {}..{}, read before anything wrote them:",
+            "read of uninitialized memory: `{}` of {}, bytes {}..{}, read before anything wrote them:",
             self.alloc, self.device, self.bytes.0, self.bytes.1
         )?;
         writeln!(f, "    {}", self.read)?;

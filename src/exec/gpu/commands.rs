@@ -349,6 +349,7 @@ pub(super) mod tests {
             inputs: vec![],
             outputs: vec![],
             invocations: vec![crate::ir::Invocation::single("test", &[], Some(0), devices)],
+            cores: 1,
         }
     }
 }

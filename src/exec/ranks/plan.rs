@@ -155,6 +155,7 @@ impl RankPlan {
             inputs: program.inputs.clone(),
             outputs: program.outputs.clone(),
             invocations: program.invocations.clone(),
+            cores: program.cores,
         };
         for inv in &mut local_program.invocations {
             inv.starts = inv.starts[held.clone()].to_vec();
