@@ -239,13 +239,32 @@ impl Block {
         if self.device() != other.device() || self.alloc() != other.alloc() {
             return None;
         }
+        let ((a, b), (c, d)) = (self.bounds(), other.bounds());
+        if a >= d || c >= b {
+            return None;
+        }
+        // Rows a common stride apart that stay within one stride: columns meet or not.
+        let s = self.stride();
+        let fits = |x: &Block| x.first.offset() % s + x.row_len() <= s;
+        if self.rows > 1 && other.rows > 1 && other.stride() == s && fits(self) && fits(other) {
+            let (ca, cb) = (a % s, c % s);
+            let (lo, hi) = (ca.max(cb), (ca + self.row_len()).min(cb + other.row_len()));
+            let row = (a / s).max(c / s);
+            return (lo < hi).then(|| (row * s + lo, row * s + hi));
+        }
         let (few, many) = if self.rows() <= other.rows() {
             (self, other)
         } else {
             (other, self)
         };
-        few.row_views()
-            .find_map(|r| many.first_overlap(r.offset(), r.offset() + r.len()))
+        let (start, len, stride) = (few.first.offset(), few.row_len(), few.stride());
+        let (lo, hi) = many.bounds();
+        // Only the rows of `few` within `many`'s bounds can meet it.
+        let first = (lo + 1).saturating_sub(start + len).div_ceil(stride.max(1));
+        (first..few.rows())
+            .map(|i| start + i * stride)
+            .take_while(|&r| r < hi)
+            .find_map(|r| many.first_overlap(r, r + len))
     }
     /// True when every element of `self` is an element of `other` (same device and
     /// allocation): `other` contiguous around it, or the same rows.
@@ -318,6 +337,37 @@ mod tests {
         assert_eq!(b.first_overlap(50, 112), Some((110, 112)));
         assert_eq!(b.first_overlap(213, 400), Some((213, 214)));
         assert_eq!(b.first_overlap(214, 400), None);
+    }
+
+    proptest::proptest! {
+        /// `overlap` is the first element both blocks hold, and `within` their inclusion,
+        /// as the elements themselves say.
+        #[test]
+        fn overlap_and_within_agree_with_the_elements(
+            a in (0usize..40, 1usize..9, 1usize..6, 0usize..12),
+            b in (0usize..40, 1usize..9, 1usize..6, 0usize..12),
+        ) {
+            let block = |(off, len, n, extra): (usize, usize, usize, usize)| {
+                Block::new(View::new(0, 0, off, len), n, len + extra).unwrap()
+            };
+            let (x, y) = (block(a), block(b));
+            let elems = |b: &Block| -> std::collections::BTreeSet<usize> {
+                b.row_views().flat_map(|r| r.offset()..r.offset() + r.len()).collect()
+            };
+            let (ex, ey) = (elems(&x), elems(&y));
+            let common: Vec<usize> = ex.intersection(&ey).copied().collect();
+            match x.overlap(&y) {
+                None => proptest::prop_assert!(common.is_empty()),
+                Some((lo, hi)) => {
+                    proptest::prop_assert_eq!(Some(&lo), common.first());
+                    proptest::prop_assert!(lo < hi && (lo..hi).all(|e| common.contains(&e)));
+                }
+            }
+            proptest::prop_assert_eq!(x.overlap(&y), y.overlap(&x));
+            if x.within(&y) {
+                proptest::prop_assert!(ex.is_subset(&ey));
+            }
+        }
     }
 
     #[test]
