@@ -20,6 +20,13 @@ pub fn ds(start: i64, size: i64) -> Ds {
     Ds { start, size }
 }
 
+impl Ds {
+    /// True when the slice lies within a dimension of size `dim`.
+    fn fits(&self, dim: usize) -> bool {
+        self.start >= 0 && self.size >= 0 && (self.start + self.size) as usize <= dim
+    }
+}
+
 /// Why an indexing step left the bounds of its ref; reported when the ref is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
@@ -228,7 +235,7 @@ impl Ref {
             return self.faulted();
         };
         let dim = r.dims[0];
-        if d.start < 0 || d.size < 0 || (d.start + d.size) as usize > dim {
+        if !d.fits(dim) {
             r.fault = Some(Fault::Ds {
                 start: d.start,
                 size: d.size,
@@ -250,7 +257,7 @@ impl Ref {
         };
         let n = r.rank as usize;
         let dim = r.dims[n - 1];
-        if d.start < 0 || d.size < 0 || (d.start + d.size) as usize > dim {
+        if !d.fits(dim) {
             r.fault = Some(Fault::Cols {
                 start: d.start,
                 size: d.size,
