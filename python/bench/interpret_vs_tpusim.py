@@ -10,8 +10,11 @@ JAX the script runs under `pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(
 tpusim under `tpusim.simulate(devices=P)`; nothing in the scripts changes but their
 literal shard shapes (8, 128) and block_size (16, 128), scaled to the size asked for.
 Each case reports the first call (the script's own pallas_result, including JAX's
-compilation and tpusim's planning), the mean of the next calls (the same jitted
-function on the same input: per call), and the wrong elements against numpy.
+compilation and tpusim's planning), then, after `--warmup` untimed calls of the same
+jitted function on the same input (the first calls after a compile run slower while
+the process's memory settles, in both modes), the mean and median of `--reps` timed
+calls (per call), and the wrong elements against numpy. The speed-up is the ratio of
+the means.
 """
 
 import argparse
@@ -67,7 +70,7 @@ def _context(mode, p, detect_races=False, seed=0):
     return tpusim.simulate(devices=p, backend=mode.split("-")[1])
 
 
-def child(mode, kernel, p, shard_bytes, reps):
+def child(mode, kernel, p, shard_bytes, reps, warmup):
     import numpy as np
 
     with _context(mode, p):
@@ -88,6 +91,8 @@ def child(mode, kernel, p, shard_bytes, reps):
         g = jax.jit(jax.shard_map(f, mesh=mod["mesh"], in_specs=ins, out_specs=outs, check_vma=False))
         x = mod["input_arr"]
         jax.block_until_ready(g(x))  # compiled (and planned) once, as a program calling it many times
+        for _ in range(warmup):
+            jax.block_until_ready(g(x))
         times, wrong = [], 0
         want = reference(kernel, np.asarray(x), p)
         for _ in range(reps):
@@ -96,7 +101,9 @@ def child(mode, kernel, p, shard_bytes, reps):
             times.append(time.perf_counter() - t0)
             y = np.asarray(y[0] if kernel == "psum" else y)
             wrong += int(np.sum(~np.isclose(y, want, rtol=1e-5, atol=1e-6)))
-    print(json.dumps({"first": first, "per_call": sum(times) / len(times), "wrong": wrong, "reps": reps}))
+    median = sorted(times)[len(times) // 2]
+    print(json.dumps({"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong,
+                      "reps": reps}))
 
 
 def broken_child(mode, p, seed):
@@ -168,12 +175,13 @@ def parse_size(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     ap.add_argument("-p", default="4", help="device counts, comma-separated")
     ap.add_argument("--sizes", default="4K,128K")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--modes", default="jax,tpusim-cpu,tpusim-gpu")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls after the first, in every mode")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--broken", type=int, default=0, help="also run the shared-semaphore all_gather N times")
     ap.add_argument("--broken-child", nargs=3, help=argparse.SUPPRESS)
@@ -183,11 +191,11 @@ def main():
         broken_child(mode, int(p), int(seed))
         return
     if a.child:
-        mode, kernel, p, size, reps = a.child
-        child(mode, kernel, int(p), int(size), int(reps))
+        mode, kernel, p, size, reps, warmup = a.child
+        child(mode, kernel, int(p), int(size), int(reps), int(warmup))
         return
-    print(f"per-device shard size; first call (includes compilation and planning) / mean of {a.reps} more calls; "
-          "wrong elements; tpusim's speed-up per call")
+    print(f"per-device shard size; first call (includes compilation and planning) / mean (median) of {a.reps} "
+          f"calls after {a.warmup} untimed ones; wrong elements; tpusim's speed-up per call (ratio of the means)")
     modes = a.modes.split(",")
     print("| kernel | P | size | " + " | ".join(modes) + " | speed-up (cpu, gpu) |")
     print("|---|---|---|" + "---|" * (len(modes) + 1))
@@ -196,7 +204,8 @@ def main():
           for size in a.sizes.split(","):
             cells, per = [], {}
             for mode in modes:
-                cmd = [sys.executable, __file__, "--child", mode, kernel, p, str(parse_size(size)), str(a.reps)]
+                cmd = [sys.executable, __file__, "--child", mode, kernel, p, str(parse_size(size)), str(a.reps),
+                       str(a.warmup)]
                 try:
                     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                     if r.returncode != 0:
@@ -204,7 +213,8 @@ def main():
                     else:
                         d = json.loads(r.stdout.strip().splitlines()[-1])
                         per[mode] = d["per_call"]
-                        cells.append(f"{d['first']:.3f} s / {d['per_call'] * 1e3:.2f} ms, {d['wrong']} wrong")
+                        cells.append(f"{d['first']:.3f} s / {d['per_call'] * 1e3:.2f} ({d['median'] * 1e3:.2f}) ms, "
+                                     f"{d['wrong']} wrong")
                 except subprocess.TimeoutExpired:
                     cells.append(f"no result in {a.timeout:.0f} s (killed)")
             ups = [f"{per['jax'] / per[m]:.0f}x" if "jax" in per and m in per else "-"
