@@ -10,11 +10,18 @@ JAX the script runs under `pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(
 tpusim under `tpusim.simulate(devices=P)`; nothing in the scripts changes but their
 literal shard shapes (8, 128) and block_size (16, 128), scaled to the size asked for.
 Each case reports the first call (the script's own pallas_result, including JAX's
-compilation and tpusim's planning), then, after `--warmup` untimed calls of the same
-jitted function on the same input (the first calls after a compile run slower while
-the process's memory settles, in both modes), the mean and median of `--reps` timed
-calls (per call), and the wrong elements against numpy. The speed-up is the ratio of
-the means.
+compilation and tpusim's planning); then untimed calls of the same jitted function on
+the same input, at least `--warmup` of them and for at least `--warmup-seconds` (the
+first calls after a compile run slower while the process's memory settles: tpusim's
+all_gather at P=4, 128 KiB, averages 0.64 ms over calls 25-50 and 0.5-0.6 ms after);
+then the mean and median per call of at least `--reps` timed calls lasting at least
+`--seconds` (the same rule in both modes: interpret mode's 20 calls last about a second
+or more, tpusim's take milliseconds, so it makes many more), and the wrong elements of
+the script's first result and of the last timed one against numpy. The timed calls run
+back to back: checking each result between them would time numpy's work too, the next
+call starting on caches and an allocator the check has stirred (that all_gather: 0.81 ms
+a call checked between calls, 0.56 ms back to back). The speed-up is the ratio of the
+means.
 """
 
 import argparse
@@ -70,7 +77,7 @@ def _context(mode, p, detect_races=False, seed=0):
     return tpusim.simulate(devices=p, backend=mode.split("-")[1])
 
 
-def child(mode, kernel, p, shard_bytes, reps, warmup):
+def child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
     import numpy as np
 
     with _context(mode, p):
@@ -91,19 +98,31 @@ def child(mode, kernel, p, shard_bytes, reps, warmup):
         g = jax.jit(jax.shard_map(f, mesh=mod["mesh"], in_specs=ins, out_specs=outs, check_vma=False))
         x = mod["input_arr"]
         jax.block_until_ready(g(x))  # compiled (and planned) once, as a program calling it many times
-        for _ in range(warmup):
-            jax.block_until_ready(g(x))
-        times, wrong = [], 0
+        calls(g, x, warmup, warmup_seconds)
         want = reference(kernel, np.asarray(x), p)
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            y = jax.block_until_ready(g(x))
-            times.append(time.perf_counter() - t0)
-            y = np.asarray(y[0] if kernel == "psum" else y)
-            wrong += int(np.sum(~np.isclose(y, want, rtol=1e-5, atol=1e-6)))
+
+        def wrong_in(y):
+            return int(np.sum(~np.isclose(np.asarray(y), want, rtol=1e-5, atol=1e-6)))
+
+        wrong = wrong_in(mod["pallas_result"])  # the script's own (psum's first result)
+        # Back to back: checking a result between calls would time numpy's traces too.
+        times, y = calls(g, x, reps, seconds)
+        wrong += wrong_in(y[0] if kernel == "psum" else y)
     median = sorted(times)[len(times) // 2]
     print(json.dumps({"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong,
-                      "reps": reps}))
+                      "reps": len(times)}))
+
+
+def calls(g, x, n, seconds):
+    """Calls g(x) at least n times and until `seconds` have passed: each call's time, the last result."""
+    import jax
+
+    times, start, y = [], time.perf_counter(), None
+    while len(times) < n or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        y = jax.block_until_ready(g(x))
+        times.append(time.perf_counter() - t0)
+    return times, y
 
 
 def broken_child(mode, p, seed):
@@ -175,13 +194,15 @@ def parse_size(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=8, help=argparse.SUPPRESS)
     ap.add_argument("-p", default="4", help="device counts, comma-separated")
     ap.add_argument("--sizes", default="4K,128K")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--modes", default="jax,tpusim-cpu,tpusim-gpu")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3, help="untimed calls after the first, in every mode")
+    ap.add_argument("--reps", type=int, default=20, help="timed calls, at least")
+    ap.add_argument("--seconds", type=float, default=1.0, help="timed calls for at least this long")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls after the first, at least")
+    ap.add_argument("--warmup-seconds", type=float, default=0.5, help="untimed calls for at least this long")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--broken", type=int, default=0, help="also run the shared-semaphore all_gather N times")
     ap.add_argument("--broken-child", nargs=3, help=argparse.SUPPRESS)
@@ -191,11 +212,12 @@ def main():
         broken_child(mode, int(p), int(seed))
         return
     if a.child:
-        mode, kernel, p, size, reps, warmup = a.child
-        child(mode, kernel, int(p), int(size), int(reps), int(warmup))
+        mode, kernel, p, size, reps, warmup, seconds, warmup_seconds = a.child
+        child(mode, kernel, int(p), int(size), int(reps), int(warmup), float(seconds), float(warmup_seconds))
         return
-    print(f"per-device shard size; first call (includes compilation and planning) / mean (median) of {a.reps} "
-          f"calls after {a.warmup} untimed ones; wrong elements; tpusim's speed-up per call (ratio of the means)")
+    print(f"per-device shard size; first call (includes compilation and planning) / mean (median) of at least "
+          f"{a.reps} calls and {a.seconds:g} s of calls, after at least {a.warmup} and {a.warmup_seconds:g} s of "
+          f"untimed ones; wrong elements; tpusim's speed-up per call (ratio of the means)")
     modes = a.modes.split(",")
     print("| kernel | P | size | " + " | ".join(modes) + " | speed-up (cpu, gpu) |")
     print("|---|---|---|" + "---|" * (len(modes) + 1))
@@ -205,7 +227,7 @@ def main():
             cells, per = [], {}
             for mode in modes:
                 cmd = [sys.executable, __file__, "--child", mode, kernel, p, str(parse_size(size)), str(a.reps),
-                       str(a.warmup)]
+                       str(a.warmup), str(a.seconds), str(a.warmup_seconds)]
                 try:
                     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                     if r.returncode != 0:
