@@ -107,3 +107,9 @@ def test_a_failing_kernel_is_tpusims_message_and_exit_1(tmp_path):
 def test_bad_input_is_exit_2(args, words):
     code, out, err = tpusim_cli(*args)
     assert code == 2 and words in err, err
+
+
+def test_a_limit_passed_exits_2_as_bad_input():
+    # As the Rust CLI: a check that would run past the time limit is refused up front.
+    code, out, err = tpusim_cli("check", "--devices", "8", "--schedules", "1000000000", seed_path("psum"))
+    assert code == 2 and "too long" in err and "the largest --schedules that fits is" in err, (code, err)

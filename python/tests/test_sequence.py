@@ -10,6 +10,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
+from conftest import HERE
 
 P = jax.sharding.PartitionSpec
 
@@ -88,3 +89,20 @@ def test_a_function_with_two_pallas_calls_is_checked_as_a_sequence():
     g, x = twice(double=True)
     (seq,) = tpusim.check(g, x, schedules=30, sequence=True, repeat=2)
     assert seq.clean, str(seq)
+
+
+def test_the_cli_checks_a_scripts_calls_as_one_sequence(tmp_path):
+    from test_cli import tpusim_cli
+
+    for double in (False, True):
+        script = tmp_path / f"twice_{double}.py"
+        script.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom test_sequence import twice\n"
+                          f"g, x = twice(double={double})\ng(x).block_until_ready()\n")
+        code, out, err = tpusim_cli("check", "--devices", "5", "--schedules", "30", str(script))
+        assert code == 0 and out.count("clean under 30 schedules") == 1, (out, err)  # one distinct call
+        code, out, err = tpusim_cli("check", "--devices", "5", "--schedules", "30", "--sequence", str(script))
+        assert "kernel then kernel P=5" in out, (out, err)
+        if double:
+            assert code == 0 and "clean under 30 schedules" in out, (out, err)
+        else:
+            assert code == 1 and "sent before the receiver entered the kernel" in out, (out, err)

@@ -1,13 +1,15 @@
 """``python -m tpusim``: a JAX script, unchanged, with every ``pallas_call`` on tpusim.
 
     python -m tpusim run   [--devices N] [--backend auto|cpu|gpu] [--schedule S] SCRIPT [ARGS...]
-    python -m tpusim check [--devices N] [--schedules N] [--seed S] SCRIPT [ARGS...]
+    python -m tpusim check [--devices N] [--schedules N] [--seed S] [--sequence] SCRIPT [ARGS...]
     python -m tpusim trace [--devices N] SCRIPT [ARGS...]
     python -m tpusim model [--devices N] [--preset v5e|v5p|v6e] [--timeline DIR] SCRIPT [ARGS...]
 
 The script runs as ``__main__`` with N JAX CPU devices (default: ``TPUSIM_DEVICES`` or
 4; a script that asks JAX for its own count, as JAX's tests do, keeps it). ``check``
-prints the verifier's report of every distinct call (exit 1 on a finding), ``trace``
+prints the verifier's report of every distinct call (exit 1 on a finding; with
+``--sequence``, one report of all the calls in the order made, as consecutive kernels
+on the same devices: a hazard between two calls is found too), ``trace``
 each call's step table, ``model`` each call's modeled time. Exit status: the script's
 own; 1 when a kernel fails; 2 for bad input.
 """
@@ -36,6 +38,8 @@ def _parser():
     c.add_argument("--schedules", type=int, default=200)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--repeat", type=int, default=1, help="each call that many times back to back")
+    c.add_argument("--sequence", action="store_true",
+                   help="verify all the calls, in the order made, as one sequence of kernels")
     common(c)
     common(sub.add_parser("trace", help="print each call's step table"))
     m = sub.add_parser("model", help="each call's modeled time")
@@ -92,16 +96,22 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     status = 0
     results = None
-    with _maybe_collect(tool) as results:
-        try:
+    if a.cmd == "check" and a.sequence:
+        tool = (None, dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat))
+    try:
+        with _maybe_collect(tool) as results:
             try:
-                runpy.run_path(a.script, run_name="__main__")
-            finally:
-                _hook.wait_for_calls(report=True)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException as e:  # the script failed: say why, in tpusim's words when ours
-            status = _report_failure(e)
+                try:
+                    runpy.run_path(a.script, run_name="__main__")
+                finally:
+                    _hook.wait_for_calls(report=True)
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException as e:  # the script failed: say why, in tpusim's words when ours
+                status = _report_failure(e)
+    except tpusim.TpusimError as e:  # the check of a --sequence, made when the script is done
+        print(f"tpusim: {e}", file=sys.stderr)
+        status = status or _status(e)
     if results is not None:
         for r in results:
             print(_show(a.cmd, r))
@@ -134,7 +144,10 @@ class _maybe_collect:
         from tpusim import _tools
 
         f, kw = self.tool
-        self.cm = _tools.collecting(f, tolerant=False, **kw)
+        if f is None:  # check --sequence
+            self.cm = _tools.sequence_report(tolerant=False, **kw)
+        else:
+            self.cm = _tools.collecting(f, tolerant=False, **kw)
         return self.cm.__enter__()
 
     def __exit__(self, *exc):
@@ -149,14 +162,18 @@ def _report_failure(e):
     import tpusim
 
     err = tpusim._hook.last_error() or e
-    if isinstance(err, tpusim.BadInput):
-        print(f"tpusim: {err}", file=sys.stderr)
-        return 2
     if isinstance(err, tpusim.TpusimError):
         print(f"tpusim: {err}", file=sys.stderr)
-        return 1
+        return _status(err)
     traceback.print_exception(e)
     return 1
+
+
+def _status(err):
+    """As the Rust CLI's: 2 for bad input (a limit passed, no GPU adapter included), else 1."""
+    import tpusim
+
+    return 2 if isinstance(err, (tpusim.BadInput, tpusim.LimitError, tpusim.NoAdapter)) else 1
 
 
 if __name__ == "__main__":

@@ -74,6 +74,25 @@ def collecting(tool, tolerant=True, **kw):
         _hook._tolerant -= int(tolerant)
 
 
+@contextlib.contextmanager
+def sequence_report(schedules=200, seed=0, repeat=1, tolerant=True):
+    """Collects every ``pallas_call`` made inside, in the order made (a repeated call as
+    often as it runs), and verifies them as one sequence when the block ends: yields the
+    Results, which then hold that one Report (none when no call was made)."""
+    out = Results()
+    calls = []
+    _hook._tolerant += int(tolerant)
+    try:
+        with _hook.observing(lambda what, plan: what == "call" and calls.append(plan)):
+            yield out
+    finally:
+        _hook._tolerant -= int(tolerant)
+    if calls:
+        r = _native.check_sequence([p.call for p in calls], schedules, seed, None, repeat)
+        again = f" --repeat {repeat}" if repeat != 1 else ""
+        out.append(Report.from_dict(r, " then ".join(p.spec.name for p in calls) + again + f" P={calls[0].P}"))
+
+
 def _run(fn, args, devices):
     import jax
 
@@ -92,19 +111,11 @@ def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat
         with collecting(check_plan, schedules=schedules, seed=seed, repeat=repeat) as got:
             _run(fn, args, devices)
         return got
-    calls = []
-    _hook._tolerant += 1
-    try:
-        with _hook.observing(lambda what, plan: what == "call" and calls.append(plan)):
-            _run(fn, args, devices)
-    finally:
-        _hook._tolerant -= 1
-    if not calls:
+    with sequence_report(schedules=schedules, seed=seed, repeat=repeat) as got:
+        _run(fn, args, devices)
+    if not got:
         raise _native.BadInput("bad input: the function made no pallas_call")
-    r = _native.check_sequence([p.call for p in calls], schedules, seed, None, repeat)
-    again = f" --repeat {repeat}" if repeat != 1 else ""
-    title = " then ".join(p.spec.name for p in calls) + again + f" P={calls[0].P}"
-    return Results([Report.from_dict(r, title)])
+    return got
 
 
 def trace(fn, *args, devices=None):
@@ -132,4 +143,4 @@ def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, *
     return got
 
 
-__all__ = ["check", "trace", "model", "Results", "collecting", "check_plan", "trace_plan", "model_plan"]
+__all__ = ["check", "trace", "model", "Results", "collecting", "sequence_report", "check_plan", "trace_plan", "model_plan"]
