@@ -59,6 +59,8 @@ from . import _native
 from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
 from ._hook import simulate, last_error
 from ._step import trace_step
+from . import _tools
+from ._tools import repeat_suffix as _repeat
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
@@ -186,22 +188,14 @@ def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=N
     entering the next call when it leaves one), `repeat` times. `name` may also be a
     list of native kernel calls, checked as one sequence."""
     if callable(name):
-        from . import _tools
-
         return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices,
                             sequence=sequence, repeat=repeat)
     devices = args[0] if args else (devices or 4)
     if isinstance(name, (list, tuple)):
-        r = _native.check_sequence(list(name), schedules, seed, replay, repeat)
-        title = " then ".join(c.name for c in name)
-        return Report.from_dict(r, f"{title}{_repeat(repeat)} P={_devices(mesh, devices)}")
+        return _tools.check_calls(name, _devices(mesh, devices), schedules, seed, replay, repeat)
     r = _native.collective_check(name, devices, schedules, seed, variant, shape, replay, mesh, axis, repeat)
     title = f"{name}{' --variant ' + variant if variant else ''}{_repeat(repeat)} P={_devices(mesh, devices)}"
     return Report.from_dict(r, title)
-
-
-def _repeat(repeat):
-    return f" --repeat {repeat}" if repeat != 1 else ""
 
 
 def trace(name, *args, mesh=None, axis=None, dtype="f32", repeat=1, devices=None):
@@ -209,8 +203,6 @@ def trace(name, *args, mesh=None, axis=None, dtype="f32", repeat=1, devices=None
     `repeat`: that many invocations back to back, rows per invocation.
     ``trace(fn, *args)``: the table of every pallas_call the JAX function makes."""
     if callable(name):
-        from . import _tools
-
         return _tools.trace(name, *args, devices=devices)
     devices = args[0] if args else (devices or 4)
     return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype, repeat))
@@ -226,8 +218,6 @@ def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline
     ``model(fn, *args, preset=...)``: every pallas_call the JAX function makes on the
     cost model's clock (`timeline`: a directory for one Chrome trace per call)."""
     if callable(name):
-        from . import _tools
-
         return _tools.model(name, *args, preset=preset, timeline=timeline, topology=topology,
                             devices=devices, **overrides)
     devices = args[0] if args else (devices or 4)

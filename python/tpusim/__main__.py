@@ -15,6 +15,7 @@ own; 1 when a kernel fails; 2 for bad input.
 """
 
 import argparse
+import contextlib
 import os
 import runpy
 import sys
@@ -73,33 +74,23 @@ def main(argv=None):
     except tpusim.BadInput as e:
         print(f"tpusim: {e}", file=sys.stderr)
         return 2
-    tool = {
-        "run": None,
-        "check": (_tools.check_plan, dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat))
-        if a.cmd == "check" else None,
-        "trace": (_tools.trace_plan, {}),
-        "model": None,
-    }[a.cmd]
-    if a.cmd == "model":
-        n = [0]
-
-        def model_tool(plan):
-            path = None
-            if a.timeline:
-                os.makedirs(a.timeline, exist_ok=True)
-                path = os.path.join(a.timeline, f"{plan.spec.name}-{n[0]}.json")
-                n[0] += 1
-            return _tools.model_plan(plan, preset=a.preset, timeline=path)
-
-        tool = (model_tool, {})
+    # What collects the Results of the script's calls, entered around it.
+    if a.cmd == "run":
+        collect = contextlib.nullcontext()
+    elif a.cmd == "check":
+        kw = dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat)
+        collect = (_tools.sequence_report(tolerant=False, **kw) if a.sequence
+                   else _tools.collecting(_tools.check_plan, tolerant=False, **kw))
+    elif a.cmd == "trace":
+        collect = _tools.collecting(_tools.trace_plan, tolerant=False)
+    else:
+        collect = _tools.collecting(_tools.model_tool(a.preset, a.timeline), tolerant=False)
     sys.argv = [a.script] + list(a.args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     status = 0
     results = None
-    if a.cmd == "check" and a.sequence:
-        tool = (None, dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat))
     try:
-        with _maybe_collect(tool) as results:
+        with collect as results:
             try:
                 try:
                     runpy.run_path(a.script, run_name="__main__")
@@ -131,29 +122,6 @@ def _show(cmd, r):
             s += f" (timeline {r.timeline_path})"
         return s
     return str(r)
-
-
-class _maybe_collect:
-    def __init__(self, tool):
-        self.tool = tool
-        self.cm = None
-
-    def __enter__(self):
-        if self.tool is None:
-            return None
-        from tpusim import _tools
-
-        f, kw = self.tool
-        if f is None:  # check --sequence
-            self.cm = _tools.sequence_report(tolerant=False, **kw)
-        else:
-            self.cm = _tools.collecting(f, tolerant=False, **kw)
-        return self.cm.__enter__()
-
-    def __exit__(self, *exc):
-        if self.cm is not None:
-            return self.cm.__exit__(*exc)
-        return False
 
 
 def _report_failure(e):

@@ -32,10 +32,21 @@ def _title(plan):
     return f"{s.name} P={plan.P} ({axes}) at {s.site[0]}:{s.site[1]}"
 
 
+def repeat_suffix(repeat):
+    """A report title's note of `repeat` invocations back to back."""
+    return f" --repeat {repeat}" if repeat != 1 else ""
+
+
 def check_plan(plan, schedules=200, seed=0, replay=None, repeat=1):
     r = plan.call.check(schedules, seed, replay, repeat)
-    again = f" --repeat {repeat}" if repeat != 1 else ""
-    return Report.from_dict(r, _title(plan) + again)
+    return Report.from_dict(r, _title(plan) + repeat_suffix(repeat))
+
+
+def check_calls(calls, p, schedules=200, seed=0, replay=None, repeat=1):
+    """Native kernel calls on `p` devices verified as one sequence (each device entering
+    the next call when it leaves one), `repeat` times."""
+    r = _native.check_sequence(list(calls), schedules, seed, replay, repeat)
+    return Report.from_dict(r, " then ".join(c.name for c in calls) + repeat_suffix(repeat) + f" P={p}")
 
 
 def trace_plan(plan):
@@ -88,9 +99,7 @@ def sequence_report(schedules=200, seed=0, repeat=1, tolerant=True):
     finally:
         _hook._tolerant -= int(tolerant)
     if calls:
-        r = _native.check_sequence([p.call for p in calls], schedules, seed, None, repeat)
-        again = f" --repeat {repeat}" if repeat != 1 else ""
-        out.append(Report.from_dict(r, " then ".join(p.spec.name for p in calls) + again + f" P={calls[0].P}"))
+        out.append(check_calls([p.call for p in calls], calls[0].P, schedules, seed, None, repeat))
 
 
 def _run(fn, args, devices):
@@ -128,9 +137,17 @@ def trace(fn, *args, devices=None):
 def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, **overrides):
     """Every pallas_call `fn(*args)` makes on the cost model's clock; `timeline`: a
     directory for one Chrome trace per call."""
+    with collecting(model_tool(preset, timeline, topology, **overrides)) as got:
+        _run(fn, args, devices)
+    return got
+
+
+def model_tool(preset="v5e", timeline=None, topology=None, **overrides):
+    """The tool ``model`` applies to each plan: with `timeline` (a directory), a Chrome
+    trace per call in it, named for the kernel and numbered in call order."""
     n = [0]
 
-    def tool(plan, **kw):
+    def tool(plan):
         path = None
         if timeline is not None:
             os.makedirs(timeline, exist_ok=True)
@@ -138,9 +155,7 @@ def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, *
             n[0] += 1
         return model_plan(plan, preset=preset, timeline=path, topology=topology, **overrides)
 
-    with collecting(tool) as got:
-        _run(fn, args, devices)
-    return got
+    return tool
 
 
-__all__ = ["check", "trace", "model", "Results", "collecting", "sequence_report", "check_plan", "trace_plan", "model_plan"]
+__all__ = ["check", "trace", "model", "Results", "collecting", "sequence_report", "check_plan", "check_calls", "trace_plan", "model_plan", "model_tool"]
