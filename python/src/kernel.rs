@@ -35,6 +35,20 @@ pub struct KernelCall {
 /// A plan under a schedule spec, with its coverage.
 type Planned = (String, Arc<Plan>, Arc<Coverage>);
 
+/// Where a round's Rust devices read and write the XLA devices' buffers (see
+/// `KernelCall.run_into`).
+#[derive(Clone, Debug)]
+pub struct Wiring {
+    /// The XLA device each Rust device reads its operands from.
+    pub rows: Vec<usize>,
+    /// The operand of each Rust input.
+    pub inputs: Vec<usize>,
+    /// The Rust device each XLA device gets its results from.
+    pub out_rows: Vec<usize>,
+    /// The Rust output of each result (`None`: one Python writes).
+    pub results: Vec<Option<usize>>,
+}
+
 impl KernelCall {
     /// The plan of this call under `schedule` and its coverage, made once and kept.
     fn plan_for(
@@ -57,6 +71,137 @@ impl KernelCall {
         let coverage = Arc::new(Coverage::of(&plan.program, &plan.schedule));
         *got = Some((schedule.to_string(), plan.clone(), coverage.clone()));
         Ok((plan, coverage))
+    }
+
+    /// Runs the kernel on one round's buffers, in place, as `wiring` says (the body of
+    /// `run_into`; also what a meeting's saved run calls without the GIL).
+    pub fn run_wired(
+        &self,
+        buffers: &CallBuffers,
+        wiring: &Wiring,
+        backend: &str,
+        schedule: &str,
+    ) -> PyResult<()> {
+        let Wiring {
+            rows,
+            inputs,
+            out_rows,
+            results,
+        } = wiring;
+        let exec = executor(backend)?;
+        let (plan, coverage) = self.plan_for(schedule, &exec)?;
+        let prog = &plan.program;
+        if rows.len() != prog.devices
+            || inputs.len() != prog.inputs.len()
+            || out_rows.iter().any(|&r| r >= prog.devices)
+            || results.iter().flatten().any(|&o| o >= prog.outputs.len())
+        {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "`{}`: {} rows of {} inputs for {} devices of {} inputs",
+                prog.name,
+                rows.len(),
+                inputs.len(),
+                prog.devices,
+                prog.inputs.len()
+            )));
+        }
+        exec.check(prog).py()?;
+        let allocs = &prog.layout.allocs;
+        let sized = |what: &str, bytes: usize, a: usize| -> PyResult<()> {
+            let want = allocs[a].numel() * allocs[a].dtype.size();
+            if bytes == want {
+                return Ok(());
+            }
+            Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "{what} `{}`: {bytes} bytes for {want}",
+                allocs[a].name
+            )))
+        };
+        // XLA's buffers the run can use in place: 4-byte elements, aligned to them.
+        let words = |b: &[u8], a: usize| match allocs[a].dtype.size() {
+            4 => bytemuck::try_cast_slice::<u8, u32>(b).is_ok(),
+            _ => false,
+        };
+        let cpu = tpusim::exec::cpu::CpuExecutor::new();
+        let mut lent = Vec::new();
+        let mut copied_in = Vec::new();
+        for (r, &x) in rows.iter().enumerate() {
+            for (i, &k) in inputs.iter().enumerate() {
+                let a = prog.inputs[i];
+                let bytes = buffers.operand(x, k)?;
+                sized("input", bytes.len(), a)?;
+                if !exec.is_gpu() && words(bytes, a) {
+                    lent.push(Lent::Input {
+                        device: r,
+                        alloc: a,
+                        words: bytemuck::cast_slice(bytes),
+                    });
+                } else {
+                    copied_in.push((r, i, bytes));
+                }
+            }
+        }
+        // Result `k` of XLA device `x` is lent as its Rust output, once; the others copy.
+        let mut copied_out = Vec::new();
+        for (x, &r) in out_rows.iter().enumerate() {
+            for (k, o) in results.iter().enumerate() {
+                let Some(o) = *o else { continue };
+                let a = prog.outputs[o];
+                let dst = buffers.result(x, k)?;
+                sized("output", dst.len(), a)?;
+                let taken = lent
+                    .iter()
+                    .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));
+                if !exec.is_gpu() && !taken && words(dst, a) {
+                    lent.push(Lent::Output {
+                        device: r,
+                        alloc: a,
+                        words: bytemuck::cast_slice_mut(dst),
+                    });
+                } else {
+                    copied_out.push((r, o, dst));
+                }
+            }
+        }
+        let mut run = match exec.is_gpu() {
+            true => exec.prepare(prog, &plan.schedule).py()?,
+            false => cpu
+                .prepare_lent(prog, &plan.schedule, &coverage, lent)
+                .py()?,
+        };
+        // The rest in: in place where the run's memory is host memory, else staged.
+        let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
+        for (r, i, bytes) in copied_in {
+            let a = prog.inputs[i];
+            let dtype = allocs[a].dtype;
+            match run.input_words(r, i) {
+                Some(w) => dtype.words_from_bytes(bytes, w),
+                None => {
+                    let mut w = vec![0; allocs[a].numel()];
+                    dtype.words_from_bytes(bytes, &mut w);
+                    staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
+                }
+            }
+        }
+        if staged.iter().any(|r| !r.is_empty()) {
+            run.upload(&staged).py()?;
+        }
+        run.run(1).py()?;
+        let read = match copied_out.is_empty() || run.output_words(0, 0).is_some() {
+            true => None,
+            false => Some(run.read_outputs().py()?),
+        };
+        for (r, o, dst) in copied_out {
+            let a = prog.outputs[o];
+            let words = match &read {
+                Some(v) => &v[r][o].words[..],
+                None => run
+                    .output_words(r, o)
+                    .expect("host memory, as its first output"),
+            };
+            allocs[a].dtype.bytes_from_words(words, dst);
+        }
+        Ok(())
     }
 }
 
@@ -205,120 +350,13 @@ impl KernelCall {
         backend: &str,
         schedule: &str,
     ) -> PyResult<()> {
-        let exec = executor(backend)?;
-        let (plan, coverage) = self.plan_for(schedule, &exec)?;
-        let prog = &plan.program;
-        if rows.len() != prog.devices
-            || inputs.len() != prog.inputs.len()
-            || out_rows.iter().any(|&r| r >= prog.devices)
-            || results.iter().flatten().any(|&o| o >= prog.outputs.len())
-        {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "`{}`: {} rows of {} inputs for {} devices of {} inputs",
-                prog.name,
-                rows.len(),
-                inputs.len(),
-                prog.devices,
-                prog.inputs.len()
-            )));
-        }
-        exec.check(prog).py()?;
-        let allocs = &prog.layout.allocs;
-        let sized = |what: &str, bytes: usize, a: usize| -> PyResult<()> {
-            let want = allocs[a].numel() * allocs[a].dtype.size();
-            if bytes == want {
-                return Ok(());
-            }
-            Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "{what} `{}`: {bytes} bytes for {want}",
-                allocs[a].name
-            )))
+        let wiring = Wiring {
+            rows,
+            inputs,
+            out_rows,
+            results,
         };
-        // XLA's buffers the run can use in place: 4-byte elements, aligned to them.
-        let words = |b: &[u8], a: usize| match allocs[a].dtype.size() {
-            4 => bytemuck::try_cast_slice::<u8, u32>(b).is_ok(),
-            _ => false,
-        };
-        let cpu = tpusim::exec::cpu::CpuExecutor::new();
-        let mut lent = Vec::new();
-        let mut copied_in = Vec::new();
-        for (r, &x) in rows.iter().enumerate() {
-            for (i, &k) in inputs.iter().enumerate() {
-                let a = prog.inputs[i];
-                let bytes = buffers.operand(x, k)?;
-                sized("input", bytes.len(), a)?;
-                if !exec.is_gpu() && words(bytes, a) {
-                    lent.push(Lent::Input {
-                        device: r,
-                        alloc: a,
-                        words: bytemuck::cast_slice(bytes),
-                    });
-                } else {
-                    copied_in.push((r, i, bytes));
-                }
-            }
-        }
-        // Result `k` of XLA device `x` is lent as its Rust output, once; the others copy.
-        let mut copied_out = Vec::new();
-        for (x, &r) in out_rows.iter().enumerate() {
-            for (k, o) in results.iter().enumerate() {
-                let Some(o) = *o else { continue };
-                let a = prog.outputs[o];
-                let dst = buffers.result(x, k)?;
-                sized("output", dst.len(), a)?;
-                let taken = lent
-                    .iter()
-                    .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));
-                if !exec.is_gpu() && !taken && words(dst, a) {
-                    lent.push(Lent::Output {
-                        device: r,
-                        alloc: a,
-                        words: bytemuck::cast_slice_mut(dst),
-                    });
-                } else {
-                    copied_out.push((r, o, dst));
-                }
-            }
-        }
-        let mut run = match exec.is_gpu() {
-            true => exec.prepare(prog, &plan.schedule).py()?,
-            false => cpu
-                .prepare_lent(prog, &plan.schedule, &coverage, lent)
-                .py()?,
-        };
-        // The rest in: in place where the run's memory is host memory, else staged.
-        let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
-        for (r, i, bytes) in copied_in {
-            let a = prog.inputs[i];
-            let dtype = allocs[a].dtype;
-            match run.input_words(r, i) {
-                Some(w) => dtype.words_from_bytes(bytes, w),
-                None => {
-                    let mut w = vec![0; allocs[a].numel()];
-                    dtype.words_from_bytes(bytes, &mut w);
-                    staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
-                }
-            }
-        }
-        if staged.iter().any(|r| !r.is_empty()) {
-            run.upload(&staged).py()?;
-        }
-        run.run(1).py()?;
-        let read = match copied_out.is_empty() || run.output_words(0, 0).is_some() {
-            true => None,
-            false => Some(run.read_outputs().py()?),
-        };
-        for (r, o, dst) in copied_out {
-            let a = prog.outputs[o];
-            let words = match &read {
-                Some(v) => &v[r][o].words[..],
-                None => run
-                    .output_words(r, o)
-                    .expect("host memory, as its first output"),
-            };
-            allocs[a].dtype.bytes_from_words(words, dst);
-        }
-        Ok(())
+        self.run_wired(&buffers, &wiring, backend, schedule)
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run

@@ -100,6 +100,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
     m.add_class::<xla_call::CallBuffers>()?;
     m.add_function(wrap_pyfunction!(xla_call::meeting_register, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::meeting_save_run, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::settings_epoch, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::forget_saved_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_call::saved_rounds, m)?)?;
     m.add_function(wrap_pyfunction!(xla_call::ffi_handler_address, m)?)?;
     use collectives as c;
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;

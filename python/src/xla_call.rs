@@ -3,15 +3,17 @@
 //! without the GIL. The last device to arrive takes the GIL once and hands every
 //! device's operand and result buffers ([`CallBuffers`]) to the meeting's Python
 //! callback, which plans the simulation and runs it on them in place (the data does not
-//! pass through Python); the others wait. A host callback per device (`io_callback`)
+//! pass through Python); the others wait. A call the meeting has run before under the
+//! same settings runs again from Rust alone, without the GIL (a saved [`SavedRun`]), as
+//! long as its plan depends on nothing Python reads per call. A host callback per device (`io_callback`)
 //! cost milliseconds a call in JAX's machinery alone. (Handing XLA a future from each
 //! waiting call instead, so that its thread goes on, measured the same per call.)
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
@@ -19,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::BadInput;
+use crate::kernel::{KernelCall, Wiring};
 use crate::xla_ffi::{self, Buffers, CallFrame};
 
 /// A device's operand or result buffer: XLA's memory, valid while its call waits here.
@@ -183,6 +186,81 @@ struct Meeting {
     failed: Py<PyAny>,
     state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
     cv: Condvar,
+    /// The run Python saved after a round, for the rounds after it.
+    saved: Mutex<Option<Arc<SavedRun>>>,
+}
+
+/// A round's run as Python last made it (its plan, wiring and settings), for a repeated
+/// call to run without the GIL; stale once the settings change ([`EPOCH`]).
+struct SavedRun {
+    call: Py<KernelCall>,
+    wiring: Wiring,
+    backend: String,
+    schedule: String,
+    epoch: u64,
+}
+
+/// Bumped whenever something a saved run assumed may have changed (the package's
+/// settings, an observer of calls): every run saved before is stale.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Rounds run from a saved run, since the process started.
+static SAVED_ROUNDS: AtomicU64 = AtomicU64::new(0);
+
+/// How many rounds ran from a saved run, without Python, since the process started.
+#[pyfunction]
+pub fn saved_rounds() -> u64 {
+    SAVED_ROUNDS.load(Ordering::Relaxed)
+}
+
+/// The current settings epoch, read by a round before it reads the settings.
+#[pyfunction]
+pub fn settings_epoch() -> u64 {
+    EPOCH.load(Ordering::Acquire)
+}
+
+/// Makes every saved run stale (the settings changed, or the calls are observed).
+#[pyfunction]
+pub fn forget_saved_runs() {
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Saves, for meeting `id`, the run its round just made (`call.run_into` with this
+/// wiring, backend and schedule) under the settings of `epoch`: the rounds after it run
+/// it from Rust while the epoch holds.
+#[pyfunction]
+#[pyo3(signature = (id, epoch, call, rows, inputs, out_rows, results, backend, schedule))]
+#[allow(clippy::too_many_arguments)]
+pub fn meeting_save_run(
+    id: usize,
+    epoch: u64,
+    call: Py<KernelCall>,
+    rows: Vec<usize>,
+    inputs: Vec<usize>,
+    out_rows: Vec<usize>,
+    results: Vec<Option<usize>>,
+    backend: String,
+    schedule: String,
+) -> PyResult<()> {
+    let meeting = {
+        let all = meetings().lock().unwrap_or_else(|e| e.into_inner());
+        *all.get(id)
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(format!("no meeting {id}")))?
+    };
+    let run = SavedRun {
+        call,
+        wiring: Wiring {
+            rows,
+            inputs,
+            out_rows,
+            results,
+        },
+        backend,
+        schedule,
+        epoch,
+    };
+    *meeting.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(run));
+    Ok(())
 }
 
 fn meetings() -> &'static Mutex<Vec<&'static Meeting>> {
@@ -213,6 +291,7 @@ pub fn meeting_register(
         failed,
         state: Mutex::new((vec![0; devices], HashMap::new())),
         cv: Condvar::new(),
+        saved: Mutex::new(None),
     }));
     let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
     all.push(m);
@@ -304,17 +383,31 @@ impl Meeting {
         outcome
     }
 
-    /// Hands the operands to Python once and copies its results into XLA's buffers.
+    /// Runs the round: the saved run where there is a current one, else Python's
+    /// callback, handed the buffers once.
     fn lead(&self, ins: Vec<Vec<Span>>, outs: Vec<Vec<Span>>) -> Result<(), Failure> {
+        let bufs = CallBuffers {
+            ins,
+            outs,
+            open: AtomicBool::new(true),
+        };
+        let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(r) = saved.filter(|r| r.epoch == EPOCH.load(Ordering::Acquire)) {
+            match r
+                .call
+                .get()
+                .run_wired(&bufs, &r.wiring, &r.backend, &r.schedule)
+            {
+                Ok(()) => {
+                    SAVED_ROUNDS.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                // Python runs it again below, and reports what went wrong as it does.
+                Err(e) => Python::attach(|_| drop(e)),
+            }
+        }
         Python::attach(|py| -> PyResult<()> {
-            let bufs = Py::new(
-                py,
-                CallBuffers {
-                    ins,
-                    outs,
-                    open: AtomicBool::new(true),
-                },
-            )?;
+            let bufs = Py::new(py, bufs)?;
             let ran = self.run.call1(py, (bufs.clone_ref(py),));
             // XLA's buffers go back with the calls: nothing may touch them after.
             bufs.get().open.store(false, Ordering::Release);

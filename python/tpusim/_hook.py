@@ -172,6 +172,8 @@ class Meeting:
         return plan
 
     def _run(self, bufs):
+        epoch = _native.settings_epoch()  # before the settings this run follows are read
+        backend, schedule = _backend(), config.schedule
         spec, cores = self.spec, self.spec.cores
         keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
         smem = [{k: np.frombuffer(bufs.operand_bytes(d, k), self.in_avals[k][1]).reshape(self.in_avals[k][0])
@@ -183,12 +185,17 @@ class Meeting:
         out_rows = [x * cores for x in range(self.P)]
         try:
             plan.call.run_into(bufs, rows, plan.input_operands, out_rows, plan.result_sources,
-                               backend=_backend(), schedule=config.schedule)
+                               backend=backend, schedule=schedule)
         except _native.TpusimError:
             if not _tolerant:
                 raise
             # The tools report what went wrong; the program goes on with zeros.
             bufs.zero_results()
+        else:
+            if backend == "cpu" and not keys and not plan.smem_results and not _observers:
+                # Nothing of this plan is read per call: the next rounds run it from Rust.
+                _native.meeting_save_run(self.id, epoch, plan.call, rows, plan.input_operands, out_rows,
+                                         plan.result_sources, backend, schedule)
         for k, buf in plan.smem_results:
             a = spec.out_avals[k]
             for x, r in enumerate(out_rows):
@@ -268,6 +275,7 @@ def _observe(what, plan):
 @contextlib.contextmanager
 def observing(f):
     _observers.append(f)
+    _native.forget_saved_runs()  # every call is observed: none may run unseen
     try:
         yield
     finally:

@@ -11,7 +11,23 @@
 """
 
 import os
+import sys
+import types
 
 backend = os.environ.get("TPUSIM_BACKEND", "auto")
 schedule = os.environ.get("TPUSIM_SCHEDULE", "eager")
 devices = int(os.environ.get("TPUSIM_DEVICES", "4"))
+
+
+class _Settings(types.ModuleType):
+    """The module's class: a changed setting makes the runs that repeated pallas_calls
+    saved under the old ones stale (``_native.forget_saved_runs``)."""
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        from . import _native
+
+        _native.forget_saved_runs()
+
+
+sys.modules[__name__].__class__ = _Settings
