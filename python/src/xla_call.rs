@@ -3,9 +3,10 @@
 //! without the GIL. The last device to arrive takes the GIL once and hands every
 //! device's operand and result buffers ([`CallBuffers`]) to the meeting's Python
 //! callback, which plans the simulation and runs it on them in place (the data does not
-//! pass through Python); the others wait. A call the meeting has run before under the
-//! same settings runs again from Rust alone, without the GIL (a saved [`SavedRun`]), as
-//! long as its plan depends on nothing Python reads per call. A host callback per device (`io_callback`)
+//! pass through Python); the others sleep until it wakes them, each on its own (no lock
+//! to queue for on the way out). A call the meeting has run before under the same
+//! settings runs again from Rust alone, without the GIL (a [`SavedRun`]), where its plan
+//! depends on nothing Python reads per call. A host callback per device (`io_callback`)
 //! cost milliseconds a call in JAX's machinery alone. (Handing XLA a future from each
 //! waiting call instead, so that its thread goes on, measured the same per call.)
 
@@ -13,7 +14,8 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
@@ -169,12 +171,17 @@ enum Failure {
     Here(String),
 }
 
+/// One call of every device: the buffers gathered so far, and its outcome, which the
+/// waiting calls read without the meeting's lock once they are woken.
 struct Round {
     ins: Vec<Option<Vec<Span>>>,
     outs: Vec<Option<Vec<Span>>>,
+    /// Devices that have come, late ones to a failed round too: the round is forgotten
+    /// once all have.
     arrived: usize,
-    left: usize,
-    outcome: Option<Result<(), Failure>>,
+    /// The calls waiting for the outcome, woken when it is set.
+    sleepers: Vec<Thread>,
+    outcome: Arc<OnceLock<Result<(), Failure>>>,
 }
 
 struct Meeting {
@@ -185,7 +192,6 @@ struct Meeting {
     /// Told the message of a call that fails here, not in `run` (a device missing).
     failed: Py<PyAny>,
     state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
-    cv: Condvar,
     /// The run Python saved after a round, for the rounds after it.
     saved: Mutex<Option<Arc<SavedRun>>>,
 }
@@ -290,7 +296,6 @@ pub fn meeting_register(
         run,
         failed,
         state: Mutex::new((vec![0; devices], HashMap::new())),
-        cv: Condvar::new(),
         saved: Mutex::new(None),
     }));
     let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
@@ -312,75 +317,77 @@ impl Meeting {
                 self.devices
             )));
         }
+        let p = self.devices;
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (count, rounds) = &mut *guard;
         let k = count[device];
         count[device] += 1;
-        let p = self.devices;
         let round = rounds.entry(k).or_insert_with(|| Round {
             ins: vec![None; p],
             outs: vec![None; p],
             arrived: 0,
-            left: p,
-            outcome: None,
+            sleepers: Vec::new(),
+            outcome: Arc::new(OnceLock::new()),
         });
-        if round.outcome.is_none() {
-            round.ins[device] = Some(ins);
-            round.outs[device] = Some(outs);
-            round.arrived += 1;
+        round.arrived += 1;
+        let outcome = round.outcome.clone();
+        if let Some(failed) = outcome.get() {
+            // Late to a round that failed without this device.
+            if round.arrived == p {
+                rounds.remove(&k);
+            }
+            return failed.clone();
         }
-        if round.outcome.is_none() && round.arrived == p {
-            let ins: Vec<Vec<Span>> = round
-                .ins
-                .iter_mut()
-                .map(|s| s.take().unwrap_or_default())
-                .collect();
-            let outs: Vec<Vec<Span>> = round
-                .outs
-                .iter_mut()
-                .map(|s| s.take().unwrap_or_default())
-                .collect();
+        round.ins[device] = Some(ins);
+        round.outs[device] = Some(outs);
+        if round.arrived == p {
+            let mut round = rounds.remove(&k).expect("the round in progress");
             drop(guard);
-            let outcome = self.lead(ins, outs);
-            guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            guard.1.get_mut(&k).expect("the round in progress").outcome = Some(outcome);
-            self.cv.notify_all();
-        } else {
-            let deadline = Instant::now() + self.timeout;
-            loop {
-                let r = guard.1.get_mut(&k).expect("the round in progress");
-                if r.outcome.is_some() {
-                    break;
-                }
-                let now = Instant::now();
-                // Once every device is in, the simulation may take as long as it takes.
-                if r.arrived < p && now >= deadline {
-                    r.outcome = Some(Err(Failure::Here(format!(
-                        "bad input: only {} of the {p} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
-                        r.arrived,
-                        self.name,
-                        self.timeout.as_secs_f64()
-                    ))));
-                    self.cv.notify_all();
-                    break;
-                }
-                let wait = deadline
-                    .saturating_duration_since(now)
-                    .max(Duration::from_millis(100));
-                guard = self
-                    .cv
-                    .wait_timeout(guard, wait)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+            let ins = round.ins.iter_mut().map(|s| s.take().unwrap_or_default());
+            let outs = round.outs.iter_mut().map(|s| s.take().unwrap_or_default());
+            let ran = self.lead(ins.collect(), outs.collect());
+            let _ = outcome.set(ran);
+            for t in round.sleepers {
+                t.unpark();
+            }
+            return outcome.get().expect("set above").clone();
+        }
+        round.sleepers.push(std::thread::current());
+        drop(guard);
+        // Woken by the leader (or by a timeout), reading the outcome without the lock.
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(o) = outcome.get() {
+                return o.clone();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.time_out(k, &outcome);
+            }
+            let wait = deadline.saturating_duration_since(now);
+            std::thread::park_timeout(wait.max(Duration::from_millis(100)));
+        }
+    }
+
+    /// Fails round `k` if devices are still missing from it past the deadline (once every
+    /// device is in, the simulation may take as long as it takes), waking its calls.
+    fn time_out(&self, k: u64, outcome: &OnceLock<Result<(), Failure>>) {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = guard.1.get_mut(&k) else {
+            return; // every device came: the leader is running it
+        };
+        let failed = Failure::Here(format!(
+            "bad input: only {} of the {} devices reached pallas_call `{}` within {:.0} s (every device of the shard_map must make the same calls)",
+            r.arrived,
+            self.devices,
+            self.name,
+            self.timeout.as_secs_f64()
+        ));
+        if outcome.set(Err(failed)).is_ok() {
+            for t in r.sleepers.drain(..) {
+                t.unpark();
             }
         }
-        let r = guard.1.get_mut(&k).expect("the round in progress");
-        let outcome = r.outcome.clone().expect("set above");
-        r.left -= 1;
-        if r.left == 0 {
-            guard.1.remove(&k);
-        }
-        outcome
     }
 
     /// Runs the round: the saved run where there is a current one, else Python's

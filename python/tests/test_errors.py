@@ -429,9 +429,11 @@ def test_refusals_fit_in_one_gib_of_address_space():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-def test_a_device_that_never_makes_the_call_is_an_error_not_a_hang(monkeypatch):
-    """Only device 0 takes the branch with the pallas_call: the others never come to its
-    meeting, and the one that came fails once the meeting's time is up."""
+@pytest.mark.parametrize("came", [1, 3])
+def test_a_device_that_never_makes_the_call_is_an_error_not_a_hang(monkeypatch, came):
+    """Only the first `came` devices take the branch with the pallas_call: the others
+    never come to its meeting, and those that came fail once the meeting's time is up
+    (the first to see it wakes the others)."""
     from jax import lax
 
     from tpusim import _hook
@@ -443,11 +445,11 @@ def test_a_device_that_never_makes_the_call_is_an_error_not_a_hang(monkeypatch):
 
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))
     mesh = jax.make_mesh((4,), ("x",))
-    f = jax.jit(jax.shard_map(lambda v: lax.cond(lax.axis_index("x") == 0, call, lambda u: u, v),
+    f = jax.jit(jax.shard_map(lambda v: lax.cond(lax.axis_index("x") < came, call, lambda u: u, v),
                               mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     v = jax.device_put(np.zeros((32, 128), np.int32), jax.NamedSharding(mesh, P("x")))
     t = time.monotonic()
-    with pytest.raises(tpusim.BadInput, match="only 1 of the 4 devices reached pallas_call `kernel` within 1 s"):
+    with pytest.raises(tpusim.BadInput, match=f"only {came} of the 4 devices reached pallas_call `kernel` within 1 s"):
         with tpusim.simulate(backend="cpu"):
             np.asarray(f(v))
     assert time.monotonic() - t < 30
