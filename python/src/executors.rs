@@ -1,10 +1,15 @@
 //! The executors Python calls run on: the CPU executor, or one GPU executor per thread
-//! opened on first use (its buffer pool kept across calls).
+//! opened on first use (its buffer pool kept across calls). Simulated `pallas_call`s on
+//! the GPU all run on one thread of tpusim's own ([`on_gpu_thread`]), whichever XLA
+//! thread leads their round.
 
 use crate::errors::{NoAdapter, OrPy};
 use pyo3::prelude::*;
 use std::cell::OnceCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Mutex, OnceLock};
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::gpu::GpuExecutor;
 use tpusim::exec::{Backend, Chosen, Executor, Prepared};
@@ -91,4 +96,52 @@ pub fn executor(backend: &str) -> PyResult<Shared> {
         _ => Rc::new(CpuExecutor::new()),
     };
     Ok(Shared(exec, chosen))
+}
+
+/// A piece of work for the GPU thread.
+type Task = Box<dyn FnOnce() + Send>;
+
+/// The thread that runs every simulated `pallas_call` on the GPU (its executor, like
+/// any, belongs to the thread that opened it), started on first use.
+fn gpu_thread() -> PyResult<&'static Mutex<Sender<Task>>> {
+    static THREAD: OnceLock<std::result::Result<Mutex<Sender<Task>>, String>> = OnceLock::new();
+    THREAD
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Task>();
+            std::thread::Builder::new()
+                .name("tpusim-gpu".into())
+                .spawn(move || rx.into_iter().for_each(|task| task()))
+                .map(|_| Mutex::new(tx))
+                .map_err(|e| format!("tpusim could not start its GPU thread: {e}"))
+        })
+        .as_ref()
+        .map_err(|m| pyo3::exceptions::PyRuntimeError::new_err(m.clone()))
+}
+
+/// Runs `f` on the GPU thread and waits for it (without the GIL where the caller has
+/// let it go: `f` may take it).
+pub fn on_gpu_thread<R: Send + 'static>(
+    f: impl FnOnce() -> PyResult<R> + Send + 'static,
+) -> PyResult<R> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    let task: Task = Box::new(move || {
+        let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+            Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "tpusim's GPU thread panicked",
+            ))
+        });
+        let _ = tx.send(r);
+    });
+    let gone = || pyo3::exceptions::PyRuntimeError::new_err("tpusim's GPU thread has stopped");
+    gpu_thread()?
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(task)
+        .map_err(|_| gone())?;
+    rx.recv().map_err(|_| gone())?
+}
+
+/// Whether `backend` runs on the GPU executor (`auto` decided as for [`executor`]).
+pub fn is_gpu(backend: &str) -> PyResult<bool> {
+    Ok(chosen(backend)?.is_gpu())
 }

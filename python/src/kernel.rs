@@ -341,7 +341,7 @@ impl KernelCall {
     #[pyo3(signature = (buffers, rows, inputs, out_rows, results, backend="auto", schedule="eager"))]
     #[allow(clippy::too_many_arguments)]
     fn run_into(
-        &self,
+        slf: &Bound<'_, Self>,
         buffers: PyRef<'_, CallBuffers>,
         rows: Vec<usize>,
         inputs: Vec<usize>,
@@ -356,7 +356,17 @@ impl KernelCall {
             out_rows,
             results,
         };
-        self.run_wired(&buffers, &wiring, backend, schedule)
+        if !crate::executors::is_gpu(backend)? {
+            return slf.get().run_wired(&buffers, &wiring, backend, schedule);
+        }
+        // The GPU executor's own thread runs it, the GIL let go meanwhile.
+        let (call, lent) = (slf.clone().unbind(), buffers.lend());
+        let (backend, schedule) = (backend.to_string(), schedule.to_string());
+        slf.py().detach(|| {
+            crate::executors::on_gpu_thread(move || {
+                call.get().run_wired(&lent, &wiring, &backend, &schedule)
+            })
+        })
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run

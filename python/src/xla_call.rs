@@ -68,6 +68,15 @@ pub struct CallBuffers {
 }
 
 impl CallBuffers {
+    /// The same buffers, for another thread to use while this round's calls wait for it.
+    pub fn lend(&self) -> CallBuffers {
+        CallBuffers {
+            ins: self.ins.clone(),
+            outs: self.outs.clone(),
+            open: AtomicBool::new(self.open.load(Ordering::Acquire)),
+        }
+    }
+
     fn span(&self, results: bool, device: usize, k: usize) -> PyResult<&Span> {
         if !self.open.load(Ordering::Acquire) {
             return Err(BadInput::new_err(
@@ -400,11 +409,21 @@ impl Meeting {
         };
         let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(r) = saved.filter(|r| r.epoch == EPOCH.load(Ordering::Acquire)) {
-            match r
-                .call
-                .get()
-                .run_wired(&bufs, &r.wiring, &r.backend, &r.schedule)
-            {
+            let ran = match crate::executors::is_gpu(&r.backend) {
+                Ok(true) => {
+                    let lent = bufs.lend();
+                    crate::executors::on_gpu_thread(move || {
+                        r.call
+                            .get()
+                            .run_wired(&lent, &r.wiring, &r.backend, &r.schedule)
+                    })
+                }
+                _ => r
+                    .call
+                    .get()
+                    .run_wired(&bufs, &r.wiring, &r.backend, &r.schedule),
+            };
+            match ran {
                 Ok(()) => {
                     SAVED_ROUNDS.fetch_add(1, Ordering::Relaxed);
                     return Ok(());

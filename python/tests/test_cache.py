@@ -75,9 +75,10 @@ def shift_of(host):
     return np.concatenate([a[(d - 1) % 4] for d in range(4)])
 
 
-def test_a_repeated_call_runs_from_rust_on_each_calls_own_inputs():
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_a_repeated_call_runs_from_rust_on_each_calls_own_inputs(backend):
     g, sharding = shifted()
-    with tpusim.simulate(backend="cpu"):
+    with tpusim.simulate(backend=backend):
         before = None
         for k in range(6):
             host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128) * (k + 2) - k

@@ -15,7 +15,6 @@ operands and writes the results in XLA's buffers. Everything around the kernel i
 import contextlib
 import dataclasses
 import functools
-import queue
 import threading
 
 import numpy as np
@@ -144,8 +143,8 @@ class Meeting:
         """Runs the gathered call on one round's buffers (``CallBuffers``: every device's
         operands, read in place, and results, written in place)."""
         try:
-            # The GPU executor belongs to one thread: the worker's. The CPU one runs here.
-            self._run(bufs) if _backend() == "cpu" else _worker.submit(self._run, bufs)
+            # On the GPU, run_into runs on the GPU executor's own thread (Rust's).
+            self._run(bufs)
         except BaseException as e:  # every device's call fails with it
             global _last_error
             _last_error = e
@@ -192,7 +191,7 @@ class Meeting:
             # The tools report what went wrong; the program goes on with zeros.
             bufs.zero_results()
         else:
-            if backend == "cpu" and not keys and not plan.smem_results and not _observers:
+            if not keys and not plan.smem_results and not _observers:
                 # Nothing of this plan is read per call: the next rounds run it from Rust.
                 _native.meeting_save_run(self.id, epoch, plan.call, rows, plan.input_operands, out_rows,
                                          plan.result_sources, backend, schedule)
@@ -228,38 +227,6 @@ def _backend():
     executor on a hardware adapter, else the CPU one): ``"gpu"`` or ``"cpu"``."""
     return _native.resolve_backend(config.backend)
 
-
-class _Worker:
-    """One thread runs every simulation: the GPU executor belongs to one thread."""
-
-    def __init__(self):
-        self.q = None
-        self.lock = threading.Lock()
-
-    def submit(self, f, *args):
-        with self.lock:
-            if self.q is None:
-                self.q = queue.Queue()
-                threading.Thread(target=self._loop, daemon=True, name="tpusim").start()
-        box = {}
-        ev = threading.Event()
-        self.q.put((f, args, box, ev))
-        ev.wait()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    def _loop(self):
-        while True:
-            f, args, box, ev = self.q.get()
-            try:
-                box["value"] = f(*args)
-            except BaseException as e:
-                box["error"] = e
-            ev.set()
-
-
-_worker = _Worker()
 
 # ---------------------------------------------------------------- observers
 
