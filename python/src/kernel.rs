@@ -49,6 +49,43 @@ pub struct Wiring {
     pub results: Vec<Option<usize>>,
 }
 
+/// A kernel call bound to how it runs on a round's buffers: its wiring, backend and
+/// schedule. The one place that decides where a run happens.
+pub struct WiredCall {
+    call: Py<KernelCall>,
+    wiring: Wiring,
+    backend: String,
+    schedule: String,
+}
+
+impl WiredCall {
+    /// `call` with its wiring and settings.
+    pub fn new(call: Py<KernelCall>, wiring: Wiring, backend: &str, schedule: &str) -> Self {
+        Self {
+            call,
+            wiring,
+            backend: backend.to_string(),
+            schedule: schedule.to_string(),
+        }
+    }
+
+    /// Runs it on `buffers`, in place: on the GPU executor's own thread for the GPU (the
+    /// caller without the GIL), on this thread for the CPU.
+    pub fn run(self: &Arc<Self>, buffers: &CallBuffers) -> PyResult<()> {
+        if !crate::executors::is_gpu(&self.backend)? {
+            return self.run_here(buffers);
+        }
+        let (wired, lent) = (self.clone(), buffers.lend());
+        crate::executors::on_gpu_thread(move || wired.run_here(&lent))
+    }
+
+    fn run_here(&self, buffers: &CallBuffers) -> PyResult<()> {
+        self.call
+            .get()
+            .run_wired(buffers, &self.wiring, &self.backend, &self.schedule)
+    }
+}
+
 impl KernelCall {
     /// The plan of this call under `schedule` and its coverage, made once and kept.
     fn plan_for(
@@ -73,9 +110,9 @@ impl KernelCall {
         Ok((plan, coverage))
     }
 
-    /// Runs the kernel on one round's buffers, in place, as `wiring` says (the body of
-    /// `run_into`; also what a meeting's saved run calls without the GIL).
-    pub fn run_wired(
+    /// Runs the kernel on one round's buffers, in place, as `wiring` says, on this
+    /// thread's executor (see [`WiredCall::run`]).
+    fn run_wired(
         &self,
         buffers: &CallBuffers,
         wiring: &Wiring,
@@ -356,17 +393,15 @@ impl KernelCall {
             out_rows,
             results,
         };
-        if !crate::executors::is_gpu(backend)? {
-            return slf.get().run_wired(&buffers, &wiring, backend, schedule);
-        }
-        // The GPU executor's own thread runs it, the GIL let go meanwhile.
-        let (call, lent) = (slf.clone().unbind(), buffers.lend());
-        let (backend, schedule) = (backend.to_string(), schedule.to_string());
-        slf.py().detach(|| {
-            crate::executors::on_gpu_thread(move || {
-                call.get().run_wired(&lent, &wiring, &backend, &schedule)
-            })
-        })
+        let wired = Arc::new(WiredCall::new(
+            slf.clone().unbind(),
+            wiring,
+            backend,
+            schedule,
+        ));
+        let buffers: &CallBuffers = &buffers;
+        // The GIL let go: a run on the GPU thread may take it (to raise its error).
+        slf.py().detach(|| wired.run(buffers))
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run

@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::BadInput;
-use crate::kernel::{KernelCall, Wiring};
+use crate::kernel::{KernelCall, WiredCall, Wiring};
 use crate::xla_ffi::{self, Buffers, CallFrame};
 
 /// A device's operand or result buffer: XLA's memory, valid while its call waits here.
@@ -208,10 +208,7 @@ struct Meeting {
 /// A round's run as Python last made it (its plan, wiring and settings), for a repeated
 /// call to run without the GIL; stale once the settings change ([`EPOCH`]).
 struct SavedRun {
-    call: Py<KernelCall>,
-    wiring: Wiring,
-    backend: String,
-    schedule: String,
+    wired: Arc<WiredCall>,
     epoch: u64,
 }
 
@@ -254,24 +251,22 @@ pub fn meeting_save_run(
     inputs: Vec<usize>,
     out_rows: Vec<usize>,
     results: Vec<Option<usize>>,
-    backend: String,
-    schedule: String,
+    backend: &str,
+    schedule: &str,
 ) -> PyResult<()> {
     let meeting = {
         let all = meetings().lock().unwrap_or_else(|e| e.into_inner());
         *all.get(id)
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(format!("no meeting {id}")))?
     };
+    let wiring = Wiring {
+        rows,
+        inputs,
+        out_rows,
+        results,
+    };
     let run = SavedRun {
-        call,
-        wiring: Wiring {
-            rows,
-            inputs,
-            out_rows,
-            results,
-        },
-        backend,
-        schedule,
+        wired: Arc::new(WiredCall::new(call, wiring, backend, schedule)),
         epoch,
     };
     *meeting.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(run));
@@ -409,20 +404,7 @@ impl Meeting {
         };
         let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(r) = saved.filter(|r| r.epoch == EPOCH.load(Ordering::Acquire)) {
-            let ran = match crate::executors::is_gpu(&r.backend) {
-                Ok(true) => {
-                    let lent = bufs.lend();
-                    crate::executors::on_gpu_thread(move || {
-                        r.call
-                            .get()
-                            .run_wired(&lent, &r.wiring, &r.backend, &r.schedule)
-                    })
-                }
-                _ => r
-                    .call
-                    .get()
-                    .run_wired(&bufs, &r.wiring, &r.backend, &r.schedule),
-            };
+            let ran = r.wired.run(&bufs);
             match ran {
                 Ok(()) => {
                     SAVED_ROUNDS.fetch_add(1, Ordering::Relaxed);
