@@ -451,8 +451,13 @@ fn math_unary(op: u32, b: u32) -> u32 {
             return bitcast<u32>(tanh_f(b));
         }
         case EW_LOGISTIC: {
-            let e = exp_f(b ^ F32_SIGN);
-            return bitcast<u32>(div_f(0x3f800000u, bitcast<u32>(1.0 + e)));
+            // e^-|x| never overflows: e / (1 + e) below 0 keeps the small results.
+            let e = exp_f((b & ~F32_SIGN) ^ F32_SIGN);
+            let d = bitcast<u32>(1.0 + e);
+            if ((b & F32_SIGN) != 0u) {
+                return bitcast<u32>(div_f(bitcast<u32>(e), d));
+            }
+            return bitcast<u32>(div_f(0x3f800000u, d));
         }
         case EW_SIN: {
             return bitcast<u32>(sincos_f(b, false));

@@ -5,6 +5,7 @@
 
 use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::cpu::CpuPlan;
 use tpusim::exec::{Coverage, Lent};
 use tpusim::ir::ReduceOp;
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
@@ -19,7 +20,7 @@ type Words = Vec<Vec<Vec<u32>>>;
 /// outputs, and the inputs as the caller holds them after.
 fn run_lent(plan: &Plan, inputs: &[Vec<HostArray>], garbage: u32) -> (Words, Words) {
     let prog = &plan.program;
-    let cov = Coverage::of(prog, &plan.schedule);
+    let cov = CpuPlan::of(prog, &plan.schedule);
     let ins: Words = inputs
         .iter()
         .map(|d| d.iter().map(|a| a.words.clone()).collect())
@@ -175,7 +176,7 @@ fn memory_lent_for_the_wrong_allocation_or_size_is_refused() {
     let mesh = Mesh::new(2, "x").unwrap();
     let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
     let prog = &plan.program;
-    let cov = Coverage::of(prog, &plan.schedule);
+    let cov = CpuPlan::of(prog, &plan.schedule);
     let refused = |lent: Lent| {
         let cpu = CpuExecutor::new();
         cpu.prepare_lent(prog, &plan.schedule, &cov, vec![lent])

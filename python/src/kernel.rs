@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::exec::{Coverage, Executor, Lent};
+use tpusim::exec::cpu::CpuPlan;
+use tpusim::exec::{Executor, Lent};
 use tpusim::model::Traffic;
 use tpusim::run::Job;
 use tpusim::run::Plan;
@@ -32,8 +33,8 @@ pub struct KernelCall {
     planned: Mutex<Option<Planned>>,
 }
 
-/// A plan under a schedule spec, with its coverage.
-type Planned = (String, Arc<Plan>, Arc<Coverage>);
+/// A plan under a schedule spec, with what the CPU executor works out once for it.
+type Planned = (String, Arc<Plan>, Arc<CpuPlan>);
 
 /// Where a round's Rust devices read and write the XLA devices' buffers (see
 /// `KernelCall.run_into`).
@@ -87,12 +88,13 @@ impl WiredCall {
 }
 
 impl KernelCall {
-    /// The plan of this call under `schedule` and its coverage, made once and kept.
+    /// The plan of this call under `schedule` and the CPU executor's plan of it, made
+    /// once and kept.
     fn plan_for(
         &self,
         schedule: &str,
         exec: &dyn tpusim::exec::Executor,
-    ) -> PyResult<(Arc<Plan>, Arc<Coverage>)> {
+    ) -> PyResult<(Arc<Plan>, Arc<CpuPlan>)> {
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, p, c)) = got.as_ref() {
             if s == schedule {
@@ -105,9 +107,9 @@ impl KernelCall {
             .with_schedule(ScheduleSpec::parse(schedule).py()?);
         job.ensure_fits(Job::run_work(exec, false, false)).py()?;
         let plan = Arc::new(job.plan().py()?);
-        let coverage = Arc::new(Coverage::of(&plan.program, &plan.schedule));
-        *got = Some((schedule.to_string(), plan.clone(), coverage.clone()));
-        Ok((plan, coverage))
+        let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
+        *got = Some((schedule.to_string(), plan.clone(), cpu_plan.clone()));
+        Ok((plan, cpu_plan))
     }
 
     /// Runs the kernel on one round's buffers, in place, as `wiring` says, on this
@@ -126,7 +128,7 @@ impl KernelCall {
             results,
         } = wiring;
         let exec = executor(backend)?;
-        let (plan, coverage) = self.plan_for(schedule, &exec)?;
+        let (plan, cpu_plan) = self.plan_for(schedule, &exec)?;
         let prog = &plan.program;
         if rows.len() != prog.devices
             || inputs.len() != prog.inputs.len()
@@ -203,7 +205,7 @@ impl KernelCall {
         let mut run = match exec.is_gpu() {
             true => exec.prepare(prog, &plan.schedule).py()?,
             false => cpu
-                .prepare_lent(prog, &plan.schedule, &coverage, lent)
+                .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
                 .py()?,
         };
         // The rest in: in place where the run's memory is host memory, else staged.

@@ -432,7 +432,17 @@ impl<'c, 'a> Replay<'c, 'a> {
 
     fn run(&mut self, ops: &[Op]) {
         let pl = self.pl;
-        for op in ops {
+        let drops = last_uses(ops);
+        for (k, op) in ops.iter().enumerate() {
+            // Values whose last use was the op before: their storage goes back now, so
+            // that a long grid point's temporaries are not all live at once.
+            if let Some(done) = k.checked_sub(1).map(|j| &drops[j]) {
+                for &id in done {
+                    if let Some(v) = self.values.get_mut(id) {
+                        *v = None;
+                    }
+                }
+            }
             match op {
                 Op::LocalCopy {
                     id,
@@ -630,6 +640,38 @@ impl<'c, 'a> Replay<'c, 'a> {
         pl.set_source(None);
         pl.set_iteration(Iteration::NONE);
     }
+}
+
+/// For each op of a grid point's recording, the values whose last use it is (or that
+/// it makes and nothing uses).
+fn last_uses(ops: &[Op]) -> Vec<Vec<usize>> {
+    let mut last: Vec<Option<usize>> = Vec::new();
+    let mut mark = |id: usize, k: usize| {
+        if last.len() <= id {
+            last.resize(id + 1, None);
+        }
+        last[id] = Some(k);
+    };
+    for (k, op) in ops.iter().enumerate() {
+        match op {
+            Op::Load { id, .. } | Op::Full { id, .. } => mark(*id, k),
+            Op::Compute { id, args, .. } => {
+                for &a in args {
+                    mark(a, k);
+                }
+                mark(*id, k);
+            }
+            Op::Store { src, .. } => mark(*src, k),
+            _ => {}
+        }
+    }
+    let mut drops = vec![Vec::new(); ops.len()];
+    for (id, k) in last.into_iter().enumerate() {
+        if let Some(k) = k {
+            drops[k].push(id);
+        }
+    }
+    drops
 }
 
 /// An operand as the Python spec gives it: name, `any`/`vmem`, shape, dtype.

@@ -2,6 +2,7 @@
 //! the CPU executor is the oracle the tests compare it with.
 
 pub mod cpu;
+pub mod fuse;
 pub mod gpu;
 mod lend;
 pub mod ranks;
@@ -187,16 +188,29 @@ pub fn check_inputs(program: &Program, inputs: &[Vec<HostArray>]) -> Result<()> 
 }
 
 /// A zeroed word vector of `len` elements, or a limit error naming `what` when the
-/// host cannot allocate it (instead of aborting the process).
+/// host cannot allocate it (instead of aborting the process). The memory comes zeroed
+/// from the allocator (`calloc`: fresh pages from the system are zero already), not
+/// written with zeros here.
 pub fn host_words(len: usize, what: &str) -> Result<Vec<u32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::Limit {
+    let fail = || Error::Limit {
         what: format!("host memory for {what}"),
         requested: len as u64 * 4,
         limit: 0,
-    })?;
-    v.resize(len, 0);
-    Ok(v)
+    };
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u32>(len).map_err(|_| fail())?;
+    // SAFETY: the layout is non-zero and valid for `len` u32s; a null pointer is the
+    // allocator's refusal. A non-null one holds `len` zeroed (valid) u32s, allocated
+    // by the global allocator with the layout a Vec<u32> of capacity `len` has.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut u32;
+        if p.is_null() {
+            return Err(fail());
+        }
+        Ok(Vec::from_raw_parts(p, len, len))
+    }
 }
 
 /// Which executor to use.

@@ -1,39 +1,90 @@
-//! The CPU executor: every allocation is a host vector; the oracle for tests. Compute
-//! ops run in [`compute`].
+//! The CPU executor: every allocation is a host vector; the oracle for tests. It runs a
+//! schedule as [`fuse`](crate::exec::fuse) leaves it: elementwise chains as fused
+//! regions ([`region`], over the typed block loops of [`lanes`] and [`vmath`]), the
+//! other compute ops in [`compute`], copies, fills and accumulates on whole views,
+//! large ones spread over the cores.
 
 pub mod compute;
+pub mod lanes;
+pub mod layout;
+mod region;
+pub mod vmath;
 
+use super::fuse::{fuse, Fused, Region, Step};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
-use crate::ir::{self, Compute, DataOp, Program, ReduceOp, Schedule, View};
+use crate::ir::{self, Compute, ComputeKind, DataOp, Program, ReduceOp, Schedule, View};
+use rayon::prelude::*;
+use std::borrow::Cow;
 use std::ops::{Deref, DerefMut, Range};
 use std::time::{Duration, Instant};
 
+/// What the CPU executor works out once per schedule: what the schedule does to the
+/// program's inputs and outputs (which memory a caller may lend), and the schedule as
+/// it runs here, fused.
+#[derive(Clone, Debug)]
+pub struct CpuPlan {
+    /// The schedule's coverage of inputs and outputs.
+    pub coverage: Coverage,
+    fused: Fused,
+}
+
+impl CpuPlan {
+    /// The plan of `schedule` on `program`.
+    pub fn of(program: &Program, schedule: &Schedule) -> Self {
+        CpuPlan {
+            coverage: Coverage::of(program, schedule),
+            fused: fuse(program, schedule, &[]),
+        }
+    }
+
+    /// The schedule as it runs here.
+    pub fn fused(&self) -> &Fused {
+        &self.fused
+    }
+}
+
 /// Runs schedules in host memory.
-#[derive(Debug, Default)]
-pub struct CpuExecutor;
+#[derive(Debug)]
+pub struct CpuExecutor {
+    fused: bool,
+}
+
+impl Default for CpuExecutor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl CpuExecutor {
     /// A new CPU executor.
     pub fn new() -> Self {
-        CpuExecutor
+        CpuExecutor { fused: true }
+    }
+
+    /// A CPU executor that runs every data op as the schedule lists it, one at a
+    /// time, nothing fused or dropped: what the fused runs are held to in the tests,
+    /// and the "before" of fusion's benchmarks.
+    pub fn unfused() -> Self {
+        CpuExecutor { fused: false }
     }
 
     /// Prepares `schedule` with the allocations of `lent` in the caller's memory: an
     /// input is read where it is (copied where an op writes it, so the caller's data
     /// stays as it was), an output is the run's memory for it (zeroed first only where
-    /// `coverage`, [`Coverage::of`] this schedule, says the run needs it). The others
-    /// are the run's own, zeroed; an input not lent is written with
-    /// [`Prepared::input_words`] or [`Prepared::upload`].
+    /// `plan`'s coverage says the run needs it). The others are the run's own, zeroed;
+    /// an input not lent is written with [`Prepared::input_words`] or
+    /// [`Prepared::upload`]. `plan` is [`CpuPlan::of`] this schedule.
     pub fn prepare_lent<'a>(
         &'a self,
         program: &'a Program,
         schedule: &'a Schedule,
-        coverage: &Coverage,
+        plan: &'a CpuPlan,
         lent: Vec<Lent<'a>>,
     ) -> Result<Box<dyn Prepared + 'a>> {
+        let coverage = &plan.coverage;
         let table = schedule.memory(program);
         let mut bufs: Vec<Option<Buf<'a>>> = (0..table.len()).map(|_| None).collect();
         for l in lent {
@@ -71,7 +122,7 @@ impl CpuExecutor {
             program,
             schedule,
             mem: Memory { table, bufs },
-            pieces: pieces(schedule.ops.len(), &[]),
+            fused: Cow::Borrowed(&plan.fused),
         }))
     }
 }
@@ -133,6 +184,9 @@ struct Memory<'a> {
     bufs: Vec<Buf<'a>>,
 }
 
+/// Copies of at least this many words are spread over the cores.
+const PARALLEL_COPY: usize = 1 << 20;
+
 impl Memory<'_> {
     fn index(&self, v: &View) -> usize {
         self.table.index(v)
@@ -142,16 +196,85 @@ impl Memory<'_> {
         &self.bufs[self.index(v)][v.offset()..v.offset() + v.len()]
     }
 
+    fn words_mut(&mut self, v: &View) -> &mut [u32] {
+        let i = self.index(v);
+        &mut self.bufs[i][v.offset()..v.offset() + v.len()]
+    }
+
+    /// The address of `v`'s first element (checked to lie within its buffer).
+    fn place(&mut self, v: &View) -> *mut u32 {
+        let i = self.index(v);
+        let buf = &mut self.bufs[i];
+        assert!(
+            v.offset() + v.len() <= buf.len(),
+            "a view within its allocation"
+        );
+        let base = match buf {
+            Buf::Own(w) => w.as_mut_ptr(),
+            Buf::Lent(w) => w.as_mut_ptr(),
+            // Never written: no op writes an input lent for reading (Coverage).
+            Buf::Read(w) => w.as_ptr() as *mut u32,
+        };
+        // SAFETY: the offset is within the buffer, as asserted.
+        unsafe { base.add(v.offset()) }
+    }
+
+    /// Runs fused region `r`.
+    fn region(&mut self, r: &Region) {
+        let places = region::Places {
+            inputs: r
+                .inputs
+                .iter()
+                .map(|i| self.place(&i.view) as *const u32)
+                .collect(),
+            outputs: r.outputs.iter().map(|o| self.place(&o.view)).collect(),
+        };
+        debug_assert!(r
+            .outputs
+            .iter()
+            .all(|o| { !matches!(self.bufs[self.index(&o.view)], Buf::Read(_)) }));
+        // SAFETY: each place is its view's first element in a live buffer, and the
+        // fusion pass built `r` (outputs apart from inputs but in place).
+        unsafe { region::run(r, &places) }
+    }
+
     /// Runs compute op `c`: its sources are read whole before its destination is
     /// written (they may share a buffer with it).
     fn compute(&mut self, c: &Compute) {
-        let out = {
-            let srcs: Vec<&[u32]> = c.srcs.iter().map(|o| self.words(&o.view)).collect();
-            compute::compute(c, &srcs)
-        };
-        let d = &c.dst.view;
-        let i = self.index(d);
-        self.bufs[i][d.offset()..d.offset() + d.len()].copy_from_slice(&out);
+        let d = c.dst.view;
+        // An update of a slice in place starts from the destination as it is.
+        let in_place = matches!(c.kind, ComputeKind::UpdateSlice { .. }) && c.srcs[0].view == d;
+        let apart = c
+            .srcs
+            .iter()
+            .enumerate()
+            .all(|(k, s)| (in_place && k == 0) || !s.view.overlaps(&d));
+        if !apart {
+            let out = {
+                let srcs: Vec<&[u32]> = c.srcs.iter().map(|o| self.words(&o.view)).collect();
+                compute::compute(c, &srcs)
+            };
+            self.words_mut(&d).copy_from_slice(&out);
+            return;
+        }
+        let dst = self.place(&d);
+        let srcs: Vec<&[u32]> = c
+            .srcs
+            .iter()
+            .enumerate()
+            .map(|(k, o)| {
+                if in_place && k == 0 {
+                    return &[][..];
+                }
+                let p = self.place(&o.view);
+                // SAFETY: the view lies within its buffer (`place`), which outlives this
+                // call, and does not overlap the destination (checked above).
+                unsafe { std::slice::from_raw_parts(p as *const u32, o.view.len()) }
+            })
+            .collect();
+        // SAFETY: as above; the destination is written only here.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, d.len()) };
+        compute::compute_into(c, &srcs, out);
     }
 
     /// Mutable destination and shared source, which may be the same buffer.
@@ -162,8 +285,20 @@ impl Memory<'_> {
             src.offset()..src.offset() + src.len(),
         );
         if di == si {
-            let tmp = self.bufs[si][sr].to_vec();
-            f(&mut self.bufs[di][dr], &tmp);
+            if dst.overlaps(src) {
+                let tmp = self.bufs[si][sr].to_vec();
+                f(&mut self.bufs[di][dr], &tmp);
+                return;
+            }
+            // Apart in one buffer: split it between them.
+            let buf = &mut self.bufs[di][..];
+            if dr.start < sr.start {
+                let (a, b) = buf.split_at_mut(sr.start);
+                f(&mut a[dr], &b[..sr.len()]);
+            } else {
+                let (a, b) = buf.split_at_mut(dr.start);
+                f(&mut b[..dr.len()], &a[sr]);
+            }
         } else if di < si {
             let (a, b) = self.bufs.split_at_mut(si);
             f(&mut a[di][dr], &b[0][sr]);
@@ -172,44 +307,104 @@ impl Memory<'_> {
             f(&mut b[0][dr], &a[si][sr]);
         }
     }
+
+    /// Runs one data op of the schedule.
+    fn op(&mut self, op: &DataOp) {
+        match op {
+            DataOp::Copy { src, dst } => self.with_pair(dst, src, copy),
+            DataOp::Fill { dst, bits } => self.words_mut(dst).fill(*bits),
+            DataOp::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => self.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype)),
+            DataOp::Compute(c) => self.compute(c),
+        }
+    }
+
+    /// Runs `steps` of `ops`' fused form in order.
+    fn run(&mut self, steps: &[Step], ops: &[DataOp]) {
+        for s in steps {
+            match s {
+                Step::Op(i) => self.op(&ops[*i]),
+                Step::Region(r) => self.region(r),
+            }
+        }
+    }
+}
+
+/// `dst = src`, large copies spread over the cores.
+fn copy(dst: &mut [u32], src: &[u32]) {
+    if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
+        let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
+        dst.par_chunks_mut(per)
+            .zip(src.par_chunks(per))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    } else {
+        dst.copy_from_slice(src);
+    }
 }
 
 /// Applies one accumulate element-wise on 32-bit words.
 pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType) {
-    match dtype {
-        DType::F32 => {
+    pulp::Arch::new().dispatch(|| accumulate_lanes(dst, src, op, dtype));
+}
+
+#[inline(always)]
+fn accumulate_lanes(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType) {
+    macro_rules! each {
+        ($f:expr) => {
             for (d, s) in dst.iter_mut().zip(src) {
-                let (a, b) = (f32::from_bits(*d), f32::from_bits(*s));
-                *d = match op {
-                    ReduceOp::Sum => (a + b).to_bits(),
-                    // XLA's max and min propagate NaN: the first operand that is one.
-                    _ if a.is_nan() => *d,
-                    _ if b.is_nan() => *s,
-                    ReduceOp::Max => a.max(b).to_bits(),
-                    ReduceOp::Min => a.min(b).to_bits(),
-                };
+                *d = $f(*d, *s);
             }
+        };
+    }
+    match (dtype, op) {
+        (DType::F32, ReduceOp::Sum) => {
+            each!(|d: u32, s: u32| (f32::from_bits(d) + f32::from_bits(s)).to_bits())
         }
-        DType::I32 => {
-            for (d, s) in dst.iter_mut().zip(src) {
-                let (a, b) = (*d as i32, *s as i32);
-                *d = match op {
-                    ReduceOp::Sum => a.wrapping_add(b),
-                    ReduceOp::Max => a.max(b),
-                    ReduceOp::Min => a.min(b),
-                } as u32;
+        // XLA's max and min propagate NaN: the first operand that is one.
+        (DType::F32, ReduceOp::Max) => each!(|d: u32, s: u32| {
+            let (a, b) = (f32::from_bits(d), f32::from_bits(s));
+            let m = a.max(b).to_bits();
+            if a.is_nan() {
+                d
+            } else if b.is_nan() {
+                s
+            } else {
+                m
             }
-        }
-        DType::F16 => accumulate_halves(dst, src, op, is_nan_f16, |a, b| {
-            let (a, b) = (half::f16::from_bits(a), half::f16::from_bits(b));
-            half::f16::from_f32(a.to_f32() + b.to_f32()).to_bits()
         }),
-        DType::BF16 => accumulate_halves(dst, src, op, is_nan_bf16, |a, b| {
-            let (a, b) = (half::bf16::from_bits(a), half::bf16::from_bits(b));
-            half::bf16::from_f32(a.to_f32() + b.to_f32()).to_bits()
+        (DType::F32, ReduceOp::Min) => each!(|d: u32, s: u32| {
+            let (a, b) = (f32::from_bits(d), f32::from_bits(s));
+            let m = a.min(b).to_bits();
+            if a.is_nan() {
+                d
+            } else if b.is_nan() {
+                s
+            } else {
+                m
+            }
+        }),
+        (DType::I32, ReduceOp::Sum) => {
+            each!(|d: u32, s: u32| (d as i32).wrapping_add(s as i32) as u32)
+        }
+        (DType::I32, ReduceOp::Max) => each!(|d: u32, s: u32| (d as i32).max(s as i32) as u32),
+        (DType::I32, ReduceOp::Min) => each!(|d: u32, s: u32| (d as i32).min(s as i32) as u32),
+        (DType::F16, _) => accumulate_halves(dst, src, op, is_nan_f16, |a, b| {
+            let (a, b) = (lanes::f16_value(a as u32), lanes::f16_value(b as u32));
+            lanes::f16_bits(a + b) as u16
+        }),
+        (DType::BF16, _) => accumulate_halves(dst, src, op, is_nan_bf16, |a, b| {
+            let (a, b) = (
+                f32::from_bits((a as u32) << 16),
+                f32::from_bits((b as u32) << 16),
+            );
+            (lanes::round_bf16(a + b).to_bits() >> 16) as u16
         }),
         // Accumulates are traced for the collectives' dtypes only.
-        DType::I8 | DType::U8 | DType::Bool => {
+        (DType::I8 | DType::U8 | DType::Bool, _) => {
             unreachable!("an accumulate in {dtype}: the kernel API refuses it")
         }
     }
@@ -219,6 +414,7 @@ pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType
 /// rounded for both formats: f32 carries more than twice their significand plus two bits,
 /// so rounding twice equals rounding once); max and min by [`order16`], a NaN (`is_nan`)
 /// in either operand propagated as XLA's max and min do.
+#[inline(always)]
 fn accumulate_halves(
     dst: &mut [u32],
     src: &[u32],
@@ -226,26 +422,46 @@ fn accumulate_halves(
     is_nan: fn(u16) -> bool,
     sum: impl Fn(u16, u16) -> u16,
 ) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        let (a, b) = (*d as u16, *s as u16);
-        *d = match op {
-            ReduceOp::Sum => sum(a, b),
-            // XLA's max and min propagate NaN: the first operand that is one.
-            _ if is_nan(a) => a,
-            _ if is_nan(b) => b,
-            ReduceOp::Max if order16(b) > order16(a) => b,
-            ReduceOp::Min if order16(b) < order16(a) => b,
-            ReduceOp::Max | ReduceOp::Min => a,
-        } as u32;
+    macro_rules! each {
+        ($f:expr) => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = $f(*d as u16, *s as u16) as u32;
+            }
+        };
+    }
+    match op {
+        ReduceOp::Sum => each!(&sum),
+        ReduceOp::Max => each!(|a, b| {
+            let m = if order16(b) > order16(a) { b } else { a };
+            if is_nan(a) {
+                a
+            } else if is_nan(b) {
+                b
+            } else {
+                m
+            }
+        }),
+        ReduceOp::Min => each!(|a, b| {
+            let m = if order16(b) < order16(a) { b } else { a };
+            if is_nan(a) {
+                a
+            } else if is_nan(b) {
+                b
+            } else {
+                m
+            }
+        }),
     }
 }
 
 /// True when f16 `bits` is a NaN (exponent all ones, fraction not zero).
+#[inline(always)]
 pub fn is_nan_f16(bits: u16) -> bool {
     bits & 0x7fff > 0x7c00
 }
 
 /// True when bf16 `bits` is a NaN (exponent all ones, fraction not zero).
+#[inline(always)]
 pub fn is_nan_bf16(bits: u16) -> bool {
     bits & 0x7fff > 0x7f80
 }
@@ -253,6 +469,7 @@ pub fn is_nan_bf16(bits: u16) -> bool {
 /// The order max and min use for 16-bit floats (the shaders use the same): the value's
 /// order for numbers and infinities, -0 equal to +0 (the destination is kept on ties),
 /// NaNs above +inf (or below -inf when negative) by their bits.
+#[inline(always)]
 pub fn order16(bits: u16) -> i32 {
     let magnitude = (bits & 0x7fff) as i32;
     if bits & 0x8000 != 0 {
@@ -267,8 +484,9 @@ struct CpuRun<'a> {
     program: &'a Program,
     schedule: &'a Schedule,
     mem: Memory<'a>,
-    /// The ops of each piece ([`Executor::prepare_pieces`]; one piece: all of them).
-    pieces: Vec<Range<usize>>,
+    /// The schedule as it runs here, in pieces ([`Executor::prepare_pieces`]; one
+    /// piece: all of it).
+    fused: Cow<'a, Fused>,
 }
 
 /// The op ranges between `cuts` (op indices) of a schedule of `ops` ops.
@@ -284,32 +502,6 @@ pub(crate) fn pieces(ops: usize, cuts: &[usize]) -> Vec<Range<usize>> {
         .collect();
     v.push(at..ops);
     v
-}
-
-impl Memory<'_> {
-    /// Runs `ops` in order.
-    fn run(&mut self, ops: &[DataOp]) {
-        for op in ops {
-            match op {
-                DataOp::Copy { src, dst } => {
-                    self.with_pair(dst, src, |d, s| d.copy_from_slice(s));
-                }
-                DataOp::Fill { dst, bits } => {
-                    let i = self.index(dst);
-                    self.bufs[i][dst.offset()..dst.offset() + dst.len()].fill(*bits);
-                }
-                DataOp::Accumulate {
-                    dst,
-                    src,
-                    op,
-                    dtype,
-                } => {
-                    self.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype));
-                }
-                DataOp::Compute(c) => self.compute(c),
-            }
-        }
-    }
 }
 
 impl Executor for CpuExecutor {
@@ -343,8 +535,21 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             mem,
-            pieces: pieces(schedule.ops.len(), cuts),
+            fused: Cow::Owned(match self.fused {
+                true => fuse(program, schedule, cuts),
+                false => Fused::unfused(schedule.ops.len(), cuts),
+            }),
         }))
+    }
+}
+
+impl CpuRun<'_> {
+    /// The steps of piece `k`.
+    fn piece(&self, k: usize) -> Option<&[Step]> {
+        let ends = &self.fused.piece_ends;
+        let end = *ends.get(k)?;
+        let start = if k == 0 { 0 } else { ends[k - 1] };
+        Some(&self.fused.steps[start..end])
     }
 }
 
@@ -363,7 +568,7 @@ impl Prepared for CpuRun<'_> {
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
         for _ in 0..iters {
-            self.mem.run(&self.schedule.ops);
+            self.mem.run(&self.fused.steps, &self.schedule.ops);
         }
         Ok(t.elapsed())
     }
@@ -383,10 +588,12 @@ impl Prepared for CpuRun<'_> {
     }
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
-        let r = self.pieces.get(k).cloned().ok_or_else(|| {
-            crate::Error::bad_input(format!("no piece {k} of {}", self.pieces.len()))
-        })?;
-        self.mem.run(&self.schedule.ops[r]);
+        let n = self.fused.piece_ends.len();
+        let steps = self
+            .piece(k)
+            .ok_or_else(|| crate::Error::bad_input(format!("no piece {k} of {n}")))?
+            .to_vec();
+        self.mem.run(&steps, &self.schedule.ops);
         Ok(())
     }
 
@@ -409,8 +616,7 @@ impl Prepared for CpuRun<'_> {
                 v.len()
             )));
         }
-        let i = self.mem.index(&v);
-        let dst = &mut self.mem.bufs[i][v.offset()..v.offset() + v.len()];
+        let dst = self.mem.words_mut(&v);
         for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(elem)) {
             *d = match elem {
                 4 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),

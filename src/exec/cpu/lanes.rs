@@ -1,0 +1,449 @@
+//! Elementwise ops on blocks of lanes: a lane is 32 bits holding a value (f32 for every
+//! float dtype, 16-bit ones rounded to theirs; i32 for integers and bools, 8-bit ones
+//! wrapped to their width) or, for 16-bit floats as stored, their bits. Every loop is a
+//! plain loop over slices of one type with the op chosen outside it, so that the
+//! compiler vectorizes it (the callers run them under [`pulp::Arch::dispatch`], which
+//! compiles them for the machine's widest vector unit). Results equal the CPU oracle's
+//! definitions: floats in f32 rounded once to a 16-bit dtype, integers wrapping.
+
+use super::vmath;
+use crate::array::DType;
+use crate::ir::{Binary, Comparison, Unary};
+
+/// Lanes per block: a block of every register of a region stays in the core's cache.
+pub const BLOCK: usize = 2048;
+
+#[inline(always)]
+fn f32s(x: &[u32]) -> &[f32] {
+    bytemuck::cast_slice(x)
+}
+
+#[inline(always)]
+fn f32s_mut(x: &mut [u32]) -> &mut [f32] {
+    bytemuck::cast_slice_mut(x)
+}
+
+#[inline(always)]
+fn map1(out: &mut [u32], x: &[u32], f: impl Fn(f32) -> f32) {
+    for (o, &a) in f32s_mut(out).iter_mut().zip(f32s(x)) {
+        *o = f(a);
+    }
+}
+
+#[inline(always)]
+fn map2(out: &mut [u32], x: &[u32], y: &[u32], f: impl Fn(f32, f32) -> f32) {
+    for ((o, &a), &b) in f32s_mut(out).iter_mut().zip(f32s(x)).zip(f32s(y)) {
+        *o = f(a, b);
+    }
+}
+
+#[inline(always)]
+fn map1i(out: &mut [u32], x: &[u32], f: impl Fn(i32) -> i32) {
+    for (o, &a) in out.iter_mut().zip(x) {
+        *o = f(a as i32) as u32;
+    }
+}
+
+#[inline(always)]
+fn map2i(out: &mut [u32], x: &[u32], y: &[u32], f: impl Fn(i32, i32) -> i32) {
+    for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+        *o = f(a as i32, b as i32) as u32;
+    }
+}
+
+/// f32 `x` rounded to the nearest bf16 (ties to even), as an f32; NaN stays NaN.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    let r = b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000;
+    let nan = (b & 0xffff_0000) | 0x0040_0000;
+    f32::from_bits(if x.is_nan() { nan } else { r })
+}
+
+/// The f16 bits of f32 `x`, rounded to nearest even (overflow to inf, NaN quiet with
+/// the payload's top bits kept).
+#[inline(always)]
+pub fn f16_bits(x: f32) -> u32 {
+    let b = x.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let a = b & 0x7fff_ffff;
+    // Normal f16 range: rebias the exponent and round at bit 13.
+    let normal = (a
+        .wrapping_sub((127 - 15) << 23)
+        .wrapping_add(0xfff + ((a >> 13) & 1)))
+        >> 13;
+    // Below f16's normals: adding 0.5 puts the rounded f16 subnormal in the low bits.
+    let sub = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000);
+    let nan = 0x7c00 | ((a >> 13) & 0x3ff) | 0x200;
+    let mag = if a > 0x7f80_0000 {
+        nan
+    } else if a >= 0x477f_f000 {
+        0x7c00
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        normal
+    };
+    sign | mag
+}
+
+/// The f32 value of f16 bits `h` (exact; NaN payloads kept).
+#[inline(always)]
+pub fn f16_value(h: u32) -> f32 {
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Normals and subnormals: the bits placed in an f32 and scaled by 2^112.
+    let scaled = f32::from_bits(em << 13) * f32::from_bits(0x7780_0000);
+    let special = f32::from_bits((em << 13) | 0x7f80_0000);
+    let v = if em >= 0x7c00 { special } else { scaled };
+    f32::from_bits(v.to_bits() | sign)
+}
+
+/// Lanes of values of float `t` rounded to `t` (nothing for f32).
+#[inline(always)]
+fn round_to(t: DType, out: &mut [u32]) {
+    match t {
+        DType::BF16 => {
+            for o in f32s_mut(out) {
+                *o = round_bf16(*o);
+            }
+        }
+        DType::F16 => {
+            for o in out.iter_mut() {
+                *o = f16_value(f16_bits(f32::from_bits(*o))).to_bits();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Lanes of i32 results wrapped to integer (or bool) dtype `t`.
+#[inline(always)]
+pub fn wrap(t: DType, out: &mut [u32]) {
+    match t {
+        DType::I8 => out.iter_mut().for_each(|o| *o = *o as i8 as i32 as u32),
+        DType::U8 => out.iter_mut().for_each(|o| *o &= 0xff),
+        DType::Bool => out.iter_mut().for_each(|o| *o &= 1),
+        _ => {}
+    }
+}
+
+/// Stored bits of dtype `t` as values.
+#[inline(always)]
+pub fn widen(t: DType, x: &[u32], out: &mut [u32]) {
+    match t {
+        DType::BF16 => out.iter_mut().zip(x).for_each(|(o, &w)| *o = w << 16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &w)| *o = f16_value(w & 0xffff).to_bits()),
+        _ => out.copy_from_slice(x),
+    }
+}
+
+/// Values of dtype `t` as stored bits (exact: the values are `t`'s already).
+#[inline(always)]
+pub fn narrow(t: DType, x: &[u32], out: &mut [u32]) {
+    match t {
+        DType::BF16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = round_bf16(v).to_bits() >> 16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = f16_bits(v)),
+        _ => out.copy_from_slice(x),
+    }
+}
+
+/// Floats' max as XLA's: NaN if either is; +0 above -0.
+#[inline(always)]
+pub fn fmax(a: f32, b: f32) -> f32 {
+    let equal = f32::from_bits(a.to_bits() & b.to_bits());
+    let m = if a == b {
+        equal
+    } else if b > a {
+        b
+    } else {
+        a
+    };
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        m
+    }
+}
+
+/// Floats' min as XLA's: NaN if either is; -0 below +0.
+#[inline(always)]
+pub fn fmin(a: f32, b: f32) -> f32 {
+    let equal = f32::from_bits(a.to_bits() | b.to_bits());
+    let m = if a == b {
+        equal
+    } else if b < a {
+        b
+    } else {
+        a
+    };
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        m
+    }
+}
+
+/// `x^n` by repeated squaring, lane by lane (as XLA expands `integer_pow`).
+#[inline(always)]
+fn powi_f32(out: &mut [u32], x: &[u32], n: i32) {
+    let mut base = [0f32; BLOCK];
+    let base = &mut base[..x.len()];
+    base.copy_from_slice(f32s(x));
+    let acc = f32s_mut(out);
+    acc.fill(1.0);
+    let mut e = n.unsigned_abs();
+    while e > 0 {
+        if e & 1 == 1 {
+            acc.iter_mut().zip(base.iter()).for_each(|(a, &b)| *a *= b);
+        }
+        e >>= 1;
+        if e > 0 {
+            base.iter_mut().for_each(|b| *b *= *b);
+        }
+    }
+    if n < 0 {
+        acc.iter_mut().for_each(|a| *a = 1.0 / *a);
+    }
+}
+
+fn powi_i32(x: i32, n: i32) -> i32 {
+    let mut acc = 1i32;
+    let mut base = x;
+    let mut e = n.max(0) as u32;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        e >>= 1;
+        if e > 0 {
+            base = base.wrapping_mul(base);
+        }
+    }
+    acc
+}
+
+/// `f(x)` of sin or cos, with libm's reduction for the lanes beyond
+/// [`vmath::SIN_COS_LIMIT`].
+#[inline(always)]
+fn sin_cos(out: &mut [u32], x: &[u32], f: fn(f32) -> f32, exact: fn(f32) -> f32) {
+    map1(out, x, f);
+    let lim = vmath::SIN_COS_LIMIT;
+    if f32s(x).iter().any(|v| v.abs() > lim) {
+        for (o, &v) in f32s_mut(out).iter_mut().zip(f32s(x)) {
+            if v.abs() > lim {
+                *o = exact(v);
+            }
+        }
+    }
+}
+
+/// `u` of the values of `x` (dtype `t`).
+#[inline(always)]
+pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
+    if t.is_float() {
+        match u {
+            Unary::Neg => map1(out, x, |a| -a),
+            Unary::Abs => map1(out, x, f32::abs),
+            Unary::Sign => map1(out, x, |a| {
+                let s = 1.0f32.copysign(a);
+                if a.is_nan() || a == 0.0 {
+                    a
+                } else {
+                    s
+                }
+            }),
+            Unary::Floor => map1(out, x, f32::floor),
+            Unary::Ceil => map1(out, x, f32::ceil),
+            Unary::Round => map1(out, x, f32::round),
+            Unary::RoundEven => map1(out, x, f32::round_ties_even),
+            Unary::Exp => map1(out, x, vmath::exp),
+            Unary::Exp2 => map1(out, x, vmath::exp2),
+            Unary::Expm1 => map1(out, x, vmath::expm1),
+            Unary::Log => map1(out, x, vmath::ln),
+            Unary::Log1p => map1(out, x, vmath::ln_1p),
+            Unary::Sqrt => map1(out, x, f32::sqrt),
+            Unary::Rsqrt => map1(out, x, |a| 1.0 / a.sqrt()),
+            Unary::Tanh => map1(out, x, vmath::tanh),
+            Unary::Logistic => map1(out, x, vmath::logistic),
+            Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin),
+            Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos),
+            Unary::Erf => map1(out, x, vmath::erf),
+            Unary::IntegerPow(n) => powi_f32(out, x, n),
+            Unary::Not => unreachable!("checked: not takes integers and bools"),
+        }
+        round_to(t, out);
+        return;
+    }
+    let unsigned = matches!(t, DType::U8 | DType::Bool);
+    match u {
+        Unary::Neg => map1i(out, x, i32::wrapping_neg),
+        Unary::Abs if unsigned => out.copy_from_slice(x),
+        Unary::Abs => map1i(out, x, i32::wrapping_abs),
+        Unary::Sign => map1i(out, x, i32::signum),
+        Unary::Not => map1i(out, x, |a| !a),
+        Unary::IntegerPow(n) => map1i(out, x, |a| powi_i32(a, n)),
+        _ => unreachable!("checked: {u:?} takes floats"),
+    }
+    wrap(t, out);
+}
+
+/// `b` of the values of `x` and `y` (dtype `t`).
+#[inline(always)]
+pub fn binary(b: Binary, t: DType, x: &[u32], y: &[u32], out: &mut [u32]) {
+    if t.is_float() {
+        match b {
+            Binary::Add => map2(out, x, y, |a, b| a + b),
+            Binary::Sub => map2(out, x, y, |a, b| a - b),
+            Binary::Mul => map2(out, x, y, |a, b| a * b),
+            Binary::Div => map2(out, x, y, |a, b| a / b),
+            Binary::Rem => map2(out, x, y, |a, b| a % b),
+            Binary::Pow => map2(out, x, y, f32::powf),
+            Binary::Max => map2(out, x, y, fmax),
+            Binary::Min => map2(out, x, y, fmin),
+            Binary::Atan2 => map2(out, x, y, f32::atan2),
+            _ => unreachable!("checked: {b:?} takes integers"),
+        }
+        round_to(t, out);
+        return;
+    }
+    let bits = match t {
+        DType::I8 | DType::U8 => 8u32,
+        DType::Bool => 1,
+        _ => 32,
+    };
+    match b {
+        Binary::Add => map2i(out, x, y, i32::wrapping_add),
+        Binary::Sub => map2i(out, x, y, i32::wrapping_sub),
+        Binary::Mul => map2i(out, x, y, i32::wrapping_mul),
+        // XLA: division by zero gives all ones (-1); MIN / -1 wraps to MIN.
+        Binary::Div => map2i(
+            out,
+            x,
+            y,
+            |a, c| if c == 0 { -1 } else { a.wrapping_div(c) },
+        ),
+        Binary::Rem => map2i(out, x, y, |a, c| if c == 0 { a } else { a.wrapping_rem(c) }),
+        Binary::Max => map2i(out, x, y, i32::max),
+        Binary::Min => map2i(out, x, y, i32::min),
+        Binary::And => map2i(out, x, y, |a, c| a & c),
+        Binary::Or => map2i(out, x, y, |a, c| a | c),
+        Binary::Xor => map2i(out, x, y, |a, c| a ^ c),
+        Binary::ShiftLeft => map2i(out, x, y, |a, c| {
+            if (c as u32) < bits {
+                a.wrapping_shl(c as u32)
+            } else {
+                0
+            }
+        }),
+        Binary::ShiftRightLogical => map2i(out, x, y, |a, c| {
+            let ua = (a as u32) & (u32::MAX >> (32 - bits));
+            if (c as u32) < bits {
+                (ua >> c as u32) as i32
+            } else {
+                0
+            }
+        }),
+        Binary::ShiftRightArithmetic => map2i(out, x, y, |a, c| {
+            // The sign bit of the width fills in, signed or not (XLA's rule).
+            let signed = (a << (32 - bits)) >> (32 - bits);
+            signed >> (c as u32).min(bits - 1).min(31)
+        }),
+        Binary::Pow | Binary::Atan2 => unreachable!("checked: {b:?} takes floats"),
+    }
+    wrap(t, out);
+}
+
+/// `op` of the values of `x` and `y` (dtype `t`), as bools (0 or 1).
+#[inline(always)]
+pub fn compare(op: Comparison, t: DType, x: &[u32], y: &[u32], out: &mut [u32]) {
+    macro_rules! cmp {
+        ($f:expr) => {
+            if t.is_float() {
+                for ((o, &a), &b) in out.iter_mut().zip(f32s(x)).zip(f32s(y)) {
+                    *o = u32::from($f(a, b));
+                }
+            } else {
+                for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                    *o = u32::from($f(a as i32, b as i32));
+                }
+            }
+        };
+    }
+    // IEEE comparisons: a NaN is unequal to everything and unordered.
+    match op {
+        Comparison::Eq => cmp!(|a, b| a == b),
+        Comparison::Ne => cmp!(|a, b| a != b),
+        Comparison::Lt => cmp!(|a, b| a < b),
+        Comparison::Le => cmp!(|a, b| a <= b),
+        Comparison::Gt => cmp!(|a, b| a > b),
+        Comparison::Ge => cmp!(|a, b| a >= b),
+    }
+}
+
+/// `where(p, x, y)` lane by lane (any dtype: the lanes are taken as they are).
+#[inline(always)]
+pub fn select(p: &[u32], x: &[u32], y: &[u32], out: &mut [u32]) {
+    for (((o, &c), &a), &b) in out.iter_mut().zip(p).zip(x).zip(y) {
+        *o = if c & 1 != 0 { a } else { b };
+    }
+}
+
+/// Values of dtype `from` as values of dtype `to` (`lax.convert_element_type`):
+/// floats round to nearest even; float to integer truncates toward zero, saturates at
+/// the integer's range and gives 0 for NaN; integers wrap; to bool is `!= 0`.
+#[inline(always)]
+pub fn convert(from: DType, to: DType, x: &[u32], out: &mut [u32]) {
+    if from == to {
+        out.copy_from_slice(x);
+        return;
+    }
+    if to == DType::Bool {
+        if from.is_float() {
+            out.iter_mut()
+                .zip(f32s(x))
+                .for_each(|(o, &a)| *o = u32::from(a != 0.0));
+        } else {
+            out.iter_mut()
+                .zip(x)
+                .for_each(|(o, &a)| *o = u32::from(a != 0));
+        }
+        return;
+    }
+    match (from.is_float(), to.is_float()) {
+        (true, true) => out.copy_from_slice(x),
+        (true, false) => {
+            let (lo, hi) = match to {
+                DType::I8 => (i8::MIN as f32, i8::MAX as f32),
+                DType::U8 => (0.0, u8::MAX as f32),
+                _ => (f32::NEG_INFINITY, f32::INFINITY),
+            };
+            // `as` truncates, saturates at i32's range and sends NaN to 0 (a clamp
+            // keeps NaN); the clamp gives the 8-bit ranges.
+            for (o, &a) in out.iter_mut().zip(f32s(x)) {
+                *o = a.clamp(lo, hi) as i32 as u32;
+            }
+        }
+        (false, true) => {
+            for (o, &a) in f32s_mut(out).iter_mut().zip(x) {
+                *o = a as i32 as f32;
+            }
+        }
+        (false, false) => {
+            out.copy_from_slice(x);
+            wrap(to, out);
+        }
+    }
+    round_to(to, out);
+}

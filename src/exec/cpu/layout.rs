@@ -1,0 +1,194 @@
+//! Moving elements by index: a strided gather (broadcasts, slices and transposes are
+//! each one, with a stride per destination dimension) and its scatter, run by run along
+//! the last dimension, so that a run that repeats one element is a fill and a run of
+//! adjacent ones a copy.
+
+/// Row-major strides of `shape`.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// The multi-index of flat element `at` of `shape`, and its offset under `strides`.
+fn position(shape: &[usize], strides: &[usize], at: usize) -> (Vec<usize>, usize) {
+    let mut idx = vec![0usize; shape.len()];
+    let mut rem = at;
+    for d in (0..shape.len()).rev() {
+        idx[d] = rem % shape[d];
+        rem /= shape[d];
+    }
+    let off = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+    (idx, off)
+}
+
+/// Calls `f(o, at, k)` for each run of `k` destination elements from `o` (of the
+/// elements `start..start + count` of an array of `shape`, row-major), whose first
+/// element is at offset `at` under `strides` (the run goes on by the last stride).
+fn runs(
+    shape: &[usize],
+    strides: &[usize],
+    start: usize,
+    count: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let rank = shape.len();
+    if rank == 0 {
+        if count > 0 {
+            f(0, 0, 1);
+        }
+        return;
+    }
+    let (mut idx, mut at) = position(shape, strides, start);
+    let (inner, step) = (shape[rank - 1], strides[rank - 1]);
+    let mut o = 0;
+    while o < count {
+        let k = (inner - idx[rank - 1]).min(count - o);
+        f(o, at, k);
+        o += k;
+        idx[rank - 1] += k;
+        at += k * step;
+        if idx[rank - 1] == inner {
+            at -= inner * step;
+            idx[rank - 1] = 0;
+            for d in (0..rank - 1).rev() {
+                idx[d] += 1;
+                at += strides[d];
+                if idx[d] < shape[d] {
+                    break;
+                }
+                at -= shape[d] * strides[d];
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+/// Elements `start..start + out.len()` (row-major) of the array of shape `into` whose
+/// element `idx` is `src[sum(idx[d] * strides[d])]`.
+pub fn gather(src: &[u32], strides: &[usize], into: &[usize], start: usize, out: &mut [u32]) {
+    let step = strides.last().copied().unwrap_or(0);
+    runs(into, strides, start, out.len(), |o, at, k| {
+        let run = &mut out[o..o + k];
+        match step {
+            0 => run.fill(src[at]),
+            1 => run.copy_from_slice(&src[at..at + k]),
+            _ => run
+                .iter_mut()
+                .enumerate()
+                .for_each(|(j, x)| *x = src[at + j * step]),
+        }
+    });
+}
+
+/// Writes `src` (an array of shape `shape`, row-major) into `dst`, its element `idx`
+/// at `dst[sum(idx[d] * strides[d])]`.
+pub fn scatter(src: &[u32], shape: &[usize], strides: &[usize], dst: &mut [u32]) {
+    let step = strides.last().copied().unwrap_or(0);
+    runs(shape, strides, 0, src.len(), |o, at, k| {
+        let run = &src[o..o + k];
+        if step == 1 {
+            dst[at..at + k].copy_from_slice(run);
+        } else {
+            run.iter()
+                .enumerate()
+                .for_each(|(j, &x)| dst[at + j * step] = x);
+        }
+    });
+}
+
+/// `src` (shape `from`) transposed by `perm` into `out`: destination dimension `i` is
+/// source dimension `perm[i]`. A swap of the last two dimensions goes tile by tile.
+pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
+    let s = strides(from);
+    let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+    let r = from.len();
+    let swaps_last_two =
+        r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && (0..r - 2).all(|i| perm[i] == i);
+    if swaps_last_two {
+        let (rows, cols) = (from[r - 2], from[r - 1]);
+        const T: usize = 32;
+        for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
+            for i0 in (0..rows).step_by(T) {
+                for j0 in (0..cols).step_by(T) {
+                    for i in i0..(i0 + T).min(rows) {
+                        for j in j0..(j0 + T).min(cols) {
+                            o[j * rows + i] = x[i * cols + j];
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    gather(src, &by, &to, 0, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element `idx` of the array of shape `into` by the definition, one at a time.
+    fn naive(src: &[u32], strides: &[usize], into: &[usize]) -> Vec<u32> {
+        let n: usize = into.iter().product();
+        (0..n)
+            .map(|i| {
+                let (_, at) = position(into, strides, i);
+                src[at]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gathers_equal_the_definition_from_any_start() {
+        let src: Vec<u32> = (0..1000).collect();
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[4, 1, 0], &[3, 5, 7]),
+            (&[0, 1], &[6, 9]),
+            (&[1, 0], &[6, 9]),
+            (&[20, 2, 5], &[3, 4, 2]),
+            (&[0], &[17]),
+        ];
+        for (st, into) in cases {
+            let want = naive(&src, st, into);
+            for start in [0, 1, 5, want.len() / 2] {
+                let mut out = vec![0; want.len() - start];
+                gather(&src, st, into, start, &mut out);
+                assert_eq!(out, want[start..], "{st:?} {into:?} from {start}");
+            }
+        }
+    }
+
+    #[test]
+    fn transposes_equal_the_definition() {
+        for (from, perm) in [
+            (vec![37, 45], vec![1, 0]),
+            (vec![3, 40, 33], vec![0, 2, 1]),
+            (vec![2, 3, 4], vec![2, 0, 1]),
+        ] {
+            let n: usize = from.iter().product();
+            let src: Vec<u32> = (0..n as u32).collect();
+            let s = strides(&from);
+            let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+            let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+            let mut out = vec![0; n];
+            transpose(&src, &from, &perm, &mut out);
+            assert_eq!(out, naive(&src, &by, &to), "{from:?} {perm:?}");
+        }
+    }
+
+    #[test]
+    fn scatter_inverts_gather() {
+        let shape = [3, 4];
+        let st = [10, 2];
+        let src: Vec<u32> = (1..=12).collect();
+        let mut dst = vec![0u32; 40];
+        scatter(&src, &shape, &st, &mut dst);
+        let mut back = vec![0; 12];
+        gather(&dst, &st, &shape, 0, &mut back);
+        assert_eq!(back, src);
+    }
+}

@@ -1,0 +1,405 @@
+//! Building one region from the ops of one device that join it.
+
+use super::region::{Input, Instr, Output, Pattern, Reg, Region};
+use crate::array::DType;
+use crate::ir::{Allocation, ComputeKind, DataOp, View};
+
+/// A source of an elementwise op: a view holding `numel` elements of `dtype`, or a
+/// scalar (rank 0) spread over the op's elements.
+#[derive(Clone, Debug)]
+pub(super) struct Src {
+    view: View,
+    dtype: DType,
+    /// Rank 0: element 0 for every element of the op.
+    scalar: bool,
+}
+
+/// What an elementwise op computes from its sources.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// An instruction on the sources' values (the operands' registers filled in).
+    Instr(Instr),
+    /// The source itself, under another name or shape (reshape, copy, a broadcast that
+    /// adds unit dimensions, a load).
+    Alias,
+    /// `broadcast_in_dim` of the source into `into`.
+    Broadcast {
+        shape: Vec<usize>,
+        dims: Vec<usize>,
+        into: Vec<usize>,
+    },
+    /// A constant.
+    Const { bits: u32 },
+}
+
+/// A data op a region can take: elementwise, on one device.
+#[derive(Clone, Debug)]
+pub(super) struct Elem {
+    pub(super) device: usize,
+    kind: Kind,
+    srcs: Vec<Src>,
+    dst: View,
+    dst_dtype: DType,
+}
+
+/// True for a copy or a fill (what an executor runs best as it is).
+pub(super) fn is_plain(op: &DataOp) -> bool {
+    matches!(op, DataOp::Copy { .. } | DataOp::Fill { .. })
+}
+
+impl Elem {
+    /// `op` as a region's op, or `None` when it is not elementwise on one device (or
+    /// moves bits between allocations of different dtypes, as the staging area does).
+    pub(super) fn of(op: &DataOp, allocs: &[Allocation], staging: usize) -> Option<Elem> {
+        match op {
+            DataOp::Copy { src, dst } => {
+                let dtype = allocs[dst.alloc()].dtype;
+                let same = allocs[src.alloc()].dtype == dtype;
+                let copyable = matches!(dtype, DType::F32 | DType::I32 | DType::BF16);
+                (same && copyable && src.device() == dst.device() && src.alloc() != staging).then(
+                    || Elem {
+                        device: dst.device(),
+                        kind: Kind::Alias,
+                        srcs: vec![Src {
+                            view: *src,
+                            dtype,
+                            scalar: false,
+                        }],
+                        dst: *dst,
+                        dst_dtype: dtype,
+                    },
+                )
+            }
+            DataOp::Fill { dst, bits } => (dst.alloc() != staging).then(|| Elem {
+                device: dst.device(),
+                kind: Kind::Const { bits: *bits },
+                srcs: vec![],
+                dst: *dst,
+                dst_dtype: allocs[dst.alloc()].dtype,
+            }),
+            DataOp::Accumulate { .. } => None,
+            DataOp::Compute(c) => {
+                let srcs: Vec<Src> = c
+                    .srcs
+                    .iter()
+                    .map(|o| Src {
+                        view: o.view,
+                        dtype: o.dtype,
+                        scalar: o.shape.is_empty(),
+                    })
+                    .collect();
+                let t = c.dst.dtype;
+                let kind = match &c.kind {
+                    ComputeKind::Unary(u) => Kind::Instr(Instr::Unary(*u, t, 0)),
+                    ComputeKind::Binary(b) => Kind::Instr(Instr::Binary(*b, t, 0, 1)),
+                    ComputeKind::Compare(op) => {
+                        Kind::Instr(Instr::Compare(*op, c.srcs[0].dtype, 0, 1))
+                    }
+                    ComputeKind::Select => Kind::Instr(Instr::Select(0, 1, 2)),
+                    ComputeKind::Convert => Kind::Instr(Instr::Convert(c.srcs[0].dtype, t, 0)),
+                    ComputeKind::Reshape => Kind::Alias,
+                    ComputeKind::Broadcast { dims } => {
+                        let s = &c.srcs[0];
+                        if s.numel() == c.dst.numel() {
+                            Kind::Alias
+                        } else {
+                            Kind::Broadcast {
+                                shape: s.shape.clone(),
+                                dims: dims.clone(),
+                                into: c.dst.shape.clone(),
+                            }
+                        }
+                    }
+                    _ => return None,
+                };
+                // Only ops whose sources and destination are the views they read and
+                // write whole.
+                let whole = c.reads().len() == c.srcs.len()
+                    && c.reads().iter().zip(&c.srcs).all(|(r, s)| *r == s.view)
+                    && c.writes() == [c.dst.view];
+                whole.then(|| Elem {
+                    device: c.dst.view.device(),
+                    kind,
+                    srcs,
+                    dst: c.dst.view,
+                    dst_dtype: t,
+                })
+            }
+        }
+        .filter(|e| e.srcs.iter().all(|s| s.view.device() == e.device))
+    }
+}
+
+/// A region being built: its program so far and which views its registers hold.
+#[derive(Debug)]
+pub(super) struct Builder {
+    pub(super) device: usize,
+    /// Elements of its non-uniform registers (`None` while every register is uniform).
+    n: Option<usize>,
+    inputs: Vec<Input>,
+    instrs: Vec<Instr>,
+    regs: Vec<Reg>,
+    /// Views whose elements are (exactly) a register's: loaded inputs and outputs.
+    bound: Vec<(View, usize)>,
+    /// The widened register of each raw one that has been widened.
+    widened: Vec<(usize, usize)>,
+    outputs: Vec<Output>,
+    ops: Vec<usize>,
+}
+
+/// How an op's source is had: a register of the region, or a new input.
+enum Got {
+    Reg(usize),
+    New(Input),
+}
+
+impl Builder {
+    pub(super) fn new(device: usize) -> Self {
+        Builder {
+            device,
+            n: None,
+            inputs: Vec::new(),
+            instrs: Vec::new(),
+            regs: Vec::new(),
+            bound: Vec::new(),
+            widened: Vec::new(),
+            outputs: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Instructions so far.
+    pub(super) fn len(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// True when `op` touches an element this region reads or writes, one of them
+    /// writing (it cannot run before the region, nor the region's later ops before it).
+    pub(super) fn conflicts(&self, op: &DataOp) -> bool {
+        let outs = || self.outputs.iter().map(|o| o.view);
+        let reads_ours = op.reads().any(|r| outs().any(|w| w.overlaps(&r)));
+        let writes = || op.writes().chain(accumulated(op));
+        let writes_ours = writes().any(|w| {
+            outs().any(|o| o.overlaps(&w)) || self.inputs.iter().any(|i| i.view.overlaps(&w))
+        });
+        reads_ours || writes_ours
+    }
+
+    /// How source `s` of an op with `numel` elements is read, or `None` when it cannot
+    /// be (a view that overlaps one the region holds other than exactly, or a dtype
+    /// other than the register's).
+    fn source(&self, s: &Src, numel: usize) -> Option<Got> {
+        if let Some(&(_, r)) = self.bound.iter().rev().find(|(v, _)| *v == s.view) {
+            return (self.regs[r].dtype == s.dtype).then_some(Got::Reg(r));
+        }
+        if self.outputs.iter().any(|o| o.view.overlaps(&s.view)) {
+            return None;
+        }
+        let pattern = if s.scalar && s.view.len() == 1 {
+            Pattern::Scalar
+        } else if s.view.len() == numel {
+            Pattern::Full
+        } else {
+            return None;
+        };
+        Some(Got::New(Input {
+            view: s.view,
+            dtype: s.dtype,
+            pattern,
+        }))
+    }
+
+    /// Adds `op` (schedule index `index`); false, and nothing changed, when it cannot
+    /// join this region.
+    pub(super) fn try_add(&mut self, index: usize, e: &Elem) -> bool {
+        if e.device != self.device {
+            return false;
+        }
+        let numel = e.dst.len();
+        // Sources first, all or nothing.
+        let mut got = Vec::with_capacity(e.srcs.len());
+        for s in &e.srcs {
+            let g = match &e.kind {
+                Kind::Broadcast { shape, dims, into } => match self.source(s, s.view.len()) {
+                    Some(Got::Reg(r)) if self.regs[r].uniform => Some(Got::Reg(r)),
+                    Some(Got::Reg(_)) => None,
+                    Some(Got::New(_)) if s.view.len() == 1 => Some(Got::New(Input {
+                        view: s.view,
+                        dtype: s.dtype,
+                        pattern: Pattern::Scalar,
+                    })),
+                    Some(Got::New(i)) => Some(Got::New(Input {
+                        pattern: Pattern::Broadcast {
+                            shape: shape.clone(),
+                            dims: dims.clone(),
+                            into: into.clone(),
+                        },
+                        ..i
+                    })),
+                    None => None,
+                },
+                _ => self.source(s, numel),
+            };
+            match g {
+                Some(g) => got.push(g),
+                None => return false,
+            }
+        }
+        let uniform = got.iter().all(|g| match g {
+            Got::Reg(r) => self.regs[*r].uniform,
+            Got::New(i) => i.pattern == Pattern::Scalar,
+        });
+        // The region's element count: the op's, unless it makes one uniform element.
+        let n = match (self.n, uniform) {
+            (Some(n), false) if n != numel => return false,
+            (Some(n), true) if numel != 1 && numel != n => return false,
+            (None, _) if numel != 1 || !uniform => Some(numel),
+            (n, _) => n,
+        };
+        // The destination: no view the region holds may overlap it other than exactly,
+        // and no input read in a pattern other than element for element.
+        let dst = e.dst;
+        let clash = self
+            .bound
+            .iter()
+            .any(|(v, _)| *v != dst && v.overlaps(&dst))
+            || self
+                .inputs
+                .iter()
+                .any(|i| i.view.overlaps(&dst) && i.pattern != Pattern::Full)
+            || got.iter().any(|g| match g {
+                Got::New(i) => {
+                    i.view.overlaps(&dst) && (i.view != dst || i.pattern != Pattern::Full)
+                }
+                Got::Reg(_) => false,
+            });
+        if clash {
+            return false;
+        }
+        // Committed: new inputs loaded, then the op's register.
+        self.n = n;
+        let args: Vec<usize> = got
+            .into_iter()
+            .map(|g| match g {
+                Got::Reg(r) => r,
+                Got::New(i) => self.load(i),
+            })
+            .collect();
+        let reg = match &e.kind {
+            Kind::Alias | Kind::Broadcast { .. } => args[0],
+            Kind::Const { bits } => self.push(
+                Instr::Const {
+                    bits: *bits,
+                    dtype: e.dst_dtype,
+                },
+                Reg {
+                    dtype: e.dst_dtype,
+                    raw: e.dst_dtype.storage() == 2,
+                    uniform: true,
+                },
+            ),
+            Kind::Instr(i) => {
+                let vals: Vec<usize> = args.iter().map(|&a| self.value(a)).collect();
+                let instr = with_args(i, &vals);
+                let uniform = vals.iter().all(|&a| self.regs[a].uniform);
+                self.push(
+                    instr,
+                    Reg {
+                        dtype: e.dst_dtype,
+                        raw: false,
+                        uniform,
+                    },
+                )
+            }
+        };
+        // The destination now holds the register.
+        self.bound.retain(|(v, _)| *v != dst);
+        self.bound.push((dst, reg));
+        self.outputs.retain(|o| o.view != dst);
+        self.outputs.push(Output { reg, view: dst });
+        self.ops.push(index);
+        true
+    }
+
+    fn push(&mut self, i: Instr, r: Reg) -> usize {
+        self.instrs.push(i);
+        self.regs.push(r);
+        self.regs.len() - 1
+    }
+
+    /// Loads input `i` (into a register, bound to its view).
+    fn load(&mut self, i: Input) -> usize {
+        let reg = Reg {
+            dtype: i.dtype,
+            raw: i.dtype.storage() == 2,
+            uniform: i.pattern == Pattern::Scalar,
+        };
+        let view = i.view;
+        self.inputs.push(i);
+        let r = self.push(Instr::Load(self.inputs.len() - 1), reg);
+        if !matches!(
+            self.inputs.last().map(|i| &i.pattern),
+            Some(Pattern::Broadcast { .. })
+        ) {
+            self.bound.push((view, r));
+        }
+        r
+    }
+
+    /// Register `r` as values (16-bit floats widened, once).
+    fn value(&mut self, r: usize) -> usize {
+        if !self.regs[r].raw {
+            return r;
+        }
+        if let Some(&(_, w)) = self.widened.iter().find(|(raw, _)| *raw == r) {
+            return w;
+        }
+        let reg = Reg {
+            raw: false,
+            ..self.regs[r]
+        };
+        let w = self.push(Instr::Widen(r), reg);
+        self.widened.push((r, w));
+        w
+    }
+
+    /// The region, or `None` when no op joined it.
+    pub(super) fn finish(self) -> Option<Region> {
+        if self.ops.is_empty() {
+            return None;
+        }
+        let n = self.n.unwrap_or(1);
+        let nregs = self.regs.len();
+        Some(Region {
+            n,
+            device: self.device,
+            inputs: self.inputs,
+            instrs: self.instrs,
+            regs: self.regs,
+            slots: (0..nregs).collect(),
+            nslots: nregs,
+            outputs: self.outputs,
+            ops: self.ops,
+        })
+    }
+}
+
+/// An accumulate's destination, which it reads as well as writes.
+fn accumulated(op: &DataOp) -> Option<View> {
+    match op {
+        DataOp::Accumulate { dst, .. } => Some(*dst),
+        _ => None,
+    }
+}
+
+/// `i` with its argument registers (0, 1, 2 in an [`Elem`]) replaced by `args`.
+fn with_args(i: &Instr, args: &[usize]) -> Instr {
+    match i.clone() {
+        Instr::Unary(u, t, _) => Instr::Unary(u, t, args[0]),
+        Instr::Binary(b, t, _, _) => Instr::Binary(b, t, args[0], args[1]),
+        Instr::Compare(c, t, _, _) => Instr::Compare(c, t, args[0], args[1]),
+        Instr::Select(..) => Instr::Select(args[0], args[1], args[2]),
+        Instr::Convert(f, t, _) => Instr::Convert(f, t, args[0]),
+        other => other,
+    }
+}

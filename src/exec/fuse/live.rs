@@ -1,0 +1,225 @@
+//! Liveness over a fused schedule: writes that nothing reads before they are written
+//! again, or after the run, are dropped (with the instructions only they needed); and
+//! a region's registers share buffers where their lives do not overlap.
+
+use super::region::{Instr, Region};
+use super::Step;
+use crate::ir::{DataOp, Program, Schedule, View};
+use std::collections::{BTreeMap, HashMap};
+
+/// Elements read later, per (device, allocation): disjoint runs, start to end.
+#[derive(Default)]
+struct Live {
+    runs: HashMap<(usize, usize), BTreeMap<usize, usize>>,
+}
+
+impl Live {
+    fn key(v: &View) -> (usize, usize) {
+        (v.device(), v.alloc())
+    }
+
+    fn overlaps(&self, v: &View) -> bool {
+        let (lo, hi) = (v.offset(), v.offset() + v.len());
+        self.runs.get(&Self::key(v)).is_some_and(|m| {
+            // The last run starting before `hi` is the only one that can reach past `lo`.
+            m.range(..hi).next_back().is_some_and(|(_, &end)| end > lo)
+        })
+    }
+
+    fn add(&mut self, v: &View) {
+        if v.is_empty() {
+            return;
+        }
+        let m = self.runs.entry(Self::key(v)).or_default();
+        let (mut lo, mut hi) = (v.offset(), v.offset() + v.len());
+        // Merge every run that touches [lo, hi).
+        let touching: Vec<(usize, usize)> = m
+            .range(..=hi)
+            .rev()
+            .take_while(|(_, &e)| e >= lo)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            m.remove(&s);
+            lo = lo.min(s);
+            hi = hi.max(e);
+        }
+        m.insert(lo, hi);
+    }
+
+    fn remove(&mut self, v: &View) {
+        let Some(m) = self.runs.get_mut(&Self::key(v)) else {
+            return;
+        };
+        let (lo, hi) = (v.offset(), v.offset() + v.len());
+        let cut: Vec<(usize, usize)> = m
+            .range(..hi)
+            .rev()
+            .take_while(|(_, &e)| e > lo)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in cut {
+            m.remove(&s);
+            if s < lo {
+                m.insert(s, lo);
+            }
+            if e > hi {
+                m.insert(hi, e);
+            }
+        }
+    }
+}
+
+/// Drops the writes of `steps` that nothing reads afterwards (the program's inputs and
+/// outputs are read after the run), and the steps left with none.
+pub(super) fn prune(program: &Program, schedule: &Schedule, steps: &mut Vec<Step>) {
+    let mut live = Live::default();
+    for d in 0..program.devices {
+        for &a in program.inputs.iter().chain(&program.outputs) {
+            live.add(&View::new(d, a, 0, program.layout.allocs[a].numel()));
+        }
+    }
+    let mut keep = vec![true; steps.len()];
+    for (k, step) in steps.iter_mut().enumerate().rev() {
+        match step {
+            Step::Op(i) => {
+                let op = &schedule.ops[*i];
+                if !op.writes().any(|w| live.overlaps(&w)) {
+                    keep[k] = false;
+                    continue;
+                }
+                for w in op.writes() {
+                    live.remove(&w);
+                }
+                let acc = match op {
+                    DataOp::Accumulate { dst, .. } => Some(*dst),
+                    _ => None,
+                };
+                for r in op.reads().chain(acc) {
+                    live.add(&r);
+                }
+            }
+            Step::Region(r) => {
+                r.outputs.retain(|o| live.overlaps(&o.view));
+                if r.outputs.is_empty() {
+                    keep[k] = false;
+                    continue;
+                }
+                drop_unused(r);
+                for o in &r.outputs {
+                    live.remove(&o.view);
+                }
+                for i in &r.inputs {
+                    live.add(&i.view);
+                }
+            }
+        }
+    }
+    let mut k = 0;
+    steps.retain(|_| {
+        k += 1;
+        keep[k - 1]
+    });
+}
+
+/// Removes the instructions no output needs, and the inputs no instruction loads.
+fn drop_unused(r: &mut Region) {
+    let mut need = vec![false; r.instrs.len()];
+    for o in &r.outputs {
+        need[o.reg] = true;
+    }
+    for i in (0..r.instrs.len()).rev() {
+        if need[i] {
+            for a in r.instrs[i].args() {
+                need[a] = true;
+            }
+        }
+    }
+    let mut new_reg = vec![usize::MAX; r.instrs.len()];
+    let mut new_input = vec![usize::MAX; r.inputs.len()];
+    let (mut instrs, mut regs, mut inputs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..r.instrs.len() {
+        if !need[i] {
+            continue;
+        }
+        let map = |a: usize| new_reg[a];
+        let instr = match r.instrs[i].clone() {
+            Instr::Load(k) => {
+                if new_input[k] == usize::MAX {
+                    new_input[k] = inputs.len();
+                    inputs.push(r.inputs[k].clone());
+                }
+                Instr::Load(new_input[k])
+            }
+            Instr::Const { bits, dtype } => Instr::Const { bits, dtype },
+            Instr::Widen(a) => Instr::Widen(map(a)),
+            Instr::Unary(u, t, a) => Instr::Unary(u, t, map(a)),
+            Instr::Binary(b, t, a, c) => Instr::Binary(b, t, map(a), map(c)),
+            Instr::Compare(c, t, a, b) => Instr::Compare(c, t, map(a), map(b)),
+            Instr::Select(p, a, b) => Instr::Select(map(p), map(a), map(b)),
+            Instr::Convert(f, t, a) => Instr::Convert(f, t, map(a)),
+        };
+        new_reg[i] = instrs.len();
+        instrs.push(instr);
+        regs.push(r.regs[i]);
+    }
+    for o in &mut r.outputs {
+        o.reg = new_reg[o.reg];
+    }
+    r.instrs = instrs;
+    r.regs = regs;
+    r.inputs = inputs;
+}
+
+/// Gives every register of `r` a buffer, shared with registers whose lives end before
+/// it starts. Uniform registers (filled once per run) and registers an output reads
+/// (written after the block's last instruction) keep theirs to the end.
+pub(super) fn assign_slots(r: &mut Region) {
+    let n = r.instrs.len();
+    let mut last = vec![0usize; n];
+    for (i, instr) in r.instrs.iter().enumerate() {
+        last[i] = last[i].max(i);
+        for a in instr.args() {
+            last[a] = last[a].max(i);
+        }
+    }
+    for o in &r.outputs {
+        last[o.reg] = usize::MAX;
+    }
+    for (i, reg) in r.regs.iter().enumerate() {
+        if reg.uniform {
+            last[i] = usize::MAX;
+        }
+    }
+    let mut free: Vec<usize> = Vec::new();
+    let mut nslots = 0;
+    let mut slots = vec![0usize; n];
+    let mut ending: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, &l) in last.iter().enumerate() {
+        if l != usize::MAX {
+            ending[l].push(i);
+        }
+    }
+    // Uniform registers are filled before any block: slots of their own.
+    for (i, reg) in r.regs.iter().enumerate() {
+        if reg.uniform {
+            slots[i] = nslots;
+            nslots += 1;
+        }
+    }
+    for i in 0..n {
+        if r.regs[i].uniform {
+            continue;
+        }
+        slots[i] = free.pop().unwrap_or_else(|| {
+            nslots += 1;
+            nslots - 1
+        });
+        // Registers whose last reader is this instruction free their buffers after it.
+        for &e in &ending[i] {
+            free.push(slots[e]);
+        }
+    }
+    r.slots = slots;
+    r.nslots = nslots;
+}

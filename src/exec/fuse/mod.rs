@@ -1,0 +1,151 @@
+//! What an executor runs for a schedule: its data ops with the elementwise ones of each
+//! device fused into [`Region`]s (a chain of ops over the same elements evaluated a
+//! cache-sized block at a time, as numexpr evaluates an expression), and writes that
+//! nothing reads afterwards dropped ([`live`]): a value loaded from a ref, computed on
+//! and stored to another ref is read once and written once.
+//!
+//! Fusing reorders: an op that joins a region runs when the region runs, after ops the
+//! schedule lists later. That is only done where the ops moved past each other touch
+//! no common element with one of them writing (the schedule's order between them is
+//! then no order at all), so every element ends as the schedule leaves it.
+
+mod build;
+mod live;
+mod region;
+
+pub use region::{Input, Instr, Output, Pattern, Reg, Region};
+
+use crate::ir::{Program, Schedule};
+use build::Builder;
+
+/// One step of a fused schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// The schedule's op of this index, as it is.
+    Op(usize),
+    /// A fused region.
+    Region(Box<Region>),
+}
+
+/// A schedule as an executor runs it: steps, cut into pieces where it was asked to be.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fused {
+    /// Every piece's steps, in order.
+    pub steps: Vec<Step>,
+    /// The step each piece ends before (the last is `steps.len()`).
+    pub piece_ends: Vec<usize>,
+}
+
+impl Fused {
+    /// Every op of a schedule of `ops` ops as it is, cut before each index of `cuts`.
+    pub fn unfused(ops: usize, cuts: &[usize]) -> Fused {
+        let mut piece_ends: Vec<usize> = cuts.iter().map(|&c| c.min(ops)).collect();
+        piece_ends.push(ops);
+        Fused {
+            steps: (0..ops).map(Step::Op).collect(),
+            piece_ends,
+        }
+    }
+}
+
+/// Most instructions of one region (its registers' blocks stay in the cache).
+const MAX_INSTRS: usize = 64;
+
+/// `schedule` fused, cut before each op index of `cuts` (no region spans a cut, and
+/// every write before a cut is kept: a partitioned run reads views between pieces).
+pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize]) -> Fused {
+    let memory = schedule.memory(program);
+    let staging = Schedule::staging_alloc(program);
+    let mut out = Fused::default();
+    // The open region of each device (a region's views are all on its device, so only
+    // an op that touches a device can conflict with that device's region).
+    let mut open: Vec<Option<Builder>> = (0..program.devices).map(|_| None).collect();
+    let mut opened: Vec<usize> = Vec::new();
+    let close = |b: Option<Builder>, steps: &mut Vec<Step>| {
+        match b.and_then(Builder::finish) {
+            // A lone copy or fill runs as it is (memcpy and memset are the fastest
+            // there are).
+            Some(r) if r.ops.len() == 1 && build::is_plain(&schedule.ops[r.ops[0]]) => {
+                steps.push(Step::Op(r.ops[0]))
+            }
+            Some(r) => steps.push(Step::Region(Box::new(r))),
+            None => {}
+        }
+    };
+    let mut cuts = cuts.iter().copied().peekable();
+    let mut touched: Vec<usize> = Vec::new();
+    for (i, op) in schedule.ops.iter().enumerate() {
+        while cuts.peek().is_some_and(|&c| c <= i) {
+            cuts.next();
+            for d in opened.drain(..) {
+                close(open[d].take(), &mut out.steps);
+            }
+            out.piece_ends.push(out.steps.len());
+        }
+        let elem = build::Elem::of(op, &memory.allocs, staging);
+        // Regions this op would be reordered with: closed first (they run before it).
+        touched.clear();
+        touched.extend(op.reads().chain(op.writes()).map(|v| v.device()));
+        touched.sort_unstable();
+        touched.dedup();
+        for &d in &touched {
+            let own = elem.as_ref().is_some_and(|e| e.device == d);
+            if !own && open[d].as_ref().is_some_and(|b| b.conflicts(op)) {
+                close(open[d].take(), &mut out.steps);
+            }
+        }
+        let Some(elem) = elem else {
+            out.steps.push(Step::Op(i));
+            continue;
+        };
+        let d = elem.device;
+        if open[d].is_none() {
+            open[d] = Some(Builder::new(d));
+            opened.push(d);
+        }
+        let b = open[d].as_mut().expect("opened");
+        if b.len() < MAX_INSTRS && b.try_add(i, &elem) {
+            continue;
+        }
+        close(open[d].replace(Builder::new(d)), &mut out.steps);
+        let b = open[d].as_mut().expect("opened");
+        if !b.try_add(i, &elem) {
+            // An op that cannot be a region of its own (its destination overlaps a source
+            // elsewhere than element for element): as it is.
+            out.steps.push(Step::Op(i));
+        }
+    }
+    for d in opened.drain(..) {
+        close(open[d].take(), &mut out.steps);
+    }
+    // Cuts at or past the end: empty pieces.
+    for _ in cuts {
+        out.piece_ends.push(out.steps.len());
+    }
+    out.piece_ends.push(out.steps.len());
+    debug_assert!(
+        out.piece_ends.windows(2).all(|w| w[0] <= w[1])
+            && out.piece_ends.last() == Some(&out.steps.len()),
+        "{:?} of {}",
+        out.piece_ends,
+        out.steps.len()
+    );
+    if cuts_free(&out) {
+        live::prune(program, schedule, &mut out.steps);
+        out.piece_ends = vec![out.steps.len()];
+    }
+    for s in &mut out.steps {
+        if let Step::Region(r) = s {
+            live::assign_slots(r);
+        }
+    }
+    out
+}
+
+/// True for a fused schedule of one piece (nothing reads its memory between steps).
+fn cuts_free(f: &Fused) -> bool {
+    f.piece_ends.len() == 1
+}
+
+#[cfg(test)]
+mod tests;

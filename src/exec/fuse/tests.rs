@@ -1,0 +1,154 @@
+//! What the fusion pass makes of small kernels: which ops join a region, what it reads
+//! and writes once the dead writes are gone. (That fused runs equal unfused ones is
+//! tests/fused.rs.)
+
+use super::*;
+use crate::array::DType;
+use crate::kernel::{Args, Ctx, GridSpec, MemorySpace, PallasCall};
+use crate::mesh::Mesh;
+use crate::run::Job;
+
+fn fused_of(
+    spec: GridSpec,
+    devices: usize,
+    body: impl Fn(&Ctx, &Args) + Send + Sync + 'static,
+) -> (Program, Fused) {
+    let call = PallasCall::new("k", spec, body);
+    let plan = Job::call(call, Mesh::new(devices, "x").unwrap())
+        .plan()
+        .unwrap();
+    let f = fuse(&plan.program, &plan.schedule, &[]);
+    (plan.program.clone(), f)
+}
+
+fn regions(f: &Fused) -> Vec<&Region> {
+    f.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Region(r) => Some(&**r),
+            Step::Op(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_chain_from_an_input_to_an_output_reads_and_writes_hbm_once() {
+    // y = x * 2 + 1 with x and y whole-array VMEM operands: the copy in, the load, the
+    // two ops, the store and the copy out are one region from HBM x to HBM y.
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[8, 128], DType::F32)
+        .output("y", MemorySpace::Vmem, &[8, 128], DType::F32);
+    let (prog, f) = fused_of(spec, 1, |pl, a| {
+        let x = pl.load(a.r("x"));
+        let y = &(&x * 2.0) + 1.0;
+        pl.store(a.r("y"), &y);
+    });
+    assert_eq!(f.steps.len(), 1, "{f:#?}");
+    let r = regions(&f)[0];
+    assert_eq!(r.n, 8 * 128);
+    let (x, y) = (prog.inputs[0], prog.outputs[0]);
+    assert_eq!(r.inputs.len(), 1);
+    assert_eq!(r.inputs[0].view.alloc(), x);
+    assert_eq!(r.inputs[0].pattern, Pattern::Full);
+    let outs: Vec<usize> = r.outputs.iter().map(|o| o.view.alloc()).collect();
+    assert_eq!(outs, vec![y], "only the result reaches memory");
+    // Two uniform constants, a load, two ops.
+    assert_eq!(r.instrs.len(), 5, "{:?}", r.instrs);
+    assert!(r.nslots <= 4, "registers share buffers: {}", r.nslots);
+}
+
+#[test]
+fn a_value_read_by_a_reduction_is_written_and_the_chain_goes_on_after_it() {
+    // s = sum(exp(x), 1); y = exp(x) / s[:, None]: the reduction needs exp(x) in
+    // memory; the broadcast of s joins the second region as a pattern, not a copy.
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[16, 256], DType::F32)
+        .output("y", MemorySpace::Vmem, &[16, 256], DType::F32);
+    let (_, f) = fused_of(spec, 1, |pl, a| {
+        let x = pl.load(a.r("x"));
+        let e = pl.exp(&x);
+        let s = e.sum(&[1]);
+        let b = s.broadcast_in_dim(&[16, 256], &[0]);
+        pl.store(a.r("y"), &(&e / &b));
+    });
+    let rs = regions(&f);
+    assert_eq!(rs.len(), 2, "{f:#?}");
+    assert!(
+        matches!(f.steps[1], Step::Op(_)),
+        "the reduction runs between them"
+    );
+    assert!(rs[1]
+        .inputs
+        .iter()
+        .any(|i| matches!(i.pattern, Pattern::Broadcast { .. })));
+}
+
+#[test]
+fn ops_of_different_devices_interleaved_in_the_schedule_fuse_per_device() {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[4, 128], DType::F32)
+        .output("y", MemorySpace::Vmem, &[4, 128], DType::F32);
+    let (_, f) = fused_of(spec, 3, |pl, a| {
+        let x = pl.load(a.r("x"));
+        let y = pl.tanh(&(&x * 3.0));
+        pl.store(a.r("y"), &y);
+    });
+    let rs = regions(&f);
+    assert_eq!(rs.len(), 3, "one region per device: {f:#?}");
+    let mut devices: Vec<usize> = rs.iter().map(|r| r.device).collect();
+    devices.sort();
+    assert_eq!(devices, vec![0, 1, 2]);
+}
+
+#[test]
+fn cuts_keep_every_write_and_split_regions() {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[4, 128], DType::F32)
+        .output("y", MemorySpace::Vmem, &[4, 128], DType::F32);
+    let call = PallasCall::new("k", spec, |pl: &Ctx, a: &Args| {
+        let x = pl.load(a.r("x"));
+        let y = &(&x * 2.0) + 1.0;
+        pl.store(a.r("y"), &y);
+    });
+    let plan = Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap();
+    let ops = plan.schedule.ops.len();
+    let whole = fuse(&plan.program, &plan.schedule, &[]);
+    let cut = fuse(&plan.program, &plan.schedule, &[ops / 2]);
+    assert_eq!(cut.piece_ends.len(), 2);
+    let writes = |f: &Fused| -> usize {
+        f.steps
+            .iter()
+            .map(|s| match s {
+                Step::Op(_) => 1,
+                Step::Region(r) => r.outputs.len(),
+            })
+            .sum()
+    };
+    assert!(writes(&cut) > writes(&whole), "{cut:#?}");
+}
+
+#[test]
+fn a_partial_overlap_in_place_is_not_fused() {
+    // y[1:] = y[:-1] + 1 style: the destination overlaps the source shifted by one, so
+    // a block could read what another block already wrote.
+    let spec = GridSpec::new().output("y", MemorySpace::Vmem, &[2, 128], DType::F32);
+    let (_, f) = fused_of(spec, 1, |pl, a| {
+        pl.fill(a.r("y"), 1.0);
+        let v = pl.read(a.r("y").at(0));
+        let w = &v + 1.0;
+        pl.store(a.r("y").at(1), &w);
+        let u = pl.read(a.r("y").flat().slice(crate::kernel::ds(64, 128)));
+        let z = &u * 2.0;
+        pl.store(a.r("y").at(0), &z);
+    });
+    for r in regions(&f) {
+        for o in &r.outputs {
+            for i in &r.inputs {
+                assert!(
+                    !o.view.overlaps(&i.view) || (o.view == i.view && i.pattern == Pattern::Full),
+                    "{r:#?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Fused runs equal unfused ones bit for bit: random kernels of elementwise chains,
+//! broadcasts, reductions, stores and reloads of scratch refs, updates of windows and
+//! remote DMAs, in every dtype and at sizes of one element, a few blocks and many
+//! (spread over the cores), run by the CPU executor as it runs schedules (fused regions,
+//! dead writes dropped) and one op at a time (`CpuExecutor::unfused`). Both use the same
+//! element functions, so any difference is the fusion pass reordering, dropping or
+//! aliasing something it must not. (Each op's values against XLA's are tests/ops.rs.)
+
+mod common;
+
+use common::simulate;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::Executor;
+use tpusim::kernel::{Args, Ctx, GridSpec, MemorySpace, PallasCall, Value};
+use tpusim::{DType, HostArray, Mesh};
+
+/// Deterministic inputs of `dtype`: floats spread over a few binades with some
+/// negatives and zeros, integers small and signed.
+fn input(dtype: DType, shape: &[usize], seed: u64) -> HostArray {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n)
+        .map(|_| match dtype {
+            DType::I32 | DType::I8 => rng.random_range(-20..20) as f64,
+            _ => rng.random_range(-4.0..4.0f64),
+        })
+        .collect();
+    HostArray::from_values(dtype, shape, &vals).unwrap()
+}
+
+/// One step of a random chain on `v` (from the pool `pool`), as its kind of data allows.
+fn step<'c>(
+    pl: &'c Ctx,
+    a: &Args,
+    rng: &mut ChaCha8Rng,
+    pool: &[Value<'c>],
+    shape: &[usize],
+) -> Value<'c> {
+    let v = &pool[rng.random_range(0..pool.len())];
+    let w = &pool[rng.random_range(0..pool.len())];
+    let t = v.dtype();
+    let float = t.is_float();
+    match rng.random_range(0..9) {
+        0 if float => match rng.random_range(0..6) {
+            0 => pl.exp(&(v * 0.25)),
+            1 => pl.tanh(v),
+            2 => pl.logistic(v),
+            3 => pl.sin(v),
+            4 => pl.erf(v),
+            _ => pl.log1p(&pl.abs(v)),
+        },
+        0 => match rng.random_range(0..3) {
+            0 => -v,
+            1 => pl.abs(v),
+            _ => pl.sign(v),
+        },
+        1 => v + w,
+        2 => v * w,
+        3 => match rng.random_range(0..2) {
+            0 => pl.maximum(v, w),
+            _ => pl.minimum(v, w),
+        },
+        4 => {
+            let c = v.gt(w);
+            pl.where_(&c, v, &(w - 1.0))
+        }
+        5 => {
+            let wide = if float { DType::F32 } else { DType::I32 };
+            v.astype(wide).astype(t)
+        }
+        6 => {
+            // A row reduction broadcast back (a softmax's denominator).
+            let r = if float { v.max(&[1]) } else { v.sum(&[1]) };
+            let dims: Vec<usize> = (0..shape.len()).filter(|&d| d != 1).collect();
+            let b = r.broadcast_in_dim(shape, &dims);
+            v - &b
+        }
+        7 => {
+            // Through a scratch ref: stored, then read back in place.
+            pl.store(a.r("s"), v);
+            let back = pl.read(a.r("s"));
+            &back + 2.0
+        }
+        _ => {
+            // An output written early, then overwritten later (the first write is dead).
+            pl.store(a.r("y"), w);
+            v - 3.0
+        }
+    }
+}
+
+/// A kernel of `steps` random steps on `dtype` arrays of `shape` (seeded): the last
+/// value stored to `y`, row 0 of `y` updated from another value, `y` sent to the
+/// right neighbour's `z` by a remote DMA.
+fn kernel(dtype: DType, shape: Vec<usize>, steps: usize, seed: u64) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &shape, dtype)
+        .output("y", MemorySpace::Vmem, &shape, dtype)
+        .output("z", MemorySpace::Any, &shape, dtype)
+        .vmem("s", &shape, dtype)
+        .dma_sem("send")
+        .dma_sem("recv");
+    PallasCall::new("random_chain", spec, move |pl, a| {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut pool = vec![pl.load(a.r("x")), pl.read(a.r("x"))];
+        for _ in 0..steps {
+            let v = step(pl, a, &mut rng, &pool, &shape);
+            pool.push(v);
+            if pool.len() > 6 {
+                pool.remove(rng.random_range(0..pool.len()));
+            }
+        }
+        pl.store(a.r("y"), pool.last().expect("a value"));
+        if shape[0] > 1 {
+            let row: Vec<usize> = std::iter::once(1)
+                .chain(shape[1..].iter().copied())
+                .collect();
+            let w = pool[0].slice(&vec![0; shape.len()], &row, &vec![1; shape.len()]);
+            pl.store_window(a.r("y"), &vec![0; shape.len()], &(&w * 2.0));
+        }
+        let n = pl.num_devices();
+        let right = (pl.axis_index("x") + 1) % n;
+        let dma =
+            pl.make_async_remote_copy(a.r("y"), a.r("z"), a.sem("send"), a.sem("recv"), right);
+        dma.start();
+        dma.wait();
+    })
+}
+
+fn words(out: &[Vec<HostArray>]) -> Vec<Vec<u32>> {
+    out.iter().flatten().map(|a| a.words.clone()).collect()
+}
+
+#[test]
+fn random_kernels_run_fused_equal_unfused_bit_for_bit() {
+    let shapes: [&[usize]; 5] = [&[1, 1], &[3, 37], &[17, 129], &[2, 3, 130], &[64, 1024]];
+    let dtypes = [DType::F32, DType::BF16, DType::F16, DType::I32, DType::I8];
+    let mut case = 0u64;
+    for &dtype in &dtypes {
+        for shape in shapes {
+            for devices in [1, 2, 1] {
+                case += 1;
+                let call = kernel(dtype, shape.to_vec(), 20, case);
+                let mesh = Mesh::new(devices, "x").unwrap();
+                let inputs: Vec<Vec<HostArray>> = (0..devices)
+                    .map(|d| vec![input(dtype, shape, case * 10 + d as u64)])
+                    .collect();
+                let fused = simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
+                let plain = simulate(&call, &mesh, &inputs, &mut CpuExecutor::unfused()).unwrap();
+                assert_eq!(
+                    words(&fused),
+                    words(&plain),
+                    "case {case}: {dtype} {shape:?} on {devices} devices"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_in_pieces_equal_whole_runs() {
+    // Cut anywhere (a partitioned run's pieces), every piece run in turn.
+    for (case, dtype) in [(101u64, DType::F32), (102, DType::BF16), (103, DType::I32)] {
+        let call = kernel(dtype, vec![9, 300], 20, case);
+        let mesh = Mesh::new(2, "x").unwrap();
+        let plan = tpusim::run::Job::call(call, mesh).plan().unwrap();
+        let (prog, sched) = (&plan.program, &plan.schedule);
+        let inputs: Vec<Vec<HostArray>> = (0..2)
+            .map(|d| vec![input(dtype, &[9, 300], case * 10 + d)])
+            .collect();
+        let cpu = CpuExecutor::unfused();
+        let mut whole = cpu.prepare(prog, sched).unwrap();
+        whole.upload(&inputs).unwrap();
+        whole.run(1).unwrap();
+        let want = words(&whole.read_outputs().unwrap());
+        let ops = sched.ops.len();
+        let mut rng = ChaCha8Rng::seed_from_u64(case);
+        let mut cuts: Vec<usize> = (0..5).map(|_| rng.random_range(1..ops)).collect();
+        cuts.push(ops);
+        cuts.sort();
+        let fused = CpuExecutor::new();
+        let mut run = fused.prepare_pieces(prog, sched, &cuts).unwrap();
+        run.upload(&inputs).unwrap();
+        for k in 0..=cuts.len() {
+            run.run_piece(k).unwrap();
+        }
+        assert_eq!(
+            words(&run.read_outputs().unwrap()),
+            want,
+            "case {case}: cuts {cuts:?}"
+        );
+    }
+}
