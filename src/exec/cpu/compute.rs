@@ -9,6 +9,7 @@ use super::lanes::{self, BLOCK};
 use super::layout::{gather, scatter, strides, transpose};
 use crate::array::DType;
 use crate::ir::{Compute, ComputeKind, DotDims, Operand, Reduction};
+use pulp::{Simd, WithSimd};
 use std::borrow::Cow;
 
 /// The destination's words of `c`, from its sources' words (`srcs[i]` holds the
@@ -29,7 +30,7 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
         | ComputeKind::Binary(_)
         | ComputeKind::Compare(_)
         | ComputeKind::Select
-        | ComputeKind::Convert => pulp::Arch::new().dispatch(|| elementwise(c, srcs, out)),
+        | ComputeKind::Convert => pulp::Arch::new().dispatch(Elementwise { c, srcs, out }),
         ComputeKind::Broadcast { dims } => {
             let s = &c.srcs[0];
             let st = crate::exec::fuse::Pattern::strides(&s.shape, dims, &d.shape);
@@ -80,6 +81,20 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
 
 /// An elementwise op a block at a time: sources widened to values (a scalar spread over
 /// the block), the op, the result narrowed to its stored form.
+struct Elementwise<'a> {
+    c: &'a Compute,
+    srcs: &'a [&'a [u32]],
+    out: &'a mut [u32],
+}
+
+impl WithSimd for Elementwise<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        elementwise(self.c, self.srcs, self.out);
+    }
+}
+
 #[inline(always)]
 fn elementwise(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
     let n = c.dst.numel();
@@ -119,7 +134,7 @@ fn f32s(t: DType, words: &[u32]) -> Cow<'_, [f32]> {
         return Cow::Borrowed(bytemuck::cast_slice(words));
     }
     let mut v = vec![0u32; words.len()];
-    pulp::Arch::new().dispatch(|| lanes::widen(t, words, &mut v));
+    lanes::widen_all(t, words, &mut v);
     Cow::Owned(bytemuck::cast_vec(v))
 }
 
@@ -147,60 +162,100 @@ fn groups(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (offsets(&kept), offsets(axes))
 }
 
-/// A float reduction of `x`'s groups into `out`'s values: sums in f32 (eight running
+/// A float reduction of `x`'s groups into `out`'s values: sums in f32 (sixteen running
 /// partial sums per group, added at the end; the order of a sum is XLA's to choose
 /// too), max and min as XLA's (NaN if any is).
 fn reduce_f32(op: Reduction, x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) {
+    match op {
+        Reduction::Sum => fold(x, shape, axes, out, 0.0, |a, b| a + b),
+        Reduction::Max => fold(x, shape, axes, out, f32::NEG_INFINITY, lanes::fmax),
+        Reduction::Min => fold(x, shape, axes, out, f32::INFINITY, lanes::fmin),
+    }
+}
+
+/// [`reduce_f32`] of one operator `f` with identity `init`.
+fn fold<F: Fn(f32, f32) -> f32 + Copy>(
+    x: &[f32],
+    shape: &[usize],
+    axes: &[usize],
+    out: &mut [f32],
+    init: f32,
+    f: F,
+) {
     let r = shape.len();
-    let trailing = !axes.is_empty()
-        && axes
-            .iter()
-            .enumerate()
-            .all(|(i, &a)| a == r - axes.len() + i);
-    let leading = !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == i);
+    let n = axes.len();
+    let trailing = n > 0 && axes.iter().enumerate().all(|(i, &a)| a == r - n + i);
+    let leading = n > 0 && axes.iter().enumerate().all(|(i, &a)| a == i);
     let k: usize = axes.iter().map(|&a| shape[a]).product();
-    let (init, f): (f32, fn(f32, f32) -> f32) = match op {
-        Reduction::Sum => (0.0, |a, b| a + b),
-        Reduction::Max => (f32::NEG_INFINITY, lanes::fmax),
-        Reduction::Min => (f32::INFINITY, lanes::fmin),
-    };
-    let arch = pulp::Arch::new();
-    if trailing {
-        // Each group is `k` adjacent elements.
-        arch.dispatch(|| {
-            for (o, g) in out.iter_mut().zip(x.chunks_exact(k.max(1))) {
-                let mut acc = [init; 8];
-                let mut it = g.chunks_exact(8);
-                for c in &mut it {
-                    for j in 0..8 {
-                        acc[j] = f(acc[j], c[j]);
-                    }
-                }
-                let mut total = acc.into_iter().fold(init, f);
-                for &v in it.remainder() {
-                    total = f(total, v);
-                }
-                *o = total;
-            }
+    if trailing || leading {
+        // Each group is `k` adjacent elements, or element `j` of each of `k` rows.
+        pulp::Arch::new().dispatch(Fold {
+            x,
+            out,
+            init,
+            f,
+            k,
+            rows: leading && !trailing,
         });
-        if k == 0 {
+        return;
+    }
+    let (bases, offsets) = groups(shape, axes);
+    for (o, &b) in out.iter_mut().zip(&bases) {
+        *o = offsets.iter().fold(init, |a, &j| f(a, x[b + j]));
+    }
+}
+
+/// A float reduction of adjacent runs of `k` elements (`rows: false`: one per output)
+/// or of `k` rows (`rows: true`: output `j` folds element `j` of each).
+struct Fold<'a, F> {
+    x: &'a [f32],
+    out: &'a mut [f32],
+    init: f32,
+    f: F,
+    k: usize,
+    rows: bool,
+}
+
+impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let Fold {
+            x,
+            out,
+            init,
+            f,
+            k,
+            rows,
+        } = self;
+        if rows {
+            let inner = out.len();
             out.fill(init);
-        }
-    } else if leading {
-        // Group `j` is element `j` of each of `k` rows: rows folded in order.
-        let inner = out.len();
-        out.fill(init);
-        arch.dispatch(|| {
             for row in x.chunks_exact(inner.max(1)).take(k) {
                 for (o, &v) in out.iter_mut().zip(row) {
                     *o = f(*o, v);
                 }
             }
-        });
-    } else {
-        let (bases, offsets) = groups(shape, axes);
-        for (o, &b) in out.iter_mut().zip(&bases) {
-            *o = offsets.iter().fold(init, |a, &j| f(a, x[b + j]));
+            return;
+        }
+        if k == 0 {
+            out.fill(init);
+            return;
+        }
+        const L: usize = 16;
+        for (o, g) in out.iter_mut().zip(x.chunks_exact(k)) {
+            let mut acc = [init; L];
+            let mut it = g.chunks_exact(L);
+            for c in &mut it {
+                for j in 0..L {
+                    acc[j] = f(acc[j], c[j]);
+                }
+            }
+            let mut total = acc.into_iter().fold(init, f);
+            for &v in it.remainder() {
+                total = f(total, v);
+            }
+            *o = total;
         }
     }
 }

@@ -348,7 +348,15 @@ fn copy(dst: &mut [u32], src: &[u32]) {
 
 /// Applies one accumulate element-wise on 32-bit words.
 pub fn accumulate_words(dst: &mut [u32], src: &[u32], op: ReduceOp, dtype: DType) {
-    pulp::Arch::new().dispatch(|| accumulate_lanes(dst, src, op, dtype));
+    struct Acc<'a>(&'a mut [u32], &'a [u32], ReduceOp, DType);
+    impl pulp::WithSimd for Acc<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) {
+            accumulate_lanes(self.0, self.1, self.2, self.3);
+        }
+    }
+    pulp::Arch::new().dispatch(Acc(dst, src, op, dtype));
 }
 
 #[inline(always)]

@@ -2,11 +2,18 @@
 //! block of [`BLOCK`] lanes at a time (every register's block stays in the cache from
 //! the op that makes it to the ones that use it), the blocks spread over the machine's
 //! cores when there are enough of them, under the widest vector unit the CPU has.
+//!
+//! A 32-bit input read element for element is read where it is (no copy into a
+//! register), and an instruction whose register only one 32-bit output takes writes
+//! that output's memory directly, when neither view overlaps any other of the region:
+//! a chain from a ref to a ref touches each element of memory once.
 
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
 use crate::exec::fuse::{Instr, Pattern, Region};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Regions of fewer elements run on one core (spreading costs more than it saves).
 const PARALLEL_ELEMS: usize = 1 << 16;
@@ -18,14 +25,67 @@ pub(super) struct Places {
     pub(super) outputs: Vec<*mut u32>,
 }
 
-/// The places, shared by the threads that run a region's blocks.
-struct Shared<'a>(&'a Places);
-// SAFETY: the threads read the inputs and write disjoint element ranges of the outputs
-// (one block each); the fusion pass keeps every output apart from every input except an
-// input read element for element in place (each block reads its elements before it
-// writes them).
-unsafe impl Send for Shared<'_> {}
-unsafe impl Sync for Shared<'_> {}
+/// How each register of a region is had in a block, decided once per run.
+struct Plan<'a> {
+    r: &'a Region,
+    places: &'a Places,
+    /// Per register: read where its input is (a full 32-bit load that no output
+    /// overlaps).
+    in_place: Vec<bool>,
+    /// Per register: the output it is computed straight into (its only use).
+    direct: Vec<Option<usize>>,
+}
+
+// SAFETY: the threads that share a plan read the inputs and write disjoint element
+// ranges of the outputs (one block each); the fusion pass keeps every output apart from
+// every input except an input read element for element in place (each block reads its
+// elements before it writes them, and such an input is never read in place).
+unsafe impl Send for Plan<'_> {}
+unsafe impl Sync for Plan<'_> {}
+
+impl<'a> Plan<'a> {
+    fn new(r: &'a Region, places: &'a Places) -> Self {
+        let n = r.instrs.len();
+        let wide = |reg: usize| r.regs[reg].dtype.storage() == 4;
+        let overlaps_any_output =
+            |v: &crate::ir::View| r.outputs.iter().any(|o| o.view.overlaps(v));
+        let in_place = (0..n)
+            .map(|i| match r.instrs[i] {
+                Instr::Load(k) => {
+                    let input = &r.inputs[k];
+                    input.pattern == Pattern::Full && wide(i) && !overlaps_any_output(&input.view)
+                }
+                _ => false,
+            })
+            .collect();
+        let mut uses = vec![0usize; n];
+        for instr in &r.instrs {
+            for a in instr.args() {
+                uses[a] += 1;
+            }
+        }
+        for o in &r.outputs {
+            uses[o.reg] += 1;
+        }
+        let direct = (0..n)
+            .map(|i| {
+                let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
+                let k = r.outputs.iter().position(|o| o.reg == i)?;
+                let o = &r.outputs[k];
+                let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
+                let whole = o.view.len() == r.n;
+                (computed && uses[i] == 1 && wide(i) && !r.regs[i].uniform && apart && whole)
+                    .then_some(k)
+            })
+            .collect();
+        Plan {
+            r,
+            places,
+            in_place,
+            direct,
+        }
+    }
+}
 
 /// Runs `r` on the memory at `places`.
 ///
@@ -36,14 +96,18 @@ unsafe impl Sync for Shared<'_> {}
 /// ([`Pattern::Full`]), as the fusion pass builds regions.
 pub(super) unsafe fn run(r: &Region, places: &Places) {
     let arch = pulp::Arch::new();
+    let plan = Plan::new(r, places);
     // Uniform registers: once, into the register file every block starts from.
     let mut template = vec![0u32; r.nslots * BLOCK];
-    arch.dispatch(|| prologue(r, places, &mut template));
+    arch.dispatch(Prologue {
+        plan: &plan,
+        regs: &mut template,
+    });
     // Uniform registers into one-element views, now: no block reads such a view (the
     // fusion pass keeps outputs apart from the inputs read in blocks).
     for (k, o) in r.outputs.iter().enumerate() {
         if r.n > 1 && o.view.len() == 1 {
-            let lane = slot(&template, r.slots[o.reg], 1);
+            let lane = &template[r.slots[o.reg] * BLOCK..][..1];
             let mut bits = [0u32; 1];
             store(r, o.reg, lane, &mut bits);
             // SAFETY: the output's place holds its one element.
@@ -52,28 +116,79 @@ pub(super) unsafe fn run(r: &Region, places: &Places) {
     }
     let blocks = r.n.div_ceil(BLOCK);
     let threads = rayon::current_num_threads();
-    let shared = Shared(places);
     if r.n >= PARALLEL_ELEMS && threads > 1 {
         let per = blocks.div_ceil(threads * 4).max(8);
+        let plan = &plan;
         (0..blocks.div_ceil(per)).into_par_iter().for_each(|c| {
             let mut regs = template.clone();
-            let s = &shared;
-            let range = c * per..((c + 1) * per).min(blocks);
-            arch.dispatch(|| {
-                for b in range {
-                    // SAFETY: as this function's.
-                    unsafe { block(r, s.0, &mut regs, b) };
-                }
+            arch.dispatch(Blocks {
+                plan,
+                regs: &mut regs,
+                blocks: c * per..((c + 1) * per).min(blocks),
             });
         });
     } else {
-        let mut regs = template;
-        arch.dispatch(|| {
-            for b in 0..blocks {
-                // SAFETY: as this function's.
-                unsafe { block(r, places, &mut regs, b) };
-            }
+        arch.dispatch(Blocks {
+            plan: &plan,
+            regs: &mut template,
+            blocks: 0..blocks,
         });
+    }
+}
+
+/// The uniform registers of a region computed into `regs` (compiled for the vector
+/// unit [`pulp`] dispatches to: every function below it is inlined into it).
+struct Prologue<'a> {
+    plan: &'a Plan<'a>,
+    regs: &'a mut [u32],
+}
+
+impl WithSimd for Prologue<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let (r, regs) = (self.plan.r, self.regs);
+        let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
+        for (i, instr) in r.instrs.iter().enumerate() {
+            if !r.regs[i].uniform {
+                continue;
+            }
+            let s = r.slots[i];
+            match instr {
+                Instr::Load(k) => {
+                    // SAFETY: a uniform load is of a scalar input: one element there.
+                    let v = unsafe { *self.plan.places.inputs[*k] };
+                    regs[s * BLOCK..(s + 1) * BLOCK].fill(v);
+                }
+                Instr::Const { bits, .. } => regs[s * BLOCK..(s + 1) * BLOCK].fill(*bits),
+                _ => {
+                    let out = regs[s * BLOCK..].as_mut_ptr();
+                    // SAFETY: the slots of a uniform register and of its arguments are
+                    // distinct buffers of the register file.
+                    unsafe { compute(r, instr, &at, out, BLOCK) };
+                }
+            }
+            at[i] = regs[s * BLOCK..].as_ptr();
+        }
+    }
+}
+
+/// A range of a region's blocks, run in turn on one register file.
+struct Blocks<'a> {
+    plan: &'a Plan<'a>,
+    regs: &'a mut [u32],
+    blocks: Range<usize>,
+}
+
+impl WithSimd for Blocks<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let mut at = vec![std::ptr::null::<u32>(); self.plan.r.instrs.len()];
+        for b in self.blocks {
+            // SAFETY: `run`'s caller vouches for the places (the only way here).
+            unsafe { block(self.plan, self.regs, &mut at, b) };
+        }
     }
 }
 
@@ -87,52 +202,16 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
     }
 }
 
-/// Slot `s` of the register file, `m` lanes.
+/// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`.
+///
+/// # Safety
+/// `at[a]` holds `m` lanes of every argument `a`, and `out` room for `m` lanes that
+/// none of them shares.
 #[inline(always)]
-fn slot(regs: &[u32], s: usize, m: usize) -> &[u32] {
-    &regs[s * BLOCK..s * BLOCK + m]
-}
-
-/// Computes every uniform register of `r` into its slot (all [`BLOCK`] lanes).
-#[inline(always)]
-fn prologue(r: &Region, places: &Places, regs: &mut [u32]) {
-    for (i, instr) in r.instrs.iter().enumerate() {
-        if !r.regs[i].uniform {
-            continue;
-        }
-        match instr {
-            Instr::Load(k) => {
-                // SAFETY: a uniform load is of a scalar input: its place holds one element.
-                let v = unsafe { *places.inputs[*k] };
-                let s = r.slots[i];
-                regs[s * BLOCK..(s + 1) * BLOCK].fill(v);
-            }
-            Instr::Const { bits, .. } => {
-                let s = r.slots[i];
-                regs[s * BLOCK..(s + 1) * BLOCK].fill(*bits);
-            }
-            _ => compute(r, i, instr, regs, BLOCK),
-        }
-    }
-}
-
-/// Computes instruction `i` (not a load) over `m` lanes of its arguments' slots.
-#[inline(always)]
-fn compute(r: &Region, i: usize, instr: &Instr, regs: &mut [u32], m: usize) {
-    let out_slot = r.slots[i];
-    // The output's slot is none of the arguments' (the slot assignment keeps a slot
-    // until its register's last reader is done): split it off.
-    let (before, rest) = regs.split_at_mut(out_slot * BLOCK);
-    let (out, after) = rest.split_at_mut(BLOCK);
-    let out = &mut out[..m];
-    let arg = |a: usize| -> &[u32] {
-        let s = r.slots[a];
-        if s < out_slot {
-            slot(before, s, m)
-        } else {
-            slot(after, s - out_slot - 1, m)
-        }
-    };
+unsafe fn compute(r: &Region, instr: &Instr, at: &[*const u32], out: *mut u32, m: usize) {
+    // SAFETY: as the function's.
+    let arg = |a: usize| unsafe { std::slice::from_raw_parts(at[a], m) };
+    let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
     match *instr {
         Instr::Load(_) | Instr::Const { .. } => unreachable!("loads are not computed"),
         Instr::Widen(a) => lanes::widen(r.regs[a].dtype, arg(a), out),
@@ -144,46 +223,68 @@ fn compute(r: &Region, i: usize, instr: &Instr, regs: &mut [u32], m: usize) {
     }
 }
 
-/// Runs block `b` of `r`: its loads, its non-uniform instructions, its outputs.
+/// Runs block `b` of a region: its loads, its non-uniform instructions, its outputs;
+/// `at` is scratch for where each register's lanes are.
 ///
 /// # Safety
 /// As [`run`]'s.
 #[inline(always)]
-unsafe fn block(r: &Region, places: &Places, regs: &mut [u32], b: usize) {
+unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], b: usize) {
+    let r = plan.r;
     let start = b * BLOCK;
     let m = BLOCK.min(r.n - start);
+    let base = regs.as_mut_ptr();
     for (i, instr) in r.instrs.iter().enumerate() {
+        // SAFETY: every slot is within the register file.
+        let own = unsafe { base.add(r.slots[i] * BLOCK) };
         if r.regs[i].uniform {
+            at[i] = own;
             continue;
         }
         match instr {
             Instr::Load(k) => {
-                let s = r.slots[i];
-                let out = &mut regs[s * BLOCK..s * BLOCK + m];
                 let input = &r.inputs[*k];
-                let src = places.inputs[*k];
+                // SAFETY: a full input has `n` elements at its place; a broadcast reads
+                // within its view's.
+                let src = plan.places.inputs[*k];
+                if plan.in_place[i] {
+                    at[i] = unsafe { src.add(start) };
+                    continue;
+                }
+                let out = unsafe { std::slice::from_raw_parts_mut(own, m) };
                 match &input.pattern {
-                    // SAFETY: a full input has `n` elements at its place.
                     Pattern::Full => out
                         .copy_from_slice(unsafe { std::slice::from_raw_parts(src.add(start), m) }),
                     Pattern::Scalar => unreachable!("scalar loads are uniform"),
                     Pattern::Broadcast { shape, dims, into } => {
                         let strides = Pattern::strides(shape, dims, into);
-                        // SAFETY: a broadcast reads within its view's elements.
                         let src = unsafe { std::slice::from_raw_parts(src, input.view.len()) };
                         gather(src, &strides, into, start, out);
                     }
                 }
+                at[i] = own;
             }
-            _ => compute(r, i, instr, regs, m),
+            _ => {
+                let out = match plan.direct[i] {
+                    // SAFETY: the output has `n` elements at its place; this block
+                    // writes its own, which no input of the region overlaps.
+                    Some(k) => unsafe { plan.places.outputs[k].add(start) },
+                    None => own,
+                };
+                // SAFETY: the slot assignment gives an instruction's register a slot
+                // none of its arguments holds; a direct output overlaps no input.
+                unsafe { compute(r, instr, at, out, m) };
+                at[i] = out;
+            }
         }
     }
     for (k, o) in r.outputs.iter().enumerate() {
-        if o.view.len() != r.n {
+        if o.view.len() != r.n || plan.direct[o.reg] == Some(k) {
             continue;
         }
         // SAFETY: the output has `n` elements at its place; this block writes its own.
-        let dst = unsafe { std::slice::from_raw_parts_mut(places.outputs[k].add(start), m) };
-        store(r, o.reg, slot(regs, r.slots[o.reg], m), dst);
+        let dst = unsafe { std::slice::from_raw_parts_mut(plan.places.outputs[k].add(start), m) };
+        let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };
+        store(r, o.reg, src, dst);
     }
 }
