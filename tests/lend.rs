@@ -19,8 +19,22 @@ type Words = Vec<Vec<Vec<u32>>>;
 /// Runs `plan` with every input and output lent (outputs start as `garbage`): the
 /// outputs, and the inputs as the caller holds them after.
 fn run_lent(plan: &Plan, inputs: &[Vec<HostArray>], garbage: u32) -> (Words, Words) {
+    run_lent_with(
+        plan,
+        &CpuPlan::of(&plan.program, &plan.schedule),
+        inputs,
+        garbage,
+    )
+}
+
+/// [`run_lent`] with the CPU executor's plan `cov` (and the buffers it keeps).
+fn run_lent_with(
+    plan: &Plan,
+    cov: &CpuPlan,
+    inputs: &[Vec<HostArray>],
+    garbage: u32,
+) -> (Words, Words) {
     let prog = &plan.program;
-    let cov = CpuPlan::of(prog, &plan.schedule);
     let ins: Words = inputs
         .iter()
         .map(|d| d.iter().map(|a| a.words.clone()).collect())
@@ -54,7 +68,7 @@ fn run_lent(plan: &Plan, inputs: &[Vec<HostArray>], garbage: u32) -> (Words, Wor
             }
         }
         let cpu = CpuExecutor::new();
-        let mut run = cpu.prepare_lent(prog, &plan.schedule, &cov, lent).unwrap();
+        let mut run = cpu.prepare_lent(prog, &plan.schedule, cov, lent).unwrap();
         run.run(1).unwrap();
     }
     (outs, ins)
@@ -135,17 +149,14 @@ fn lent_inputs_stay_and_outputs_are_zeroed_where_the_run_does_not_write_them_fir
     let x = prog.inputs[0];
     for d in 0..2 {
         assert!(cov.input_written(d, x), "the kernel overwrites x");
-        assert!(cov.output_needs_zero(d, y), "half of y is never written");
+        assert!(cov.needs_zero(d, y), "half of y is never written");
+        assert!(cov.needs_zero(d, z), "z is read before it is written");
         assert!(
-            cov.output_needs_zero(d, z),
-            "z is read before it is written"
-        );
-        assert!(
-            !cov.output_needs_zero(d, acc),
+            !cov.needs_zero(d, acc),
             "acc's HBM output is written whole from VMEM"
         );
         assert!(
-            !cov.output_needs_zero(d, whole),
+            !cov.needs_zero(d, whole),
             "whole is written whole, never read first"
         );
     }
@@ -169,6 +180,72 @@ fn lent_inputs_stay_and_outputs_are_zeroed_where_the_run_does_not_write_them_fir
         got[0][3].iter().all(|&w| w == 0),
         "z was read as zeros, then written with them"
     );
+}
+
+#[test]
+fn a_plan_reuses_its_buffers_and_rezeroes_what_a_run_reads_before_writing() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
+    let prog = &plan.program;
+    let cpu_plan = CpuPlan::of(prog, &plan.schedule);
+    assert_eq!(cpu_plan.kept_bytes(), 0);
+    for call in 0..3u32 {
+        let inputs: Vec<Vec<HostArray>> = (0..2)
+            .map(|d| {
+                let x = (0..2048).map(|i| (i * (call + 1) + d * 7) as f32);
+                vec![HostArray::from_f32(&[16, 128], x.collect()).unwrap()]
+            })
+            .collect();
+        let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+        let (got, ins) = run_lent_with(&plan, &cpu_plan, &inputs, 0x7fc0_0000 + call);
+        assert_eq!(got, words(&want), "call {call}");
+        assert_eq!(ins, words(&inputs), "call {call}: the caller's x stays");
+        assert!(cpu_plan.kept_bytes() > 0, "the run's own buffers are kept");
+    }
+}
+
+/// A scratch read before it is written: `t += x` (from zeros), then `out = t`.
+fn sums_into_scratch() -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[8, 128], DType::F32)
+        .output("out", MemorySpace::Any, &[8, 128], DType::F32)
+        .vmem("t", &[8, 128], DType::F32)
+        .dma_sem("sem");
+    PallasCall::new("sums_into_scratch", spec, |pl, a| {
+        let (x, out, t, sem) = (a.r(0), a.r(1), a.r(2), a.sem(3));
+        pl.accumulate(t, x, ReduceOp::Sum);
+        let c = pl.make_async_copy(t, out, sem);
+        c.start();
+        c.wait();
+    })
+}
+
+#[test]
+fn a_scratch_read_before_it_is_written_starts_from_zeros_on_every_call() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(sums_into_scratch(), mesh).plan().unwrap();
+    let prog = &plan.program;
+    let cpu_plan = CpuPlan::of(prog, &plan.schedule);
+    let t = prog
+        .layout
+        .allocs
+        .iter()
+        .position(|a| a.name == "t")
+        .unwrap();
+    assert!(
+        cpu_plan.coverage.needs_zero(0, t),
+        "t is read before written"
+    );
+    for call in 0..3 {
+        let inputs: Vec<Vec<HostArray>> = (0..2)
+            .map(|d| {
+                let x = (0..1024).map(|i| (i + d + call) as f32);
+                vec![HostArray::from_f32(&[8, 128], x.collect()).unwrap()]
+            })
+            .collect();
+        let (got, _) = run_lent_with(&plan, &cpu_plan, &inputs, 0);
+        assert_eq!(got[1][0], inputs[1][0].words, "call {call}: out = 0 + x");
+    }
 }
 
 #[test]

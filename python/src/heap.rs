@@ -1,20 +1,20 @@
-//! glibc's heap kept from shrinking between calls. A simulated call allocates the
-//! devices' memory and its results afresh (MiBs at a time); with glibc's defaults such
-//! blocks are mapped and unmapped, or trimmed off the heap, on every call, and touching
-//! them again costs a page fault per 4 KiB: at 128 KiB per device and 8 devices that was
-//! most of a call's time (`python/bench/interpret_vs_tpusim.py`). Blocks under 64 MiB
-//! then come from the heap, and up to 256 MiB of freed heap stays with the process.
-//! A user's own `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_` (or
-//! `TPUSIM_KEEP_HEAP=0`) leave glibc as it is.
+//! glibc's heap kept from shrinking between calls, when the user asks for it
+//! (`TPUSIM_KEEP_HEAP=1`). A plan's own buffers are kept from one call to the next
+//! (`CpuPlan`), so a call no longer allocates and page-faults its devices' memory
+//! afresh; what remains per call (results a call copies out, the GPU executor's staging)
+//! can still be mapped and unmapped by glibc each time. The setting is process-wide, so
+//! it is never made by importing tpusim alone. A user's own
+//! `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_` take precedence.
 
-/// Sets glibc's thresholds once, when the module loads (Linux with glibc only).
+/// Sets glibc's thresholds once, when the module loads, if `TPUSIM_KEEP_HEAP=1` (Linux
+/// with glibc only): blocks under 64 MiB from the heap, up to 256 MiB of freed heap kept.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let set_by_user = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
             .iter()
             .any(|v| std::env::var_os(v).is_some());
-        if set_by_user || std::env::var("TPUSIM_KEEP_HEAP").is_ok_and(|v| v == "0") {
+        if set_by_user || std::env::var("TPUSIM_KEEP_HEAP").map_or(true, |v| v != "1") {
             return;
         }
         // SAFETY: mallopt only sets allocator parameters; it is called once, at import.

@@ -4,48 +4,49 @@
 //! the schedule does to each allocation decides what may be lent ([`Coverage`]): an input
 //! is read in place only when no op writes it (the caller's data stays as it was); an
 //! output is zeroed first unless the run writes every element of it before reading it.
+//! The same coverage says which of the run's own buffers, reused from an earlier run,
+//! must be zeroed again: those it reads before writing.
 
-use crate::ir::{AllocId, Program, Schedule, View, Written};
+use crate::ir::{AllocId, DataOp, Program, Schedule, View, Written};
 
-/// What a schedule does to the inputs and outputs of every device, found once per
-/// schedule (a replay of its ops in order, as the CPU executor runs them).
+/// What a schedule does to the memory of every device, found once per schedule (a
+/// replay of its ops in order, as the CPU executor runs them), over the allocations of
+/// [`Schedule::memory`]: the program's, then the staging area of DMAs in flight.
 #[derive(Clone, Debug)]
 pub struct Coverage {
     allocs: usize,
     /// Per (device, allocation): an input some op writes.
     input_written: Vec<bool>,
-    /// Per (device, allocation): an output read before written, or not written whole.
-    output_needs_zero: Vec<bool>,
+    /// Per (device, allocation): memory other than an input that the run reads before
+    /// writing, or an output it does not write whole.
+    needs_zero: Vec<bool>,
 }
 
 impl Coverage {
-    /// The coverage of `schedule`'s ops on `program`'s inputs and outputs.
+    /// The coverage of `schedule`'s ops on `program`'s memory.
     pub fn of(program: &Program, schedule: &Schedule) -> Coverage {
-        let allocs = program.layout.allocs.len();
-        let (mut is_input, mut is_output) = (vec![false; allocs], vec![false; allocs]);
+        let allocs = schedule.memory(program).allocs.len();
+        let mut is_input = vec![false; allocs];
         for &a in &program.inputs {
             is_input[a] = true;
-        }
-        for &a in &program.outputs {
-            is_output[a] = true;
         }
         let slots = program.devices * allocs;
         let mut c = Coverage {
             allocs,
             input_written: vec![false; slots],
-            output_needs_zero: vec![false; slots],
+            needs_zero: vec![false; slots],
         };
-        let mut written = Written::new(program);
-        // The staging area of DMAs in flight is the run's own: not the program's.
-        let ours = |v: &View| v.alloc() < allocs;
+        let mut written = Written::over(program, allocs);
         for op in &schedule.ops {
-            for v in op.reads().filter(ours) {
-                if is_output[v.alloc()] && written.unwritten(&v).is_some() {
+            // An accumulate reads the destination it adds to.
+            let adds_to = matches!(op, DataOp::Accumulate { .. }).then(|| op.dst());
+            for v in op.reads().chain(adds_to) {
+                if written.unwritten(&v).is_some() {
                     let i = c.slot(v.device(), v.alloc());
-                    c.output_needs_zero[i] = true;
+                    c.needs_zero[i] = true;
                 }
             }
-            for v in op.writes().filter(ours) {
+            for v in op.writes() {
                 if is_input[v.alloc()] {
                     let i = c.slot(v.device(), v.alloc());
                     c.input_written[i] = true;
@@ -58,7 +59,7 @@ impl Coverage {
                 let whole = View::new(d, a, 0, program.layout.allocs[a].numel());
                 if written.unwritten(&whole).is_some() {
                     let i = c.slot(d, a);
-                    c.output_needs_zero[i] = true;
+                    c.needs_zero[i] = true;
                 }
             }
         }
@@ -74,10 +75,11 @@ impl Coverage {
         self.input_written[self.slot(device, alloc)]
     }
 
-    /// True when output `alloc` of `device` must start zeroed: the run reads some of it
-    /// before writing it, or never writes some of it.
-    pub fn output_needs_zero(&self, device: usize, alloc: AllocId) -> bool {
-        self.output_needs_zero[self.slot(device, alloc)]
+    /// True when allocation `alloc` of `device` must start zeroed: the run reads some
+    /// of it before writing it, or it is an output the run does not write whole. Never
+    /// for an input (it holds the caller's data).
+    pub fn needs_zero(&self, device: usize, alloc: AllocId) -> bool {
+        self.needs_zero[self.slot(device, alloc)]
     }
 }
 

@@ -112,6 +112,11 @@ impl Memory {
         self.len() == 0
     }
 
+    /// The device and allocation of index `i`.
+    pub fn place(&self, i: usize) -> (usize, AllocId) {
+        self.table.split(i)
+    }
+
     /// The allocation at index `i` (of whichever device).
     pub fn alloc(&self, i: usize) -> &Allocation {
         &self.allocs[self.table.split(i).1]

@@ -19,7 +19,12 @@ pub struct Written {
 impl Written {
     /// Nothing written yet on any device of `p` but its inputs.
     pub fn new(p: &Program) -> Self {
-        let allocs = p.layout.allocs.len();
+        Self::over(p, p.layout.allocs.len())
+    }
+
+    /// As [`Written::new`], over `allocs` allocations per device: the program's, then
+    /// an executor's own (a staging area) that hold nothing at entry.
+    pub fn over(p: &Program, allocs: usize) -> Self {
         let mut initial = vec![false; allocs];
         for &a in &p.inputs {
             initial[a] = true;

@@ -8,6 +8,7 @@ pub mod compute;
 pub mod lanes;
 pub mod layout;
 mod region;
+mod spare;
 pub mod vmath;
 
 use super::fuse::{fuse, Fused, Region, Step};
@@ -22,13 +23,14 @@ use std::ops::{Deref, DerefMut, Range};
 use std::time::{Duration, Instant};
 
 /// What the CPU executor works out once per schedule: what the schedule does to the
-/// program's inputs and outputs (which memory a caller may lend), and the schedule as
-/// it runs here, fused.
+/// program's memory (which memory a caller may lend, which must start zeroed), the
+/// schedule as it runs here, fused, and the buffers of its last run, kept for the next.
 #[derive(Clone, Debug)]
 pub struct CpuPlan {
-    /// The schedule's coverage of inputs and outputs.
+    /// The schedule's coverage of the program's memory.
     pub coverage: Coverage,
     fused: Fused,
+    spare: spare::Spare,
 }
 
 impl CpuPlan {
@@ -37,7 +39,13 @@ impl CpuPlan {
         CpuPlan {
             coverage: Coverage::of(program, schedule),
             fused: fuse(program, schedule, &[]),
+            spare: spare::Spare::default(),
         }
+    }
+
+    /// Bytes of buffers kept from the last run for the next.
+    pub fn kept_bytes(&self) -> u64 {
+        self.spare.bytes()
     }
 
     /// The schedule as it runs here.
@@ -74,9 +82,11 @@ impl CpuExecutor {
     /// Prepares `schedule` with the allocations of `lent` in the caller's memory: an
     /// input is read where it is (copied where an op writes it, so the caller's data
     /// stays as it was), an output is the run's memory for it (zeroed first only where
-    /// `plan`'s coverage says the run needs it). The others are the run's own, zeroed;
-    /// an input not lent is written with [`Prepared::input_words`] or
-    /// [`Prepared::upload`]. `plan` is [`CpuPlan::of`] this schedule.
+    /// `plan`'s coverage says the run needs it). The others are the run's own: the
+    /// buffers of `plan`'s last run where it kept them, zeroed again only where the run
+    /// reads them before writing, else fresh (zeroed); an input not lent is written with
+    /// [`Prepared::input_words`] or [`Prepared::upload`]. `plan` is [`CpuPlan::of`]
+    /// this schedule; the run gives its buffers back to it when dropped.
     pub fn prepare_lent<'a>(
         &'a self,
         program: &'a Program,
@@ -86,6 +96,10 @@ impl CpuExecutor {
     ) -> Result<Box<dyn Prepared + 'a>> {
         let coverage = &plan.coverage;
         let table = schedule.memory(program);
+        let own = |i: usize, len: usize, what: &str| match plan.spare.take(i, len) {
+            Some(b) => Ok(b),
+            None => host_words(len, &format!("`{what}`")),
+        };
         let mut bufs: Vec<Option<Buf<'a>>> = (0..table.len()).map(|_| None).collect();
         for l in lent {
             let (d, a) = l.place();
@@ -99,11 +113,13 @@ impl CpuExecutor {
             }
             bufs[i] = Some(match l {
                 Lent::Input { words, .. } if coverage.input_written(d, a) => {
-                    Buf::Own(words.to_vec())
+                    let mut b = own(i, words.len(), &program.layout.allocs[a].name)?;
+                    b.copy_from_slice(words);
+                    Buf::Own(b)
                 }
                 Lent::Input { words, .. } => Buf::Read(words),
                 Lent::Output { words, .. } => {
-                    if coverage.output_needs_zero(d, a) {
+                    if coverage.needs_zero(d, a) {
                         words.fill(0);
                     }
                     Buf::Lent(words)
@@ -112,10 +128,18 @@ impl CpuExecutor {
         }
         let bufs = bufs
             .into_iter()
-            .zip(table.iter())
-            .map(|(b, (_, a))| match b {
+            .enumerate()
+            .map(|(i, b)| match b {
                 Some(b) => Ok(b),
-                None => Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)),
+                None => {
+                    let (d, a) = table.place(i);
+                    let alloc = &table.allocs[a];
+                    let mut b = own(i, alloc.numel(), &alloc.name)?;
+                    if coverage.needs_zero(d, a) {
+                        b.fill(0);
+                    }
+                    Ok(Buf::Own(b))
+                }
             })
             .collect::<Result<_>>()?;
         Ok(Box::new(CpuRun {
@@ -123,6 +147,7 @@ impl CpuExecutor {
             schedule,
             mem: Memory { table, bufs },
             fused: Cow::Borrowed(&plan.fused),
+            spare: Some(&plan.spare),
         }))
     }
 }
@@ -495,6 +520,19 @@ struct CpuRun<'a> {
     /// The schedule as it runs here, in pieces ([`Executor::prepare_pieces`]; one
     /// piece: all of it).
     fused: Cow<'a, Fused>,
+    /// Where its own buffers go when it ends.
+    spare: Option<&'a spare::Spare>,
+}
+
+impl Drop for CpuRun<'_> {
+    fn drop(&mut self) {
+        let Some(spare) = self.spare else { return };
+        for (i, b) in self.mem.bufs.iter_mut().enumerate() {
+            if let Buf::Own(w) = b {
+                spare.give(i, std::mem::take(w));
+            }
+        }
+    }
 }
 
 /// The op ranges between `cuts` (op indices) of a schedule of `ops` ops.
@@ -547,6 +585,7 @@ impl Executor for CpuExecutor {
                 true => fuse(program, schedule, cuts),
                 false => Fused::unfused(schedule.ops.len(), cuts),
             }),
+            spare: None,
         }))
     }
 }
