@@ -39,6 +39,13 @@ impl Executor for Shared {
     ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
         self.0.prepare(program, schedule)
     }
+    fn prepare_literal<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        self.0.prepare_literal(program, schedule)
+    }
     fn copy_bandwidth(&self, bytes: u64) -> tpusim::Result<Option<f64>> {
         self.0.copy_bandwidth(bytes)
     }

@@ -109,7 +109,7 @@ fn kernel_time(
     let program = call.lower(&mesh)?;
     exec.check(&program)?;
     let sched = schedule(&program, &mut Eager::default())?;
-    let mut run = exec.prepare(&program, &sched)?;
+    let mut run = exec.prepare_literal(&program, &sched)?;
     least_per_iter(run.as_mut(), fixed)
 }
 
@@ -242,7 +242,7 @@ impl Rates {
         let call = PallasCall::new("empty", spec, |_, _| {});
         let program = call.lower(&mesh)?;
         let sched = schedule(&program, &mut Eager::default())?;
-        let mut run = exec.prepare(&program, &sched)?;
+        let mut run = exec.prepare_literal(&program, &sched)?;
         run.run(1)?;
         let mut best = f64::INFINITY;
         for _ in 0..5 {

@@ -34,6 +34,17 @@ pub trait Executor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>>;
 
+    /// As [`Executor::prepare`], every op run as the schedule lists it: none fused with
+    /// another or dropped as unread (what an executor's rates are measured on, kernels
+    /// whose results nothing reads). By default the same as `prepare`.
+    fn prepare_literal<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.prepare(program, schedule)
+    }
+
     /// The plain copy bandwidth of this executor for buffers of `bytes` bytes, in bytes
     /// per second (the yardstick `bench` compares with), if it has a meaningful one.
     fn copy_bandwidth(&self, _bytes: u64) -> Result<Option<f64>> {
@@ -350,6 +361,13 @@ impl Executor for Noted {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         self.inner.prepare(program, schedule)
+    }
+    fn prepare_literal<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.inner.prepare_literal(program, schedule)
     }
     fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
         self.inner.copy_bandwidth(bytes)

@@ -563,31 +563,49 @@ impl Executor for CpuExecutor {
         self.prepare_pieces(program, schedule, &[])
     }
 
+    fn prepare_literal<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        own_memory(program, schedule, Fused::unfused(schedule.ops.len(), &[]))
+    }
+
     fn prepare_pieces<'a>(
         &'a self,
         program: &'a Program,
         schedule: &'a Schedule,
         cuts: &[usize],
     ) -> Result<Box<dyn Prepared + 'a>> {
-        let table = schedule.memory(program);
-        let mem = Memory {
-            bufs: table
-                .iter()
-                .map(|(_, a)| Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)))
-                .collect::<Result<_>>()?,
-            table,
+        let fused = match self.fused {
+            true => fuse(program, schedule, cuts),
+            false => Fused::unfused(schedule.ops.len(), cuts),
         };
-        Ok(Box::new(CpuRun {
-            program,
-            schedule,
-            mem,
-            fused: Cow::Owned(match self.fused {
-                true => fuse(program, schedule, cuts),
-                false => Fused::unfused(schedule.ops.len(), cuts),
-            }),
-            spare: None,
-        }))
+        own_memory(program, schedule, fused)
     }
+}
+
+/// A run of `fused` in memory of its own, zeroed.
+fn own_memory<'a>(
+    program: &'a Program,
+    schedule: &'a Schedule,
+    fused: Fused,
+) -> Result<Box<dyn Prepared + 'a>> {
+    let table = schedule.memory(program);
+    let mem = Memory {
+        bufs: table
+            .iter()
+            .map(|(_, a)| Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)))
+            .collect::<Result<_>>()?,
+        table,
+    };
+    Ok(Box::new(CpuRun {
+        program,
+        schedule,
+        mem,
+        fused: Cow::Owned(fused),
+        spare: None,
+    }))
 }
 
 impl CpuRun<'_> {
