@@ -692,6 +692,8 @@ fn kind_op(kind: &ComputeKind) -> &'static str {
         ComputeKind::Reshape => "reshape",
         ComputeKind::Transpose { .. } => "transpose",
         ComputeKind::Iota { .. } => "iota",
+        ComputeKind::Constant(_) => "constant",
+        ComputeKind::Bitcast => "bitcast",
         ComputeKind::Slice { .. } => "slice",
         ComputeKind::UpdateSlice { .. } => "dynamic_update_slice",
         ComputeKind::Concat { .. } => "concatenate",

@@ -37,7 +37,8 @@ pub fn compute(c: &Compute, srcs: &[&[u32]]) -> Vec<u32> {
             .map(|&w| convert(c.srcs[0].dtype, d.dtype, w))
             .collect(),
         ComputeKind::Broadcast { dims } => broadcast(srcs[0], &c.srcs[0].shape, dims, &d.shape),
-        ComputeKind::Reshape => srcs[0].to_vec(),
+        ComputeKind::Reshape | ComputeKind::Bitcast => srcs[0].to_vec(),
+        ComputeKind::Constant(words) => words.to_vec(),
         ComputeKind::Transpose { perm } => transpose(srcs[0], &c.srcs[0].shape, perm),
         ComputeKind::Iota { dim } => {
             let strides = strides(&d.shape);
