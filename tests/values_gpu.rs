@@ -711,7 +711,10 @@ fn data_movement_is_bit_identical_in_every_dtype() {
             cases.push(case(ComputeKind::Iota { dim: 0 }, &[], &[300], t));
         }
         // Constants (one shared by two ops, one a scalar) and bitcasts of one width.
-        for (k, shape) in [&[3usize, 5][..], &[129, 257], &[], &[3, 5]].iter().enumerate() {
+        for (k, shape) in [&[3usize, 5][..], &[129, 257], &[], &[3, 5]]
+            .iter()
+            .enumerate()
+        {
             let n = shape.iter().product::<usize>();
             let words: Arc<[u32]> = exact_data(t, n, 300 + (k % 3) as u64).words.into();
             cases.push(case(ComputeKind::Constant(words), &[], shape, t));
@@ -736,7 +739,9 @@ fn data_movement_is_bit_identical_in_every_dtype() {
             assert_exact(&format!("{} {:?}", cs.kind, cs), &c[k], &g[k]);
             match &cs.kind {
                 ComputeKind::Constant(w) => assert_eq!(&c[k].words[..], &w[..], "{t} constant"),
-                ComputeKind::Bitcast => assert_eq!(c[k].words, inputs[cs.args[0]].words, "{t} bitcast"),
+                ComputeKind::Bitcast => {
+                    assert_eq!(c[k].words, inputs[cs.args[0]].words, "{t} bitcast")
+                }
                 _ => {}
             }
         }
