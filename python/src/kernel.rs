@@ -7,6 +7,7 @@ use crate::collectives::model_spec;
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::replay;
+use crate::steer::{PySteering, Shape};
 use crate::xla_call::CallBuffers;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,8 @@ pub struct KernelCall {
     /// The last plan run (its schedule spec) and what its schedule writes of the inputs
     /// and outputs: a repeated call costs its execution only.
     planned: Mutex<Option<Planned>>,
+    /// A kernel traced while it runs: planned at every call, from its inputs.
+    steering: Option<Arc<PySteering>>,
 }
 
 /// A plan under a schedule spec, with its coverage.
@@ -87,12 +90,30 @@ impl WiredCall {
 }
 
 impl KernelCall {
-    /// The plan of this call under `schedule` and its coverage, made once and kept.
+    /// `r`'s error as a Python exception (one Python raised while tracing, as it was).
+    fn or_py<T>(&self, r: tpusim::Result<T>) -> PyResult<T> {
+        r.map_err(|e| match &self.steering {
+            Some(s) => s.py_err(e),
+            None => crate::errors::to_py(e),
+        })
+    }
+
+    /// The plan of this call under `schedule` and its coverage, made once and kept (a
+    /// kernel traced while it runs: made anew from the inputs set last).
     fn plan_for(
         &self,
         schedule: &str,
         exec: &dyn tpusim::exec::Executor,
     ) -> PyResult<(Arc<Plan>, Arc<Coverage>)> {
+        if self.steering.is_some() {
+            let job = self
+                .job
+                .clone()
+                .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            let plan = Arc::new(self.or_py(job.plan())?);
+            let coverage = Arc::new(Coverage::of(&plan.program, &plan.schedule));
+            return Ok((plan, coverage));
+        }
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, p, c)) = got.as_ref() {
             if s == schedule {
@@ -126,6 +147,9 @@ impl KernelCall {
             results,
         } = wiring;
         let exec = executor(backend)?;
+        if let Some(s) = &self.steering {
+            s.set_inputs(self.inputs_of(buffers, wiring)?);
+        }
         let (plan, coverage) = self.plan_for(schedule, &exec)?;
         let prog = &plan.program;
         if rows.len() != prog.devices
@@ -242,6 +266,38 @@ impl KernelCall {
     }
 }
 
+impl KernelCall {
+    /// Every Rust device's inputs in one round's buffers, as `wiring` reads them (a
+    /// kernel traced while it runs steers by them).
+    fn inputs_of(&self, buffers: &CallBuffers, wiring: &Wiring) -> PyResult<Vec<Vec<HostArray>>> {
+        let specs = self.steering.as_ref().map_or(&[][..], |s| s.input_specs());
+        wiring
+            .rows
+            .iter()
+            .map(|&x| {
+                wiring
+                    .inputs
+                    .iter()
+                    .zip(specs)
+                    .map(|(&k, (_, _, shape, dtype))| {
+                        let dtype = tpusim::DType::parse(dtype).py()?;
+                        let bytes = buffers.operand(x, k)?;
+                        let mut w = vec![0; shape.iter().product()];
+                        if bytes.len() != w.len() * dtype.size() {
+                            return Err(BadInput::new_err(format!(
+                                "bad input: an operand of {} bytes for {shape:?} {dtype}",
+                                bytes.len()
+                            )));
+                        }
+                        dtype.words_from_bytes(bytes, &mut w);
+                        HostArray::from_words(dtype, shape, w).py()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
 /// The step-table layout of shipped collective `like` for a kernel whose first input
 /// has `shard` elements per device: whole-shard labels scale to the shard's size;
 /// half-block and chunk labels need the shipped layout's own size.
@@ -292,11 +348,12 @@ pub fn check_job(
 #[pymethods]
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
-    /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis);
-    /// `aliases`: `(input, output)` pairs of `input_output_aliases`.
+    /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: lists of
+    /// `[device][grid point][op]`, each op a dict (`replay::Op`); `cores`: TensorCores per chip (the mesh's last axis);
+    /// `aliases`: `(input, output)` pairs of `input_output_aliases`; `constants`: numpy
+    /// arrays the recording's `const` ops name by position.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new()))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -306,16 +363,22 @@ impl KernelCall {
         outputs: Vec<replay::Operand>,
         scratch: Vec<replay::Scratch>,
         collective_id: Option<u32>,
-        recording: &str,
+        recording: &Bound<'_, PyAny>,
         cores: usize,
         aliases: Vec<(usize, usize)>,
+        constants: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let mut spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
-            .py()?
-            .cores(cores);
-        for (i, o) in aliases {
-            spec = spec.alias(i, o);
+        let spec = Shape {
+            name: name.to_string(),
+            grid: grid.clone(),
+            inputs,
+            outputs,
+            collective_id,
+            cores,
+            aliases,
         }
+        .spec(&scratch)
+        .py()?;
         let rec = replay::read_recording(recording).py()?;
         let points = tpusim::array::numel(&grid).ok_or_else(|| {
             BadInput::new_err(format!(
@@ -328,10 +391,54 @@ impl KernelCall {
                 mesh.mesh.size()
             )));
         }
-        let call = replay::python_call(name, spec, rec);
+        let constants = constants
+            .iter()
+            .map(|a| Ok(crate::arrays::to_host(a)?.words.into()))
+            .collect::<PyResult<Vec<_>>>()?;
+        let call = replay::python_call(name, spec, Arc::new(rec), constants);
         Ok(Self {
             job: Job::call(call, mesh.mesh.clone()),
             planned: Mutex::new(None),
+            steering: None,
+        })
+    }
+
+    /// A kernel traced while it runs (`tpusim/_steer.py`): `plan`, a `_plan.Plan` made
+    /// with `steered=True`, gives its tracers; the rest is as for the constructor (the
+    /// scratch comes with each trace, which may add to it).
+    #[staticmethod]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan))]
+    #[allow(clippy::too_many_arguments)]
+    fn steered(
+        name: &str,
+        mesh: &PyMesh,
+        grid: Vec<usize>,
+        inputs: Vec<replay::Operand>,
+        outputs: Vec<replay::Operand>,
+        collective_id: Option<u32>,
+        cores: usize,
+        aliases: Vec<(usize, usize)>,
+        plan: Py<PyAny>,
+    ) -> PyResult<Self> {
+        let shape = Shape {
+            name: name.to_string(),
+            grid,
+            inputs,
+            outputs,
+            collective_id,
+            cores,
+            aliases,
+        };
+        shape.spec(&[]).py()?; // a spec tpusim takes, before any call
+        let (first, dtype) = match shape.inputs.first() {
+            Some((_, _, s, d)) => (s.clone(), tpusim::DType::parse(d).py()?),
+            None => (vec![1], tpusim::DType::F32),
+        };
+        let steering = Arc::new(PySteering::new(plan, shape));
+        Ok(Self {
+            job: Job::steered(steering.clone(), mesh.mesh.clone(), &first, dtype),
+            planned: Mutex::new(None),
+            steering: Some(steering),
         })
     }
 
@@ -363,6 +470,9 @@ impl KernelCall {
     ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
         let inputs = per_device(&inputs)?;
         let mut exec = executor(backend)?;
+        if let Some(s) = &self.steering {
+            s.set_inputs(inputs.clone());
+        }
         let (plan, _) = self.plan_for(schedule, &exec)?;
         let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, out)
@@ -416,7 +526,7 @@ impl KernelCall {
         repeat: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let job = self.job.clone().repeat(repeat).py()?;
-        to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
+        to_py_data(py, &self.or_py(check_job(&job, schedules, seed, replay))?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -435,7 +545,7 @@ impl KernelCall {
             .transpose()
             .py()?;
         let job = self.job.clone().with_shape(&shard).with_layout(layout);
-        to_py_data(py, &job.trace().py()?)
+        to_py_data(py, &self.or_py(job.trace())?)
     }
 
     /// The cost model's time for the kernel (`preset` with `overrides` and `topology`).
@@ -453,7 +563,7 @@ impl KernelCall {
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = model_spec(preset, overrides, topology)?.build().py()?;
         let t = traffic.map(Traffic::parse).transpose().py()?;
-        let run = self.job.model(&m, t).py()?;
+        let run = self.or_py(self.job.model(&m, t))?;
         crate::collectives::modeled(py, &run, &self.job.name(), timeline)
     }
 
