@@ -15,6 +15,7 @@ use std::time::Instant;
 use tpusim::collectives::Registry;
 use tpusim::exec::{Coverage, Executor, Lent};
 use tpusim::model::Traffic;
+use tpusim::run::steer::Stop;
 use tpusim::run::Job;
 use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;
@@ -33,7 +34,25 @@ pub struct KernelCall {
     planned: Mutex<Option<Planned>>,
     /// A kernel traced while it runs: planned at every call, from its inputs.
     steering: Option<Arc<PySteering>>,
+    /// Its last plans (most recent first), each with the reads that steered it: a call
+    /// whose reads find the same runs one of them (see [`KernelCall::run_steered`]).
+    steered: Mutex<Vec<SavedSteer>>,
+    /// How many of them are kept: none for a kernel whose trace gives Python more than
+    /// its program (texts it prints, results it keeps in SMEM), which each call's trace
+    /// must give anew.
+    saved_steers: usize,
 }
+
+/// A plan traced while it ran, under a schedule spec, and the reads that steered it.
+#[derive(Clone)]
+struct SavedSteer {
+    schedule: String,
+    plan: Arc<Plan>,
+    stops: Arc<Vec<Stop>>,
+}
+
+/// How many plans of a kernel traced while it runs are kept.
+const SAVED_STEERS: usize = 4;
 
 /// A plan under a schedule spec, with its coverage.
 type Planned = (String, Arc<Plan>, Arc<Coverage>);
@@ -148,7 +167,7 @@ impl KernelCall {
         } = wiring;
         let exec = executor(backend)?;
         if let Some(s) = &self.steering {
-            s.set_inputs(self.inputs_of(buffers, wiring)?);
+            return self.run_steered(s, buffers, wiring, exec, schedule);
         }
         let (plan, coverage) = self.plan_for(schedule, &exec)?;
         let prog = &plan.program;
@@ -267,6 +286,71 @@ impl KernelCall {
 }
 
 impl KernelCall {
+    /// A kernel traced while it runs, on one round's buffers: a saved plan whose reads
+    /// find, on these inputs, what they found when it was traced (run in pieces cut at
+    /// the reads, each checked before the next piece runs), else a plan traced anew on
+    /// them and saved. Operands are copied in and results out.
+    fn run_steered(
+        &self,
+        steering: &PySteering,
+        buffers: &CallBuffers,
+        wiring: &Wiring,
+        mut exec: crate::executors::Shared,
+        schedule: &str,
+    ) -> PyResult<()> {
+        let inputs = self.inputs_of(buffers, wiring)?;
+        steering.set_inputs(inputs.clone());
+        let saved = match self.saved_steers {
+            0 => Vec::new(),
+            _ => self
+                .steered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        let mut got = None;
+        for sv in saved.iter().filter(|sv| sv.schedule == schedule) {
+            if let Some(out) = replay_steered(&exec, sv, &inputs).py()? {
+                got = Some((sv.plan.clone(), out));
+                break;
+            }
+        }
+        let (plan, outputs) = match got {
+            Some(found) => found,
+            None => {
+                let job = self
+                    .job
+                    .clone()
+                    .with_schedule(ScheduleSpec::parse(schedule).py()?);
+                let (plan, stops) = self.or_py(job.plan_steered())?;
+                let plan = Arc::new(plan);
+                let outputs = plan.execute(&mut exec, &inputs).py()?;
+                let mut kept = self.steered.lock().unwrap_or_else(|e| e.into_inner());
+                kept.insert(
+                    0,
+                    SavedSteer {
+                        schedule: schedule.to_string(),
+                        plan: plan.clone(),
+                        stops: Arc::new(stops),
+                    },
+                );
+                kept.truncate(self.saved_steers);
+                (plan, outputs)
+            }
+        };
+        let prog = &plan.program;
+        for (x, &r) in wiring.out_rows.iter().enumerate() {
+            for (k, o) in wiring.results.iter().enumerate() {
+                let Some(o) = *o else { continue };
+                let a = prog.outputs[o];
+                prog.layout.allocs[a]
+                    .dtype
+                    .bytes_from_words(&outputs[r][o].words, buffers.result(x, k)?);
+            }
+        }
+        Ok(())
+    }
+
     /// Every Rust device's inputs in one round's buffers, as `wiring` reads them (a
     /// kernel traced while it runs steers by them).
     fn inputs_of(&self, buffers: &CallBuffers, wiring: &Wiring) -> PyResult<Vec<Vec<HostArray>>> {
@@ -296,6 +380,46 @@ impl KernelCall {
             })
             .collect()
     }
+}
+
+/// `sv` on `inputs`, in pieces cut at its reads: its outputs, or `None` at the first read
+/// that finds something else than when it was traced.
+fn replay_steered(
+    exec: &dyn Executor,
+    sv: &SavedSteer,
+    inputs: &[Vec<HostArray>],
+) -> tpusim::Result<Option<Vec<Vec<HostArray>>>> {
+    let (program, schedule) = (&sv.plan.program, &sv.plan.schedule);
+    tpusim::exec::check_inputs(program, inputs)?;
+    exec.check(program)?;
+    // Stops come in schedule order; several may stand at one point (or before the first
+    // op, or after the last): one cut each point inside the schedule.
+    let n = schedule.ops.len();
+    let mut cuts: Vec<usize> = sv
+        .stops
+        .iter()
+        .map(|s| s.at)
+        .filter(|&a| a > 0 && a < n)
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let ends: Vec<usize> = cuts.iter().copied().chain(std::iter::once(n)).collect();
+    let mut run = exec.prepare_pieces(program, schedule, &cuts)?;
+    run.upload(inputs)?;
+    let mut next = 0;
+    for stop in sv.stops.iter() {
+        while next < ends.len() && ends[next] <= stop.at {
+            run.run_piece(next)?;
+            next += 1;
+        }
+        if !stop.holds(run.as_mut())? {
+            return Ok(None);
+        }
+    }
+    for k in next..ends.len() {
+        run.run_piece(k)?;
+    }
+    run.read_outputs().map(Some)
 }
 
 /// The step-table layout of shipped collective `like` for a kernel whose first input
@@ -400,14 +524,18 @@ impl KernelCall {
             job: Job::call(call, mesh.mesh.clone()),
             planned: Mutex::new(None),
             steering: None,
+            steered: Mutex::new(Vec::new()),
+            saved_steers: 0,
         })
     }
 
     /// A kernel traced while it runs (`tpusim/_steer.py`): `plan`, a `_plan.Plan` made
     /// with `steered=True`, gives its tracers; the rest is as for the constructor (the
-    /// scratch comes with each trace, which may add to it).
+    /// scratch comes with each trace, which may add to it). `replayable`: a call may run
+    /// a plan traced before whose reads find the same on its inputs (false where the
+    /// trace gives Python what the program does not hold: printed texts, SMEM results).
     #[staticmethod]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true))]
     #[allow(clippy::too_many_arguments)]
     fn steered(
         name: &str,
@@ -419,6 +547,7 @@ impl KernelCall {
         cores: usize,
         aliases: Vec<(usize, usize)>,
         plan: Py<PyAny>,
+        replayable: bool,
     ) -> PyResult<Self> {
         let shape = Shape {
             name: name.to_string(),
@@ -439,6 +568,8 @@ impl KernelCall {
             job: Job::steered(steering.clone(), mesh.mesh.clone(), &first, dtype),
             planned: Mutex::new(None),
             steering: Some(steering),
+            steered: Mutex::new(Vec::new()),
+            saved_steers: if replayable { SAVED_STEERS } else { 0 },
         })
     }
 

@@ -260,3 +260,75 @@ def test_step_tables_the_model_and_the_gpu_executor_see_the_program_the_run_trac
     assert "o_ref" in text and table.rows, text
     (run,) = tpusim.model(jax.jit(f), x, preset="v5e")
     assert run.seconds > 0
+
+
+def counting_traces(monkeypatch):
+    """How many traces while running the kernels make from now on (one per call that
+    finds no plan of a call before whose reads find the same), their plans made anew."""
+    from tpusim import _hook, _plan
+
+    monkeypatch.setattr(_hook, "_plans", {})
+
+    n = [0]
+    tracer = _plan.Plan.tracer
+
+    def counted(self):
+        n[0] += 1
+        return tracer(self)
+
+    monkeypatch.setattr(_plan.Plan, "tracer", counted)
+    return n
+
+
+def test_a_call_whose_reads_find_what_one_before_found_runs_its_plan(monkeypatch):
+    f, mesh = rows_by_count()
+    f = jax.jit(f)
+    rng = np.random.default_rng(7)
+
+    def data(counts):  # each device's rows, its first `count` of them positive
+        host = rng.integers(1, 9, size=(8, 3)).astype(np.int32)
+        for d, c in enumerate(counts):
+            host[4 * d + c:4 * d + 4, 0] = -host[4 * d + c:4 * d + 4, 0]
+        return host
+
+    def want(host, counts):
+        w = np.zeros_like(host)
+        w[0:counts[1]] = host[4:4 + counts[1]]
+        w[4:4 + counts[0]] = host[0:counts[0]]
+        return w
+
+    traces = counting_traces(monkeypatch)
+    # New data each call; the counts the devices read decide the plan.
+    for backend, counts in [("cpu", (2, 3)), ("cpu", (1, 3)), ("cpu", (2, 3)), ("cpu", (1, 3)),
+                            ("gpu", (2, 3)), ("cpu", (3, 0))]:
+        host = data(counts)
+        with tpusim.simulate(backend=backend):
+            got = np.asarray(f(jax.device_put(host, jax.NamedSharding(mesh, P("x")))))
+        np.testing.assert_array_equal(got, want(host, counts), err_msg=f"{backend} {counts}")
+    assert traces[0] == 3  # (2, 3), (1, 3) and (3, 0): the others ran a plan before
+
+
+def test_a_kernel_that_prints_is_traced_at_every_call(monkeypatch, capsys):
+    def kernel(x_ref, o_ref):
+        n = jnp.sum((x_ref[:, 0] > 0).astype(jnp.int32))
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+        @pl.loop(0, n)
+        def _(i):
+            o_ref[pl.ds(i, 1), :] = x_ref[pl.ds(i, 1), :] + 1
+
+        @pl.when(n > 0)
+        def _():
+            pl.debug_print("rows {}", n)
+
+    f = jax.jit(later(kernel, out_shape=jax.ShapeDtypeStruct((5, 2), jnp.int32),
+                      in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM)))
+    traces = counting_traces(monkeypatch)
+    for n in (3, 4, 3):
+        x = np.full((5, 2), -1, np.int32)
+        x[:n] = np.arange(2 * n).reshape(n, 2) + 1
+        with tpusim.simulate(backend="cpu"):
+            got = np.asarray(f(x))
+        np.testing.assert_array_equal(got, np.where(np.arange(5)[:, None] < n, x + 1, 0))
+        assert f"[device 0, grid point []] rows {n}" in capsys.readouterr().out
+    assert traces[0] == 3

@@ -161,6 +161,16 @@ class CallSpec:
                          str(self.mesh))
         return self._key
 
+    @functools.cached_property
+    def prints(self):
+        """True when the kernel has a `pl.debug_print`."""
+
+        def walk(jx):
+            return any(e.primitive.name == "debug_print" or any(walk(sub) for sub in jax_core.jaxprs_in_params(e.params))
+                       for e in jx.eqns)
+
+        return walk(self.jaxpr)
+
     def tpusim_mesh(self):
         axes = list(self.axes)
         if self.cores > 1:
@@ -214,9 +224,11 @@ class Plan:
         if steered:
             # Traced at every call, as it runs: the native call asks for a tracer.
             self._smem_start = [self.smem_snapshot(d) for d in range(self.P)]
+            # A call whose reads find what a call before found runs that call's plan,
+            # unless the trace gives more than the program: texts, SMEM results.
             self.call = _native.KernelCall.steered(
                 spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, spec.collective_id,
-                spec.cores, self.aliases, self,
+                spec.cores, self.aliases, self, replayable=not (spec.prints or self.smem_results),
             )
             return
         self.recording = [self._device(d) for d in range(self.P)]

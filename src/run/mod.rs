@@ -41,7 +41,7 @@ use crate::sched::{run_steps, schedule, NoObserver, ScheduleSpec, Split};
 use crate::trace::{derived_layout, TraceLayout};
 use crate::verify::{self, Report};
 use std::sync::Arc;
-use steer::{steer, Attempt, Steering};
+use steer::{Attempt, Steering};
 
 /// What a job runs.
 #[derive(Clone)]
@@ -506,8 +506,28 @@ impl Job {
     /// kernel traced while it runs is traced under the job's schedule, on its inputs.
     pub fn plan(&self) -> Result<Plan> {
         let t0 = std::time::Instant::now();
-        if let Some(s) = self.steering()? {
-            let (program, schedule) = steer(&**s, &self.place.ring, |p, resume| {
+        if self.steering()?.is_some() {
+            return self.plan_steered().map(|(plan, _)| plan);
+        }
+        let program = self.lower()?;
+        let schedule = schedule(&program, self.schedule.policy().as_mut())?;
+        Ok(Plan {
+            program,
+            schedule,
+            plan_time: t0.elapsed(),
+        })
+    }
+
+    /// The plan of a kernel traced while it runs ([`steer`]) under the job's schedule, on
+    /// its inputs, and the reads that steered it: another call is the same plan when each
+    /// finds the same ([`steer::Stop::holds`]).
+    pub fn plan_steered(&self) -> Result<(Plan, Vec<steer::Stop>)> {
+        let t0 = std::time::Instant::now();
+        let s = self.steering()?.ok_or_else(|| {
+            Error::bad_input(format!("`{}` is not traced while it runs", self.name()))
+        })?;
+        let (program, schedule, stops) =
+            steer::steer_stops(&**s, &self.place.ring, |p, resume| {
                 let mut policy = self.schedule.policy();
                 let mut d = Split {
                     policy: policy.as_mut(),
@@ -519,19 +539,14 @@ impl Job {
                     None => Attempt::Done(steps.schedule),
                 })
             })?;
-            return Ok(Plan {
+        Ok((
+            Plan {
                 program,
                 schedule,
                 plan_time: t0.elapsed(),
-            });
-        }
-        let program = self.lower()?;
-        let schedule = schedule(&program, self.schedule.policy().as_mut())?;
-        Ok(Plan {
-            program,
-            schedule,
-            plan_time: t0.elapsed(),
-        })
+            },
+            stops,
+        ))
     }
 
     /// XLA's result for `inputs[device][operand]` of the whole mesh: the collective's

@@ -64,13 +64,46 @@ pub enum Attempt<R> {
 pub fn steer<R>(
     steering: &dyn Steering,
     mesh: &Mesh,
-    mut attempt: impl FnMut(&Program, &Resume) -> Result<Attempt<R>>,
+    attempt: impl FnMut(&Program, &Resume) -> Result<Attempt<R>>,
 ) -> Result<(Program, R)> {
+    steer_stops(steering, mesh, attempt).map(|(p, r, _)| (p, r))
+}
+
+/// A read a run while tracing made: what its schedule's first `at` data ops left in
+/// `fetch` (a view of the final program's memory, [`crate::ir::Schedule::memory`]) was
+/// `words`. A plan traced this way is the plan of another call too when each of its
+/// reads finds the same there ([`Stop::holds`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stop {
+    /// Data ops of the schedule before the read.
+    pub at: usize,
+    /// What the read gave back to tracing.
+    pub fetch: View,
+    /// Its words ([`crate::DType::bits_of`]'s form).
+    pub words: Vec<u32>,
+}
+
+impl Stop {
+    /// True when `run`, prepared in pieces cut at the stops' `at` and run up to this
+    /// stop, reads what tracing read here.
+    pub fn holds(&self, run: &mut dyn crate::exec::Prepared) -> Result<bool> {
+        Ok(words_of(&run.read_view(self.fetch, 4)?) == self.words)
+    }
+}
+
+/// [`steer`], and the reads it stopped at, in the final schedule's terms.
+pub fn steer_stops<R>(
+    steering: &dyn Steering,
+    mesh: &Mesh,
+    mut attempt: impl FnMut(&Program, &Resume) -> Result<Attempt<R>>,
+) -> Result<(Program, R, Vec<Stop>)> {
     let inputs = steering.inputs()?;
     let mut tracer = steering.tracer()?;
     let mut oracle = Oracle::default();
     let mut forced: Vec<Choice> = Vec::new();
     let mut traced = tracer.traced(mesh)?;
+    // (data ops before the read, device, allocation, offset, length, words) per stop.
+    let mut stops: Vec<(usize, usize, Key, usize, usize, Vec<u32>)> = Vec::new();
     loop {
         if !traced.errors.is_empty() {
             return Err(Error::Kernel(traced.errors.swap_remove(0)));
@@ -82,17 +115,56 @@ pub fn steer<R>(
         };
         let program = &traced.program;
         match attempt(program, &resume)? {
-            Attempt::Done(r) => return Ok((traced.program, r)),
+            Attempt::Done(r) => {
+                let program = traced.program;
+                let names: Vec<&str> = program
+                    .layout
+                    .allocs
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect();
+                let stops = stops
+                    .into_iter()
+                    .filter_map(|(at, d, key, offset, len, words)| {
+                        let alloc = key.resolve(&names)?;
+                        Some(Stop {
+                            at,
+                            fetch: View::new(d, alloc, offset, len),
+                            words,
+                        })
+                    })
+                    .collect();
+                return Ok((program, r, stops));
+            }
             Attempt::Paused(steps) => {
-                let device = steps
+                let first = steps
                     .paused
                     .expect("a paused run names the device it stopped at");
-                let fetch = match program.ops[device].last().map(|o| &o.kind) {
-                    Some(OpKind::Read { fetch, .. }) => *fetch,
-                    _ => unreachable!("an open device's program ends with a read"),
-                };
-                let words = oracle.read_at(program, &steps.schedule, &inputs, fetch)?;
-                tracer.answer(device, words)?;
+                let memory = steps.schedule.memory(program);
+                let staging = (steps.schedule.staging > 0).then_some(program.layout.allocs.len());
+                let devices: Vec<usize> = std::iter::once(first)
+                    .chain(steps.reading.iter().copied())
+                    .collect();
+                let fetches: Vec<View> = devices
+                    .iter()
+                    .map(|&d| match program.ops[d].last().map(|o| &o.kind) {
+                        Some(OpKind::Read { fetch, .. }) => *fetch,
+                        _ => unreachable!("an open device's program ends with a read"),
+                    })
+                    .collect();
+                let found = oracle.read_at(program, &steps.schedule, &inputs, &fetches)?;
+                for ((device, fetch), words) in devices.into_iter().zip(fetches).zip(found) {
+                    let key = Oracle::key(fetch.alloc(), &memory.allocs[fetch.alloc()], staging);
+                    stops.push((
+                        steps.schedule.ops.len(),
+                        fetch.device(),
+                        key,
+                        fetch.offset(),
+                        fetch.len(),
+                        words.clone(),
+                    ));
+                    tracer.answer(device, words)?;
+                }
                 // DMAs are numbered device by device: a device's trace that grew moves
                 // the ids of the devices after it. The steps name them by device and order.
                 let keys: Vec<DmaKey> = steps
@@ -187,6 +259,16 @@ enum Key {
     Named(String),
 }
 
+impl Key {
+    /// The allocation of `names` (a program's) this one is.
+    fn resolve(&self, names: &[&str]) -> Option<usize> {
+        match self {
+            Key::Kernel(i) => Some(*i),
+            Key::Named(n) => names.iter().position(|x| x == n),
+        }
+    }
+}
+
 impl Oracle {
     fn key(i: usize, a: &Allocation, staging: Option<usize>) -> Key {
         if a.holds_values() || Some(i) == staging {
@@ -196,14 +278,15 @@ impl Oracle {
         }
     }
 
-    /// The elements of `v` once `schedule` (the steps so far) ran on `inputs`, as words.
+    /// The elements of each of `views` once `schedule` (the steps so far) ran on
+    /// `inputs`, as words.
     fn read_at(
         &mut self,
         program: &Program,
         schedule: &Schedule,
         inputs: &[Vec<HostArray>],
-        v: View,
-    ) -> Result<Vec<u32>> {
+        views: &[View],
+    ) -> Result<Vec<Vec<u32>>> {
         let cpu = CpuExecutor::new();
         let from = self.ran.min(schedule.ops.len());
         let cuts: Vec<usize> = (from > 0 && from < schedule.ops.len())
@@ -242,7 +325,10 @@ impl Oracle {
             self.memory
                 .insert((d, Self::key(k, a, staging)), words_of(&bytes));
         }
-        Ok(words_of(&run.read_view(v, 4)?))
+        views
+            .iter()
+            .map(|&v| Ok(words_of(&run.read_view(v, 4)?)))
+            .collect()
     }
 }
 

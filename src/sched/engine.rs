@@ -78,6 +78,11 @@ pub struct Steps {
     pub choices: Vec<Choice>,
     /// The device whose last traced op, a read, the run stopped after.
     pub paused: Option<usize>,
+    /// When it stopped: the other open devices whose next op is the read their program
+    /// ends with. Such a read finds what it would find now unless a write races it
+    /// (nothing orders another agent's write before it but a wait of its device, and
+    /// none comes between), so it is answered at this stop too.
+    pub reading: Vec<usize>,
 }
 
 /// Runs `program` under `driver`: the steps of `resume.forced` first, then the
@@ -171,6 +176,20 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
         }
     }
     out.staging = e.staging.iter().map(|s| s.peak()).max().unwrap_or(0);
+    // Open devices whose next op is the read their program ends with (a device that has
+    // entered and reads runs it whenever it is picked, and nothing it does comes between).
+    let reading = match paused {
+        None => Vec::new(),
+        Some(p) => (0..program.devices)
+            .filter(|&d| {
+                d != p
+                    && resume.open.get(d).copied().unwrap_or(false)
+                    && e.entry_due(d).is_none()
+                    && e.pc[d] + 1 == program.ops[d].len()
+                    && matches!(program.ops[d][e.pc[d]].kind, OpKind::Read { .. })
+            })
+            .collect(),
+    };
     if paused.is_none() {
         let k = program.invocations.len() as u32;
         if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len() || e.entered[d] < k) {
@@ -185,6 +204,7 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
         schedule: out,
         choices,
         paused,
+        reading,
     })
 }
 
