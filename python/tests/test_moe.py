@@ -60,6 +60,17 @@ def test_the_broken_twin_reads_the_counts_before_their_dmas_landed():
     assert "`read`" in race.message and "`start`" in race.message, race.message
 
 
+def test_moe_layer_step_tables_and_modeled_time_come_out():
+    mesh = jax.make_mesh((4,), ("x",), devices=jax.devices()[:4])
+    args = moe_ep.moe_inputs(mesh, "x", E=8, **CFG)
+    f = moe_ep.moe_call(mesh, "x", E=8, **CFG)
+    (table,) = tpusim.trace(f, *args)
+    text = str(table)
+    assert "moe_kernel on 4 devices" in text and "y_ref" in text and len(table.rows) > 1, text
+    (run,) = tpusim.model(f, *args, preset="v5e")
+    assert run.seconds > 0
+
+
 @pytest.mark.parametrize("p, rows", [(4, 5), (8, 3)])
 def test_ragged_all_to_all_with_sizes_the_kernel_counts(p, rows):
     mesh = jax.make_mesh((p,), ("x",), devices=jax.devices()[:p])
