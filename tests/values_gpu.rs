@@ -1,4 +1,5 @@
-//! Compute ops on the GPU against the CPU twin: every kind and dtype, odd shapes,
+//! Compute ops on the GPU against the CPU twin: every kind and dtype (constants and
+//! bitcasts among the data movement), odd shapes,
 //! scalars, sizes crossing workgroups and binding windows. Exact ops must agree bit
 //! for bit (a NaN matches any NaN: payloads are not specified); the transcendentals
 //! and division within the bounds of README's table; float sums and dot products
@@ -709,9 +710,40 @@ fn data_movement_is_bit_identical_in_every_dtype() {
             }
             cases.push(case(ComputeKind::Iota { dim: 0 }, &[], &[300], t));
         }
+        // Constants (one shared by two ops, one a scalar) and bitcasts of one width.
+        for (k, shape) in [&[3usize, 5][..], &[129, 257], &[], &[3, 5]]
+            .iter()
+            .enumerate()
+        {
+            let n = shape.iter().product::<usize>();
+            let words: Arc<[u32]> = exact_data(t, n, 300 + (k % 3) as u64).words.into();
+            cases.push(case(ComputeKind::Constant(words), &[], shape, t));
+        }
+        if let ComputeKind::Constant(w) = &cases[cases.len() - 4].kind {
+            let shared = ComputeKind::Constant(w.clone());
+            cases.push(case(shared, &[], &[5, 3], t));
+        }
+        let other = match t {
+            DType::F32 => Some(DType::I32),
+            DType::I32 => Some(DType::F32),
+            DType::F16 => Some(DType::BF16),
+            DType::BF16 => Some(DType::F16),
+            _ => None,
+        };
+        if let Some(o) = other {
+            cases.push(case(ComputeKind::Bitcast, &[0], &[3, 5], o));
+            cases.push(case(ComputeKind::Bitcast, &[1], &[129, 257], o));
+        }
         let (c, g) = both(&inputs, &cases);
         for (k, cs) in cases.iter().enumerate() {
             assert_exact(&format!("{} {:?}", cs.kind, cs), &c[k], &g[k]);
+            match &cs.kind {
+                ComputeKind::Constant(w) => assert_eq!(&c[k].words[..], &w[..], "{t} constant"),
+                ComputeKind::Bitcast => {
+                    assert_eq!(c[k].words, inputs[cs.args[0]].words, "{t} bitcast")
+                }
+                _ => {}
+            }
         }
     }
 }

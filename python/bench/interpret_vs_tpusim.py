@@ -1,5 +1,6 @@
 """The seed's four kernels, side by side: JAX's TPU interpret mode against tpusim, the
-same unchanged scripts (python/tests/seed/), the same sizes, in one run.
+same unchanged scripts (python/tests/seed/), the same sizes, in one run; with
+`--kernels moe,ragged`, the kernels of python/examples/moe_ep.py that steer themselves.
 
 Needs the package's Python (jax[cpu] and tpusim installed, as python/test.sh makes it):
 
@@ -34,6 +35,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = os.path.join(HERE, "..", "tests", "seed")
 KERNELS = ["ppermute", "all_gather", "psum", "psum_scatter"]
+# Kernels of the project's own steered by what they compute (run while tracing), from
+# python/examples/moe_ep.py: `--kernels moe,ragged` (size: tokens of 128 bf16, rows of 8 i32).
+STEERED = ["moe", "ragged"]
 
 
 def source(kernel, shard_bytes, p):
@@ -77,9 +81,51 @@ def _context(mode, p, detect_races=False, seed=0):
     return tpusim.simulate(devices=p, backend=mode.split("-")[1])
 
 
+def steered(kernel, p, shard_bytes):
+    """(the jitted function, its inputs, a check of a result against the reference) of a
+    kernel of moe_ep.py at `shard_bytes` per device."""
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    import moe_ep
+
+    mesh = jax.make_mesh((p,), ("x",))
+    if kernel == "moe":
+        cfg = dict(T=max(2, shard_bytes // 256), H=128, F=256, E=max(8, p), K=2)
+        args = moe_ep.moe_inputs(mesh, "x", **cfg)
+        want = np.asarray(moe_ep.moe_reference(*args, K=2))
+        return moe_ep.moe_call(mesh, "x", **cfg), args, lambda y: int(
+            np.sum(~np.isclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)))
+    rows = max(1, shard_bytes // 32)
+    host = np.random.default_rng(0).integers(0, 1000, size=(p * rows, 8)).astype(np.int32)
+    x = jax.device_put(host, jax.NamedSharding(mesh, jax.sharding.PartitionSpec("x")))
+    want, want_n = moe_ep.ragged_reference(host, p)
+    return moe_ep.ragged_call(mesh, "x", T=rows, H=8), (x,), lambda y: int(
+        np.sum(np.asarray(y[0]) != want) + np.sum(np.asarray(y[1]) != want_n))
+
+
+def steered_child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
+    with _context(mode, p):
+        import jax
+
+        t0 = time.perf_counter()
+        g, args, wrong_in = steered(kernel, p, shard_bytes)
+        first_y = jax.block_until_ready(g(*args))
+        first = time.perf_counter() - t0
+        calls(lambda a: g(*a), args, warmup, warmup_seconds)
+        times, y = calls(lambda a: g(*a), args, reps, seconds)
+        wrong = wrong_in(first_y) + wrong_in(y)
+    median = sorted(times)[len(times) // 2]
+    print(json.dumps({"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong,
+                      "reps": len(times)}))
+
+
 def child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
     import numpy as np
 
+    if kernel in STEERED:
+        return steered_child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds)
     with _context(mode, p):
         import jax
 

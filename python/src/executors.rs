@@ -46,6 +46,14 @@ impl Executor for Shared {
     ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
         self.0.prepare_literal(program, schedule)
     }
+    fn prepare_pieces<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        self.0.prepare_pieces(program, schedule, cuts)
+    }
     fn copy_bandwidth(&self, bytes: u64) -> tpusim::Result<Option<f64>> {
         self.0.copy_bandwidth(bytes)
     }

@@ -7,6 +7,7 @@ use crate::collectives::model_spec;
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::replay;
+use crate::steer::{PySteering, Shape};
 use crate::xla_call::CallBuffers;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuPlan;
 use tpusim::exec::{Executor, Lent};
 use tpusim::model::Traffic;
+use tpusim::run::steer::Stop;
 use tpusim::run::Job;
 use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;
@@ -31,7 +33,27 @@ pub struct KernelCall {
     /// The last plan run (its schedule spec) and what its schedule writes of the inputs
     /// and outputs: a repeated call costs its execution only.
     planned: Mutex<Option<Planned>>,
+    /// A kernel traced while it runs: planned at every call, from its inputs.
+    steering: Option<Arc<PySteering>>,
+    /// Its last plans (most recent first), each with the reads that steered it: a call
+    /// whose reads find the same runs one of them (see [`KernelCall::run_steered`]).
+    steered: Mutex<Vec<SavedSteer>>,
+    /// How many of them are kept: none for a kernel whose trace gives Python more than
+    /// its program (texts it prints, results it keeps in SMEM), which each call's trace
+    /// must give anew.
+    saved_steers: usize,
 }
+
+/// A plan traced while it ran, under a schedule spec, and the reads that steered it.
+#[derive(Clone)]
+struct SavedSteer {
+    schedule: String,
+    plan: Arc<Plan>,
+    stops: Arc<Vec<Stop>>,
+}
+
+/// How many plans of a kernel traced while it runs are kept.
+const SAVED_STEERS: usize = 4;
 
 /// A plan under a schedule spec, with what the CPU executor works out once for it.
 type Planned = (String, Arc<Plan>, Arc<CpuPlan>);
@@ -88,13 +110,30 @@ impl WiredCall {
 }
 
 impl KernelCall {
+    /// `r`'s error as a Python exception (one Python raised while tracing, as it was).
+    fn or_py<T>(&self, r: tpusim::Result<T>) -> PyResult<T> {
+        r.map_err(|e| match &self.steering {
+            Some(s) => s.py_err(e),
+            None => crate::errors::to_py(e),
+        })
+    }
+
     /// The plan of this call under `schedule` and the CPU executor's plan of it, made
-    /// once and kept.
+    /// once and kept (a kernel traced while it runs: made anew from the inputs set last).
     fn plan_for(
         &self,
         schedule: &str,
         exec: &dyn tpusim::exec::Executor,
     ) -> PyResult<(Arc<Plan>, Arc<CpuPlan>)> {
+        if self.steering.is_some() {
+            let job = self
+                .job
+                .clone()
+                .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            let plan = Arc::new(self.or_py(job.plan())?);
+            let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
+            return Ok((plan, cpu_plan));
+        }
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, p, c)) = got.as_ref() {
             if s == schedule {
@@ -128,6 +167,9 @@ impl KernelCall {
             results,
         } = wiring;
         let exec = executor(backend)?;
+        if let Some(s) = &self.steering {
+            return self.run_steered(s, buffers, wiring, exec, schedule);
+        }
         let (plan, cpu_plan) = self.plan_for(schedule, &exec)?;
         let prog = &plan.program;
         if rows.len() != prog.devices
@@ -244,6 +286,143 @@ impl KernelCall {
     }
 }
 
+impl KernelCall {
+    /// A kernel traced while it runs, on one round's buffers: a saved plan whose reads
+    /// find, on these inputs, what they found when it was traced (run in pieces cut at
+    /// the reads, each checked before the next piece runs), else a plan traced anew on
+    /// them and saved. Operands are copied in and results out.
+    fn run_steered(
+        &self,
+        steering: &PySteering,
+        buffers: &CallBuffers,
+        wiring: &Wiring,
+        mut exec: crate::executors::Shared,
+        schedule: &str,
+    ) -> PyResult<()> {
+        let inputs = self.inputs_of(buffers, wiring)?;
+        steering.set_inputs(inputs.clone());
+        let saved = match self.saved_steers {
+            0 => Vec::new(),
+            _ => self
+                .steered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        let mut got = None;
+        for sv in saved.iter().filter(|sv| sv.schedule == schedule) {
+            if let Some(out) = replay_steered(&exec, sv, &inputs).py()? {
+                got = Some((sv.plan.clone(), out));
+                break;
+            }
+        }
+        let (plan, outputs) = match got {
+            Some(found) => found,
+            None => {
+                let job = self
+                    .job
+                    .clone()
+                    .with_schedule(ScheduleSpec::parse(schedule).py()?);
+                let (plan, stops) = self.or_py(job.plan_steered())?;
+                let plan = Arc::new(plan);
+                let outputs = plan.execute(&mut exec, &inputs).py()?;
+                let mut kept = self.steered.lock().unwrap_or_else(|e| e.into_inner());
+                kept.insert(
+                    0,
+                    SavedSteer {
+                        schedule: schedule.to_string(),
+                        plan: plan.clone(),
+                        stops: Arc::new(stops),
+                    },
+                );
+                kept.truncate(self.saved_steers);
+                (plan, outputs)
+            }
+        };
+        let prog = &plan.program;
+        for (x, &r) in wiring.out_rows.iter().enumerate() {
+            for (k, o) in wiring.results.iter().enumerate() {
+                let Some(o) = *o else { continue };
+                let a = prog.outputs[o];
+                prog.layout.allocs[a]
+                    .dtype
+                    .bytes_from_words(&outputs[r][o].words, buffers.result(x, k)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every Rust device's inputs in one round's buffers, as `wiring` reads them (a
+    /// kernel traced while it runs steers by them).
+    fn inputs_of(&self, buffers: &CallBuffers, wiring: &Wiring) -> PyResult<Vec<Vec<HostArray>>> {
+        let specs = self.steering.as_ref().map_or(&[][..], |s| s.input_specs());
+        wiring
+            .rows
+            .iter()
+            .map(|&x| {
+                wiring
+                    .inputs
+                    .iter()
+                    .zip(specs)
+                    .map(|(&k, (_, _, shape, dtype))| {
+                        let dtype = tpusim::DType::parse(dtype).py()?;
+                        let bytes = buffers.operand(x, k)?;
+                        let mut w = vec![0; shape.iter().product()];
+                        if bytes.len() != w.len() * dtype.size() {
+                            return Err(BadInput::new_err(format!(
+                                "bad input: an operand of {} bytes for {shape:?} {dtype}",
+                                bytes.len()
+                            )));
+                        }
+                        dtype.words_from_bytes(bytes, &mut w);
+                        HostArray::from_words(dtype, shape, w).py()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// `sv` on `inputs`, in pieces cut at its reads: its outputs, or `None` at the first read
+/// that finds something else than when it was traced.
+fn replay_steered(
+    exec: &dyn Executor,
+    sv: &SavedSteer,
+    inputs: &[Vec<HostArray>],
+) -> tpusim::Result<Option<Vec<Vec<HostArray>>>> {
+    let (program, schedule) = (&sv.plan.program, &sv.plan.schedule);
+    tpusim::exec::check_inputs(program, inputs)?;
+    exec.check(program)?;
+    // Stops come in schedule order; several may stand at one point (or before the first
+    // op, or after the last): one cut each point inside the schedule.
+    let n = schedule.ops.len();
+    let mut cuts: Vec<usize> = sv
+        .stops
+        .iter()
+        .map(|s| s.at)
+        .filter(|&a| a > 0 && a < n)
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let ends: Vec<usize> = cuts.iter().copied().chain(std::iter::once(n)).collect();
+    let mut run = exec.prepare_pieces(program, schedule, &cuts)?;
+    run.upload(inputs)?;
+    let mut next = 0;
+    for stop in sv.stops.iter() {
+        while next < ends.len() && ends[next] <= stop.at {
+            run.run_piece(next)?;
+            next += 1;
+        }
+        if !stop.holds(run.as_mut())? {
+            return Ok(None);
+        }
+    }
+    for k in next..ends.len() {
+        run.run_piece(k)?;
+    }
+    run.read_outputs().map(Some)
+}
+
 /// The step-table layout of shipped collective `like` for a kernel whose first input
 /// has `shard` elements per device: whole-shard labels scale to the shard's size;
 /// half-block and chunk labels need the shipped layout's own size.
@@ -294,11 +473,12 @@ pub fn check_job(
 #[pymethods]
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
-    /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: JSON of
-    /// `[device][grid point][op]`; `cores`: TensorCores per chip (the mesh's last axis);
-    /// `aliases`: `(input, output)` pairs of `input_output_aliases`.
+    /// `scratch`: `(name, "vmem"|"dma"|"regular", shape, dtype)`; `recording`: lists of
+    /// `[device][grid point][op]`, each op a dict (`replay::Op`); `cores`: TensorCores per chip (the mesh's last axis);
+    /// `aliases`: `(input, output)` pairs of `input_output_aliases`; `constants`: numpy
+    /// arrays the recording's `const` ops name by position.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new()))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -308,16 +488,22 @@ impl KernelCall {
         outputs: Vec<replay::Operand>,
         scratch: Vec<replay::Scratch>,
         collective_id: Option<u32>,
-        recording: &str,
+        recording: &Bound<'_, PyAny>,
         cores: usize,
         aliases: Vec<(usize, usize)>,
+        constants: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let mut spec = replay::grid_spec(&grid, &inputs, &outputs, &scratch, collective_id)
-            .py()?
-            .cores(cores);
-        for (i, o) in aliases {
-            spec = spec.alias(i, o);
+        let spec = Shape {
+            name: name.to_string(),
+            grid: grid.clone(),
+            inputs,
+            outputs,
+            collective_id,
+            cores,
+            aliases,
         }
+        .spec(&scratch)
+        .py()?;
         let rec = replay::read_recording(recording).py()?;
         let points = tpusim::array::numel(&grid).ok_or_else(|| {
             BadInput::new_err(format!(
@@ -330,10 +516,61 @@ impl KernelCall {
                 mesh.mesh.size()
             )));
         }
-        let call = replay::python_call(name, spec, rec);
+        let constants = constants
+            .iter()
+            .map(|a| Ok(crate::arrays::to_host(a)?.words.into()))
+            .collect::<PyResult<Vec<_>>>()?;
+        let call = replay::python_call(name, spec, Arc::new(rec), constants);
         Ok(Self {
             job: Job::call(call, mesh.mesh.clone()),
             planned: Mutex::new(None),
+            steering: None,
+            steered: Mutex::new(Vec::new()),
+            saved_steers: 0,
+        })
+    }
+
+    /// A kernel traced while it runs (`tpusim/_steer.py`): `plan`, a `_plan.Plan` made
+    /// with `steered=True`, gives its tracers; the rest is as for the constructor (the
+    /// scratch comes with each trace, which may add to it). `replayable`: a call may run
+    /// a plan traced before whose reads find the same on its inputs (false where the
+    /// trace gives Python what the program does not hold: printed texts, SMEM results).
+    #[staticmethod]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn steered(
+        name: &str,
+        mesh: &PyMesh,
+        grid: Vec<usize>,
+        inputs: Vec<replay::Operand>,
+        outputs: Vec<replay::Operand>,
+        collective_id: Option<u32>,
+        cores: usize,
+        aliases: Vec<(usize, usize)>,
+        plan: Py<PyAny>,
+        replayable: bool,
+    ) -> PyResult<Self> {
+        let shape = Shape {
+            name: name.to_string(),
+            grid,
+            inputs,
+            outputs,
+            collective_id,
+            cores,
+            aliases,
+        };
+        shape.spec(&[]).py()?; // a spec tpusim takes, before any call
+        let (first, dtype) = match shape.inputs.first() {
+            Some((_, _, s, d)) => (s.clone(), tpusim::DType::parse(d).py()?),
+            None => (vec![1], tpusim::DType::F32),
+        };
+        let steering = Arc::new(PySteering::new(plan, shape));
+        Ok(Self {
+            job: Job::steered(steering.clone(), mesh.mesh.clone(), &first, dtype),
+            planned: Mutex::new(None),
+            steering: Some(steering),
+            steered: Mutex::new(Vec::new()),
+            saved_steers: if replayable { SAVED_STEERS } else { 0 },
         })
     }
 
@@ -365,6 +602,9 @@ impl KernelCall {
     ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
         let inputs = per_device(&inputs)?;
         let mut exec = executor(backend)?;
+        if let Some(s) = &self.steering {
+            s.set_inputs(inputs.clone());
+        }
         let (plan, _) = self.plan_for(schedule, &exec)?;
         let out = plan.execute(&mut exec, &inputs).py()?;
         to_numpy_all(py, out)
@@ -418,7 +658,7 @@ impl KernelCall {
         repeat: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let job = self.job.clone().repeat(repeat).py()?;
-        to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
+        to_py_data(py, &self.or_py(check_job(&job, schedules, seed, replay))?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -437,7 +677,7 @@ impl KernelCall {
             .transpose()
             .py()?;
         let job = self.job.clone().with_shape(&shard).with_layout(layout);
-        to_py_data(py, &job.trace().py()?)
+        to_py_data(py, &self.or_py(job.trace())?)
     }
 
     /// The cost model's time for the kernel (`preset` with `overrides` and `topology`).
@@ -455,7 +695,7 @@ impl KernelCall {
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = model_spec(preset, overrides, topology)?.build().py()?;
         let t = traffic.map(Traffic::parse).transpose().py()?;
-        let run = self.job.model(&m, t).py()?;
+        let run = self.or_py(self.job.model(&m, t))?;
         crate::collectives::modeled(py, &run, &self.job.name(), timeline)
     }
 

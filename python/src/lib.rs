@@ -13,6 +13,7 @@ mod executors;
 mod heap;
 mod kernel;
 mod replay;
+mod steer;
 mod xla_call;
 mod xla_ffi;
 

@@ -149,6 +149,15 @@ pub enum Op {
         dtype: String,
         at: Loc,
     },
+    /// A constant array value `id` (`jnp.array` literals, masks and tables the kernel
+    /// computes from iotas): the call's constant `data`, of `shape` and `dtype`.
+    Const {
+        id: usize,
+        data: usize,
+        shape: Vec<usize>,
+        dtype: String,
+        at: Loc,
+    },
     /// One lax primitive on values `args` into value `id`.
     Compute {
         id: usize,
@@ -171,6 +180,18 @@ pub enum Op {
         sem: SemPath,
         bytes: u64,
         side: Side,
+        at: Loc,
+    },
+    /// A scalar the kernel reads to decide what it does next (traced while it runs,
+    /// `tpusim/_steer.py`): value `value` (a vector it computed), or `src` of a ref
+    /// (an SMEM element), the tracer given `fetch` (`src` or the whole buffer).
+    Read {
+        #[serde(default)]
+        value: Option<usize>,
+        #[serde(default)]
+        src: Option<RefPath>,
+        #[serde(default)]
+        fetch: Option<RefPath>,
         at: Loc,
     },
     /// The calls that follow are in these loop iterations (each loop's line and the
@@ -293,6 +314,7 @@ impl KindRec {
                 dims: self.dims.clone(),
             },
             "reshape" => K::Reshape,
+            "bitcast" => K::Bitcast,
             "transpose" => K::Transpose {
                 perm: self.dims.clone(),
             },
@@ -361,9 +383,17 @@ pub fn iteration(loops: &[(Loc, u32)]) -> Iteration {
 /// Every device's recorded calls, per grid point (row-major).
 pub type Recording = Vec<Vec<Vec<Op>>>;
 
-/// Reads a recording from its JSON form.
-pub fn read_recording(json: &str) -> Result<Recording> {
-    serde_json::from_str(json)
+/// Reads one grid point's calls from the Python objects the front end made.
+pub fn read_ops(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> Result<Vec<Op>> {
+    pythonize::depythonize(obj)
+        .map_err(|e| Error::bad_input(format!("malformed kernel recording: {e}")))
+}
+
+/// Reads a recording from the Python objects the front end made (lists of dicts of
+/// numbers, strings and lists: typed values, every float exact, infinities and NaN
+/// included).
+pub fn read_recording(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> Result<Recording> {
+    pythonize::depythonize(obj)
         .map_err(|e| Error::bad_input(format!("malformed kernel recording: {e}")))
 }
 
@@ -376,6 +406,8 @@ enum Desc<'c, 'a> {
 struct Replay<'c, 'a> {
     pl: &'c Ctx<'a>,
     args: &'c Args,
+    /// The call's constant arrays, as words.
+    constants: &'c [Arc<[u32]>],
     descs: Vec<Option<Desc<'c, 'a>>>,
     /// The grid point's values by id (dropped, their storage returned, at its end).
     values: Vec<Option<Value<'c>>>,
@@ -564,6 +596,19 @@ impl<'c, 'a> Replay<'c, 'a> {
                     let v = pl.full(shape, *value, dtype);
                     self.put_value(*id, v);
                 }
+                Op::Const {
+                    id,
+                    data,
+                    shape,
+                    dtype,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    let dtype = DType::parse(dtype).expect("the front end names core dtypes");
+                    let words = self.constants[*data].clone();
+                    let v = pl.compute(ComputeKind::Constant(words), &[], shape, dtype);
+                    self.put_value(*id, v);
+                }
                 Op::Compute {
                     id,
                     kind,
@@ -612,6 +657,22 @@ impl<'c, 'a> Replay<'c, 'a> {
                         Side::Recv => DmaSide::Recv,
                     };
                     pl.dma_wait(self.sem(sem), *bytes, side);
+                }
+                Op::Read {
+                    value,
+                    src,
+                    fetch,
+                    at,
+                } => {
+                    pl.set_source(Some(at.0));
+                    match (value, src) {
+                        (Some(id), _) => pl.scalar_read_value(self.value(*id)),
+                        (None, Some(src)) => {
+                            let fetch = fetch.as_ref().unwrap_or(src);
+                            pl.scalar_read(self.r(src), self.r(fetch));
+                        }
+                        (None, None) => unreachable!("the front end reads a value or a ref"),
+                    }
                 }
                 Op::Iter { loops } => pl.set_iteration(iteration(loops)),
                 Op::Mark { label, at } => {
@@ -736,9 +797,15 @@ pub fn grid_spec(
     Ok(spec)
 }
 
-/// A [`PallasCall`] whose kernel replays `recording` (every device, every grid point).
-pub fn python_call(name: &str, spec: GridSpec, recording: Recording) -> PallasCall {
-    let recording = Arc::new(recording);
+/// A [`PallasCall`] whose kernel replays `recording` (every device, every grid point),
+/// whose [`Op::Const`]s name `constants`.
+pub fn python_call(
+    name: &str,
+    spec: GridSpec,
+    recording: Arc<Recording>,
+    constants: Vec<Arc<[u32]>>,
+) -> PallasCall {
+    let constants: Arc<[Arc<[u32]>]> = constants.into();
     PallasCall::new(name, spec, move |pl, args| {
         let ops = recording
             .get(pl.device())
@@ -752,6 +819,7 @@ pub fn python_call(name: &str, spec: GridSpec, recording: Recording) -> PallasCa
         Replay {
             pl,
             args,
+            constants: &constants,
             descs: Vec::new(),
             values: Vec::new(),
             barriers: Vec::new(),

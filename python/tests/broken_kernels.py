@@ -148,10 +148,9 @@ def unsupported_jnp_kernel(x_ref, y_ref):
     y_ref[...] = jnp.cumsum(x_ref[...], axis=0)  # <- unsupported cumsum
 
 
-def data_dependent_kernel(x_ref, y_ref):
-    @pl.when(x_ref[0, 0] > 0)  # <- data dependent
-    def _():
-        y_ref[...] = x_ref[...]
+def masked_load_kernel(x_ref, y_ref):
+    mask = lax.broadcasted_iota(jnp.int32, SHARD, 1) < 64
+    y_ref[...] = pltpu.load(x_ref, mask=mask)  # <- masked load
 
 
 def strided_kernel(x_ref, y_ref):

@@ -85,3 +85,20 @@ def sim(cpu):
     """Every pallas_call inside runs on tpusim (CPU executor)."""
     with tpusim.simulate():
         yield
+
+
+def against_interpret(fn, *args, schedules=20):
+    """`fn(*args)` jitted on tpusim and on JAX's TPU interpret mode: (tpusim's result,
+    interpret's); tpusim's verifier must find every pallas_call clean under `schedules`.
+    The pallas_calls are made inside `fn`, so the mode it is traced under decides who runs
+    them."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    with tpusim.simulate(backend="cpu"):
+        got = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+    reports = tpusim.check(jax.jit(fn), *args, schedules=schedules)
+    assert reports and reports.clean, str(reports)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+        want = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+    return got, want

@@ -150,7 +150,7 @@ def test_barrier_semaphore_needs_a_collective_id(cpu):
     "kernel, marker, construct",
     [
         (bk.unsupported_jnp_kernel, "unsupported cumsum", "cumsum"),
-        (bk.data_dependent_kernel, "data dependent", "cond"),
+        (bk.masked_load_kernel, "masked load", "pl.load(mask=...)"),
     ],
 )
 def test_unsupported_constructs_name_the_primitive_and_line(cpu, kernel, marker, construct):

@@ -196,15 +196,14 @@ def test_nested_loops_of_different_lengths_get_a_row_per_inner_iteration():
 def looped_mistake(kind):
     """A loop of 3 whose iteration 2 makes a mistake: a remote copy to device id k+2
     (4: outside the mesh) found while tracing, or (`unsupported`) in iteration 1 a
-    `semaphore_signal` by a semaphore's value (known only when the schedule runs), which
-    tpusim refuses."""
+    `semaphore_wait` that does not decrement, which tpusim refuses."""
 
     def kernel(x_ref, o_ref, send, recv, reg):
         def step(k, carry):
             if kind == "unsupported":
                 @pl.when(k == 1)
                 def _():
-                    pl.semaphore_signal(reg, pl.semaphore_read(reg))
+                    pl.semaphore_wait(reg, 0, decrement=False)
             else:
                 dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(k + 2,),
                                                    device_id_type=pl.DeviceIdType.MESH)
@@ -237,6 +236,6 @@ def test_mistakes_found_while_tracing_a_loop_name_the_iteration():
     # Raised by the front end itself (before the core sees the kernel): the same words.
     with pytest.raises(tpusim.UnsupportedError) as e:
         tpusim.check(looped_mistake("unsupported"), x, schedules=5)
-    assert f"at grid point [] in iteration 1 of the loop at {loop}, `semaphore_signal`" in str(e.value), str(e.value)
-    assert "read from a semaphore" in str(e.value), str(e.value)
+    assert f"at grid point [] in iteration 1 of the loop at {loop}, `semaphore_wait`" in str(e.value), str(e.value)
+    assert "waits that do not decrement" in str(e.value), str(e.value)
     assert e.value.site["iteration"] == f"iteration 1 of the loop at {loop}"

@@ -4,7 +4,6 @@ asked first at a typical kernel's cost, then again as the points measure this ke
 (after 16, 32, 64, … points, or 50 ms, 100 ms, 200 ms, … of them), so huge work is
 refused in well under a second, before anything proportional to it is made."""
 
-import json
 import time
 
 from . import _native
@@ -48,10 +47,10 @@ class RecordingBudget:
             # end, the rate is the kernel's own.
             self.start = time.perf_counter()
         if self.sampled < 16:
-            # What a point's records take at least: their JSON, which the native call
-            # parses; the least of the first points, as a kernel may record ops at a few
-            # grid points only.
-            size = len(json.dumps(ops))
+            # What a point's records take at least: their text (a measure of the Python
+            # objects the native call reads); the least of the first points, as a
+            # kernel may record ops at a few grid points only.
+            size = len(repr(ops))
             self.least_bytes = size if self.sampled == 0 else min(self.least_bytes, size)
             self.sampled += 1
         took = time.perf_counter() - self.start

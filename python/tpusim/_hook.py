@@ -160,10 +160,16 @@ class Meeting:
         array, for the scalar prefetch and SMEM operands, per Rust device)."""
         from ._plan import Plan
 
+        from ._steer import NeedsSteering
+
         key = (self.spec.key(), tuple(a.tobytes() for per in smem for _, a in sorted(per.items())))
         plan = _plans.get(key)
         if plan is None:
-            plan = Plan(self.spec, smem)
+            try:
+                plan = Plan(self.spec, smem)
+            except NeedsSteering:
+                # The kernel decides by values it computes: traced at each call as it runs.
+                plan = Plan(self.spec, smem, steered=True)
             if len(_plans) >= 64:
                 _plans.pop(next(iter(_plans)))
             _plans[key] = plan
@@ -180,7 +186,8 @@ class Meeting:
         # The cores of a chip are devices of the Rust mesh, reading their chip's operands.
         rows = [r // cores for r in range(self.P * cores)]
         plan = self.plan([smem[x] for x in rows])
-        _observe("call", plan)
+        if not plan.steered:
+            _observe("call", plan)
         out_rows = [x * cores for x in range(self.P)]
         try:
             plan.call.run_into(bufs, rows, plan.input_operands, out_rows, plan.result_sources,
@@ -191,7 +198,8 @@ class Meeting:
             # The tools report what went wrong; the program goes on with zeros.
             bufs.zero_results()
         else:
-            if not keys and not plan.smem_results and not _observers:
+            plan.print_texts()
+            if not keys and not plan.smem_results and not _observers and not plan.prints_any() and not plan.steered:
                 # Nothing of this plan is read per call: the next rounds run it from Rust.
                 _native.meeting_save_run(self.id, epoch, plan.call, rows, plan.input_operands, out_rows,
                                          plan.result_sources, backend, schedule)
@@ -200,6 +208,9 @@ class Meeting:
             for x, r in enumerate(out_rows):
                 v = np.ascontiguousarray(np.asarray(buf.smem[r]).astype(a.dtype).reshape(a.shape))
                 bufs.write_result(x, k, v.reshape(-1).view(np.uint8))
+        if plan.steered:
+            # Traced at this call from its inputs, which a tool looking at it goes by.
+            _observe("call", plan)
 
 
 _last_error = None

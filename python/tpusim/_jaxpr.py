@@ -37,7 +37,7 @@ try:
 except ImportError:  # pragma: no cover - older JAX
     mosaic_pipeline = None
 
-from . import _native
+from . import _compose, _native, _steer
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 _JAX_OPS = os.path.join(_JAX_DIR, "experimental", "pallas", "ops") + os.sep
@@ -177,9 +177,12 @@ def space_of(ms):
 class Buffer:
     """A kernel buffer: an operand, a scratch buffer or semaphore array, a pipeline
     block or a ``run_scoped`` allocation. `pos` is its argument position in the Rust
-    spec (None for SMEM, which lives here: its values decide control flow)."""
+    spec (None for SMEM, which lives here: its values decide control flow). A ref's
+    ``.reshape`` or ``.bitcast`` is an alias (:meth:`alias`): the same allocation
+    (`root`) from element `base` on, with its own shape and dtype."""
 
-    __slots__ = ("kind", "name", "shape", "dtype", "pos", "sem", "smem", "barrier")
+    __slots__ = ("kind", "name", "shape", "dtype", "pos", "sem", "smem", "barrier", "root", "base", "known",
+                 "scratch")
 
     def __init__(self, kind, name, shape, dtype, pos=None, sem=None, barrier=False):
         self.kind = kind  # "hbm" | "vmem" | "smem" | "sem"
@@ -190,6 +193,26 @@ class Buffer:
         self.sem = sem  # "dma" | "regular" | "barrier" for semaphores
         self.smem = None  # {device: numpy array} for SMEM
         self.barrier = barrier
+        self.root = self
+        self.base = 0
+        self.known = None  # device SMEM: {device: flat mask of what tracing knows} (``_steer``)
+        self.scratch = False  # SMEM scratch (device memory in a kernel traced while it runs)
+
+    def alias(self, base, shape, dtype):
+        """The elements of this buffer's allocation from `base` on as an array of
+        `shape` and `dtype` (of the allocation's element width)."""
+        root = self.root
+        a = Buffer(root.kind, root.name, shape, dtype, root.pos, root.sem, root.barrier)
+        a.root, a.base = root, int(base)
+        n = math.prod(a.shape)
+        if root.smem is not None:
+            a.smem = {d: arr.reshape(-1)[a.base:a.base + n].reshape(a.shape).view(np.dtype(dtype))
+                      for d, arr in root.smem.items()}
+        return a
+
+    def aliased(self):
+        """True when this buffer is not its allocation as the Rust spec shapes it."""
+        return self.base != 0 or self.shape != self.root.shape
 
     def __repr__(self):
         return f"Buffer({self.kind} {self.name} {self.shape})"
@@ -218,7 +241,7 @@ class RefV:
         return math.prod(self.shape)
 
     def key(self):
-        return (id(self.buf), self.dims)
+        return (id(self.buf.root), self.buf.base, self.buf.shape, self.dims)
 
     def runs(self):
         """The view's elements as contiguous runs [(offset, len)] of the buffer, in
@@ -245,6 +268,7 @@ class RefV:
                 k -= 1
         if block == 0:
             return []
+        base += self.buf.base
         outer = []
         for i in range(k):
             d = dims[i]
@@ -281,6 +305,8 @@ class RefV:
     def steps(self):
         """Leading-dimension steps for the Rust ref (`[[0, i, 0] | [1, start, size]]`)
         when the view is a run that they express, else None."""
+        if self.buf.aliased():
+            return None
         out = []
         shape = self.buf.shape
         i = 0
@@ -306,13 +332,7 @@ class RefV:
 
 def _concrete_int(v, what, where):
     if isinstance(v, Sym):
-        raise unsupported(
-            where.op,
-            f"{what} is computed from data loaded from VMEM or HBM or read from a semaphore "
-            "(only program ids, axis indices, constants and SMEM values are known before the "
-            "kernel runs)",
-            where,
-        )
+        v = sym_value(v, what, where)
     if isinstance(v, RefV):
         raise kernel_error("misuse", f"a ref where {what} needs an integer", where)
     a = np.asarray(v)
@@ -327,7 +347,7 @@ def apply_indexer(view, idx, where, check=True):
     if not isinstance(idx, indexing.NDIndexer):
         raise unsupported(
             f"ref transform {type(idx).__name__}",
-            "tpusim's refs take integer and slice indexing (no bitcast, reshape or transpose)",
+            "tpusim's refs take integer and slice indexing, `.reshape` and `.bitcast` (no transpose)",
             where,
         )
     if idx.int_indexer_shape not in ((), None) and tuple(idx.int_indexer_shape) != ():
@@ -361,6 +381,30 @@ def apply_indexer(view, idx, where, check=True):
     return RefV(view.buf, dims, view.barrier_n)
 
 
+def sym_value(v, what, where):
+    """The value of `v`, a value the kernel computes, where `what` needs it: asked of
+    the run when the kernel is traced while it runs (``_steer``); a plan made ahead of
+    the run is made again that way (``NeedsSteering``)."""
+    p = where.point
+    if p is not None and p.asker is not None:
+        return p.asker.value(v, where)
+    if p is not None and not p.plan.steered:
+        raise _steer.NeedsSteering(what)
+    raise unsupported(
+        where.op,
+        f"{what} is computed from data loaded from VMEM or HBM or read from a semaphore "
+        "(only program ids, axis indices, constants and SMEM values are known here)",
+        where,
+    )
+
+
+class _Aval:
+    """A shape and dtype where a rule wants an aval."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), dtype
+
+
 class _OutOfBounds(Exception):
     """An index outside its ref: recorded as the kernel's error at that line."""
 
@@ -385,8 +429,35 @@ def transform(ref, transforms, where, check=True):
     if not isinstance(ref, RefV):
         raise kernel_error("misuse", f"expected a ref, got {type(ref).__name__}", where)
     for t in ts:
-        ref = apply_indexer(ref, t, where, check)
+        if isinstance(t, state_types.ReshapeTransform):
+            ref = _reshaped(ref, t.shape, where)
+        elif isinstance(t, state_types.BitcastTransform):
+            ref = _bitcast(ref, t.dtype, where)
+        else:
+            ref = apply_indexer(ref, t, where, check)
     return ref
+
+
+def _reshaped(view, shape, where):
+    """`ref.reshape(*shape)`: a view of contiguous elements as another shape."""
+    if view.buf.kind == "sem":
+        raise unsupported("reshape of a semaphore ref", "", where)
+    runs = view.runs()
+    if len(runs) > 1:
+        raise unsupported("reshape of a ref", "of a window whose elements are not contiguous", where)
+    base = runs[0][0] if runs else view.buf.base
+    return RefV(view.buf.alias(base, shape, view.dtype), None, view.barrier_n)
+
+
+def _bitcast(view, dtype, where):
+    """`ref.bitcast(dtype)` to a dtype of the same element width: the same elements."""
+    src, dst = np.dtype(view.dtype), np.dtype(dtype)
+    if view.buf.kind == "sem":
+        raise unsupported("bitcast of a semaphore ref", "", where)
+    if src.itemsize != dst.itemsize:
+        raise unsupported("bitcast of a ref", f"from {src} to {dst}: bitcasts keep the element width here", where)
+    b = view.buf
+    return RefV(b.alias(b.base, b.shape, dst), view.dims, view.barrier_n)
 
 
 # ---------------------------------------------------------------- symbolic values
@@ -399,7 +470,7 @@ class Sym:
     that is a plain copy or accumulate of loads takes their records back and records
     the core's copy or accumulate instead (data ops every executor runs)."""
 
-    __slots__ = ("prim", "args", "params", "shape", "dtype", "site", "view", "id", "rec", "pos", "uses")
+    __slots__ = ("prim", "args", "params", "shape", "dtype", "site", "view", "id", "rec", "pos", "uses", "value")
 
     def __init__(self, prim, args, shape, dtype, site, params=None, view=None):
         self.prim = prim
@@ -413,6 +484,7 @@ class Sym:
         self.rec = None
         self.pos = 0
         self.uses = 0
+        self.value = None  # its data, once a run while tracing read it (``_steer``)
 
     def __repr__(self):
         return f"Sym({self.prim} {self.shape})"
@@ -545,17 +617,21 @@ SCALAR_RULES = {
     "concatenate": lambda *xs, dimension, **_: np.concatenate([np.asarray(x) for x in xs], dimension),
     "slice": _slice, "dynamic_slice": _dynamic_slice, "dynamic_update_slice": _dynamic_update_slice,
     "dot_general": _dot_general, "copy": _same, "copy_p": _same, "optimization_barrier": _same,
-    "multiple_of": lambda x, **_: x, "pvary": _same, "reduce_precision": _same,
+    "multiple_of": lambda x, **_: x, "pvary": _same, "reduce_precision": _same, "reshard": _same,
     "stop_gradient": _same, "tanh": _as(np.tanh), "logistic": _as(lambda x: 1 / (1 + np.exp(-x))),
     "argmax": lambda x, axes, index_dtype, **_: np.argmax(x, axis=axes[0]).astype(index_dtype),
     "argmin": lambda x, axes, index_dtype, **_: np.argmin(x, axis=axes[0]).astype(index_dtype),
     "sort": lambda *xs, dimension, **_: [np.sort(np.asarray(x), axis=dimension) for x in xs],
     "cumsum": lambda x, axis, reverse=False, **_: np.cumsum(x, axis=axis),
+    "empty": lambda shape, dtype, **_: np.zeros(shape, dtype),
+    "stack": lambda *xs, axis, **_: np.stack([np.asarray(x) for x in xs], axis),
+    "unstack": lambda x, axis, **_: list(np.moveaxis(np.asarray(x), axis, 0)),
+    "bitcast_convert_type": lambda x, new_dtype, **_: np.ascontiguousarray(x).view(np.dtype(new_dtype)),
 }
 
 # Primitives that act on every value unchanged (what a value is does not change).
 IDENTITY = {"pvary", "copy", "copy_p", "optimization_barrier", "multiple_of", "stop_gradient",
-            "reduce_precision"}
+            "reduce_precision", "reshard"}
 
 
 # ---------------------------------------------------------------- one grid point
@@ -565,6 +641,10 @@ IDENTITY = {"pvary", "copy", "copy_p", "optimization_barrier", "multiple_of", "s
 _COMMUNICATES = frozenset(
     ("start", "wait", "wait_send", "wait_recv", "dma_wait", "signal", "sem_wait")
 )
+
+
+# The records of waits (after which a device may see what others wrote).
+_WAITS = frozenset(("wait", "wait_send", "wait_recv", "dma_wait", "sem_wait"))
 
 
 def loop_label(loops):
@@ -581,6 +661,11 @@ class Point:
         self.device = device  # linear id in the tpusim mesh
         self.index = tuple(index)
         self.ops = []
+        self.prints = []  # `pl.debug_print` texts, in order
+        # Traced while it runs (``_steer``): who answers its questions (its device's
+        # trace), and the records before the last one asked, which nothing may take back.
+        self.asker = None
+        self.frozen = 0
         self.nbarrier = 0
         self.nvalues = 0
         self.syms = []
@@ -604,7 +689,7 @@ class Point:
         work = [v for v in self.syms if v.uses == 0]
         while work:
             v = work.pop()
-            if v.rec is None or v.rec.get("dead"):
+            if v.rec is None or v.rec.get("dead") or v.pos < self.frozen:
                 continue
             v.rec["dead"] = True
             for a in v.args:
@@ -623,6 +708,10 @@ class Point:
         self.ops.append(fields)
         if op in _COMMUNICATES:
             self._communicated = True
+        if op in _WAITS and self.asker is not None:
+            # What other agents wrote into this device's SMEM may be ordered before
+            # what follows: tracing no longer knows its values.
+            self.plan.smem_forget(self.device)
 
     def mark(self, label, site):
         """A step mark (a row of the step table once every device passed it)."""
@@ -661,6 +750,11 @@ class Evaluator:
         # an emit_pipeline's inner grid inside its body.
         self.grid_env = [(point.index, plan.grid)]
         self.pipeline_grids = []
+        self.used = []  # per jaxpr being evaluated, the variables something reads
+
+    def unused(self, var):
+        """True when nothing reads `var` (a store's old value JAX names but drops)."""
+        return isinstance(var, jax_core.DropVar) or (bool(self.used) and var not in self.used[-1])
 
     # -- helpers
 
@@ -684,6 +778,13 @@ class Evaluator:
         return self._eqns(jaxpr, env)
 
     def _eqns(self, jaxpr, env):
+        self.used.append(_used_vars(jaxpr))
+        try:
+            return self._eqns_in(jaxpr, env)
+        finally:
+            self.used.pop()
+
+    def _eqns_in(self, jaxpr, env):
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             self.outer.append(self.site(eqn))
@@ -748,51 +849,83 @@ class Evaluator:
         return out
 
     def vector(self, eqn, ins):
-        """A primitive on values loaded from refs: one compute record."""
+        """A primitive on values loaded from refs: one compute record (or a few, for
+        the primitives ``_compose`` builds from the core's ops)."""
         name = eqn.primitive.name
         if name in IDENTITY:
             return ins if eqn.primitive.multiple_results else ins[0]
         if name == "convert_element_type" and np.dtype(eqn.params["new_dtype"]) == np.dtype(ins[0].dtype):
             return ins[0]
         where = self.where(eqn)
+        avals = [getattr(v, "aval", None) for v in eqn.invars]
+        composed = _compose.RULES.get(name)
+        if composed is not None:
+            return composed(self, eqn, ins, avals, where)
         if eqn.primitive.multiple_results:
             raise unsupported(name, "on values loaded from refs", where)
         aval = eqn.outvars[0].aval
-        kind, args = compute_kind(name, eqn.params, ins, aval, where)
-        return self.compute(name, kind, args, aval.shape, aval.dtype, where)
+        kind, picks = compute_kind(name, eqn.params, ins, aval, where)
+        return self.compute(name, kind, [ins[i] for i in picks], aval.shape, aval.dtype, where,
+                            [avals[i] for i in picks])
 
-    def compute(self, prim, kind, args, shape, dtype, where):
+    def compute(self, prim, kind, args, shape, dtype, where, avals=None):
+        """One compute record of `kind` on `args` (values, or concrete operands made into
+        constants of their equation's type, `avals`) into a value of `shape`, `dtype`.
+        Elementwise operands of size-1 dimensions are broadcast first (the pinned JAX
+        broadcasts them implicitly: `max` of [8, 128] and [8, 1])."""
         ids = []
-        # A constant operand takes the dtype of the op's values (a select's predicate: bool).
         like = next((x.dtype for x in args if isinstance(x, Sym)), dtype)
+        k = kind.get("k")
         for n, a in enumerate(args):
-            want = np.bool_ if kind.get("k") == "select" and n == 0 else like
-            v = a if isinstance(a, Sym) else self.constant(a, want, where)
+            if isinstance(a, Sym):
+                v = a
+            else:
+                av = avals[n] if avals is not None and n < len(avals) else None
+                want = getattr(av, "dtype", None)
+                if want is None:  # no type to go by: a select's predicate is bool, its cases and
+                    # an arithmetic op's operands the result's dtype, a comparison's its values'
+                    want = np.bool_ if k == "select" and n == 0 else dtype if k in ("select", "binary") else like
+                v = self.constant(a, want, where)
             if v.prim == "poison":
                 return v
+            if k in _ELEMENTWISE and v.shape and tuple(v.shape) != tuple(shape):
+                v = self.broadcast(v, shape, where)
             v.uses += 1
             ids.append(v.id)
         out = Sym(prim, list(args), shape, dtype, where.site)
         self.emit(out, "compute", where, kind=kind, args=ids, shape=list(shape), dtype=_dt(dtype, where))
         return out
 
+    def broadcast(self, v, shape, where):
+        """`v` broadcast to `shape` along its size-1 dimensions (same rank), or along new
+        leading ones."""
+        r = len(v.shape)
+        if r > len(shape) or any(a not in (1, b) for a, b in zip(v.shape, shape[len(shape) - r:])):
+            raise kernel_error("shape mismatch", f"a value of shape {list(v.shape)} does not broadcast to "
+                               f"{list(shape)}", where)
+        return self.compute("broadcast_in_dim", {"k": "broadcast", "dims": list(range(len(shape) - r, len(shape)))},
+                            [v], shape, v.dtype, where)
+
     def constant(self, value, dtype, where):
-        """A value for a concrete operand of a vector op: uniform (`jnp.full`) or an iota."""
-        if isinstance(value, _Iota) and value.iota_dim is not None and value.ndim:
+        """A value for a concrete operand of a vector op: an iota (when it is one), a
+        uniform `jnp.full`, or any other array: a constant of the call (``Plan.constant``)."""
+        if isinstance(value, _Iota) and value.iota_dim is not None and value.ndim \
+                and np.dtype(value.dtype) == np.dtype(dtype):
             out = Sym("iota", [], value.shape, value.dtype, where.site)
             self.emit(out, "compute", where, kind={"k": "iota", "dim": int(value.iota_dim)}, args=[],
                       shape=list(value.shape), dtype=_dt(value.dtype, where))
             return out
         a = np.asarray(value).astype(dtype)
+        dt = _dt(a.dtype, where)
         flat = a.reshape(-1)
-        if a.size and not np.all(flat == flat[0]):
-            raise unsupported(
-                "a constant array operand of kernel compute", "constants must be uniform (jnp.full)", where
-            )
+        if not _uniform(flat):
+            out = Sym("const", [], a.shape, a.dtype, where.site)
+            self.emit(out, "const", where, data=self.plan.constant(a), shape=list(a.shape), dtype=dt)
+            return out
         v = flat[0] if a.size else 0
         v = float(bool(v)) if a.dtype == np.bool_ else float(v)
         out = Sym("full", [], a.shape, a.dtype, where.site)
-        self.emit(out, "full", where, shape=list(a.shape), value=v, dtype=_dt(a.dtype, where))
+        self.emit(out, "full", where, shape=list(a.shape), value=v, dtype=dt)
         return out
 
     def emit(self, sym, op, where, **fields):
@@ -845,10 +978,20 @@ class Evaluator:
 
     def p_while(self, eqn, ins):
         cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-        cc, bc, val = ins[:cn], ins[cn:cn + bn], list(ins[cn + bn:])
+        cc, bc, val = list(ins[:cn]), ins[cn:cn + bn], list(ins[cn + bn:])
         where = self.where(eqn)
         n = 0
+        # A computed bound is asked once (when traced while running), not at every step.
+        asks = [i for i in _steer.used_inputs(eqn.params["cond_jaxpr"])] if self.p.asker else []
         while True:
+            for i in asks:
+                x = cc[i] if i < cn else val[i - cn]
+                if isinstance(x, Sym) and math.prod(x.shape) == 1:
+                    x = np.asarray(sym_value(x, "the bound of a loop", where)).reshape(x.shape)
+                    if i < cn:
+                        cc[i] = x
+                    else:
+                        val[i - cn] = x
             (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
             if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
                 return val
@@ -898,7 +1041,7 @@ class Evaluator:
         jaxpr = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
         return self.run_closed(jaxpr, ins)
 
-    p_pjit = p_jit = p_closed_call = p_core_call = p_remat = p_checkpoint = _call
+    p_pjit = p_jit = p_closed_call = p_core_call = p_remat = p_checkpoint = p_eval_jaxpr = _call
     p_custom_jvp_call = p_custom_vjp_call = p_custom_vjp_call_jaxpr = _call
 
     def p_run_scoped(self, eqn, ins):
@@ -959,7 +1102,7 @@ class Evaluator:
             view = self._view(ins[0], ins[2:], eqn.params["tree"], eqn)
         except _OutOfBounds as e:
             return self._oob(e, where, eqn.outvars[0].aval)
-        old = None if isinstance(eqn.outvars[0], jax_core.DropVar) else self.load(view, eqn, where)
+        old = None if self.unused(eqn.outvars[0]) else self.load(view, eqn, where)
         self.store(view, ins[1], where)
         return old
 
@@ -971,8 +1114,9 @@ class Evaluator:
             self._oob(e, where, None)
             return []
         old = self.load(view, eqn, where)
-        kind, args = compute_kind("add", {}, [old, ins[1]], view, where)
-        self.store(view, self.compute("add", kind, args, view.shape, view.dtype, where), where)
+        kind, _ = compute_kind("add", {}, [old, ins[1]], view, where)
+        self.store(view, self.compute("add", kind, [old, ins[1]], view.shape, view.dtype, where,
+                                      [None, getattr(eqn.invars[1], "aval", None)]), where)
         return []
 
     def p_masked_load(self, eqn, ins):
@@ -995,7 +1139,7 @@ class Evaluator:
             view = transform(ref, transforms, where)
         except _OutOfBounds as e:
             return self._oob(e, where, eqn.outvars[0].aval)
-        old = self.load(view, eqn, where)
+        old = None if self.unused(eqn.outvars[0]) else self.load(view, eqn, where)
         self.store(view, val, where)
         return old
 
@@ -1011,31 +1155,77 @@ class Evaluator:
             return self.plan.smem_read(self.p, view, where)
         if buf.kind == "sem":
             raise kernel_error("misuse", f"`{buf.name}` is a semaphore: read it with pl.semaphore_read", where)
-        v = Sym("get", [], view.shape, view.dtype, where.site, view=view)
+        root = np.dtype(buf.root.dtype)
+        v = self._load_as(view, root, where)
+        if np.dtype(view.dtype) != root:  # a `.bitcast` ref: the same bits as its dtype
+            v = self.bitcast(v, view.dtype, where)
+        return v
+
+    def _load_as(self, view, dtype, where):
+        """A load of `view` as the allocation's `dtype`."""
+        buf = view.buf
+        v = Sym("get", [], view.shape, dtype, where.site, view=view)
         steps = view.steps()
         if steps is not None:
             self.emit(v, "load", where, src=[buf.pos, steps])
             return v
-        start, shape, strides, keep = view.window()
-        self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape, "strides": strides})
-        if shape != list(view.shape):  # integer indices drop their dimensions
-            w = Sym("get", [], view.shape, view.dtype, where.site, view=view)
-            w.args = [v]
+        if buf.aliased():  # a `.reshape` ref: its elements as one run of the allocation
+            runs = view.runs()
+            if len(runs) != 1:
+                raise unsupported("a window of a reshaped ref", "windows of contiguous elements only", where)
+            (off, n), = runs
+            v.shape = (n,)
+            self.emit(v, "load", where, src=[buf.pos, [[2, int(off), int(n)]]])
+        else:
+            start, shape, strides, keep = view.window()
+            self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape,
+                                                                     "strides": strides})
+            v.shape = tuple(shape)
+        if tuple(v.shape) != tuple(view.shape):  # integer indices drop their dimensions
+            w = Sym("reshape", [v], view.shape, dtype, where.site, view=view)
             v.uses += 1
             self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape),
-                      dtype=_dt(view.dtype, where))
-            w.prim = "reshape"
+                      dtype=_dt(dtype, where))
             return w
         return v
 
     def store(self, view, value, where):
         buf = view.buf
         if buf.kind == "smem":
-            self.plan.smem_write(self.p, view, value, where)
-            return
+            if not (isinstance(value, Sym) and buf.root.pos is not None):
+                self.plan.smem_write(self.p, view, value, where)
+                return
+            # A vector into device SMEM (traced while running): stored as data, and no
+            # longer known here.
+            self.plan.smem_unknown(self.p, view)
         if buf.kind == "sem":
             raise kernel_error("misuse", f"`{buf.name}` is a semaphore, not a buffer", where)
+        if not isinstance(value, Sym):
+            a = np.asarray(value)
+            if a.size and not _uniform(a.reshape(-1)) or buf.aliased() or \
+                    np.dtype(view.dtype) != np.dtype(buf.root.dtype):
+                # a table or mask (or a store through an alias): a constant value
+                value = self.constant(np.broadcast_to(a, view.shape), view.dtype, where)
+        if value.prim == "poison" if isinstance(value, Sym) else False:
+            return
+        if isinstance(value, Sym) and np.dtype(value.dtype) != np.dtype(buf.root.dtype):
+            value = self.bitcast(value, buf.root.dtype, where)  # into a `.bitcast` ref
+        if buf.aliased():  # into a `.reshape` ref: one run of the allocation
+            runs = view.runs()
+            if len(runs) != 1:
+                raise unsupported("a store into a window of a reshaped ref", "windows of contiguous elements only",
+                                  where)
+            (off, n), = runs
+            flat = self.compute("reshape", {"k": "reshape"}, [value], (n,), value.dtype, where)
+            flat.uses += 1
+            self.p.record("store", where.site, dst=[buf.pos, [[2, int(off), int(n)]]], src=flat.id)
+            return
         self.plan.lower_store(self.p, view, value, where)
+
+    def bitcast(self, v, dtype, where):
+        """Value `v` as `dtype` of the same element width."""
+        kind, _ = compute_kind("bitcast", {}, [v], _Aval((), dtype), where)
+        return self.compute("bitcast", kind, [v], v.shape, dtype, where)
 
     # -- semaphores
 
@@ -1115,6 +1305,28 @@ class Evaluator:
     def p_delay(self, eqn, ins):
         return []
 
+    def p_debug_print(self, eqn, ins):
+        """`pl.debug_print(fmt, *args)`: the text is kept with the plan and printed, with
+        the device and grid point, every time the call runs."""
+        where = self.where(eqn)
+        p = eqn.params
+        if any(isinstance(a, RefV) for a in ins):
+            raise kernel_error("misuse", "`debug_print` of a ref: load it first", where)
+        ins = [sym_value(a, "a value `debug_print` prints", where) if isinstance(a, Sym) else a for a in ins]
+        with np.printoptions(**dict(p.get("np_printoptions") or ())):
+            vals = [np.asarray(a) for a in ins]
+            fmt = p["fmt"]
+            if p.get("has_placeholders", "{" in fmt):
+                text = fmt.format(*[v.item() if v.ndim == 0 else v for v in vals])
+            else:
+                text = " ".join([fmt, *(str(v) for v in vals)])
+        self.p.prints.append(text)
+        return []
+
+    def p_has_memory_space(self, eqn, ins):
+        ref = transform(ins[0], (), self.where(eqn))
+        return np.bool_(ref.buf.kind == space_of(eqn.params["memory_space"]))
+
     def p_trace_value(self, eqn, ins):
         return []
 
@@ -1168,6 +1380,30 @@ class Evaluator:
 _BAD = object()
 
 
+_used = {}
+
+
+def _used_vars(jaxpr):
+    """The variables `jaxpr`'s equations or outputs read (made once per jaxpr)."""
+    got = _used.get(id(jaxpr))
+    if got is None or got[0] is not jaxpr:
+        vs = {v for e in jaxpr.eqns for v in e.invars if not isinstance(v, jax_core.Literal)}
+        vs.update(v for v in jaxpr.outvars if not isinstance(v, jax_core.Literal))
+        if len(_used) > 4096:
+            _used.clear()
+        got = _used[id(jaxpr)] = (jaxpr, vs)
+    return got[1]
+
+
+def _uniform(flat):
+    """True when every element of 1-D `flat` has the same bits (NaNs and signed zeros
+    included)."""
+    if flat.size <= 1:
+        return True
+    rows = np.ascontiguousarray(flat).view(np.uint8).reshape(flat.size, -1)
+    return bool((rows == rows[0]).all())
+
+
 def _dt(dtype, where):
     d = dtype_name(dtype)
     if d is None:
@@ -1180,63 +1416,76 @@ _UNARY = {"neg", "abs", "sign", "floor", "ceil", "exp", "exp2", "expm1", "log", 
 _BINARY = {"add", "sub", "mul", "div", "rem", "pow", "max", "min", "and", "or", "xor", "shift_left",
            "shift_right_arithmetic", "shift_right_logical", "atan2"}
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+# The kinds whose operands are elementwise (a size-1 dimension broadcasts).
+_ELEMENTWISE = {"binary", "compare", "select"}
 
 
 def compute_kind(name, params, ins, aval, where):
-    """(the core's kind as a record, the operands in its order) for lax primitive `name`."""
+    """(the core's kind as a record, the positions of its operands among `ins`, in the
+    kind's order) for lax primitive `name`."""
     p = params
+    every = list(range(len(ins)))
     if name in _UNARY:
-        return {"k": "unary", "op": name}, ins
+        return {"k": "unary", "op": name}, every
     if name == "round":
         m = str(p.get("rounding_method", ""))
-        return {"k": "unary", "op": "round_even" if "EVEN" in m.upper() or m == "1" else "round"}, ins
+        return {"k": "unary", "op": "round_even" if "EVEN" in m.upper() or m == "1" else "round"}, every
     if name == "square":
-        return {"k": "unary", "op": "integer_pow", "n": 2}, ins
+        return {"k": "unary", "op": "integer_pow", "n": 2}, every
     if name == "integer_pow":
-        return {"k": "unary", "op": "integer_pow", "n": int(p["y"])}, ins
+        return {"k": "unary", "op": "integer_pow", "n": int(p["y"])}, every
     if name in _BINARY:
-        return {"k": "binary", "op": name}, ins
+        return {"k": "binary", "op": name}, every
     if name in _COMPARE:
-        return {"k": "compare", "op": name}, ins
-    if name == "select_n":
-        if len(ins) != 3:
-            raise unsupported("select_n", "with more than two cases", where)
-        pred, f, t = ins
-        if np.dtype(getattr(pred, "dtype", np.bool_)) != np.bool_:
-            raise unsupported("select_n", "with an integer selector", where)
-        return {"k": "select"}, [pred, t, f]
+        return {"k": "compare", "op": name}, every
     if name == "convert_element_type":
-        return {"k": "convert"}, ins
-    if name == "broadcast_in_dim":
-        return {"k": "broadcast", "dims": list(p["broadcast_dimensions"])}, ins
+        return {"k": "convert"}, every
+    if name in ("bitcast_convert_type", "bitcast"):
+        src, dst = np.dtype(ins[0].dtype), np.dtype(aval.dtype)
+        if src.itemsize != dst.itemsize:
+            raise unsupported(name, f"from {src} to {dst}: bitcasts keep the element width here", where)
+        if src.kind in "iub" and dst.kind in "iub":  # i8 <-> u8: the same bits, wrapped
+            return {"k": "convert"}, every
+        return {"k": "bitcast"}, every
+    if name in ("broadcast_in_dim", "broadcast_to"):
+        dims = p.get("broadcast_dimensions")
+        if dims is None:  # state's broadcast_to: numpy's rule, trailing dimensions line up
+            r = len(ins[0].shape)
+            dims = range(len(aval.shape) - r, len(aval.shape))
+        return {"k": "broadcast", "dims": list(dims)}, [0]
     if name in ("reshape", "squeeze", "expand_dims"):
-        return {"k": "reshape"}, ins[:1]
+        return {"k": "reshape"}, [0]
     if name == "transpose":
-        return {"k": "transpose", "dims": list(p["permutation"])}, ins
+        return {"k": "transpose", "dims": list(p["permutation"])}, every
     if name == "slice":
         st = p.get("strides") or (1,) * len(p["start_indices"])
-        return {"k": "slice", "start": list(p["start_indices"]), "strides": list(st)}, ins
+        return {"k": "slice", "start": list(p["start_indices"]), "strides": list(st)}, every
     if name == "dynamic_slice":
         x, *idx = ins
         sizes = p["slice_sizes"]
         start = [min(max(_concrete_int(i, "a dynamic_slice index", where), 0), x.shape[d] - sizes[d])
                  for d, i in enumerate(idx)]
-        return {"k": "slice", "start": start, "strides": [1] * len(start)}, [x]
+        return {"k": "slice", "start": start, "strides": [1] * len(start)}, [0]
     if name == "dynamic_update_slice":
         x, upd, *idx = ins
         start = [min(max(_concrete_int(i, "a dynamic_update_slice index", where), 0), x.shape[d] - upd.shape[d])
                  for d, i in enumerate(idx)]
-        return {"k": "update_slice", "start": start}, [x, upd]
+        return {"k": "update_slice", "start": start}, [0, 1]
     if name == "concatenate":
-        return {"k": "concat", "dim": int(p["dimension"])}, ins
+        return {"k": "concat", "dim": int(p["dimension"])}, every
     if name in ("reduce_sum", "reduce_max", "reduce_min"):
-        return {"k": "reduce", "op": name[7:], "dims": sorted(int(a) for a in p["axes"])}, ins
+        return {"k": "reduce", "op": name[7:], "dims": sorted(int(a) for a in p["axes"])}, every
+    if name in ("reduce_and", "reduce_or"):  # of bools: the least and the largest
+        if np.dtype(ins[0].dtype) != np.bool_:
+            raise unsupported(name, "of integers (bitwise reductions)", where)
+        op = "min" if name == "reduce_and" else "max"
+        return {"k": "reduce", "op": op, "dims": sorted(int(a) for a in p["axes"])}, every
     if name in ("argmax", "argmin"):
-        return {"k": "arg_reduce", "op": name[3:], "dim": int(p["axes"][0])}, ins
+        return {"k": "arg_reduce", "op": name[3:], "dim": int(p["axes"][0])}, every
     if name == "dot_general":
         (lc, rc), (lb, rb) = p["dimension_numbers"]
         return {"k": "dot", "lhs_contract": list(lc), "rhs_contract": list(rc), "lhs_batch": list(lb),
-                "rhs_batch": list(rb)}, ins
+                "rhs_batch": list(rb)}, every
     if name == "iota":
         return {"k": "iota", "dim": int(p["dimension"])}, []
     raise unsupported(name, "tpusim has no compute op for this primitive on values loaded from refs", where)

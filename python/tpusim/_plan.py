@@ -9,7 +9,6 @@ cache keeps: a repeated call with the same values reuses it and only executes.
 """
 
 import functools
-import json
 import math
 import re
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from jax._src import core as jax_core
 
-from . import _native
+from . import _native, _steer
 from ._budget import RecordingBudget, points as grid_points
 from ._jaxpr import (
     Buffer, Evaluator, Point, RefV, Sym, _BAD, _Where, _concrete_int, dtype_name, kernel_error,
@@ -81,6 +80,14 @@ def _blocks(pieces):
                     continue
         out.append(((ao, n, 1, n), (bo, m, 1, m)))
     return out
+
+
+def _same_bits(a, b):
+    """True when a copy between dtypes `a` and `b` moves the same elements: equal, or
+    of the same width (f32 and i32, f16 and bf16: a DMA moves bytes)."""
+    a, b = np.dtype(a), np.dtype(b)
+    pairs = ({"float32", "int32"}, {"float16", "bfloat16"})
+    return a == b or any({a.name, b.name} <= p for p in pairs)
 
 
 class CallSpec:
@@ -154,6 +161,16 @@ class CallSpec:
                          str(self.mesh))
         return self._key
 
+    @functools.cached_property
+    def prints(self):
+        """True when the kernel has a `pl.debug_print`."""
+
+        def walk(jx):
+            return any(e.primitive.name == "debug_print" or any(walk(sub) for sub in jax_core.jaxprs_in_params(e.params))
+                       for e in jx.eqns)
+
+        return walk(self.jaxpr)
+
     def tpusim_mesh(self):
         axes = list(self.axes)
         if self.cores > 1:
@@ -170,12 +187,16 @@ class CallSpec:
 
 
 class Plan:
-    """A CallSpec evaluated on every device and grid point for one set of SMEM values."""
+    """A CallSpec evaluated on every device and grid point for one set of SMEM values.
+    A kernel that needs values it computes itself is `steered`: traced call by call
+    while it runs (``_steer``), its SMEM scratch memory of the simulated devices too."""
 
     max_iterations = 1_000_000
 
-    def __init__(self, spec, smem_values):
+    def __init__(self, spec, smem_values, steered=False):
         self.spec = spec
+        self.steered = steered
+        self.smem_bufs = []  # every SMEM buffer (their values per device, see smem_snapshot)
         self.grid = spec.grid
         self.inputs, self.outputs, self.scratch = [], [], []
         self.kernel_bufs = []  # one per jaxpr invar
@@ -189,22 +210,54 @@ class Plan:
         self.sem_outputs = []  # (semaphore, its counts' Rust output): read at exit
         self._sem_scratch = []  # (semaphore operand, scratch kind, shape)
         self._pieces_made = {}  # see _pieces
+        # `pl.debug_print`s: (device, g) -> ((chip, core), grid point, texts)
+        self.prints = {}
+        self._blocks_at = {}  # see _block_ids
+        self.constants = []  # the constant arrays of compute, by position (``constant``)
+        self._constant_ids = {}
         self.mesh = spec.tpusim_mesh()
         self.P = self.mesh.size
         self.devices = spec.axes
         self._build(smem_values)
         self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
         self.budget = RecordingBudget(spec.name, self.P, self.grid)
+        if steered:
+            # Traced at every call, as it runs: the native call asks for a tracer.
+            self._smem_start = [self.smem_snapshot(d) for d in range(self.P)]
+            # A call whose reads find what a call before found runs that call's plan,
+            # unless the trace gives more than the program: texts, SMEM results.
+            self.call = _native.KernelCall.steered(
+                spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, spec.collective_id,
+                spec.cores, self.aliases, self, replayable=not (spec.prints or self.smem_results),
+            )
+            return
         self.recording = [self._device(d) for d in range(self.P)]
-        # Whether the kernel computes on values (compute ops).
-        self.has_values = any(r["op"] in ("load", "compute", "full", "store")
-                              for dev in self.recording for pt in dev for r in pt)
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
-            spec.collective_id, json.dumps(self.recording), spec.cores, self.aliases,
+            spec.collective_id, self.recording, spec.cores, self.aliases, self.constants,
         )
 
+    def tracer(self):
+        """A fresh trace of the kernel while it runs (one per run: each schedule's own),
+        from the SMEM values the call starts with."""
+        for d in range(self.P):
+            self.smem_restore(d, self._smem_start[d])
+        self.prints = {}
+        self.budget = RecordingBudget(self.spec.name, self.P, self.grid)  # this trace's time
+        return _steer.Tracer(self)
+
     # -- buffers
+
+    def constant(self, a):
+        """The position of constant array `a` among the call's constants (each distinct
+        one is kept once, whichever devices and grid points make it)."""
+        a = np.ascontiguousarray(a)
+        key = (a.dtype.str, a.shape, a.tobytes())
+        got = self._constant_ids.get(key)
+        if got is None:
+            got = self._constant_ids[key] = len(self.constants)
+            self.constants.append(a)
+        return got
 
     def _add_scratch(self, kind, name, shape, dtype_s):
         pos = len(self.inputs) + len(self.outputs) + len(self.scratch)
@@ -228,6 +281,7 @@ class Plan:
             v = invars[i]
             b = Buffer("smem", spec.arg_name(i, f"scalar{i}"), v.aval.shape, v.aval.dtype)
             b.smem = {d: np.array(smem_values[d][i]) for d in range(self.P)}
+            self.smem_bufs.append(b)
             self.kernel_bufs.append(b)
         # Operands: SMEM ones live here; the others are Rust operands (inputs, then
         # outputs), in HBM, whole in VMEM, or in HBM with a VMEM block per grid point.
@@ -248,6 +302,7 @@ class Plan:
                 b = Buffer("smem", name, arr.shape, arr.dtype)
                 init = (lambda d: np.zeros(arr.shape, arr.dtype)) if is_out else (lambda d: np.array(smem_values[d][k]))
                 b.smem = {d: init(d) for d in range(self.P)}
+                self.smem_bufs.append(b)
                 ops.append((is_out, b, None))
                 continue
             dt = self._dt(arr.dtype, f"operand `{name}`")
@@ -359,14 +414,25 @@ class Plan:
         shape = tuple(aval.shape)
         if ms == "sem" or sem_kind(aval.dtype):
             kind = sem_kind(aval.dtype)
-            if kind is None or kind == "barrier":
+            if kind is None:
                 raise unsupported(f"a scratch semaphore of type {aval.dtype}", "", where)
+            if kind == "barrier":
+                # A BARRIER scratch semaphore is one of the kernel's own, as Mosaic
+                # allocates it (a `!tpu.semaphore`) and JAX's interpret mode does.
+                kind = "regular"
             n = math.prod(shape)
             pos = self._add_scratch(kind, name, [] if not shape else [n], "i32")
             return Buffer("sem", name, shape, aval.dtype, pos=pos, sem=kind)
         if ms == "smem":
             b = Buffer("smem", name, shape, aval.dtype)
             b.smem = {d: np.zeros(shape, aval.dtype) for d in range(self.P)}
+            b.scratch = True
+            if self.steered:
+                # Memory of the simulated devices too: DMAs and vector stores reach it.
+                b.pos = self._add_scratch("vmem", f"{name} (SMEM)", shape or (1,),
+                                          self._dt(aval.dtype, f"SMEM scratch `{name}`"))
+                b.known = {d: np.ones(max(1, math.prod(shape)), bool) for d in range(self.P)}
+            self.smem_bufs.append(b)
             return b
         if ms in ("vmem", None):
             if not shape or 0 in shape:
@@ -520,20 +586,80 @@ class Plan:
     # -- SMEM
 
     def smem_read(self, p, view, where):
+        root = view.buf.root
+        if root.pos is not None and p.asker is not None:
+            # Device SMEM: each read is an access; an element tracing does not know
+            # asks for the whole buffer as this read finds it.
+            paths = [self._path(view, r) for r in view.runs()]
+            unknown = not root.known[p.device][self._flat(view)].all()
+            for path in paths[:-1] if unknown else paths:
+                p.record("read", where.site, src=path, fetch=path)
+            if unknown:
+                p.asker.fetch(p, where, src=paths[-1], fetch=[root.pos, []], buf=view.buf)
         arr = view.buf.smem[p.device]
         idx = tuple(d if not isinstance(d, tuple) else slice(d[0], d[0] + d[1] * d[2], d[2]) for d in view.dims)
         return np.array(arr[idx])
 
     def smem_write(self, p, view, value, where):
         if isinstance(value, Sym):
+            if getattr(view.buf.root, "scratch", False) and not self.steered:
+                raise _steer.NeedsSteering("a vector stored into SMEM")
             raise unsupported(
-                "storing a value loaded from VMEM or HBM into SMEM",
-                "SMEM values decide control flow and must be known before the kernel runs",
+                "storing a value loaded from VMEM or HBM into an SMEM operand",
+                "SMEM operands are read and written by scalars (SMEM scratch takes vectors)",
                 where,
             )
         arr = view.buf.smem[p.device]
         idx = tuple(d if not isinstance(d, tuple) else slice(d[0], d[0] + d[1] * d[2], d[2]) for d in view.dims)
         arr[idx] = np.asarray(value)
+        root = view.buf.root
+        if root.pos is not None:
+            # Device SMEM: the store is recorded (a DMA may read it) and known here.
+            root.known[p.device][self._flat(view)] = True
+            vals = np.broadcast_to(np.asarray(value, dtype=view.dtype), view.shape).reshape(-1)
+            at = 0
+            for off, n in view.runs():
+                for k in range(n):
+                    v = vals[at + k]
+                    p.record("fill", where.site, dst=[root.pos, [[2, int(off + k), 1]]],
+                             value=float(bool(v)) if vals.dtype == np.bool_ else float(v))
+                at += n
+
+    def smem_unknown(self, p, view):
+        """`view`'s elements of device SMEM are no longer known to tracing on `p`'s device."""
+        view.buf.root.known[p.device][self._flat(view)] = False
+
+    def smem_forget(self, device):
+        """Nothing of `device`'s device SMEM is known to tracing any more (after a wait)."""
+        for b in self.smem_bufs:
+            if b.pos is not None:
+                b.known[device][:] = False
+
+    @staticmethod
+    def _flat(view):
+        """The flat element indices of `view` in its allocation."""
+        runs = view.runs()
+        if not runs:
+            return np.zeros(0, np.int64)
+        return np.concatenate([np.arange(o, o + n) for o, n in runs])
+
+    def smem_snapshot(self, device):
+        """Every SMEM buffer's values (and what tracing knows of them) on `device`."""
+        return {id(b): (b.smem[device].copy(), None if b.pos is None else b.known[device].copy())
+                for b in self.smem_bufs}
+
+    def smem_restore(self, device, snap):
+        """`device`'s SMEM as `snap` holds it (buffers made since: zeros, known)."""
+        for b in self.smem_bufs:
+            got = snap.get(id(b))
+            if got is None:
+                b.smem[device][...] = 0
+                if b.pos is not None:
+                    b.known[device][:] = True
+                continue
+            b.smem[device][...] = got[0]
+            if b.pos is not None:
+                b.known[device][...] = got[1]
 
     # -- refs as recorded
 
@@ -552,7 +678,7 @@ class Plan:
         (path_a, path_b); with `blocks` (a DMA's), runs at a fixed stride on both sides
         are one piece (``_blocks``). The same views recur at every device and grid point:
         made once."""
-        key = (a.buf.pos, a.buf.shape, a.dims, b.buf.pos, b.buf.shape, b.dims, blocks)
+        key = (a.buf.pos, a.buf.base, a.buf.shape, a.dims, b.buf.pos, b.buf.base, b.buf.shape, b.dims, blocks)
         got = self._pieces_made.get(key)
         if got is None:
             ra, rb = a.runs(), b.runs()
@@ -573,7 +699,7 @@ class Plan:
         return [view.buf.pos, [[2, off, n], [4, rows, stride]]]
 
     def _check_same(self, p, a, b, where):
-        if a.numel() != b.numel() or np.dtype(a.dtype) != np.dtype(b.dtype):
+        if a.numel() != b.numel() or not _same_bits(a.dtype, b.dtype):
             self._bad(
                 p, where,
                 f"`{a.buf.name}` is {list(a.shape)} {np.dtype(a.dtype)} but `{b.buf.name}` is "
@@ -604,7 +730,8 @@ class Plan:
                 return
             # A plain copy of a load, or an accumulate of two loads into one of them:
             # the core's copy and accumulate (every executor runs them), not values.
-            if value.prim == "get" and value.uses == 0 and self._untouched(p, [value.view.buf], value.pos):
+            if (value.prim == "get" and value.uses == 0 and value.pos >= p.frozen
+                    and self._untouched(p, [value.view.buf], value.pos)):
                 if not self._check_same(p, view, value.view, where):
                     return
                 value.rec["dead"] = True
@@ -614,7 +741,7 @@ class Plan:
             if value.prim in ("add", "max", "min") and value.uses == 0 and len(value.args) == 2:
                 a, b = value.args
                 if (isinstance(a, Sym) and isinstance(b, Sym) and a.prim == b.prim == "get"
-                        and a.uses == 1 and b.uses == 1 and a is not b):
+                        and a.uses == 1 and b.uses == 1 and a is not b and min(a.pos, b.pos) >= p.frozen):
                     if b.view.key() == view.key():
                         a, b = b, a
                     if (a.view.key() == view.key() and np.dtype(a.dtype) == np.dtype(b.dtype)
@@ -633,12 +760,7 @@ class Plan:
         arr = np.asarray(value)
         if arr.size == 0:
             return
-        flat = arr.reshape(-1)
-        if not np.all(flat == flat[0]):
-            raise unsupported(
-                "storing a non-uniform constant into a ref", "constants must be uniform (jnp.full)", where
-            )
-        v = flat[0]
+        v = arr.reshape(-1)[0]  # uniform: the evaluator made any other constant a value
         v = float(v) if not isinstance(v, (np.bool_, bool)) else float(bool(v))
         runs = view.runs()
         if len(runs) == 1:
@@ -674,8 +796,12 @@ class Plan:
         else:
             send, recv = src_sem, dst_sem
         for r in (src, dst):
-            if r.buf.kind == "smem":
-                raise unsupported("a DMA into or out of SMEM", "SMEM is read and written by scalars here", where)
+            if r.buf.kind == "smem" and r.buf.root.pos is None:
+                if getattr(r.buf.root, "scratch", False) and not self.steered:
+                    raise _steer.NeedsSteering("a DMA into or out of SMEM")
+                raise unsupported("a DMA into or out of an SMEM operand",
+                                  "DMAs reach SMEM scratch (scalar prefetch and SMEM operands are read by scalars)",
+                                  where)
             if r.buf.kind == "sem":
                 raise kernel_error("misuse", f"`{r.buf.name}` is a semaphore, not a buffer", where)
         target = self.device_id(p, dev, eqn.params.get("device_id_type"), where, dma=True)
@@ -689,6 +815,8 @@ class Plan:
         if remote and send_p is None:
             raise kernel_error("misuse", "a remote copy needs a send semaphore", where)
         site = where.site
+        if kind == "start" and dst.buf.kind == "smem" and not remote:
+            self.smem_unknown(p, dst)  # the DMA lands in this device's SMEM at some point
         for s, d in self._pieces(src, dst, blocks=True):
             i = p.ndesc = getattr(p, "ndesc", 0)
             p.ndesc += 1
@@ -733,47 +861,60 @@ class Plan:
     # -- evaluation
 
     def _device(self, device):
-        spec = self.spec
         # Blocked operands look at a point's neighbours: their grids are listed (the
         # budget refused grids too large to list before this); others go lazily.
         points = list(grid_points(self.grid)) if self.blocked else grid_points(self.grid)
-        last = math.prod(self.grid) - 1
+        n = math.prod(self.grid)
         out = []
-        idx_cache = {}
-        if self.blocked:
-            probe = Point(self, device, points[0] if points else ())
-            ev = Evaluator(self, probe)
-            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
-                idx_cache[n] = [self._block_indices(ev, bm, pt) for pt in points]
         for g, pt in enumerate(points):
-            p = Point(self, device, pt)
-            ev = Evaluator(self, p)
-            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
-                if is_out:
-                    continue
-                ids = idx_cache[n]
-                if g == 0 or ids[g] != ids[g - 1]:
-                    view = self._block_view(hbm, bm, ids[g])
-                    self._check_block(p, view, vb)
-                    self._copy(p, view, RefV(vb), "BlockSpec")
-            if g == 0:
-                self._sem_entry(p, device)
-            args = [RefV(b) for b in self.kernel_bufs]
-            ev.run(spec.jaxpr, [], args)
-            for n, (vb, hbm, bm, is_out) in enumerate(self.blocked):
-                if not is_out:
-                    continue
-                ids = idx_cache[n]
-                if g == len(points) - 1 or ids[g] != ids[g + 1]:
-                    view = self._block_view(hbm, bm, ids[g])
-                    self._check_block(p, view, vb)
-                    self._copy(p, RefV(vb), view, "BlockSpec")
-            if g == last:
-                self._sem_exit(p)
-            p.drop_unused()
-            out.append([r for r in p.ops if not r.get("dead")])
+            out.append(self._point(device, g, pt, n, points))
             self.budget.called(out[-1])
         return out
+
+    def grid_points(self):
+        """The grid's points in row-major order, listed."""
+        return list(grid_points(self.grid))
+
+    def point(self, device, g, points, asker):
+        """The records of device `device` at grid point `g` of `points`, its questions
+        answered by `asker` (its ``_steer.DeviceTrace``)."""
+        return self._point(device, g, points[g], len(points), points, asker)
+
+    def _block_ids(self, device, points):
+        """Per blocked operand, its block index at every point of `points` on `device`."""
+        got = self._blocks_at.get(device)
+        if got is None:
+            probe = Point(self, device, points[0] if points else ())
+            ev = Evaluator(self, probe)
+            got = self._blocks_at[device] = [[self._block_indices(ev, bm, pt) for pt in points]
+                                             for (vb, hbm, bm, is_out) in self.blocked]
+        return got
+
+    def _point(self, device, g, pt, n, points, asker=None):
+        spec = self.spec
+        p = Point(self, device, pt)
+        p.asker = asker
+        ev = Evaluator(self, p)
+        ids = self._block_ids(device, points) if self.blocked else ()
+        for k, (vb, hbm, bm, is_out) in enumerate(self.blocked):
+            if not is_out and (g == 0 or ids[k][g] != ids[k][g - 1]):
+                view = self._block_view(hbm, bm, ids[k][g])
+                self._check_block(p, view, vb)
+                self._copy(p, view, RefV(vb), "BlockSpec")
+        if g == 0:
+            self._sem_entry(p, device)
+        ev.run(spec.jaxpr, [], [RefV(b) for b in self.kernel_bufs])
+        for k, (vb, hbm, bm, is_out) in enumerate(self.blocked):
+            if is_out and (g == n - 1 or ids[k][g] != ids[k][g + 1]):
+                view = self._block_view(hbm, bm, ids[k][g])
+                self._check_block(p, view, vb)
+                self._copy(p, RefV(vb), view, "BlockSpec")
+        if g == n - 1:
+            self._sem_exit(p)
+        p.drop_unused()
+        if p.prints or (device, g) in self.prints:
+            self.prints[(device, g)] = (p.name(), pt, p.prints)
+        return [r for r in p.ops if not r.get("dead")]
 
     def _check_block(self, p, view, vb):
         for d, n in zip(view.dims, view.buf.shape):
@@ -786,6 +927,19 @@ class Plan:
                 )
 
     # -- results
+
+    def prints_any(self):
+        """True when the kernel printed (`pl.debug_print`)."""
+        return any(texts for _, _, texts in self.prints.values())
+
+    def print_texts(self):
+        """Prints the kernel's `pl.debug_print` texts, each with its device and grid point
+        (what a TPU prints as the call runs)."""
+        for key in sorted(self.prints):
+            (chip, core), point, texts = self.prints[key]
+            dev = f"device {chip}" + ("" if core is None else f" core {core}")
+            for text in texts:
+                print(f"[{dev}, grid point {list(point)}] {text}", flush=True)
 
     @functools.cached_property
     def input_operands(self):

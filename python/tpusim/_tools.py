@@ -113,11 +113,12 @@ def _run(fn, args, devices):
     return res
 
 
-def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1):
+def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1, replay=None):
     """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per distinct
-    call; with `sequence`, one report of all the calls in order, as one sequence."""
+    call (under exactly `replay`, when given); with `sequence`, one report of all the
+    calls in order, as one sequence."""
     if not sequence:
-        with collecting(check_plan, schedules=schedules, seed=seed, repeat=repeat) as got:
+        with collecting(check_plan, schedules=schedules, seed=seed, replay=replay, repeat=repeat) as got:
             _run(fn, args, devices)
         return got
     with sequence_report(schedules=schedules, seed=seed, repeat=repeat) as got:

@@ -7,8 +7,8 @@ use crate::ir::{MemorySpace, OpKind};
 use crate::kernel::{PallasCall, ScratchSpec, MAX_SCOPED};
 use crate::mesh::Mesh;
 
-/// Counts taken from the spec alone (no tracing).
-#[derive(Clone, Debug, PartialEq)]
+/// Counts taken from the spec alone (no tracing); the default counts nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Census {
     /// Devices.
     pub devices: f64,

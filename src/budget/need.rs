@@ -157,8 +157,8 @@ const WAIT_BYTES: f64 = 16.0;
 /// Bytes per DMA in the race checker: a wait ordered after each of its two completions.
 const DMA_MARK_BYTES: f64 = 16.0;
 
-/// The memory a command needs.
-#[derive(Clone, Debug, PartialEq)]
+/// The memory a command needs (the default: nothing counted).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Need {
     /// Every part, host and device.
     pub parts: Vec<Part>,

@@ -8,6 +8,7 @@
 use super::view::View;
 use crate::array::DType;
 use std::fmt;
+use std::sync::Arc;
 
 /// A value an op reads or writes: `view`'s elements as a dense row-major array.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,6 +221,13 @@ pub enum ComputeKind {
         /// The dimension searched.
         axis: usize,
     },
+    /// `dst` = these elements (a constant array of the kernel: a `jnp.array` literal, a
+    /// mask or table computed from iotas), row-major, one word each in
+    /// [`DType::bits_of`]'s form; shared by every op that makes the same constant.
+    Constant(Arc<[u32]>),
+    /// `dst = src0`'s bits as `dst`'s dtype of the same width (`lax.bitcast_convert_type`,
+    /// `pltpu.bitcast` between f32 and i32, or f16 and bf16); same shape.
+    Bitcast,
     /// `lax.dot_general(src0, src1)`: destination dims are the batch dims, then the
     /// left operand's free dims, then the right's; products summed in `dst`'s dtype
     /// (`preferred_element_type`: f32 for 16-bit floats, i32 for int8), inputs
@@ -411,13 +419,14 @@ impl Compute {
             | ComputeKind::Transpose { .. }
             | ComputeKind::Slice { .. }
             | ComputeKind::Reduce { .. }
-            | ComputeKind::ArgReduce { .. } => 1,
+            | ComputeKind::ArgReduce { .. }
+            | ComputeKind::Bitcast => 1,
             ComputeKind::Binary(_)
             | ComputeKind::Compare(_)
             | ComputeKind::UpdateSlice { .. }
             | ComputeKind::Dot(_) => 2,
             ComputeKind::Select => 3,
-            ComputeKind::Iota { .. } => 0,
+            ComputeKind::Iota { .. } | ComputeKind::Constant(_) => 0,
             ComputeKind::Concat { .. } => return None,
         })
     }
@@ -540,6 +549,21 @@ impl Compute {
             ComputeKind::Iota { dim } => want(
                 *dim < d.shape.len() && d.dtype != DType::Bool,
                 format!("iota along dim {dim} of shape {:?}", d.shape),
+            ),
+            ComputeKind::Constant(words) => want(
+                words.len() == d.numel(),
+                format!(
+                    "a constant of {} elements cannot fill {:?}",
+                    words.len(),
+                    d.shape
+                ),
+            ),
+            ComputeKind::Bitcast => want(
+                same_shape(&s[0].shape, &d.shape) && bitcastable(s[0].dtype, d.dtype),
+                format!(
+                    "a bitcast keeps the shape and goes between f32 and i32 or f16 and bf16, not {} {:?} to {} {:?}",
+                    s[0].dtype, s[0].shape, d.dtype, d.shape
+                ),
             ),
             ComputeKind::Slice { start, strides } => {
                 let r = s[0].shape.len();
@@ -728,6 +752,17 @@ fn binary_dtype(b: Binary, t: DType) -> Result<(), String> {
     }
 }
 
+/// True when [`ComputeKind::Bitcast`] goes from `a` to `b`: the same bits in the
+/// executors' words (4-byte f32 and i32, or 16-bit f16 and bf16).
+pub fn bitcastable(a: DType, b: DType) -> bool {
+    let class = |t: DType| match t {
+        DType::F32 | DType::I32 => Some(4),
+        DType::F16 | DType::BF16 => Some(2),
+        _ => None,
+    };
+    class(a).is_some() && class(a) == class(b)
+}
+
 /// True when a dot of `input` operands may accumulate in `acc`.
 fn dot_accumulates(input: DType, acc: DType) -> bool {
     match input {
@@ -795,6 +830,8 @@ impl fmt::Display for ComputeKind {
             ComputeKind::Reshape => write!(f, "reshape"),
             ComputeKind::Transpose { .. } => write!(f, "transpose"),
             ComputeKind::Iota { .. } => write!(f, "iota"),
+            ComputeKind::Constant(_) => write!(f, "constant"),
+            ComputeKind::Bitcast => write!(f, "bitcast_convert_type"),
             ComputeKind::Slice { .. } => write!(f, "slice"),
             ComputeKind::UpdateSlice { .. } => write!(f, "dynamic_update_slice"),
             ComputeKind::Concat { .. } => write!(f, "concatenate"),

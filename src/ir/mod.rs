@@ -23,7 +23,8 @@ mod view;
 mod written;
 
 pub use compute::{
-    dot_shape, Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction, Unary, Work,
+    bitcastable, dot_shape, Binary, Comparison, Compute, ComputeKind, DotDims, Operand, Reduction,
+    Unary, Work,
 };
 pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};

@@ -77,6 +77,17 @@ pub enum OpKind {
         /// Where the value goes (VMEM, one i32 element).
         dst: View,
     },
+    /// A scalar the kernel reads to decide what it does next (an SMEM element a DMA or a
+    /// store wrote, a reduced vector, a semaphore's value read into VMEM): a read of
+    /// `src` when the op runs. A front end that traces while the program runs
+    /// ([`crate::run::steer`]) stops there: what `fetch` (`src`, or more of its
+    /// allocation) holds at that point of the schedule is what its tracing goes on with.
+    Read {
+        /// What the kernel reads (an access, for the verifier).
+        src: View,
+        /// What the tracer is given (not an access of its own).
+        fetch: View,
+    },
 }
 
 /// One traced op.
@@ -125,6 +136,10 @@ impl OpKind {
             OpKind::SemRead { sem, dst } => OpKind::SemRead {
                 sem: (m.sem)(*sem),
                 dst: (m.view)(*dst),
+            },
+            OpKind::Read { src, fetch } => OpKind::Read {
+                src: (m.view)(*src),
+                fetch: (m.view)(*fetch),
             },
         }
     }

@@ -284,7 +284,9 @@ impl<'a> Ctx<'a> {
         if a.fault == Some(Fault::Arg) || b.fault == Some(Fault::Arg) {
             return false;
         }
-        if a.shape() != b.shape() || a.dtype != b.dtype {
+        // A DMA moves bytes: dtypes of one width move the same elements.
+        let same_bits = a.dtype == b.dtype || crate::ir::bitcastable(a.dtype, b.dtype);
+        if a.shape() != b.shape() || !same_bits {
             self.fail(
                 site,
                 KernelErrorKind::ShapeMismatch,
@@ -655,6 +657,19 @@ impl<'a> Ctx<'a> {
                 KernelErrorKind::Misuse,
                 format!(
                     "an accumulate takes f32, i32, f16 or bf16, not {} (`{}`): use the value ops",
+                    dst.dtype,
+                    self.name(&dst)
+                ),
+            );
+            return;
+        }
+        if src.dtype != dst.dtype {
+            self.fail(
+                site,
+                KernelErrorKind::ShapeMismatch,
+                format!(
+                    "an accumulate combines one dtype, not {} into {} (`{}`)",
+                    src.dtype,
                     dst.dtype,
                     self.name(&dst)
                 ),

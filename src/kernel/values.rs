@@ -545,6 +545,32 @@ impl<'a> Ctx<'a> {
         self.value(Some(dst))
     }
 
+    /// A read of value `v` the kernel decides by ([`OpKind::Read`]): where a front end
+    /// that traces while the program runs ([`crate::run::steer`]) learns its data.
+    #[track_caller]
+    pub fn scalar_read_value(&self, v: &Value<'_>) {
+        let site = self.site("read");
+        if let Some(o) = &v.op {
+            self.push(
+                OpKind::Read {
+                    src: o.view,
+                    fetch: o.view,
+                },
+                site,
+            );
+        }
+    }
+
+    /// A read of `src` the kernel decides by ([`OpKind::Read`]; VMEM), whose tracer is
+    /// given `fetch` (`src`, or more of its allocation).
+    #[track_caller]
+    pub fn scalar_read(&self, src: Ref, fetch: Ref) {
+        let site = self.site("read");
+        if let (Some(s), Some(f)) = (self.vmem_view(&src, site), self.vmem_view(&fetch, site)) {
+            self.push(OpKind::Read { src: s, fetch: f }, site);
+        }
+    }
+
     /// `lax.iota(dtype, n)` along `dim` of `shape` (`lax.broadcasted_iota`).
     #[track_caller]
     pub fn iota<'c>(&'c self, shape: &[usize], dim: usize, dtype: DType) -> Value<'c>
@@ -692,6 +718,8 @@ fn kind_op(kind: &ComputeKind) -> &'static str {
         ComputeKind::Reshape => "reshape",
         ComputeKind::Transpose { .. } => "transpose",
         ComputeKind::Iota { .. } => "iota",
+        ComputeKind::Constant(_) => "constant",
+        ComputeKind::Bitcast => "bitcast",
         ComputeKind::Slice { .. } => "slice",
         ComputeKind::UpdateSlice { .. } => "dynamic_update_slice",
         ComputeKind::Concat { .. } => "concatenate",

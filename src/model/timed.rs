@@ -266,6 +266,20 @@ impl<'p> Timed<'p> {
         crate::sched::schedule_driven(p, &mut self)?;
         Ok(self.0.finish())
     }
+
+    /// [`Timed::run`] over a program traced while it runs ([`crate::run::steer`]): from
+    /// the steps of `resume`, stopping where it says.
+    pub fn run_steps(
+        mut self,
+        resume: &crate::sched::Resume,
+    ) -> crate::Result<crate::run::steer::Attempt<TimedRun>> {
+        let p = self.0.p;
+        let steps = crate::sched::run_steps(p, &mut self, resume)?;
+        Ok(match steps.paused {
+            Some(_) => crate::run::steer::Attempt::Paused(steps),
+            None => crate::run::steer::Attempt::Done(self.0.finish()),
+        })
+    }
 }
 
 impl Driver for Timed<'_> {
@@ -415,8 +429,8 @@ impl<'p> Clock<'p> {
                 self.routes.insert(*id, devices);
                 self.dma_start.insert(*id, t);
             }
-            // A scalar read of a semaphore: no time the model counts.
-            OpKind::Mark(_) | OpKind::SemRead { .. } => {}
+            // A scalar read of a semaphore or of memory: no time the model counts.
+            OpKind::Mark(_) | OpKind::SemRead { .. } | OpKind::Read { .. } => {}
             OpKind::Compute(c) => {
                 let work = c.work();
                 let (unit, dur) = match &**c {
@@ -520,7 +534,7 @@ impl Policy for Clock<'_> {
     }
 
     fn pick(&mut self, choices: &Choices) -> Choice {
-        let (c, t) = choices
+        let (c, _) = choices
             .iter()
             .map(|c| (c, self.ready(&c)))
             .fold(None, |best: Option<(Choice, f64)>, cur| match best {
@@ -528,6 +542,19 @@ impl Policy for Clock<'_> {
                 _ => Some(cur),
             })
             .expect("the scheduler asks only when something can happen");
+        self.take(c);
+        c
+    }
+
+    fn forced(&mut self, _choices: &Choices, c: Choice) {
+        self.take(c);
+    }
+}
+
+impl Clock<'_> {
+    /// Takes step `c` at the time it is ready.
+    fn take(&mut self, c: Choice) {
+        let t = self.ready(&c);
         self.advance(t);
         self.now = t;
         match c {
@@ -535,7 +562,6 @@ impl Policy for Clock<'_> {
             Choice::Device { enter: true, .. } => {}
             Choice::Device { device, op, .. } => self.run_op(device, op, t),
         }
-        c
     }
 }
 

@@ -22,6 +22,7 @@
 mod execute;
 mod model;
 mod shard;
+pub mod steer;
 
 pub use execute::{random_inputs, Checked, Plan};
 pub use model::{Modeled, Nccl};
@@ -36,10 +37,11 @@ use crate::ir::{Feed, Program};
 use crate::kernel::PallasCall;
 use crate::mesh::{Mesh, Placement};
 use crate::model::Traffic;
-use crate::sched::{schedule, ScheduleSpec};
+use crate::sched::{run_steps, schedule, NoObserver, ScheduleSpec, Split};
 use crate::trace::{derived_layout, TraceLayout};
 use crate::verify::{self, Report};
 use std::sync::Arc;
+use steer::{Attempt, Steering};
 
 /// What a job runs.
 #[derive(Clone)]
@@ -55,6 +57,13 @@ pub enum Kernel {
     Call {
         /// The kernel.
         call: PallasCall,
+        /// Step-table columns (`None`: derived from its allocations).
+        layout: Option<TraceLayout>,
+    },
+    /// A kernel traced while it runs ([`steer`]): no program before a schedule.
+    Steered {
+        /// Its tracers and the data it steers by.
+        steering: Arc<dyn Steering>,
         /// Step-table columns (`None`: derived from its allocations).
         layout: Option<TraceLayout>,
     },
@@ -155,6 +164,41 @@ impl Job {
         }
     }
 
+    /// A kernel traced while it runs on `mesh` ([`steer`]), at shard `shape` and `dtype`
+    /// (its first input's). It runs alone: not repeated, not in a sequence.
+    pub fn steered(steering: Arc<dyn Steering>, mesh: Mesh, shape: &[usize], dtype: DType) -> Self {
+        Self {
+            parts: vec![Part {
+                kernel: Kernel::Steered {
+                    steering,
+                    layout: None,
+                },
+                shape: shape.to_vec(),
+                dtype,
+            }],
+            repeat: 1,
+            place: Placement::whole(mesh),
+            schedule: ScheduleSpec::Eager,
+            share: Share::default(),
+        }
+    }
+
+    /// The steering of a job that runs one kernel traced while it runs; refused in a
+    /// sequence or repeated.
+    fn steering(&self) -> Result<Option<&Arc<dyn Steering>>> {
+        let steered = self.parts.iter().find_map(|p| match &p.kernel {
+            Kernel::Steered { steering, .. } => Some(steering),
+            _ => None,
+        });
+        match steered {
+            Some(s) if self.invocations() > 1 => Err(Error::bad_input(format!(
+                "`{}` is traced while it runs: it runs alone, not repeated or in a sequence",
+                s.name()
+            ))),
+            other => Ok(other),
+        }
+    }
+
     /// This job run `k` times back to back on every device (`--repeat K`): invocation
     /// i + 1 starts on a device when the device leaves invocation i, its inputs the
     /// buffers invocation i leaves ([`crate::ir::feed`]). `k` must be at least 1; what it
@@ -238,7 +282,9 @@ impl Job {
 
     /// A kernel job with these step-table columns (collectives have their own).
     pub fn with_layout(mut self, layout: Option<TraceLayout>) -> Self {
-        if let Kernel::Call { layout: l, .. } = &mut self.parts[0].kernel {
+        if let Kernel::Call { layout: l, .. } | Kernel::Steered { layout: l, .. } =
+            &mut self.parts[0].kernel
+        {
             *l = layout;
         }
         self
@@ -353,6 +399,11 @@ impl Job {
     /// [`Job::ensure_fits`] with `note` after the job's description in a refusal (the
     /// size a sweep reaches, the file an apply reads).
     pub fn ensure_fits_noted(&self, work: Work, note: &str) -> Result<Need> {
+        if self.steering()?.is_some() {
+            // Traced while it runs: no program to count before it runs (its front end
+            // holds its tracing to the budget, `ensure_recording_fits`).
+            return Ok(Need::default());
+        }
         let what = match work {
             Work::Run { .. } => format!("a run of {}", self.describe()),
             Work::Model { .. } => format!("a model of {}", self.describe()),
@@ -451,9 +502,13 @@ impl Job {
         crate::ir::sequence(&spread, self.repeat)
     }
 
-    /// Lowers and schedules the job (no budget check: the steps below make it).
+    /// Lowers and schedules the job (no budget check: the steps below make it); a
+    /// kernel traced while it runs is traced under the job's schedule, on its inputs.
     pub fn plan(&self) -> Result<Plan> {
         let t0 = std::time::Instant::now();
+        if self.steering()?.is_some() {
+            return self.plan_steered().map(|(plan, _)| plan);
+        }
         let program = self.lower()?;
         let schedule = schedule(&program, self.schedule.policy().as_mut())?;
         Ok(Plan {
@@ -461,6 +516,37 @@ impl Job {
             schedule,
             plan_time: t0.elapsed(),
         })
+    }
+
+    /// The plan of a kernel traced while it runs ([`steer`]) under the job's schedule, on
+    /// its inputs, and the reads that steered it: another call is the same plan when each
+    /// finds the same ([`steer::Stop::holds`]).
+    pub fn plan_steered(&self) -> Result<(Plan, Vec<steer::Stop>)> {
+        let t0 = std::time::Instant::now();
+        let s = self.steering()?.ok_or_else(|| {
+            Error::bad_input(format!("`{}` is not traced while it runs", self.name()))
+        })?;
+        let (program, schedule, stops) =
+            steer::steer_stops(&**s, &self.place.ring, |p, resume| {
+                let mut policy = self.schedule.policy();
+                let mut d = Split {
+                    policy: policy.as_mut(),
+                    observer: &mut NoObserver,
+                };
+                let steps = run_steps(p, &mut d, resume)?;
+                Ok(match steps.paused {
+                    Some(_) => Attempt::Paused(steps),
+                    None => Attempt::Done(steps.schedule),
+                })
+            })?;
+        Ok((
+            Plan {
+                program,
+                schedule,
+                plan_time: t0.elapsed(),
+            },
+            stops,
+        ))
     }
 
     /// XLA's result for `inputs[device][operand]` of the whole mesh: the collective's
@@ -532,6 +618,9 @@ impl Job {
         for s in specs {
             s.validate(self.place.mesh.size())?;
         }
+        if let Some(s) = self.steering()? {
+            return verify::check_steered(&**s, &self.place.ring, specs);
+        }
         let (program, errors) = self.trace_kernel()?;
         if !errors.is_empty() {
             return Ok(Report::of_kernel_errors(errors));
@@ -546,7 +635,7 @@ impl Job {
         let p = self.place.devices();
         // The budget first: a collective's layout may have a column per device.
         let job = match self.kernel() {
-            Kernel::Call { .. } => self.clone(),
+            Kernel::Call { .. } | Kernel::Steered { .. } => self.clone(),
             Kernel::Collective(c) | Kernel::Variant(c, _) => match c.trace_shape(p) {
                 Some(shape) => self.clone().with_shape(&shape),
                 None => self.clone(),
@@ -554,9 +643,16 @@ impl Job {
         };
         job.ensure_fits(Work::Trace)?;
         let custom = match self.kernel() {
-            Kernel::Call { layout, .. } => layout.clone(),
+            Kernel::Call { layout, .. } | Kernel::Steered { layout, .. } => layout.clone(),
             Kernel::Collective(c) | Kernel::Variant(c, _) => c.trace_layout(p),
         };
+        if let Some(s) = self.steering()? {
+            return crate::trace::trace_steered(&job.name(), &**s, &self.place.ring, |p| {
+                custom
+                    .clone()
+                    .unwrap_or_else(|| derived_layout(p, job.shape()))
+            });
+        }
         let program = job.lower()?;
         let layout = custom.unwrap_or_else(|| derived_layout(&program, job.shape()));
         crate::trace::trace_program(&job.name(), &program, &layout)
@@ -577,7 +673,7 @@ impl Part {
     fn collective(&self) -> Option<&Arc<dyn Collective>> {
         match &self.kernel {
             Kernel::Collective(c) | Kernel::Variant(c, _) => Some(c),
-            Kernel::Call { .. } => None,
+            Kernel::Call { .. } | Kernel::Steered { .. } => None,
         }
     }
 
@@ -587,6 +683,7 @@ impl Part {
             Kernel::Collective(c) => c.name().to_string(),
             Kernel::Variant(c, v) => format!("{} --variant {}", c.name(), v.name),
             Kernel::Call { call, .. } => call.name().to_string(),
+            Kernel::Steered { steering, .. } => steering.name(),
         }
     }
 
@@ -603,6 +700,10 @@ impl Part {
             Kernel::Collective(c) => c.call(mesh, shard, self.dtype),
             Kernel::Variant(_, v) => v.call(mesh, shard, self.dtype),
             Kernel::Call { call, .. } => Ok(call.clone()),
+            Kernel::Steered { steering, .. } => Err(Error::bad_input(format!(
+                "`{}` is traced while it runs: it has no kernel before a schedule runs it",
+                steering.name()
+            ))),
         }
     }
 

@@ -107,9 +107,20 @@ impl Job {
         if m.topology.is_none() && mesh.axes().len() > 1 {
             m.topology = Some(Topology::of_mesh(mesh));
         }
-        let program = self.lower()?;
-        m.check_vmem(&program)?;
-        let run = Timed::new(&program, m.clone())?.run()?;
+        let (_, run) = match self.steering()? {
+            // Traced while it runs on the model's clock: the order it times is the one
+            // its reads see.
+            Some(s) => crate::run::steer::steer(&**s, &self.place().ring, |p, resume| {
+                m.check_vmem(p)?;
+                Timed::new(p, m.clone())?.run_steps(resume)
+            })?,
+            None => {
+                let program = self.lower()?;
+                m.check_vmem(&program)?;
+                let run = Timed::new(&program, m.clone())?.run()?;
+                (program, run)
+            }
+        };
         crate::model::check_modeled(&m, &format!("`{}`", self.name()), run.seconds)?;
         let traffic = traffic.or_else(|| self.collective_of().map(|c| c.traffic()));
         let nccl = traffic.map(|t| {

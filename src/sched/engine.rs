@@ -53,7 +53,49 @@ pub fn observe(program: &Program, policy: &mut dyn Policy, obs: &mut dyn Observe
 
 /// Runs the schedule; `record`: keep its data ops.
 fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> {
+    run_from(program, d, record, &Resume::default()).map(|s| s.schedule)
+}
+
+/// Where a run that may stop at a scalar read starts and stops ([`run_steps`]).
+#[derive(Clone, Debug, Default)]
+pub struct Resume<'a> {
+    /// The steps an earlier run took, taken again first, as they were.
+    pub forced: &'a [Choice],
+    /// Per device: whether its program goes on past its last op (a front end is still
+    /// tracing it). Such a device's last op is a [`OpKind::Read`]: the run stops when
+    /// the device has run it. Empty: no device goes on.
+    pub open: &'a [bool],
+    /// Keep every step taken ([`Steps::choices`]).
+    pub log: bool,
+}
+
+/// A run that may have stopped at a scalar read.
+#[derive(Clone, Debug)]
+pub struct Steps {
+    /// The schedule (of the steps taken so far, when the run stopped).
+    pub schedule: Schedule,
+    /// Every step taken, in order (with [`Resume::log`]).
+    pub choices: Vec<Choice>,
+    /// The device whose last traced op, a read, the run stopped after.
+    pub paused: Option<usize>,
+    /// When it stopped: the other open devices whose next op is the read their program
+    /// ends with. Such a read finds what it would find now unless a write races it
+    /// (nothing orders another agent's write before it but a wait of its device, and
+    /// none comes between), so it is answered at this stop too.
+    pub reading: Vec<usize>,
+}
+
+/// Runs `program` under `driver`: the steps of `resume.forced` first, then the
+/// driver's; stops after an open device ran its last op (see [`Resume`]). Errors as
+/// [`schedule`] (a deadlock, exit problems), which a stopped run does not check.
+pub fn run_steps(program: &Program, driver: &mut dyn Driver, resume: &Resume) -> Result<Steps> {
+    run_from(program, driver, true, resume)
+}
+
+fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume) -> Result<Steps> {
     let mut e = Engine::new(program);
+    let mut choices = Vec::new();
+    let mut paused = None;
     e.record = record;
     let mut out = Schedule {
         ops: if record {
@@ -93,18 +135,39 @@ fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> 
             break;
         }
         let describe = |d: usize| e.device_choice(d);
-        let choices = Choices::new(&dmas, &e.ready, &describe);
-        let mut pick = d.policy().pick(&choices);
-        if !choices.contains(&pick) {
+        let can = Choices::new(&dmas, &e.ready, &describe);
+        let mut pick = match resume.forced.get(out.steps) {
+            Some(c) => {
+                // The program before the step it stopped at is the same: so is its run.
+                let c = can.same_step(c).ok_or_else(|| {
+                    Error::bad_input(format!(
+                        "a run traced while it runs could not take step {} of the run before again",
+                        out.steps
+                    ))
+                })?;
+                d.policy().forced(&can, c);
+                c
+            }
+            None => d.policy().pick(&can),
+        };
+        if !can.contains(&pick) {
             // A policy can only pick what can happen; anything else takes the first choice.
-            pick = choices.iter().next().expect("not empty");
+            pick = can.iter().next().expect("not empty");
         }
         out.steps += 1;
+        if resume.log {
+            choices.push(pick);
+        }
         match pick {
             Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, d.observer()),
-            Choice::Device { device, .. } => {
+            Choice::Device { device, enter, .. } => {
                 e.step_device(device, &mut out, d.observer());
                 d.observer().after_step(device, e.next_grid(device));
+                let last = e.pc[device] == program.ops[device].len();
+                if !enter && last && resume.open.get(device).copied().unwrap_or(false) {
+                    paused = Some(device);
+                    break;
+                }
             }
         }
         // Only the devices whose semaphores or program counter changed can change readiness.
@@ -112,16 +175,37 @@ fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> 
             e.refresh(d);
         }
     }
-    let k = program.invocations.len() as u32;
-    if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len() || e.entered[d] < k) {
-        return Err(Error::Deadlock(e.blocked()));
-    }
-    e.exit_check()?;
     out.staging = e.staging.iter().map(|s| s.peak()).max().unwrap_or(0);
-    if record {
-        out.ops.extend_from_slice(&program.epilogue);
+    // Open devices whose next op is the read their program ends with (a device that has
+    // entered and reads runs it whenever it is picked, and nothing it does comes between).
+    let reading = match paused {
+        None => Vec::new(),
+        Some(p) => (0..program.devices)
+            .filter(|&d| {
+                d != p
+                    && resume.open.get(d).copied().unwrap_or(false)
+                    && e.entry_due(d).is_none()
+                    && e.pc[d] + 1 == program.ops[d].len()
+                    && matches!(program.ops[d][e.pc[d]].kind, OpKind::Read { .. })
+            })
+            .collect(),
+    };
+    if paused.is_none() {
+        let k = program.invocations.len() as u32;
+        if (0..program.devices).any(|d| e.pc[d] < program.ops[d].len() || e.entered[d] < k) {
+            return Err(Error::Deadlock(e.blocked()));
+        }
+        e.exit_check()?;
+        if record {
+            out.ops.extend_from_slice(&program.epilogue);
+        }
     }
-    Ok(out)
+    Ok(Steps {
+        schedule: out,
+        choices,
+        paused,
+        reading,
+    })
 }
 
 /// A DMA in flight: which of its completions are still to come, and where its data
@@ -398,6 +482,7 @@ impl<'p> Engine<'p> {
                 obs.data(d, c, Some(&op.site));
             }
             OpKind::Mark(label) => obs.mark(d, label),
+            OpKind::Read { .. } => obs.scalar_read(d, op),
             OpKind::SemRead { sem, dst } => {
                 // The value the schedule gives the semaphore here, written as data.
                 let fill = OpKind::fill_of_read(*dst, self.sems[self.slot(*sem)]);

@@ -10,6 +10,6 @@ pub mod ids;
 pub mod observer;
 pub mod policies;
 
-pub use engine::{observe, schedule, schedule_driven, schedule_observed};
+pub use engine::{observe, run_steps, schedule, schedule_driven, schedule_observed, Resume, Steps};
 pub use observer::{Credit, Driver, NoObserver, Observer, Split};
 pub use policies::{Choice, Choices, Eager, Policy, ScheduleSpec};

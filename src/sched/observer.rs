@@ -49,6 +49,8 @@ pub trait Observer {
     fn acquire(&mut self, _device: usize, _op: &Op) {}
     /// Device `device` passed a step mark (`Ctx::trace_step`).
     fn mark(&mut self, _device: usize, _label: &str) {}
+    /// Device `device` ran `op`, a scalar read ([`crate::ir::OpKind::Read`]).
+    fn scalar_read(&mut self, _device: usize, _op: &Op) {}
     /// Device `device` finished an op; its next op belongs to grid point `next_grid`
     /// (row-major), or it is done (`None`).
     fn after_step(&mut self, _device: usize, _next_grid: Option<usize>) {}

@@ -71,6 +71,33 @@ pub fn trace_program(name: &str, program: &Program, layout: &TraceLayout) -> Res
     build(name, program, layout, &sym.rows)
 }
 
+/// [`trace_program`] of a kernel traced while it runs ([`crate::run::steer`]): the
+/// lockstep schedule it traces under is the one the table shows; `layout` gives the
+/// columns of the program it comes to.
+pub fn trace_steered(
+    name: &str,
+    steering: &dyn crate::run::steer::Steering,
+    mesh: &crate::Mesh,
+    layout: impl Fn(&Program) -> TraceLayout,
+) -> Result<Table> {
+    use crate::run::steer::{steer, Attempt};
+    let (program, rows) = steer(steering, mesh, |p, resume| {
+        let mut sym = Symbolic::new(p);
+        let mut policy = Lockstep::at_marks(p);
+        let mut d = crate::sched::Split {
+            policy: &mut policy,
+            observer: &mut sym,
+        };
+        let steps = crate::sched::run_steps(p, &mut d, resume)?;
+        if steps.paused.is_some() {
+            return Ok(Attempt::Paused(steps));
+        }
+        sym.flush();
+        Ok(Attempt::Done(sym.rows))
+    })?;
+    build(name, &program, &layout(&program), &rows)
+}
+
 fn build(name: &str, program: &Program, layout: &TraceLayout, rows: &[Snapshot]) -> Result<Table> {
     let n = program.layout.allocs.len();
     let allocs = &program.layout.allocs;

@@ -215,6 +215,16 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                         data_accesses(c, Agent::Device(d), &dev[d], Some(op.site), sink);
                     }
                     OpKind::Mark(_) => {}
+                    OpKind::Read { src, .. } => {
+                        dev[d].tick(d);
+                        sink.access(
+                            Agent::Device(d),
+                            &(*src).into(),
+                            false,
+                            &dev[d],
+                            Some(op.site),
+                        );
+                    }
                     OpKind::SemRead { dst, .. } => {
                         // A write of `dst`; reading a semaphore orders nothing.
                         dev[d].tick(d);

@@ -186,6 +186,10 @@ impl Observer for EventLog {
     fn mark(&mut self, device: usize, _label: &str) {
         self.op(device);
     }
+
+    fn scalar_read(&mut self, device: usize, _op: &Op) {
+        self.op(device);
+    }
 }
 
 #[cfg(test)]

@@ -160,6 +160,11 @@ pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
     let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
     let result = observe(program, policy.as_mut(), &mut log);
+    problems_of(program, &log, result)
+}
+
+/// The problems of a run of `program` whose events are `log` and whose end was `result`.
+fn problems_of(program: &Program, log: &EventLog, result: crate::Result<()>) -> Vec<Problem> {
     let found = fixpoint::check(program, &log.events);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));
@@ -224,11 +229,51 @@ impl Report {
 
 /// Checks a lowered program under each schedule in `specs`.
 pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
+    report_of(specs, |spec| Ok(check_schedule(program, spec))).expect("no schedule fails")
+}
+
+/// Checks a kernel traced while it runs ([`crate::run::steer`]) under each schedule in
+/// `specs`: each schedule traces the program its own reads lead to, and that run is
+/// checked as [`check_schedule`] checks one. A mistake found while tracing is a finding
+/// of the schedule that traced it.
+pub fn check_steered(
+    steering: &dyn crate::run::steer::Steering,
+    mesh: &crate::Mesh,
+    specs: &[ScheduleSpec],
+) -> crate::Result<Report> {
+    use crate::run::steer::{steer, Attempt};
+    let one = |spec: ScheduleSpec| -> crate::Result<Vec<Problem>> {
+        let traced = steer(steering, mesh, |p, resume| {
+            let mut log = EventLog::for_program(p);
+            let mut policy = spec.policy();
+            let mut d = crate::sched::Split {
+                policy: policy.as_mut(),
+                observer: &mut log,
+            };
+            Ok(match crate::sched::run_steps(p, &mut d, resume) {
+                Ok(steps) if steps.paused.is_some() => Attempt::Paused(steps),
+                result => Attempt::Done(problems_of(p, &log, result.map(|_| ()))),
+            })
+        });
+        match traced {
+            Ok((_, problems)) => Ok(problems),
+            Err(Error::Kernel(k)) => Ok(vec![Problem::Kernel(k)]),
+            Err(e) => Err(e),
+        }
+    };
+    report_of(specs, one)
+}
+
+/// The report of `specs`, each schedule's problems from `problems`.
+fn report_of(
+    specs: &[ScheduleSpec],
+    mut problems: impl FnMut(ScheduleSpec) -> crate::Result<Vec<Problem>>,
+) -> crate::Result<Report> {
     let mut report = Report::default();
     for spec in specs {
         report.schedules += 1;
         let mut seen = Vec::new();
-        for p in check_schedule(program, *spec) {
+        for p in problems(*spec)? {
             let key = p.key();
             if seen.contains(&key) {
                 continue;
@@ -244,5 +289,5 @@ pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
             }
         }
     }
-    report
+    Ok(report)
 }

@@ -122,6 +122,10 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
                         }
                     }
                     OpKind::Mark(_) => {}
+                    OpKind::Read { src, .. } => {
+                        dev[d][d] += 1;
+                        s.access(Agent::Device(d), *src, false, &dev[d]);
+                    }
                     OpKind::SemRead { dst, .. } => {
                         dev[d][d] += 1;
                         s.access(Agent::Device(d), *dst, true, &dev[d]);

@@ -36,7 +36,8 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
             let st = crate::exec::fuse::Pattern::strides(&s.shape, dims, &d.shape);
             gather(srcs[0], &st, &d.shape, 0, out);
         }
-        ComputeKind::Reshape => out.copy_from_slice(srcs[0]),
+        ComputeKind::Reshape | ComputeKind::Bitcast => out.copy_from_slice(srcs[0]),
+        ComputeKind::Constant(words) => out.copy_from_slice(words),
         ComputeKind::Transpose { perm } => transpose(srcs[0], &c.srcs[0].shape, perm, out),
         ComputeKind::Iota { dim } => {
             let st = strides(&d.shape);

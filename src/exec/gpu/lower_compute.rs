@@ -121,6 +121,41 @@ impl PerOp<'_> {
         }
     }
 
+    /// Where constant `words` of `dtype` are: a buffer of them in the GPU's storage form
+    /// (16-bit elements two to a word), made once per distinct constant.
+    fn constant(&mut self, words: &std::sync::Arc<[u32]>, dtype: DType) -> Loc {
+        let known = self
+            .constants
+            .iter()
+            .find(|(w, t, _)| *t == dtype && std::sync::Arc::ptr_eq(w, words));
+        let buf = match known {
+            Some(&(_, _, b)) => b,
+            None => {
+                let bytes: Vec<u8> = match dtype.storage() {
+                    2 => words
+                        .iter()
+                        .flat_map(|&w| (w as u16).to_le_bytes())
+                        .collect(),
+                    _ => words.iter().flat_map(|&w| w.to_le_bytes()).collect(),
+                };
+                let mut bytes = bytes;
+                bytes.resize(bytes.len().next_multiple_of(4).max(4), 0);
+                let b = self.rec.buffer(
+                    "constant",
+                    bytes.len() as u64,
+                    super::commands::Init::Data(bytes),
+                );
+                self.constants.push((words.clone(), dtype, b));
+                b
+            }
+        };
+        Loc {
+            buf,
+            origin: 0,
+            dtype,
+        }
+    }
+
     /// A scratch region for `n` elements of `dtype` (dense), this op's alone.
     fn scratch_loc(&mut self, n: u64, dtype: DType) -> Loc {
         let bytes = (n * dtype.storage() as u64).next_multiple_of(4).max(4);
@@ -206,7 +241,7 @@ impl PerOp<'_> {
                 self.elementwise(EW_SELECT, 0, &s, dst, n)
             }
             ComputeKind::Convert => self.elementwise(EW_CONVERT, 0, &[(srcs[0], false)], dst, n),
-            ComputeKind::Reshape => {
+            ComputeKind::Reshape | ComputeKind::Bitcast => {
                 self.op(&DataOp::Copy {
                     src: c.srcs[0].view,
                     dst: d.view,
@@ -244,6 +279,11 @@ impl PerOp<'_> {
                 let shape = shape64(&d.shape);
                 let src = srcs[0].walk(from, steps, 0);
                 self.gather(c, &shape, dst, (src, srcs[0]), false)
+            }
+            ComputeKind::Constant(words) => {
+                let shape = shape64(&d.shape);
+                let src = self.constant(words, d.dtype);
+                self.gather(c, &shape, dst, (src.dense(&shape), src), false)
             }
             ComputeKind::Iota { dim } => {
                 let shape = shape64(&d.shape);

@@ -54,6 +54,7 @@ pub fn lower(
         scratch: None,
         scratch_used: 0,
         dummies: None,
+        constants: Vec::new(),
     };
     for step in batch::plan(ops, max_items) {
         // Scratch regions live for one op (or batch): the next may reuse them.
@@ -81,6 +82,9 @@ pub(super) struct PerOp<'a> {
     scratch_used: u64,
     /// The first of [`DUMMIES`] placeholders, made on first use.
     dummies: Option<BufId>,
+    /// A buffer per distinct constant of compute ops (`ComputeKind::Constant`, shared
+    /// by every op that makes it) and dtype.
+    pub(super) constants: Vec<(std::sync::Arc<[u32]>, crate::array::DType, BufId)>,
 }
 
 impl PerOp<'_> {

@@ -132,6 +132,18 @@ impl<'a> Choices<'a> {
             dma => self.dmas.contains(dma),
         }
     }
+
+    /// The choice that takes the same step as `c` (the same device, or the same
+    /// completion of the same DMA) as it stands now (whether a device waits on a
+    /// completion may have changed since `c` was taken), if it can happen.
+    pub fn same_step(&self, c: &Choice) -> Option<Choice> {
+        match *c {
+            Choice::Device { device, .. } => self.device(device),
+            Choice::CompleteDma { id, side, .. } => self.dmas.iter().copied().find(
+                |x| matches!(*x, Choice::CompleteDma { id: i, side: s, .. } if i == id && s == side),
+            ),
+        }
+    }
 }
 
 /// Picks the next step among the choices (never empty).
@@ -140,6 +152,10 @@ pub trait Policy {
     fn name(&self) -> String;
     /// The step to take: one of `choices`.
     fn pick(&mut self, choices: &Choices) -> Choice;
+    /// Step `c`, one of `choices`, is taken without asking (a run replaying the steps
+    /// of one before it, [`crate::sched::Steps`]): a policy whose picks keep state of
+    /// their own (the cost model's clock) does what picking it would have done.
+    fn forced(&mut self, _choices: &Choices, _c: Choice) {}
 }
 
 /// A named, replayable schedule.
