@@ -131,7 +131,7 @@ pub enum Comparison {
 /// The reductions of `lax.reduce_sum/max/min_p` and of argmax/argmin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reduction {
-    /// Sum (float sums in f32 in index order; integers wrap).
+    /// Sum (float sums in f32, in an order the executor chooses; integers wrap).
     Sum,
     /// Largest (floats: NaN if any is).
     Max,
