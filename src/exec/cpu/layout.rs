@@ -3,6 +3,8 @@
 //! the last dimension, so that a run that repeats one element is a fill and a run of
 //! adjacent ones a copy.
 
+use rayon::prelude::*;
+
 /// Row-major strides of `shape`.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
@@ -99,6 +101,34 @@ pub fn scatter(src: &[u32], shape: &[usize], strides: &[usize], dst: &mut [u32])
     });
 }
 
+/// The side of a square tile a transpose moves through a buffer on the stack: a cache
+/// line of 4-byte words, so that every line is read whole and written whole once (rows
+/// a power of two apart share cache sets, and a tile's column walked in place would
+/// evict its own lines).
+const TILE: usize = 16;
+
+/// Matrices of at least this many elements are transposed over the cores.
+const PARALLEL: usize = 1 << 18;
+
+/// Rows `j0..` of the transpose of `x` (`rows` x `cols`) into `o` (whole rows of
+/// `rows` words), tile by tile.
+fn swap_band(x: &[u32], rows: usize, cols: usize, j0: usize, o: &mut [u32]) {
+    let nj = o.len() / rows;
+    let mut tile = [[0u32; TILE]; TILE];
+    for i0 in (0..rows).step_by(TILE) {
+        let ni = TILE.min(rows - i0);
+        for (i, t) in tile.iter_mut().enumerate().take(ni) {
+            t[..nj].copy_from_slice(&x[(i0 + i) * cols + j0..][..nj]);
+        }
+        for j in 0..nj {
+            let dst = &mut o[j * rows + i0..][..ni];
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = tile[i][j];
+            }
+        }
+    }
+}
+
 /// `src` (shape `from`) transposed by `perm` into `out`: destination dimension `i` is
 /// source dimension `perm[i]`. A swap of the last two dimensions goes tile by tile.
 pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
@@ -109,16 +139,13 @@ pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
         r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && (0..r - 2).all(|i| perm[i] == i);
     if swaps_last_two {
         let (rows, cols) = (from[r - 2], from[r - 1]);
-        const T: usize = 32;
         for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
-            for i0 in (0..rows).step_by(T) {
-                for j0 in (0..cols).step_by(T) {
-                    for i in i0..(i0 + T).min(rows) {
-                        for j in j0..(j0 + T).min(cols) {
-                            o[j * rows + i] = x[i * cols + j];
-                        }
-                    }
-                }
+            // Output rows in bands of TILE, over the cores when the matrix is large.
+            let band = |(b, o): (usize, &mut [u32])| swap_band(x, rows, cols, b * TILE, o);
+            if rows * cols >= PARALLEL && rayon::current_num_threads() > 1 {
+                o.par_chunks_mut(TILE * rows).enumerate().for_each(band);
+            } else {
+                o.chunks_mut(TILE * rows).enumerate().for_each(band);
             }
         }
         return;
@@ -168,6 +195,11 @@ mod tests {
             (vec![37, 45], vec![1, 0]),
             (vec![3, 40, 33], vec![0, 2, 1]),
             (vec![2, 3, 4], vec![2, 0, 1]),
+            (vec![16, 16], vec![1, 0]),
+            (vec![1, 7], vec![1, 0]),
+            // Over the cores: bands of whole tiles and a short last one.
+            (vec![515, 1027], vec![1, 0]),
+            (vec![2, 300, 1000], vec![0, 2, 1]),
         ] {
             let n: usize = from.iter().product();
             let src: Vec<u32> = (0..n as u32).collect();
