@@ -10,8 +10,9 @@ use super::vmath;
 use crate::array::DType;
 use crate::ir::{Binary, Comparison, Unary};
 
-/// Lanes per block: a block of every register of a region stays in the core's cache.
-pub const BLOCK: usize = 2048;
+/// Lanes per block: a block of every register of a region stays in the core's first-level
+/// cache (4 KiB a register; 1024 ran gelu and softmax 10-20% faster than 2048 here).
+pub const BLOCK: usize = 1024;
 
 #[inline(always)]
 fn f32s(x: &[u32]) -> &[f32] {
