@@ -13,11 +13,54 @@ use std::path::Path;
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// Reads a `.npy` file of float32 or int32 values in C order. A file larger than half
-/// the available memory (it is held twice: as read and as decoded) is refused unread.
+/// the available memory (it is held twice: as read and as decoded) is refused unread;
+/// a stream (a pipe, `/dev/zero`) is read as far as its header says, and no further
+/// than that bound.
 pub fn read_npy(path: &Path) -> Result<HostArray> {
     let cap = crate::budget::available()?.map(|a| a.bytes / 2);
-    let bytes = crate::files::read(path, "input", cap)?;
-    parse_npy(&bytes, &path.display().to_string())
+    let name = path.display().to_string();
+    let bytes = crate::files::read_with(path, "input", cap, |r| {
+        read_npy_bytes(r, &name).map_err(|e| match e {
+            Error::Io(source) => Error::File {
+                action: "read input".into(),
+                path: path.to_path_buf(),
+                source,
+            },
+            e => e,
+        })
+    })?;
+    parse_npy(&bytes, &name)
+}
+
+/// The bytes of a `.npy` file from `r`, read as its header says: the prefix, the header,
+/// then the data bytes its shape and dtype make and one byte more where there are more
+/// (for [`parse_npy`] to say so). Bytes that cannot start a `.npy` file stop it at once.
+fn read_npy_bytes(r: &mut dyn std::io::Read, name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut more = |bytes: &mut Vec<u8>, n: u64| (&mut *r).take(n).read_to_end(bytes).map(drop);
+    more(&mut bytes, 12)?;
+    let (start, len) = prefix(&bytes, name)?;
+    let header_left = (start + len).saturating_sub(bytes.len()) as u64;
+    more(&mut bytes, header_left)?;
+    let Ok(header) = npyz::NpyHeader::from_reader(&bytes[..(start + len).min(bytes.len())]) else {
+        // parse_npy says what is wrong with it.
+        return Ok(bytes);
+    };
+    let npy = npyz::NpyFile::with_header(header, std::io::empty());
+    let data = npy
+        .shape()
+        .iter()
+        .try_fold(npy.dtype().num_bytes().unwrap_or(0) as u64, |acc, &d| {
+            acc.checked_mul(d)
+        });
+    // A count past u64 reads nothing more: parse_npy refuses the shape.
+    if let Some(data) = data {
+        let have = (bytes.len() - (start + len).min(bytes.len())) as u64;
+        let data_left = (data - have.min(data)).saturating_add(1);
+        more(&mut bytes, data_left)?;
+    }
+    Ok(bytes)
 }
 
 /// Length of the magic string, version and header-length prefix, and of the header
@@ -41,12 +84,6 @@ fn prefix(bytes: &[u8], name: &str) -> Result<(usize, usize)> {
             "its header claims {len} bytes (at most {MAX_HEADER_BYTES} are accepted)"
         )));
     }
-    if start + len > bytes.len() {
-        return Err(not_npy(&format!(
-            "its header claims {len} bytes but the file holds {} after the prefix",
-            bytes.len() - start
-        )));
-    }
     Ok((start, len))
 }
 
@@ -54,6 +91,12 @@ fn prefix(bytes: &[u8], name: &str) -> Result<(usize, usize)> {
 /// result or a bad-input error, never a panic or an allocation the bytes do not justify.
 pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
     let (start, len) = prefix(bytes, name)?;
+    if start + len > bytes.len() {
+        return Err(Error::bad_input(format!(
+            "{name} is not a .npy file: its header claims {len} bytes but the file holds {} after the prefix",
+            bytes.len() - start
+        )));
+    }
     let header = npyz::NpyHeader::from_reader(&bytes[..start + len])
         .map_err(|e| Error::bad_input(format!("{name} is not a .npy file: {e}")))?;
     let data = &bytes[start + len..];

@@ -684,6 +684,8 @@ class Evaluator:
         return self._eqns(jaxpr, env)
 
     def _eqns(self, jaxpr, env):
+        if self.plan.budget is not None:  # counted: the budget's measure of the work
+            self.plan.budget.eqns += len(jaxpr.eqns)
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             self.outer.append(self.site(eqn))
@@ -848,17 +850,22 @@ class Evaluator:
         cc, bc, val = ins[:cn], ins[cn:cn + bn], list(ins[cn + bn:])
         where = self.where(eqn)
         n = 0
-        while True:
-            (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
-            if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
-                return val
-            with self.p.iteration(where.site, n):
-                val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
-            n += 1
-            if n > self.plan.max_iterations:
-                raise unsupported(
-                    "while_loop", f"more than {self.plan.max_iterations} iterations", where
-                )
+        budget = self.plan.budget.loop(where.site, None, self.p)
+        try:
+            while True:
+                (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
+                if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
+                    return val
+                with self.p.iteration(where.site, n):
+                    val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
+                budget.iterated()
+                n += 1
+                if n > self.plan.max_iterations:
+                    raise unsupported(
+                        "while_loop", f"more than {self.plan.max_iterations} iterations", where
+                    )
+        finally:
+            budget.close()
 
     def p_scan(self, eqn, ins):
         p = eqn.params
@@ -873,15 +880,20 @@ class Evaluator:
             raise unsupported("scan", "scanning over values loaded from refs", where)
         ys = []
         order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
-        for n, i in enumerate(order):
-            x_i = [np.asarray(x)[i] for x in xs]
-            with self.p.iteration(where.site, n):
-                out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
-            if "ft_out" in p:
-                carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
-            else:
-                carry, y = out[:len(carry)], out[len(carry):]
-            ys.append(y)
+        budget = self.plan.budget.loop(where.site, length, self.p)
+        try:
+            for n, i in enumerate(order):
+                x_i = [np.asarray(x)[i] for x in xs]
+                with self.p.iteration(where.site, n):
+                    out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
+                if "ft_out" in p:
+                    carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
+                else:
+                    carry, y = out[:len(carry)], out[len(carry):]
+                ys.append(y)
+                budget.iterated()
+        finally:
+            budget.close()
         if p.get("reverse"):
             ys.reverse()
         nys = len(eqn.outvars) - len(carry)

@@ -173,6 +173,8 @@ class Plan:
     """A CallSpec evaluated on every device and grid point for one set of SMEM values."""
 
     max_iterations = 1_000_000
+    #: The recording's budget (made once the buffers are known, before any evaluation).
+    budget = None
 
     def __init__(self, spec, smem_values):
         self.spec = spec
@@ -195,7 +197,10 @@ class Plan:
         self._build(smem_values)
         self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
         self.budget = RecordingBudget(spec.name, self.P, self.grid)
-        self.recording = [self._device(d) for d in range(self.P)]
+        try:
+            self.recording = [self._device(d) for d in range(self.P)]
+        finally:
+            self.budget.done()
         # Whether the kernel computes on values (compute ops).
         self.has_values = any(r["op"] in ("load", "compute", "full", "store")
                               for dev in self.recording for pt in dev for r in pt)

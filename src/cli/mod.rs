@@ -42,7 +42,7 @@ enum Cmd {
     /// Print the step table of a collective: what every device holds after every grid point.
     Trace(trace::TraceArgs),
     /// Sweep sizes like nccl-tests: time, algorithm and bus bandwidth, correctness.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Draw bench result files (busbw and time against size) or a timeline, as SVG or PNG.
     Plot(plot::PlotArgs),
     /// Run every collective once, small, on the default executor.
@@ -67,6 +67,8 @@ pub fn fail(e: &Error) -> ExitCode {
         | Error::TooLarge(_)
         | Error::File { .. } => ExitCode::from(2),
         Error::Rank { status, .. } => ExitCode::from(*status),
+        // As a process ended by SIGINT reports itself to a shell.
+        Error::Interrupted => ExitCode::from(130),
         _ => ExitCode::from(1),
     }
 }

@@ -451,8 +451,11 @@ impl Job {
         crate::ir::sequence(&spread, self.repeat)
     }
 
-    /// Lowers and schedules the job (no budget check: the steps below make it).
+    /// Lowers and schedules the job (no budget check: the steps below make it). Its
+    /// schedule must name devices of its mesh (`run-ahead:D` needs D < P), wherever the
+    /// job came from.
     pub fn plan(&self) -> Result<Plan> {
+        self.schedule.validate(self.place.mesh.size())?;
         let t0 = std::time::Instant::now();
         let program = self.lower()?;
         let schedule = schedule(&program, self.schedule.policy().as_mut())?;
@@ -536,7 +539,10 @@ impl Job {
         if !errors.is_empty() {
             return Ok(Report::of_kernel_errors(errors));
         }
-        Ok(verify::check_program(&program, specs))
+        let report = verify::check_program(&program, specs);
+        // Stopped part way, it is no report.
+        crate::interrupt::check()?;
+        Ok(report)
     }
 
     /// The step table: the lockstep schedule run by the symbolic executor, with the

@@ -100,6 +100,10 @@ fn run(program: &Program, d: &mut dyn Driver, record: bool) -> Result<Schedule> 
             pick = choices.iter().next().expect("not empty");
         }
         out.steps += 1;
+        // A watched caller may stop a long schedule (crate::interrupt).
+        if out.steps.is_multiple_of(4096) {
+            crate::interrupt::check()?;
+        }
         match pick {
             Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, d.observer()),
             Choice::Device { device, .. } => {

@@ -169,6 +169,8 @@ pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),
         Err(Error::Exit(e)) => problems.extend(e.into_iter().map(Problem::Exit)),
         Err(Error::Kernel(k)) => problems.push(Problem::Kernel(k)),
+        // Stopped part way (crate::interrupt): check_program ends there.
+        Err(Error::Interrupted) => {}
         Err(other) => unreachable!("scheduling only fails with deadlock or exit problems: {other}"),
     }
     problems
@@ -222,10 +224,19 @@ impl Report {
     }
 }
 
-/// Checks a lowered program under each schedule in `specs`.
+/// Checks a lowered program under each schedule in `specs` (on a terminal, with its
+/// progress after a second). A caller watching for a request to stop
+/// ([`crate::interrupt`]) gets what was checked before it came, and must ask.
 pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
     let mut report = Report::default();
+    let mut progress =
+        crate::progress::Progress::new("checking schedules", Some(specs.len() as u64));
     for spec in specs {
+        // A watched caller that asked to stop gets what was checked so far, and knows.
+        if crate::interrupt::requested() {
+            break;
+        }
+        progress.set(report.schedules as u64, None);
         report.schedules += 1;
         let mut seen = Vec::new();
         for p in check_schedule(program, *spec) {
