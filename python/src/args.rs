@@ -94,11 +94,26 @@ pub fn count(kind: &str, name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> 
     }
 }
 
-/// Schedule `text` checked (for a mesh of `devices` devices when known; `name`: the
+/// A setting's text as Python gave it: a `str`, else its `repr` (`tpusim.config.schedule
+/// = 5` is refused as the schedule `5`, as the command line would refuse it, not with a
+/// `TypeError`).
+fn text_of(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    match value.extract::<String>() {
+        Ok(s) => Ok(s),
+        Err(_) => Ok(value.repr()?.to_string()),
+    }
+}
+
+/// Schedule `value` checked (for a mesh of `devices` devices when known; `name`: the
 /// environment variable it came from, for the message): its canonical spelling.
 #[pyfunction]
-#[pyo3(signature = (text, devices=None, name=None))]
-pub fn schedule(text: &str, devices: Option<usize>, name: Option<&str>) -> PyResult<String> {
+#[pyo3(signature = (value, devices=None, name=None))]
+pub fn schedule(
+    value: &Bound<'_, PyAny>,
+    devices: Option<usize>,
+    name: Option<&str>,
+) -> PyResult<String> {
+    let text = &text_of(value)?;
     args::schedule(text, devices)
         .map_err(|e| match name {
             Some(n) => args::named(n, text, e),
@@ -108,10 +123,11 @@ pub fn schedule(text: &str, devices: Option<usize>, name: Option<&str>) -> PyRes
         .py()
 }
 
-/// Backend `text` checked (`auto`, `gpu`, `cpu`; `name` as for [`schedule`]).
+/// Backend `value` checked (`auto`, `gpu`, `cpu`; `name` as for [`schedule`]).
 #[pyfunction]
-#[pyo3(signature = (text, name=None))]
-pub fn backend(text: &str, name: Option<&str>) -> PyResult<String> {
+#[pyo3(signature = (value, name=None))]
+pub fn backend(value: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<String> {
+    let text = &text_of(value)?;
     tpusim::exec::Backend::parse(text)
         .map_err(|e| match name {
             Some(n) => args::named(n, text, e),

@@ -220,6 +220,9 @@ XS = [np.ones((8, 128), np.float32)] * 4
     (lambda: setattr(tpusim.config, "schedule", "sideways"),
      "tpusim.config.schedule=`sideways`: unknown schedule"),
     (lambda: setattr(tpusim.config, "devices", 0), "tpusim.config.devices must be between 1 and"),
+    # A setting that is not text is refused as the text it shows, not with a TypeError.
+    (lambda: setattr(tpusim.config, "schedule", None), "tpusim.config.schedule=`None`: unknown schedule `None`"),
+    (lambda: tpusim.simulate(backend=3).__enter__(), "unknown backend `3`"),
 ])
 def test_arguments_are_checked_as_the_command_line_checks_them(call, words):
     with pytest.raises(tpusim.TpusimError) as e:
