@@ -55,22 +55,13 @@ enum Cmd {
     Info,
 }
 
-/// Prints a failure and says the exit status: 2 for bad input, 1 otherwise.
+/// Prints a failure and says the exit status (`tpusim::exec::ranks::status_of`: 2 for
+/// bad input, 1 otherwise).
 pub fn fail(e: &Error) -> ExitCode {
     if !out::quiet() {
         eprintln!("tpusim: {e}");
     }
-    match e {
-        Error::BadInput(_)
-        | Error::NoAdapter(_)
-        | Error::Limit { .. }
-        | Error::TooLarge(_)
-        | Error::File { .. } => ExitCode::from(2),
-        Error::Rank { status, .. } => ExitCode::from(*status),
-        // As a process ended by SIGINT reports itself to a shell.
-        Error::Interrupted => ExitCode::from(130),
-        _ => ExitCode::from(1),
-    }
+    ExitCode::from(tpusim::exec::ranks::status_of(e))
 }
 
 /// The exit status of a command's result: 0 success, 1 a failed check, else as [`fail`].
