@@ -170,9 +170,12 @@ fn checked_shape(dims: &[u64], data: usize, dtype: DType, name: &str) -> Result<
     });
     match (shape, want) {
         (Some(s), Some(w)) if w == data => Ok(s),
+        // (A stream is read one byte past its data at most: "more" is all it knows.)
+        (Some(s), Some(w)) if data < w => Err(Error::bad_input(format!(
+            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds {data} bytes of data: it is truncated"
+        ))),
         (Some(s), Some(w)) => Err(Error::bad_input(format!(
-            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds {data} bytes of data{}",
-            if data < w { ": it is truncated" } else { "" }
+            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds more bytes after them"
         ))),
         _ => Err(Error::bad_input(format!(
             "{name}: its header's shape {dims:?} has more elements than any memory holds"
@@ -274,6 +277,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_is_read_as_far_as_its_header_says_and_one_byte_more() {
+        let text = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+        let npy = [header(text), vec![0; 24]].concat();
+        // The whole file: read to its end, and parsed.
+        let whole = read_npy_bytes(&mut &npy[..], "a").unwrap();
+        assert_eq!(whole, npy);
+        assert_eq!(parse_npy(&whole, "a").unwrap().shape, [2, 3]);
+        // Followed by bytes without end (`cat a.npy /dev/zero`): read_to_end would never
+        // return; one byte past the data is read, and the file refused for it.
+        let mut endless = std::io::Read::chain(&npy[..], std::io::repeat(0));
+        let got = read_npy_bytes(&mut endless, "s").unwrap();
+        assert_eq!(got.len(), npy.len() + 1);
+        let e = parse_npy(&got, "s").unwrap_err().to_string();
+        assert!(
+            e.contains("(24 bytes of data) but the file holds more bytes after them"),
+            "{e}"
+        );
+        // Bytes that cannot start one: twelve read, no more.
+        let got = read_npy_bytes(&mut std::io::repeat(0), "z");
+        assert!(got
+            .unwrap_err()
+            .to_string()
+            .contains("z is not a .npy file"));
+    }
+
+    #[test]
     fn round_trips_both_dtypes() {
         let dir = tempfile::tempdir().unwrap();
         let f = HostArray::from_f32(&[2, 3], vec![0.5, -1.0, 2.25, 3.0, 4.0, 1e-3]).unwrap();
@@ -337,7 +366,7 @@ mod tests {
             ),
             (
                 [header(&shape("(2,)")), vec![0; 12]].concat(),
-                "holds 12 bytes of data",
+                "(8 bytes of data) but the file holds more bytes after them",
             ),
             (
                 b"\x93NUMPY\x02\x00\xf0\xff\xff\xff".to_vec(),
