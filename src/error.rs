@@ -291,6 +291,9 @@ pub enum Error {
         /// Its message.
         message: String,
     },
+    /// The work was asked to stop (Ctrl-C while a caller watched it:
+    /// [`crate::interrupt`]); it stopped cleanly, with nothing half-written.
+    Interrupted,
 }
 
 impl Error {
@@ -383,6 +386,7 @@ impl fmt::Display for Error {
             } => write!(f, "cannot {action} {}: {source}", path.display()),
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Rank { rank, message, .. } => write!(f, "rank {rank}: {message}"),
+            Error::Interrupted => write!(f, "interrupted: the work was stopped before it ended"),
         }
     }
 }

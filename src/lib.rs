@@ -74,6 +74,7 @@
 // registry) and names the crate as a user would.
 extern crate self as tpusim;
 
+pub mod args;
 pub mod array;
 pub mod bench;
 pub mod budget;
@@ -82,12 +83,14 @@ pub mod collectives;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod interrupt;
 pub mod ir;
 pub mod kernel;
 pub mod mesh;
 pub mod model;
 pub mod npy;
 pub mod plot;
+pub mod progress;
 pub mod run;
 pub mod sched;
 pub mod trace;

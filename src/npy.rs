@@ -13,11 +13,54 @@ use std::path::Path;
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// Reads a `.npy` file of float32 or int32 values in C order. A file larger than half
-/// the available memory (it is held twice: as read and as decoded) is refused unread.
+/// the available memory (it is held twice: as read and as decoded) is refused unread;
+/// a stream (a pipe, `/dev/zero`) is read as far as its header says, and no further
+/// than that bound.
 pub fn read_npy(path: &Path) -> Result<HostArray> {
     let cap = crate::budget::available()?.map(|a| a.bytes / 2);
-    let bytes = crate::files::read(path, "input", cap)?;
-    parse_npy(&bytes, &path.display().to_string())
+    let name = path.display().to_string();
+    let bytes = crate::files::read_with(path, "input", cap, |r| {
+        read_npy_bytes(r, &name).map_err(|e| match e {
+            Error::Io(source) => Error::File {
+                action: "read input".into(),
+                path: path.to_path_buf(),
+                source,
+            },
+            e => e,
+        })
+    })?;
+    parse_npy(&bytes, &name)
+}
+
+/// The bytes of a `.npy` file from `r`, read as its header says: the prefix, the header,
+/// then the data bytes its shape and dtype make and one byte more where there are more
+/// (for [`parse_npy`] to say so). Bytes that cannot start a `.npy` file stop it at once.
+fn read_npy_bytes(r: &mut dyn std::io::Read, name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut more = |bytes: &mut Vec<u8>, n: u64| (&mut *r).take(n).read_to_end(bytes).map(drop);
+    more(&mut bytes, 12)?;
+    let (start, len) = prefix(&bytes, name)?;
+    let header_left = (start + len).saturating_sub(bytes.len()) as u64;
+    more(&mut bytes, header_left)?;
+    let Ok(header) = npyz::NpyHeader::from_reader(&bytes[..(start + len).min(bytes.len())]) else {
+        // parse_npy says what is wrong with it.
+        return Ok(bytes);
+    };
+    let npy = npyz::NpyFile::with_header(header, std::io::empty());
+    let data = npy
+        .shape()
+        .iter()
+        .try_fold(npy.dtype().num_bytes().unwrap_or(0) as u64, |acc, &d| {
+            acc.checked_mul(d)
+        });
+    // A count past u64 reads nothing more: parse_npy refuses the shape.
+    if let Some(data) = data {
+        let have = (bytes.len() - (start + len).min(bytes.len())) as u64;
+        let data_left = (data - have.min(data)).saturating_add(1);
+        more(&mut bytes, data_left)?;
+    }
+    Ok(bytes)
 }
 
 /// Length of the magic string, version and header-length prefix, and of the header
@@ -41,12 +84,6 @@ fn prefix(bytes: &[u8], name: &str) -> Result<(usize, usize)> {
             "its header claims {len} bytes (at most {MAX_HEADER_BYTES} are accepted)"
         )));
     }
-    if start + len > bytes.len() {
-        return Err(not_npy(&format!(
-            "its header claims {len} bytes but the file holds {} after the prefix",
-            bytes.len() - start
-        )));
-    }
     Ok((start, len))
 }
 
@@ -54,6 +91,12 @@ fn prefix(bytes: &[u8], name: &str) -> Result<(usize, usize)> {
 /// result or a bad-input error, never a panic or an allocation the bytes do not justify.
 pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
     let (start, len) = prefix(bytes, name)?;
+    if start + len > bytes.len() {
+        return Err(Error::bad_input(format!(
+            "{name} is not a .npy file: its header claims {len} bytes but the file holds {} after the prefix",
+            bytes.len() - start
+        )));
+    }
     let header = npyz::NpyHeader::from_reader(&bytes[..start + len])
         .map_err(|e| Error::bad_input(format!("{name} is not a .npy file: {e}")))?;
     let data = &bytes[start + len..];
@@ -127,9 +170,12 @@ fn checked_shape(dims: &[u64], data: usize, dtype: DType, name: &str) -> Result<
     });
     match (shape, want) {
         (Some(s), Some(w)) if w == data => Ok(s),
+        // (A stream is read one byte past its data at most: "more" is all it knows.)
+        (Some(s), Some(w)) if data < w => Err(Error::bad_input(format!(
+            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds {data} bytes of data: it is truncated"
+        ))),
         (Some(s), Some(w)) => Err(Error::bad_input(format!(
-            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds {data} bytes of data{}",
-            if data < w { ": it is truncated" } else { "" }
+            "{name}: its header says shape {s:?} of {dtype} ({w} bytes of data) but the file holds more bytes after them"
         ))),
         _ => Err(Error::bad_input(format!(
             "{name}: its header's shape {dims:?} has more elements than any memory holds"
@@ -231,6 +277,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_is_read_as_far_as_its_header_says_and_one_byte_more() {
+        let text = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+        let npy = [header(text), vec![0; 24]].concat();
+        // The whole file: read to its end, and parsed.
+        let whole = read_npy_bytes(&mut &npy[..], "a").unwrap();
+        assert_eq!(whole, npy);
+        assert_eq!(parse_npy(&whole, "a").unwrap().shape, [2, 3]);
+        // Followed by bytes without end (`cat a.npy /dev/zero`): read_to_end would never
+        // return; one byte past the data is read, and the file refused for it.
+        let mut endless = std::io::Read::chain(&npy[..], std::io::repeat(0));
+        let got = read_npy_bytes(&mut endless, "s").unwrap();
+        assert_eq!(got.len(), npy.len() + 1);
+        let e = parse_npy(&got, "s").unwrap_err().to_string();
+        assert!(
+            e.contains("(24 bytes of data) but the file holds more bytes after them"),
+            "{e}"
+        );
+        // Bytes that cannot start one: twelve read, no more.
+        let got = read_npy_bytes(&mut std::io::repeat(0), "z");
+        assert!(got
+            .unwrap_err()
+            .to_string()
+            .contains("z is not a .npy file"));
+    }
+
+    #[test]
     fn round_trips_both_dtypes() {
         let dir = tempfile::tempdir().unwrap();
         let f = HostArray::from_f32(&[2, 3], vec![0.5, -1.0, 2.25, 3.0, 4.0, 1e-3]).unwrap();
@@ -294,7 +366,7 @@ mod tests {
             ),
             (
                 [header(&shape("(2,)")), vec![0; 12]].concat(),
-                "holds 12 bytes of data",
+                "(8 bytes of data) but the file holds more bytes after them",
             ),
             (
                 b"\x93NUMPY\x02\x00\xf0\xff\xff\xff".to_vec(),

@@ -57,23 +57,40 @@ fn rows_of(v: &Value) -> Option<&Vec<Value>> {
         .or_else(|| v.as_array())
 }
 
-/// Reads a JSON file.
+/// Reads a JSON file, once (it may be a FIFO) and with a bound: its text may take a
+/// tenth of the memory available (the parsed values take several times their text); the
+/// parse stops at the first byte that cannot be JSON (`/dev/zero`: the first).
 fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
-        action: "read".into(),
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text)
-        .map_err(|e| Error::bad_input(format!("{} is not JSON: {e}", path.display())))
+    let cap = crate::budget::available()?.map(|a| a.bytes / 10);
+    crate::files::read_with(path, "input", cap, |r| {
+        serde_json::from_reader(r).map_err(|e| {
+            if e.is_io() {
+                Error::File {
+                    action: "read input".into(),
+                    path: path.to_path_buf(),
+                    source: e.into(),
+                }
+            } else {
+                Error::bad_input(format!("{} is not JSON: {e}", path.display()))
+            }
+        })
+    })
 }
 
 /// The lines of bench files `files` ([`Series`]), in file order then collective order.
 pub fn bench_series(files: &[PathBuf]) -> Result<Vec<Series>> {
+    let values = files
+        .iter()
+        .map(|f| read_json(f))
+        .collect::<Result<Vec<_>>>()?;
+    series_of(files, &values)
+}
+
+/// [`bench_series`] of the files' values, read already.
+fn series_of(files: &[PathBuf], values: &[Value]) -> Result<Vec<Series>> {
     let mut out = Vec::new();
-    for f in files {
-        let v = read_json(f)?;
-        let rows = rows_of(&v).ok_or_else(|| {
+    for (f, v) in files.iter().zip(values) {
+        let rows = rows_of(v).ok_or_else(|| {
             Error::bad_input(format!(
                 "{} holds no bench rows (write one with `tpusim bench … --json FILE`)",
                 f.display()
@@ -96,6 +113,11 @@ pub fn bench_series(files: &[PathBuf]) -> Result<Vec<Series>> {
                     f.display()
                 )));
             };
+            // A log axis has no place for a size of zero or less: such a row is left
+            // out of the figure (nor can bandwidths of it mean anything).
+            if !(size.is_finite() && size > 0.0) {
+                continue;
+            }
             let label = if files.len() > 1 {
                 format!("{name} ({stem})")
             } else {
@@ -115,7 +137,9 @@ pub fn bench_series(files: &[PathBuf]) -> Result<Vec<Series>> {
         out.extend(by_name);
     }
     if out.iter().all(|s| s.points.is_empty()) {
-        return Err(Error::bad_input("the bench files hold no rows to plot"));
+        return Err(Error::bad_input(
+            "the bench files hold no rows to plot (none with a size above zero)",
+        ));
     }
     Ok(out)
 }
@@ -133,7 +157,11 @@ pub struct Lane {
 /// (process, thread) with complete events, named by their metadata, in process then
 /// thread order.
 pub fn timeline_lanes(path: &Path) -> Result<Vec<Lane>> {
-    let v = read_json(path)?;
+    lanes_of(path, &read_json(path)?)
+}
+
+/// [`timeline_lanes`] of the file's value, read already.
+fn lanes_of(path: &Path, v: &Value) -> Result<Vec<Lane>> {
     let events = v
         .get("traceEvents")
         .and_then(Value::as_array)
@@ -166,10 +194,16 @@ pub fn timeline_lanes(path: &Path) -> Result<Vec<Lane>> {
             }
             (Some("X"), _) => {
                 let f = |k: &str| e.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                // A time that is not a finite number at or after zero has no place on
+                // the modeled clock (nor does a span that ends past what f64 holds).
+                let (ts, dur) = (f("ts"), f("dur"));
+                if !(ts >= 0.0 && dur >= 0.0 && (ts + dur).is_finite()) {
+                    continue;
+                }
                 spans
                     .entry((id(e, "pid"), id(e, "tid")))
                     .or_default()
-                    .push((f("ts"), f("dur")));
+                    .push((ts, dur));
             }
             _ => {}
         }
@@ -201,7 +235,11 @@ pub fn timeline_lanes(path: &Path) -> Result<Vec<Lane>> {
 
 /// True when `path` holds a Chrome trace (a timeline) rather than bench rows.
 pub fn is_timeline(path: &Path) -> bool {
-    read_json(path).is_ok_and(|v| v.get("traceEvents").is_some())
+    read_json(path).is_ok_and(|v| is_trace(&v))
+}
+
+fn is_trace(v: &Value) -> bool {
+    v.get("traceEvents").is_some()
 }
 
 /// What `tpusim plot` does: one timeline file drawn as [`timeline_figure`], else bench
@@ -209,14 +247,20 @@ pub fn is_timeline(path: &Path) -> bool {
 /// all). Returns what was drawn: `9 lines`, `24 lanes`.
 pub fn plot_files(files: &[PathBuf], output: &Path) -> Result<String> {
     let format = Format::of(output)?;
-    let out = crate::files::Output::check(output, "figure")?;
     if files.is_empty() {
         return Err(Error::bad_input(
             "plot needs at least one bench or timeline file",
         ));
     }
-    let (bytes, what) = if files.len() == 1 && is_timeline(&files[0]) {
-        let lanes = timeline_lanes(&files[0])?;
+    let inputs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let out = crate::files::Output::check_apart(output, "figure", &inputs)?;
+    // Each file is read once (a FIFO can be read only once).
+    let values = files
+        .iter()
+        .map(|f| read_json(f))
+        .collect::<Result<Vec<_>>>()?;
+    let (bytes, what) = if files.len() == 1 && is_trace(&values[0]) {
+        let lanes = lanes_of(&files[0], &values[0])?;
         let stem = files[0]
             .file_stem()
             .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
@@ -226,7 +270,7 @@ pub fn plot_files(files: &[PathBuf], output: &Path) -> Result<String> {
             format!("{} lanes", lanes.len()),
         )
     } else {
-        let series = bench_series(files)?;
+        let series = series_of(files, &values)?;
         (
             bench_figure(&series, format)?,
             format!("{} lines", series.len()),
@@ -249,13 +293,46 @@ fn ensure_font() -> Result<()> {
         let path = find_font().ok_or_else(|| {
             "a figure's labels need a TrueType font and none was found (TPUSIM_FONT unset; no DejaVu Sans, Liberation Sans, Arial or other .ttf under /usr/share/fonts, /usr/local/share/fonts, ~/.fonts, /Library/Fonts, /System/Library/Fonts, C:\\Windows\\Fonts): set TPUSIM_FONT=/path/to/font.ttf, or write an .svg".to_string()
         })?;
-        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read font {}: {e}", path.display()))?;
+        let bytes = read_font(&path).map_err(|e| match e {
+            Error::BadInput(m) => m,
+            e => e.to_string(),
+        })?;
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
             .map_err(|_| format!("{} is not a TrueType font plotters can read", path.display()))
     })
     .clone()
     .map_err(Error::bad_input)
+}
+
+/// The most bytes a font file may hold (the largest TrueType fonts, CJK ones, are tens
+/// of MiB).
+const MAX_FONT_BYTES: u64 = 256 << 20;
+
+/// The bytes of font file `path`: a TrueType or OpenType font by its first four bytes
+/// (so `/dev/zero` is refused at once), and at most [`MAX_FONT_BYTES`].
+fn read_font(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    crate::files::read_with(path, "font", Some(MAX_FONT_BYTES), |r| {
+        let fail = |source| Error::File {
+            action: "read font".into(),
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut bytes = Vec::new();
+        r.take(4).read_to_end(&mut bytes).map_err(fail)?;
+        if !matches!(
+            bytes.as_slice(),
+            [0, 1, 0, 0] | b"OTTO" | b"true" | b"ttcf" | b"typ1"
+        ) {
+            return Err(Error::bad_input(format!(
+                "font {} is not a TrueType or OpenType font (set TPUSIM_FONT to a .ttf or .otf file)",
+                path.display()
+            )));
+        }
+        r.read_to_end(&mut bytes).map_err(fail)?;
+        Ok(bytes)
+    })
 }
 
 /// `TPUSIM_FONT`, or the first font of the preferred names, or any `.ttf`, under the
@@ -513,6 +590,9 @@ fn draw_bench<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The most lane labels a timeline figure draws: as many as its tallest height holds.
+const MAX_LANE_LABELS: usize = 20_000 / 22;
+
 fn draw_timeline<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     lanes: &[Lane],
@@ -535,7 +615,9 @@ fn draw_timeline<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("modeled time (us)")
-        .y_labels(lanes.len() + 1)
+        // No more labels than the figure has room for (it is at most 20 000 pixels
+        // high; plotters lays out every label asked for).
+        .y_labels((lanes.len() + 1).min(MAX_LANE_LABELS))
         .y_label_formatter(&|v: &f64| {
             let i = v.round();
             if (v - i).abs() > 1e-6 || i < 0.0 {
@@ -550,7 +632,8 @@ fn draw_timeline<DB: DrawingBackend>(
         .draw()
         .map_err(drawing)?;
     // Tracks of the same name share a colour across devices.
-    let mut kinds: Vec<&str> = Vec::new();
+    // (A map: a timeline may have a lane of its own kind per device, thousands.)
+    let mut kinds: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, lane) in lanes.iter().enumerate() {
         let kind = lane.name.rsplit(" / ").next().unwrap_or("");
         let kind = if kind.starts_with("link") {
@@ -558,10 +641,8 @@ fn draw_timeline<DB: DrawingBackend>(
         } else {
             kind
         };
-        let k = kinds.iter().position(|x| *x == kind).unwrap_or_else(|| {
-            kinds.push(kind);
-            kinds.len() - 1
-        });
+        let next = kinds.len();
+        let k = *kinds.entry(kind).or_insert(next);
         let c = colour(k);
         let row = (n - 1 - i as i32) as f64;
         chart

@@ -103,7 +103,14 @@ fn auto_runs_the_cpu_executor_on_software_adapters_and_says_why() {
 #[test]
 fn bad_input_exits_two_with_a_reason() {
     for (args, reason) in [
-        (vec!["run", "ppermute", "-p", "0"], "P must be at least 1"),
+        (
+            vec!["run", "ppermute", "-p", "0"],
+            "-p must be between 1 and",
+        ),
+        (
+            vec!["run", "ppermute", "-p", "-5"],
+            "-p must be between 1 and 4294967294 (got -5)",
+        ),
         (vec!["run", "ppermute", "--shape", "8x0"], "zero dimension"),
         (
             vec!["run", "ppermute", "--shape", "8by128"],
@@ -257,7 +264,7 @@ fn check_exits_zero_clean_one_on_problems_two_on_bad_input() {
             vec!["check", "psum", "--replay", "sometimes"],
             "unknown schedule",
         ),
-        (vec!["check", "psum", "-p", "0"], "P must be at least 1"),
+        (vec!["check", "psum", "-p", "0"], "-p must be between 1 and"),
         (vec!["check"], "name a collective"),
         (
             vec!["run", "psum", "--schedule", "later"],

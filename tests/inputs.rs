@@ -96,6 +96,25 @@ impl Files {
         v2.extend(0xFFFF_FFF0u32.to_le_bytes());
         std::fs::write(dir.join("huge_header.npy"), v2).unwrap();
         std::fs::create_dir(dir.join("a_directory")).unwrap();
+        // Bench rows of size 0 (a log axis has no place for them) and a good one.
+        let row = |size: u64| {
+            format!(
+                r#"{{"collective": "psum", "size": {size}, "busbw_gbps": 1.5, "time_us": 3.0}}"#
+            )
+        };
+        std::fs::write(
+            dir.join("zero_rows.json"),
+            format!("[{}, {}]", row(0), row(0)),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("bench.json"),
+            format!("[{}, {}]", row(4096), row(65536)),
+        )
+        .unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("bench.json", dir.join("link.svg")).unwrap();
+        std::fs::hard_link(dir.join("bench.json"), dir.join("hard.svg")).unwrap();
         Files { _dir: d, dir }
     }
 
@@ -179,7 +198,8 @@ fn every_bad_input_is_a_clear_exit_two() {
         ("bench encoding 1e8 iterations", s(&["bench", "psum", "-n", "100000000", "-e", "4K", "--backend", "gpu"]), no_env.clone(), vec!["encoded iterations", "the largest -n / -w that fits"]),
         ("trace, signal matrix of 2P^2", s(&["trace", "ring_allreduce", "-p", "2000"]), no_env.clone(), vec!["not enough memory", largest_p]),
         ("run, signal matrix of 2P^2", s(&["run", "ring_allreduce", "-p", "100000", "--shape", "100000x1", "--backend", "cpu"]), no_env.clone(), vec!["needs at least", "scheduler state", largest_p]),
-        ("P beyond the planner", s(&["run", "psum", "-p", "5000000000", "--backend", "cpu"]), no_env.clone(), vec!["beyond what the planner supports"]),
+        ("P beyond the planner", s(&["run", "psum", "--mesh", "100000x50000", "--axis", "x,y", "--backend", "cpu"]), no_env.clone(), vec!["beyond what the planner supports"]),
+        ("P beyond the planner, -p", s(&["run", "psum", "-p", "5000000000", "--backend", "cpu"]), no_env.clone(), vec!["-p must be between 1 and 4294967294 (got 5000000000)"]),
         ("a stated memory limit", s(&["run", "psum", "-p", "300", "--backend", "cpu"]), vec![("TPUSIM_MEMORY_LIMIT", "64M")], vec!["TPUSIM_MEMORY_LIMIT=64M", largest_p]),
         ("a malformed memory limit", s(&["run", "psum"]), vec![("TPUSIM_MEMORY_LIMIT", "lots")], vec!["TPUSIM_MEMORY_LIMIT=`lots` is not a size"]),
         // Ranges and specs.
@@ -197,6 +217,31 @@ fn every_bad_input_is_a_clear_exit_two() {
         ("apply, a dimension to join that is not there", [apply(&ok, &out), s(&["--out-dim", "9"])].concat(), no_env.clone(), vec!["--out-dim 9", "no dimension 9"]),
         ("apply, a dimension to split that is not there", [apply(&ok, &out), s(&["--dim", "9"])].concat(), no_env.clone(), vec!["cannot shard dimension 9"]),
         ("apply on a text file", apply(&f.path("text.npy"), &out), no_env.clone(), vec!["text.npy is not a .npy file"]),
+        // The fourth campaign's: counts and seeds typed negative, not numbers, or too
+        // large, refused by the one check Python shares (tpusim::args), never by clap.
+        ("check --schedules -5", s(&["check", "psum", "--schedules", "-5"]), no_env.clone(), vec!["--schedules must be between 1 and 1000000 (got -5)"]),
+        ("check --seed -1", s(&["check", "psum", "--seed", "-1"]), no_env.clone(), vec!["--seed must be a whole number from 0 to 2^64 - 1 (got -1)"]),
+        ("check --seed 2^64", s(&["check", "psum", "--seed", "18446744073709551616"]), no_env.clone(), vec!["--seed must be a whole number from 0 to 2^64 - 1"]),
+        ("run --seed abc", s(&["run", "psum", "--seed", "abc"]), no_env.clone(), vec!["--seed must be a whole number", "(got `abc`)"]),
+        ("run --repeat -1", s(&["run", "psum", "--repeat", "-1"]), no_env.clone(), vec!["--repeat must be a whole number of at least 1"]),
+        ("trace --repeat 0", s(&["trace", "psum", "--repeat", "0"]), no_env.clone(), vec!["--repeat must be a whole number of at least 1"]),
+        ("bench -w -1", s(&["bench", "psum", "-w", "-1"]), no_env.clone(), vec!["-w must be a whole number from 0 to 2^64 - 1 (got -1)"]),
+        ("bench -c many", s(&["bench", "psum", "-c", "many"]), no_env.clone(), vec!["-c must be a whole number"]),
+        ("run -p -5", s(&["run", "psum", "-p", "-5"]), no_env.clone(), vec!["-p must be between 1 and 4294967294 (got -5)"]),
+        ("run -p 1e11", s(&["run", "psum", "-p", "100000000000"]), no_env.clone(), vec!["-p must be between 1 and 4294967294 (got 100000000000)"]),
+        // Inputs that never end, or that are no file of their kind: refused at their
+        // first bytes, not read to the end of memory.
+        ("apply on /dev/zero", apply("/dev/zero", &out), no_env.clone(), vec!["/dev/zero is not a .npy file"]),
+        ("apply on /dev/urandom", apply("/dev/urandom", &out), no_env.clone(), vec!["/dev/urandom is not a .npy file"]),
+        ("plot /dev/zero", s(&["plot", "/dev/zero", "-o", &f.path("z.svg")]), no_env.clone(), vec!["/dev/zero is not JSON"]),
+        ("plot /dev/urandom", s(&["plot", "/dev/urandom", "-o", &f.path("z.svg")]), no_env.clone(), vec!["/dev/urandom is not JSON"]),
+        ("plot, TPUSIM_FONT=/dev/zero", s(&["plot", &f.path("bench.json"), "-o", &f.path("z.png")]), vec![("TPUSIM_FONT", "/dev/zero")], vec!["font /dev/zero is not a TrueType or OpenType font"]),
+        ("plot, TPUSIM_FONT=/dev/urandom", s(&["plot", &f.path("bench.json"), "-o", &f.path("z.svg")]), vec![("TPUSIM_FONT", "/dev/urandom")], vec!["font /dev/urandom is not"]),
+        // A bench file of size-0 rows: once a hang (a log axis from 0 to 0).
+        ("plot, rows of size 0", s(&["plot", &f.path("zero_rows.json"), "-o", &f.path("z.svg")]), no_env.clone(), vec!["no rows to plot", "none with a size above zero"]),
+        // Once written over its input through the link, exit 0.
+        ("plot onto its input through a link", s(&["plot", &f.path("bench.json"), "-o", &f.path("link.svg")]), no_env.clone(), vec!["link.svg is the input file", "bench.json"]),
+        ("plot onto its input through a hard link", s(&["plot", &f.path("bench.json"), "-o", &f.path("hard.svg")]), no_env.clone(), vec!["hard.svg is the input file"]),
         ("apply, a 4 GiB header", apply(&f.path("huge_header.npy"), &out), no_env.clone(), vec!["huge_header.npy is not a .npy file", "its header claims"]),
     ];
     for (what, args, env, words) in &cases {
@@ -221,14 +266,22 @@ fn every_bad_input_is_a_clear_exit_two() {
         left,
         [
             "a_directory",
+            "bench.json",
             "claims_1e10.npy",
+            "hard.svg",
             "huge_header.npy",
             "huge_shape.npy",
+            "link.svg",
             "ok.npy",
             "short.npy",
-            "text.npy"
+            "text.npy",
+            "zero_rows.json"
         ]
     );
+    // The link's target, the bench file, is as it was.
+    assert!(std::fs::read_to_string(f.dir.join("bench.json"))
+        .unwrap()
+        .starts_with(r#"[{"collective": "psum", "size": 4096"#));
 }
 
 #[test]
@@ -458,10 +511,10 @@ fn refusals_come_before_the_work_they_refuse() {
     let cases: Vec<Case> = vec![
         // 1. The check's schedule list was made before the budget (an abort).
         ("check P=2^32-2", s(&["check", "psum", "-p", "4294967294"]), none.clone(), vec![memory, "P=4294967294"]),
-        ("check P=1e10", s(&["check", "psum", "-p", "10000000000"]), none.clone(), vec![planner]),
+        ("check P=1e10", s(&["check", "psum", "-p", "10000000000"]), none.clone(), vec!["-p must be between 1 and 4294967294"]),
         ("check mesh 1e5 x 1e5", s(&["check", "psum", "--mesh", "100000x100000"]), none.clone(), vec![planner]),
         ("check P=1e8", s(&["check", "psum", "-p", "100000000"]), none.clone(), vec![memory]),
-        ("check P=2^32-1", s(&["check", "all_gather", "-p", "4294967295", "--schedules", "5"]), none.clone(), vec![planner]),
+        ("check P=2^32-1", s(&["check", "all_gather", "-p", "4294967295", "--schedules", "5"]), none.clone(), vec!["-p must be between 1 and 4294967294 (got 4294967295)"]),
         ("check mesh 65536 x 65536", s(&["check", "ppermute", "--mesh", "65536x65536", "--axis", "y"]), none.clone(), vec![planner]),
         ("check replay at P=2^32-2", s(&["check", "psum", "-p", "4294967294", "--replay", "lazy"]), none.clone(), vec![memory]),
         ("a mesh whose size overflows", s(&["run", "psum", "--mesh", "4294967296x4294967296"]), none.clone(), vec!["more than can be counted"]),
@@ -805,4 +858,167 @@ fn the_address_space_limit_is_the_memory_available() {
     let o = tpusim(&["run", "psum", "-p", &largest, "--backend", "cpu"]);
     assert_eq!(o.code, 0, "P={largest}: {}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains(": 0 wrong of"), "{}", o.stdout);
+}
+
+/// Runs `tpusim args` with standard output a pipe read here; ends it after 60 s.
+#[cfg(unix)]
+fn through_a_pipe(args: &[&str]) -> (i32, Vec<u8>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Outputs that are not regular files are written in place, opened once: standard
+/// output into a pipe (as `/dev/stdout` and as `/proc/self/fd/1`), standard error; what
+/// the command says then goes to standard error, so the output stays whole. (They were
+/// exit 2, "No such file or directory": the write-then-rename could not rename onto a
+/// pipe.)
+#[cfg(unix)]
+#[test]
+fn outputs_that_are_streams_are_written_in_place() {
+    let f = Files::new();
+    let ok = f.path("ok.npy");
+    for out in ["/dev/stdout", "/proc/self/fd/1"] {
+        let (code, stdout, stderr) = through_a_pipe(&[
+            "apply",
+            "psum",
+            "--backend",
+            "cpu",
+            "--input",
+            &ok,
+            "--output",
+            out,
+        ]);
+        assert_eq!(code, 0, "{out}: {stderr}");
+        // The pipe holds the result and nothing else: a .npy of the input's shape, the
+        // sum of four shards of (4, 2) each.
+        assert!(stdout.starts_with(b"\x93NUMPY"), "{out}: {stdout:?}");
+        std::fs::write(f.dir.join("piped.npy"), &stdout).unwrap();
+        let o = tpusim(&[
+            "apply",
+            "psum",
+            "--backend",
+            "cpu",
+            "--input",
+            &f.path("piped.npy"),
+            "--output",
+            &f.path("again.npy"),
+        ]);
+        assert_eq!(
+            o.code, 0,
+            "{out}: the piped result does not read back: {}",
+            o.stderr
+        );
+        assert!(o.stdout.contains("[4, 8] f32"), "{}", o.stdout);
+        assert!(
+            stderr.contains(&format!("written to {out}; 0 wrong")),
+            "{out}: {stderr}"
+        );
+    }
+    let (code, stdout, stderr) = through_a_pipe(&[
+        "run",
+        "psum",
+        "--backend",
+        "cpu",
+        "--model",
+        "v5e",
+        "--timeline",
+        "/dev/stderr",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(r#"{"displayTimeUnit":"ns","traceEvents":"#),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&stdout).contains("timeline written to /dev/stderr"));
+    let (code, stdout, stderr) = through_a_pipe(&[
+        "bench",
+        "psum",
+        "--backend",
+        "cpu",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--json",
+        "/dev/stdout",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&stdout).expect("standard output is the JSON alone");
+    assert_eq!(v["rows"][0]["size"], 4096);
+    assert!(stderr.contains("# tpusim bench"), "{stderr}");
+}
+
+/// A FIFO as an output is opened once: its reader sees one writer and the whole file.
+/// (The check before the run opened and closed it, so the reader saw end of file and
+/// left, and the real open then waited forever.)
+#[cfg(unix)]
+#[test]
+fn a_fifo_output_with_a_reader_gets_the_whole_output() {
+    let f = Files::new();
+    let fifo = f.dir.join("timeline.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            // Every open of the writing end is one end of file here: read them all.
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while got.is_empty() && Instant::now() < deadline {
+                let mut part = Vec::new();
+                std::io::Read::read_to_end(&mut std::fs::File::open(&fifo).unwrap(), &mut part)
+                    .unwrap();
+                got.push(part);
+            }
+            got
+        })
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args([
+            "run",
+            "psum",
+            "--backend",
+            "cpu",
+            "--model",
+            "v5e",
+            "--timeline",
+        ])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            // Let the reader go too.
+            drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+            panic!("the run never finished writing the FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), 1, "the reader saw {} opens", got.len());
+    let v: serde_json::Value = serde_json::from_slice(&got[0]).expect("one whole timeline");
+    assert!(v["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
 }

@@ -2,9 +2,11 @@
 //! array, verified, traced, modeled and benched, each a job of the pipeline placed on
 //! a mesh as the command line places it (`axis` on a multi-axis mesh).
 
+use crate::args::{shape as shape_of, Whole};
 use crate::arrays::{per_device, to_host, to_numpy, to_numpy_all, to_py_data};
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
+use crate::interrupts::watched;
 use crate::kernel;
 use crate::PyMesh;
 use pyo3::prelude::*;
@@ -19,7 +21,7 @@ use tpusim::mesh::{Mesh, Placement};
 use tpusim::model::{presets as model_presets, Knob, ModelSpec, Topology};
 use tpusim::run::{random_inputs, Job, Modeled};
 use tpusim::sched::ScheduleSpec;
-use tpusim::DType;
+use tpusim::{args, DType};
 
 /// The model Python asks for: `preset`, `(name, value)` overrides in the knobs' units
 /// (`link_gbps`, …) and a topology (`ring`, `full`, `torus:AxB`).
@@ -39,6 +41,12 @@ pub fn model_spec(
         overrides,
         topology: topology.map(Topology::parse).transpose().py()?,
     })
+}
+
+/// Checks cost-model preset `name` (as `tpusim run --model NAME` does before it runs).
+#[pyfunction]
+pub fn check_preset(name: &str) -> PyResult<()> {
+    model_spec(name, None, None)?.build().py().map(drop)
 }
 
 /// A modeled run as Python data, with its Chrome trace when `timeline`.
@@ -194,7 +202,7 @@ pub fn collective_run<'py>(
             }
         }
     }
-    let mut out = job.execute(&mut exec, &inputs).py()?;
+    let mut out = watched(|| job.execute(&mut exec, &inputs)).py()?;
     // The result in XLA's shape for the input's (a 0-d input's psum is 0-d), not the
     // kernel ref's view of it.
     if let Some(c) = job.collective_of() {
@@ -232,69 +240,78 @@ pub fn collective_shard_map<'py>(
     let job = job(name, op, perm, None, Some(mesh), 0, axis).py()?;
     let x = ShardedArray::shard(&to_host(x)?, &mesh.mesh, in_dim.unwrap_or(din)).py()?;
     let mut exec = executor(backend)?;
-    let y = job.shard_map(&x, out_dim.unwrap_or(dout), &mut exec).py()?;
+    let y = watched(|| job.shard_map(&x, out_dim.unwrap_or(dout), &mut exec)).py()?;
     to_numpy(py, &y.unshard().py()?)
 }
 
 /// Shipped collective `name` (or its broken `variant`) on `mesh` (or a ring of
 /// `devices`), `repeat` invocations back to back: the verifier's report.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, schedules=200, seed=0, variant_name=None, shape=None, replay=None, mesh=None, axis=None, repeat=1))]
+#[pyo3(signature = (name, devices=Whole::of(4), schedules=Whole::of(200), seed=Whole::of(0), variant_name=None, shape=None, replay=None, mesh=None, axis=None, repeat=Whole::of(1)))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_check<'py>(
     py: Python<'py>,
     name: &str,
-    devices: usize,
-    schedules: usize,
-    seed: u64,
+    devices: Whole,
+    schedules: Whole,
+    seed: Whole,
     variant_name: Option<&str>,
-    shape: Option<Vec<usize>>,
+    shape: Option<Vec<Whole>>,
     replay: Option<&str>,
     mesh: Option<&PyMesh>,
     axis: Option<&str>,
-    repeat: usize,
+    repeat: Whole,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let devices = devices.check_usize(&args::DEVICES, "devices")?;
+    let (schedules, seed) = kernel::check_counts(&schedules, &seed)?;
+    let repeat = repeat.check_usize(&args::REPEAT, "repeat")?;
     let mut job = job(name, "sum", None, variant_name, mesh, devices, axis)
         .py()?
         .repeat(repeat)
         .py()?;
     if let Some(s) = shape {
-        job = job.with_shape(&s);
+        job = job.with_shape(&shape_of(&s)?);
     }
-    to_py_data(py, &kernel::check_job(&job, schedules, seed, replay).py()?)
+    let report = py
+        .detach(|| watched(|| kernel::check_job(&job, schedules, seed, replay)))
+        .py()?;
+    to_py_data(py, &report)
 }
 
 /// Shipped collective `name`'s step table on `mesh` (or a ring of `devices`), `repeat`
 /// invocations back to back.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, mesh=None, axis=None, dtype="f32", repeat=1))]
+#[pyo3(signature = (name, devices=Whole::of(4), mesh=None, axis=None, dtype="f32", repeat=Whole::of(1)))]
 pub fn collective_trace<'py>(
     py: Python<'py>,
     name: &str,
-    devices: usize,
+    devices: Whole,
     mesh: Option<&PyMesh>,
     axis: Option<&str>,
     dtype: &str,
-    repeat: usize,
+    repeat: Whole,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let devices = devices.check_usize(&args::DEVICES, "devices")?;
+    let repeat = repeat.check_usize(&args::REPEAT, "repeat")?;
     let job = job(name, "sum", None, None, mesh, devices, axis)
         .py()?
         .with_dtype(DType::parse_collective(dtype).py()?)
         .repeat(repeat)
         .py()?;
-    to_py_data(py, &job.trace().py()?)
+    let table = py.detach(|| watched(|| job.trace())).py()?;
+    to_py_data(py, &table)
 }
 
 /// Shipped collective `name` on the cost model's clock, placed as the command line
 /// places it (a multi-axis mesh wired as its torus unless `topology` says otherwise).
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, shape=None, dtype="f32", op="sum", preset="v5e", overrides=None, timeline=false, mesh=None, axis=None, topology=None))]
+#[pyo3(signature = (name, devices=Whole::of(4), shape=None, dtype="f32", op="sum", preset="v5e", overrides=None, timeline=false, mesh=None, axis=None, topology=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_model<'py>(
     py: Python<'py>,
     name: &str,
-    devices: usize,
-    shape: Option<Vec<usize>>,
+    devices: Whole,
+    shape: Option<Vec<Whole>>,
     dtype: &str,
     op: &str,
     preset: &str,
@@ -304,38 +321,44 @@ pub fn collective_model<'py>(
     axis: Option<&str>,
     topology: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let devices = devices.check_usize(&args::DEVICES, "devices")?;
     let mut job = job(name, op, None, None, mesh, devices, axis)
         .py()?
         .with_dtype(DType::parse_collective(dtype).py()?);
     if let Some(s) = shape {
-        job = job.with_shape(&s);
+        job = job.with_shape(&shape_of(&s)?);
     }
     let m = model_spec(preset, overrides, topology)?.build().py()?;
-    let run = job.model(&m, None).py()?;
+    let run = py.detach(|| watched(|| job.model(&m, None))).py()?;
     modeled(py, &run, name, timeline)
 }
 
 /// `tpusim bench` for shipped collective `name`: the self-describing results
 /// ([`bench::results`]), the rows among them.
 #[pyfunction]
-#[pyo3(signature = (name, devices=4, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5, checks=1, dtype="f32", backend="auto", schedule="eager", mesh=None, axis=None))]
+#[pyo3(signature = (name, devices=Whole::of(4), min_bytes="4K", max_bytes="64K", factor=Whole::of(4), iters=Whole::of(20), warmup=Whole::of(5), checks=Whole::of(1), dtype="f32", backend="auto", schedule="eager", mesh=None, axis=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_bench<'py>(
     py: Python<'py>,
     name: &str,
-    devices: usize,
+    devices: Whole,
     min_bytes: &str,
     max_bytes: &str,
-    factor: u64,
-    iters: usize,
-    warmup: usize,
-    checks: usize,
+    factor: Whole,
+    iters: Whole,
+    warmup: Whole,
+    checks: Whole,
     dtype: &str,
     backend: &str,
     schedule: &str,
     mesh: Option<&PyMesh>,
     axis: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let devices = devices.check_usize(&args::DEVICES, "devices")?;
+    let factor = factor.check(&args::FACTOR, "factor")?;
+    let iters = iters.check_usize(&args::ITERS, "iters")?;
+    let warmup = warmup.check_usize(&args::WARMUP, "warmup")?;
+    let checks = checks.check_usize(&args::CHECKS, "checks")?;
     let job = job(name, "sum", None, None, mesh, devices, axis).py()?;
     let cfg = BenchConfig {
         devices: job.place().mesh.size(),
@@ -350,7 +373,7 @@ pub fn collective_bench<'py>(
     };
     let exec = executor(backend)?;
     let date = bench::utc_now();
-    let rows = bench::sweep(&job, &cfg, &exec, &mut |_| {}).py()?;
+    let rows = watched(|| bench::sweep(&job, &cfg, &exec, &mut |_| {})).py()?;
     let place = job.place();
     let mut call = format!(
         "tpusim.bench({name:?}, devices={}, min_bytes={min_bytes:?}, max_bytes={max_bytes:?}, factor={factor}, iters={iters}, warmup={warmup}, checks={checks}, dtype={dtype:?}, backend={backend:?}, schedule={schedule:?}",
@@ -388,15 +411,16 @@ pub fn collective_bench<'py>(
 /// Deterministic random inputs for shipped collective `name` (what `tpusim run` uses):
 /// `[device][operand]` numpy arrays.
 #[pyfunction]
-#[pyo3(signature = (name, mesh, shape, dtype="f32", seed=0))]
+#[pyo3(signature = (name, mesh, shape, dtype="f32", seed=Whole::of(0)))]
 pub fn collective_inputs<'py>(
     py: Python<'py>,
     name: &str,
     mesh: &PyMesh,
-    shape: Vec<usize>,
+    shape: Vec<Whole>,
     dtype: &str,
-    seed: u64,
+    seed: Whole,
 ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    let (shape, seed) = (shape_of(&shape)?, seed.check(&args::SEED, "seed")?);
     let program = Job::collective(
         Registry::builtin().by_name(name).py()?,
         Placement::whole(mesh.mesh.clone()),
@@ -417,6 +441,11 @@ pub fn parse_perm(s: &str) -> PyResult<Vec<(usize, usize)>> {
 /// `tpusim plot`: bench files (or one timeline) drawn to `output` (.svg or .png); what
 /// was drawn (`9 lines`, `24 lanes`).
 #[pyfunction]
-pub fn plot(files: Vec<std::path::PathBuf>, output: std::path::PathBuf) -> PyResult<String> {
-    tpusim::plot::plot_files(&files, &output).py()
+pub fn plot(
+    py: Python<'_>,
+    files: Vec<std::path::PathBuf>,
+    output: std::path::PathBuf,
+) -> PyResult<String> {
+    py.detach(|| watched(|| tpusim::plot::plot_files(&files, &output)))
+        .py()
 }

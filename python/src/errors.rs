@@ -69,9 +69,14 @@ fn attach(err: &PyErr, name: &str, value: &impl serde::Serialize) {
 /// details as attributes (`kind`, `site`, `detail`; `blocked`; `problems`; `requested`,
 /// `limit`).
 pub fn to_py(e: Error) -> PyErr {
+    if let Error::Interrupted = e {
+        return crate::interrupts::raised();
+    }
     let msg = e.to_string();
     match &e {
-        Error::BadInput(_) => BadInput::new_err(msg),
+        // A file that cannot be read or written is bad input, as on the command line
+        // (exit 2); the message names the path and what was being done.
+        Error::BadInput(_) | Error::File { .. } => BadInput::new_err(msg),
         Error::NoAdapter(_) => NoAdapter::new_err(msg),
         Error::Gpu(_) => GpuError::new_err(msg),
         Error::Limit {

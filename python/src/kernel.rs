@@ -2,10 +2,12 @@
 //! package's front end on every device and grid point (see `replay`), as a job of the
 //! pipeline: run, verified, traced, modeled and timed like any kernel.
 
+use crate::args::Whole;
 use crate::arrays::{per_device, to_numpy_all, to_py_data};
 use crate::collectives::model_spec;
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
+use crate::interrupts::watched;
 use crate::replay;
 use crate::steer::{PySteering, Shape};
 use crate::xla_call::CallBuffers;
@@ -455,6 +457,15 @@ fn borrowed_layout(like: &str, p: usize, shard: &[usize]) -> tpusim::Result<Trac
     Ok(layout)
 }
 
+/// A check's `schedules` and `seed` as Python gave them, checked by the command line's
+/// rules.
+pub fn check_counts(schedules: &Whole, seed: &Whole) -> PyResult<(usize, u64)> {
+    Ok((
+        schedules.check_usize(&tpusim::args::SCHEDULES, "schedules")?,
+        seed.check(&tpusim::args::SEED, "seed")?,
+    ))
+}
+
 /// The verifier on `job` under `schedules` schedules (every deterministic one, then
 /// seeded random ones; counted by the budget before they are listed), or exactly
 /// `replay`.
@@ -582,7 +593,7 @@ impl KernelCall {
 
     /// Traces the kernel: `{"ops", "dmas", "errors": [kernel errors]}`.
     fn lower<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let (program, errors) = self.job.trace_kernel().py()?;
+        let (program, errors) = watched(|| self.job.trace_kernel()).py()?;
         let v = serde_json::json!({
             "ops": program.op_count(),
             "dmas": program.dmas.len(),
@@ -605,8 +616,10 @@ impl KernelCall {
         if let Some(s) = &self.steering {
             s.set_inputs(inputs.clone());
         }
-        let (plan, _) = self.plan_for(schedule, &exec)?;
-        let out = plan.execute(&mut exec, &inputs).py()?;
+        let out = watched(|| -> PyResult<_> {
+            let (plan, _) = self.plan_for(schedule, &exec)?;
+            plan.execute(&mut exec, &inputs).py()
+        })?;
         to_numpy_all(py, out)
     }
 
@@ -643,22 +656,29 @@ impl KernelCall {
         ));
         let buffers: &CallBuffers = &buffers;
         // The GIL let go: a run on the GPU thread may take it (to raise its error).
-        slf.py().detach(|| wired.run(buffers))
+        slf.py().detach(|| watched(|| wired.run(buffers)))
     }
 
     /// The verifier over `schedules` schedules (or one, `replay`), the kernel run
     /// `repeat` times back to back: the report.
-    #[pyo3(signature = (schedules=200, seed=0, replay=None, repeat=1))]
+    #[pyo3(signature = (schedules=Whole::of(200), seed=Whole::of(0), replay=None, repeat=Whole::of(1)))]
     fn check<'py>(
         &self,
         py: Python<'py>,
-        schedules: usize,
-        seed: u64,
+        schedules: Whole,
+        seed: Whole,
         replay: Option<&str>,
-        repeat: usize,
+        repeat: Whole,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let (schedules, seed) = check_counts(&schedules, &seed)?;
+        let repeat = repeat.check_usize(&tpusim::args::REPEAT, "repeat")?;
         let job = self.job.clone().repeat(repeat).py()?;
-        to_py_data(py, &self.or_py(check_job(&job, schedules, seed, replay))?)
+        // A kernel traced while it runs calls back into Python: it keeps the GIL.
+        let report = match self.steering {
+            Some(_) => watched(|| check_job(&job, schedules, seed, replay)),
+            None => py.detach(|| watched(|| check_job(&job, schedules, seed, replay))),
+        };
+        to_py_data(py, &self.or_py(report)?)
     }
 
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
@@ -677,7 +697,11 @@ impl KernelCall {
             .transpose()
             .py()?;
         let job = self.job.clone().with_shape(&shard).with_layout(layout);
-        to_py_data(py, &self.or_py(job.trace())?)
+        let table = match self.steering {
+            Some(_) => watched(|| job.trace()),
+            None => py.detach(|| watched(|| job.trace())),
+        };
+        to_py_data(py, &self.or_py(table)?)
     }
 
     /// The cost model's time for the kernel (`preset` with `overrides` and `topology`).
@@ -695,30 +719,35 @@ impl KernelCall {
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = model_spec(preset, overrides, topology)?.build().py()?;
         let t = traffic.map(Traffic::parse).transpose().py()?;
-        let run = self.or_py(self.job.model(&m, t))?;
+        let run = match self.steering {
+            Some(_) => watched(|| self.job.model(&m, t)),
+            None => py.detach(|| watched(|| self.job.model(&m, t))),
+        };
+        let run = self.or_py(run)?;
         crate::collectives::modeled(py, &run, &self.job.name(), timeline)
     }
 
     /// Times the kernel on `inputs`: the schedule is built once, the run prepared once,
     /// then `warmup` and `iters` iterations (one submission each on the GPU).
-    #[pyo3(signature = (inputs, backend="auto", iters=20, warmup=5, schedule="eager"))]
+    #[pyo3(signature = (inputs, backend="auto", iters=Whole::of(20), warmup=Whole::of(5), schedule="eager"))]
     fn bench<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<Vec<Bound<'py, PyAny>>>,
         backend: &str,
-        iters: usize,
-        warmup: usize,
+        iters: Whole,
+        warmup: Whole,
         schedule: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         use tpusim::exec::Executor;
+        let iters = iters.check_usize(&tpusim::args::ITERS, "iters")?;
+        let warmup = warmup.check_usize(&tpusim::args::WARMUP, "warmup")?;
         let inputs = per_device(&inputs)?;
         let exec = executor(backend)?;
         let job = self
             .job
             .clone()
             .with_schedule(ScheduleSpec::parse(schedule).py()?);
-        let iters = iters.max(1);
         job.ensure_fits(tpusim::budget::Work::Bench {
             buffers: Job::buffers_on(&exec),
             gpu: exec.is_gpu(),
@@ -727,17 +756,22 @@ impl KernelCall {
             checks: 0,
         })
         .py()?;
-        let t0 = Instant::now();
-        let plan = job.plan().py()?;
-        let plan_seconds = t0.elapsed().as_secs_f64();
-        tpusim::exec::check_inputs(&plan.program, &inputs).py()?;
-        exec.check(&plan.program).py()?;
-        let mut run = exec.prepare(&plan.program, &plan.schedule).py()?;
-        run.upload(&inputs).py()?;
-        if warmup > 0 {
-            run.run(warmup).py()?;
-        }
-        let secs = run.run(iters).py()?.as_secs_f64() / iters as f64;
+        let (plan, plan_seconds, secs) = watched(|| -> tpusim::Result<_> {
+            let t0 = Instant::now();
+            let plan = job.plan()?;
+            let plan_seconds = t0.elapsed().as_secs_f64();
+            tpusim::exec::check_inputs(&plan.program, &inputs)?;
+            exec.check(&plan.program)?;
+            let mut run = exec.prepare(&plan.program, &plan.schedule)?;
+            run.upload(&inputs)?;
+            if warmup > 0 {
+                run.run(warmup)?;
+            }
+            let secs = run.run(iters)?.as_secs_f64() / iters as f64;
+            drop(run);
+            Ok((plan, plan_seconds, secs))
+        })
+        .py()?;
         let v = serde_json::json!({
             "executor": exec.describe(),
             "plan_seconds": plan_seconds,
@@ -749,38 +783,21 @@ impl KernelCall {
     }
 }
 
-/// Refuses, before a front end records kernel `name` by calling its Python once per
-/// device of `devices` and grid point of `grid` (and again as it measures the calls),
-/// work whose calls would exceed the time limit (at `seconds_per_point` each: what the
-/// front end measured so far) or whose records would not fit in memory (a fixed part
-/// per call, plus `bytes_per_point`: the JSON of the ops measured calls recorded): a
-/// `LimitError` with the estimate and the most grid points that fit.
-#[pyfunction]
-#[pyo3(signature = (name, devices, grid, seconds_per_point=None, bytes_per_point=None))]
-pub fn ensure_recording_fits(
-    name: &str,
-    devices: usize,
-    grid: Vec<usize>,
-    seconds_per_point: Option<f64>,
-    bytes_per_point: Option<f64>,
-) -> PyResult<()> {
-    tpusim::budget::ensure_recording_fits(name, devices, &grid, seconds_per_point, bytes_per_point)
-        .py()
-}
-
 /// The verifier on `calls` run in order on every device (a program's `pallas_call`s, one
 /// after the other), the whole list `repeat` times: one sequence, whose invocations share
 /// the barrier semaphore of their `collective_id`.
 #[pyfunction]
-#[pyo3(signature = (calls, schedules=200, seed=0, replay=None, repeat=1))]
+#[pyo3(signature = (calls, schedules=Whole::of(200), seed=Whole::of(0), replay=None, repeat=Whole::of(1)))]
 pub fn check_sequence<'py>(
     py: Python<'py>,
     calls: Vec<PyRef<'py, KernelCall>>,
-    schedules: usize,
-    seed: u64,
+    schedules: Whole,
+    seed: Whole,
     replay: Option<&str>,
-    repeat: usize,
+    repeat: Whole,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let (schedules, seed) = check_counts(&schedules, &seed)?;
+    let repeat = repeat.check_usize(&tpusim::args::REPEAT, "repeat")?;
     let mut calls = calls.iter();
     let first = calls
         .next()
@@ -790,7 +807,10 @@ pub fn check_sequence<'py>(
         job = job.then(c.job.clone()).py()?;
     }
     let job = job.repeat(repeat).py()?;
-    to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
+    let report = py
+        .detach(|| watched(|| check_job(&job, schedules, seed, replay)))
+        .py()?;
+    to_py_data(py, &report)
 }
 
 /// How a site names loop iterations `loops` (`((file, line), iteration)` each, outermost

@@ -1,17 +1,24 @@
 //! `tpusim._native`: the Rust core of tpusim for Python, one module per concern:
-//! [`errors`] (exceptions), [`arrays`] (numpy in and out), [`executors`], [`kernel`]
+//! [`errors`] (exceptions), [`budget`] (what the front end asks the budget), [`args`] (counts, seeds and schedules checked by the core's
+//! rules), [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole, or
+//! streams in place), [`progress`], [`arrays`] (numpy in and out), [`executors`], [`kernel`]
 //! (a Pallas kernel written in Python, its jaxpr recorded by `tpusim._jaxpr`,
 //! see [`replay`]), [`xla_call`] (the custom call a pallas_call lowers to) and
 //! [`collectives`] (the shipped ones). Every step is a job of the
 //! core's pipeline (`tpusim::run::Job`), as on the command line; structured results
 //! cross as Python data (dicts and lists, through `pythonize`) in the core's formats.
 
+mod args;
 mod arrays;
+mod budget;
 mod collectives;
 mod errors;
 mod executors;
 mod heap;
+mod interrupts;
 mod kernel;
+mod outputs;
+mod progress;
 mod replay;
 mod steer;
 mod xla_call;
@@ -34,14 +41,22 @@ impl PyMesh {
     #[new]
     #[pyo3(signature = (devices=None, axis="x", *, axes=None))]
     fn new(
-        devices: Option<usize>,
+        devices: Option<args::Whole>,
         axis: &str,
-        axes: Option<Vec<(String, usize)>>,
+        axes: Option<Vec<(String, args::Whole)>>,
     ) -> PyResult<Self> {
         let mesh = match (devices, axes) {
-            (Some(n), None) => Mesh::new(n, axis),
+            (Some(n), None) => Mesh::new(n.check_axis("devices")?, axis),
             (None, Some(a)) => {
-                let a: Vec<(&str, usize)> = a.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+                let sizes = a
+                    .iter()
+                    .map(|(n, s)| s.check_axis(&format!("axis `{n}`")))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let a: Vec<(&str, usize)> = a
+                    .iter()
+                    .zip(sizes)
+                    .map(|((n, _), s)| (n.as_str(), s))
+                    .collect();
                 Mesh::with_axes(&a)
             }
             _ => Err(Error::bad_input(
@@ -93,10 +108,22 @@ impl PyMesh {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     heap::keep_freed_memory();
+    interrupts::install(m.py())?;
+    m.add_function(wrap_pyfunction!(interrupts::check_interrupt, m)?)?;
+    m.add_function(wrap_pyfunction!(args::count, m)?)?;
+    m.add_function(wrap_pyfunction!(args::schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(args::backend, m)?)?;
+    m.add_function(wrap_pyfunction!(budget::ensure_loop_fits, m)?)?;
+    m.add_function(wrap_pyfunction!(budget::ensure_host_devices_fit, m)?)?;
+    m.add_class::<outputs::PyOutput>()?;
+    m.add_function(wrap_pyfunction!(outputs::write_output, m)?)?;
+    m.add_function(wrap_pyfunction!(outputs::check_output, m)?)?;
+    m.add_function(wrap_pyfunction!(outputs::check_output_dir, m)?)?;
+    m.add_class::<progress::Progress>()?;
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::ensure_recording_fits, m)?)?;
+    m.add_function(wrap_pyfunction!(budget::ensure_recording_fits, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::iteration_text, m)?)?;
     m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
     m.add_class::<xla_call::CallBuffers>()?;
@@ -110,6 +137,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(c::collectives, m)?)?;
     m.add_function(wrap_pyfunction!(c::variants, m)?)?;
     m.add_function(wrap_pyfunction!(c::presets, m)?)?;
+    m.add_function(wrap_pyfunction!(c::check_preset, m)?)?;
     m.add_function(wrap_pyfunction!(c::adapters, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_run, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_shard_map, m)?)?;

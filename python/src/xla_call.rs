@@ -395,8 +395,13 @@ impl Meeting {
     }
 
     /// Runs the round: the saved run where there is a current one, else Python's
-    /// callback, handed the buffers once.
+    /// callback, handed the buffers once; watched for Ctrl-C (the recording, the plan
+    /// and the run stop: `crate::interrupts`).
     fn lead(&self, ins: Vec<Vec<Span>>, outs: Vec<Vec<Span>>) -> Result<(), Failure> {
+        crate::interrupts::watched(|| self.lead_watched(ins, outs))
+    }
+
+    fn lead_watched(&self, ins: Vec<Vec<Span>>, outs: Vec<Vec<Span>>) -> Result<(), Failure> {
         let bufs = CallBuffers {
             ins,
             outs,

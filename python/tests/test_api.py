@@ -181,3 +181,75 @@ def test_collectives_on_a_2d_mesh(backend):
     with pytest.raises(tpusim.BadInput) as e:
         tpusim.run("allreduce_2d", xs, mesh=m, axis="x", backend=backend)
     assert "without --axis" in str(e.value)
+
+
+# Issue 37: every entry point checks its counts, seeds and schedules by the command
+# line's rules (tpusim::args), with its words, as BadInput (not an OverflowError or a
+# TypeError from the conversion to Rust, not a schedule accepted at a P it names no
+# device of).
+XS = [np.ones((8, 128), np.float32)] * 4
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: tpusim.check("psum", 4, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
+    (lambda: tpusim.check("psum", 4, schedules=0), "schedules must be between 1 and 1000000 (got 0)"),
+    (lambda: tpusim.check("psum", 4, schedules=2.5), "schedules must be between 1 and 1000000 (got `2.5`)"),
+    (lambda: tpusim.check("psum", 4, schedules=True), "(got `True`)"),
+    (lambda: tpusim.check("psum", 4, seed=-1), "seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
+    (lambda: tpusim.check("psum", 4, seed=2**64), "seed must be a whole number from 0 to 2^64 - 1"),
+    (lambda: tpusim.check("psum", 4, repeat=0), "repeat must be a whole number of at least 1"),
+    (lambda: tpusim.check("psum", 10**11), "devices must be between 1 and 4294967294 (got 100000000000)"),
+    (lambda: tpusim.check(lambda: None, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
+    (lambda: tpusim.trace("psum", 4, repeat=-1), "repeat must be a whole number of at least 1"),
+    (lambda: tpusim.trace("psum", -4), "devices must be between 1 and"),
+    (lambda: tpusim.model("psum", 4, shape=[-1, 4]), "malformed shape `-1x4`"),
+    (lambda: tpusim.bench("psum", 4, iters=-1), "iters must be a whole number of at least 1 (got -1)"),
+    (lambda: tpusim.bench("psum", 4, checks=-1), "checks must be a whole number from 0 to 2^64 - 1"),
+    (lambda: tpusim.bench("psum", 4, factor=1), "factor must be a whole number of at least 2 (got 1)"),
+    (lambda: tpusim.random_inputs("psum", tpusim.Mesh(4), [8, 128], seed=-1), "seed must be"),
+    (lambda: tpusim.Mesh(-1), "devices must be a whole number from 0"),
+    (lambda: tpusim.Mesh(axes=[("x", 2), ("y", -2)]), "axis `y` must be a whole number from 0"),
+    # The schedule of a run names a device of its mesh, wherever it is given.
+    (lambda: tpusim.run("psum", XS, schedule="run-ahead:9", backend="cpu"),
+     "schedule `run-ahead:9` names device 9, but the mesh has 4 devices (run-ahead:0 to run-ahead:3)"),
+    (lambda: tpusim.bench("psum", 4, schedule="run-ahead:9", backend="cpu", max_bytes="4K"), "names device 9"),
+    (lambda: tpusim.run("psum", XS, schedule="sideways", backend="cpu"), "unknown schedule `sideways`"),
+    (lambda: tpusim.simulate(schedule="sideways").__enter__(), "unknown schedule `sideways`"),
+    (lambda: tpusim.simulate(backend="tpu").__enter__(), "unknown backend `tpu`"),
+    (lambda: tpusim.simulate(devices=-1).__enter__(), "devices must be between 1 and"),
+    (lambda: setattr(tpusim.config, "schedule", "sideways"),
+     "tpusim.config.schedule=`sideways`: unknown schedule"),
+    (lambda: setattr(tpusim.config, "devices", 0), "tpusim.config.devices must be between 1 and"),
+    # A setting that is not text is refused as the text it shows, not with a TypeError.
+    (lambda: setattr(tpusim.config, "schedule", None), "tpusim.config.schedule=`None`: unknown schedule `None`"),
+    (lambda: tpusim.simulate(backend=3).__enter__(), "unknown backend `3`"),
+])
+def test_arguments_are_checked_as_the_command_line_checks_them(call, words):
+    with pytest.raises(tpusim.TpusimError) as e:
+        call()
+    assert isinstance(e.value, (tpusim.BadInput, tpusim.LimitError)), repr(e.value)
+    assert words in str(e.value), str(e.value)
+
+
+def test_numpy_integers_are_counts_too():
+    r = tpusim.check("psum", np.int64(4), schedules=np.int32(10), seed=np.uint64(3))
+    assert r.clean and r.schedules == 10
+
+
+@pytest.mark.parametrize("var, value, words", [
+    ("TPUSIM_DEVICES", "abc", "TPUSIM_DEVICES must be between 1 and 4294967294 (got `abc`)"),
+    ("TPUSIM_DEVICES", "-3", "TPUSIM_DEVICES must be between 1 and 4294967294 (got -3)"),
+    ("TPUSIM_SCHEDULE", "sideways", "TPUSIM_SCHEDULE=`sideways`: unknown schedule `sideways`"),
+    ("TPUSIM_BACKEND", "tpu", "unknown backend `tpu`"),
+])
+def test_a_bad_environment_is_bad_input_where_it_is_used_naming_the_variable(var, value, words):
+    # `import tpusim` itself succeeds (it was a ValueError traceback at import).
+    import subprocess
+    import sys
+
+    setting = {"TPUSIM_DEVICES": "devices", "TPUSIM_SCHEDULE": "schedule", "TPUSIM_BACKEND": "backend"}[var]
+    code = (f"import tpusim\ntry:\n    tpusim.config.{setting}\nexcept tpusim.BadInput as e:\n"
+            f"    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(__import__("os").environ, **{var: value}))
+    assert r.returncode == 0 and "refused: bad input: " in r.stdout and words in r.stdout, r.stdout + r.stderr

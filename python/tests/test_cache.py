@@ -97,9 +97,13 @@ def test_a_changed_setting_or_an_observer_reaches_a_repeated_call():
     with tpusim.simulate(backend="cpu"):
         for _ in range(3):
             np.testing.assert_array_equal(np.asarray(g(x)), shift_of(host))
-        # A schedule set now is the one the next call follows: a bad one is refused.
-        tpusim.config.schedule = "sideways"
-        with pytest.raises(Exception, match="sideways"):
+        # A schedule that is none is refused when set, as on the command line...
+        with pytest.raises(tpusim.BadInput, match="sideways"):
+            tpusim.config.schedule = "sideways"
+        # ...and one set now is the one the next call follows: one naming a device the
+        # call's mesh lacks is refused there.
+        tpusim.config.schedule = "run-ahead:99"
+        with pytest.raises(Exception, match="run-ahead:99"):
             np.asarray(g(x))
         tpusim.config.schedule = "lazy"
         np.testing.assert_array_equal(np.asarray(g(x)), shift_of(host))

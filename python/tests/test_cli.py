@@ -100,16 +100,58 @@ def test_a_failing_kernel_is_tpusims_message_and_exit_1(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["run", "--devices", "0", "x.py"], "--devices 0"),
+    (["run", "--devices", "0", "x.py"], "--devices must be between 1 and 4294967294 (got 0)"),
+    # Issue 37's: the command line's rules and words (tpusim::args), not a traceback.
+    (["run", "--devices", "100000000000", seed_path("ppermute")],
+     "tpusim: bad input: --devices must be between 1 and 4294967294 (got 100000000000)"),
+    (["run", "--devices", "abc", seed_path("ppermute")], "--devices must be between 1 and 4294967294 (got `abc`)"),
+    # More devices than JAX can start here (threads, memory): it aborted or ran on.
+    (["run", "--devices", "1000000000", seed_path("ppermute")], "the most devices that fit are"),
+    (["check", "--schedules", "-5", seed_path("psum")],
+     "tpusim: bad input: --schedules must be between 1 and 1000000 (got -5)"),
+    (["check", "--seed", "-1", seed_path("psum")],
+     "tpusim: bad input: --seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
+    (["check", "--repeat", "0", seed_path("psum")], "--repeat must be a whole number of at least 1 (got 0)"),
+    (["run", "--schedule", "sideways", seed_path("ppermute")], "unknown schedule `sideways`"),
+    (["run", "--schedule", "run-ahead:9", "--devices", "4", seed_path("ppermute")],
+     "schedule `run-ahead:9` names device 9, but the mesh has 4 devices"),
+    (["model", "--preset", "v9", seed_path("ppermute")], "unknown model `v9`"),
+    (["model", "--timeline", seed_path("ppermute"), seed_path("ppermute")],
+     "cannot write timelines to", ),
+    (["model", "--timeline", "/nonexistent/dir/child", seed_path("ppermute")],
+     "cannot write timelines to /nonexistent/dir/child: No such file or directory"),
+    (["run", HERE], f"{HERE} is a directory without a __main__.py"),
     (["run", "/nonexistent/x.py"], "no script /nonexistent/x.py"),
     (["run", "--chip", "v9", seed_path("ppermute")], "chip `v9`"),
 ])
 def test_bad_input_is_exit_2(args, words):
     code, out, err = tpusim_cli(*args)
     assert code == 2 and words in err, err
+    assert "Traceback" not in err, err
 
 
-def test_a_limit_passed_exits_2_as_bad_input():
+@pytest.mark.parametrize("var, value, words", [
+    ("TPUSIM_DEVICES", "abc", "tpusim: bad input: TPUSIM_DEVICES must be between 1 and 4294967294 (got `abc`)"),
+    ("TPUSIM_SCHEDULE", "sideways", "TPUSIM_SCHEDULE=`sideways`: unknown schedule"),
+    ("TPUSIM_BACKEND", "tpu", "TPUSIM_BACKEND=`tpu`: unknown backend `tpu`"),
+])
+def test_a_bad_environment_is_exit_2_naming_the_variable(var, value, words, monkeypatch):
+    # TPUSIM_DEVICES=abc was a ValueError traceback at import, the variable not named.
+    monkeypatch.setenv(var, value)
+    env = dict(os.environ, **{var: value})
+    r = subprocess.run([sys.executable, "-m", "tpusim", "run", seed_path("ppermute")], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_directory_with_a_main_runs_as_a_script(tmp_path):
+    (tmp_path / "__main__.py").write_text(open(seed_path("ppermute")).read() + "\nprint('ran')\n")
+    code, out, err = tpusim_cli("run", str(tmp_path))
+    assert code == 0 and "ran" in out, err
+
+
+def test_a_limit_passed_exits_2_as_bad_input(monkeypatch):
     # As the Rust CLI: a check that would run past the time limit is refused up front.
-    code, out, err = tpusim_cli("check", "--devices", "8", "--schedules", "1000000000", seed_path("psum"))
+    monkeypatch.setenv("TPUSIM_TIME_LIMIT", "1s")
+    code, out, err = tpusim_cli("check", "--devices", "8", "--schedules", "1000000", seed_path("psum"))
     assert code == 2 and "too long" in err and "the largest --schedules that fits is" in err, (code, err)

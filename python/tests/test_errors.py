@@ -238,9 +238,16 @@ def refused_quickly(exc, fn, *words):
     return e.value
 
 
-@pytest.mark.parametrize("devices", [4294967294, 10**10, 10**12, 100_000_000])
+@pytest.mark.parametrize("devices", [4294967294, 100_000_000])
 def test_a_check_of_a_huge_mesh_is_refused_before_its_schedules_are_listed(devices):
     refused_quickly(tpusim.LimitError, lambda: tpusim.check("psum", devices), f"P={devices}")
+
+
+@pytest.mark.parametrize("devices", [10**10, 10**12, -1, 0])
+def test_a_device_count_beyond_the_planner_is_the_command_lines_refusal(devices):
+    # As `tpusim check -p N`: the same rule and words (tpusim::args::DEVICES).
+    refused_quickly(tpusim.BadInput, lambda: tpusim.check("psum", devices),
+                    f"devices must be between 1 and 4294967294 (got {devices})")
 
 
 def test_a_huge_two_axis_mesh_is_refused_at_once():
@@ -257,7 +264,7 @@ def test_a_step_table_with_a_column_per_device_is_refused_before_it_is_made():
 
 
 def test_counts_are_bounded_by_their_time():
-    refused_quickly(tpusim.LimitError, lambda: tpusim.check("psum", 64, schedules=10**9), "too long",
+    refused_quickly(tpusim.LimitError, lambda: tpusim.check("psum", 64, schedules=10**6), "too long",
                     "the largest --schedules that fits is")
     refused_quickly(tpusim.LimitError, lambda: tpusim.bench("psum", iters=10**12, max_bytes="4K", backend="cpu"),
                     "too long", "the largest -n that fits is")
@@ -276,12 +283,12 @@ def test_the_time_limit_is_the_users(monkeypatch):
 def test_a_recording_of_a_huge_grid_is_refused_before_the_first_call():
     # What a front end asks before it calls the kernel's Python per device and grid point.
     refused_quickly(tpusim.LimitError,
-                    lambda: tpusim._native.ensure_recording_fits("k", 4, [10**7], 18e-6),
+                    lambda: tpusim._native.ensure_recording_fits("k", 4, [10**7], (10.0, 0.0, 0.0)),
                     "too long", "4.0e7 kernel calls", "the most grid points that fit are")
     refused_quickly(tpusim.LimitError,
                     lambda: tpusim._native.ensure_recording_fits("k", 4, [10**9, 10**9]),
                     "not enough memory")
-    tpusim._native.ensure_recording_fits("k", 4, [1000], 18e-6)
+    tpusim._native.ensure_recording_fits("k", 4, [1000], (10.0, 0.0, 0.0))
 
 
 def on_grid(kernel, grid, devices=4):
@@ -311,7 +318,7 @@ def copy_at_zero(x_ref, o_ref):
 def slow_copy_at_zero(x_ref, o_ref):
     """The same, after a scalar loop of 2000 steps that tpusim evaluates at every point
     (milliseconds each, where a typical kernel's point takes microseconds)."""
-    n = jax.lax.fori_loop(0, 2000, lambda i, c: c + 1, pl.program_id(0))
+    n = jax.lax.fori_loop(0, 2000, lambda i, c: c + 1, pl.program_id(0))  # <- slow loop
 
     @pl.when(n == 2000)
     def _():
@@ -332,11 +339,56 @@ def test_the_issues_grid_of_ten_million_is_refused_once_its_first_points_are_tim
                     "too long", "4.0e7 kernel calls", "the most grid points that fit are")
 
 
-def test_a_slow_kernel_is_refused_once_a_few_points_have_measured_it(cpu):
-    # 4 million points of milliseconds: fine at a typical kernel's microseconds,
-    # refused as soon as the first points (50 ms of them) measure this one.
-    refused_quickly(tpusim.LimitError, on_grid(slow_copy_at_zero, (10**6,)),
-                    "too long", "4.0e6 kernel calls", "the most grid points that fit are")
+def test_a_slow_kernel_is_refused_at_its_loop_with_the_largest_count_that_fits(cpu):
+    # 4 million points, each a loop of 2000 steps: refused once the loop's first
+    # iteration is counted, the loop taken to run at every point (as every point runs
+    # the same code).
+    line = marked_line(__file__, "slow loop")
+    e = refused_quickly(tpusim.LimitError, on_grid(slow_copy_at_zero, (10**6,)),
+                        "too long", f"the loop at {__file__}:{line} (2000 iterations",
+                        "4.0e6 kernel calls", "the largest count that fits is")
+    assert int(str(e).rsplit(" ", 1)[1]) < 2000, str(e)
+
+
+def signal_loop(n):
+    """A kernel whose one `fori_loop` signals and waits its own semaphore `n` times."""
+    def kernel(x_ref, o_ref, sem):
+        def body(i, c):
+            pl.semaphore_signal(sem, 1)
+            pl.semaphore_wait(sem, 1)
+            return c
+        jax.lax.fori_loop(0, n, body, 0)  # <- signal loop
+    return kernel
+
+
+def test_a_loop_of_1e8_signals_is_refused_at_once_the_same_way_every_time(cpu):
+    # The fourth campaign's: a fori_loop of 10^8 signal/wait iterations ran for more
+    # than 300 s and 8 GiB with no refusal (a while_loop stops at 10^6 iterations, a
+    # fori_loop had no bound). Now it is refused after its first iteration, from counts
+    # alone: the same message in every run, whatever the machine's load.
+    mesh = jax.make_mesh((4,), ("x",))
+    vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
+    call = pl.pallas_call(signal_loop(10**8), out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          in_specs=[vmem], out_specs=vmem, scratch_shapes=[REGULAR])
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"),
+                              check_vma=False))
+    xs = jax.device_put(np.ones((8, 512), np.float32), jax.NamedSharding(mesh, P(None, "x")))
+    line = marked_line(__file__, "signal loop")
+    said = set()
+    for _ in range(2):
+        e = refused_quickly(tpusim.LimitError, lambda: tpusim_run(f, xs),
+                            "too long", f"the loop at {__file__}:{line} (100000000 iterations",
+                            "(4 kernel calls)", "the largest count that fits is")
+        said.add(str(e))
+    assert len(said) == 1, said
+    # The count it names fits: at most that many iterations a call, every call.
+    largest = int(next(iter(said)).rsplit(" ", 1)[1])
+    assert 0 < largest < 10**8
+
+
+def tpusim_run(f, *args):
+    with tpusim.simulate(devices=4):
+        return jax.block_until_ready(f(*args))
 
 
 def test_the_recording_time_limit_is_the_users(cpu, monkeypatch):
@@ -412,7 +464,8 @@ def test_refusals_fit_in_one_gib_of_address_space():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
         import tpusim
         tpusim.config.backend = "cpu"
-        for call in (lambda: tpusim.check("psum", 10**12), lambda: tpusim.check("psum", 4294967294),
+        for call in (lambda: tpusim.check("psum", mesh=tpusim.Mesh(axes=[("x", 10**6), ("y", 10**6)]), axis="y"),
+                     lambda: tpusim.check("psum", 4294967294),
                      lambda: tpusim.trace("all_gather", 4294967294),
                      lambda: tpusim.check("psum", mesh=tpusim.Mesh(axes=[("x", 3000), ("y", 3000)]), axis="y")):
             t = time.monotonic()
@@ -473,17 +526,34 @@ def test_a_pallas_call_lowers_to_tpusims_custom_call_not_a_host_callback():
     np.testing.assert_array_equal(got, np.asarray(v) * 2)
 
 
-def test_a_first_grid_point_that_looks_slow_is_not_divided_by_zero(monkeypatch):
-    """On a loaded machine the first point can be descheduled between its two clock
-    reads; the budget waits for a second point to have a rate (it divided by zero)."""
+def test_the_recording_budget_decides_from_counts_not_the_clock(monkeypatch):
+    """The fourth campaign's: a do-nothing kernel over grid=(10**7,) on 4 devices was
+    refused in 5 runs of 9 and ran in the others, as its first points' time measured
+    the machine's load. The budget now counts: 4e7 calls of a kernel that evaluates
+    nothing are 40 s at its rate, whatever a clock says, so it fits the default limit
+    in every run (and runs, with progress on a terminal), and a limit of 39 s refuses
+    it in every run, with the same message."""
+    import time as clock
+
     from tpusim import _budget
 
-    ticks = iter(range(100))
-    monkeypatch.setattr(_budget.time, "perf_counter", lambda: 0.5 * next(ticks))
-    b = _budget.RecordingBudget("k", 1, (4,))
-    b.called([])  # 0.5 s "taken" with no point after the first to time
-    b.called([])  # now a rate: 1 s a point, 4 points fit
-    assert b.calls == 2
+    # A machine so loaded that every call seems to take an hour.
+    hours = iter(range(10**6))
+    for f in ("perf_counter", "monotonic", "time"):
+        monkeypatch.setattr(clock, f, lambda: 3600.0 * next(hours))
+    b = _budget.RecordingBudget("k", 4, (10**7,))
+    for _ in range(5000):
+        b.called([])
+    b.done()
+    monkeypatch.setenv("TPUSIM_TIME_LIMIT", "39s")
+    said = set()
+    for _ in range(3):
+        with pytest.raises(tpusim.LimitError) as e:
+            _budget.RecordingBudget("k", 4, (10**7,))
+        said.add(str(e.value))
+    assert said == {"too long: recording `k` on 4 devices x 10000000 grid points (4.0e7 kernel calls) "
+                    "would take about 40.0 s (1.0 us each), beyond the time limit of 39.0 s "
+                    "(TPUSIM_TIME_LIMIT=39s); the most grid points that fit are 9750000"}, said
 
 
 def test_a_kernel_over_a_sparsecore_mesh_is_unsupported_at_its_line():

@@ -221,11 +221,13 @@ def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline
         return _tools.model(name, *args, preset=preset, timeline=timeline, topology=topology,
                             devices=devices, **overrides)
     devices = args[0] if args else (devices or 4)
+    # Checked (a stream opened) before the run, written whole after it.
+    out = None if timeline is None else _native.check_output(timeline, "timeline")
     r = _native.collective_model(
         name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None,
         mesh, axis, topology,
     )
-    return ModelRun.from_dict(r, timeline)
+    return ModelRun.from_dict(r, out)
 
 
 def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5,

@@ -25,20 +25,21 @@ def _parser():
     p = argparse.ArgumentParser(prog="python -m tpusim", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
+    # Counts and schedules are taken as text and checked by the command line's own rules
+    # (tpusim._native.count / schedule) once tpusim is imported, with its messages.
     def common(s):
-        s.add_argument("--devices", type=int, default=int(os.environ.get("TPUSIM_DEVICES", "4")))
-        s.add_argument("--backend", default=os.environ.get("TPUSIM_BACKEND", "auto"),
-                       choices=["auto", "cpu", "gpu"])
-        s.add_argument("--schedule", default=os.environ.get("TPUSIM_SCHEDULE", "eager"))
+        s.add_argument("--devices", default=None, help="JAX CPU devices (default TPUSIM_DEVICES or 4)")
+        s.add_argument("--backend", default=None, choices=["auto", "cpu", "gpu"])
+        s.add_argument("--schedule", default=None)
         s.add_argument("--chip", default="v5e", help="the TPU JAX's TPU queries answer for: v4, v5e, v5p, v6e")
         s.add_argument("script")
         s.add_argument("args", nargs=argparse.REMAINDER)
 
     common(sub.add_parser("run", help="run the script"))
     c = sub.add_parser("check", help="verify every pallas_call the script makes")
-    c.add_argument("--schedules", type=int, default=200)
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--repeat", type=int, default=1, help="each call that many times back to back")
+    c.add_argument("--schedules", default="200")
+    c.add_argument("--seed", default="0")
+    c.add_argument("--repeat", default="1", help="each call that many times back to back")
     c.add_argument("--sequence", action="store_true",
                    help="verify all the calls, in the order made, as one sequence of kernels")
     common(c)
@@ -50,30 +51,68 @@ def _parser():
     return p
 
 
+def _script(path):
+    """The script to run, as runpy runs it: a file, or a directory or zip file with a
+    ``__main__.py``; anything else is bad input."""
+    import tpusim
+
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "__main__.py")):
+            raise tpusim.BadInput(f"bad input: {path} is a directory without a __main__.py: give the script to run")
+    elif not os.path.exists(path):
+        raise tpusim.BadInput(f"bad input: no script {path}")
+    elif not os.path.isfile(path):
+        raise tpusim.BadInput(f"bad input: {path} is not a file: give the script to run")
+    return path
+
+
+def _checked(a):
+    """The arguments checked as the command line checks its own (the environment's
+    settings checked by importing tpusim): the settings the run follows."""
+    import tpusim
+    from tpusim import _native
+
+    a.devices = tpusim.config.devices if a.devices is None else _native.count("devices", "--devices", a.devices)
+    a.backend = a.backend or tpusim.config.backend
+    a.schedule = tpusim.config.schedule if a.schedule is None else _native.schedule(a.schedule)
+    if a.cmd == "check":
+        a.schedules = _native.count("schedules", "--schedules", a.schedules)
+        a.seed = _native.count("seed", "--seed", a.seed)
+        a.repeat = _native.count("repeat", "--repeat", a.repeat)
+    if a.cmd == "model":
+        _native.check_preset(a.preset)
+        if a.timeline is not None:
+            a.timeline = os.fspath(_native.check_output_dir(a.timeline, "timelines"))
+    _script(a.script)
+
+
 def main(argv=None):
     a = _parser().parse_args(argv)
-    if a.devices < 1:
-        print(f"tpusim: bad input: --devices {a.devices}; at least 1", file=sys.stderr)
-        return 2
-    if not os.path.exists(a.script):
-        print(f"tpusim: bad input: no script {a.script}", file=sys.stderr)
-        return 2
     if not os.environ.get("XDG_RUNTIME_DIR"):
         # Mesa's Wayland client complains without one; tpusim never opens a window.
         import tempfile
 
         os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpusim-xdg-")
-    import tpusim
-    from tpusim import _hook, _tools
-
-    tpusim.config.backend = a.backend
-    tpusim.config.schedule = a.schedule
     try:
-        _hook.ensure_devices(a.devices)
-        _hook.simulate_globally(a.chip)
-    except tpusim.BadInput as e:
+        import tpusim
+    except Exception as e:  # a bad TPUSIM_* variable, named in tpusim's message
+        if type(e).__name__ != "BadInput":
+            raise
         print(f"tpusim: {e}", file=sys.stderr)
         return 2
+    from tpusim import _hook, _tools
+
+    try:
+        _checked(a)
+        tpusim.config.backend = a.backend
+        tpusim.config.schedule = a.schedule
+        _hook.ensure_devices(a.devices, "--devices")
+        _hook.simulate_globally(a.chip)
+    except tpusim.TpusimError as e:
+        print(f"tpusim: {e}", file=sys.stderr)
+        return _status(e)
+    except KeyboardInterrupt:
+        return _interrupted()
     # What collects the Results of the script's calls, entered around it.
     if a.cmd == "run":
         collect = contextlib.nullcontext()
@@ -98,11 +137,15 @@ def main(argv=None):
                     _hook.wait_for_calls(report=True)
             except SystemExit as e:
                 status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except KeyboardInterrupt:
+                raise
             except BaseException as e:  # the script failed: say why, in tpusim's words when ours
                 status = _report_failure(e)
     except tpusim.TpusimError as e:  # the check of a --sequence, made when the script is done
         print(f"tpusim: {e}", file=sys.stderr)
         status = status or _status(e)
+    except KeyboardInterrupt:
+        return _interrupted()
     if results is not None:
         for r in results:
             print(_show(a.cmd, r))
@@ -111,6 +154,13 @@ def main(argv=None):
         if not results and status == 0:
             print("tpusim: the script made no pallas_call", file=sys.stderr)
     return status
+
+
+def _interrupted():
+    """Ctrl-C: the calls stopped cleanly (nothing half-written); exit 130, as a shell
+    reports a command ended by SIGINT, without a traceback."""
+    print("tpusim: interrupted", file=sys.stderr)
+    return 130
 
 
 def _show(cmd, r):
@@ -130,6 +180,8 @@ def _report_failure(e):
     import tpusim
 
     err = tpusim._hook.last_error() or e
+    if isinstance(err, KeyboardInterrupt):  # a call stopped by Ctrl-C (on its own thread)
+        return _interrupted()
     if isinstance(err, tpusim.TpusimError):
         print(f"tpusim: {err}", file=sys.stderr)
         return _status(err)
@@ -145,4 +197,8 @@ def _status(err):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = _interrupted()
+    sys.exit(code)

@@ -1,12 +1,22 @@
 """The time and memory of evaluating a kernel's jaxpr on every device and grid point,
-held to the native budget (``_native.ensure_recording_fits``) before and while it runs:
-asked first at a typical kernel's cost, then again as the points measure this kernel's
-(after 16, 32, 64, … points, or 50 ms, 100 ms, 200 ms, … of them), so huge work is
-refused in well under a second, before anything proportional to it is made."""
-
-import time
+held to the native budget (``_native.ensure_recording_fits`` and ``ensure_loop_fits``,
+one rule for both, in Rust) before and while it runs: asked first at what a kernel that
+does nothing costs, then again after 1, 2, 4, 8, … calls at what the calls were
+counted to do (equations evaluated, loop iterations, the bytes of their records), and
+in a loop of known length after its 1, 2, 4, … 1024th iteration and every 1024th after
+that. Counts, not clock time: the answer is the same in every run, whatever the
+machine's load, and huge work is refused in well under a second, before anything
+proportional to it is made. A terminal shows the progress of long work, and Ctrl-C
+stops it (``_native.check_interrupt``) on whichever thread records the kernel."""
 
 from . import _native
+
+#: Iterations (or calls) between two looks at progress, and the last count of the
+#: doubling check-ins.
+EVERY = 1024
+
+#: Iterations (or calls) between two looks at Ctrl-C (tens of microseconds each).
+STOP_EVERY = 64
 
 
 def points(grid):
@@ -26,8 +36,14 @@ def points(grid):
             return
 
 
+def _due(n):
+    """Whether the count `n` is a check-in: 1, 2, 4, … EVERY, then every EVERY."""
+    return n % EVERY == 0 or (n & (n - 1) == 0)
+
+
 class RecordingBudget:
-    """Counts the (device, grid point) evaluations of one call and asks the budget."""
+    """Counts the (device, grid point) calls of one kernel and what they evaluate, and
+    asks the budget."""
 
     def __init__(self, name, devices, grid):
         self.name, self.devices, self.grid = name, devices, list(grid)
@@ -35,29 +51,81 @@ class RecordingBudget:
             raise _native.LimitError(
                 f"`{name}` has a grid of {self.grid}: more grid points than can be counted")
         _native.ensure_recording_fits(name, devices, self.grid)
-        self.calls, self.start = 0, time.perf_counter()
-        self.next_calls, self.next_seconds = 16, 0.05
+        total = devices
+        for g in self.grid:
+            total *= g
+        self.calls = 0
+        # Counted over every call so far: equations evaluated, loop iterations.
+        self.eqns, self.iterations = 0, 0
         self.least_bytes, self.sampled = 0, 0
+        self.loops = []  # the loops being evaluated: LoopBudget each, outermost first
+        self.progress = _native.Progress(f"recording `{name}`: kernel calls", total)
 
     def called(self, ops):
-        """Counts one point that recorded `ops`, and asks the budget again when due."""
+        """Counts one call that recorded `ops`, and asks the budget again when due."""
         self.calls += 1
-        if self.calls == 1:
-            # The first point pays for what later ones reuse (caches): timed from its
-            # end, the rate is the kernel's own.
-            self.start = time.perf_counter()
         if self.sampled < 16:
-            # What a point's records take at least: their text (a measure of the Python
-            # objects the native call reads); the least of the first points, as a
-            # kernel may record ops at a few grid points only.
+            # What a call's records take at least: their text (a measure of the Python
+            # objects the native call reads); the least of the first calls, as a kernel
+            # may record ops at a few grid points only.
             size = len(repr(ops))
             self.least_bytes = size if self.sampled == 0 else min(self.least_bytes, size)
             self.sampled += 1
-        took = time.perf_counter() - self.start
-        # A rate needs a point timed after the first (a descheduled first point could
-        # otherwise look slow here with no point to divide by).
-        if self.calls == 1 or (self.calls < self.next_calls and took < self.next_seconds):
+        if self.calls % STOP_EVERY == 0:
+            _native.check_interrupt()
+        if self.calls % EVERY == 0:
+            self.progress.set(self.calls)
+        if not _due(self.calls):
             return
-        self.next_calls, self.next_seconds = 2 * self.calls, 2 * max(took, self.next_seconds)
+        n = self.calls
         _native.ensure_recording_fits(
-            self.name, self.devices, self.grid, took / (self.calls - 1), self.least_bytes)
+            self.name, self.devices, self.grid, (self.eqns / n, self.iterations / n, self.least_bytes))
+
+    def done(self):
+        """The recording ended (or failed): its progress line goes."""
+        self.progress.close()
+
+    def loop(self, site, count, point):
+        """A loop at `site` of `count` iterations (None: not known before it ends, a
+        ``while_loop``'s) about to run at `point`: its LoopBudget."""
+        return LoopBudget(self, site, count, point)
+
+
+class LoopBudget:
+    """Counts the iterations of one loop and asks the budget, at check-ins, whether the
+    whole loop fits (at every kernel call, as every call runs the same code)."""
+
+    def __init__(self, budget, site, count, point):
+        self.b, self.count, self.point = budget, count, point
+        self.at = f"{site[0]}:{site[1]}"
+        self.n = 0
+        self.eqns0, self.iterations0, self.ops0 = budget.eqns, budget.iterations, len(point.ops)
+        self.bytes = 0.0
+        # How often one call runs this loop: the known counts of the loops around it.
+        self.runs = 1
+        for outer in budget.loops:
+            self.runs *= outer.count or 1
+        budget.loops.append(self)
+
+    def iterated(self):
+        """Counts one iteration done, and asks the budget when due."""
+        b = self.b
+        self.n += 1
+        b.iterations += 1
+        n = self.n
+        if n % STOP_EVERY == 0:
+            _native.check_interrupt()
+        if not _due(n):
+            return
+        if n <= 16:
+            # The records' bytes an iteration, from the first ones (their text).
+            self.bytes = len(repr(self.point.ops[self.ops0:])) / n
+        if n >= EVERY:
+            of = f" of {self.count:,}" if self.count is not None else ""
+            b.progress.set(b.calls, f"the loop at {self.at}: iteration {n:,}{of}")
+        if self.count is not None and n < self.count:
+            per = ((b.eqns - self.eqns0) / n, (b.iterations - self.iterations0) / n, self.bytes)
+            _native.ensure_loop_fits(b.name, b.devices, b.grid, self.at, self.count, float(self.runs), per)
+
+    def close(self):
+        self.b.loops.remove(self)

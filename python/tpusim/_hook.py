@@ -148,7 +148,8 @@ class Meeting:
         except BaseException as e:  # every device's call fails with it
             global _last_error
             _last_error = e
-            if isinstance(e, _native.TpusimError):
+            # Ctrl-C stopped the call (tpusim._native.check_interrupt): as it is.
+            if isinstance(e, (_native.TpusimError, KeyboardInterrupt)):
                 raise
             # A bug of tpusim's own: JAX's error carries the message only, so say where.
             import traceback
@@ -320,14 +321,20 @@ def set_chip(name):
     tpu_info._tpusim = True
 
 
-def ensure_devices(n):
-    """Makes JAX start with `n` CPU devices (before its first use), or checks it has."""
+def ensure_devices(n, name="devices"):
+    """Makes JAX start with `n` CPU devices (before its first use), or checks it has;
+    `n` (called `name` in messages) is checked as the command line checks ``-p``, and
+    against what this system can start."""
+    if n is None:
+        return
+    n = _native.count("devices", name, n)
     jax = _jax()
     from jax._src import xla_bridge
 
-    if n is None:
-        return
     if not xla_bridge.backends_are_initialized():
+        # What JAX cannot start is refused before it is asked (it aborts the process,
+        # or runs for minutes, past the system's threads or memory).
+        _native.ensure_host_devices_fit(name, n)
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", int(n))
         return
@@ -345,6 +352,11 @@ def simulate(devices=None, backend=None, schedule=None, chip="v5e"):
     """Runs every ``pallas_call`` made (traced) inside on tpusim's engine, whatever its
     ``interpret=``; `devices`: JAX's CPU device count (set before JAX's first use);
     `chip`: the TPU generation JAX's TPU queries answer for (see :func:`set_chip`)."""
+    # Checked as the command line checks them, before anything changes.
+    if backend is not None:
+        _native.backend(backend, name="backend")
+    if schedule is not None:
+        _native.schedule(schedule, name="schedule")
     install()
     prev_chip = _chip[0]
     set_chip(chip)

@@ -785,6 +785,8 @@ class Evaluator:
             self.used.pop()
 
     def _eqns_in(self, jaxpr, env):
+        if self.plan.budget is not None:  # counted: the budget's measure of the work
+            self.plan.budget.eqns += len(jaxpr.eqns)
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             self.outer.append(self.site(eqn))
@@ -983,25 +985,30 @@ class Evaluator:
         n = 0
         # A computed bound is asked once (when traced while running), not at every step.
         asks = [i for i in _steer.used_inputs(eqn.params["cond_jaxpr"])] if self.p.asker else []
-        while True:
-            for i in asks:
-                x = cc[i] if i < cn else val[i - cn]
-                if isinstance(x, Sym) and math.prod(x.shape) == 1:
-                    x = np.asarray(sym_value(x, "the bound of a loop", where)).reshape(x.shape)
-                    if i < cn:
-                        cc[i] = x
-                    else:
-                        val[i - cn] = x
-            (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
-            if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
-                return val
-            with self.p.iteration(where.site, n):
-                val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
-            n += 1
-            if n > self.plan.max_iterations:
-                raise unsupported(
-                    "while_loop", f"more than {self.plan.max_iterations} iterations", where
-                )
+        budget = self.plan.budget.loop(where.site, None, self.p)
+        try:
+            while True:
+                for i in asks:
+                    x = cc[i] if i < cn else val[i - cn]
+                    if isinstance(x, Sym) and math.prod(x.shape) == 1:
+                        x = np.asarray(sym_value(x, "the bound of a loop", where)).reshape(x.shape)
+                        if i < cn:
+                            cc[i] = x
+                        else:
+                            val[i - cn] = x
+                (c,) = self.run_closed(eqn.params["cond_jaxpr"], [*cc, *val])
+                if not _concrete_int(c, "the condition of a `while_loop` / `fori_loop`", where):
+                    return val
+                with self.p.iteration(where.site, n):
+                    val = self.run_closed(eqn.params["body_jaxpr"], [*bc, *val])
+                budget.iterated()
+                n += 1
+                if n > self.plan.max_iterations:
+                    raise unsupported(
+                        "while_loop", f"more than {self.plan.max_iterations} iterations", where
+                    )
+        finally:
+            budget.close()
 
     def p_scan(self, eqn, ins):
         p = eqn.params
@@ -1016,15 +1023,20 @@ class Evaluator:
             raise unsupported("scan", "scanning over values loaded from refs", where)
         ys = []
         order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
-        for n, i in enumerate(order):
-            x_i = [np.asarray(x)[i] for x in xs]
-            with self.p.iteration(where.site, n):
-                out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
-            if "ft_out" in p:
-                carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
-            else:
-                carry, y = out[:len(carry)], out[len(carry):]
-            ys.append(y)
+        budget = self.plan.budget.loop(where.site, length, self.p)
+        try:
+            for n, i in enumerate(order):
+                x_i = [np.asarray(x)[i] for x in xs]
+                with self.p.iteration(where.site, n):
+                    out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
+                if "ft_out" in p:
+                    carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
+                else:
+                    carry, y = out[:len(carry)], out[len(carry):]
+                ys.append(y)
+                budget.iterated()
+        finally:
+            budget.close()
         if p.get("reverse"):
             ys.reverse()
         nys = len(eqn.outvars) - len(carry)

@@ -192,6 +192,8 @@ class Plan:
     while it runs (``_steer``), its SMEM scratch memory of the simulated devices too."""
 
     max_iterations = 1_000_000
+    #: The recording's budget (made once the buffers are known, before any evaluation).
+    budget = None
 
     def __init__(self, spec, smem_values, steered=False):
         self.spec = spec
@@ -222,6 +224,7 @@ class Plan:
         self.barrier_buf = Buffer("sem", "barrier_semaphore", (), None, sem="barrier", barrier=True)
         self.budget = RecordingBudget(spec.name, self.P, self.grid)
         if steered:
+            self.budget.done()  # each run's trace has its own (``tracer``)
             # Traced at every call, as it runs: the native call asks for a tracer.
             self._smem_start = [self.smem_snapshot(d) for d in range(self.P)]
             # A call whose reads find what a call before found runs that call's plan,
@@ -231,7 +234,10 @@ class Plan:
                 spec.cores, self.aliases, self, replayable=not (spec.prints or self.smem_results),
             )
             return
-        self.recording = [self._device(d) for d in range(self.P)]
+        try:
+            self.recording = [self._device(d) for d in range(self.P)]
+        finally:
+            self.budget.done()
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
             spec.collective_id, self.recording, spec.cores, self.aliases, self.constants,
@@ -243,6 +249,7 @@ class Plan:
         for d in range(self.P):
             self.smem_restore(d, self._smem_start[d])
         self.prints = {}
+        self.budget.done()  # the trace before ended
         self.budget = RecordingBudget(self.spec.name, self.P, self.grid)  # this trace's time
         return _steer.Tracer(self)
 

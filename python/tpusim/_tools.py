@@ -113,10 +113,17 @@ def _run(fn, args, devices):
     return res
 
 
+def check_counts(schedules, seed, repeat):
+    """A check's counts, checked by the command line's rules before anything runs."""
+    return (_native.count("schedules", "schedules", schedules), _native.count("seed", "seed", seed),
+            _native.count("repeat", "repeat", repeat))
+
+
 def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1, replay=None):
     """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per distinct
     call (under exactly `replay`, when given); with `sequence`, one report of all the
     calls in order, as one sequence."""
+    schedules, seed, repeat = check_counts(schedules, seed, repeat)
     if not sequence:
         with collecting(check_plan, schedules=schedules, seed=seed, replay=replay, repeat=repeat) as got:
             _run(fn, args, devices)
@@ -144,14 +151,17 @@ def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, *
 
 
 def model_tool(preset="v5e", timeline=None, topology=None, **overrides):
-    """The tool ``model`` applies to each plan: with `timeline` (a directory), a Chrome
-    trace per call in it, named for the kernel and numbered in call order."""
+    """The tool ``model`` applies to each plan: with `timeline` (a directory: one that
+    exists, or one made now in one that does; checked before any call), a Chrome trace
+    per call in it, named for the kernel and numbered in call order."""
     n = [0]
+    _native.check_preset(preset)
+    if timeline is not None:
+        timeline = os.fspath(_native.check_output_dir(timeline, "timelines"))
 
     def tool(plan):
         path = None
         if timeline is not None:
-            os.makedirs(timeline, exist_ok=True)
             path = os.path.join(timeline, f"{plan.spec.name}-{n[0]}.json")
             n[0] += 1
         return model_plan(plan, preset=preset, timeline=path, topology=topology, **overrides)

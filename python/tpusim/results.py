@@ -195,6 +195,9 @@ class ModelRun:
 
     @classmethod
     def from_dict(cls, d, path=None):
+        """`path`: where to write the timeline (a path, or an output
+        ``_native.check_output`` checked before the run): whole or not at all, a
+        stream (``/dev/stdout``) in place."""
         run = cls(
             d["model"],
             d["seconds"],
@@ -208,9 +211,11 @@ class ModelRun:
             None,
         )
         if path is not None and run.timeline is not None:
-            with open(path, "w") as f:
-                json.dump(run.timeline, f)
-            run.timeline_path = str(path)
+            from . import _native
+
+            out = path if isinstance(path, _native.Output) else _native.check_output(path, "timeline")
+            out.write(json.dumps(run.timeline))
+            run.timeline_path = str(out.path)
         return run
 
 

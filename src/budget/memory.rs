@@ -64,7 +64,7 @@ pub fn available() -> Result<Option<Available>> {
 /// Bytes the address-space limit (RLIMIT_AS, `ulimit -v`) still leaves the process for
 /// the budget: two thirds of the limit less what it has mapped (`VmSize` in
 /// `/proc/self/status`), if limited.
-fn address_space_left() -> Option<u64> {
+pub(super) fn address_space_left() -> Option<u64> {
     #[cfg(unix)]
     {
         let mut r = libc::rlimit {

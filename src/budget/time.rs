@@ -204,30 +204,59 @@ pub fn time(c: &Census, work: Work) -> Time {
 }
 
 /// Seconds of one call of a Python kernel by the front end's recorder (one device, one
-/// grid point), where it has not measured its own yet: what a kernel that does nothing
-/// costs (measured over 4 million calls: 1.5 us in all, recording and the native call
-/// included; one that branches on `program_id`, 2.5 us).
+/// grid point) beyond the equations and loop iterations it evaluates: what a kernel that
+/// does nothing costs (measured over 4 million calls on an idle machine: 1.5 us in all,
+/// recording and the native call included; 22 us at a load of 6 on the 2-core CI one).
 pub const RECORD_SECONDS_PER_POINT: f64 = 1e-6;
+
+/// Seconds the recorder takes to evaluate one equation of a kernel's jaxpr (measured:
+/// 14 us on the 2-core CI machine at a load of 6, some 5 us idle; scalars, refs and
+/// records alike).
+pub const RECORD_SECONDS_PER_EQN: f64 = 2e-6;
+
+/// Seconds of one loop iteration's own machinery in the recorder, beyond its body's
+/// equations (measured: 250 us for a `fori_loop` of a semaphore signal and wait at a
+/// load of 6, some 80 us idle).
+pub const RECORD_SECONDS_PER_ITERATION: f64 = 2e-5;
 
 /// Bytes of host memory the recording of one call holds whatever it records: its entry
 /// and empty list of ops in Python, in JSON and in the native call (measured: about 80
 /// bytes a call for a kernel that records nothing).
 pub const RECORD_BYTES_PER_POINT: f64 = 64.0;
 
-/// Refuses to record kernel `what` on `devices` devices over `grid` (a front end that
-/// runs the kernel's code once per device and grid point asks before the first call,
-/// then again as it measures the calls): the calls would take longer than the time
-/// limit at `seconds_per_point` each ([`RECORD_SECONDS_PER_POINT`] until measured), or
-/// their records ([`RECORD_BYTES_PER_POINT`] each, plus `bytes_per_point`: what the
-/// calls' ops were measured to take) would not fit in memory. The message gives the
-/// estimate and the most grid points that fit.
-pub fn ensure_recording_fits(
-    what: &str,
-    devices: usize,
-    grid: &[usize],
-    seconds_per_point: Option<f64>,
-    bytes_per_point: Option<f64>,
-) -> Result<()> {
+/// What a front end counted while it recorded a kernel (per call, or per loop
+/// iteration): counts, not clock time, so the budget's answer is the same in every run
+/// whatever the machine's load.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recorded {
+    /// Equations of the kernel's jaxpr evaluated.
+    pub eqns: f64,
+    /// Loop iterations evaluated (each costs its machinery beyond its equations).
+    pub iterations: f64,
+    /// Bytes of the records made (their JSON, which the native call parses).
+    pub bytes: f64,
+}
+
+impl Recorded {
+    /// Seconds to record this much, at the rates above.
+    pub fn seconds(&self) -> f64 {
+        self.eqns * RECORD_SECONDS_PER_EQN + self.iterations * RECORD_SECONDS_PER_ITERATION
+    }
+
+    /// Counts as given: finite and not negative, else none.
+    fn clean(self) -> Self {
+        let c = |v: f64| if v.is_finite() && v >= 0.0 { v } else { 0.0 };
+        Recorded {
+            eqns: c(self.eqns),
+            iterations: c(self.iterations),
+            bytes: c(self.bytes),
+        }
+    }
+}
+
+/// The kernel calls (devices x grid points) of recording `what` on `devices` devices over
+/// `grid`, and how messages name them.
+fn recording_calls(what: &str, devices: usize, grid: &[usize]) -> Result<(f64, String)> {
     let points = grid
         .iter()
         .try_fold(1u64, |acc, &g| acc.checked_mul(g as u64))
@@ -237,18 +266,31 @@ pub fn ensure_recording_fits(
             ))
         })?;
     let calls = devices as f64 * points as f64;
-    let each = seconds_per_point
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .unwrap_or(RECORD_SECONDS_PER_POINT);
-    let bytes = RECORD_BYTES_PER_POINT
-        + bytes_per_point
-            .filter(|b| b.is_finite() && *b >= 0.0)
-            .unwrap_or(0.0);
     let shown = format!(
         "recording `{what}` on {devices} device{} x {points} grid points ({} kernel calls)",
         if devices == 1 { "" } else { "s" },
         crate::units::count(calls)
     );
+    Ok((calls, shown))
+}
+
+/// Refuses to record kernel `what` on `devices` devices over `grid` (a front end that
+/// runs the kernel's code once per device and grid point asks before the first call,
+/// then again as it counts the calls): the calls would take longer than the time limit
+/// at what each was counted to evaluate (`per_call`, the mean of the calls so far;
+/// before any, a kernel that does nothing), or their records ([`RECORD_BYTES_PER_POINT`]
+/// each, plus what the calls' records were counted to take) would not fit in memory.
+/// The message gives the estimate and the most grid points that fit.
+pub fn ensure_recording_fits(
+    what: &str,
+    devices: usize,
+    grid: &[usize],
+    per_call: Option<Recorded>,
+) -> Result<()> {
+    let (calls, shown) = recording_calls(what, devices, grid)?;
+    let per_call = per_call.unwrap_or_default().clean();
+    let each = RECORD_SECONDS_PER_POINT + per_call.seconds();
+    let bytes = RECORD_BYTES_PER_POINT + per_call.bytes;
     let most = |per_call: f64, budget: f64| {
         let per_point = per_call * devices.max(1) as f64;
         (budget / per_point).floor()
@@ -275,6 +317,77 @@ pub fn ensure_recording_fits(
             limit.source,
             most(each, limit.seconds)
         )));
+    }
+    Ok(())
+}
+
+/// A loop the front end is recording: where it is, its trip count, and how many times
+/// it runs in each kernel call (the product of the trip counts of the loops around it).
+#[derive(Clone, Copy, Debug)]
+pub struct RecordedLoop<'a> {
+    /// `kernel.py:12`.
+    pub at: &'a str,
+    /// Its trip count.
+    pub count: u64,
+    /// How many times one kernel call runs it (1 outside other loops).
+    pub runs: f64,
+}
+
+/// Refuses to record loop `lp` of kernel `what` (on `devices` devices over `grid`) once
+/// its first iterations are counted (`per_iteration`: their mean): the loop is taken to
+/// run at every kernel call, as the kernel's code is the same at every device and grid
+/// point, and refused when it would take longer than the time limit (asked first: its
+/// answer depends on counts alone), or its records would not fit in memory. The message gives the estimate and the largest trip count
+/// that fits; the answer depends on counts only, so it is the same in every run.
+pub fn ensure_loop_fits(
+    what: &str,
+    devices: usize,
+    grid: &[usize],
+    lp: RecordedLoop,
+    per_iteration: Recorded,
+) -> Result<()> {
+    let (calls, shown) = recording_calls(what, devices, grid)?;
+    let per = per_iteration.clean();
+    let runs = calls * lp.runs.max(1.0);
+    let iterations = runs * lp.count as f64;
+    let each = per.seconds().max(RECORD_SECONDS_PER_ITERATION);
+    let count = lp.count;
+    let the_loop = format!(
+        "the loop at {} ({count} iterations{}, at each of the kernel calls of {shown})",
+        lp.at,
+        if lp.runs > 1.0 {
+            format!(" {} times a call", crate::units::count(lp.runs))
+        } else {
+            String::new()
+        }
+    );
+    // The largest trip count whose iterations fit `budget` at `per` each, the calls'
+    // own cost taken first.
+    let largest = |per: f64, budget: f64| ((budget / runs) / per).floor().max(0.0);
+    let limit = time_limit()?;
+    let base = calls * RECORD_SECONDS_PER_POINT;
+    if base + iterations * each > limit.seconds {
+        return Err(Error::TooLarge(format!(
+            "too long: {the_loop} would take about {} ({} an iteration), beyond the time limit of {} ({}); the largest count that fits is {}",
+            crate::units::seconds(base + iterations * each),
+            crate::units::seconds(each),
+            crate::units::seconds(limit.seconds),
+            limit.source,
+            largest(each, limit.seconds - base)
+        )));
+    }
+    if let Some(avail) = super::memory::available()? {
+        let held = calls * RECORD_BYTES_PER_POINT;
+        if per.bytes > 0.0 && held + iterations * per.bytes > avail.bytes as f64 {
+            return Err(Error::TooLarge(format!(
+                "not enough memory: {the_loop} needs at least {} for its records ({} an iteration), but {} are available ({}); the largest count that fits is {}",
+                crate::units::bytes(held + iterations * per.bytes),
+                crate::units::bytes(per.bytes),
+                crate::units::bytes(avail.bytes as f64),
+                avail.source,
+                largest(per.bytes, avail.bytes as f64 - held)
+            )));
+        }
     }
     Ok(())
 }
@@ -364,17 +477,57 @@ mod tests {
 
     #[test]
     fn recording_a_huge_grid_is_refused_before_it_starts() {
-        let e = ensure_recording_fits("k", 4, &[10_000_000], Some(18e-6), None)
+        let eqns = |n: f64| Recorded {
+            eqns: n,
+            ..Recorded::default()
+        };
+        let e = ensure_recording_fits("k", 4, &[10_000_000], Some(eqns(10.0)))
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("too long") && e.contains("4.0e7 kernel calls"),
             "{e}"
         );
-        assert!(ensure_recording_fits("k", 4, &[100], None, None).is_ok());
-        let e = ensure_recording_fits("k", 4, &[usize::MAX, 4], None, None)
+        assert!(ensure_recording_fits("k", 4, &[100], None).is_ok());
+        let e = ensure_recording_fits("k", 4, &[usize::MAX, 4], None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("more grid points than can be counted"), "{e}");
+    }
+
+    #[test]
+    fn a_loop_is_refused_with_the_largest_count_that_fits() {
+        let per = Recorded {
+            eqns: 8.0,
+            iterations: 1.0,
+            bytes: 0.0,
+        };
+        let at = |count| RecordedLoop {
+            at: "k.py:3",
+            count,
+            runs: 1.0,
+        };
+        let e = ensure_loop_fits("k", 4, &[], at(100_000_000), per)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("too long: the loop at k.py:3 (100000000 iterations"),
+            "{e}"
+        );
+        let largest: u64 = e
+            .rsplit("the largest count that fits is ")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The count stated fits, one more does not (whatever the limit in force).
+        assert!(ensure_loop_fits("k", 4, &[], at(largest), per).is_ok());
+        assert!(ensure_loop_fits("k", 4, &[], at(largest + 1), per).is_err());
+        // Inside another loop of 1000, a thousandth of that.
+        let inner = RecordedLoop {
+            runs: 1000.0,
+            ..at(largest / 1000 + 1)
+        };
+        assert!(ensure_loop_fits("k", 4, &[], inner, per).is_err());
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{count_wrong, Backend};
-use tpusim::files::{same_file, Output};
+use tpusim::files::Output;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::partition::{self, PartitionSpec};
 use tpusim::mesh::sharded::ShardedArray;
@@ -73,13 +73,8 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     });
     let chosen = Backend::parse(&a.backend)?.resolve()?;
     let backend = chosen.backend;
-    if same_file(&a.input, &a.output) {
-        return Err(Error::bad_input(format!(
-            "--output {} is the input file: write the result somewhere else, the input is kept",
-            a.output.display()
-        )));
-    }
-    let output = Output::check(&a.output, "result")?;
+    let output = Output::check_apart(&a.output, "result", &[&a.input])?;
+    super::out::keep_apart(&a.output);
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
     let global = read_npy(&a.input)?;
     let job = Job::collective(c.clone(), place.clone()).on_ranks(super::ranks::share());

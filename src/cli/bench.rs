@@ -6,8 +6,7 @@ use tpusim::collectives::{Registry, Span};
 use tpusim::exec::Backend;
 use tpusim::files::Output;
 use tpusim::run::Job;
-use tpusim::sched::ScheduleSpec;
-use tpusim::DType;
+use tpusim::{args, DType};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -23,17 +22,37 @@ pub struct BenchArgs {
     #[arg(short = 'e', long = "maxbytes", default_value = "16M")]
     max: String,
     /// Size factor between steps.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
-    factor: u64,
+    #[arg(
+        short = 'f',
+        long = "stepfactor",
+        default_value = "4",
+        allow_hyphen_values = true
+    )]
+    factor: String,
     /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 10)]
-    iters: usize,
+    #[arg(
+        short = 'n',
+        long = "iters",
+        default_value = "10",
+        allow_hyphen_values = true
+    )]
+    iters: String,
     /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 2)]
-    warmup: usize,
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        default_value = "2",
+        allow_hyphen_values = true
+    )]
+    warmup: String,
     /// Check iterations per size (read back and compared with the reference).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
-    checks: usize,
+    #[arg(
+        short = 'c',
+        long = "check",
+        default_value = "1",
+        allow_hyphen_values = true
+    )]
+    checks: String,
     /// Element type: f32, i32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -48,8 +67,8 @@ pub struct BenchArgs {
     json: Option<std::path::PathBuf>,
     /// Kernel invocations back to back on every device, timed as one iteration (the
     /// barrier semaphore of a collective_id carries over between them).
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
+    #[arg(long, default_value = "1", allow_hyphen_values = true)]
+    repeat: String,
     /// With --model: the table of the modeled TPU (time, algbw, busbw per size on the
     /// cost model's clock) instead of the simulator's own timing.
     #[command(flatten)]
@@ -68,13 +87,14 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         devices: mesh.size(),
         min_bytes: parse_size(&a.min)?,
         max_bytes: parse_size(&a.max)?,
-        factor: a.factor,
-        iters: a.iters,
-        warmup: a.warmup,
-        checks: a.checks,
+        factor: args::FACTOR.parse(&a.factor)?,
+        iters: args::ITERS.parse(&a.iters)? as usize,
+        warmup: args::WARMUP.parse(&a.warmup)? as usize,
+        checks: args::CHECKS.parse(&a.checks)? as usize,
         dtype: DType::parse_collective(&a.dtype)?,
-        schedule: ScheduleSpec::parse(&a.schedule)?,
+        schedule: args::schedule(&a.schedule, Some(mesh.size()))?,
     };
+    let repeat = args::REPEAT.parse(&a.repeat)? as usize;
     cfg.validate()?;
     let names: Vec<&str> = if a.collective == "all" {
         let mut v = Vec::new();
@@ -110,13 +130,16 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         .as_deref()
         .map(|p| Output::check(p, "bench results"))
         .transpose()?;
+    if let Some(j) = &json {
+        super::out::keep_apart(j.path());
+    }
     let jobs = names
         .iter()
         .map(|n| {
             let c = reg.by_name(n)?;
             let place = a.place.placement(c.as_ref())?;
             Ok(Job::collective(c, place)
-                .repeat(a.repeat)?
+                .repeat(repeat)?
                 .on_ranks(super::ranks::share()))
         })
         .collect::<tpusim::Result<Vec<Job>>>()?;
@@ -147,7 +170,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         (Some(m), None) => format!("{} (mesh {m})", cfg.devices),
         _ => cfg.devices.to_string(),
     };
-    let repeat = match a.repeat {
+    let repeat_note = match repeat {
         1 => String::new(),
         k => format!(" repeat={k} (one iteration: {k} invocations back to back)"),
     };
@@ -159,7 +182,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         mesh: &mesh,
         axis: a.place.axis.as_deref(),
         group_devices: jobs.first().map(|j| j.place().devices()),
-        repeat: a.repeat,
+        repeat,
     };
     if let Some(model) = &model {
         outln!(
@@ -167,7 +190,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
             at,
             cfg.dtype,
             cfg.schedule,
-            repeat,
+            repeat_note,
             model.name,
             model.link_bw / 1e9,
             model.link_latency * 1e6,
@@ -204,7 +227,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         cfg.iters,
         cfg.warmup,
         cfg.checks,
-        repeat,
+        repeat_note,
         exec.describe()
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;

@@ -5,12 +5,8 @@ use tpusim::budget::Work;
 use tpusim::collectives::variants::variants;
 use tpusim::collectives::{Options, Registry, Span};
 use tpusim::run::Job;
-use tpusim::sched::ScheduleSpec;
 use tpusim::verify::Report;
-use tpusim::{array, Error};
-
-/// The most schedules one check runs (each is a whole run of the kernel).
-pub const MAX_SCHEDULES: usize = 1_000_000;
+use tpusim::{args, array, Error};
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
@@ -19,11 +15,11 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub place: super::place::PlaceArgs,
     /// Schedules to run: every deterministic policy, then seeded random ones.
-    #[arg(long, default_value_t = 200)]
-    schedules: usize,
+    #[arg(long, default_value = "200", allow_hyphen_values = true)]
+    schedules: String,
     /// First seed of the random schedules.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[arg(long, default_value = "0", allow_hyphen_values = true)]
+    seed: String,
     /// A deliberately broken variant (see --list-variants).
     #[arg(long)]
     variant: Option<String>,
@@ -38,8 +34,8 @@ pub struct CheckArgs {
     shape: Option<String>,
     /// Kernel invocations back to back on every device: a device enters invocation k+1
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
+    #[arg(long, default_value = "1", allow_hyphen_values = true)]
+    repeat: String,
 }
 
 fn print_report(title: &str, replay_cmd: &str, r: &Report) -> tpusim::Result<()> {
@@ -95,23 +91,13 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
         .ok_or_else(|| Error::bad_input("name a collective (or `all`), or pass --list-variants"))?;
     let p = a.place.mesh()?.size();
     let at = a.place.flags();
+    let seed = args::SEED.parse(&a.seed)?;
+    let repeat = args::REPEAT.parse(&a.repeat)? as usize;
     // The schedules: one to replay, or the check set, made only once the budget has
     // counted it (it has P + 3 entries at least).
-    let replay = match &a.replay {
-        Some(s) => {
-            let spec = ScheduleSpec::parse(s)?;
-            spec.validate(p)?;
-            Some(spec)
-        }
-        None => {
-            if !(1..=MAX_SCHEDULES).contains(&a.schedules) {
-                return Err(Error::bad_input(format!(
-                    "--schedules must be between 1 and {MAX_SCHEDULES} (got {})",
-                    a.schedules
-                )));
-            }
-            None
-        }
+    let (replay, schedules) = match &a.replay {
+        Some(s) => (Some(args::schedule(s, Some(p))?), 1),
+        None => (None, args::SCHEDULES.parse(&a.schedules)? as usize),
     };
     let names: Vec<&str> = if name == "all" {
         if a.variant.is_some() {
@@ -134,22 +120,18 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
             continue;
         }
         let place = a.place.placement(c.as_ref())?;
-        let mut job = Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?
-            .repeat(a.repeat)?;
+        let mut job =
+            Job::named(reg, n, &Options::default(), a.variant.as_deref(), place)?.repeat(repeat)?;
         if let Some(s) = &shape {
             job = job.with_shape(s);
         }
         job.pallas_call()?;
         job.ensure_fits(Work::Check {
-            schedules: if replay.is_some() {
-                1
-            } else {
-                a.schedules as u64
-            },
+            schedules: schedules as u64,
             deterministic: replay.is_none(),
         })?;
         let shown = format!("P={}", job.place().describe());
-        let repeat = match a.repeat {
+        let repeat = match repeat {
             1 => String::new(),
             k => format!(" --repeat {k}"),
         };
@@ -169,7 +151,7 @@ pub fn check(reg: &Registry, a: &CheckArgs) -> tpusim::Result<bool> {
     for (job, title, replay_cmd) in runs {
         let report = match replay {
             Some(spec) => job.check(&[spec])?,
-            None => job.check_set(a.schedules, a.seed)?,
+            None => job.check_set(schedules, seed)?,
         };
         print_report(&title, &replay_cmd, &report)?;
         clean &= report.is_clean();

@@ -42,7 +42,7 @@ enum Cmd {
     /// Print the step table of a collective: what every device holds after every grid point.
     Trace(trace::TraceArgs),
     /// Sweep sizes like nccl-tests: time, algorithm and bus bandwidth, correctness.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Draw bench result files (busbw and time against size) or a timeline, as SVG or PNG.
     Plot(plot::PlotArgs),
     /// Run every collective once, small, on the default executor.
@@ -55,20 +55,13 @@ enum Cmd {
     Info,
 }
 
-/// Prints a failure and says the exit status: 2 for bad input, 1 otherwise.
+/// Prints a failure and says the exit status (`tpusim::exec::ranks::status_of`: 2 for
+/// bad input, 1 otherwise).
 pub fn fail(e: &Error) -> ExitCode {
     if !out::quiet() {
         eprintln!("tpusim: {e}");
     }
-    match e {
-        Error::BadInput(_)
-        | Error::NoAdapter(_)
-        | Error::Limit { .. }
-        | Error::TooLarge(_)
-        | Error::File { .. } => ExitCode::from(2),
-        Error::Rank { status, .. } => ExitCode::from(*status),
-        _ => ExitCode::from(1),
-    }
+    ExitCode::from(tpusim::exec::ranks::status_of(e))
 }
 
 /// The exit status of a command's result: 0 success, 1 a failed check, else as [`fail`].

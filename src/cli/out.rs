@@ -1,6 +1,7 @@
 //! Standard output that reports a failure instead of panicking: a full disk is an error
 //! naming standard output (exit 2); a reader that went away (`| head`) ends the command
-//! quietly, as other Unix tools do.
+//! quietly, as other Unix tools do. Where an output file is standard output itself
+//! (`--output /dev/stdout`), what a command says goes to standard error instead.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,6 +9,18 @@ use tpusim::Error;
 
 /// Set on the ranks of a partitioned run other than rank 0: they print nothing.
 static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Set when an output file is standard output: what a command says goes to standard
+/// error, so the output stays whole.
+static TO_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Says where an output file goes: when `path` is standard output, what the command
+/// says goes to standard error from now on.
+pub fn keep_apart(path: &std::path::Path) {
+    if tpusim::files::is_stdout(path) {
+        TO_STDERR.store(true, Ordering::SeqCst);
+    }
+}
 
 /// Makes this process print nothing (a rank other than 0).
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -25,6 +38,13 @@ pub fn write(args: std::fmt::Arguments, newline: bool) -> tpusim::Result<()> {
     if quiet() {
         return Ok(());
     }
+    if TO_STDERR.load(Ordering::SeqCst) {
+        let mut e = std::io::stderr().lock();
+        let _ = e
+            .write_fmt(args)
+            .and_then(|()| if newline { e.write_all(b"\n") } else { Ok(()) });
+        return Ok(());
+    }
     let mut o = std::io::stdout().lock();
     o.write_fmt(args)
         .and_then(|()| if newline { o.write_all(b"\n") } else { Ok(()) })
@@ -35,10 +55,12 @@ pub fn write(args: std::fmt::Arguments, newline: bool) -> tpusim::Result<()> {
         })
 }
 
-/// True for a write to standard output whose reader has gone.
+/// True for a write to standard output whose reader has gone (also an output file that
+/// is standard output: `--json /dev/stdout | head`).
 pub fn closed(e: &Error) -> bool {
     matches!(e, Error::File { path, source, .. }
-        if path.as_os_str() == "standard output" && source.kind() == std::io::ErrorKind::BrokenPipe)
+        if source.kind() == std::io::ErrorKind::BrokenPipe
+            && (path.as_os_str() == "standard output" || tpusim::files::is_stdout(path)))
 }
 
 /// `print!` through [`write`]: evaluates to a `Result`.

@@ -10,8 +10,13 @@ use tpusim::{Error, Mesh};
 #[derive(clap::Args, Clone, Debug)]
 pub struct PlaceArgs {
     /// Number of devices.
-    #[arg(short = 'p', long = "devices", default_value_t = 4)]
-    pub devices: usize,
+    #[arg(
+        short = 'p',
+        long = "devices",
+        default_value = "4",
+        allow_hyphen_values = true
+    )]
+    pub devices: String,
     /// A multi-axis mesh, e.g. 2x4 (axes x and y): a ring collective runs over `--axis`,
     /// every group along it an independent ring; a whole-mesh one (allreduce_2d) on all
     /// of it.
@@ -27,10 +32,10 @@ impl PlaceArgs {
     /// The mesh: `--mesh AxB[xC]`, or the 1-D mesh of `-p` when none.
     pub fn mesh(&self) -> tpusim::Result<Mesh> {
         let Some(spec) = &self.mesh else {
-            if self.devices < 1 {
-                return Err(Error::bad_input("P must be at least 1 (got -p 0)"));
-            }
-            return Mesh::new(self.devices, "x");
+            return Mesh::new(
+                tpusim::args::DEVICES.parse_as("-p", &self.devices)? as usize,
+                "x",
+            );
         };
         let bad = || {
             Error::bad_input(format!(
@@ -64,7 +69,7 @@ impl PlaceArgs {
         match (&self.mesh, &self.axis) {
             (Some(m), Some(x)) => format!("--mesh {m} --axis {x}"),
             (Some(m), None) => format!("--mesh {m}"),
-            _ => format!("-p {}", self.devices),
+            _ => format!("-p {}", self.devices.trim()),
         }
     }
 }

@@ -16,6 +16,7 @@ pub struct PlotArgs {
 
 /// `tpusim plot`.
 pub fn plot(a: &PlotArgs) -> tpusim::Result<bool> {
+    super::out::keep_apart(&a.output);
     let what = tpusim::plot::plot_files(&a.files, &a.output)?;
     outln!("figure written to {} ({what})", a.output.display())?;
     Ok(true)

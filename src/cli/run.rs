@@ -10,8 +10,7 @@ use tpusim::kernel::ReduceOp;
 use tpusim::mesh::Placement;
 use tpusim::model::{Knob, ModelSpec, Topology};
 use tpusim::run::{Job, Modeled};
-use tpusim::sched::ScheduleSpec;
-use tpusim::{array, DType, Error, Mesh};
+use tpusim::{args, array, DType, Error, Mesh};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -29,8 +28,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto")]
     backend: String,
     /// Seed of the random input data.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[arg(long, default_value = "0", allow_hyphen_values = true)]
+    seed: String,
     /// ppermute only: explicit `src:dst` pairs, e.g. `0:2,2:0` (default: the seed's right shift).
     #[arg(long)]
     perm: Option<String>,
@@ -46,8 +45,8 @@ pub struct RunArgs {
     variant: Option<String>,
     /// Kernel invocations back to back on every device: a device enters invocation k+1
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
+    #[arg(long, default_value = "1", allow_hyphen_values = true)]
+    repeat: String,
     /// With --model: model the run without executing it (no data is made, no adapter
     /// opened), for shapes too large to execute here.
     #[arg(long)]
@@ -140,13 +139,13 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
         Some(s) => array::parse_shape(s)?,
         None => c.default_shape(place.devices()),
     };
-    let schedule = ScheduleSpec::parse(&a.schedule)?;
-    schedule.validate(place.mesh.size())?;
+    let schedule = args::schedule(&a.schedule, Some(place.mesh.size()))?;
+    let repeat = args::REPEAT.parse(&a.repeat)? as usize;
     Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
         .with_shape(&shape)
         .with_dtype(DType::parse_collective(&a.dtype)?)
         .with_schedule(schedule)
-        .repeat(a.repeat)
+        .repeat(repeat)
         .map(|j| j.on_ranks(super::ranks::share()))
 }
 
@@ -270,6 +269,7 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
 /// `tpusim run`.
 pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     let job = job(reg, a)?;
+    let seed = args::SEED.parse(&a.seed)?;
     let chosen = Backend::parse(&a.backend)?.resolve()?;
     let backend = chosen.backend;
     let model = a.model.spec()?.map(|s| s.build()).transpose()?;
@@ -279,6 +279,9 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         .as_deref()
         .map(|t| Output::check(t, "timeline"))
         .transpose()?;
+    if let Some(t) = &timeline {
+        super::out::keep_apart(t.path());
+    }
     if a.no_exec {
         let Some(m) = &model else {
             return Err(Error::bad_input(
@@ -319,7 +322,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         m.check_vmem(&job.lower()?)?;
     }
     let mut exec = super::executor(&chosen)?;
-    let ok = run_one(&job, exec.as_mut(), a.seed)?;
+    let ok = run_one(&job, exec.as_mut(), seed)?;
     if let Some(m) = &model {
         model_report(&job, &job.model(m, None)?, timeline.as_ref())?;
     }

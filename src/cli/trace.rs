@@ -3,7 +3,7 @@
 use super::out::{out, outln};
 use tpusim::collectives::Registry;
 use tpusim::run::Job;
-use tpusim::{DType, Error};
+use tpusim::{args, DType, Error};
 
 /// Arguments of `tpusim trace`.
 #[derive(clap::Args)]
@@ -21,8 +21,8 @@ pub struct TraceArgs {
     pub format: String,
     /// Kernel invocations back to back on every device: a device enters invocation k+1
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: usize,
+    #[arg(long, default_value = "1", allow_hyphen_values = true)]
+    pub repeat: String,
 }
 
 /// `tpusim trace`.
@@ -38,7 +38,7 @@ pub fn trace(reg: &Registry, a: &TraceArgs) -> tpusim::Result<bool> {
     let dtype = DType::parse_collective(&a.dtype)?;
     let table = Job::collective(c, place)
         .with_dtype(dtype)
-        .repeat(a.repeat)?
+        .repeat(args::REPEAT.parse(&a.repeat)? as usize)?
         .trace()?;
     if a.format == "json" {
         outln!(

@@ -331,6 +331,10 @@ impl PallasCall {
             // Devices mostly trace alike: room for as many ops as the last one.
             let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
+                // A watched caller may stop a long trace (crate::interrupt).
+                if g.is_multiple_of(1024) {
+                    crate::interrupt::check()?;
+                }
                 let (mut rec, panic) = self.trace_point(
                     mesh,
                     &frame,

@@ -503,8 +503,11 @@ impl Job {
     }
 
     /// Lowers and schedules the job (no budget check: the steps below make it); a
-    /// kernel traced while it runs is traced under the job's schedule, on its inputs.
+    /// kernel traced while it runs is traced under the job's schedule, on its inputs. Its
+    /// schedule must name devices of its mesh (`run-ahead:D` needs D < P), wherever the
+    /// job came from.
     pub fn plan(&self) -> Result<Plan> {
+        self.schedule.validate(self.place.mesh.size())?;
         let t0 = std::time::Instant::now();
         if self.steering()?.is_some() {
             return self.plan_steered().map(|(plan, _)| plan);
@@ -625,7 +628,10 @@ impl Job {
         if !errors.is_empty() {
             return Ok(Report::of_kernel_errors(errors));
         }
-        Ok(verify::check_program(&program, specs))
+        let report = verify::check_program(&program, specs);
+        // Stopped part way, it is no report.
+        crate::interrupt::check()?;
+        Ok(report)
     }
 
     /// The step table: the lockstep schedule run by the symbolic executor, with the

@@ -158,6 +158,10 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
         if resume.log {
             choices.push(pick);
         }
+        // A watched caller may stop a long schedule (crate::interrupt).
+        if out.steps.is_multiple_of(4096) {
+            crate::interrupt::check()?;
+        }
         match pick {
             Choice::CompleteDma { id, side, .. } => e.complete(id, side, &mut out, d.observer()),
             Choice::Device { device, enter, .. } => {

@@ -174,6 +174,8 @@ fn problems_of(program: &Program, log: &EventLog, result: crate::Result<()>) -> 
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),
         Err(Error::Exit(e)) => problems.extend(e.into_iter().map(Problem::Exit)),
         Err(Error::Kernel(k)) => problems.push(Problem::Kernel(k)),
+        // Stopped part way (crate::interrupt): check_program ends there.
+        Err(Error::Interrupted) => {}
         Err(other) => unreachable!("scheduling only fails with deadlock or exit problems: {other}"),
     }
     problems
@@ -227,7 +229,9 @@ impl Report {
     }
 }
 
-/// Checks a lowered program under each schedule in `specs`.
+/// Checks a lowered program under each schedule in `specs` (on a terminal, with its
+/// progress after a second). A caller watching for a request to stop
+/// ([`crate::interrupt`]) gets what was checked before it came, and must ask.
 pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
     report_of(specs, |spec| Ok(check_schedule(program, spec))).expect("no schedule fails")
 }
@@ -270,7 +274,14 @@ fn report_of(
     mut problems: impl FnMut(ScheduleSpec) -> crate::Result<Vec<Problem>>,
 ) -> crate::Result<Report> {
     let mut report = Report::default();
+    let mut progress =
+        crate::progress::Progress::new("checking schedules", Some(specs.len() as u64));
     for spec in specs {
+        // A watched caller that asked to stop gets what was checked so far, and knows.
+        if crate::interrupt::requested() {
+            break;
+        }
+        progress.set(report.schedules as u64, None);
         report.schedules += 1;
         let mut seen = Vec::new();
         for p in problems(*spec)? {

@@ -512,6 +512,9 @@ pub fn order16(bits: u16) -> i32 {
     }
 }
 
+/// Data ops run between two looks at whether a watched caller asked to stop.
+const INTERRUPT_EVERY_OPS: usize = 256;
+
 /// A schedule prepared in host memory.
 struct CpuRun<'a> {
     program: &'a Program,
@@ -633,7 +636,12 @@ impl Prepared for CpuRun<'_> {
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
         for _ in 0..iters {
-            self.mem.run(&self.fused.steps, &self.schedule.ops);
+            // In slices, so that a watched caller may stop a long run between them
+            // (crate::interrupt); the steps run in the same order.
+            for steps in self.fused.steps.chunks(INTERRUPT_EVERY_OPS) {
+                crate::interrupt::check()?;
+                self.mem.run(steps, &self.schedule.ops);
+            }
         }
         Ok(t.elapsed())
     }

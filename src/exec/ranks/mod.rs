@@ -182,7 +182,9 @@ impl RunReport {
     }
 }
 
-/// Exit status of an error, as the command line gives it (2 bad input, 1 otherwise).
+/// Exit status of an error, as the command line gives it (2 bad input, 130 work
+/// stopped by a request, as a process ended by SIGINT reports itself to a shell; 1
+/// otherwise).
 pub fn status_of(e: &Error) -> u8 {
     match e {
         Error::BadInput(_)
@@ -191,6 +193,7 @@ pub fn status_of(e: &Error) -> u8 {
         | Error::TooLarge(_)
         | Error::File { .. } => 2,
         Error::Rank { status, .. } => *status,
+        Error::Interrupted => 130,
         _ => 1,
     }
 }
