@@ -116,7 +116,8 @@ pub fn variants(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .iter()
         .map(|v| {
             json!({"collective": v.collective, "name": v.name, "summary": v.summary,
-                 "expect": v.expect.map(|k| k.to_string()), "repeat": v.repeat})
+                 "expect": v.expect.map(|k| k.to_string()), "repeat": v.repeat,
+                 "devices": v.devices})
         })
         .collect();
     to_py_data(py, &v)

@@ -13,6 +13,7 @@ mod log;
 mod naive;
 mod orders;
 mod race;
+mod reach;
 mod serialize;
 mod side;
 mod sync;
@@ -22,6 +23,7 @@ pub use clock::Clock;
 pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
 pub use race::{Race, SharedSemaphore};
+use reach::Reach;
 pub use side::RaceSide;
 pub use uninit::UninitRead;
 
@@ -155,12 +157,19 @@ impl fmt::Display for Problem {
 }
 
 /// Runs `program` once under `spec`, then checks that run: races and the entry rule
-/// under the orders every schedule guarantees (`sync`), deadlocks and exit problems.
+/// under the orders every schedule guarantees (`sync`), each held against the exact
+/// search (`reach`), deadlocks and exit problems.
 pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
+    check_schedule_with(program, spec, &mut Reach::new(program))
+}
+
+/// [`check_schedule`] with the exact search's answers so far (a check of many
+/// schedules asks it the same questions).
+fn check_schedule_with(program: &Program, spec: ScheduleSpec, reach: &mut Reach) -> Vec<Problem> {
     let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
     let result = observe(program, policy.as_mut(), &mut log);
-    let found = fixpoint::check(program, &log.events);
+    let found = fixpoint::check(program, &log.events, reach);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));
     problems.extend(found.uninit.into_iter().map(Problem::Uninit));
@@ -225,10 +234,11 @@ impl Report {
 /// Checks a lowered program under each schedule in `specs`.
 pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
     let mut report = Report::default();
+    let mut reach = Reach::new(program);
     for spec in specs {
         report.schedules += 1;
         let mut seen = Vec::new();
-        for p in check_schedule(program, *spec) {
+        for p in check_schedule_with(program, *spec, &mut reach) {
             let key = p.key();
             if seen.contains(&key) {
                 continue;
