@@ -25,7 +25,7 @@ pub use log::{Entry, Event, EventLog};
 pub use race::{Race, SharedSemaphore};
 use reach::Reach;
 pub use side::RaceSide;
-pub use uninit::UninitRead;
+pub use uninit::{UninitRead, UnwrittenOutput};
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;
@@ -53,6 +53,8 @@ pub enum ProblemKind {
     SendBeforeEntry,
     /// A read of memory nothing wrote before it (scratch, an output, a VMEM block).
     UninitializedRead,
+    /// An output some of which no device wrote.
+    UnwrittenOutput,
     /// Any other kernel mistake (shape mismatch, compute on HBM, misuse).
     Other,
 }
@@ -69,6 +71,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::PeerRead => "peer read in the TPU model",
             ProblemKind::SendBeforeEntry => "sent before the receiver entered the kernel",
             ProblemKind::UninitializedRead => "read of uninitialized memory",
+            ProblemKind::UnwrittenOutput => "output not written",
             ProblemKind::Other => "kernel error",
         })
     }
@@ -83,6 +86,8 @@ pub enum Problem {
     Early(EarlySend),
     /// A read of memory nothing wrote before it.
     Uninit(UninitRead),
+    /// An output some of which no device wrote.
+    Unwritten(UnwrittenOutput),
     /// A deadlock, with every blocked device.
     Deadlock(Vec<Blocked>),
     /// A leftover at kernel exit.
@@ -98,6 +103,7 @@ impl Problem {
             Problem::Race(_) => ProblemKind::Race,
             Problem::Early(_) => ProblemKind::SendBeforeEntry,
             Problem::Uninit(_) => ProblemKind::UninitializedRead,
+            Problem::Unwritten(_) => ProblemKind::UnwrittenOutput,
             Problem::Deadlock(_) => ProblemKind::Deadlock,
             Problem::Exit(ExitProblem::SemaphoreNotZero { .. }) => ProblemKind::SemaphoreNotZero,
             Problem::Exit(_) => ProblemKind::DmaNotWaited,
@@ -116,6 +122,7 @@ impl Problem {
             Problem::Race(r) => r.key(),
             Problem::Early(e) => format!("entry:{}", e.sender.location),
             Problem::Uninit(u) => u.key(),
+            Problem::Unwritten(u) => u.key(),
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
@@ -145,6 +152,7 @@ impl fmt::Display for Problem {
             Problem::Race(r) => write!(f, "{r}"),
             Problem::Early(e) => write!(f, "{e}"),
             Problem::Uninit(u) => write!(f, "{u}"),
+            Problem::Unwritten(u) => write!(f, "{u}"),
             Problem::Deadlock(b) => {
                 write!(f, "{}", Error::Deadlock(b.clone()).to_string().trim_end())
             }
@@ -174,7 +182,7 @@ fn check_schedule_with(program: &Program, spec: ScheduleSpec, reach: &mut Reach)
     problems.extend(found.races.into_iter().map(Problem::Race));
     problems.extend(found.uninit.into_iter().map(Problem::Uninit));
     match result {
-        Ok(_) => {}
+        Ok(_) => problems.extend(found.unwritten.into_iter().map(Problem::Unwritten)),
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),
         Err(Error::Exit(e)) => problems.extend(e.into_iter().map(Problem::Exit)),
         Err(Error::Kernel(k)) => problems.push(Problem::Kernel(k)),

@@ -17,7 +17,7 @@ use super::orders::{Join, Orders, CLOCK_ONLY};
 use super::reach::{Point, Reach};
 use super::side::RaceSide;
 use super::sync::Facts;
-use super::uninit::UninitRead;
+use super::uninit::{unwritten_outputs, UninitRead, UnwrittenOutput};
 use crate::error::{DeviceName, Site};
 use crate::ir::Written;
 use crate::ir::{AllocId, Block, Completion, OpSite, Program, SourceLoc, View};
@@ -262,6 +262,9 @@ pub struct Findings {
     pub early: Vec<EarlySend>,
     /// Reads of memory nothing wrote, in order (one per kernel line and allocation).
     pub uninit: Vec<UninitRead>,
+    /// Outputs some of which nothing wrote by the end of the replay (of a whole run, when
+    /// it did not stop at a deadlock or an exit problem).
+    pub unwritten: Vec<UnwrittenOutput>,
     /// Memory (its index among every device's allocations) where a race happens-before
     /// left unordered was ruled out: another access to it, which a ruled-out one stood
     /// for in the replay, may still race ([`RaceChecker::keeping_every_access`]).
@@ -316,7 +319,7 @@ impl<'a> RaceChecker<'a> {
     /// The races and entry violations, explained with `facts` (the credits and waits of
     /// the same replay): of each bug (a race's key, an early send's line), the first
     /// instance some schedule really has ([`Reach`] rules out the others).
-    pub fn finish(self, facts: &Facts<'_>, reach: &mut Reach<'_>) -> Findings {
+    pub fn finish(mut self, facts: &Facts<'_>, reach: &mut Reach<'_>) -> Findings {
         let explain = (!self.found.is_empty()).then(|| {
             let by = facts.consumers();
             Explain {
@@ -406,10 +409,12 @@ impl<'a> RaceChecker<'a> {
             .collect();
         refuted.sort_unstable();
         refuted.dedup();
+        let unwritten = unwritten_outputs(self.p, &mut self.written);
         Findings {
             races,
             early,
             uninit,
+            unwritten,
             refuted,
         }
     }

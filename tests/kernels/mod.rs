@@ -59,8 +59,9 @@ pub fn cases() -> Vec<Case> {
 
 /// Device 1 fills `buf`, then signals device 0's `ready` three times; device 0 waits
 /// for one signal, pushes into `buf`, then takes the other two. Whichever signal the
-/// first wait takes was sent after the fill. Twin: the first signal goes before the
-/// fill, so the wait can take it and the push overwrite `buf` while it is filled.
+/// first wait takes was sent after the fill. Device 1 copies `buf` into `y` (0 on the
+/// others). Twin: the first signal goes before the fill, so the wait can take it and
+/// the push overwrite `buf` while it is filled.
 pub fn several_signals(_p: usize, broken: bool) -> PallasCall {
     let spec = GridSpec::new()
         .input("x", MemorySpace::Any, &[8], DType::I32)
@@ -72,6 +73,7 @@ pub fn several_signals(_p: usize, broken: bool) -> PallasCall {
     PallasCall::new("several_signals", spec, move |pl, a| {
         let (buf, ready) = (a.r("buf"), a.sem("ready"));
         let c = pl.make_async_remote_copy(a.r("x"), buf, a.sem("send"), a.sem("recv"), 1);
+        pl.fill(a.r("y"), 0.0);
         match pl.axis_index("x") {
             0 => {
                 pl.semaphore_wait(ready, 1);
