@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
 use tpusim::exec::{Coverage, Executor, Lent};
+use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
 use tpusim::run::Plan;
@@ -93,20 +94,24 @@ impl KernelCall {
         schedule: &str,
         exec: &dyn tpusim::exec::Executor,
     ) -> PyResult<(Arc<Plan>, Arc<Coverage>)> {
+        let uninit = Uninit::from_env().py()?;
+        // The plan is kept for a schedule and what unwritten memory reads as.
+        let key = format!("{schedule} {uninit}");
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, p, c)) = got.as_ref() {
-            if s == schedule {
+            if *s == key {
                 return Ok((p.clone(), c.clone()));
             }
         }
         let job = self
             .job
             .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            .with_schedule(ScheduleSpec::parse(schedule).py()?)
+            .with_uninit(uninit);
         job.ensure_fits(Job::run_work(exec, false, false)).py()?;
         let plan = Arc::new(job.plan().py()?);
         let coverage = Arc::new(Coverage::of(&plan.program, &plan.schedule));
-        *got = Some((schedule.to_string(), plan.clone(), coverage.clone()));
+        *got = Some((key, plan.clone(), coverage.clone()));
         Ok((plan, coverage))
     }
 
@@ -419,6 +424,16 @@ impl KernelCall {
         to_py_data(py, &check_job(&job, schedules, seed, replay).py()?)
     }
 
+    /// The verifier on the one schedule a run follows, when the kernel is small enough
+    /// for a run to pay for it (`Job::vet`): the report, or None.
+    fn vet<'py>(&self, py: Python<'py>, schedule: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        job.vet().py()?.map(|r| to_py_data(py, &r)).transpose()
+    }
+
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
     /// and labels of a shipped collective; otherwise they are derived from the kernel's
     /// allocations. `shard`: the first input's per-device shape.
@@ -475,7 +490,8 @@ impl KernelCall {
         let job = self
             .job
             .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            .with_schedule(ScheduleSpec::parse(schedule).py()?)
+            .with_uninit(Uninit::from_env().py()?);
         let iters = iters.max(1);
         job.ensure_fits(tpusim::budget::Work::Bench {
             buffers: Job::buffers_on(&exec),
