@@ -7,7 +7,7 @@ use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuExecutor;
 use tpusim::exec::cpu::CpuPlan;
 use tpusim::exec::{Coverage, Lent};
-use tpusim::ir::ReduceOp;
+use tpusim::ir::{DataOp, ReduceOp, Uninit};
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job, Plan};
@@ -140,7 +140,10 @@ fn writes_its_input() -> PallasCall {
 #[test]
 fn lent_inputs_stay_and_outputs_are_zeroed_where_the_run_does_not_write_them_first() {
     let mesh = Mesh::new(2, "x").unwrap();
-    let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
+    let plan = Job::call(writes_its_input(), mesh)
+        .with_uninit(Uninit::Zero)
+        .plan()
+        .unwrap();
     let prog = &plan.program;
     let cov = Coverage::of(prog, &plan.schedule);
     let [y, acc, whole, z] = prog.outputs[..] else {
@@ -179,6 +182,57 @@ fn lent_inputs_stay_and_outputs_are_zeroed_where_the_run_does_not_write_them_fir
     assert!(
         got[0][3].iter().all(|&w| w == 0),
         "z was read as zeros, then written with them"
+    );
+}
+
+/// By default memory nothing wrote reads as interpret mode's NaN: the schedule fills
+/// the outputs the run reads first or does not write whole, so lent memory needs no
+/// zeroing and its unwritten part is NaN, not the caller's garbage.
+#[test]
+fn lent_outputs_the_run_does_not_write_first_read_as_nan() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(writes_its_input(), mesh).plan().unwrap();
+    let prog = &plan.program;
+    let cov = Coverage::of(prog, &plan.schedule);
+    let nan = f32::NAN.to_bits();
+    let filled: Vec<(usize, usize)> = plan
+        .schedule
+        .ops
+        .iter()
+        .map_while(|op| match op {
+            DataOp::Fill { dst, bits } if *bits == nan => Some((dst.device(), dst.alloc())),
+            _ => None,
+        })
+        .collect();
+    let [y, acc, whole, z] = prog.outputs[..] else {
+        panic!("four outputs")
+    };
+    for d in 0..2 {
+        for &a in &prog.outputs {
+            assert!(!cov.needs_zero(d, a), "the fills write every output first");
+        }
+        assert!(
+            filled.contains(&(d, y)) && filled.contains(&(d, z)),
+            "{filled:?}"
+        );
+        assert!(!filled.contains(&(d, whole)) && !filled.contains(&(d, prog.inputs[0])));
+        // acc is copied out from VMEM whole: its VMEM buffer, read first, is the one filled.
+        assert!(!filled.contains(&(d, acc)), "{filled:?}");
+    }
+    let inputs: Vec<Vec<HostArray>> = (0..2)
+        .map(|_| vec![HostArray::from_f32(&[16, 128], vec![1.0; 2048]).unwrap()])
+        .collect();
+    let want = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    let (got, _) = run_lent(&plan, &inputs, 0xdead_beef);
+    assert_eq!(got, words(&want));
+    assert!(
+        got[0][0][1024..].iter().all(|&w| w == nan),
+        "y's unwritten half"
+    );
+    assert!(got[0][0][..1024].iter().all(|&w| w == 1f32.to_bits()));
+    assert!(
+        got[0][1].iter().all(|&w| f32::from_bits(w).is_nan()),
+        "acc added to NaN"
     );
 }
 
@@ -223,7 +277,9 @@ fn sums_into_scratch() -> PallasCall {
 #[test]
 fn a_scratch_read_before_it_is_written_starts_from_zeros_on_every_call() {
     let mesh = Mesh::new(2, "x").unwrap();
-    let plan = Job::call(sums_into_scratch(), mesh).plan().unwrap();
+    // Zeros: what unwritten memory reads as is then the executor's memory at the start.
+    let job = Job::call(sums_into_scratch(), mesh).with_uninit(Uninit::Zero);
+    let plan = job.plan().unwrap();
     let prog = &plan.program;
     let cpu_plan = CpuPlan::of(prog, &plan.schedule);
     let t = prog

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tpusim::bench::{self, BenchConfig};
 use tpusim::collectives::variants::variants as all_variants;
 use tpusim::collectives::{Collective, Options, Ppermute, Registry};
+use tpusim::ir::Uninit;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::sharded::ShardedArray;
 use tpusim::mesh::{Mesh, Placement};
@@ -98,7 +99,7 @@ fn job(
         None => Mesh::new(devices, "x")?,
     };
     let place = Placement::of(c.span(), c.name(), mesh, axis)?;
-    Job::named(&reg, name, &opts, variant, place)
+    Ok(Job::named(&reg, name, &opts, variant, place)?.with_uninit(Uninit::from_env()?))
 }
 
 /// The shipped collectives: `[{"name", "summary", "takes_op", "takes_perm", "apply_dims"}]`.
@@ -124,7 +125,8 @@ pub fn variants(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .iter()
         .map(|v| {
             json!({"collective": v.collective, "name": v.name, "summary": v.summary,
-                 "expect": v.expect.map(|k| k.to_string()), "repeat": v.repeat})
+                 "expect": v.expect.map(|k| k.to_string()), "repeat": v.repeat,
+                 "devices": v.devices})
         })
         .collect();
     to_py_data(py, &v)

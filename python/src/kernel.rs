@@ -17,6 +17,7 @@ use std::time::Instant;
 use tpusim::collectives::Registry;
 use tpusim::exec::cpu::CpuPlan;
 use tpusim::exec::{Executor, Lent};
+use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
 use tpusim::run::steer::Stop;
 use tpusim::run::Job;
@@ -127,29 +128,34 @@ impl KernelCall {
         schedule: &str,
         exec: &dyn tpusim::exec::Executor,
     ) -> PyResult<(Arc<Plan>, Arc<CpuPlan>)> {
+        let uninit = Uninit::from_env().py()?;
         if self.steering.is_some() {
             let job = self
                 .job
                 .clone()
-                .with_schedule(ScheduleSpec::parse(schedule).py()?);
+                .with_schedule(ScheduleSpec::parse(schedule).py()?)
+                .with_uninit(uninit);
             let plan = Arc::new(self.or_py(job.plan())?);
             let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
             return Ok((plan, cpu_plan));
         }
+        // The plan is kept for a schedule and what unwritten memory reads as.
+        let key = format!("{schedule} {uninit}");
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, p, c)) = got.as_ref() {
-            if s == schedule {
+            if *s == key {
                 return Ok((p.clone(), c.clone()));
             }
         }
         let job = self
             .job
             .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            .with_schedule(ScheduleSpec::parse(schedule).py()?)
+            .with_uninit(uninit);
         job.ensure_fits(Job::run_work(exec, false, false)).py()?;
         let plan = Arc::new(job.plan().py()?);
         let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
-        *got = Some((schedule.to_string(), plan.clone(), cpu_plan.clone()));
+        *got = Some((key, plan.clone(), cpu_plan.clone()));
         Ok((plan, cpu_plan))
     }
 
@@ -681,6 +687,16 @@ impl KernelCall {
         to_py_data(py, &self.or_py(report)?)
     }
 
+    /// The verifier on the one schedule a run follows, when the kernel is small enough
+    /// for a run to pay for it (`Job::vet`): the report, or None.
+    fn vet<'py>(&self, py: Python<'py>, schedule: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+        job.vet().py()?.map(|r| to_py_data(py, &r)).transpose()
+    }
+
     /// The step table (lockstep schedule, symbolic values). `like`: borrow the columns
     /// and labels of a shipped collective; otherwise they are derived from the kernel's
     /// allocations. `shard`: the first input's per-device shape.
@@ -747,7 +763,9 @@ impl KernelCall {
         let job = self
             .job
             .clone()
-            .with_schedule(ScheduleSpec::parse(schedule).py()?);
+            .with_schedule(ScheduleSpec::parse(schedule).py()?)
+            .with_uninit(Uninit::from_env().py()?);
+        let iters = iters.max(1);
         job.ensure_fits(tpusim::budget::Work::Bench {
             buffers: Job::buffers_on(&exec),
             gpu: exec.is_gpu(),

@@ -37,6 +37,19 @@ def test_check_prints_every_call_and_exits_1_on_a_finding():
     assert "race" in out and f"{SHARED}:{marked_line(SHARED, 'start')}" in out
 
 
+def test_run_warns_once_when_the_verifier_finds_what_its_schedule_hid():
+    # The race of a receive semaphore shared by every step: the eager run is right.
+    code, out, err = tpusim_cli("run", "--devices", "4", SHARED)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("tpusim: warning:")]
+    assert len(warnings) == 1, err
+    assert "`run` followed one schedule (eager)" in warnings[0] and "(race)" in warnings[0], err
+    assert "`python -m tpusim check` with the same arguments reports" in warnings[0], err
+    # A clean kernel: nothing to say.
+    code, out, err = tpusim_cli("run", "--devices", "4", seed_path("psum"))
+    assert code == 0 and "tpusim" not in err, err
+
+
 def test_trace_and_model(tmp_path):
     code, out, err = tpusim_cli("trace", "--devices", "4", seed_path("all_gather"))
     assert code == 0, err

@@ -183,10 +183,11 @@ def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=N
     back to back (the barrier semaphore carries over).
 
     ``check(fn, *args)``: every pallas_call the JAX function `fn(*args)` makes, verified
-    under the default schedules (or exactly `replay`): one :class:`Report` per distinct
-    call (a list); with `sequence`, one report of all its calls in order as one sequence
-    (each device entering the next call when it leaves one), `repeat` times. `name` may
-    also be a list of native kernel calls, checked as one sequence."""
+    under the default schedules (`replay`: under the one schedule a finding names): one
+    :class:`Report` per distinct call (a list); with `sequence`, one report of all its
+    calls in order as one sequence (each device entering the next call when it leaves
+    one), `repeat` times. A function that makes no pallas_call is a :class:`BadInput`. `name` may also be a
+    list of native kernel calls, checked as one sequence."""
     if callable(name):
         return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices,
                             sequence=sequence, repeat=repeat, replay=replay)

@@ -10,8 +10,10 @@ The script runs as ``__main__`` with N JAX CPU devices (default: ``TPUSIM_DEVICE
 prints the verifier's report of every distinct call (exit 1 on a finding; with
 ``--sequence``, one report of all the calls in the order made, as consecutive kernels
 on the same devices: a hazard between two calls is found too), ``trace``
-each call's step table, ``model`` each call's modeled time. Exit status: the script's
-own; 1 when a kernel fails; 2 for bad input.
+each call's step table, ``model`` each call's modeled time. Every pallas_call runs on
+tpusim, also one the script puts in JAX's interpret mode itself. Exit status: the
+script's own; 1 when a kernel fails; 2 for bad input, and for ``check``, ``trace`` and
+``model`` of a script that made no pallas_call.
 """
 
 import argparse
@@ -116,6 +118,7 @@ def main(argv=None):
     # What collects the Results of the script's calls, entered around it.
     if a.cmd == "run":
         collect = contextlib.nullcontext()
+        _hook._vetting = True  # a run says when the verifier finds what its schedule hid
     elif a.cmd == "check":
         kw = dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat)
         collect = (_tools.sequence_report(tolerant=False, **kw) if a.sequence
@@ -152,7 +155,9 @@ def main(argv=None):
         if a.cmd == "check" and not results.clean and status == 0:
             status = 1
         if not results and status == 0:
-            print("tpusim: the script made no pallas_call", file=sys.stderr)
+            # A check that checked nothing must not pass.
+            print(f"tpusim: the script made no pallas_call: nothing to {a.cmd}", file=sys.stderr)
+            status = 2
     return status
 
 

@@ -23,6 +23,11 @@ from . import _native, config
 
 _installed = False
 _lock = threading.Lock()
+#: Set by :func:`simulate_globally` (``python -m tpusim``): every pallas_call of the
+#: process runs on tpusim, also under a ``force_tpu_interpret_mode`` or
+#: ``set_tpu_interpret_mode`` of the script's own, which would otherwise replace
+#: tpusim's params and run the call in JAX's interpreter.
+_everywhere = False
 
 
 def _jax():
@@ -60,7 +65,7 @@ def install():
             # A pallas_call made (constructed) outside `simulate` but lowered inside it
             # runs here too: the context's value is part of jit's cache key.
             active = jax_config.pallas_tpu_interpret_mode_context_manager.value
-            if isinstance(interpret, TpusimParams) or isinstance(active, TpusimParams):
+            if _everywhere or isinstance(interpret, TpusimParams) or isinstance(active, TpusimParams):
                 impl = functools.partial(_impl, **params)
                 return mlir.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
             return original(ctx, *in_nodes, interpret=interpret, **params)
@@ -74,7 +79,7 @@ def install():
         interpret_effects = pallas_core.get_interpret_effects
 
         def effects_of(interpret):
-            if isinstance(interpret, TpusimParams):
+            if _everywhere or isinstance(interpret, TpusimParams):
                 return jax_effects.no_effects
             return interpret_effects(interpret)
 
@@ -175,6 +180,8 @@ class Meeting:
                 _plans.pop(next(iter(_plans)))
             _plans[key] = plan
             _observe("planned", plan)
+            if _vetting:
+                _vet(plan)
         return plan
 
     def _run(self, bufs):
@@ -215,6 +222,44 @@ class Meeting:
 
 
 _last_error = None
+
+#: Set by ``python -m tpusim run``: each new plan is held to the verifier on the one
+#: schedule the run follows (:func:`_vet`). Not an observer, so that repeated calls keep
+#: running from Rust.
+_vetting = False
+#: The kernels `_vet` has spoken of.
+_vetted = set()
+
+
+def _vet(plan):
+    """Says on stderr, once per kernel, when the verifier finds a problem that the run's
+    one schedule need not show (happens-before does not depend on the schedule that
+    ran), or, for a kernel too large to vet in a run, that ``check`` verifies it."""
+    import sys
+
+    from . import _tools
+    from .results import Report
+
+    title = _tools.call_title(plan)
+    if title in _vetted:
+        return
+    _vetted.add(title)
+    schedule = config.schedule
+    try:
+        r = plan.call.vet(schedule)
+    except _native.TpusimError:
+        return  # the run itself says what is wrong
+    if r is None:
+        print(f"tpusim: {title}: `run` followed one schedule ({schedule}); "
+              "`python -m tpusim check` with the same arguments verifies the kernel under many", file=sys.stderr)
+        return
+    r = Report.from_dict(r, title)
+    if not r.clean:
+        n = len(r.findings)
+        print(f"tpusim: warning: {title}: `run` followed one schedule ({schedule}), which need not show what "
+              f"the verifier finds in this kernel: {n} problem{'' if n == 1 else 's'} "
+              f"({', '.join(sorted(set(r.kinds())))}); `python -m tpusim check` with the same arguments "
+              f"reports {'it' if n == 1 else 'them'}", file=sys.stderr)
 
 
 def _failed(message):
@@ -432,9 +477,12 @@ def raise_ours(e):
 
 def simulate_globally(chip="v5e"):
     """What ``python -m tpusim run`` does before the script: every pallas_call of the
-    process runs on tpusim."""
+    process runs on tpusim, whatever its ``interpret=`` and whatever interpret mode the
+    script sets (``force_tpu_interpret_mode``, ``set_tpu_interpret_mode``)."""
+    global _everywhere
     install()
     set_chip(chip)
+    _everywhere = True
     from jax._src import config as jax_config
 
     jax_config.pallas_tpu_interpret_mode_context_manager.set_global(TpusimParams())

@@ -24,7 +24,8 @@ class Results(list):
         return "\n".join(str(r) for r in self)
 
 
-def _title(plan):
+def call_title(plan):
+    """How reports name a call: its kernel, P, mesh and source line."""
     s = plan.spec
     axes = "x".join(str(n) for _, n in s.axes) or "1"
     if s.cores > 1:  # a core_map: the tpusim mesh's devices are the chips' cores
@@ -39,7 +40,7 @@ def repeat_suffix(repeat):
 
 def check_plan(plan, schedules=200, seed=0, replay=None, repeat=1):
     r = plan.call.check(schedules, seed, replay, repeat)
-    return Report.from_dict(r, _title(plan) + repeat_suffix(repeat))
+    return Report.from_dict(r, call_title(plan) + repeat_suffix(repeat))
 
 
 def check_calls(calls, p, schedules=200, seed=0, replay=None, repeat=1):
@@ -52,14 +53,14 @@ def check_calls(calls, p, schedules=200, seed=0, replay=None, repeat=1):
 def trace_plan(plan):
     shard = list(plan.inputs[0][2]) if plan.inputs else []
     t = Table.from_dict(plan.call.trace(shard, None))
-    t.title = _title(plan)
+    t.title = call_title(plan)
     return t
 
 
 def model_plan(plan, preset="v5e", timeline=None, topology=None, **overrides):
     r = plan.call.model(preset, list(overrides.items()) or None, None, timeline is not None, topology)
     m = ModelRun.from_dict(r, timeline)
-    m.title = _title(plan)
+    m.title = call_title(plan)
     return m
 
 
@@ -86,7 +87,7 @@ def collecting(tool, tolerant=True, **kw):
 
 
 @contextlib.contextmanager
-def sequence_report(schedules=200, seed=0, repeat=1, tolerant=True):
+def sequence_report(schedules=200, seed=0, repeat=1, tolerant=True, replay=None):
     """Collects every ``pallas_call`` made inside, in the order made (a repeated call as
     often as it runs), and verifies them as one sequence when the block ends: yields the
     Results, which then hold that one Report (none when no call was made)."""
@@ -99,7 +100,7 @@ def sequence_report(schedules=200, seed=0, repeat=1, tolerant=True):
     finally:
         _hook._tolerant -= int(tolerant)
     if calls:
-        out.append(check_calls([p.call for p in calls], calls[0].P, schedules, seed, None, repeat))
+        out.append(check_calls([p.call for p in calls], calls[0].P, schedules, seed, replay, repeat))
 
 
 def _run(fn, args, devices):
@@ -121,17 +122,17 @@ def check_counts(schedules, seed, repeat):
 
 def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1, replay=None):
     """Verifies every pallas_call `fn(*args)` makes: a :class:`Report` per distinct
-    call (under exactly `replay`, when given); with `sequence`, one report of all the
-    calls in order, as one sequence."""
+    call; with `sequence`, one report of all the calls in order, as one sequence.
+    `replay`: the one schedule a finding names, instead of the default ones."""
     schedules, seed, repeat = check_counts(schedules, seed, repeat)
-    if not sequence:
-        with collecting(check_plan, schedules=schedules, seed=seed, replay=replay, repeat=repeat) as got:
-            _run(fn, args, devices)
-        return got
-    with sequence_report(schedules=schedules, seed=seed, repeat=repeat) as got:
+    if sequence:
+        collect = sequence_report(schedules=schedules, seed=seed, repeat=repeat, replay=replay)
+    else:
+        collect = collecting(check_plan, schedules=schedules, seed=seed, repeat=repeat, replay=replay)
+    with collect as got:
         _run(fn, args, devices)
-    if not got:
-        raise _native.BadInput("bad input: the function made no pallas_call")
+    if not got:  # a check that checked nothing must not pass
+        raise _native.BadInput("bad input: the function made no pallas_call: nothing to check")
     return got
 
 

@@ -6,6 +6,9 @@
   ``TPUSIM_BACKEND``.
 - ``schedule``: the schedule a run follows (``eager``, ``lazy``, ``lockstep``,
   ``run-ahead:D``, ``random:SEED``); environment ``TPUSIM_SCHEDULE``.
+- What memory nothing wrote reads as: environment ``TPUSIM_UNINIT``, ``nan`` (the
+  default: NaN for floats, the largest value for integers, as JAX's interpret mode) or
+  ``zero``; read when a call is planned.
 - ``devices``: how many JAX CPU devices ``python -m tpusim`` starts JAX with unless
   ``--devices`` says; environment ``TPUSIM_DEVICES`` (default 4).
 

@@ -6,6 +6,7 @@ use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
 use tpusim::exec::{Backend, Executor};
 use tpusim::files::Output;
+use tpusim::ir::Uninit;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::Placement;
 use tpusim::model::{Knob, ModelSpec, Topology};
@@ -47,6 +48,11 @@ pub struct RunArgs {
     /// when it leaves k, and the barrier semaphore of a collective_id carries over.
     #[arg(long, default_value = "1", allow_hyphen_values = true)]
     repeat: String,
+    /// What memory nothing wrote reads as: nan (NaN for floats, the largest value for
+    /// integers, true for bools, as JAX's interpret mode has it) or zero (default: the
+    /// TPUSIM_UNINIT environment variable, else nan).
+    #[arg(long)]
+    uninit: Option<String>,
     /// With --model: model the run without executing it (no data is made, no adapter
     /// opened), for shapes too large to execute here.
     #[arg(long)]
@@ -141,10 +147,15 @@ fn job(reg: &Registry, a: &RunArgs) -> tpusim::Result<Job> {
     };
     let schedule = args::schedule(&a.schedule, Some(place.mesh.size()))?;
     let repeat = args::REPEAT.parse(&a.repeat)? as usize;
+    let uninit = match &a.uninit {
+        Some(u) => Uninit::parse(u)?,
+        None => Uninit::from_env()?,
+    };
     Job::named(reg, &a.collective, &opts, a.variant.as_deref(), place)?
         .with_shape(&shape)
         .with_dtype(DType::parse_collective(&a.dtype)?)
         .with_schedule(schedule)
+        .with_uninit(uninit)
         .repeat(repeat)
         .map(|j| j.on_ranks(super::ranks::share()))
 }
@@ -207,6 +218,35 @@ fn run_one(job: &Job, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool
         ranks_line(part, report)?;
     }
     Ok(r.wrong == 0)
+}
+
+/// Says on stderr when the verifier finds a problem in the kernel that the run's one
+/// schedule need not show ([`Job::vet`]), or, for a kernel too large to vet at once,
+/// that `check` is what verifies every schedule. Quiet for a clean kernel.
+fn lucky(job: &Job) -> tpusim::Result<()> {
+    if !super::ranks::runs_alone() {
+        return Ok(());
+    }
+    let spec = job.schedule();
+    match job.vet()? {
+        Some(r) if r.is_clean() => {}
+        Some(r) => {
+            let mut kinds: Vec<String> = r.kinds().iter().map(|k| k.to_string()).collect();
+            kinds.sort();
+            kinds.dedup();
+            eprintln!(
+                "tpusim: warning: `run` followed one schedule ({spec}), which need not show what the verifier finds in this kernel: {} problem{} ({}); `tpusim check` with the same arguments reports {}",
+                r.findings.len(),
+                if r.findings.len() == 1 { "" } else { "s" },
+                kinds.join(", "),
+                if r.findings.len() == 1 { "it" } else { "them" },
+            );
+        }
+        None => eprintln!(
+            "tpusim: `run` followed one schedule ({spec}); `tpusim check` with the same arguments verifies the kernel under many"
+        ),
+    }
+    Ok(())
 }
 
 /// Prints the modeled time and nccl-tests' algbw / busbw; writes the timeline.
@@ -323,6 +363,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
     }
     let mut exec = super::executor(&chosen)?;
     let ok = run_one(&job, exec.as_mut(), seed)?;
+    lucky(&job)?;
     if let Some(m) = &model {
         model_report(&job, &job.model(m, None)?, timeline.as_ref())?;
     }

@@ -26,9 +26,10 @@ pub(super) fn variants() -> Vec<Variant> {
         Variant {
             collective: "ppermute",
             name: "single-barrier",
-            summary: "the right shift with a collective_id and the docs' neighbour barrier in one round: the left neighbour never waits for this device, so it can enter the next invocation and signal the barrier again before the right one has entered (sent before entry)",
+            summary: "the right shift with a collective_id and the docs' neighbour barrier in one round: the left neighbour never waits for this device, so it can enter the next invocation and signal the barrier again before the right one has entered (sent before entry; from P = 5: on a shorter ring the left neighbour's own handshake waits on the right one)",
             expect: Some(ProblemKind::SendBeforeEntry),
             repeat: 2,
+            devices: 5,
             build: |_, shard, dtype| Ok(barrier_shift(shard, dtype, false)),
         },
         Variant {
@@ -37,6 +38,7 @@ pub(super) fn variants() -> Vec<Variant> {
             summary: HARMLESS,
             expect: None,
             repeat: 2,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let h = Handshakes {
                     double_barrier: false,
@@ -51,6 +53,7 @@ pub(super) fn variants() -> Vec<Variant> {
             summary: HARMLESS,
             expect: None,
             repeat: 2,
+            devices: 3,
             build: |mesh, shard, dtype| PsumScatter.call_with(mesh, shard, dtype, false),
         },
         Variant {
@@ -59,6 +62,7 @@ pub(super) fn variants() -> Vec<Variant> {
             summary: HARMLESS,
             expect: None,
             repeat: 2,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 RingAllReducePush { op: ReduceOp::Sum }.call_with(mesh, shard, dtype, false)
             },
@@ -69,6 +73,7 @@ pub(super) fn variants() -> Vec<Variant> {
             summary: HARMLESS,
             expect: None,
             repeat: 2,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
                     double_barrier: false,

@@ -22,6 +22,9 @@ pub struct Variant {
     /// The kernel invocations back to back it takes to show (`--repeat`): 1 for a
     /// mistake within one invocation.
     pub repeat: usize,
+    /// The smallest mesh the mistake shows on (devices of a ring): on a smaller one the
+    /// kernel's other handshakes cover it, and the verifier reports it clean.
+    pub devices: usize,
     pub(super) build: fn(&Mesh, &[usize], DType) -> Result<PallasCall>,
 }
 
@@ -31,11 +34,16 @@ impl Variant {
         (self.build)(mesh, shard, dtype)
     }
 
-    /// What the verifier says of it: `race`, `… under --repeat 2`, `clean …`.
+    /// What the verifier says of it: `race`, `… under --repeat 2`, `… from P = 5`,
+    /// `clean …`.
     pub fn expectation(&self) -> String {
+        let from = match self.devices {
+            0..=3 => String::new(),
+            p => format!(", from P = {p}"),
+        };
         match (self.expect, self.repeat) {
-            (Some(k), 1) => k.to_string(),
-            (Some(k), r) => format!("{k}, under --repeat {r}"),
+            (Some(k), 1) => format!("{k}{from}"),
+            (Some(k), r) => format!("{k}, under --repeat {r}{from}"),
             (None, _) => "clean, under any --repeat".into(),
         }
     }

@@ -29,6 +29,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the capacity-semaphore handshake removed: a fast device overwrites its neighbour's buffer while it is read (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 psum_without(
                     Handshakes {
@@ -47,6 +48,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the output never filled with the reduction's identity: the first accumulate adds to whatever the memory held (read of uninitialized memory)",
             expect: Some(ProblemKind::UninitializedRead),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 psum_without(
                     Handshakes {
@@ -65,6 +67,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the neighbour barrier at entry removed: the first signal and DMA can reach a neighbour that has not entered the kernel (sent before entry)",
             expect: Some(ProblemKind::SendBeforeEntry),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 psum_without(
                     Handshakes {
@@ -83,6 +86,7 @@ fn within_one() -> Vec<Variant> {
             summary: "one receive semaphore for every step instead of one per step: a wait can be satisfied by the next step's bytes before this step's have landed (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let spec = all_gather::spec(mesh.size(), shard, dtype, false);
                 Ok(PallasCall::new("all_gather", spec, |pl, a| {
@@ -104,6 +108,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the entry barrier waits for the x neighbours only: the y phase signals and pushes to a neighbour not known to have entered (sent before entry; run it on a 2-D --mesh)",
             expect: Some(ProblemKind::SendBeforeEntry),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
                     barrier_y: false,
@@ -118,6 +123,7 @@ fn within_one() -> Vec<Variant> {
             summary: "one capacity semaphore for the x and y rings: a y neighbour's signal lets a device push along x before its x neighbour is ready (race; run it on a 2-D --mesh)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
                     capacity_per_axis: false,
@@ -132,6 +138,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the matmul of each arrived block runs before the wait for its arrival: the MXU reads the receive buffer while the left neighbour's DMA may still write it (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let o = agm::Order {
                     wait_first: false,
@@ -146,6 +153,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the capacity handshake removed: a device forwards into its right neighbour's buffer while the neighbour's matmul still reads it (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let o = agm::Order {
                     capacity: false,
@@ -160,6 +168,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the left neighbour's partial sum is added before the wait for its arrival: the add reads the receive buffer while the DMA may still write it (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let o = mrs::Order {
                     wait_first: false,
@@ -174,6 +183,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the capacity handshake removed: a device pushes a partial sum into a receive slot its right neighbour has not read yet (race)",
             expect: Some(ProblemKind::Race),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let o = mrs::Order {
                     capacity: false,
@@ -188,6 +198,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the receiver waits for a `done` signal the sender never sends (deadlock)",
             expect: Some(ProblemKind::Deadlock),
             repeat: 1,
+            devices: 3,
             build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 0)),
         },
         Variant {
@@ -196,6 +207,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the sender signals `done` twice and the receiver waits once (semaphore not zero at exit)",
             expect: Some(ProblemKind::SemaphoreNotZero),
             repeat: 1,
+            devices: 3,
             build: |_, shard, dtype| Ok(handshake_call(shard, dtype, 2)),
         },
         Variant {
@@ -204,6 +216,7 @@ fn within_one() -> Vec<Variant> {
             summary: "the seed-003 trap `(my_rank - 1) % nranks`, -1 at rank 0 (device id out of range)",
             expect: Some(ProblemKind::DeviceIdOutOfRange),
             repeat: 1,
+            devices: 3,
             build: |mesh, shard, dtype| {
                 let spec = ring_allreduce::pull_spec(mesh.size(), shard, dtype)?;
                 Ok(PallasCall::new("ring_allreduce", spec, |pl, a| {
@@ -226,6 +239,7 @@ fn within_one() -> Vec<Variant> {
             summary: "a TPU kernel that pulls its left neighbour's shard instead of being pushed it (peer read)",
             expect: Some(ProblemKind::PeerRead),
             repeat: 1,
+            devices: 3,
             build: |_, shard, dtype| {
                 let spec = GridSpec::new()
                     .input("x_ref", MemorySpace::Any, shard, dtype)

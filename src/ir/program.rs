@@ -6,7 +6,7 @@
 
 use super::data::DataOp;
 use super::dma::Dma;
-use super::layout::{AllocId, Layout, SemKind};
+use super::layout::{AllocId, Layout, MemorySpace, SemKind};
 use super::op::Op;
 use super::site::OpSite;
 use super::view::SemRef;
@@ -152,6 +152,11 @@ impl Program {
         grid_coords(&inv.grid, step - inv.first_step)
     }
 
+    /// True when device `d` holds allocation `alloc` itself ([`holds`]).
+    pub fn holds(&self, d: usize, alloc: AllocId) -> bool {
+        holds(self.cores, d, self.layout.allocs[alloc].space)
+    }
+
     /// How reports name device `d`: its chip, and its core on chips of several.
     pub fn device_name(&self, d: usize) -> DeviceName {
         DeviceName::of(d, self.cores)
@@ -241,4 +246,10 @@ pub fn grid_coords(grid: &[usize], linear: usize) -> Vec<usize> {
         rest /= n.max(&1);
     }
     out
+}
+
+/// True when device `d`, on chips of `cores` cores, holds an allocation in `space`
+/// itself: a chip's HBM is its first core's, every other allocation each core's own.
+pub fn holds(cores: usize, d: usize, space: MemorySpace) -> bool {
+    d.is_multiple_of(cores.max(1)) || space != MemorySpace::Any
 }

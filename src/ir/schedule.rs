@@ -3,6 +3,7 @@
 use super::data::DataOp;
 use super::layout::{AllocId, Allocation, MemorySpace, PerDevice};
 use super::program::Program;
+use super::uninit::{fills, Uninit};
 use super::view::View;
 use crate::array::DType;
 
@@ -23,6 +24,17 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// This schedule with memory nothing wrote reading as `uninit` says: the fills
+    /// [`super::uninit::fills`] finds for its ops come first.
+    pub fn with_uninit(mut self, program: &Program, uninit: Uninit) -> Self {
+        let mut ops = fills(program, &self.ops, uninit);
+        if !ops.is_empty() {
+            ops.append(&mut self.ops);
+            self.ops = ops;
+        }
+        self
+    }
+
     /// The allocation id of the staging area: one past the program's allocations.
     pub fn staging_alloc(program: &Program) -> AllocId {
         program.layout.allocs.len()

@@ -411,7 +411,7 @@ impl PallasCall {
             for d in 0..mesh.size() {
                 for &(s, t) in pairs {
                     // A chip's HBM is written by its first core only.
-                    if d % cores == 0 || layout.allocs[t].space != MemorySpace::Any {
+                    if crate::ir::holds(cores, d, layout.allocs[t].space) {
                         ops.push(DataOp::Copy {
                             src: whole(s, d),
                             dst: whole(t, d),

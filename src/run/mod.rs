@@ -33,7 +33,7 @@ use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
-use crate::ir::{Feed, Program};
+use crate::ir::{Feed, Program, Uninit};
 use crate::kernel::PallasCall;
 use crate::mesh::{Mesh, Placement};
 use crate::model::Traffic;
@@ -42,6 +42,11 @@ use crate::trace::{derived_layout, TraceLayout};
 use crate::verify::{self, Report};
 use std::sync::Arc;
 use steer::{Attempt, Steering};
+
+/// The most work [`Job::vet`] takes on (ops over every device, times the devices: what
+/// the verifier's vector clocks cost): a tenth of a second or so, about what planning
+/// the run costs (psum at P = 64 is 2.6 million).
+const VET_WORK: usize = 4_000_000;
 
 /// What a job runs.
 #[derive(Clone)]
@@ -91,6 +96,8 @@ pub struct Job {
     schedule: ScheduleSpec,
     /// One process, or the ranks of a partitioned run (for the budget).
     share: Share,
+    /// What memory nothing wrote reads as in a run.
+    uninit: Uninit,
 }
 
 impl Job {
@@ -108,6 +115,7 @@ impl Job {
             place,
             schedule: ScheduleSpec::Eager,
             share: Share::default(),
+            uninit: Uninit::default(),
         }
     }
 
@@ -161,6 +169,7 @@ impl Job {
             place: Placement::whole(mesh),
             schedule: ScheduleSpec::Eager,
             share: Share::default(),
+            uninit: Uninit::default(),
         }
     }
 
@@ -180,6 +189,7 @@ impl Job {
             place: Placement::whole(mesh),
             schedule: ScheduleSpec::Eager,
             share: Share::default(),
+            uninit: Uninit::default(),
         }
     }
 
@@ -265,6 +275,12 @@ impl Job {
     /// This job under schedule `spec`.
     pub fn with_schedule(mut self, spec: ScheduleSpec) -> Self {
         self.schedule = spec;
+        self
+    }
+
+    /// This job with memory nothing wrote reading as `uninit` says in its runs.
+    pub fn with_uninit(mut self, uninit: Uninit) -> Self {
+        self.uninit = uninit;
         self
     }
 
@@ -513,7 +529,8 @@ impl Job {
             return self.plan_steered().map(|(plan, _)| plan);
         }
         let program = self.lower()?;
-        let schedule = schedule(&program, self.schedule.policy().as_mut())?;
+        let schedule =
+            schedule(&program, self.schedule.policy().as_mut())?.with_uninit(&program, self.uninit);
         Ok(Plan {
             program,
             schedule,
@@ -614,6 +631,21 @@ impl Job {
             deterministic: false,
         })?;
         self.verify(specs)
+    }
+
+    /// The verifier on the one schedule a run of this job follows, when that is cheap
+    /// (`None`: the kernel is too large for a run to pay for it). A race or early send of
+    /// any schedule shows under any one (happens-before does not depend on the order that
+    /// ran), so a run whose result looked right can say that it was lucky.
+    pub fn vet(&self) -> Result<Option<Report>> {
+        let (program, errors) = self.trace_kernel()?;
+        if !errors.is_empty() {
+            return Ok(Some(Report::of_kernel_errors(errors)));
+        }
+        if program.op_count().saturating_mul(program.devices) > VET_WORK {
+            return Ok(None);
+        }
+        Ok(Some(verify::check_program(&program, &[self.schedule])))
     }
 
     /// [`Job::check`] once the budget has passed it.

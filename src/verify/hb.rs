@@ -7,7 +7,7 @@
 
 use super::clock::Clock;
 use super::log::{Entry, Event};
-use super::orders::{Join, Orders};
+use super::orders::{Join, Orders, CLOCK_ONLY};
 use crate::ir::{Block, Completion, DataOp, Op, OpKind, OpSite, Program, SemKind, View};
 use crate::sched::ids::IdMap;
 use std::collections::HashSet;
@@ -34,6 +34,9 @@ pub struct Credit {
     /// The crediting event's knowledge of the semaphore's device: the credit can only
     /// come after a wait on that device whose position is at most this.
     pub comp: u32,
+    /// Its sender's own clock component in its clock: a signal's, or the start's of a
+    /// DMA (the sender's credits are ordered by it, and so are their clocks).
+    pub from: u32,
     /// A seed-003 `Set` notify (overwrites instead of adding).
     pub set: bool,
     /// Lands whole (a signal) rather than byte by byte (a DMA).
@@ -45,6 +48,14 @@ pub struct Credit {
 }
 
 impl Credit {
+    /// The device that sent it: a signal's, or the one that started the DMA.
+    pub fn sender(&self, p: &Program, log: &[Entry]) -> usize {
+        match self.dma_side() {
+            Some((k, _)) => p.dmas[k].origin.device as usize,
+            None => op_at(p, log, self.at()).map_or(0, |o| o.site.device as usize),
+        }
+    }
+
     /// Semaphore slot.
     pub fn slot(&self) -> usize {
         self.slot as usize
@@ -99,6 +110,8 @@ pub struct Send {
     pub sem: Option<usize>,
     /// The DMA, for a DMA.
     pub dma: Option<usize>,
+    /// Position of the sending op in the log.
+    pub at: usize,
 }
 
 /// Receives what the replay finds. All hooks default to nothing.
@@ -107,7 +120,8 @@ pub trait Sink {
     fn credit(&mut self, _id: usize, _c: &Credit) {}
     /// A wait passed (ordinals count from 0 in log order), with the waiter's clock after it.
     fn wait(&mut self, _ordinal: usize, _w: &Wait, _clock: &Clock) {}
-    /// A memory access by `agent` (a view, or a DMA's rows) whose ordering is decided by `clock`.
+    /// A memory access by `agent` (a view, or a DMA's rows) whose ordering is decided by
+    /// `clock`, made by the event at log position `at`.
     fn access(
         &mut self,
         _agent: Agent,
@@ -115,6 +129,7 @@ pub trait Sink {
         _write: bool,
         _clock: &Clock,
         _site: Option<OpSite>,
+        _at: usize,
     ) {
     }
     /// Destination `v` of an op that reads it before writing it (an accumulate's); its
@@ -144,9 +159,10 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
         write: bool,
         clock: &Clock,
         site: Option<OpSite>,
+        at: usize,
     ) {
-        self.0.access(agent, b, write, clock, site);
-        self.1.access(agent, b, write, clock, site);
+        self.0.access(agent, b, write, clock, site, at);
+        self.1.access(agent, b, write, clock, site, at);
     }
     fn reads_destination(&mut self, agent: Agent, v: &View, site: Option<OpSite>) {
         self.0.reads_destination(agent, v, site);
@@ -186,7 +202,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                 let op = &p.prologue[i as usize];
                 if let DataOp::Copy { dst, .. } = op {
                     let d = dst.device();
-                    data_accesses(op, Agent::Device(d), &zero, None, sink);
+                    data_accesses(op, Agent::Device(d), &zero, (None, at), sink);
                 }
             }
             Event::Enter { device, invocation } => {
@@ -212,7 +228,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                 match &op.kind {
                     OpKind::Compute(c) => {
                         dev[d].tick(d);
-                        data_accesses(c, Agent::Device(d), &dev[d], Some(op.site), sink);
+                        data_accesses(c, Agent::Device(d), &dev[d], (Some(op.site), at), sink);
                     }
                     OpKind::Mark(_) => {}
                     OpKind::Read { src, .. } => {
@@ -223,13 +239,14 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                             false,
                             &dev[d],
                             Some(op.site),
+                            at,
                         );
                     }
                     OpKind::SemRead { dst, .. } => {
                         // A write of `dst`; reading a semaphore orders nothing.
                         dev[d].tick(d);
                         let fill = OpKind::fill_of_read(*dst, 0);
-                        data_accesses(&fill, Agent::Device(d), &dev[d], Some(op.site), sink);
+                        data_accesses(&fill, Agent::Device(d), &dev[d], (Some(op.site), at), sink);
                     }
                     OpKind::DmaStart(k) => {
                         let dma = &p.dmas[*k];
@@ -239,6 +256,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                                 site: op.site,
                                 sem: None,
                                 dma: Some(*k),
+                                at,
                             };
                             sink.send(&s, &dev[d]);
                         }
@@ -254,6 +272,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                                 site: op.site,
                                 sem: Some(slot),
                                 dma: None,
+                                at,
                             };
                             sink.send(&s, &dev[d]);
                         }
@@ -261,6 +280,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                             slot: small(slot),
                             amount: *inc,
                             comp: dev[d].device(sem.device()),
+                            from: dev[d].device(d),
                             set: *set,
                             atomic: true,
                             dma: None,
@@ -278,7 +298,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                             Join::Nothing => {}
                             Join::Some(ids) => {
                                 for id in ids {
-                                    if let Some(c) = rel.kept.get(id) {
+                                    if let Some(c) = rel.kept.get(&(id & !CLOCK_ONLY)) {
                                         dev[d].join(c);
                                     }
                                 }
@@ -305,10 +325,10 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                 };
                 *left -= 1;
                 if let Some(v) = dma.reads_until(side) {
-                    sink.access(Agent::Dma(k, side), &v, false, start, None);
+                    sink.access(Agent::Dma(k, side), &v, false, start, None, at);
                 }
                 if let Some(v) = dma.writes_until(side) {
-                    sink.access(Agent::Dma(k, side), &v, true, start, None);
+                    sink.access(Agent::Dma(k, side), &v, true, start, None, at);
                 }
                 let done = *left == 0;
                 if let Some((s, amount)) = p.dma_credit(k, side) {
@@ -316,6 +336,7 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
                         slot: small(s.device() * sems + s.sem()),
                         amount,
                         comp: start.device(s.device()),
+                        from: start.device(dma.origin.device as usize),
                         set: false,
                         atomic: false,
                         dma: Some((u32::try_from(k).expect("fewer than 2^32 DMAs"), side)),
@@ -390,8 +411,8 @@ impl Released {
 }
 
 /// The credit the event at `at` of `log` gave, whose crediting event knew `comp` of the
-/// semaphore's device (what [`replay`] tells a [`Sink`]).
-pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
+/// semaphore's device and `from` of its sender's (what [`replay`] tells a [`Sink`]).
+pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32, from: u32) -> Credit {
     let sems = p.layout.sems.len();
     match log[at as usize].get() {
         Event::Op { device, index } => match p.ops[device as usize][index as usize].kind {
@@ -399,6 +420,7 @@ pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
                 slot: small(sem.device() * sems + sem.sem()),
                 amount: inc,
                 comp,
+                from,
                 set,
                 atomic: true,
                 dma: None,
@@ -414,6 +436,7 @@ pub fn credit_at(p: &Program, log: &[Entry], at: u32, comp: u32) -> Credit {
                 slot: small(s.device() * sems + s.sem()),
                 amount,
                 comp,
+                from,
                 set: false,
                 atomic: false,
                 dma: Some((k, side)),
@@ -445,7 +468,7 @@ pub fn wait_at(p: &Program, log: &[Entry], at: u32, pos: u32) -> Wait {
 }
 
 /// `x` in 32 bits: semaphore slots and log positions of a run stay below 2^32.
-fn small(x: usize) -> u32 {
+pub(super) fn small(x: usize) -> u32 {
     u32::try_from(x).expect("fewer than 2^32 semaphore slots and events")
 }
 
@@ -454,17 +477,17 @@ fn data_accesses(
     op: &DataOp,
     agent: Agent,
     clock: &Clock,
-    site: Option<OpSite>,
+    (site, at): (Option<OpSite>, usize),
     sink: &mut dyn Sink,
 ) {
     for v in op.reads() {
-        sink.access(agent, &v.into(), false, clock, site);
+        sink.access(agent, &v.into(), false, clock, site, at);
     }
     if let DataOp::Accumulate { dst, .. } = op {
         sink.reads_destination(agent, dst, site);
     }
     for v in op.writes() {
-        sink.access(agent, &v.into(), true, clock, site);
+        sink.access(agent, &v.into(), true, clock, site, at);
     }
 }
 

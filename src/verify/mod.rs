@@ -13,6 +13,7 @@ mod log;
 mod naive;
 mod orders;
 mod race;
+mod reach;
 mod serialize;
 mod side;
 mod sync;
@@ -22,8 +23,9 @@ pub use clock::Clock;
 pub use entry::{EarlySend, StandIn};
 pub use log::{Entry, Event, EventLog};
 pub use race::{Race, SharedSemaphore};
+use reach::Reach;
 pub use side::RaceSide;
-pub use uninit::UninitRead;
+pub use uninit::{UninitRead, UnwrittenOutput};
 
 use crate::error::{Blocked, Error, ExitProblem, KernelError, KernelErrorKind};
 use crate::ir::Program;
@@ -51,6 +53,8 @@ pub enum ProblemKind {
     SendBeforeEntry,
     /// A read of memory nothing wrote before it (scratch, an output, a VMEM block).
     UninitializedRead,
+    /// An output some of which no device wrote.
+    UnwrittenOutput,
     /// Any other kernel mistake (shape mismatch, compute on HBM, misuse).
     Other,
 }
@@ -67,6 +71,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::PeerRead => "peer read in the TPU model",
             ProblemKind::SendBeforeEntry => "sent before the receiver entered the kernel",
             ProblemKind::UninitializedRead => "read of uninitialized memory",
+            ProblemKind::UnwrittenOutput => "output not written",
             ProblemKind::Other => "kernel error",
         })
     }
@@ -81,6 +86,8 @@ pub enum Problem {
     Early(EarlySend),
     /// A read of memory nothing wrote before it.
     Uninit(UninitRead),
+    /// An output some of which no device wrote.
+    Unwritten(UnwrittenOutput),
     /// A deadlock, with every blocked device.
     Deadlock(Vec<Blocked>),
     /// A leftover at kernel exit.
@@ -96,6 +103,7 @@ impl Problem {
             Problem::Race(_) => ProblemKind::Race,
             Problem::Early(_) => ProblemKind::SendBeforeEntry,
             Problem::Uninit(_) => ProblemKind::UninitializedRead,
+            Problem::Unwritten(_) => ProblemKind::UnwrittenOutput,
             Problem::Deadlock(_) => ProblemKind::Deadlock,
             Problem::Exit(ExitProblem::SemaphoreNotZero { .. }) => ProblemKind::SemaphoreNotZero,
             Problem::Exit(_) => ProblemKind::DmaNotWaited,
@@ -114,6 +122,7 @@ impl Problem {
             Problem::Race(r) => r.key(),
             Problem::Early(e) => format!("entry:{}", e.sender.location),
             Problem::Uninit(u) => u.key(),
+            Problem::Unwritten(u) => u.key(),
             Problem::Deadlock(b) => {
                 let mut sites: Vec<String> = b
                     .iter()
@@ -143,6 +152,7 @@ impl fmt::Display for Problem {
             Problem::Race(r) => write!(f, "{r}"),
             Problem::Early(e) => write!(f, "{e}"),
             Problem::Uninit(u) => write!(f, "{u}"),
+            Problem::Unwritten(u) => write!(f, "{u}"),
             Problem::Deadlock(b) => {
                 write!(f, "{}", Error::Deadlock(b.clone()).to_string().trim_end())
             }
@@ -155,22 +165,35 @@ impl fmt::Display for Problem {
 }
 
 /// Runs `program` once under `spec`, then checks that run: races and the entry rule
-/// under the orders every schedule guarantees (`sync`), deadlocks and exit problems.
+/// under the orders every schedule guarantees (`sync`), each held against the exact
+/// search (`reach`), deadlocks and exit problems.
 pub fn check_schedule(program: &Program, spec: ScheduleSpec) -> Vec<Problem> {
+    check_schedule_with(program, spec, &mut Reach::new(program))
+}
+
+/// [`check_schedule`] with the exact search's answers so far (a check of many
+/// schedules asks it the same questions).
+fn check_schedule_with(program: &Program, spec: ScheduleSpec, reach: &mut Reach) -> Vec<Problem> {
     let mut log = EventLog::for_program(program);
     let mut policy = spec.policy();
     let result = observe(program, policy.as_mut(), &mut log);
-    problems_of(program, &log, result)
+    problems_of(program, &log, result, reach)
 }
 
-/// The problems of a run of `program` whose events are `log` and whose end was `result`.
-fn problems_of(program: &Program, log: &EventLog, result: crate::Result<()>) -> Vec<Problem> {
-    let found = fixpoint::check(program, &log.events);
+/// The problems of a run of `program` whose events are `log` and whose end was
+/// `result` (`reach`: the exact search's answers so far).
+fn problems_of(
+    program: &Program,
+    log: &EventLog,
+    result: crate::Result<()>,
+    reach: &mut Reach,
+) -> Vec<Problem> {
+    let found = fixpoint::check(program, &log.events, reach);
     let mut problems: Vec<Problem> = found.early.into_iter().map(Problem::Early).collect();
     problems.extend(found.races.into_iter().map(Problem::Race));
     problems.extend(found.uninit.into_iter().map(Problem::Uninit));
     match result {
-        Ok(_) => {}
+        Ok(_) => problems.extend(found.unwritten.into_iter().map(Problem::Unwritten)),
         Err(Error::Deadlock(b)) => problems.push(Problem::Deadlock(b)),
         Err(Error::Exit(e)) => problems.extend(e.into_iter().map(Problem::Exit)),
         Err(Error::Kernel(k)) => problems.push(Problem::Kernel(k)),
@@ -233,7 +256,11 @@ impl Report {
 /// progress after a second). A caller watching for a request to stop
 /// ([`crate::interrupt`]) gets what was checked before it came, and must ask.
 pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
-    report_of(specs, |spec| Ok(check_schedule(program, spec))).expect("no schedule fails")
+    let mut reach = Reach::new(program);
+    report_of(specs, |spec| {
+        Ok(check_schedule_with(program, spec, &mut reach))
+    })
+    .expect("no schedule fails")
 }
 
 /// Checks a kernel traced while it runs ([`crate::run::steer`]) under each schedule in
@@ -256,7 +283,10 @@ pub fn check_steered(
             };
             Ok(match crate::sched::run_steps(p, &mut d, resume) {
                 Ok(steps) if steps.paused.is_some() => Attempt::Paused(steps),
-                result => Attempt::Done(problems_of(p, &log, result.map(|_| ()))),
+                result => {
+                    let result = result.map(|_| ());
+                    Attempt::Done(problems_of(p, &log, result, &mut Reach::new(p)))
+                }
             })
         });
         match traced {

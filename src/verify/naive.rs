@@ -33,7 +33,15 @@ impl Sink for Told {
         self.0
             .push(format!("wait {ordinal} pos {} {:?}", w.pos, plain(clock)));
     }
-    fn access(&mut self, a: Agent, b: &Block, write: bool, clock: &Clock, _: Option<OpSite>) {
+    fn access(
+        &mut self,
+        a: Agent,
+        b: &Block,
+        write: bool,
+        clock: &Clock,
+        _: Option<OpSite>,
+        _: usize,
+    ) {
         self.0
             .push(format!("access {a:?} {b:?} {write} {:?}", plain(clock)));
     }
@@ -160,6 +168,7 @@ fn naive(p: &Program, log: &[Entry], orders: &Orders) -> Told {
                             Join::Nothing => {}
                             Join::Some(ids) => {
                                 for &id in ids {
+                                    let id = id & !super::orders::CLOCK_ONLY;
                                     if let Some(c) = s.credits.get(id) {
                                         join(&mut dev[d], c);
                                     }
@@ -363,6 +372,6 @@ proptest! {
         let p = program(codes.len(), &codes, barrier);
         let mut log = EventLog::new(p.devices);
         let _ = observe(&p, ScheduleSpec::Random(seed).policy().as_mut(), &mut log);
-        let _ = super::fixpoint::check(&p, &log.events);
+        let _ = super::fixpoint::check(&p, &log.events, &mut super::reach::Reach::new(&p));
     }
 }

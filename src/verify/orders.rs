@@ -12,6 +12,11 @@ pub enum Join<'a> {
     Some(&'a [usize]),
 }
 
+/// An id in a [`Join::Some`] list with this bit set stands for the credit's clock
+/// only, not for its DMA side's completion: the wait is certain to come after some of
+/// that sender's credits, not after all of this one's bytes.
+pub const CLOCK_ONLY: usize = 1 << (usize::BITS - 1);
+
 /// [`Orders`]'s code for [`Join::All`].
 const ALL: u32 = 0;
 /// [`Orders`]'s code for [`Join::Nothing`]; a code above is 2 + an index in `lists`.
@@ -55,9 +60,9 @@ impl Orders {
         self.codes.push(code);
     }
 
-    /// The credit ids some wait joins individually.
+    /// The credit ids some wait joins individually (whole or their clock only).
     pub fn kept(&self) -> impl Iterator<Item = usize> + '_ {
-        self.lists.iter().flatten().copied()
+        self.lists.iter().flatten().map(|&i| i & !CLOCK_ONLY)
     }
 
     /// What both `self` and `prev` order (the fixpoint only ever drops edges).

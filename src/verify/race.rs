@@ -10,16 +10,17 @@
 //! (the receiver's semaphores and buffers of that invocation do not exist before).
 
 use super::clock::Clock;
-use super::entry::{stand_in, EarlySend};
-use super::hb::{op_at, Agent, Credit, Send, Sink, Wait};
-use super::log::Entry;
-use super::orders::{Join, Orders};
+use super::entry::{stand_in, EarlySend, StandIn};
+use super::hb::{op_at, small, Agent, Credit, Send, Sink, Wait};
+use super::log::{Entry, Event};
+use super::orders::{Join, Orders, CLOCK_ONLY};
+use super::reach::{Point, Reach};
 use super::side::RaceSide;
 use super::sync::Facts;
-use super::uninit::UninitRead;
+use super::uninit::{unwritten_outputs, UninitRead, UnwrittenOutput};
 use crate::error::{DeviceName, Site};
 use crate::ir::Written;
-use crate::ir::{AllocId, Block, Completion, OpSite, Program, View};
+use crate::ir::{AllocId, Block, Completion, OpSite, Program, SourceLoc, View};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -33,6 +34,8 @@ struct Access {
     agent: Agent,
     time: u32,
     site: Option<OpSite>,
+    /// Position in the log of the event that made it.
+    at: u32,
 }
 
 /// Why a wait that looked like it ordered a DMA does not: its semaphore can be
@@ -164,9 +167,8 @@ pub struct RaceChecker<'a> {
     since_all: Vec<Vec<DmaSide>>,
     shadow: Vec<Vec<Access>>,
     found: Vec<Found>,
-    /// Entry-rule violations found, in order (one per kernel line), each with its
-    /// sender and receiver and the number of waits the replay had passed when it was sent.
-    early: Vec<(EarlySend, (usize, usize), usize)>,
+    /// Sends happens-before does not order after the receiver's entry, in order.
+    early: Vec<EarlyCandidate>,
     /// Waits passed so far in the replay.
     waits: usize,
     /// Per (device, invocation): the device's own clock component from its entry on
@@ -176,6 +178,17 @@ pub struct RaceChecker<'a> {
     written: Written,
     /// Reads of memory nothing wrote (one per kernel line and allocation).
     uninit: Vec<UninitRead>,
+    /// Per allocation of every device: keep every access (none covered is dropped).
+    keep_all: Vec<bool>,
+}
+
+/// A send that happens-before does not order after its receiver's entry.
+struct EarlyCandidate {
+    send: Send,
+    /// The sender's invocation.
+    invocation: usize,
+    /// The waits the replay had passed when it was sent.
+    before: usize,
 }
 
 /// Per DMA side, (device, position) of the waits ordered after its completion: the
@@ -221,6 +234,16 @@ impl Joined {
     }
 }
 
+/// The kernel line and API call of access `a` (a DMA's: its start's), as a race's key
+/// names it.
+fn line_of(p: &Program, a: &Access) -> Option<(SourceLoc, &'static str)> {
+    let site = match a.agent {
+        Agent::Device(_) => a.site?,
+        Agent::Dma(k, _) => p.dmas[k].origin,
+    };
+    Some((site.location, site.op()))
+}
+
 /// True when access `a` happened before `c`: a device's access through its component, a
 /// DMA side's through a wait ordered after its completion (`joined`).
 fn ordered(joined: &Joined, a: &Access, c: &Clock) -> bool {
@@ -239,6 +262,13 @@ pub struct Findings {
     pub early: Vec<EarlySend>,
     /// Reads of memory nothing wrote, in order (one per kernel line and allocation).
     pub uninit: Vec<UninitRead>,
+    /// Outputs some of which nothing wrote by the end of the replay (of a whole run, when
+    /// it did not stop at a deadlock or an exit problem).
+    pub unwritten: Vec<UnwrittenOutput>,
+    /// Memory (its index among every device's allocations) where a race happens-before
+    /// left unordered was ruled out: another access to it, which a ruled-out one stood
+    /// for in the replay, may still race ([`RaceChecker::keeping_every_access`]).
+    pub refuted: Vec<usize>,
 }
 
 /// The explanations a finished replay can give: its facts, and per DMA side its credit
@@ -271,12 +301,25 @@ impl<'a> RaceChecker<'a> {
             entries: vec![0; p.devices * p.invocations.len()],
             written: Written::new(p),
             uninit: Vec::new(),
+            keep_all: Vec::new(),
         }
     }
 
+    /// This checker, keeping every access to the allocations `slots` (indices among
+    /// every device's allocations): a replay that finds every race there, not one that
+    /// stands for those of the accesses it covers.
+    pub fn keeping_every_access(mut self, slots: &[usize]) -> Self {
+        self.keep_all = vec![false; self.shadow.len()];
+        for &s in slots {
+            self.keep_all[s] = true;
+        }
+        self
+    }
+
     /// The races and entry violations, explained with `facts` (the credits and waits of
-    /// the same replay).
-    pub fn finish(self, facts: &Facts<'_>) -> Findings {
+    /// the same replay): of each bug (a race's key, an early send's line), the first
+    /// instance some schedule really has ([`Reach`] rules out the others).
+    pub fn finish(mut self, facts: &Facts<'_>, reach: &mut Reach<'_>) -> Findings {
         let explain = (!self.found.is_empty()).then(|| {
             let by = facts.consumers();
             Explain {
@@ -289,65 +332,144 @@ impl<'a> RaceChecker<'a> {
                     .collect(),
             }
         });
-        let races: Vec<Race> = self
-            .found
-            .iter()
-            .map(|f| {
-                let shared = explain.as_ref().and_then(|e| {
-                    self.shared_semaphore(e, f.first.agent)
-                        .or_else(|| self.shared_semaphore(e, f.second.agent))
-                });
-                let b = &f.second.block;
-                Race {
-                    alloc: self.p.alloc_label(b.alloc()),
-                    device: self.p.device_name(b.device()),
-                    bytes: self.bytes_of(b.alloc(), f.at.0, f.at.1),
-                    first: self.side(&f.first),
-                    second: self.side(&f.second),
-                    shared: shared.map(Box::new),
-                }
-            })
-            .collect();
+        let mut races: Vec<Race> = Vec::new();
+        // Every instance of a bug found real (for the reads of uninitialized memory).
+        let mut instances: Vec<Race> = Vec::new();
+        let mut refuted = Vec::new();
+        for f in &self.found {
+            let b = &f.second.block;
+            let mut race = Race {
+                alloc: self.p.alloc_label(b.alloc()),
+                device: self.p.device_name(b.device()),
+                bytes: self.bytes_of(b.alloc(), f.at.0, f.at.1),
+                first: self.side(&f.first),
+                second: self.side(&f.second),
+                shared: None,
+            };
+            if races.iter().any(|r| r.key() == race.key()) {
+                instances.push(race);
+                continue;
+            }
+            let real = match (self.point(&f.first), self.point(&f.second)) {
+                (Some(a), Some(b)) => reach.unordered(a, b),
+                _ => true,
+            };
+            if !real {
+                refuted.push(b.device() * self.p.layout.allocs.len() + b.alloc());
+                continue;
+            }
+            let shared = explain.as_ref().and_then(|e| {
+                self.shared_semaphore(e, f.first.agent)
+                    .or_else(|| self.shared_semaphore(e, f.second.agent))
+            });
+            race.shared = shared.map(Box::new);
+            races.push(race);
+        }
+        instances.retain(|i| races.iter().any(|r| r.key() == i.key()));
+        instances.extend(races.iter().cloned());
         let by = (!self.early.is_empty()).then(|| facts.consumers());
-        let early = self
-            .early
-            .iter()
-            .map(|(e, (sender, to), before)| {
-                let why = by.as_ref().and_then(|by| {
-                    stand_in(
-                        self.p,
-                        self.log,
-                        self.orders,
-                        facts,
-                        by,
-                        *sender,
-                        *to,
-                        *before,
-                    )
-                });
-                EarlySend {
-                    stand_in: why.map(Box::new),
-                    ..e.clone()
-                }
-            })
-            .collect();
+        let mut early: Vec<EarlySend> = Vec::new();
+        for c in &self.early {
+            let sender = self.p.site(&c.send.site);
+            if early.iter().any(|e| e.sender.location == sender.location) {
+                continue;
+            }
+            let Event::Op { device, index } = self.log[c.send.at].get() else {
+                unreachable!("a send is an op")
+            };
+            if !reach.before_entry(Point::Op { device, index }, c.send.to, c.invocation) {
+                continue;
+            }
+            let why = by.as_ref().and_then(|by| {
+                stand_in(
+                    self.p,
+                    self.log,
+                    self.orders,
+                    facts,
+                    by,
+                    c.send.site.device as usize,
+                    c.send.to,
+                    c.before,
+                )
+            });
+            early.push(self.early_send(&c.send, sender, c.invocation, why));
+        }
         // A read racing with the write that would have initialised it is that race: the
         // race names both sides and the fix.
         let uninit = self
             .uninit
             .into_iter()
             .filter(|u| {
-                !races.iter().any(|r: &Race| {
+                !instances.iter().any(|r: &Race| {
                     r.device == u.device
                         && r.alloc == u.alloc
                         && (r.first == u.read || r.second == u.read)
                 })
             })
             .collect();
+        refuted.sort_unstable();
+        refuted.dedup();
+        let unwritten = unwritten_outputs(self.p, &mut self.written);
         Findings {
             races,
             early,
             uninit,
+            unwritten,
+            refuted,
+        }
+    }
+
+    /// The report of send `s` into `invocation`, by `sender`, with why its handshake
+    /// does not know the entry when it looked like it did.
+    fn early_send(
+        &self,
+        s: &Send,
+        sender: Site,
+        invocation: usize,
+        stand_in: Option<StandIn>,
+    ) -> EarlySend {
+        let what = match (s.dma, s.sem) {
+            (Some(k), _) => format!(
+                "DMA into `{}`",
+                self.p.alloc_label(self.p.dmas[k].dst.alloc())
+            ),
+            (None, Some(slot)) => format!(
+                "signal on `{}`",
+                self.p.sem_label(slot % self.p.layout.sems.len())
+            ),
+            (None, None) => "a send".into(),
+        };
+        // The receiver's first op of that invocation, if it has one.
+        let ops = &self.p.ops[s.to];
+        let from = self.p.invocations[invocation].starts[s.to] as usize;
+        let to = self
+            .p
+            .invocations
+            .get(invocation + 1)
+            .map_or(ops.len(), |i| i.starts[s.to] as usize);
+        let entry = ops[from..to].first().map(|o| self.p.site(&o.site));
+        EarlySend {
+            what,
+            sender,
+            to: self.p.device_name(s.to),
+            invocation: self.p.is_sequence().then_some(invocation),
+            entry,
+            stand_in: stand_in.map(Box::new),
+        }
+    }
+
+    /// Where the search stops for access `a`: after its op, or with its DMA side in
+    /// flight (`None` for a prologue copy, ordered before everything).
+    fn point(&self, a: &Access) -> Option<Point> {
+        match a.agent {
+            Agent::Dma(k, side) => Some(Point::Dma {
+                dma: small(k),
+                side,
+            }),
+            Agent::Device(_) => match self.log[a.at as usize].get() {
+                Event::Op { device, index } => Some(Point::Op { device, index }),
+                _ => None,
+            },
         }
     }
 
@@ -366,6 +488,7 @@ impl<'a> RaceChecker<'a> {
             agent,
             time: 0,
             site,
+            at: 0,
         });
         let found = UninitRead {
             alloc: self.p.alloc_label(view.alloc()),
@@ -474,7 +597,7 @@ impl Sink for RaceChecker<'_> {
                 }
             }
             Join::Some(ids) => {
-                for &id in ids {
+                for &id in ids.iter().filter(|&&i| i & CLOCK_ONLY == 0) {
                     let side = self.credit_dma[id];
                     if side != NO_SIDE {
                         self.joined.push(side as usize, mark.0, mark.1);
@@ -492,6 +615,7 @@ impl Sink for RaceChecker<'_> {
         write: bool,
         clock: &Clock,
         site: Option<OpSite>,
+        at: usize,
     ) {
         if block.numel() == 0 {
             return;
@@ -513,6 +637,7 @@ impl Sink for RaceChecker<'_> {
             agent,
             time,
             site,
+            at: small(at),
         };
         let slot = block.device() * self.p.layout.allocs.len() + block.alloc();
         for a in &self.shadow[slot] {
@@ -528,12 +653,23 @@ impl Sink for RaceChecker<'_> {
                 }
             }
         }
-        // Accesses covered by this one and ordered before it can no longer race with
-        // anything this one does not race with.
+        // Accesses of the same kernel line covered by this one and ordered before it can
+        // no longer race with anything this one does not race with, so they are one bug
+        // (but a race of this one ruled out by the exact search may leave one of theirs:
+        // then every access is kept). Another line's race would be another bug.
+        if self.keep_all.get(slot).copied().unwrap_or(false) {
+            self.shadow[slot].push(x);
+            return;
+        }
+        let line = line_of(self.p, &x);
         let joined = &self.joined;
+        let p = self.p;
         let shadow = &mut self.shadow[slot];
         shadow.retain(|a| {
-            !(a.block.within(block) && (write || !a.write) && ordered(joined, a, clock))
+            !(a.block.within(block)
+                && (write || !a.write)
+                && line_of(p, a) == line
+                && ordered(joined, a, clock))
         });
         shadow.push(x);
     }
@@ -554,45 +690,10 @@ impl Sink for RaceChecker<'_> {
         if self.p.invocations[k].entry_barrier() || (entered > 0 && clock.device(s.to) >= entered) {
             return;
         }
-        let sender = self.p.site(&s.site);
-        if self
-            .early
-            .iter()
-            .any(|e| e.0.sender.location == sender.location)
-        {
-            return;
-        }
-        let what = match (s.dma, s.sem) {
-            (Some(k), _) => format!(
-                "DMA into `{}`",
-                self.p.alloc_label(self.p.dmas[k].dst.alloc())
-            ),
-            (None, Some(slot)) => format!(
-                "signal on `{}`",
-                self.p.sem_label(slot % self.p.layout.sems.len())
-            ),
-            (None, None) => "a send".into(),
-        };
-        // The receiver's first op of that invocation, if it has one.
-        let ops = &self.p.ops[s.to];
-        let from = self.p.invocations[k].starts[s.to] as usize;
-        let to = self
-            .p
-            .invocations
-            .get(k + 1)
-            .map_or(ops.len(), |i| i.starts[s.to] as usize);
-        let entry = ops[from..to].first().map(|o| self.p.site(&o.site));
-        self.early.push((
-            EarlySend {
-                what,
-                sender,
-                to: self.p.device_name(s.to),
-                invocation: self.p.is_sequence().then_some(k),
-                entry,
-                stand_in: None,
-            },
-            (s.site.device as usize, s.to),
-            self.waits,
-        ));
+        self.early.push(EarlyCandidate {
+            send: *s,
+            invocation: k,
+            before: self.waits,
+        });
     }
 }

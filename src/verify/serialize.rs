@@ -33,6 +33,7 @@ impl Problem {
                 v
             }
             Problem::Uninit(u) => u.read.site.iter().collect(),
+            Problem::Unwritten(_) => Vec::new(),
             Problem::Deadlock(b) => b.iter().map(|b| &b.site).collect(),
             Problem::Exit(ExitProblem::SemaphoreNotZero { last_signal, .. }) => {
                 last_signal.iter().collect()
@@ -51,6 +52,7 @@ impl Serialize for Problem {
             Problem::Race(r) => r.serialize(s),
             Problem::Early(e) => e.serialize(s),
             Problem::Uninit(u) => u.serialize(s),
+            Problem::Unwritten(u) => u.serialize(s),
             Problem::Deadlock(b) => {
                 let mut m = s.serialize_map(Some(1))?;
                 m.serialize_entry("blocked", b)?;

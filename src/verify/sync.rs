@@ -6,7 +6,12 @@
 //! are those not ordered after the wait by happens-before; call their total T. DMA bytes
 //! land piece by piece, so a DMA's credit is certain only when T <= C (then every one
 //! of them is); a signal lands whole, so it is certain when the others alone fall short
-//! of C. Happens-before itself depends on these answers, so they are computed as a
+//! of C. When neither holds, a sender whose credits the others alone fall short of
+//! without still sent the wait some of them: the wait is ordered after that sender's
+//! earliest credit by which the shortfall was sent (a wait synchronizes with the
+//! credits that reached its semaphore before it, whichever those were, and one
+//! sender's credits know each other in its program order).
+//! Happens-before itself depends on these answers, so they are computed as a
 //! fixpoint: start from "every wait is ordered after every credit before it in this
 //! run" and drop what the rule does not support until nothing changes. What remains is
 //! sound: a wait that broke its answer in some execution would need an earlier one that
@@ -14,7 +19,7 @@
 
 use super::hb::{credit_at, wait_at, Credit, Sink, Wait};
 use super::log::Entry;
-use super::orders::{Join, Orders};
+use super::orders::{Join, Orders, CLOCK_ONLY};
 use super::Clock;
 use crate::ir::Program;
 use crate::sched::credits::Credits;
@@ -26,15 +31,15 @@ use std::collections::HashMap;
 pub struct Facts<'a> {
     p: &'a Program,
     log: &'a [Entry],
-    /// Per credit id: (log position, `comp`).
-    credits: Vec<(u32, u32)>,
+    /// Per credit id: (log position, `comp`, `from`).
+    credits: Vec<(u32, u32, u32)>,
     /// Per wait ordinal: (log position, `pos`).
     waits: Vec<(u32, u32)>,
 }
 
 impl Sink for Facts<'_> {
     fn credit(&mut self, _id: usize, c: &Credit) {
-        self.credits.push((c.at, c.comp));
+        self.credits.push((c.at, c.comp, c.from));
         if cfg!(test) {
             assert_eq!(&Facts::credit(self, self.credits.len() - 1), c);
         }
@@ -58,8 +63,6 @@ struct SlotCredits {
     total: Vec<u64>,
     /// Index in `ids` of the first `set` credit (`ids.len()` if none).
     first_set: usize,
-    /// Largest amount of a whole-landing credit.
-    max_atomic: u64,
 }
 
 /// The number of the sorted `comps` below `pos`. `at` holds that number for the
@@ -93,8 +96,8 @@ impl<'a> Facts<'a> {
 
     /// Credit `id`.
     pub fn credit(&self, id: usize) -> Credit {
-        let (at, comp) = self.credits[id];
-        credit_at(self.p, self.log, at, comp)
+        let (at, comp, from) = self.credits[id];
+        credit_at(self.p, self.log, at, comp, from)
     }
 
     /// Wait `ordinal`.
@@ -114,14 +117,10 @@ impl<'a> Facts<'a> {
                 ids.sort_by_key(|&i| self.credits[i as usize].1);
                 let mut total = Vec::with_capacity(ids.len() + 1);
                 total.push(0);
-                let mut max_atomic = 0;
                 let mut first_set = None;
                 for (n, &i) in ids.iter().enumerate() {
                     let c = self.credit(i as usize);
                     total.push(total.last().unwrap_or(&0) + c.amount);
-                    if c.atomic {
-                        max_atomic = max_atomic.max(c.amount);
-                    }
                     if c.set && first_set.is_none() {
                         first_set = Some(n);
                     }
@@ -132,7 +131,6 @@ impl<'a> Facts<'a> {
                     ids,
                     comps,
                     total,
-                    max_atomic,
                 }
             })
             .collect()
@@ -188,19 +186,64 @@ impl<'a> Facts<'a> {
             return None;
         }
         let slack = total - need;
-        if s.max_atomic <= slack {
-            return nothing;
-        }
+        let candidates: Vec<Credit> = s.ids[..k]
+            .iter()
+            .map(|&i| self.credit(i as usize))
+            .collect();
         let mut forced: Vec<usize> = s.ids[..k]
             .iter()
-            .map(|&i| i as usize)
-            .filter(|&i| {
-                let c = self.credit(i);
-                c.atomic && c.amount > slack && c.at < w.at
-            })
+            .zip(&candidates)
+            .filter(|(_, c)| c.atomic && c.amount > slack && c.at < w.at)
+            .map(|(&i, _)| i as usize)
             .collect();
+        forced.extend(self.sender_shares(&s.ids[..k], &candidates, w, slack));
         forced.sort_unstable();
+        forced.dedup();
         Some(forced)
+    }
+
+    /// For each sender whose credits among `candidates` (ids `ids`) exceed `slack`, the
+    /// rest cannot pass the wait alone: it took at least that excess from this sender,
+    /// so it comes after the earliest credit of the sender by which so much was sent
+    /// (its clock, a DMA's start's, is below that of any later one of the sender's).
+    /// Of that one, or an earlier one of the sender's credited before the wait in this
+    /// run, the id, as [`CLOCK_ONLY`]: a DMA's bytes may have landed only in part.
+    fn sender_shares(
+        &self,
+        ids: &[u32],
+        candidates: &[Credit],
+        w: &Wait,
+        slack: u64,
+    ) -> Vec<usize> {
+        let mut by_sender: HashMap<usize, Vec<(u32, usize, &Credit)>> = HashMap::new();
+        for (&id, c) in ids.iter().zip(candidates) {
+            let e = c.sender(self.p, self.log);
+            by_sender
+                .entry(e)
+                .or_default()
+                .push((c.from, id as usize, c));
+        }
+        let mut out = Vec::new();
+        for (_, mut sent) in by_sender {
+            let total: u64 = sent.iter().map(|(_, _, c)| c.amount).sum();
+            if total <= slack {
+                continue;
+            }
+            let mut left = total - slack;
+            sent.sort_unstable_by_key(|&(from, id, _)| (from, id));
+            let mut pick = None;
+            for &(_, id, c) in &sent {
+                if c.at < w.at {
+                    pick = Some(id);
+                }
+                if c.amount >= left {
+                    break;
+                }
+                left -= c.amount;
+            }
+            out.extend(pick.map(|id| id | CLOCK_ONLY));
+        }
+        out
     }
 
     /// For each credit id, the decrementing wait (ordinal) that consumed its last unit
