@@ -3,6 +3,7 @@ each with a pure-JAX reference on the same sharded data. `KERNELS[name](p, size)
 gives the `Case` of one kernel at p devices and `size` bytes of main operand per device."""
 
 from .common import AXIS, Case
+from .matmul import all_gather_matmul, matmul_reduce_scatter, tp_mlp
 from .movement import all_gather, neighbour_exchange, ragged_all_to_all, reduce_scatter
 
 KERNELS = {
@@ -10,6 +11,9 @@ KERNELS = {
     "reduce_scatter": reduce_scatter,
     "all_gather": all_gather,
     "ragged_all_to_all": ragged_all_to_all,
+    "all_gather_matmul": all_gather_matmul,
+    "matmul_reduce_scatter": matmul_reduce_scatter,
+    "tp_mlp": tp_mlp,
 }
 
 __all__ = ["AXIS", "Case", "KERNELS"]

@@ -8,17 +8,13 @@ from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from .common import AXIS, COLLECTIVE, Case, P, all_barrier, neighbour_barrier, neighbours, rows_for, signal
+from .common import AXIS, COLLECTIVE, Case, P, all_barrier, neighbour_barrier, neighbours, rows_for
+from .rings import remote, ring_reduce
 
 ANY = pl.BlockSpec(memory_space=pl.ANY)
 VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
 DMA = pltpu.SemaphoreType.DMA
-MESH = pl.DeviceIdType.MESH
 ROW = 128 * 4  # bytes of one f32 row
-
-
-def remote(src, dst, send_sem, recv_sem, device):
-    return pltpu.make_async_remote_copy(src, dst, send_sem, recv_sem, device_id=(device,), device_id_type=MESH)
 
 
 def neighbour_exchange(p, size):
@@ -43,42 +39,12 @@ def neighbour_exchange(p, size):
 
 
 def reduce_scatter(p, size):
-    """Device d ends with block d of the sum over devices of their (p, rows, 128) inputs:
-    p - 1 steps around the ring, each adding the device's own block to the partial sum
-    it received and passing it right, double-buffered with a capacity handshake."""
+    """Device d ends with block d of the sum over devices of their (p, rows, 128) inputs
+    (rings.ring_reduce)."""
     rows = rows_for(size // p, ROW)
 
     def kernel(x_ref, o_ref, acc, recv, send_sem, recv_sems, capacity):
-        me, left, right = neighbours()
-        neighbour_barrier(left, right)
-
-        def step(s, carry):
-            blk = lax.rem(me - s - 1 + 2 * p, p)
-            slot = lax.rem(s, 2)
-
-            @pl.when(s == 0)
-            def _():
-                acc[...] = x_ref[blk]
-
-            @pl.when(s > 0)
-            def _():
-                acc[...] = recv[1 - slot] + x_ref[blk]
-
-                @pl.when(s <= p - 3)  # the left neighbour writes this slot again at its step s + 1
-                def _():
-                    signal(capacity, left)
-
-            @pl.when(s >= 2)  # the right neighbour's slot was ours two steps ago: wait until it is read
-            def _():
-                pl.semaphore_wait(capacity, 1)
-
-            copy = remote(acc, recv.at[slot], send_sem, recv_sems.at[slot], right)
-            copy.start()
-            copy.wait()
-            return carry
-
-        lax.fori_loop(0, p - 1, step, 0)
-        o_ref[...] = recv[(p - 2) % 2] + x_ref[me]
+        o_ref[...] = ring_reduce(p, lambda b: x_ref[b], acc, recv, send_sem, recv_sems, capacity)
 
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32), in_specs=[VMEM],
                           out_specs=VMEM, compiler_params=COLLECTIVE,
