@@ -3,6 +3,7 @@ each with a pure-JAX reference on the same sharded data. `KERNELS[name](p, size)
 gives the `Case` of one kernel at p devices and `size` bytes of main operand per device."""
 
 from .common import AXIS, Case
+from .attention import ring_attention
 from .matmul import all_gather_matmul, matmul_reduce_scatter, tp_mlp
 from .movement import all_gather, neighbour_exchange, ragged_all_to_all, reduce_scatter
 
@@ -14,6 +15,7 @@ KERNELS = {
     "all_gather_matmul": all_gather_matmul,
     "matmul_reduce_scatter": matmul_reduce_scatter,
     "tp_mlp": tp_mlp,
+    "ring_attention": ring_attention,
 }
 
 __all__ = ["AXIS", "Case", "KERNELS"]
