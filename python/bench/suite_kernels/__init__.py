@@ -5,6 +5,7 @@ gives the `Case` of one kernel at p devices and `size` bytes of main operand per
 from .common import AXIS, Case
 from .attention import ring_attention
 from .matmul import all_gather_matmul, matmul_reduce_scatter, tp_mlp
+from .moe import moe
 from .movement import all_gather, neighbour_exchange, ragged_all_to_all, reduce_scatter
 
 KERNELS = {
@@ -16,6 +17,7 @@ KERNELS = {
     "matmul_reduce_scatter": matmul_reduce_scatter,
     "tp_mlp": tp_mlp,
     "ring_attention": ring_attention,
+    "moe": moe,
 }
 
 __all__ = ["AXIS", "Case", "KERNELS"]
