@@ -156,7 +156,7 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
 
 def run_case(a, kernel, p, size, mode):
     """One case in its own process: its result dict, with `status` ok, failed, timeout or skipped."""
-    row = {"kernel": kernel, "p": p, "size": size, "mode": mode}
+    row = {"kernel": kernel, "p": p, "size": size, "size_bytes": parse_size(size), "mode": mode}
     case = cases().KERNELS[kernel](p, parse_size(size))
     need = estimate(case)
     if need > a.memory_limit * GiB:
@@ -250,6 +250,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls after the first")
     ap.add_argument("--memory-limit", type=float, default=16, help="GiB a case may be estimated to need")
     ap.add_argument("--json", help="write every case's result to this file")
+    ap.add_argument("--plot", help="also write the results as a `tpusim bench` file for `tpusim plot` to draw")
     ap.add_argument("--markdown", action="store_true", help="print the table in markdown only (no progress lines)")
     a = ap.parse_args()
     if a.child:
@@ -268,8 +269,9 @@ def main():
         [parse_size(s) for s in sizes]
     except ValueError as e:
         ap.error(f"bad -p or --sizes: {e}")
-    if a.json and os.path.exists(a.json):
-        ap.error(f"{a.json} exists: not overwriting it")
+    for out in (a.json, a.plot):
+        if out and os.path.exists(out):
+            ap.error(f"{out} exists: not overwriting it")
     results, rows = [], []
     for kernel in kernels:
         for p in ps:
@@ -287,10 +289,31 @@ def main():
     print(header(modes))
     print("\n".join(rows))
     if a.json:
-        tmp = a.json + ".part"
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=1)
-        os.replace(tmp, a.json)
+        write_json(a.json, results)
+    if a.plot:
+        write_json(a.plot, {"rows": plot_rows(results)})
+
+
+def write_json(path, value):
+    """Writes the whole file or nothing (a file beside it renamed over it)."""
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(tmp, path)
+
+
+def plot_rows(results):
+    """The cases that ran, as rows of a `tpusim bench --json` file: one line per kernel,
+    P and mode ("collective"), against the size of the main operand per device; time per
+    call (median), and as "busbw" the bytes a device's DMAs move per second (GB/s) for
+    the data-movement kernels (0, not drawn, for the others)."""
+    rows = []
+    for r in results:
+        if r["status"] == "ok":
+            rate = r["moved"] / r["p"] / r["median"] / 1e9 if r.get("moved") else 0.0
+            rows.append({"collective": f"{r['kernel']} P={r['p']} {r['mode']}", "size": r["size_bytes"],
+                         "busbw_gbps": rate, "time_us": r["median"] * 1e6})
+    return rows
 
 
 if __name__ == "__main__":
