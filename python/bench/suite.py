@@ -224,7 +224,8 @@ def table_row(kernel, p, size, by_mode, modes):
     memcpy = per_sim(lambda r: f"{100 * r['moved'] / r['median'] / r['memcpy_bw']:.3g}%" if r.get("moved") else "-")
     errs = " / ".join(f"{by_mode[m]['max_rel']:.2g}{'' if by_mode[m]['ok'] else ' (!)'}"
                       for m in modes if m != "xla" and ok(by_mode.get(m))) or "-"
-    rss = per_sim(lambda r: f"{bytes_text(r['rss'])} vs {bytes_text(r['buffers'])}")
+    rss = per_sim(lambda r: f"{bytes_text(r['rss'])} (+{bytes_text(r['rss'] - r['rss_base'])}) vs "
+                  f"{bytes_text(r['buffers'])}")
     return (f"| {kernel} | {p} | {size} | " + " | ".join(cell(by_mode.get(m)) for m in modes)
             + f" | {speedup} | {roof} | {memcpy} | {errs} | {rss} |")
 
