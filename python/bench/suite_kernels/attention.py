@@ -9,13 +9,14 @@ from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from .common import AXIS, COLLECTIVE, Case, P, rows_for
+from .common import AXIS, COLLECTIVE, Case, P
 from .rings import ring_pass
 
 VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
 DMA = pltpu.SemaphoreType.DMA
 BF16 = jnp.bfloat16
 D = 128  # head dimension
+SEQ = 512  # sequence rows per device (and head)
 QBLOCK = 256  # query rows per block
 # The running max starts here, not at -inf: tpusim refuses a kernel with an infinite
 # constant ("malformed kernel recording: invalid number"), and JAX's own flash
@@ -36,12 +37,13 @@ def wide(column, like):
 
 
 def ring_attention(p, size):
-    """softmax(q K^T / sqrt(D)) V over the keys and values of all devices (no mask);
-    q, k, v (s, D) bf16 per device, `size` the bytes of q. The probabilities are
-    multiplied by V in bf16, as flash attention kernels do."""
-    s_len = rows_for(size, 2 * D)
-    qb = min(QBLOCK, s_len)
-    nq = s_len // qb
+    """softmax(q K^T / sqrt(D)) V per head over the keys and values of all devices (no
+    mask); q, k, v (heads, SEQ, D) bf16 per device, the sequence sharded, `size` the
+    bytes of q (more heads at larger sizes, so the work grows with the size, not its
+    square). The probabilities are multiplied by V in bf16, as flash attention does."""
+    heads = max(1, size // (SEQ * D * 2))
+    qb = QBLOCK
+    nq = SEQ // qb
 
     def kernel(q_ref, k_ref, v_ref, o_ref, kbuf, vbuf, send_sems, recv_sems, capacity, m_ref, l_ref, acc_ref):
         kbuf[0] = k_ref[...]
@@ -52,44 +54,47 @@ def ring_attention(p, size):
 
         def compute(s, owner, slot):
             def block(i, carry):
-                rows = pl.ds(pl.multiple_of(i * qb, qb), qb)
-                sc = scores(q_ref[rows], kbuf[slot])
-                m_prev = m_ref[rows]
+                h, rows = i // nq, pl.ds(pl.multiple_of(i % nq * qb, qb), qb)
+                sc = scores(q_ref[h, rows], kbuf[slot, h])
+                m_prev = m_ref[h, rows]
                 m_new = jnp.maximum(m_prev, jnp.max(sc, axis=1, keepdims=True))
                 e = jnp.exp(sc - wide(m_new, sc))
                 alpha = jnp.exp(m_prev - m_new)
-                l_ref[rows] = alpha * l_ref[rows] + jnp.sum(e, axis=1, keepdims=True)
-                pv = jnp.dot(e.astype(BF16), vbuf[slot], preferred_element_type=jnp.float32)
-                acc_ref[rows] = wide(alpha, pv) * acc_ref[rows] + pv
-                m_ref[rows] = m_new
+                l_ref[h, rows] = alpha * l_ref[h, rows] + jnp.sum(e, axis=1, keepdims=True)
+                pv = jnp.dot(e.astype(BF16), vbuf[slot, h], preferred_element_type=jnp.float32)
+                acc_ref[h, rows] = wide(alpha, pv) * acc_ref[h, rows] + pv
+                m_ref[h, rows] = m_new
 
                 @pl.when(s == p - 1)
                 def _():
-                    o_ref[rows] = (acc_ref[rows] / wide(l_ref[rows], pv)).astype(BF16)
+                    o_ref[h, rows] = (acc_ref[h, rows] / wide(l_ref[h, rows], pv)).astype(BF16)
 
                 return carry
 
-            lax.fori_loop(0, nq, block, 0)
+            lax.fori_loop(0, heads * nq, block, 0)
 
         ring_pass(p, [kbuf, vbuf], send_sems, recv_sems, capacity, compute)
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((s_len, D), BF16), in_specs=[VMEM] * 3,
+    local = (heads, SEQ, D)
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(local, BF16), in_specs=[VMEM] * 3,
                           out_specs=VMEM, compiler_params=COLLECTIVE,
-                          scratch_shapes=[pltpu.VMEM((2, s_len, D), BF16), pltpu.VMEM((2, s_len, D), BF16),
+                          scratch_shapes=[pltpu.VMEM((2, *local), BF16), pltpu.VMEM((2, *local), BF16),
                                           DMA((2,)), DMA((2,)), pltpu.SemaphoreType.REGULAR,
-                                          pltpu.VMEM((s_len, 1), jnp.float32), pltpu.VMEM((s_len, 1), jnp.float32),
-                                          pltpu.VMEM((s_len, D), jnp.float32)])
+                                          pltpu.VMEM((heads, SEQ, 1), jnp.float32),
+                                          pltpu.VMEM((heads, SEQ, 1), jnp.float32), pltpu.VMEM(local, jnp.float32)])
 
     def reference(q, k, v):
-        ks, vs = (lax.all_gather(t, AXIS, tiled=True) for t in (k, v))
+        ks, vs = (lax.all_gather(t, AXIS, axis=1, tiled=True) for t in (k, v))
 
-        def block(qi):  # a block of queries at a time: the whole score matrix need not fit
-            w = jax.nn.softmax(scores(qi, ks), axis=-1)
-            return jnp.dot(w, vs.astype(jnp.float32))
+        def head(qh, kh, vh):
+            def block(qi):  # a block of queries at a time: the whole score matrix need not fit
+                return jnp.dot(jax.nn.softmax(scores(qi, kh), axis=-1), vh.astype(jnp.float32))
 
-        return lax.map(block, q.reshape(nq, qb, D)).reshape(s_len, D).astype(BF16)
+            return lax.map(block, qh.reshape(nq, qb, D)).reshape(SEQ, D)
 
-    ins = [((p * s_len, D), BF16)] * 3
-    return Case(call, reference, (P(AXIS),) * 3, P(AXIS), ins, [((p * s_len, D), BF16)],
+        return lax.map(lambda a: head(*a), (q, ks, vs)).astype(BF16)
+
+    ins = [((heads, p * SEQ, D), BF16)] * 3
+    return Case(call, reference, (P(None, AXIS),) * 3, P(None, AXIS), ins, ins[:1],
                 lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16) for _ in range(3)],
                 rtol=2e-2)
