@@ -2,7 +2,6 @@
 the ring's neighbours."""
 
 import dataclasses
-import functools
 from typing import Callable
 
 import jax
@@ -22,7 +21,8 @@ class Case:
     `kernel` and `reference` are per-device functions for the same `shard_map`
     (`in_specs`, `out_specs` over the 1-D mesh axis `AXIS`); `inputs(rng)` makes the
     global numpy inputs; `in_shapes`/`out_shapes` are the global (shape, dtype)s, known
-    without making the data; `moved` the bytes one call's DMAs move, all devices
+    without making the data, the main operand (whose bytes per device the size names,
+    and the memcpy roof copies) last among the data-movement kernels' inputs; `moved` the bytes one call's DMAs move, all devices
     together (data-movement kernels), else None; `rtol` the largest error allowed,
     relative to the reference's largest magnitude."""
 
@@ -78,7 +78,3 @@ COLLECTIVE = pltpu.CompilerParams(collective_id=0)
 def rows_for(size_bytes, row_bytes, multiple=8):
     """Rows of `row_bytes` making about `size_bytes`, a multiple of `multiple`, at least one multiple."""
     return max(multiple, size_bytes // row_bytes // multiple * multiple)
-
-
-def uniform(rng, shape, dtype):
-    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
