@@ -193,3 +193,37 @@ fn runs_in_pieces_equal_whole_runs() {
         );
     }
 }
+
+#[test]
+fn a_run_in_one_piece_leaves_all_its_memory_as_the_unfused_run() {
+    // Run while tracing reads every allocation after the steps so far: a write nothing
+    // in them reads (here scratch and values a later piece would use) must stay.
+    for (case, dtype) in [(201u64, DType::F32), (202, DType::BF16)] {
+        let call = kernel(dtype, vec![9, 300], 20, case);
+        let mesh = Mesh::new(2, "x").unwrap();
+        let plan = tpusim::run::Job::call(call, mesh).plan().unwrap();
+        let (prog, sched) = (&plan.program, &plan.schedule);
+        let inputs: Vec<Vec<HostArray>> = (0..2)
+            .map(|d| vec![input(dtype, &[9, 300], case * 10 + d)])
+            .collect();
+        let memory = |exec: CpuExecutor| {
+            let mut run = exec.prepare_pieces(prog, sched, &[]).unwrap();
+            run.upload(&inputs).unwrap();
+            run.run_piece(0).unwrap();
+            let table = sched.memory(prog);
+            (0..table.len())
+                .map(|i| {
+                    let (d, a) = table.place(i);
+                    let n = table.allocs[a].numel();
+                    let v = tpusim::ir::View::new(d, a, 0, n);
+                    run.read_view(v, 4).unwrap()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            memory(CpuExecutor::new()),
+            memory(CpuExecutor::unfused()),
+            "case {case}"
+        );
+    }
+}

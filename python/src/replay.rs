@@ -715,7 +715,8 @@ fn last_uses(ops: &[Op]) -> Vec<Vec<usize>> {
     };
     for (k, op) in ops.iter().enumerate() {
         match op {
-            Op::Load { id, .. } | Op::Full { id, .. } => mark(*id, k),
+            Op::Load { id, .. } | Op::Full { id, .. } | Op::Const { id, .. } => mark(*id, k),
+            Op::Read { value: Some(v), .. } => mark(*v, k),
             Op::Compute { id, args, .. } => {
                 for &a in args {
                     mark(a, k);

@@ -11,7 +11,7 @@ mod region;
 mod spare;
 pub mod vmath;
 
-use super::fuse::{fuse, Fused, Region, Step};
+use super::fuse::{fuse, Fused, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
@@ -38,7 +38,7 @@ impl CpuPlan {
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         CpuPlan {
             coverage: Coverage::of(program, schedule),
-            fused: fuse(program, schedule, &[]),
+            fused: fuse(program, schedule, &[], Keep::Outputs),
             spare: spare::Spare::default(),
         }
     }
@@ -563,7 +563,11 @@ impl Executor for CpuExecutor {
         program: &'a Program,
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
-        self.prepare_pieces(program, schedule, &[])
+        own_memory(
+            program,
+            schedule,
+            self.fused(program, schedule, &[], Keep::Outputs),
+        )
     }
 
     fn prepare_literal<'a>(
@@ -580,11 +584,22 @@ impl Executor for CpuExecutor {
         schedule: &'a Schedule,
         cuts: &[usize],
     ) -> Result<Box<dyn Prepared + 'a>> {
-        let fused = match self.fused {
-            true => fuse(program, schedule, cuts),
+        // Views are read and written between pieces, and after the last.
+        own_memory(
+            program,
+            schedule,
+            self.fused(program, schedule, cuts, Keep::All),
+        )
+    }
+}
+
+impl CpuExecutor {
+    /// `schedule` as this executor runs it.
+    fn fused(&self, program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
+        match self.fused {
+            true => fuse(program, schedule, cuts, keep),
             false => Fused::unfused(schedule.ops.len(), cuts),
-        };
-        own_memory(program, schedule, fused)
+        }
     }
 }
 

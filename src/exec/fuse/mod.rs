@@ -51,9 +51,20 @@ impl Fused {
 /// Most instructions of one region (its registers' blocks stay in the cache).
 const MAX_INSTRS: usize = 64;
 
-/// `schedule` fused, cut before each op index of `cuts` (no region spans a cut, and
-/// every write before a cut is kept: a partitioned run reads views between pieces).
-pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize]) -> Fused {
+/// What a fused run must leave in memory when it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Its outputs: writes nothing reads are dropped (a run read only through its
+    /// outputs).
+    Outputs,
+    /// Every write (a run in pieces whose memory is read and written between them, or
+    /// read whole after it).
+    All,
+}
+
+/// `schedule` fused, cut before each op index of `cuts` (no region spans a cut); with
+/// [`Keep::Outputs`] and no cut, writes nothing reads are dropped.
+pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
     let mut out = Fused::default();
@@ -130,7 +141,7 @@ pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize]) -> Fused {
         out.piece_ends,
         out.steps.len()
     );
-    if cuts_free(&out) {
+    if keep == Keep::Outputs && cuts_free(&out) {
         live::prune(program, schedule, &mut out.steps);
         out.piece_ends = vec![out.steps.len()];
     }

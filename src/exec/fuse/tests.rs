@@ -17,7 +17,7 @@ fn fused_of(
     let plan = Job::call(call, Mesh::new(devices, "x").unwrap())
         .plan()
         .unwrap();
-    let f = fuse(&plan.program, &plan.schedule, &[]);
+    let f = fuse(&plan.program, &plan.schedule, &[], Keep::Outputs);
     (plan.program.clone(), f)
 }
 
@@ -112,8 +112,8 @@ fn cuts_keep_every_write_and_split_regions() {
     });
     let plan = Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap();
     let ops = plan.schedule.ops.len();
-    let whole = fuse(&plan.program, &plan.schedule, &[]);
-    let cut = fuse(&plan.program, &plan.schedule, &[ops / 2]);
+    let whole = fuse(&plan.program, &plan.schedule, &[], Keep::Outputs);
+    let cut = fuse(&plan.program, &plan.schedule, &[ops / 2], Keep::All);
     assert_eq!(cut.piece_ends.len(), 2);
     let writes = |f: &Fused| -> usize {
         f.steps
