@@ -227,3 +227,34 @@ fn a_run_in_one_piece_leaves_all_its_memory_as_the_unfused_run() {
         );
     }
 }
+
+#[test]
+fn a_literal_run_does_every_op_even_writes_nothing_reads() {
+    // What an executor's rates are measured on (bench's roof): kernels whose results
+    // nothing reads. A fused run may drop such writes; a literal one must not.
+    let spec = GridSpec::new()
+        .output("y", MemorySpace::Vmem, &[8, 128], DType::F32)
+        .vmem("s", &[8, 128], DType::F32);
+    let call = PallasCall::new("unread", spec, |pl, a| {
+        pl.fill(a.r("y"), 1.0);
+        pl.fill(a.r("s"), 3.0);
+    });
+    let plan = tpusim::run::Job::call(call, Mesh::new(1, "x").unwrap())
+        .plan()
+        .unwrap();
+    let (prog, sched) = (&plan.program, &plan.schedule);
+    let s = prog
+        .layout
+        .allocs
+        .iter()
+        .position(|a| a.name == "s")
+        .unwrap();
+    let cpu = CpuExecutor::new();
+    let mut run = cpu.prepare_literal(prog, sched).unwrap();
+    run.run(1).unwrap();
+    let bytes = run
+        .read_view(tpusim::ir::View::new(0, s, 0, 1024), 4)
+        .unwrap();
+    let three = 3.0f32.to_bits().to_le_bytes();
+    assert!(bytes.chunks(4).all(|w| w == three), "the unread fill ran");
+}

@@ -56,11 +56,6 @@ fn roof_is_a_bound(exec: &dyn Executor) {
         }
         for r in &rows {
             assert!(r.roof_seconds > 0.0, "{}: {r:?}", c.name());
-            // The matmul rate comes from runs of 1 and 3 matmuls of up to 67 MFLOP each,
-            // far apart: it is that of matmuls that ran (one dropped as unread would
-            // take ~0 s and give a rate of 1e16 and more).
-            let m = r.rates.matmul;
-            assert!(m > 0.0 && m < 1e15, "matmul rate {m:e}: {r:?}");
             // A matmul collective's roof holds its FLOPs at the best matmul rate.
             let flops = 2.0 * r.macs as f64 / r.rates.matmul;
             assert!(r.roof_seconds >= flops, "{}: {r:?}", c.name());
