@@ -73,13 +73,16 @@ class OnTerminal:
                 raise AssertionError(f"`{word}` never showed: {self.text()}")
 
     def stop(self, sig):
-        """Sends `sig`; its exit status and standard output once it ends, within 60 s."""
+        """Sends `sig`; its exit status and standard output once it ends, within 150 s
+        (known: an interrupted check at P = 8 has once taken over 60 s to exit, likely
+        the other devices of its round waiting out their 120 s meeting limit; see the
+        issue notes)."""
         self.p.send_signal(sig)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150
         while self.p.poll() is None:
             if time.monotonic() > deadline:
                 self.p.kill()
-                raise AssertionError(f"still running 60 s after signal {sig}: {self.text()}")
+                raise AssertionError(f"still running 150 s after signal {sig}: {self.text()}")
             self.read(0.1)
         while self.read(0.1) and self.p.poll() is None:
             pass
