@@ -74,9 +74,8 @@ class OnTerminal:
 
     def stop(self, sig):
         """Sends `sig`; its exit status and standard output once it ends, within 150 s
-        (known: an interrupted check at P = 8 has once taken over 60 s to exit, likely
-        the other devices of its round waiting out their 120 s meeting limit; see the
-        issue notes)."""
+        (known: an interrupted check at P = 8 once took over 60 s to exit in a full
+        run, cause not yet found; see the issue notes)."""
         self.p.send_signal(sig)
         deadline = time.monotonic() + 150
         while self.p.poll() is None:
