@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU number tpusim reports, on whatever adapter is present (WGPU_BACKEND /
 # WGPU_ADAPTER_NAME select one): builds, then runs the GPU bench (with the 256 MiB
-# runs), the matmul bench, the per-op vs program comparison, bench sweeps up to GiB sizes, the P=256 run
-# and the planner and checker benches. Writes everything to one result file.
+# runs), the matmul bench, the per-op vs program comparison, bench sweeps up to GiB sizes, the P=256 run,
+# the planner and checker benches, each op fused and unfused on the GPU (benches/ops.rs), and the kernel
+# suite through JAX (python/bench/suite.py, tpusim-gpu against XLA on the host) when python/.venv
+# holds the package (the device machine reaches no package index: carry the venv). Writes
+# everything to one result file.
 #   benches/device.sh [RESULT_FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +33,17 @@ tpusim=./target/release/tpusim
   done
   echo; echo "## cargo bench --bench scheduler"; cargo bench -q --bench scheduler
   echo; echo "## cargo bench --bench checker"; cargo bench -q --bench checker
+  for dtype in f32 bf16; do
+    for n in 1024 4096; do
+      echo; echo "## cargo bench --bench ops on the GPU, ${n}x${n} $dtype (fused regions / one dispatch per op)"
+      TPUSIM_OPS_EXEC=gpu TPUSIM_OPS_N=$n TPUSIM_OPS_DTYPE=$dtype TPUSIM_OPS_ITERS=10 cargo bench -q --bench ops
+    done
+  done
+  if python/.venv/bin/python -c "import tpusim" 2>/dev/null; then
+    echo; echo "## python/bench/suite.py, tpusim-gpu against XLA (small, 16M; P = 4, 8)"
+    python/.venv/bin/python python/bench/suite.py --sizes small,16M -p 4,8 --modes xla,tpusim-gpu,tpusim-cpu --markdown
+  else
+    echo; echo "## python/bench/suite.py skipped: python/.venv has no tpusim"
+  fi
 } 2>&1 | tee "$out"
 echo "results in $out"

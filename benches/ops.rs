@@ -7,10 +7,13 @@
 //! `cargo bench --bench ops`; `TPUSIM_OPS_N` sets the side (default 1024, so
 //! 1024 x 1024 elements), `TPUSIM_OPS_DTYPE` f32 or bf16 (default f32),
 //! `TPUSIM_OPS_ITERS` the iterations timed (default 20), `TPUSIM_OPS` a comma-separated
-//! subset of the ops, `TPUSIM_OPS_UNFUSED=0` skips the unfused runs.
+//! subset of the ops, `TPUSIM_OPS_UNFUSED=0` skips the unfused runs,
+//! `TPUSIM_OPS_EXEC=gpu` runs them on the GPU executor instead (fused: a region one
+//! dispatch of its generated shader; unfused: a dispatch per op).
 
 use std::time::Instant;
 use tpusim::exec::cpu::CpuExecutor;
+use tpusim::exec::gpu::GpuExecutor;
 use tpusim::exec::Executor;
 use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Value};
 use tpusim::run::Job;
@@ -51,7 +54,7 @@ fn ops() -> Vec<(&'static str, Op)> {
     ]
 }
 
-fn seconds(exec: &CpuExecutor, call: PallasCall, x: &HostArray, iters: usize) -> f64 {
+fn seconds(exec: &dyn Executor, call: PallasCall, x: &HostArray, iters: usize) -> f64 {
     let plan = Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap();
     let mut run = exec.prepare(&plan.program, &plan.schedule).unwrap();
     run.upload(&[vec![x.clone()]]).unwrap();
@@ -75,9 +78,16 @@ fn main() {
         .map(|i| ((i * 7919) % 2001) as f64 / 500.0 - 2.0)
         .collect();
     let x = HostArray::from_values(dtype, &[n, n], &vals).unwrap();
+    let mut gpu = match env("TPUSIM_OPS_EXEC", "cpu").as_str() {
+        "gpu" => Some(GpuExecutor::from_env().expect("a GPU adapter")),
+        _ => None,
+    };
     println!(
-        "{n}x{n} {dtype}, best of {iters} iterations, {} threads: fused / unfused, ms per iteration (ns per element)",
-        rayon::current_num_threads()
+        "{n}x{n} {dtype}, best of {iters} iterations, {}: fused / unfused, ms per iteration (ns per element)",
+        match &gpu {
+            Some(g) => format!("GPU {}", g.describe()),
+            None => format!("CPU, {} threads", rayon::current_num_threads()),
+        }
     );
     for (name, f) in ops() {
         if !only.is_empty() && !only.split(',').any(|o| o == name) {
@@ -92,10 +102,20 @@ fn main() {
                 pl.store(a.r("y"), &f(pl, &x));
             })
         };
-        let fused = seconds(&CpuExecutor::new(), call(), &x, iters);
-        let plain = match env("TPUSIM_OPS_UNFUSED", "1").as_str() {
-            "0" => f64::NAN,
-            _ => seconds(&CpuExecutor::unfused(), call(), &x, iters),
+        let unfused = env("TPUSIM_OPS_UNFUSED", "1") != "0";
+        let (fused, plain) = match gpu.as_mut() {
+            Some(g) => {
+                g.set_fusion(true);
+                let fused = seconds(g, call(), &x, iters);
+                g.set_fusion(false);
+                let plain = unfused.then(|| seconds(g, call(), &x, iters));
+                (fused, plain.unwrap_or(f64::NAN))
+            }
+            None => {
+                let fused = seconds(&CpuExecutor::new(), call(), &x, iters);
+                let plain = unfused.then(|| seconds(&CpuExecutor::unfused(), call(), &x, iters));
+                (fused, plain.unwrap_or(f64::NAN))
+            }
         };
         let per = |s: f64| s * 1e9 / (n * n) as f64;
         println!(

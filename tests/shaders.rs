@@ -1,7 +1,7 @@
 //! Every WGSL shader parses and validates with naga (no GPU needed), as its module is
 //! made: the generated constants, `common.wgsl`, then the kernel.
 
-use tpusim::exec::gpu::shaders::{assembled, SHADERS};
+use tpusim::exec::gpu::shaders::{assembled, PARTS, SHADERS};
 
 #[test]
 fn every_shader_in_the_folder_is_registered_and_valid() {
@@ -18,8 +18,8 @@ fn every_shader_in_the_folder_is_registered_and_valid() {
     assert!(on_disk.iter().any(|n| n == "common.wgsl"));
     for name in on_disk.iter().filter(|n| *n != "common.wgsl") {
         assert!(
-            SHADERS.iter().any(|(n, _)| n == name),
-            "shaders/{name} is not registered in SHADERS"
+            SHADERS.iter().chain(PARTS).any(|(n, _)| n == name),
+            "shaders/{name} is not registered in SHADERS or PARTS"
         );
     }
     for (name, _) in SHADERS {
@@ -38,7 +38,7 @@ fn every_shader_in_the_folder_is_registered_and_valid() {
 #[test]
 fn shaders_name_codes_instead_of_repeating_them() {
     // The combine rule lives in common.wgsl alone; op and dtype codes come from Rust.
-    for (name, src) in SHADERS {
+    for (name, src) in SHADERS.iter().chain(PARTS) {
         for needle in [
             "fn combine_f32",
             "fn combine_i32",

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ir::{self, Compute, ComputeKind, DataOp, Program, ReduceOp, Schedule, View};
 use rayon::prelude::*;
 use std::borrow::Cow;
-use std::ops::{Deref, DerefMut, Range};
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 /// What the CPU executor works out once per schedule: what the schedule does to the
@@ -536,21 +536,6 @@ impl Drop for CpuRun<'_> {
             }
         }
     }
-}
-
-/// The op ranges between `cuts` (op indices) of a schedule of `ops` ops.
-pub(crate) fn pieces(ops: usize, cuts: &[usize]) -> Vec<Range<usize>> {
-    let mut at = 0;
-    let mut v: Vec<Range<usize>> = cuts
-        .iter()
-        .map(|&c| {
-            let r = at..c.clamp(at, ops);
-            at = r.end;
-            r
-        })
-        .collect();
-    v.push(at..ops);
-    v
 }
 
 impl Executor for CpuExecutor {

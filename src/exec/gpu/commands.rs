@@ -79,6 +79,14 @@ pub enum PipelineKey {
     Halves(HalfOp),
     /// `schedule.wgsl`'s wave: binds the arena, the op table, the chunks.
     Schedule,
+    /// A fused region's generated shader ([`super::region_shader`]): binds `bindings`
+    /// read-write buffers.
+    Region {
+        /// The kernel's index ([`super::region_shader::intern`]).
+        id: u32,
+        /// Its storage bindings.
+        bindings: u8,
+    },
     /// `compute_elementwise.wgsl`: binds three sources and a destination, every one
     /// read-write (a source may share the destination's buffer).
     Elementwise {

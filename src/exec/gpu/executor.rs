@@ -7,8 +7,9 @@ use super::device::{BufferPool, GpuContext};
 use super::engine::{Engine, GpuRun};
 use super::{lower_arena, lower_ops};
 use crate::error::{Error, Result};
+use crate::exec::fuse::{fuse, Fused, Keep};
 use crate::exec::{Executor, Prepared};
-use crate::ir::{Allocation, DataOp, Memory, Program, Schedule};
+use crate::ir::{Allocation, Memory, Program, Schedule};
 use std::sync::Arc;
 
 /// Runs schedules on a wgpu device.
@@ -18,6 +19,7 @@ pub struct GpuExecutor {
     arena: ArenaMode,
     binding_limit: Option<u64>,
     workgroup_limit: Option<u32>,
+    fusion: bool,
 }
 
 /// When a schedule runs as a GPU program over one arena (one compute dispatch per
@@ -63,6 +65,7 @@ impl GpuExecutor {
             arena: ArenaMode::Auto,
             binding_limit: None,
             workgroup_limit: None,
+            fusion: true,
         }
     }
 
@@ -94,6 +97,12 @@ impl GpuExecutor {
     pub fn limit_lowering(&mut self, max_binding: Option<u64>, max_workgroups: Option<u32>) {
         self.binding_limit = max_binding;
         self.workgroup_limit = max_workgroups;
+    }
+
+    /// Turns fusion off or on (on by default: each fused region of elementwise ops
+    /// one dispatch, [`crate::exec::fuse`]); off runs every op as the schedule lists it.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fusion = on;
     }
 
     /// Turns batching of small accumulates on or off (on by default; off is for
@@ -153,13 +162,14 @@ impl GpuExecutor {
     }
 
     /// Lowers `schedule` for this adapter: as one arena program when the [`ArenaMode`]
-    /// asks for it and the schedule can be one, else per op. The one place that chooses.
+    /// asks for it and the schedule can be one, else per op with its elementwise chains
+    /// fused. The one place that chooses.
     pub fn record(&self, program: &Program, schedule: &Schedule) -> Result<Recording> {
-        self.lower(&schedule.memory(program), &schedule.ops)
+        self.lower(program, schedule, true)
     }
 
-    fn lower(&self, memory: &Memory, ops: &[DataOp]) -> Result<Recording> {
-        self.check_limits(&memory.allocs)?;
+    /// The adapter's lowering limits, as [`GpuExecutor::limit_lowering`] narrows them.
+    fn limits(&self) -> super::limits::Limits {
         let mut limits = self.engine.ctx.lowering_limits();
         if let Some(b) = self.binding_limit {
             let b = b.max(limits.offset_align).max(16) / 4 * 4;
@@ -168,16 +178,44 @@ impl GpuExecutor {
         if let Some(w) = self.workgroup_limit {
             limits.max_workgroups = limits.max_workgroups.min(w.max(1));
         }
-        if self.wants_arena(memory) {
-            if let Ok(rec) = lower_arena::lower(memory, ops, &limits) {
+        limits
+    }
+
+    /// `schedule` fused as it runs here (read through its outputs only when `outputs`).
+    fn fused(
+        &self,
+        program: &Program,
+        schedule: &Schedule,
+        cuts: &[usize],
+        outputs: bool,
+    ) -> Fused {
+        let keep = if outputs { Keep::Outputs } else { Keep::All };
+        match self.fusion {
+            true => fuse(program, schedule, cuts, keep),
+            false => Fused::unfused(schedule.ops.len(), cuts),
+        }
+    }
+
+    /// Lowers the whole schedule; fused when `fusing`.
+    fn lower(&self, program: &Program, schedule: &Schedule, fusing: bool) -> Result<Recording> {
+        let memory = schedule.memory(program);
+        self.check_limits(&memory.allocs)?;
+        let limits = self.limits();
+        if self.wants_arena(&memory) {
+            if let Ok(rec) = lower_arena::lower(&memory, &schedule.ops, &limits) {
                 return Ok(rec);
             }
         }
-        lower_ops::lower(memory, ops, &limits, self.batching)
+        let fused = match fusing {
+            true => self.fused(program, schedule, &[], true),
+            false => Fused::unfused(schedule.ops.len(), &[]),
+        };
+        lower_ops::lower_steps(&memory, &schedule.ops, &fused.steps, &limits, self.batching)
     }
 
     /// What [`Executor::prepare_pieces`] does, as the concrete run: every piece lowered
-    /// per op (the arena program is one piece), joined into one recording.
+    /// per op with its chains fused (the arena program is one piece), joined into one
+    /// recording.
     pub fn prepare_pieces_run<'a>(
         &'a self,
         program: &'a Program,
@@ -186,10 +224,18 @@ impl GpuExecutor {
     ) -> Result<GpuRun<'a>> {
         let memory = schedule.memory(program);
         self.check_limits(&memory.allocs)?;
-        let limits = self.engine.ctx.lowering_limits();
-        let parts = crate::exec::cpu::pieces(schedule.ops.len(), cuts)
-            .into_iter()
-            .map(|r| lower_ops::lower(&memory, &schedule.ops[r], &limits, self.batching))
+        let limits = self.limits();
+        // Memory is read and written between the pieces: every write kept.
+        let fused = self.fused(program, schedule, cuts, false);
+        let mut start = 0;
+        let parts = fused
+            .piece_ends
+            .iter()
+            .map(|&end| {
+                let steps = &fused.steps[start..end];
+                start = end;
+                lower_ops::lower_steps(&memory, &schedule.ops, steps, &limits, self.batching)
+            })
             .collect::<Result<Vec<_>>>()?;
         let (rec, pieces) = Recording::join(parts, memory.len());
         let mut run = self.engine.load(program, memory, rec)?;
@@ -204,9 +250,18 @@ impl GpuExecutor {
         program: &'a Program,
         schedule: &Schedule,
     ) -> Result<GpuRun<'a>> {
-        let memory = schedule.memory(program);
-        let rec = self.lower(&memory, &schedule.ops)?;
-        self.engine.load(program, memory, rec)
+        let rec = self.lower(program, schedule, true)?;
+        self.engine.load(program, schedule.memory(program), rec)
+    }
+
+    /// [`GpuExecutor::prepare_run`] with every op as the schedule lists it.
+    pub fn prepare_literal_run<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &Schedule,
+    ) -> Result<GpuRun<'a>> {
+        let rec = self.lower(program, schedule, false)?;
+        self.engine.load(program, schedule.memory(program), rec)
     }
 }
 
@@ -225,6 +280,14 @@ impl Executor for GpuExecutor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         Ok(Box::new(self.prepare_run(program, schedule)?))
+    }
+
+    fn prepare_literal<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        Ok(Box::new(self.prepare_literal_run(program, schedule)?))
     }
 
     fn prepare_pieces<'a>(

@@ -741,7 +741,13 @@ impl PerOp<'_> {
 
     /// A dispatch of `items` work items, one per invocation, grid-strided past the
     /// workgroup limit.
-    fn dispatch_1d(&mut self, key: PipelineKey, bindings: Vec<Bound>, block: Vec<u32>, items: u64) {
+    pub(super) fn dispatch_1d(
+        &mut self,
+        key: PipelineKey,
+        bindings: Vec<Bound>,
+        block: Vec<u32>,
+        items: u64,
+    ) {
         let wg = items
             .div_ceil(WORKGROUP as u64)
             .clamp(1, self.limits.max_workgroups as u64);

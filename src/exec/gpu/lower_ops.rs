@@ -12,6 +12,7 @@ use super::commands::{
 use super::limits::Limits;
 use super::windows::{windows, Binding, Window};
 use crate::error::Result;
+use crate::exec::fuse;
 use crate::ir::{DataOp, Memory, View};
 
 /// Placeholders for unused batch slots: one read-only, four writable (distinct).
@@ -20,12 +21,26 @@ const DUMMIES: usize = 1 + batch::MAX_ITEMS;
 /// Bytes of a placeholder binding.
 const DUMMY_BYTES: u64 = 16;
 
-/// Lowers `ops` over `memory` per op; batches small accumulates when `batching` (and
+/// Lowers `ops` over `memory` per op, none fused (what the lowering's tests read); batches small accumulates when `batching` (and
 /// the adapter binds the 8 storage buffers a batch needs, WebGPU's default limit).
 /// Fails when a compute op cannot be split into bindings the adapter allows.
+#[cfg(test)]
 pub fn lower(
     memory: &Memory,
     ops: &[DataOp],
+    limits: &Limits,
+    batching: bool,
+) -> Result<Recording> {
+    let steps: Vec<fuse::Step> = (0..ops.len()).map(fuse::Step::Op).collect();
+    lower_steps(memory, ops, &steps, limits, batching)
+}
+
+/// As [`lower`], `ops` in their fused form `steps` (a region as one dispatch of its
+/// generated shader where it can be: [`super::lower_region`]).
+pub fn lower_steps(
+    memory: &Memory,
+    ops: &[DataOp],
+    steps: &[fuse::Step],
     limits: &Limits,
     batching: bool,
 ) -> Result<Recording> {
@@ -56,14 +71,30 @@ pub fn lower(
         dummies: None,
         constants: Vec::new(),
     };
-    for step in batch::plan(ops, max_items) {
-        // Scratch regions live for one op (or batch): the next may reuse them.
-        low.scratch_used = 0;
-        match step {
-            Step::Op(i) => low.op(&ops[i])?,
-            Step::Batch(items) => {
-                let batch: Vec<&DataOp> = items.iter().map(|&i| &ops[i]).collect();
-                low.batch(&batch);
+    let mut k = 0;
+    while k < steps.len() {
+        if let fuse::Step::Region(r) = &steps[k] {
+            low.scratch_used = 0;
+            low.region(r, ops)?;
+            k += 1;
+            continue;
+        }
+        // A run of plain ops, batched among themselves.
+        let mut run = Vec::new();
+        while let Some(fuse::Step::Op(i)) = steps.get(k) {
+            run.push(*i);
+            k += 1;
+        }
+        let plain: Vec<DataOp> = run.iter().map(|&i| ops[i].clone()).collect();
+        for step in batch::plan(&plain, max_items) {
+            // Scratch regions live for one op (or batch): the next may reuse them.
+            low.scratch_used = 0;
+            match step {
+                Step::Op(i) => low.op(&plain[i])?,
+                Step::Batch(items) => {
+                    let batch: Vec<&DataOp> = items.iter().map(|&i| &plain[i]).collect();
+                    low.batch(&batch);
+                }
             }
         }
     }
@@ -79,7 +110,7 @@ pub(super) struct PerOp<'a> {
     /// op uses.
     scratch: Option<BufId>,
     /// Bytes of scratch the current op has taken.
-    scratch_used: u64,
+    pub(super) scratch_used: u64,
     /// The first of [`DUMMIES`] placeholders, made on first use.
     dummies: Option<BufId>,
     /// A buffer per distinct constant of compute ops (`ComputeKind::Constant`, shared

@@ -27,10 +27,16 @@ enum Shape {
     Rw3,
     /// Four read-write operands (`compute_elementwise.wgsl`).
     Rw4,
+    /// One, five, six, seven or eight read-write operands (fused regions' shaders).
+    Rw1,
+    Rw5,
+    Rw6,
+    Rw7,
+    Rw8,
 }
 
 impl Shape {
-    const ALL: [Shape; 7] = [
+    const ALL: [Shape; 12] = [
         Shape::Dst,
         Shape::SrcDst,
         Shape::Batch,
@@ -38,7 +44,26 @@ impl Shape {
         Shape::Rw2,
         Shape::Rw3,
         Shape::Rw4,
+        Shape::Rw1,
+        Shape::Rw5,
+        Shape::Rw6,
+        Shape::Rw7,
+        Shape::Rw8,
     ];
+
+    /// `n` read-write operands (1 to 8).
+    fn rw(n: u8) -> Shape {
+        match n {
+            1 => Shape::Rw1,
+            2 => Shape::Rw2,
+            3 => Shape::Rw3,
+            4 => Shape::Rw4,
+            5 => Shape::Rw5,
+            6 => Shape::Rw6,
+            7 => Shape::Rw7,
+            _ => Shape::Rw8,
+        }
+    }
 
     /// `read_only` for each storage binding, in order.
     fn storage(self) -> &'static [bool] {
@@ -54,6 +79,11 @@ impl Shape {
             Shape::Rw2 => &[false, false],
             Shape::Rw3 => &[false, false, false],
             Shape::Rw4 => &[false, false, false, false],
+            Shape::Rw1 => &[false],
+            Shape::Rw5 => &[false; 5],
+            Shape::Rw6 => &[false; 6],
+            Shape::Rw7 => &[false; 7],
+            Shape::Rw8 => &[false; 8],
         }
     }
 }
@@ -144,6 +174,14 @@ impl Pipelines {
     }
 
     fn build(&self, device: &wgpu::Device, key: PipelineKey) -> Pipeline {
+        if let PipelineKey::Region { id, bindings } = key {
+            // A generated kernel: a module of its own.
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("fused region"),
+                source: wgpu::ShaderSource::Wgsl(super::region_shader::module(id).into()),
+            });
+            return self.pipeline(device, Shape::rw(bindings), &module, "main", &[]);
+        }
         let code = |c: u32| c as f64;
         let ops = |op, dtype| {
             vec![
@@ -221,6 +259,7 @@ impl Pipelines {
                     ("DS", code(dtype_code(src))),
                 ],
             ),
+            PipelineKey::Region { .. } => unreachable!("built above"),
             PipelineKey::Matmul { input } => (
                 Shape::Rw3,
                 "compute_matmul.wgsl",
@@ -228,14 +267,26 @@ impl Pipelines {
                 vec![("IN", code(dtype_code(input)))],
             ),
         };
+        let module = &self.modules[file];
+        self.pipeline(device, shape, module, entry_point, &constants)
+    }
+
+    fn pipeline(
+        &self,
+        device: &wgpu::Device,
+        shape: Shape,
+        module: &wgpu::ShaderModule,
+        entry_point: &str,
+        constants: &[(&str, f64)],
+    ) -> Pipeline {
         let (layout, pipeline_layout) = &self.layouts[shape as usize];
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(file),
+            label: Some(entry_point),
             layout: Some(pipeline_layout),
-            module: &self.modules[file],
+            module,
             entry_point: Some(entry_point),
             compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
+                constants,
                 zero_initialize_workgroup_memory: false,
             },
             cache: None,

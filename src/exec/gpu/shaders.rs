@@ -50,29 +50,68 @@ pub const SHADERS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Kernels that extend another: `compute_math.wgsl` is appended to
+/// Function libraries (no bindings, no entry points) that kernels are assembled with.
+pub const PARTS: &[(&str, &str)] = &[
+    (
+        "elementwise_ops.wgsl",
+        include_str!("../../../shaders/elementwise_ops.wgsl"),
+    ),
+    (
+        "math_ops.wgsl",
+        include_str!("../../../shaders/math_ops.wgsl"),
+    ),
+];
+
+/// What each kernel is assembled from before its own text, in order: the elementwise
+/// kernels take the function libraries, and `compute_math.wgsl` extends
 /// `compute_elementwise.wgsl` (its bindings, loads and packing), a module of its own so
 /// that the exact ops' pipelines compile without the transcendentals.
-const EXTENDS: &[(&str, &str)] = &[("compute_math.wgsl", "compute_elementwise.wgsl")];
+const BEFORE: &[(&str, &[&str])] = &[
+    ("compute_elementwise.wgsl", &["elementwise_ops.wgsl"]),
+    (
+        "compute_math.wgsl",
+        &[
+            "elementwise_ops.wgsl",
+            "compute_elementwise.wgsl",
+            "math_ops.wgsl",
+        ],
+    ),
+];
 
 fn source(name: &str) -> &'static str {
     SHADERS
         .iter()
+        .chain(PARTS)
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no shader named {name}"))
         .1
 }
 
 /// The module source of kernel `name` (a file name in [`SHADERS`]): constants, common
-/// part, the kernel it extends (if any), kernel.
+/// part, the parts it is assembled from (if any), kernel.
 ///
 /// # Panics
 /// When `name` is not in [`SHADERS`].
 pub fn assembled(name: &str) -> String {
-    let kernel = source(name);
-    let base = EXTENDS
+    let before = BEFORE
         .iter()
         .find(|(n, _)| *n == name)
-        .map_or("", |(_, b)| source(b));
-    format!("{}\n{COMMON_WGSL}\n{base}\n{kernel}", wgsl_consts())
+        .map_or(&[][..], |(_, b)| *b);
+    let parts: Vec<&str> = before.iter().map(|p| source(p)).collect();
+    with_prelude(&parts.join("\n"), source(name))
+}
+
+/// A module: the constants, the common part, `libraries`, then `kernel`.
+pub fn with_prelude(libraries: &str, kernel: &str) -> String {
+    format!("{}\n{COMMON_WGSL}\n{libraries}\n{kernel}", wgsl_consts())
+}
+
+/// The function libraries of a fused region's generated kernel (every elementwise
+/// function, the transcendentals included).
+pub fn region_libraries() -> String {
+    ["elementwise_ops.wgsl", "math_ops.wgsl"]
+        .iter()
+        .map(|p| source(p))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
