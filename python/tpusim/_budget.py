@@ -59,6 +59,7 @@ class RecordingBudget:
         self.eqns, self.iterations = 0, 0
         self.least_bytes, self.sampled = 0, 0
         self.loops = []  # the loops being evaluated: LoopBudget each, outermost first
+        self.loop_bytes = {}  # per loop site, its records' bytes an iteration, once measured
         self.progress = _native.Progress(f"recording `{name}`: kernel calls", total)
 
     def called(self, ops):
@@ -118,8 +119,10 @@ class LoopBudget:
         if not _due(n):
             return
         if n <= 16:
-            # The records' bytes an iteration, from the first ones (their text).
-            self.bytes = len(repr(self.point.ops[self.ops0:])) / n
+            # The records' bytes an iteration, from the first ones (their text), or as
+            # an earlier run of this loop measured them (a text costs time to make).
+            known = b.loop_bytes.get(self.at)
+            self.bytes = known if known is not None else len(repr(self.point.ops[self.ops0:])) / n
         if n >= EVERY:
             of = f" of {self.count:,}" if self.count is not None else ""
             b.progress.set(b.calls, f"the loop at {self.at}: iteration {n:,}{of}")
@@ -129,3 +132,5 @@ class LoopBudget:
 
     def close(self):
         self.b.loops.remove(self)
+        if self.bytes:
+            self.b.loop_bytes.setdefault(self.at, self.bytes)

@@ -136,16 +136,29 @@ def kernel_error(kind, detail, where):
 # ---------------------------------------------------------------- dtypes
 
 
+_CORE_DTYPES = {
+    "float32": "f32", "int32": "i32", "float16": "f16", "bfloat16": "bf16",
+    "int8": "i8", "uint8": "u8", "bool": "bool",
+}
+_dtype_names = {}  # dtype -> the core's name (asked for every value a kernel computes)
+
+
 def dtype_name(dt):
     """The core's name of a numpy/JAX dtype, or None."""
+    try:
+        return _dtype_names[dt]
+    except (KeyError, TypeError):  # new, or not hashable
+        pass
     try:
         d = np.dtype(dt)
     except TypeError:
         return None
-    return {
-        "float32": "f32", "int32": "i32", "float16": "f16", "bfloat16": "bf16",
-        "int8": "i8", "uint8": "u8", "bool": "bool",
-    }.get(d.name)
+    name = _CORE_DTYPES.get(d.name)
+    try:
+        _dtype_names[dt] = name
+    except TypeError:
+        pass
+    return name
 
 
 def sem_kind(dtype):

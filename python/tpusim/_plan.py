@@ -8,7 +8,9 @@ SMEM values (scalar prefetch and SMEM operands decide control flow), and is what
 cache keeps: a repeated call with the same values reuses it and only executes.
 """
 
+import contextlib
 import functools
+import gc
 import math
 import re
 
@@ -89,6 +91,21 @@ def _same_bits(a, b):
     pairs = ({"float32", "int32"}, {"float16", "bfloat16"})
     return a == b or any({a.name, b.name} <= p for p in pairs)
 
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Python's cyclic collector paused while a kernel records: the records are many
+    small objects without cycles, and the collections they set off scanned every live
+    object again and again (a fifth of a long recording's time). Reference counting
+    still frees what is dropped; the collector runs again as it was after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 class CallSpec:
     """What the lowering of one ``pallas_call`` knows: kernel, grid, operands, mesh."""
@@ -235,7 +252,8 @@ class Plan:
             )
             return
         try:
-            self.recording = [self._device(d) for d in range(self.P)]
+            with _no_cyclic_gc():
+                self.recording = [self._device(d) for d in range(self.P)]
         finally:
             self.budget.done()
         self.call = _native.KernelCall(
