@@ -287,13 +287,20 @@ fn random_kernels_run_fused_on_the_gpu_equal_unfused_bit_for_bit() {
             regions += usize::from(fused_run < literal_run);
             g.set_fusion(true);
             let fused = simulate(&call, &mesh, &inputs, &mut *g).unwrap();
+            // Bindings of 1 KiB (larger regions run op by op) and 2 workgroups (every
+            // invocation strides over many elements).
+            g.limit_lowering(Some(1024), Some(2));
+            let narrow = simulate(&call, &mesh, &inputs, &mut *g);
+            g.limit_lowering(None, None);
             g.set_fusion(false);
             let plain = simulate(&call, &mesh, &inputs, &mut *g);
             g.set_fusion(true);
+            let plain = words(&plain.unwrap());
+            assert_eq!(words(&fused), plain, "case {case}: {dtype} {shape:?}");
             assert_eq!(
-                words(&fused),
-                words(&plain.unwrap()),
-                "case {case}: {dtype} {shape:?}"
+                words(&narrow.unwrap()),
+                plain,
+                "case {case}: {dtype} {shape:?}, narrow bindings"
             );
         }
     }

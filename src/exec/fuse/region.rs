@@ -153,4 +153,12 @@ impl Region {
     pub fn writes(&self) -> impl Iterator<Item = View> + '_ {
         self.outputs.iter().map(|o| o.view)
     }
+
+    /// True when it computes nothing: its outputs are loads and constants (copies and
+    /// fills).
+    pub fn copies_only(&self) -> bool {
+        self.instrs
+            .iter()
+            .all(|i| matches!(i, Instr::Load(_) | Instr::Const { .. }))
+    }
 }

@@ -74,17 +74,27 @@ pub fn lower_steps(
     let mut k = 0;
     while k < steps.len() {
         if let fuse::Step::Region(r) = &steps[k] {
-            low.scratch_used = 0;
-            low.region(r, ops)?;
-            k += 1;
-            continue;
+            if !r.copies_only() {
+                low.scratch_used = 0;
+                low.region(r, ops)?;
+                k += 1;
+                continue;
+            }
         }
-        // A run of plain ops, batched among themselves.
+        // A run of plain ops (a region that only copies counts as its ops: buffer
+        // copies beat a dispatch), batched among themselves.
         let mut run = Vec::new();
-        while let Some(fuse::Step::Op(i)) = steps.get(k) {
-            run.push(*i);
+        while let Some(step) = steps.get(k) {
+            match step {
+                fuse::Step::Op(i) => run.push(*i),
+                fuse::Step::Region(r) if r.copies_only() => run.extend(&r.ops),
+                fuse::Step::Region(_) => break,
+            }
             k += 1;
         }
+        // In the schedule's order, as batching reads it: the fusion pass moved only ops
+        // that touch nothing in common, so any two that do keep their order.
+        run.sort_unstable();
         let plain: Vec<DataOp> = run.iter().map(|&i| ops[i].clone()).collect();
         for step in batch::plan(&plain, max_items) {
             // Scratch regions live for one op (or batch): the next may reuse them.
