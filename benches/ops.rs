@@ -10,8 +10,8 @@
 //! subset of the ops, `TPUSIM_OPS_UNFUSED=0` skips the unfused runs.
 
 use std::time::Instant;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Value};
 use tpusim::run::Job;
 use tpusim::{DType, HostArray, Mesh};

@@ -6,8 +6,8 @@ use super::commands::Recording;
 use super::device::{BufferPool, GpuContext};
 use super::engine::{Engine, GpuRun};
 use super::{lower_arena, lower_ops};
+use crate::device_sim::{Executor, Prepared};
 use crate::error::{Error, Result};
-use crate::exec::{Executor, Prepared};
 use crate::ir::{Allocation, DataOp, Memory, Program, Schedule};
 use std::sync::Arc;
 
@@ -187,7 +187,7 @@ impl GpuExecutor {
         let memory = schedule.memory(program);
         self.check_limits(&memory.allocs)?;
         let limits = self.engine.ctx.lowering_limits();
-        let parts = crate::exec::cpu::pieces(schedule.ops.len(), cuts)
+        let parts = crate::device_sim::cpu::pieces(schedule.ops.len(), cuts)
             .into_iter()
             .map(|r| lower_ops::lower(&memory, &schedule.ops[r], &limits, self.batching))
             .collect::<Result<Vec<_>>>()?;
