@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::exec::gpu::{ArenaMode, GpuContext, GpuExecutor};
+use tpusim::device_sim::gpu::{ArenaMode, GpuContext, GpuExecutor};
 use tpusim::ir::DataOp;
 use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};

@@ -6,8 +6,8 @@
 use std::time::Instant;
 use tpusim::bench::{header, line, sweep, BenchConfig};
 use tpusim::collectives;
-use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
-use tpusim::exec::Executor;
+use tpusim::device_sim::gpu::{ArenaMode, GpuExecutor, Lowering};
+use tpusim::device_sim::Executor;
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job};
 use tpusim::sched::{schedule, Eager};

@@ -12,9 +12,9 @@
 //! the same number of calls (`time.perf_counter` around each).
 
 use std::time::Instant;
-use tpusim::exec::cpu::{compute::matmul_f32, CpuExecutor};
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::{compute::matmul_f32, CpuExecutor};
+use tpusim::device_sim::gpu::GpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::run::Job;
 use tpusim::{DType, HostArray, Mesh};

@@ -12,9 +12,9 @@
 //! dispatch of its generated shader; unfused: a dispatch per op).
 
 use std::time::Instant;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::gpu::GpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Value};
 use tpusim::run::Job;
 use tpusim::{DType, HostArray, Mesh};

@@ -4,7 +4,7 @@
 //! `cargo run --release --example left_shift`
 
 use tpusim::collectives::reference;
-use tpusim::exec::gpu::GpuExecutor;
+use tpusim::device_sim::gpu::GpuExecutor;
 use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Ref, Sem};
 use tpusim::run::{random_inputs, Job};
 use tpusim::{DType, Mesh};
@@ -52,7 +52,7 @@ fn main() -> tpusim::Result<()> {
     println!(
         "left_shift on {} devices ({}): {wrong} wrong",
         p,
-        tpusim::exec::Executor::describe(&gpu)
+        tpusim::device_sim::Executor::describe(&gpu)
     );
     if wrong != 0 {
         std::process::exit(1);

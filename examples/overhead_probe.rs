@@ -3,9 +3,9 @@ use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Mesh};
 fn main() {
-    let mut gpu = tpusim::exec::gpu::GpuExecutor::from_env().unwrap();
+    let mut gpu = tpusim::device_sim::gpu::GpuExecutor::from_env().unwrap();
     // The cost of one op of the per-op recording.
-    gpu.set_arena(tpusim::exec::gpu::ArenaMode::Off);
+    gpu.set_arena(tpusim::device_sim::gpu::ArenaMode::Off);
     let mesh = Mesh::new(1, "x").unwrap();
     for (name, kind) in [("copies", 0), ("accumulates", 1), ("clears", 2)] {
         let spec = GridSpec::new()

@@ -1,5 +1,5 @@
 // Shared by every shader: prepended (after the constants generated from
-// src/exec/gpu/codes.rs) to each module's source, since WGSL has no #include.
+// src/device_sim/gpu/codes.rs) to each module's source, since WGSL has no #include.
 // Elements are u32 words, bit-cast per dtype, so one binding type serves every dtype.
 
 // One window of one op: element offsets into its bindings, elements, fill bits.

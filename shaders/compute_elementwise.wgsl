@@ -5,7 +5,7 @@
 // A 16-bit destination is written one word per invocation (both halves computed, a
 // half outside the window kept), so no two invocations write one word.
 //
-// Semantics are the CPU twin's (src/exec/cpu/compute.rs): floats compute in f32 and
+// Semantics are the CPU twin's (src/device_sim/cpu/compute.rs): floats compute in f32 and
 // round once to their dtype, integers in i32 wrapping to their width. Sign, abs, neg,
 // floor, ceil, the roundings, max, min, comparisons, selects, conversions and the
 // integer ops are exact by construction (bit operations and exactly rounded f32

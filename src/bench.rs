@@ -5,8 +5,8 @@
 
 use crate::array::DType;
 use crate::budget::{Need, Work};
+use crate::device_sim::{count_wrong, Executor};
 use crate::error::{Error, Result};
-use crate::exec::{count_wrong, Executor};
 use crate::ir::{Program, Schedule};
 use crate::model::{bus_factor, CostModel};
 use crate::run::{random_inputs, Job};
@@ -69,7 +69,7 @@ pub struct BenchRow {
     pub rates: Rates,
     /// Multiply-adds of the schedule's matmuls, every device's (0: it computes none).
     pub macs: u64,
-    /// On ranks ([`crate::exec::ranks`]): bytes that crossed ranks per iteration and
+    /// On ranks ([`crate::device_sim::ranks`]): bytes that crossed ranks per iteration and
     /// each rank's busy share of the timed run.
     pub ranks: Option<RankShare>,
 }
@@ -374,10 +374,10 @@ pub fn sweep(
 }
 
 /// The least seconds one iteration of `sched` can take on `exec` ([`Rates::roofline`]
-/// at `rates`, this process's). On ranks ([`crate::exec::ranks`]) the ranks run
+/// at `rates`, this process's). On ranks ([`crate::device_sim::ranks`]) the ranks run
 /// concurrently, each its own ops on its own executor, and the iteration ends when the
 /// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
-/// rank runs (its [`crate::exec::ranks::plan::RankPlan`]'s local schedule) at that rank's
+/// rank runs (its [`crate::device_sim::ranks::plan::RankPlan`]'s local schedule) at that rank's
 /// own rates, so the largest of these over the ranks is the bound (a collective call:
 /// every rank gets it). The messages between ranks are not counted: they only add time.
 pub fn roof(
@@ -391,7 +391,7 @@ pub fn roof(
         return Ok(rates.roofline(sched, program, iters));
     };
     let part = r.partition(program.devices)?;
-    let plan = crate::exec::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;
+    let plan = crate::device_sim::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;
     r.max(rates.roofline(&plan.schedule, &plan.program, iters))
 }
 

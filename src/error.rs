@@ -281,7 +281,7 @@ pub enum Error {
     },
     /// An I/O failure.
     Io(std::io::Error),
-    /// Another rank of a partitioned run failed ([`crate::exec::ranks`]): its error,
+    /// Another rank of a partitioned run failed ([`crate::device_sim::ranks`]): its error,
     /// and the exit status it gives.
     Rank {
         /// The rank that failed first.

@@ -4,7 +4,7 @@
 //! A kernel is written against a Pallas-like API ([`kernel`]), traced per device and
 //! grid point into the ops of the IR ([`ir`]), ordered by a host scheduler ([`sched`])
 //! from semaphore state, and the resulting linear schedule of copies, fills and
-//! accumulates is run by an executor ([`exec`]): GPU buffers and WGSL shaders, or host
+//! accumulates is run by an executor ([`device_sim`]): GPU buffers and WGSL shaders, or host
 //! memory. The verifier ([`verify`]), the step tables ([`trace`]) and the cost model
 //! ([`model`]) listen to the scheduler. One pipeline ([`run::Job`]) strings the steps
 //! together for the command line, the Python package and library users alike.
@@ -12,7 +12,7 @@
 //! ```
 //! use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 //! use tpusim::run::Job;
-//! use tpusim::{exec::cpu::CpuExecutor, DType, HostArray, Mesh};
+//! use tpusim::{device_sim::cpu::CpuExecutor, DType, HostArray, Mesh};
 //!
 //! // A left shift: every device pushes its shard to its left neighbour.
 //! let mesh = Mesh::new(4, "x").unwrap();
@@ -80,8 +80,8 @@ pub mod bench;
 pub mod budget;
 pub mod cli;
 pub mod collectives;
+pub mod device_sim;
 pub mod error;
-pub mod exec;
 pub mod files;
 pub mod interrupt;
 pub mod ir;

@@ -11,7 +11,7 @@ use common::tpusim;
 use common::{check, run_along, run_scheduled, simulate};
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{Collective, Registry, Span};
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};

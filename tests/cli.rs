@@ -45,8 +45,8 @@ fn run_prints_one_line_and_exits_zero() {
 
 /// The adapter wgpu picks by default, and whether it is a software one (as `auto` reads it).
 fn default_adapter() -> Option<(String, bool)> {
-    let inst = tpusim::exec::gpu::select::instance().ok()?;
-    let a = tpusim::exec::gpu::select::choose(&inst).ok()?;
+    let inst = tpusim::device_sim::gpu::select::instance().ok()?;
+    let a = tpusim::device_sim::gpu::select::choose(&inst).ok()?;
     let info = a.get_info();
     Some((info.name, info.device_type == wgpu::DeviceType::Cpu))
 }

@@ -7,8 +7,8 @@ mod common;
 use common::run_checked;
 use std::sync::Arc;
 use tpusim::collectives::{self, AllGather, Collective, Options, Ppermute};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::ReduceOp;
 use tpusim::{DType, Mesh};
 

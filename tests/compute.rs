@@ -4,7 +4,7 @@
 mod common;
 
 use common::simulate;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall, ReduceOp};
 use tpusim::{DType, HostArray, Mesh};
 
@@ -164,7 +164,7 @@ fn vec4_and_scalar_accumulates_agree_with_the_reference() {
 #[test]
 fn batched_accumulates_give_the_same_result_in_fewer_dispatches() {
     use tpusim::collectives;
-    use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
+    use tpusim::device_sim::gpu::{ArenaMode, GpuExecutor, Lowering};
     use tpusim::run::random_inputs;
     use tpusim::sched::{schedule, Eager};
     let mesh = Mesh::new(4, "x").unwrap();

@@ -4,7 +4,7 @@
 mod common;
 
 use common::simulate;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::ScheduleSpec;
 use tpusim::{DType, HostArray, Mesh};

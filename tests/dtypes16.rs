@@ -8,8 +8,8 @@ mod common;
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 use tpusim::collectives::{Collective, Options, Registry};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::{count_wrong, Executor};
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::{count_wrong, Executor};
 use tpusim::kernel::ReduceOp;
 use tpusim::run::random_inputs;
 use tpusim::sched::{schedule, Eager, ScheduleSpec};
@@ -169,14 +169,24 @@ fn the_cpu_sum_is_the_correctly_rounded_sum() {
         let (x, y) = (f16::from_bits(a), f16::from_bits(b));
         if x.is_finite() && y.is_finite() {
             let mut d = [a as u32];
-            tpusim::exec::cpu::accumulate_words(&mut d, &[b as u32], ReduceOp::Sum, DType::F16);
+            tpusim::device_sim::cpu::accumulate_words(
+                &mut d,
+                &[b as u32],
+                ReduceOp::Sum,
+                DType::F16,
+            );
             let want = f16::from_f64(x.to_f64() + y.to_f64());
             assert_eq!(f16::from_bits(d[0] as u16), want, "{x} + {y}");
         }
         let (x, y) = (bf16::from_bits(a), bf16::from_bits(b));
         if x.is_finite() && y.is_finite() {
             let mut d = [a as u32];
-            tpusim::exec::cpu::accumulate_words(&mut d, &[b as u32], ReduceOp::Sum, DType::BF16);
+            tpusim::device_sim::cpu::accumulate_words(
+                &mut d,
+                &[b as u32],
+                ReduceOp::Sum,
+                DType::BF16,
+            );
             let want = bf16::from_f64(x.to_f64() + y.to_f64());
             assert_eq!(bf16::from_bits(d[0] as u16), want, "{x} + {y}");
         }

@@ -3,9 +3,9 @@
 mod common;
 
 use common::simulate;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::error::{ExitProblem, KernelErrorKind};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
 use tpusim::kernel::{Args, Ctx, GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::{schedule, Eager};
 use tpusim::{DType, Error, HostArray, Mesh};

@@ -11,8 +11,8 @@ mod common;
 use common::simulate;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{Args, Ctx, GridSpec, MemorySpace, PallasCall, Value};
 use tpusim::{DType, HostArray, Mesh};
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::interrupt;
 use tpusim::mesh::Placement;
 use tpusim::run::Job;
@@ -49,7 +49,7 @@ fn a_run_of_many_iterations_stops() {
     let job = psum(16).with_shape(&[64, 1024]);
     let plan = job.plan().unwrap();
     let exec = CpuExecutor::new();
-    use tpusim::exec::Executor;
+    use tpusim::device_sim::Executor;
     let mut run = exec.prepare(&plan.program, &plan.schedule).unwrap();
     let e = stopped(Duration::from_millis(300), || run.run(1_000_000));
     assert!(matches!(e, Error::Interrupted), "{e}");

@@ -5,7 +5,7 @@ mod common;
 
 use common::run_checked;
 use tpusim::collectives;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::{DType, Mesh};
 
 #[test]

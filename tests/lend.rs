@@ -4,9 +4,9 @@
 //! the run does not write them before reading them (`Coverage`).
 
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::cpu::CpuPlan;
-use tpusim::exec::{Coverage, Lent};
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuPlan;
+use tpusim::device_sim::{Coverage, Lent};
 use tpusim::ir::{DataOp, ReduceOp, Uninit};
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
 use tpusim::mesh::Placement;

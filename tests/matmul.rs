@@ -8,7 +8,7 @@ use common::tpusim;
 
 use std::sync::Arc;
 use tpusim::collectives::{variants::variant, Collective, MatmulShape, Registry};
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::mesh::Placement;
 use tpusim::model::{Knob, ModelSpec, TimedEvent, Unit};
 use tpusim::run::Job;

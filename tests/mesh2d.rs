@@ -7,7 +7,7 @@ mod common;
 use common::run_along;
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::mesh::groups::{groups_along, replicate};
 use tpusim::mesh::Placement;
 use tpusim::model::{CostModel, Timed, Topology};

@@ -5,8 +5,8 @@
 mod common;
 
 use tpusim::collectives::{Options, Registry};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::{count_wrong, Executor};
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::{count_wrong, Executor};
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job};

@@ -8,8 +8,8 @@ mod common;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::npy::read_npy;

@@ -5,7 +5,7 @@
 mod common;
 
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::mesh::partition::PartitionSpec;
 use tpusim::mesh::Placement;
 use tpusim::run::Job;

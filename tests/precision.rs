@@ -10,7 +10,7 @@ mod kernels;
 
 use common::{check, check_repeated, simulate};
 use kernels::{cases, shift_after_rounds};
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::kernel::PallasCall;
 use tpusim::sched::ScheduleSpec;
 use tpusim::verify::{ProblemKind, Report};

@@ -4,9 +4,9 @@
 mod common;
 
 use tpusim::collectives::{self, Registry};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::{ArenaMode, GpuExecutor, Lowering};
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::gpu::{ArenaMode, GpuExecutor, Lowering};
+use tpusim::device_sim::Executor;
 use tpusim::kernel::ReduceOp;
 use tpusim::run::random_inputs;
 use tpusim::{DType, Mesh};
@@ -54,7 +54,7 @@ fn the_gpu_program_matches_the_cpu_oracle_bit_for_bit() {
                         // A float matmul sums in the GPU's order, not gemm's: equal up to
                         // the collective's bound.
                         let tol = c.tolerance_at(&c.default_shape(p), dtype, p);
-                        let wrong = tpusim::exec::count_wrong(&got, &want, tol);
+                        let wrong = tpusim::device_sim::count_wrong(&got, &want, tol);
                         assert_eq!(wrong, 0, "{} P={p} {dtype} {spec}", c.name());
                     } else {
                         assert!(got == want, "{} P={p} {dtype} {spec}", c.name());

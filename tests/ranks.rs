@@ -1,15 +1,15 @@
 //! Partitioned execution without MPI: the ranks as threads of this process
-//! (`exec::ranks::threads`), each with its own executor holding its devices' memory. Every
+//! (`device_sim::ranks::threads`), each with its own executor holding its devices' memory. Every
 //! shipped collective, at P 4 and 8 and any R from 1 to P, gives the single-process
 //! outputs bit for bit (CPU; the GPU on a few), and a failing rank ends the others
 //! instead of hanging them. `tests/mpi.rs` runs the same through `mpirun`.
 
 use std::sync::Arc;
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::ranks::{threads, Partition, RankExecutor, Ranks};
-use tpusim::exec::{Executor, Prepared};
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::gpu::GpuExecutor;
+use tpusim::device_sim::ranks::{threads, Partition, RankExecutor, Ranks};
+use tpusim::device_sim::{Executor, Prepared};
 use tpusim::ir::{Program, Schedule};
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job};

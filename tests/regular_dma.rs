@@ -5,8 +5,8 @@
 mod common;
 
 use common::{check, gpu, simulate};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::ScheduleSpec;
 use tpusim::verify::ProblemKind;

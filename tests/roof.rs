@@ -5,8 +5,8 @@ mod common;
 
 use tpusim::bench::{sweep, BenchConfig, Rates};
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::mesh::Placement;
 use tpusim::run::Job;
 use tpusim::sched::ScheduleSpec;

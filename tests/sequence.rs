@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use tpusim::collectives::variants::variant;
 use tpusim::collectives::{barrier_shift, Collective, Registry};
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::error::{Error, ExitProblem};
-use tpusim::exec::cpu::CpuExecutor;
 use tpusim::ir::{Feed, Op, OpKind, Program, SemKind, SemRef};
 use tpusim::mesh::Placement;
 use tpusim::model::{presets, TimedEvent};
@@ -398,7 +398,7 @@ fn invocations_feed_each_other_and_keep_their_own_semaphores() {
     assert_eq!(gather.invocations[1].feeds, [Feed::Input(0)]);
     for (exec, k) in [
         (
-            &mut CpuExecutor::new() as &mut dyn tpusim::exec::Executor,
+            &mut CpuExecutor::new() as &mut dyn tpusim::device_sim::Executor,
             3,
         ),
         (&mut *common::gpu(), 2),
@@ -477,7 +477,7 @@ fn a_computing_kernel_repeated_computes_on_its_own_result() {
     let job = Job::call(call, mesh).repeat(3).unwrap();
     let want: Vec<i32> = x.iter().map(|v| ((v * 2 + 1) * 2 + 1) * 2 + 1).collect();
     for exec in [
-        &mut CpuExecutor::new() as &mut dyn tpusim::exec::Executor,
+        &mut CpuExecutor::new() as &mut dyn tpusim::device_sim::Executor,
         &mut *common::gpu(),
     ] {
         let out = job.execute(exec, &inputs).unwrap();

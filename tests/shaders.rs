@@ -1,7 +1,7 @@
 //! Every WGSL shader parses and validates with naga (no GPU needed), as its module is
 //! made: the generated constants, `common.wgsl`, then the kernel.
 
-use tpusim::exec::gpu::shaders::{assembled, PARTS, SHADERS};
+use tpusim::device_sim::gpu::shaders::{assembled, PARTS, SHADERS};
 
 #[test]
 fn every_shader_in_the_folder_is_registered_and_valid() {

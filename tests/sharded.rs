@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 use tpusim::collectives;
-use tpusim::exec::cpu::CpuExecutor;
+use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::mesh::sharded::ShardedArray;
 use tpusim::mesh::Placement;
 use tpusim::npy::{read_npy, write_npy};

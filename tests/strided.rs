@@ -6,8 +6,8 @@
 mod common;
 
 use common::{check, gpu, simulate};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
 use tpusim::run::Job;
 use tpusim::sched::ScheduleSpec;

@@ -9,8 +9,8 @@ mod common;
 
 use common::{gpu, simulate};
 use std::sync::Arc;
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::Executor;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::Executor;
 use tpusim::ir::{Binary, Comparison, ComputeKind, DotDims, Reduction, Unary};
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::{DType, HostArray, Mesh};
@@ -1182,8 +1182,8 @@ fn dot_products_within_the_k_term_bound_and_integer_ones_exact() {
 }
 
 /// A GPU executor of its own on the shared device, lowering with small limits.
-fn limited(max_binding: u64, max_workgroups: u32) -> tpusim::exec::gpu::GpuExecutor {
-    let mut g = tpusim::exec::gpu::GpuExecutor::new(gpu().context().clone());
+fn limited(max_binding: u64, max_workgroups: u32) -> tpusim::device_sim::gpu::GpuExecutor {
+    let mut g = tpusim::device_sim::gpu::GpuExecutor::new(gpu().context().clone());
     g.limit_lowering(Some(max_binding), Some(max_workgroups));
     g
 }
@@ -1369,12 +1369,12 @@ fn compute_programs_fall_back_from_the_arena_and_run_on_every_device() {
         })
         .collect();
     let c = simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
-    let mut g = tpusim::exec::gpu::GpuExecutor::new(gpu().context().clone());
-    g.set_arena(tpusim::exec::gpu::ArenaMode::UpTo(u64::MAX));
+    let mut g = tpusim::device_sim::gpu::GpuExecutor::new(gpu().context().clone());
+    g.set_arena(tpusim::device_sim::gpu::ArenaMode::UpTo(u64::MAX));
     let program = call.lower(&mesh).unwrap();
     let schedule = tpusim::sched::schedule(&program, &mut tpusim::sched::Eager::default()).unwrap();
     let run = g.prepare_run(&program, &schedule).unwrap();
-    assert_eq!(run.lowering(), tpusim::exec::gpu::Lowering::PerOp);
+    assert_eq!(run.lowering(), tpusim::device_sim::gpu::Lowering::PerOp);
     drop(run);
     let r = simulate(&call, &mesh, &inputs, &mut g).unwrap();
     for d in 0..3 {

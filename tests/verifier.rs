@@ -7,7 +7,7 @@ mod common;
 use common::{check, check_repeated, run_scheduled};
 use tpusim::collectives;
 use tpusim::collectives::variants::variants;
-use tpusim::exec::Executor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::sched::{schedule, ScheduleSpec};
 use tpusim::verify::{Problem, ProblemKind};
@@ -532,7 +532,7 @@ fn racy_data_is_identical_on_gpu_and_cpu_under_every_policy() {
         let (program, sched) = common::plan(&call, &mesh, spec).unwrap();
         staged += sched.staging;
         let inputs = tpusim::run::random_inputs(&program, 1).unwrap();
-        let cpu = tpusim::exec::cpu::CpuExecutor::new()
+        let cpu = tpusim::device_sim::cpu::CpuExecutor::new()
             .execute(&program, &sched, &inputs)
             .unwrap();
         let gpu = common::gpu().execute(&program, &sched, &inputs).unwrap();

@@ -128,7 +128,7 @@ pub fn schedule(
 #[pyo3(signature = (value, name=None))]
 pub fn backend(value: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<String> {
     let text = &text_of(value)?;
-    tpusim::exec::Backend::parse(text)
+    tpusim::device_sim::Backend::parse(text)
         .map_err(|e| match name {
             Some(n) => args::named(n, text, e),
             None => e,

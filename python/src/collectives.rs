@@ -151,7 +151,7 @@ pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 /// The adapters wgpu sees and the chosen one's limits.
 #[pyfunction]
 pub fn adapters() -> PyResult<String> {
-    tpusim::exec::gpu::adapters_report().py()
+    tpusim::device_sim::gpu::adapters_report().py()
 }
 
 /// Runs shipped collective `name` on `inputs[device][operand]` under `schedule`: on a

@@ -10,9 +10,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
-use tpusim::exec::cpu::CpuExecutor;
-use tpusim::exec::gpu::GpuExecutor;
-use tpusim::exec::{Backend, Chosen, Executor, Prepared};
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::gpu::GpuExecutor;
+use tpusim::device_sim::{Backend, Chosen, Executor, Prepared};
 use tpusim::ir::{Program, Schedule};
 
 thread_local! {
@@ -90,7 +90,7 @@ pub fn resolve_backend(backend: &str) -> PyResult<&'static str> {
     })
 }
 
-fn chosen(backend: &str) -> PyResult<tpusim::exec::Chosen> {
+fn chosen(backend: &str) -> PyResult<tpusim::device_sim::Chosen> {
     Ok(match Backend::parse(backend).py()? {
         Backend::Auto => AUTO
             .with(|a| {

@@ -15,8 +15,8 @@ use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
-use tpusim::exec::cpu::CpuPlan;
-use tpusim::exec::{Executor, Lent};
+use tpusim::device_sim::cpu::CpuPlan;
+use tpusim::device_sim::{Executor, Lent};
 use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
 use tpusim::run::steer::Stop;
@@ -126,7 +126,7 @@ impl KernelCall {
     fn plan_for(
         &self,
         schedule: &str,
-        exec: &dyn tpusim::exec::Executor,
+        exec: &dyn tpusim::device_sim::Executor,
     ) -> PyResult<(Arc<Plan>, Arc<CpuPlan>)> {
         let uninit = Uninit::from_env().py()?;
         if self.steering.is_some() {
@@ -211,7 +211,7 @@ impl KernelCall {
             4 => bytemuck::try_cast_slice::<u8, u32>(b).is_ok(),
             _ => false,
         };
-        let cpu = tpusim::exec::cpu::CpuExecutor::new();
+        let cpu = tpusim::device_sim::cpu::CpuExecutor::new();
         let mut lent = Vec::new();
         let mut copied_in = Vec::new();
         for (r, &x) in rows.iter().enumerate() {
@@ -399,7 +399,7 @@ fn replay_steered(
     inputs: &[Vec<HostArray>],
 ) -> tpusim::Result<Option<Vec<Vec<HostArray>>>> {
     let (program, schedule) = (&sv.plan.program, &sv.plan.schedule);
-    tpusim::exec::check_inputs(program, inputs)?;
+    tpusim::device_sim::check_inputs(program, inputs)?;
     exec.check(program)?;
     // Stops come in schedule order; several may stand at one point (or before the first
     // op, or after the last): one cut each point inside the schedule.
@@ -634,7 +634,7 @@ impl KernelCall {
     /// XLA device `x` gets the outputs of Rust device `out_rows[x]`, its result `k` from
     /// Rust output `results[k]` (`None`: a result Python writes). On the CPU executor
     /// XLA's buffers of 4-byte types are the run's memory
-    /// ([`tpusim::exec::cpu::CpuExecutor::prepare_lent`]);
+    /// ([`tpusim::device_sim::cpu::CpuExecutor::prepare_lent`]);
     /// elsewhere they are copied in and out.
     #[pyo3(signature = (buffers, rows, inputs, out_rows, results, backend="auto", schedule="eager"))]
     #[allow(clippy::too_many_arguments)]
@@ -755,7 +755,7 @@ impl KernelCall {
         warmup: Whole,
         schedule: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        use tpusim::exec::Executor;
+        use tpusim::device_sim::Executor;
         let iters = iters.check_usize(&tpusim::args::ITERS, "iters")?;
         let warmup = warmup.check_usize(&tpusim::args::WARMUP, "warmup")?;
         let inputs = per_device(&inputs)?;
@@ -778,7 +778,7 @@ impl KernelCall {
             let t0 = Instant::now();
             let plan = job.plan()?;
             let plan_seconds = t0.elapsed().as_secs_f64();
-            tpusim::exec::check_inputs(&plan.program, &inputs)?;
+            tpusim::device_sim::check_inputs(&plan.program, &inputs)?;
             exec.check(&plan.program)?;
             let mut run = exec.prepare(&plan.program, &plan.schedule)?;
             run.upload(&inputs)?;

@@ -2,7 +2,7 @@
 //! `tpusim bench --json` writes and Python's `tpusim.bench` returns).
 
 use super::{BenchConfig, BenchRow, ModelRow};
-use crate::exec::Executor;
+use crate::device_sim::Executor;
 use crate::mesh::Mesh;
 use serde_json::{json, Value};
 

@@ -2,8 +2,8 @@
 //! the least time a schedule can take at them.
 
 use crate::array::DType;
+use crate::device_sim::Executor;
 use crate::error::Result;
-use crate::exec::Executor;
 use crate::ir::{Allocation, ComputeKind, DataOp, DotDims, Program, Schedule};
 use crate::kernel::{GridSpec, PallasCall};
 use crate::mesh::Mesh;
@@ -70,7 +70,7 @@ impl Kind {
 
 /// The op sizes rates are measured on: small enough to stay in caches, up to one large op
 /// whose two buffers exceed what the GPU executor runs as one arena program
-/// ([`crate::exec::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
+/// ([`crate::device_sim::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
 pub const RATE_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 20 << 20];
 
 /// The matmuls (`M x K` by `K x N`) the matmul rate is measured on: the shapes bench
@@ -85,7 +85,7 @@ pub const MATMUL_SHAPES: [[usize; 3]; 4] = [
 /// Least seconds per iteration of `run`, over five timed runs of enough iterations to
 /// take about 1 ms each, after one warm-up; with the executor's `fixed` cost of a
 /// submission taken off each run.
-fn least_per_iter(run: &mut dyn crate::exec::Prepared, fixed: f64) -> Result<f64> {
+fn least_per_iter(run: &mut dyn crate::device_sim::Prepared, fixed: f64) -> Result<f64> {
     let first = run.run(1)?.as_secs_f64();
     let iters = ((1e-3 / first.max(1e-7)).ceil() as usize).clamp(1, 2000);
     let mut best = f64::INFINITY;

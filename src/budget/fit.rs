@@ -37,7 +37,7 @@ pub struct Request<'a> {
 }
 
 /// How a command's work is shared: by `ranks` processes of a partitioned run
-/// ([`crate::exec::ranks`]), `on_host` of them on this host (they share its memory:
+/// ([`crate::device_sim::ranks`]), `on_host` of them on this host (they share its memory:
 /// each may use its share of what the host has available; `TPUSIM_MEMORY_LIMIT` is per
 /// process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl Default for Share {
 
 impl Share {
     /// The share of a command on `exec`: its ranks, or one process.
-    pub fn of(exec: &dyn crate::exec::Executor) -> Self {
+    pub fn of(exec: &dyn crate::device_sim::Executor) -> Self {
         exec.ranks().map_or_else(Share::default, |r| Share {
             ranks: r.size(),
             on_host: r.on_host(),

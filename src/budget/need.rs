@@ -202,7 +202,7 @@ pub fn need(c: &Census, work: Work) -> Need {
 }
 
 /// The need of `work` on one rank of `ranks` of a partitioned run
-/// ([`crate::exec::ranks`]; 1: one process): each rank plans the whole program and
+/// ([`crate::device_sim::ranks`]; 1: one process): each rank plans the whole program and
 /// schedule and computes the reference from every device's inputs, but holds the
 /// buffers, recorded commands and results of its own devices only (at most ⌈P/R⌉), and
 /// the messages in flight (at most one device's memory).

@@ -4,7 +4,7 @@ use super::out::outln;
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
-use tpusim::exec::{count_wrong, Backend};
+use tpusim::device_sim::{count_wrong, Backend};
 use tpusim::files::Output;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::partition::{self, PartitionSpec};

@@ -3,7 +3,7 @@
 use super::out::outln;
 use tpusim::bench::BenchConfig;
 use tpusim::collectives::{Registry, Span};
-use tpusim::exec::Backend;
+use tpusim::device_sim::Backend;
 use tpusim::files::Output;
 use tpusim::run::Job;
 use tpusim::{args, DType};
@@ -118,7 +118,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     let model = a.model.spec()?.map(|s| s.build()).transpose()?;
     let chosen = match &model {
         // The model needs no executor: nothing runs on one.
-        Some(_) => tpusim::exec::Chosen {
+        Some(_) => tpusim::device_sim::Chosen {
             backend: Backend::Cpu,
             why: None,
         },
@@ -236,7 +236,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
     if let Some(r) = super::ranks::current() {
         outln!(
             "# {}",
-            tpusim::exec::ranks::Partition::new(cfg.devices, r.size())?.describe()
+            tpusim::device_sim::ranks::Partition::new(cfg.devices, r.size())?.describe()
         )?;
         outln!("# xrank: bytes sent between ranks per iteration; busy: each rank's share of the run spent on its own ops (the rest waiting for messages); roof: the slowest rank's own ops at its rates")?;
     }

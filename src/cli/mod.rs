@@ -16,8 +16,8 @@ mod trace;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use tpusim::collectives::Registry;
-use tpusim::exec::gpu::adapters_report;
-use tpusim::exec::Executor;
+use tpusim::device_sim::gpu::adapters_report;
+use tpusim::device_sim::Executor;
 use tpusim::Error;
 
 #[derive(Parser)]
@@ -55,13 +55,13 @@ enum Cmd {
     Info,
 }
 
-/// Prints a failure and says the exit status (`tpusim::exec::ranks::status_of`: 2 for
+/// Prints a failure and says the exit status (`tpusim::device_sim::ranks::status_of`: 2 for
 /// bad input, 1 otherwise).
 pub fn fail(e: &Error) -> ExitCode {
     if !out::quiet() {
         eprintln!("tpusim: {e}");
     }
-    ExitCode::from(tpusim::exec::ranks::status_of(e))
+    ExitCode::from(tpusim::device_sim::ranks::status_of(e))
 }
 
 /// The exit status of a command's result: 0 success, 1 a failed check, else as [`fail`].
@@ -76,7 +76,7 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
 
 /// The executor `chosen` stands for (on ranks, this rank's part: with the GPU of its
 /// local rank), its description saying why `auto` chose it.
-pub fn executor(chosen: &tpusim::exec::Chosen) -> tpusim::Result<Box<dyn Executor>> {
+pub fn executor(chosen: &tpusim::device_sim::Chosen) -> tpusim::Result<Box<dyn Executor>> {
     let exec = chosen.open_plain(ranks::local_rank())?;
     Ok(chosen.noted(ranks::wrap(exec)))
 }

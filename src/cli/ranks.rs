@@ -5,16 +5,16 @@
 
 use std::sync::{Arc, Mutex};
 use tpusim::budget::Share;
-use tpusim::exec::ranks::{RankExecutor, Ranks};
-use tpusim::exec::Executor;
+use tpusim::device_sim::ranks::{RankExecutor, Ranks};
+use tpusim::device_sim::Executor;
 
 static RANKS: Mutex<Option<Arc<Ranks>>> = Mutex::new(None);
 
 /// Joins the MPI job this process was launched in, if any (the ranks, once per process).
 pub fn launch() -> Option<Arc<Ranks>> {
     #[cfg(feature = "mpi")]
-    if tpusim::exec::ranks::mpi::launched() {
-        let comm = tpusim::exec::ranks::mpi::MpiComm::init()?;
+    if tpusim::device_sim::ranks::mpi::launched() {
+        let comm = tpusim::device_sim::ranks::mpi::MpiComm::init()?;
         let ranks = Arc::new(Ranks::new(Box::new(comm)));
         if !ranks.is_root() {
             super::out::set_quiet();

@@ -4,7 +4,7 @@
 use super::out::outln;
 use tpusim::budget::{Buffers, Work};
 use tpusim::collectives::{Options, Ppermute, Registry};
-use tpusim::exec::{Backend, Executor};
+use tpusim::device_sim::{Backend, Executor};
 use tpusim::files::Output;
 use tpusim::ir::Uninit;
 use tpusim::kernel::ReduceOp;
@@ -182,8 +182,8 @@ pub fn ranks_needed(job: &Job, work: Work) -> tpusim::Result<bool> {
 /// The ranks' line under a run's result: the split, the bytes that crossed ranks, each
 /// rank's busy share of the run.
 pub fn ranks_line(
-    part: &tpusim::exec::ranks::Partition,
-    report: &tpusim::exec::ranks::RunReport,
+    part: &tpusim::device_sim::ranks::Partition,
+    report: &tpusim::device_sim::ranks::RunReport,
 ) -> tpusim::Result<()> {
     let busy: Vec<String> = report
         .busy_fractions()

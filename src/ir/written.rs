@@ -1,7 +1,7 @@
 //! What a run has written so far: the element runs of each allocation, for the questions
 //! "did anything write these elements before this read?" (the verifier's rule on reads of
 //! uninitialized memory) and "does the run write all of an output?" (what an executor
-//! must zero, [`crate::exec::Coverage`]).
+//! must zero, [`crate::device_sim::Coverage`]).
 
 use super::program::Program;
 use super::view::View;

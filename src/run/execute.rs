@@ -4,9 +4,9 @@
 use super::Job;
 use crate::array::{DType, HostArray};
 use crate::budget::{Share, Work};
+use crate::device_sim::ranks::RunReport;
+use crate::device_sim::{check_inputs, count_wrong, host_words, Executor};
 use crate::error::Result;
-use crate::exec::ranks::RunReport;
-use crate::exec::{check_inputs, count_wrong, host_words, Executor};
 use crate::ir::{Program, Schedule};
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -48,8 +48,8 @@ pub struct Checked {
     pub plan_time: Duration,
     /// The schedule's length in data ops.
     pub data_ops: usize,
-    /// On ranks ([`crate::exec::ranks`]): the split and every rank's share of the run.
-    pub ranks: Option<(crate::exec::ranks::Partition, RunReport)>,
+    /// On ranks ([`crate::device_sim::ranks`]): the split and every rank's share of the run.
+    pub ranks: Option<(crate::device_sim::ranks::Partition, RunReport)>,
 }
 
 /// Deterministic random inputs for every device and operand of `program`: floats

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use tpusim::collectives::Registry;
-//! use tpusim::exec::cpu::CpuExecutor;
+//! use tpusim::device_sim::cpu::CpuExecutor;
 //! use tpusim::mesh::Placement;
 //! use tpusim::run::Job;
 //! use tpusim::Mesh;
@@ -31,8 +31,8 @@ use crate::array::DType;
 use crate::budget::{ensure_fits, ranks_needed, Available, Buffers, Need, Request, Share, Work};
 use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
+use crate::device_sim::Executor;
 use crate::error::{Error, Result};
-use crate::exec::Executor;
 use crate::ir::{Feed, Program, Uninit};
 use crate::kernel::PallasCall;
 use crate::mesh::{Mesh, Placement};
@@ -284,7 +284,7 @@ impl Job {
         self
     }
 
-    /// This job run by the ranks of a partitioned run ([`crate::exec::ranks`]): the
+    /// This job run by the ranks of a partitioned run ([`crate::device_sim::ranks`]): the
     /// budget counts one rank's share.
     pub fn on_ranks(mut self, share: Share) -> Self {
         self.share = share;

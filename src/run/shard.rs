@@ -3,8 +3,8 @@
 
 use super::Job;
 use crate::array::HostArray;
+use crate::device_sim::Executor;
 use crate::error::{Error, Result};
-use crate::exec::Executor;
 use crate::mesh::partition::{self, PartitionSpec};
 use crate::mesh::sharded::ShardedArray;
 

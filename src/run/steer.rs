@@ -11,9 +11,9 @@
 //! different program under each schedule: the verifier checks each schedule's own.
 
 use crate::array::HostArray;
+use crate::device_sim::cpu::CpuExecutor;
+use crate::device_sim::Executor;
 use crate::error::{Error, KernelError, Result};
-use crate::exec::cpu::CpuExecutor;
-use crate::exec::Executor;
 use crate::ir::{Allocation, OpKind, Program, Schedule, View};
 use crate::mesh::Mesh;
 use crate::sched::{Choice, Resume, Steps};
@@ -86,7 +86,7 @@ pub struct Stop {
 impl Stop {
     /// True when `run`, prepared in pieces cut at the stops' `at` and run up to this
     /// stop, reads what tracing read here.
-    pub fn holds(&self, run: &mut dyn crate::exec::Prepared) -> Result<bool> {
+    pub fn holds(&self, run: &mut dyn crate::device_sim::Prepared) -> Result<bool> {
         Ok(words_of(&run.read_view(self.fetch, 4)?) == self.words)
     }
 }

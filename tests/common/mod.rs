@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use tpusim::exec::gpu::GpuExecutor;
+use tpusim::device_sim::gpu::GpuExecutor;
 
 static GPU: OnceLock<Mutex<GpuExecutor>> = OnceLock::new();
 
@@ -20,7 +20,7 @@ pub fn gpu() -> MutexGuard<'static, GpuExecutor> {
 
 use std::sync::Arc;
 use tpusim::collectives::Collective;
-use tpusim::exec::Executor;
+use tpusim::device_sim::Executor;
 use tpusim::kernel::PallasCall;
 use tpusim::mesh::Placement;
 use tpusim::run::{Checked, Job};

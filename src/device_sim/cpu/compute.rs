@@ -33,7 +33,7 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
         | ComputeKind::Convert => pulp::Arch::new().dispatch(Elementwise { c, srcs, out }),
         ComputeKind::Broadcast { dims } => {
             let s = &c.srcs[0];
-            let st = crate::exec::fuse::Pattern::strides(&s.shape, dims, &d.shape);
+            let st = crate::device_sim::fuse::Pattern::strides(&s.shape, dims, &d.shape);
             gather(srcs[0], &st, &d.shape, 0, out);
         }
         ComputeKind::Reshape | ComputeKind::Bitcast => out.copy_from_slice(srcs[0]),

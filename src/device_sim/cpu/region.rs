@@ -10,7 +10,7 @@
 
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
-use crate::exec::fuse::{Instr, Pattern, Region};
+use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 use std::ops::Range;

@@ -12,7 +12,7 @@
 
 use super::codes::{binary_code, compare_code, dtype_code, is_math, unary_code};
 use crate::array::DType;
-use crate::exec::fuse::{Instr, Pattern, Region};
+use crate::device_sim::fuse::{Instr, Pattern, Region};
 use crate::ir::Unary;
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -1,5 +1,5 @@
 //! The CPU executor: every allocation is a host vector; the oracle for tests. It runs a
-//! schedule as [`fuse`](crate::exec::fuse) leaves it: elementwise chains as fused
+//! schedule as [`fuse`](crate::device_sim::fuse) leaves it: elementwise chains as fused
 //! regions ([`region`], over the typed block loops of [`lanes`] and [`vmath`]), the
 //! other compute ops in [`compute`], copies, fills and accumulates on whole views,
 //! large ones spread over the cores.

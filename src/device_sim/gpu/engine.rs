@@ -6,8 +6,8 @@ use super::commands::{BufId, BufferDesc, Command, Dispatch, Init, Lowering, Plac
 use super::device::{read_back, zero, BufferPool, ErrorScope, GpuContext, Pooled};
 use super::pipelines::Pipelines;
 use crate::array::HostArray;
+use crate::device_sim::{check_inputs, Prepared};
 use crate::error::{Error, Result};
-use crate::exec::{check_inputs, Prepared};
 use crate::ir::{Memory, Program};
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -7,8 +7,8 @@ use super::device::{BufferPool, GpuContext};
 use super::engine::{Engine, GpuRun};
 use super::{lower_arena, lower_ops};
 use crate::error::{Error, Result};
-use crate::exec::fuse::{fuse, Fused, Keep};
-use crate::exec::{Executor, Prepared};
+use crate::device_sim::fuse::{fuse, Fused, Keep};
+use crate::device_sim::{Executor, Prepared};
 use crate::ir::{Allocation, Memory, Program, Schedule};
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ impl GpuExecutor {
     }
 
     /// Turns fusion off or on (on by default: each fused region of elementwise ops
-    /// one dispatch, [`crate::exec::fuse`]); off runs every op as the schedule lists it.
+    /// one dispatch, [`crate::device_sim::fuse`]); off runs every op as the schedule lists it.
     pub fn set_fusion(&mut self, on: bool) {
         self.fusion = on;
     }

@@ -1,4 +1,4 @@
-//! A fused region ([`crate::exec::fuse`]) lowered as one dispatch of its generated
+//! A fused region ([`crate::device_sim::fuse`]) lowered as one dispatch of its generated
 //! shader ([`super::region_shader`]), or, where that shader cannot bind it (a buffer
 //! range past a binding, more buffers than a stage binds, 16-bit outputs whose words
 //! do not line up), as its ops one by one, which is what it stands for.
@@ -7,7 +7,7 @@ use super::commands::{Bound, BufId, PipelineKey};
 use super::lower_ops::PerOp;
 use super::region_shader::{by_words, intern, kernel, Bindings};
 use crate::error::Result;
-use crate::exec::fuse::Region;
+use crate::device_sim::fuse::Region;
 use crate::ir::{DataOp, View};
 
 /// Most storage bindings a region's shader declares.

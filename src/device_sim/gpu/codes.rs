@@ -356,7 +356,7 @@ pub fn reduction_code(r: Reduction) -> u32 {
 
 /// Every constant as a WGSL `const` declaration, one a line.
 pub fn wgsl_consts() -> String {
-    let mut s = String::from("// Generated from src/exec/gpu/codes.rs.\n");
+    let mut s = String::from("// Generated from src/device_sim/gpu/codes.rs.\n");
     for (name, v) in TABLE {
         writeln!(s, "const {name}: u32 = {v}u;").ok();
     }
