@@ -38,6 +38,9 @@ pub fn modeled<'py>(
     timeline: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut v = serde_json::to_value(m).map_err(|e| BadInput::new_err(e.to_string()))?;
+    if let Some(line) = m.compute_line() {
+        v["compute"] = line.into();
+    }
     if timeline {
         v["timeline"] = m.chrome_trace(name);
     }
