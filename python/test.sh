@@ -42,11 +42,14 @@ if [ ! -x "$venv/bin/python" ] || ! supported "$venv/bin/python"; then
   fi
   "$py" -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax" 2>/dev/null \
+    || [ ! -x "$venv/bin/ruff" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 fi
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(cd .. && pwd)/target}"
+# The package's style: ruff's lint and format (python/pyproject.toml) before the build.
+ruff check --quiet . && ruff format --check --quiet .
 start=$(date +%s)
 maturin develop --release --quiet
 echo "python/test.sh: built the extension in $(( $(date +%s) - start )) s"

@@ -393,7 +393,7 @@ fn collect_ttf(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 
 /// The bench figure: bus bandwidth (left) and time (right) against size, log axes.
 pub fn bench_figure(series: &[Series], format: Format) -> Result<Vec<u8>> {
-    let size = (1200, 520);
+    let size = (1200, 520 + legend_height(series.len()));
     match format {
         Format::Svg => {
             ensure_font()?; // plotters measures text with it
@@ -458,9 +458,11 @@ fn png_bytes(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The colour of line or track `i`.
-fn colour(i: usize) -> RGBColor {
-    const C: [RGBColor; 10] = [
+/// The colour of line or track `i` of the `n` in one plot: matplotlib's ten `tab10`
+/// colours while they last, else `n` hues evenly around the wheel (neighbours at two
+/// lightnesses), so that no two lines or tracks of a plot share one.
+fn colour(i: usize, n: usize) -> RGBColor {
+    const TAB10: [RGBColor; 10] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -472,7 +474,20 @@ fn colour(i: usize) -> RGBColor {
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
     ];
-    C[i % C.len()]
+    if n <= TAB10.len() {
+        return TAB10[i];
+    }
+    let lightness = if i % 2 == 0 { 0.40 } else { 0.58 };
+    let (r, g, b) = HSLColor(i as f64 / n as f64, 0.75, lightness).rgb();
+    RGBColor(r, g, b)
+}
+
+/// Legend entries per row, under the bench figure's panels.
+const LEGEND_COLUMNS: usize = 3;
+
+/// The height of the legend under the bench figure's panels, for `n` lines.
+fn legend_height(n: usize) -> u32 {
+    (16 + 22 * n.div_ceil(LEGEND_COLUMNS)) as u32
 }
 
 /// `bytes` as a tick label of the log axis, whose ticks are powers of ten: `100B`,
@@ -507,7 +522,10 @@ fn draw_bench<DB: DrawingBackend>(
     series: &[Series],
 ) -> Result<()> {
     root.fill(&WHITE).map_err(drawing)?;
-    let panels = root.split_evenly((1, 2));
+    // The legend goes under the panels, outside the data.
+    let height = root.dim_in_pixel().1;
+    let (top, legend) = root.split_vertically(height - legend_height(series.len()));
+    let panels = top.split_evenly((1, 2));
     let all = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1) = (f64::INFINITY, 0.0f64);
     let (mut b0, mut b1, mut t0, mut t1) = (f64::INFINITY, 0.0f64, f64::INFINITY, 0.0f64);
@@ -556,7 +574,7 @@ fn draw_bench<DB: DrawingBackend>(
             .draw()
             .map_err(drawing)?;
         for (i, s) in series.iter().enumerate() {
-            let c = colour(i);
+            let c = colour(i, series.len());
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
@@ -565,26 +583,28 @@ fn draw_bench<DB: DrawingBackend>(
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(drawing)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
+                .map_err(drawing)?;
             chart
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
                 .map_err(drawing)?;
         }
-        chart
-            .configure_series_labels()
-            .position(if k == 0 {
-                SeriesLabelPosition::UpperLeft
-            } else {
-                SeriesLabelPosition::LowerRight
-            })
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
+    }
+    let width = legend.dim_in_pixel().0 as i32 - 140;
+    for (i, s) in series.iter().enumerate() {
+        let c = colour(i, series.len());
+        let x = 70 + (i % LEGEND_COLUMNS) as i32 * width / LEGEND_COLUMNS as i32;
+        let y = 8 + (i / LEGEND_COLUMNS) as i32 * 22;
+        legend
+            .draw(&PathElement::new(
+                vec![(x, y + 8), (x + 24, y + 8)],
+                c.stroke_width(2),
+            ))
+            .map_err(drawing)?;
+        legend
+            .draw(&Circle::new((x + 12, y + 8), 3, c.filled()))
+            .map_err(drawing)?;
+        legend
+            .draw(&Text::new(s.label.clone(), (x + 32, y), ("sans-serif", 13)))
             .map_err(drawing)?;
     }
     Ok(())
@@ -633,17 +653,21 @@ fn draw_timeline<DB: DrawingBackend>(
         .map_err(drawing)?;
     // Tracks of the same name share a colour across devices.
     // (A map: a timeline may have a lane of its own kind per device, thousands.)
-    let mut kinds: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (i, lane) in lanes.iter().enumerate() {
+    let kind_of = |lane: &Lane| {
         let kind = lane.name.rsplit(" / ").next().unwrap_or("");
-        let kind = if kind.starts_with("link") {
-            "link"
+        if kind.starts_with("link") {
+            "link".to_string()
         } else {
-            kind
-        };
+            kind.to_string()
+        }
+    };
+    let mut kinds: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for lane in lanes {
         let next = kinds.len();
-        let k = *kinds.entry(kind).or_insert(next);
-        let c = colour(k);
+        kinds.entry(kind_of(lane)).or_insert(next);
+    }
+    for (i, lane) in lanes.iter().enumerate() {
+        let c = colour(kinds[&kind_of(lane)], kinds.len());
         let row = (n - 1 - i as i32) as f64;
         chart
             .draw_series(lane.spans.iter().map(|&(s, d)| {
@@ -671,6 +695,43 @@ mod tests {
         assert_eq!(value_label(100.0), "100");
         assert_eq!(value_label(2.5), "2.5");
         assert_eq!(value_label(0.04), "0.04");
+    }
+
+    #[test]
+    fn no_two_lines_of_a_plot_share_a_colour() {
+        for n in 1..=64 {
+            let all: std::collections::HashSet<(u8, u8, u8)> = (0..n)
+                .map(|i| {
+                    let c = colour(i, n);
+                    (c.0, c.1, c.2)
+                })
+                .collect();
+            assert_eq!(all.len(), n, "{n} lines");
+        }
+    }
+
+    #[test]
+    fn the_legend_is_under_the_panels() {
+        let series: Vec<Series> = (0..12)
+            .map(|i| Series {
+                label: format!("line {i}"),
+                points: vec![(1e3, 1.0 + i as f64, 2.0), (1e6, 10.0 + i as f64, 20.0)],
+            })
+            .collect();
+        let svg = String::from_utf8(bench_figure(&series, Format::Svg).unwrap()).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let panels_end = 520.0;
+        for i in 0..12 {
+            let label = format!("line {i}");
+            let node = doc
+                .descendants()
+                .find(|n| {
+                    n.tag_name().name() == "text" && n.text().map(str::trim) == Some(label.as_str())
+                })
+                .unwrap_or_else(|| panic!("{label} is drawn"));
+            let y: f64 = node.attribute("y").unwrap().parse().unwrap();
+            assert!(y > panels_end, "{label} at y = {y}");
+        }
     }
 
     #[test]

@@ -204,7 +204,12 @@ fn plot_draws_bench_files_and_timelines_as_png_and_svg() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("({collectives} lines)")), "{out}");
-    assert_eq!(png_size(&std::fs::read(&png).unwrap()), (1200, 520));
+    // The panels, and the legend under them (three entries a row).
+    let legend = 16 + 22 * collectives.div_ceil(3) as u32;
+    assert_eq!(
+        png_size(&std::fs::read(&png).unwrap()),
+        (1200, 520 + legend)
+    );
 
     // Two files: a line per collective and file, labelled with the file's name.
     let svg = temp("busbw.svg");

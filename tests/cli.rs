@@ -58,7 +58,7 @@ fn auto_runs_the_cpu_executor_on_software_adapters_and_says_why() {
     match default_adapter() {
         Some((name, true)) => {
             assert!(
-                out.contains(" on cpu (auto: the only adapter is a software one, "),
+                out.contains("executor: cpu (auto: the only adapter is a software one, "),
                 "{out}"
             );
             assert!(
@@ -71,7 +71,7 @@ fn auto_runs_the_cpu_executor_on_software_adapters_and_says_why() {
             assert!(out.contains("is a hardware adapter)"), "{out}");
         }
         None => assert!(
-            out.contains(" on cpu (auto: wgpu finds no adapter)"),
+            out.contains("executor: cpu (auto: wgpu finds no adapter)"),
             "{out}"
         ),
     }
@@ -85,7 +85,7 @@ fn auto_runs_the_cpu_executor_on_software_adapters_and_says_why() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{text}");
         assert!(
-            text.contains(" on cpu (auto: wgpu finds no adapter)"),
+            text.contains("executor: cpu (auto: wgpu finds no adapter)"),
             "{text}"
         );
     }
@@ -221,6 +221,19 @@ fn demo_runs_every_collective() {
         out.contains("ppermute") && out.contains("all_gather"),
         "{out}"
     );
+    // The executor and why `auto` chose it: one line at most, not one per result.
+    assert!(out.matches("(auto: ").count() <= 1, "{out}");
+    let results = out.lines().filter(|l| l.contains(" wrong of ")).count();
+    assert!(results > 10, "{out}");
+    // `--quiet`: the results alone, the same ones.
+    let (code, quiet, err) = tpusim(&["demo", "-q"]);
+    assert_eq!(code, 0, "{quiet}{err}");
+    assert!(
+        !quiet.contains("(auto: ") && !quiet.contains("executor:"),
+        "{quiet}"
+    );
+    let quiet_results = quiet.lines().filter(|l| l.contains(" wrong of ")).count();
+    assert_eq!(quiet_results, results, "{quiet}");
 }
 
 #[test]

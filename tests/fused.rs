@@ -310,3 +310,37 @@ fn random_kernels_run_fused_on_the_gpu_equal_unfused_bit_for_bit() {
         "only {regions} of 12 kernels ran fewer dispatches fused"
     );
 }
+
+#[test]
+fn compute_ops_are_named_by_their_primitive_in_the_timeline() {
+    // What a person reads in a timeline: `exp`, `mul`, `gt`, `select`, not the families
+    // (`unary`, `binary`, `compare`) the ops belong to.
+    let shape = [8, 128];
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &shape, DType::F32)
+        .output("y", MemorySpace::Vmem, &shape, DType::F32);
+    let call = PallasCall::new("named", spec, |pl, a| {
+        let x = pl.load(a.r("x"));
+        let e = pl.exp(&x);
+        let m = &e * &x;
+        let c = m.gt(&x);
+        pl.store(a.r("y"), &pl.where_(&c, &m, &x));
+    });
+    let model = tpusim::model::ModelSpec::preset("v5e").build().unwrap();
+    let job = tpusim::run::Job::call(call, Mesh::new(1, "x").unwrap());
+    let r = job.model(&model, None).unwrap();
+    let json = r.chrome_trace("named");
+    let names: std::collections::BTreeSet<String> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .filter_map(|e| e["name"].as_str().map(String::from))
+        .collect();
+    for want in ["exp", "mul", "gt", "select"] {
+        assert!(names.contains(want), "{want} not in {names:?}");
+    }
+    for family in ["unary", "binary", "compare"] {
+        assert!(!names.contains(family), "{family} in {names:?}");
+    }
+}

@@ -95,14 +95,20 @@ def steered(kernel, p, shard_bytes):
         cfg = dict(T=max(2, shard_bytes // 256), H=128, F=256, E=max(8, p), K=2)
         args = moe_ep.moe_inputs(mesh, "x", **cfg)
         want = np.asarray(moe_ep.moe_reference(*args, K=2))
-        return moe_ep.moe_call(mesh, "x", **cfg), args, lambda y: int(
-            np.sum(~np.isclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)))
+        return (
+            moe_ep.moe_call(mesh, "x", **cfg),
+            args,
+            lambda y: int(np.sum(~np.isclose(np.asarray(y), want, rtol=1e-4, atol=1e-4))),
+        )
     rows = max(1, shard_bytes // 32)
     host = np.random.default_rng(0).integers(0, 1000, size=(p * rows, 8)).astype(np.int32)
     x = jax.device_put(host, jax.NamedSharding(mesh, jax.sharding.PartitionSpec("x")))
     want, want_n = moe_ep.ragged_reference(host, p)
-    return moe_ep.ragged_call(mesh, "x", T=rows, H=8), (x,), lambda y: int(
-        np.sum(np.asarray(y[0]) != want) + np.sum(np.asarray(y[1]) != want_n))
+    return (
+        moe_ep.ragged_call(mesh, "x", T=rows, H=8),
+        (x,),
+        lambda y: int(np.sum(np.asarray(y[0]) != want) + np.sum(np.asarray(y[1]) != want_n)),
+    )
 
 
 def steered_child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
@@ -117,8 +123,11 @@ def steered_child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_se
         times, y = calls(lambda a: g(*a), args, reps, seconds)
         wrong = wrong_in(first_y) + wrong_in(y)
     median = sorted(times)[len(times) // 2]
-    print(json.dumps({"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong,
-                      "reps": len(times)}))
+    print(
+        json.dumps(
+            {"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong, "reps": len(times)}
+        )
+    )
 
 
 def child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
@@ -155,8 +164,11 @@ def child(mode, kernel, p, shard_bytes, reps, warmup, seconds, warmup_seconds):
         times, y = calls(g, x, reps, seconds)
         wrong += wrong_in(y[0] if kernel == "psum" else y)
     median = sorted(times)[len(times) // 2]
-    print(json.dumps({"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong,
-                      "reps": len(times)}))
+    print(
+        json.dumps(
+            {"first": first, "per_call": sum(times) / len(times), "median": median, "wrong": wrong, "reps": len(times)}
+        )
+    )
 
 
 def calls(g, x, n, seconds):
@@ -188,8 +200,9 @@ def broken_child(mode, p, seed):
         x = np.random.default_rng(seed).uniform(size=(8 * p, 128)).astype(np.float32)
         want = np.concatenate([np.stack(np.split(x, p))] * p)
         x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x", None)))
-        f = jax.jit(jax.shard_map(mod["all_gather"], mesh=mesh, in_specs=P("x", None), out_specs=P("x", None),
-                                  check_vma=False))
+        f = jax.jit(
+            jax.shard_map(mod["all_gather"], mesh=mesh, in_specs=P("x", None), out_specs=P("x", None), check_vma=False)
+        )
         t0 = time.perf_counter()
         if mode == "jax":
             from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
@@ -203,8 +216,11 @@ def broken_child(mode, p, seed):
             (report,) = tpusim.check(f, x)
             y = np.asarray(f(x))
             found = not report.clean
-            line = (f"{report.findings[0].kind} at "
-                    f"{', '.join(os.path.basename(l) for l in report.findings[0].locations)}") if found else "clean"
+            line = (
+                (f"{report.findings[0].kind} at {', '.join(os.path.basename(l) for l in report.findings[0].locations)}")
+                if found
+                else "clean"
+            )
         dt = time.perf_counter() - t0
     wrong = int(np.sum(y != want))
     print(json.dumps({"found": found, "wrong": wrong, "seconds": dt, "what": line}))
@@ -229,8 +245,10 @@ def broken(a):
                 what.add("no result (killed or failed)")
         label = "JAX interpret (detect_races)" if mode == "jax" else "tpusim check + run (cpu)"
         mean = sum(secs) / len(secs) if secs else float("nan")
-        print(f"- {label}: reported in {found} of {a.broken} runs, wrong data in {wrong} of {a.broken}, "
-              f"{mean:.3f} s per run; {'; '.join(sorted(what))}")
+        print(
+            f"- {label}: reported in {found} of {a.broken} runs, wrong data in {wrong} of {a.broken}, "
+            f"{mean:.3f} s per run; {'; '.join(sorted(what))}"
+        )
 
 
 def parse_size(s):
@@ -261,33 +279,50 @@ def main():
         mode, kernel, p, size, reps, warmup, seconds, warmup_seconds = a.child
         child(mode, kernel, int(p), int(size), int(reps), int(warmup), float(seconds), float(warmup_seconds))
         return
-    print(f"per-device shard size; first call (includes compilation and planning) / mean (median) of at least "
-          f"{a.reps} calls and {a.seconds:g} s of calls, after at least {a.warmup} and {a.warmup_seconds:g} s of "
-          f"untimed ones; wrong elements; tpusim's speed-up per call (ratio of the means)")
+    print(
+        f"per-device shard size; first call (includes compilation and planning) / mean (median) of at least "
+        f"{a.reps} calls and {a.seconds:g} s of calls, after at least {a.warmup} and {a.warmup_seconds:g} s of "
+        f"untimed ones; wrong elements; tpusim's speed-up per call (ratio of the means)"
+    )
     modes = a.modes.split(",")
     print("| kernel | P | size | " + " | ".join(modes) + " | speed-up (cpu, gpu) |")
     print("|---|---|---|" + "---|" * (len(modes) + 1))
     for kernel in filter(None, a.kernels.split(",")):
         for p in a.p.split(","):
-          for size in a.sizes.split(","):
-            cells, per = [], {}
-            for mode in modes:
-                cmd = [sys.executable, __file__, "--child", mode, kernel, p, str(parse_size(size)), str(a.reps),
-                       str(a.warmup), str(a.seconds), str(a.warmup_seconds)]
-                try:
-                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-                    if r.returncode != 0:
-                        cells.append(f"failed: {r.stderr.strip().splitlines()[-1][:80]}")
-                    else:
-                        d = json.loads(r.stdout.strip().splitlines()[-1])
-                        per[mode] = d["per_call"]
-                        cells.append(f"{d['first']:.3f} s / {d['per_call'] * 1e3:.2f} ({d['median'] * 1e3:.2f}) ms, "
-                                     f"{d['wrong']} wrong")
-                except subprocess.TimeoutExpired:
-                    cells.append(f"no result in {a.timeout:.0f} s (killed)")
-            ups = [f"{per['jax'] / per[m]:.0f}x" if "jax" in per and m in per else "-"
-                   for m in ("tpusim-cpu", "tpusim-gpu")]
-            print(f"| {kernel} | {p} | {size} | " + " | ".join(cells) + f" | {', '.join(ups)} |", flush=True)
+            for size in a.sizes.split(","):
+                cells, per = [], {}
+                for mode in modes:
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        mode,
+                        kernel,
+                        p,
+                        str(parse_size(size)),
+                        str(a.reps),
+                        str(a.warmup),
+                        str(a.seconds),
+                        str(a.warmup_seconds),
+                    ]
+                    try:
+                        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                        if r.returncode != 0:
+                            cells.append(f"failed: {r.stderr.strip().splitlines()[-1][:80]}")
+                        else:
+                            d = json.loads(r.stdout.strip().splitlines()[-1])
+                            per[mode] = d["per_call"]
+                            cells.append(
+                                f"{d['first']:.3f} s / {d['per_call'] * 1e3:.2f} ({d['median'] * 1e3:.2f}) ms, "
+                                f"{d['wrong']} wrong"
+                            )
+                    except subprocess.TimeoutExpired:
+                        cells.append(f"no result in {a.timeout:.0f} s (killed)")
+                ups = [
+                    f"{per['jax'] / per[m]:.0f}x" if "jax" in per and m in per else "-"
+                    for m in ("tpusim-cpu", "tpusim-gpu")
+                ]
+                print(f"| {kernel} | {p} | {size} | " + " | ".join(cells) + f" | {', '.join(ups)} |", flush=True)
     if a.broken:
         broken(a)
 

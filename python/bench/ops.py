@@ -92,7 +92,9 @@ def main():
     import tpusim
 
     rows = []
-    print("| op | n | dtype | XLA median (ms) | tpusim median (ms) | tpusim / XLA | tpusim first call (ms) | max diff / max abs |")
+    print(
+        "| op | n | dtype | XLA median (ms) | tpusim median (ms) | tpusim / XLA | tpusim first call (ms) | max diff / max abs |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for n in [int(s) for s in a.sizes.split(",")]:
@@ -109,12 +111,26 @@ def main():
                 want = np.asarray(xla(x), dtype=np.float64)
                 diff = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
                 m_xla, m_sim = float(np.median(t_xla)), float(np.median(t_sim))
-                row = dict(op=op, n=n, dtype=dname, xla_median_s=m_xla, tpusim_median_s=m_sim,
-                           xla_best_s=min(t_xla), tpusim_best_s=min(t_sim), ratio=m_sim / m_xla,
-                           tpusim_first_s=f_sim, xla_first_s=f_xla, calls=len(t_sim), rel_diff=diff)
+                row = dict(
+                    op=op,
+                    n=n,
+                    dtype=dname,
+                    xla_median_s=m_xla,
+                    tpusim_median_s=m_sim,
+                    xla_best_s=min(t_xla),
+                    tpusim_best_s=min(t_sim),
+                    ratio=m_sim / m_xla,
+                    tpusim_first_s=f_sim,
+                    xla_first_s=f_xla,
+                    calls=len(t_sim),
+                    rel_diff=diff,
+                )
                 rows.append(row)
-                print(f"| {op} | {n} | {dname} | {m_xla * 1e3:.2f} | {m_sim * 1e3:.2f} | "
-                      f"{m_sim / m_xla:.2f} | {f_sim * 1e3:.0f} | {diff:.1e} |", flush=True)
+                print(
+                    f"| {op} | {n} | {dname} | {m_xla * 1e3:.2f} | {m_sim * 1e3:.2f} | "
+                    f"{m_sim / m_xla:.2f} | {f_sim * 1e3:.0f} | {diff:.1e} |",
+                    flush=True,
+                )
     if a.json:
         tmp = a.json + ".partial"
         with open(tmp, "w") as fh:

@@ -132,8 +132,9 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         del host
 
         def wrap(fn):
-            return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=case.in_specs, out_specs=case.out_specs,
-                                         check_vma=False))
+            return jax.jit(
+                jax.shard_map(fn, mesh=mesh, in_specs=case.in_specs, out_specs=case.out_specs, check_vma=False)
+            )
 
         f = wrap(case.reference if mode == "xla" else case.kernel)
         t0 = time.perf_counter()
@@ -145,9 +146,20 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         want = y if mode == "xla" else wrap(case.reference)(*args)
         max_abs, max_rel = errors(y, want)
     del y, want, args
-    out = {"first": first, "median": float(np.median(times)), "mean": float(np.mean(times)), "reps": len(times),
-           "max_abs": max_abs, "max_rel": max_rel, "ok": max_rel <= case.rtol, "rtol": case.rtol, "rss": rss,
-           "rss_base": base, "buffers": case.buffer_bytes(), "moved": case.moved}
+    out = {
+        "first": first,
+        "median": float(np.median(times)),
+        "mean": float(np.mean(times)),
+        "reps": len(times),
+        "max_abs": max_abs,
+        "max_rel": max_rel,
+        "ok": max_rel <= case.rtol,
+        "rtol": case.rtol,
+        "rss": rss,
+        "rss_base": base,
+        "buffers": case.buffer_bytes(),
+        "moved": case.moved,
+    }
     if case.moved is not None:
         shape, dtype = case.in_shapes[-1]
         out["memcpy_bw"] = memcpy_bandwidth(int(np.prod(shape)) * np.dtype(dtype).itemsize // p)
@@ -160,10 +172,23 @@ def run_case(a, kernel, p, size, mode):
     case = cases().KERNELS[kernel](p, parse_size(size))
     need = estimate(case)
     if need > a.memory_limit * GiB:
-        return row | {"status": "skipped", "note": f"needs ~{need / GiB:.0f} GiB > {a.memory_limit:g} GiB",
-                      "buffers": case.buffer_bytes()}
-    cmd = [sys.executable, __file__, "--child", kernel, str(p), str(parse_size(size)), mode, str(a.reps),
-           str(a.warmup), str(a.seconds)]
+        return row | {
+            "status": "skipped",
+            "note": f"needs ~{need / GiB:.0f} GiB > {a.memory_limit:g} GiB",
+            "buffers": case.buffer_bytes(),
+        }
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        kernel,
+        str(p),
+        str(parse_size(size)),
+        mode,
+        str(a.reps),
+        str(a.warmup),
+        str(a.seconds),
+    ]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     except subprocess.TimeoutExpired:
@@ -222,20 +247,35 @@ def table_row(kernel, p, size, by_mode, modes):
     speedup = per_sim(speedup_of)
     roof = per_sim(lambda r: f"{r['median'] / xla['median']:.3g}x" if ok(xla) else "-")
     memcpy = per_sim(lambda r: f"{100 * r['moved'] / r['median'] / r['memcpy_bw']:.3g}%" if r.get("moved") else "-")
-    errs = " / ".join(f"{by_mode[m]['max_rel']:.2g}{'' if by_mode[m]['ok'] else ' (!)'}"
-                      for m in modes if m != "xla" and ok(by_mode.get(m))) or "-"
-    rss = per_sim(lambda r: f"{bytes_text(r['rss'])} (+{bytes_text(r['rss'] - r['rss_base'])}) vs "
-                  f"{bytes_text(r['buffers'])}")
-    return (f"| {kernel} | {p} | {size} | " + " | ".join(cell(by_mode.get(m)) for m in modes)
-            + f" | {speedup} | {roof} | {memcpy} | {errs} | {rss} |")
+    errs = (
+        " / ".join(
+            f"{by_mode[m]['max_rel']:.2g}{'' if by_mode[m]['ok'] else ' (!)'}"
+            for m in modes
+            if m != "xla" and ok(by_mode.get(m))
+        )
+        or "-"
+    )
+    rss = per_sim(
+        lambda r: f"{bytes_text(r['rss'])} (+{bytes_text(r['rss'] - r['rss_base'])}) vs {bytes_text(r['buffers'])}"
+    )
+    return (
+        f"| {kernel} | {p} | {size} | "
+        + " | ".join(cell(by_mode.get(m)) for m in modes)
+        + f" | {speedup} | {roof} | {memcpy} | {errs} | {rss} |"
+    )
 
 
 def header(modes):
     sims = "/".join(m.split("-")[1] for m in modes if m.startswith("tpusim"))
     names = {"xla": "xla (roof)", "interpret": "interpret"}
     checked = " / ".join(m for m in modes if m != "xla")
-    cols = [names.get(m, m) for m in modes] + [f"speed-up vs interpret ({sims})", "x of roof", "% memcpy",
-                                                f"max error, rel. ({checked})", "peak RSS vs buffers"]
+    cols = [names.get(m, m) for m in modes] + [
+        f"speed-up vs interpret ({sims})",
+        "x of roof",
+        "% memcpy",
+        f"max error, rel. ({checked})",
+        "peak RSS vs buffers",
+    ]
     return "| kernel | P | size | " + " | ".join(cols) + " |\n|---|---|---|" + "---|" * len(cols)
 
 
@@ -284,9 +324,16 @@ def main():
                     by_mode[mode] = r
                     results.append(r)
                     if not a.markdown:
-                        print(f"{kernel} P={p} {size} {mode}: {cell(r)}"
-                              + (f", max error {r['max_abs']:.3g} (rel {r['max_rel']:.3g})" if r["status"] == "ok"
-                                 else ""), file=sys.stderr, flush=True)
+                        print(
+                            f"{kernel} P={p} {size} {mode}: {cell(r)}"
+                            + (
+                                f", max error {r['max_abs']:.3g} (rel {r['max_rel']:.3g})"
+                                if r["status"] == "ok"
+                                else ""
+                            ),
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 rows.append(table_row(kernel, p, size, by_mode, modes))
     print(header(modes))
     print("\n".join(rows))
@@ -313,8 +360,14 @@ def plot_rows(results):
     for r in results:
         if r["status"] == "ok":
             rate = r["moved"] / r["p"] / r["median"] / 1e9 if r.get("moved") else 0.0
-            rows.append({"collective": f"{r['kernel']} P={r['p']} {r['mode']}", "size": r["size_bytes"],
-                         "busbw_gbps": rate, "time_us": r["median"] * 1e6})
+            rows.append(
+                {
+                    "collective": f"{r['kernel']} P={r['p']} {r['mode']}",
+                    "size": r["size_bytes"],
+                    "busbw_gbps": rate,
+                    "time_us": r["median"] * 1e6,
+                }
+            )
     return rows
 
 

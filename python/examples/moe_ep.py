@@ -28,7 +28,6 @@ Run it: ``python python/examples/moe_ep.py [--devices 8] [--backend cpu|gpu]
 
 import argparse
 import functools
-import os
 import sys
 import time
 
@@ -42,9 +41,30 @@ def _setup(devices):
     jax.config.update("jax_num_cpu_devices", devices)
 
 
-def moe_kernel(x_ref, wr_ref, w1_ref, w2_ref, y_ref,
-               route_v, route_s, cnt_v, counts_s, recv, meta_v, recv_meta, res, ret,
-               sems, *, axis, other, P, E, K, broken=False):
+def moe_kernel(
+    x_ref,
+    wr_ref,
+    w1_ref,
+    w2_ref,
+    y_ref,
+    route_v,
+    route_s,
+    cnt_v,
+    counts_s,
+    recv,
+    meta_v,
+    recv_meta,
+    res,
+    ret,
+    sems,
+    *,
+    axis,
+    other,
+    P,
+    E,
+    K,
+    broken=False,
+):
     """The fused MoE layer on one device (see the module's doc). `other`: the mesh's
     other axis, when the expert axis is one of two (device ids name both). `broken`:
     the counts are read before their DMAs are waited for."""
@@ -54,8 +74,7 @@ def moe_kernel(x_ref, wr_ref, w1_ref, w2_ref, y_ref,
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    cnt_send, cnt_recv, tok_send, tok_recv, meta_send, meta_recv, back_send, back_recv = (
-        sems.at[i] for i in range(8))
+    cnt_send, cnt_recv, tok_send, tok_recv, meta_send, meta_recv, back_send, back_recv = (sems.at[i] for i in range(8))
     T, H = x_ref.shape
     EL = E // P
     N = T * K
@@ -71,14 +90,14 @@ def moe_kernel(x_ref, wr_ref, w1_ref, w2_ref, y_ref,
     logits = jnp.dot(x_ref[...].astype(f32), wr_ref[...], preferred_element_type=f32)
     w, idx = lax.top_k(jax.nn.softmax(logits, axis=-1), K)
     w = w / jnp.sum(w, axis=-1, keepdims=True)
-    e_of = idx.reshape(N, 1)                                            # slot n = t * K + k
+    e_of = idx.reshape(N, 1)  # slot n = t * K + k
     onehot = (e_of == lax.broadcasted_iota(i32, (N, E), 1)).astype(i32)  # [N, E]
-    counts = jnp.sum(onehot, axis=0, keepdims=True)                     # [1, E]
+    counts = jnp.sum(onehot, axis=0, keepdims=True)  # [1, E]
     before = (lax.broadcasted_iota(i32, (N, N), 1) < lax.broadcasted_iota(i32, (N, N), 0)).astype(i32)
     rank = jnp.sum(jnp.dot(before, onehot, preferred_element_type=i32) * onehot, axis=1, keepdims=True)
     upper = (lax.broadcasted_iota(i32, (E, E), 0) < lax.broadcasted_iota(i32, (E, E), 1)).astype(i32)
-    first = jnp.dot(counts, upper, preferred_element_type=i32)         # my first slot of each expert
-    slot = jnp.sum(onehot * first, axis=1, keepdims=True) + rank        # slot n's place in expert order
+    first = jnp.dot(counts, upper, preferred_element_type=i32)  # my first slot of each expert
+    slot = jnp.sum(onehot * first, axis=1, keepdims=True) + rank  # slot n's place in expert order
     route_v[...] = jnp.concatenate([e_of, rank, slot], axis=1)
     meta_v[...] = jnp.concatenate([jnp.full((N, 1), me, i32), slot], axis=1)
     cnt_v[...] = counts
@@ -158,7 +177,7 @@ def moe_kernel(x_ref, wr_ref, w1_ref, w2_ref, y_ref,
     # 5. Combine: token t's k results (at their slots in expert order), weighted: one
     # product with the routing weights scattered to those slots.
     pick = (slot.reshape(T, K, 1) == lax.broadcasted_iota(i32, (T, K, N), 2)).astype(f32)
-    weights = jnp.sum(pick * w.reshape(T, K, 1), axis=1)                  # [T, N]
+    weights = jnp.sum(pick * w.reshape(T, K, 1), axis=1)  # [T, N]
     y_ref[...] = jnp.dot(weights, ret[...], preferred_element_type=f32)
 
 
@@ -187,18 +206,25 @@ def moe_call(mesh, axis, *, T, H, F, E, K, broken=False):
             in_specs=[pl.BlockSpec(memory_space=VMEM)] * 4,
             out_specs=pl.BlockSpec(memory_space=VMEM),
             scratch_shapes=[
-                VMEM((N, 3), jnp.int32), SMEM((N, 3), jnp.int32),        # route_v, route_s
-                VMEM((1, E), jnp.int32), SMEM((P, E), jnp.int32),        # cnt_v, counts_s
-                VMEM((R, H), jnp.bfloat16), VMEM((N, 2), jnp.int32),     # recv, meta_v
-                SMEM((R, 2), jnp.int32), VMEM((R, H), jnp.float32),      # recv_meta, res
-                VMEM((N, H), jnp.float32),                               # ret
+                VMEM((N, 3), jnp.int32),
+                SMEM((N, 3), jnp.int32),  # route_v, route_s
+                VMEM((1, E), jnp.int32),
+                SMEM((P, E), jnp.int32),  # cnt_v, counts_s
+                VMEM((R, H), jnp.bfloat16),
+                VMEM((N, 2), jnp.int32),  # recv, meta_v
+                SMEM((R, 2), jnp.int32),
+                VMEM((R, H), jnp.float32),  # recv_meta, res
+                VMEM((N, H), jnp.float32),  # ret
                 pltpu.SemaphoreType.DMA((8,)),
             ],
         )(x, wr, w1, w2)
 
     tokens = Pspec(tuple(names))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(tokens, Pspec(), Pspec(axis), Pspec(axis)),
-                                 out_specs=tokens, check_vma=False))
+    return jax.jit(
+        jax.shard_map(
+            body, mesh=mesh, in_specs=(tokens, Pspec(), Pspec(axis), Pspec(axis)), out_specs=tokens, check_vma=False
+        )
+    )
 
 
 def moe_reference(x, wr, w1, w2, K):
@@ -217,7 +243,7 @@ def moe_reference(x, wr, w1, w2, K):
         a = jnp.einsum("th,thf->tf", x, w1[idx[:, k]], preferred_element_type=f32)
         a = jax.nn.gelu(a).astype(jnp.bfloat16)
         b = jnp.einsum("tf,tfh->th", a, w2[idx[:, k]], preferred_element_type=f32)
-        y = y + w[:, k:k + 1] * b
+        y = y + w[:, k : k + 1] * b
     return y
 
 
@@ -254,7 +280,7 @@ def ragged_kernel(x_ref, out_ref, n_ref, route_v, route_s, cnt_v, counts_s, sems
     def remote(src, dst, send, recv, p):
         return pltpu.make_async_remote_copy(src, dst, send, recv, device_id={axis: p})
 
-    dest = lax.rem(x_ref[:, 0:1], P)                                    # [T, 1]
+    dest = lax.rem(x_ref[:, 0:1], P)  # [T, 1]
     onehot = (dest == lax.broadcasted_iota(i32, (T, P), 1)).astype(i32)
     before = (lax.broadcasted_iota(i32, (T, T), 1) < lax.broadcasted_iota(i32, (T, T), 0)).astype(i32)
     rank = jnp.sum(jnp.dot(before, onehot, preferred_element_type=i32) * onehot, axis=1, keepdims=True)
@@ -305,9 +331,13 @@ def ragged_call(mesh, axis, *, T, H):
             out_shape=(jax.ShapeDtypeStruct((P * T, H), jnp.int32), jax.ShapeDtypeStruct((1, 1), jnp.int32)),
             in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
             out_specs=(pl.BlockSpec(memory_space=pltpu.VMEM), pl.BlockSpec(memory_space=pltpu.VMEM)),
-            scratch_shapes=[pltpu.VMEM((T, 2), jnp.int32), pltpu.SMEM((T, 2), jnp.int32),
-                            pltpu.VMEM((1, P), jnp.int32), pltpu.SMEM((P, P), jnp.int32),
-                            pltpu.SemaphoreType.DMA((4,))],
+            scratch_shapes=[
+                pltpu.VMEM((T, 2), jnp.int32),
+                pltpu.SMEM((T, 2), jnp.int32),
+                pltpu.VMEM((1, P), jnp.int32),
+                pltpu.SMEM((P, P), jnp.int32),
+                pltpu.SemaphoreType.DMA((4,)),
+            ],
         )(x)
 
     spec = Pspec(axis)
@@ -323,7 +353,7 @@ def ragged_reference(x, P):
         rows = [x[s * T + t] for s in range(P) for t in range(T) if x[s * T + t, 0] % P == p]
         out = np.zeros((P * T, x.shape[1]), x.dtype)
         if rows:
-            out[:len(rows)] = np.stack(rows)
+            out[: len(rows)] = np.stack(rows)
         outs.append(out)
         ns.append(len(rows))
     return np.concatenate(outs), np.array(ns, np.int32).reshape(P, 1)
@@ -347,6 +377,7 @@ def main(argv=None):
     _setup(a.devices)
     import jax
     from jax.experimental.pallas import tpu as pltpu
+
     import tpusim
 
     if a.mesh2d:
@@ -366,8 +397,10 @@ def main(argv=None):
         for _ in range(a.calls):
             y = np.asarray(f(*args))
         dt = (time.perf_counter() - t) / a.calls
-        print(f"{label}: first call {first * 1e3:.1f} ms, then {dt * 1e3:.1f} ms a call, "
-              f"max |error| vs plain JAX {np.abs(y - want).max():.2e}")
+        print(
+            f"{label}: first call {first * 1e3:.1f} ms, then {dt * 1e3:.1f} ms a call, "
+            f"max |error| vs plain JAX {np.abs(y - want).max():.2e}"
+        )
 
     print(f"MoE layer: P={mesh.size} {dict(mesh.shape)}, {cfg}")
     with tpusim.simulate(backend=a.backend):
@@ -388,8 +421,10 @@ def main(argv=None):
         with tpusim.simulate(backend=a.backend):
             got, n = (np.asarray(v) for v in g(x))
         ref, ref_n = ragged_reference(host, mesh.size)
-        print(f"ragged all-to-all: rows per device {n.ravel().tolist()}, "
-              f"equal to numpy: {bool((got == ref).all() and (n == ref_n).all())}")
+        print(
+            f"ragged all-to-all: rows per device {n.ravel().tolist()}, "
+            f"equal to numpy: {bool((got == ref).all() and (n == ref_n).all())}"
+        )
     return 0
 
 

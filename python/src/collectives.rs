@@ -7,8 +7,8 @@ use crate::arrays::{per_device, to_host, to_numpy, to_numpy_all, to_py_data};
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::interrupts::watched;
-use crate::kernel;
-use crate::PyMesh;
+use crate::jobs::{check_counts, check_job, model_spec, modeled};
+use crate::mesh::PyMesh;
 use pyo3::prelude::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -19,49 +19,15 @@ use tpusim::ir::Uninit;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::sharded::ShardedArray;
 use tpusim::mesh::{Mesh, Placement};
-use tpusim::model::{presets as model_presets, Knob, ModelSpec, Topology};
-use tpusim::run::{random_inputs, Job, Modeled};
+use tpusim::model::presets as model_presets;
+use tpusim::run::{random_inputs, Job};
 use tpusim::sched::ScheduleSpec;
 use tpusim::{args, DType};
-
-/// The model Python asks for: `preset`, `(name, value)` overrides in the knobs' units
-/// (`link_gbps`, …) and a topology (`ring`, `full`, `torus:AxB`).
-pub fn model_spec(
-    preset: &str,
-    overrides: Option<Vec<(String, f64)>>,
-    topology: Option<&str>,
-) -> PyResult<ModelSpec> {
-    let overrides = overrides
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| Ok((Knob::parse(&k)?, v)))
-        .collect::<tpusim::Result<Vec<_>>>()
-        .py()?;
-    Ok(ModelSpec {
-        preset: preset.to_string(),
-        overrides,
-        topology: topology.map(Topology::parse).transpose().py()?,
-    })
-}
 
 /// Checks cost-model preset `name` (as `tpusim run --model NAME` does before it runs).
 #[pyfunction]
 pub fn check_preset(name: &str) -> PyResult<()> {
     model_spec(name, None, None)?.build().py().map(drop)
-}
-
-/// A modeled run as Python data, with its Chrome trace when `timeline`.
-pub fn modeled<'py>(
-    py: Python<'py>,
-    m: &Modeled,
-    name: &str,
-    timeline: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    let mut v = serde_json::to_value(m).map_err(|e| BadInput::new_err(e.to_string()))?;
-    if timeline {
-        v["timeline"] = m.chrome_trace(name);
-    }
-    to_py_data(py, &v)
 }
 
 fn collective(
@@ -265,7 +231,7 @@ pub fn collective_check<'py>(
     repeat: Whole,
 ) -> PyResult<Bound<'py, PyAny>> {
     let devices = devices.check_usize(&args::DEVICES, "devices")?;
-    let (schedules, seed) = kernel::check_counts(&schedules, &seed)?;
+    let (schedules, seed) = check_counts(&schedules, &seed)?;
     let repeat = repeat.check_usize(&args::REPEAT, "repeat")?;
     let mut job = job(name, "sum", None, variant_name, mesh, devices, axis)
         .py()?
@@ -275,7 +241,7 @@ pub fn collective_check<'py>(
         job = job.with_shape(&shape_of(&s)?);
     }
     let report = py
-        .detach(|| watched(|| kernel::check_job(&job, schedules, seed, replay)))
+        .detach(|| watched(|| check_job(&job, schedules, seed, replay)))
         .py()?;
     to_py_data(py, &report)
 }

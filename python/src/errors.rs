@@ -2,8 +2,9 @@
 //! with the core's message and its details as attributes.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
+use std::cell::RefCell;
 use tpusim::Error;
 
 create_exception!(
@@ -70,7 +71,7 @@ fn attach(err: &PyErr, name: &str, value: &impl serde::Serialize) {
 /// `limit`).
 pub fn to_py(e: Error) -> PyErr {
     if let Error::Interrupted = e {
-        return crate::interrupts::raised();
+        return raised();
     }
     let msg = e.to_string();
     match &e {
@@ -134,4 +135,23 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DeadlockError", py.get_type::<DeadlockError>())?;
     m.add("ExitError", py.get_type::<ExitError>())?;
     Ok(())
+}
+
+thread_local! {
+    /// The exception Python's handlers raised while a watched call polled them
+    /// (`interrupts`), for the interrupted call to raise.
+    static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Keeps `e`, which Python's signal handlers raised in a poll, for the call to raise.
+pub fn keep_raised(e: PyErr) {
+    RAISED.with(|r| *r.borrow_mut() = Some(e));
+}
+
+/// The exception an interrupted call raises: what Python's handler raised, else
+/// `KeyboardInterrupt`.
+fn raised() -> PyErr {
+    RAISED
+        .with(|r| r.borrow_mut().take())
+        .unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
 }

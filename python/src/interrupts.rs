@@ -13,19 +13,12 @@
 //! files of outputs being written first (as on the command line), where Python has
 //! left them at their default.
 
-use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
-use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::thread::ThreadId;
 
 /// The interpreter's main thread (where its signal handlers run).
 static MAIN: OnceLock<ThreadId> = OnceLock::new();
-
-thread_local! {
-    /// The exception Python's handlers raised in a poll, for the call to raise.
-    static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
-}
 
 /// Installs the handlers (at the module's import, on the thread importing it).
 pub fn install(py: Python<'_>) -> PyResult<()> {
@@ -63,7 +56,7 @@ fn poll() -> bool {
     Python::attach(|py| match py.check_signals() {
         Ok(()) => false,
         Err(e) => {
-            RAISED.with(|r| *r.borrow_mut() = Some(e));
+            crate::errors::keep_raised(e);
             true
         }
     })
@@ -74,14 +67,6 @@ pub fn watched<T>(f: impl FnOnce() -> T) -> T {
     let on_main = MAIN.get() == Some(&std::thread::current().id());
     let _watch = tpusim::interrupt::watch(on_main.then_some(poll as tpusim::interrupt::Poll));
     f()
-}
-
-/// The exception an interrupted call raises: what Python's handler raised, else
-/// `KeyboardInterrupt`.
-pub fn raised() -> PyErr {
-    RAISED
-        .with(|r| r.borrow_mut().take())
-        .unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
 }
 
 /// Raises `KeyboardInterrupt` when this thread's watched work was asked to stop (for

@@ -4,13 +4,13 @@
 
 use crate::args::Whole;
 use crate::arrays::{per_device, to_numpy_all, to_py_data};
-use crate::collectives::model_spec;
+use crate::buffers::{CallBuffers, Wiring};
 use crate::errors::{BadInput, OrPy};
 use crate::executors::executor;
 use crate::interrupts::watched;
+use crate::jobs::{check_counts, check_job, model_spec, modeled};
 use crate::replay;
 use crate::steer::{PySteering, Shape};
-use crate::xla_call::CallBuffers;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -26,7 +26,7 @@ use tpusim::sched::ScheduleSpec;
 use tpusim::trace::{Labels, TraceLayout};
 use tpusim::{Error, HostArray};
 
-use crate::PyMesh;
+use crate::mesh::PyMesh;
 
 /// A Pallas kernel written in Python: its spec and the calls the front end recorded on
 /// every device and grid point, as a job bound to its mesh.
@@ -60,20 +60,6 @@ const SAVED_STEERS: usize = 4;
 
 /// A plan under a schedule spec, with what the CPU executor works out once for it.
 type Planned = (String, Arc<Plan>, Arc<CpuPlan>);
-
-/// Where a round's Rust devices read and write the XLA devices' buffers (see
-/// `KernelCall.run_into`).
-#[derive(Clone, Debug)]
-pub struct Wiring {
-    /// The XLA device each Rust device reads its operands from.
-    pub rows: Vec<usize>,
-    /// The operand of each Rust input.
-    pub inputs: Vec<usize>,
-    /// The Rust device each XLA device gets its results from.
-    pub out_rows: Vec<usize>,
-    /// The Rust output of each result (`None`: one Python writes).
-    pub results: Vec<Option<usize>>,
-}
 
 /// A kernel call bound to how it runs on a round's buffers: its wiring, backend and
 /// schedule. The one place that decides where a run happens.
@@ -463,30 +449,6 @@ fn borrowed_layout(like: &str, p: usize, shard: &[usize]) -> tpusim::Result<Trac
     Ok(layout)
 }
 
-/// A check's `schedules` and `seed` as Python gave them, checked by the command line's
-/// rules.
-pub fn check_counts(schedules: &Whole, seed: &Whole) -> PyResult<(usize, u64)> {
-    Ok((
-        schedules.check_usize(&tpusim::args::SCHEDULES, "schedules")?,
-        seed.check(&tpusim::args::SEED, "seed")?,
-    ))
-}
-
-/// The verifier on `job` under `schedules` schedules (every deterministic one, then
-/// seeded random ones; counted by the budget before they are listed), or exactly
-/// `replay`.
-pub fn check_job(
-    job: &Job,
-    schedules: usize,
-    seed: u64,
-    replay: Option<&str>,
-) -> tpusim::Result<tpusim::verify::Report> {
-    match replay {
-        Some(s) => job.check(&[ScheduleSpec::parse(s)?]),
-        None => job.check_set(schedules, seed),
-    }
-}
-
 #[pymethods]
 impl KernelCall {
     /// Builds the call. `inputs`/`outputs`: `(name, "any"|"vmem", shape, dtype)`;
@@ -740,7 +702,7 @@ impl KernelCall {
             None => py.detach(|| watched(|| self.job.model(&m, t))),
         };
         let run = self.or_py(run)?;
-        crate::collectives::modeled(py, &run, &self.job.name(), timeline)
+        modeled(py, &run, &self.job.name(), timeline)
     }
 
     /// Times the kernel on `inputs`: the schedule is built once, the run prepared once,

@@ -1,22 +1,34 @@
-//! `tpusim._native`: the Rust core of tpusim for Python, one module per concern:
-//! [`errors`] (exceptions), [`budget`] (what the front end asks the budget), [`args`] (counts, seeds and schedules checked by the core's
-//! rules), [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole, or
-//! streams in place), [`progress`], [`arrays`] (numpy in and out), [`executors`], [`kernel`]
-//! (a Pallas kernel written in Python, its jaxpr recorded by `tpusim._jaxpr`,
-//! see [`replay`]), [`xla_call`] (the custom call a pallas_call lowers to) and
-//! [`collectives`] (the shipped ones). Every step is a job of the
-//! core's pipeline (`tpusim::run::Job`), as on the command line; structured results
-//! cross as Python data (dicts and lists, through `pythonize`) in the core's formats.
+//! `tpusim._native`: the Rust core of tpusim for Python, one module per concern, in
+//! three layers, each using only those below it (`tests/layers.rs` checks there is no
+//! circle):
+//! - at the bottom, values and their errors: [`errors`] (exceptions), [`args`] (counts,
+//!   seeds and schedules checked by the core's rules), [`arrays`] (numpy in and out),
+//!   [`mesh`], [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole,
+//!   or streams in place), [`progress`], [`budget`] (what the front end asks the
+//!   budget), [`executors`], [`heap`], [`replay`] (a recorded jaxpr as the core's ops),
+//!   [`steer`], [`xla_ffi`] (XLA's typed FFI), [`buffers`] (a round's XLA buffers and
+//!   their wiring) and [`jobs`] (what every job does: check, model);
+//! - the kernel call and its wiring: [`kernel`] (a Pallas kernel written in Python, its
+//!   jaxpr recorded by `tpusim._jaxpr`) and [`xla_call`] (the custom call a
+//!   `pallas_call` lowers to, whose rounds run a kernel call on their buffers);
+//! - the module's functions on top: [`collectives`] (the shipped ones) and this file.
+//!
+//! Every step is a job of the core's pipeline (`tpusim::run::Job`), as on the command
+//! line; structured results cross as Python data (dicts and lists, through `pythonize`)
+//! in the core's formats.
 
 mod args;
 mod arrays;
 mod budget;
+mod buffers;
 mod collectives;
 mod errors;
 mod executors;
 mod heap;
 mod interrupts;
+mod jobs;
 mod kernel;
+mod mesh;
 mod outputs;
 mod progress;
 mod replay;
@@ -24,86 +36,8 @@ mod steer;
 mod xla_call;
 mod xla_ffi;
 
-use errors::{BadInput, OrPy};
+use mesh::PyMesh;
 use pyo3::prelude::*;
-use tpusim::{Error, Mesh};
-
-/// A mesh of devices on named axes (row-major; the last axis varies fastest).
-#[pyclass(module = "tpusim._native", name = "Mesh", frozen)]
-#[derive(Clone)]
-pub struct PyMesh {
-    pub(crate) mesh: Mesh,
-}
-
-#[pymethods]
-impl PyMesh {
-    /// `Mesh(4)` (axis `x`), `Mesh(4, "y")`, or `Mesh(axes=[("x", 2), ("y", 4)])`.
-    #[new]
-    #[pyo3(signature = (devices=None, axis="x", *, axes=None))]
-    fn new(
-        devices: Option<args::Whole>,
-        axis: &str,
-        axes: Option<Vec<(String, args::Whole)>>,
-    ) -> PyResult<Self> {
-        let mesh = match (devices, axes) {
-            (Some(n), None) => Mesh::new(n.check_axis("devices")?, axis),
-            (None, Some(a)) => {
-                let sizes = a
-                    .iter()
-                    .map(|(n, s)| s.check_axis(&format!("axis `{n}`")))
-                    .collect::<PyResult<Vec<_>>>()?;
-                let a: Vec<(&str, usize)> = a
-                    .iter()
-                    .zip(sizes)
-                    .map(|((n, _), s)| (n.as_str(), s))
-                    .collect();
-                Mesh::with_axes(&a)
-            }
-            _ => Err(Error::bad_input(
-                "give a mesh either a device count or axes=[(name, size), ...]",
-            )),
-        }
-        .py()?;
-        Ok(Self { mesh })
-    }
-
-    /// Number of devices.
-    #[getter]
-    fn size(&self) -> usize {
-        self.mesh.size()
-    }
-
-    /// `[(axis name, size), ...]`.
-    #[getter]
-    fn axes(&self) -> Vec<(String, usize)> {
-        self.mesh.axes().to_vec()
-    }
-
-    /// Mesh coordinates of linear device `device`.
-    fn coords(&self, device: usize) -> PyResult<Vec<usize>> {
-        if device >= self.mesh.size() {
-            return Err(BadInput::new_err(format!(
-                "bad input: device {device} is outside the mesh of {} devices",
-                self.mesh.size()
-            )));
-        }
-        Ok(self.mesh.coords(device))
-    }
-
-    fn __repr__(&self) -> String {
-        let axes: Vec<String> = self
-            .mesh
-            .axes()
-            .iter()
-            .map(|(n, s)| format!("'{n}': {s}"))
-            .collect();
-        format!("Mesh({{{}}})", axes.join(", "))
-    }
-
-    fn __eq__(&self, other: &Self) -> bool {
-        self.mesh == other.mesh
-    }
-}
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -126,7 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(budget::ensure_recording_fits, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::iteration_text, m)?)?;
     m.add_function(wrap_pyfunction!(executors::resolve_backend, m)?)?;
-    m.add_class::<xla_call::CallBuffers>()?;
+    m.add_class::<buffers::CallBuffers>()?;
     m.add_function(wrap_pyfunction!(xla_call::meeting_register, m)?)?;
     m.add_function(wrap_pyfunction!(xla_call::meeting_save_run, m)?)?;
     m.add_function(wrap_pyfunction!(xla_call::settings_epoch, m)?)?;

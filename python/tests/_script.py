@@ -7,7 +7,6 @@ for every distinct pallas_call, the verifier's report and the step table (json).
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
@@ -36,7 +35,6 @@ def main():
     with _hook.simulate(devices=a.p), _hook.observing(lambda w, p: w == "call" and p not in plans and plans.append(p)):
         g = {"__name__": "__main__", "__file__": a.script}
         exec(compile(src, a.script, "exec"), g)
-        import jax
 
         _hook.wait_for_calls()  # calls dispatched asynchronously have run
     arrays = {}
@@ -48,15 +46,21 @@ def main():
             arrays[k] = np.asarray(v)
     info = {"plans": [], "dtypes": {k: v.dtype.name for k, v in arrays.items()}}
     # npz has no bfloat16: such arrays travel as their bits.
-    np.savez(a.out + ".npz", **{k: v.view(np.uint16) if v.dtype.name == "bfloat16" else v
-                                for k, v in arrays.items()})
+    np.savez(a.out + ".npz", **{k: v.view(np.uint16) if v.dtype.name == "bfloat16" else v for k, v in arrays.items()})
     for plan in plans:
         d = {"name": plan.spec.name, "p": plan.P}
         if a.check:
             r = _tools.check_plan(plan, schedules=a.check)
-            d["report"] = {"clean": r.clean, "schedules": r.schedules, "text": str(r), "kinds": r.kinds(),
-                           "findings": [{"kind": f.kind, "locations": f.locations, "message": f.message,
-                                         "details": f.details} for f in r.findings]}
+            d["report"] = {
+                "clean": r.clean,
+                "schedules": r.schedules,
+                "text": str(r),
+                "kinds": r.kinds(),
+                "findings": [
+                    {"kind": f.kind, "locations": f.locations, "message": f.message, "details": f.details}
+                    for f in r.findings
+                ],
+            }
         if a.like is not None:
             shard = list(plan.inputs[0][2]) if plan.inputs else []
             t = tpusim.Table.from_dict(plan.call.trace(shard, a.like))

@@ -51,8 +51,9 @@ def race_kernel(x_ref, y_ref, send_sem, recv_sem):
     # `wait_send` says the DMA has read it.
     my_id = lax.axis_index("x")
     right = lax.rem(my_id + 1, num_devices)
-    dma = pltpu.make_async_remote_copy(x_ref, y_ref, send_sem, recv_sem,
-                                       device_id=(right,), device_id_type=pl.DeviceIdType.MESH)
+    dma = pltpu.make_async_remote_copy(
+        x_ref, y_ref, send_sem, recv_sem, device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+    )
     dma.start()  # <- race start
     x_ref[...] = jnp.zeros_like(x_ref)  # <- race overwrite
     dma.wait()
@@ -111,8 +112,9 @@ def early_send_kernel(x_ref, y_ref, send_sem, recv_sem):
     # A collective_id kernel must itself make sure its neighbour has entered (a barrier
     # handshake) before it sends there; this one does not.
     right = lax.rem(lax.axis_index("x") + 1, num_devices)
-    dma = pltpu.make_async_remote_copy(x_ref, y_ref, send_sem, recv_sem,
-                                       device_id=(right,), device_id_type=pl.DeviceIdType.MESH)
+    dma = pltpu.make_async_remote_copy(
+        x_ref, y_ref, send_sem, recv_sem, device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+    )
     dma.start()  # <- early send
     dma.wait()
 

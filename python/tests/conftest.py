@@ -36,8 +36,17 @@ def run_script(path, p, backend="cpu", check=0, like=None, replace=()):
         return _cache[key]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out")
-        cmd = [sys.executable, os.path.join(HERE, "_script.py"), str(p), out, path, "--backend", backend,
-               "--check", str(check)]
+        cmd = [
+            sys.executable,
+            os.path.join(HERE, "_script.py"),
+            str(p),
+            out,
+            path,
+            "--backend",
+            backend,
+            "--check",
+            str(check),
+        ]
         if like:
             cmd += ["--like", like]
         for old, new in replace:

@@ -59,6 +59,6 @@ mesh = jax.make_mesh((num_devices,), ("x",))
 input_arr = jax.device_put(
     jax.random.uniform(jax.random.key(0), (8 * num_devices, 128)), jax.NamedSharding(mesh, partition)
 )
-pallas_result = jax.jit(
-    jax.shard_map(all_gather, mesh=mesh, in_specs=partition, out_specs=partition, check_vma=False)
-)(input_arr)
+pallas_result = jax.jit(jax.shard_map(all_gather, mesh=mesh, in_specs=partition, out_specs=partition, check_vma=False))(
+    input_arr
+)

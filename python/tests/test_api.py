@@ -64,8 +64,9 @@ def test_shipped_collectives_take_and_return_jax_arrays():
     out = tpusim.run("psum", xs, backend="cpu")
     assert all(type(o).__module__.startswith("jax") for o in out)
     np.testing.assert_array_equal(np.asarray(out[2]), np.full((8, 128), 6))
-    y = tpusim.shard_map("all_gather", jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128),
-                         devices=4, backend="cpu")
+    y = tpusim.shard_map(
+        "all_gather", jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128), devices=4, backend="cpu"
+    )
     assert type(y).__module__.startswith("jax") and y.shape == (16, 8, 128)
 
 
@@ -125,8 +126,18 @@ def test_bench_results_say_what_ran_and_where(backend):
     import datetime
 
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    r = tpusim.bench("all_gather_matmul", 2, min_bytes="8K", max_bytes="32K", iters=2, warmup=1,
-                     checks=1, dtype="bf16", backend=backend, schedule="lazy")
+    r = tpusim.bench(
+        "all_gather_matmul",
+        2,
+        min_bytes="8K",
+        max_bytes="32K",
+        iters=2,
+        warmup=1,
+        checks=1,
+        dtype="bf16",
+        backend=backend,
+        schedule="lazy",
+    )
     assert isinstance(r, tpusim.BenchResults)
     import pathlib
     import tomllib
@@ -146,21 +157,36 @@ def test_bench_results_say_what_ran_and_where(backend):
     assert r.command[0].startswith('tpusim.bench("all_gather_matmul", devices=2, min_bytes="8K"')
     assert [row["size"] for row in r.rows] == [8192, 32768]
     assert all(row["collective"] == "all_gather_matmul" and row["macs"] > 0 for row in r.rows)
-    assert repr(r) == (
-        f"BenchResults(all_gather_matmul, devices=2, dtype=bf16, executor={backend}, rows=2)"
-    )
+    assert repr(r) == (f"BenchResults(all_gather_matmul, devices=2, dtype=bf16, executor={backend}, rows=2)")
     # Along one axis of a 2 x 3 mesh: every device, each group of 3 one instance.
     m = tpusim.Mesh(axes=[("x", 2), ("y", 3)])
-    g = tpusim.bench("psum", mesh=m, axis="y", min_bytes="4K", max_bytes="4K", iters=1,
-                     warmup=0, backend=backend)
+    g = tpusim.bench("psum", mesh=m, axis="y", min_bytes="4K", max_bytes="4K", iters=1, warmup=0, backend=backend)
     assert (g.devices, g.mesh, g.axis, g.group_devices) == (6, "x=2,y=3", "y", 3)
     assert g.command[0].endswith(', mesh=<mesh x=2,y=3>, axis="y")'), g.command
     assert [row["wrong"] for row in g.rows] == [0]
     # The object the command line writes.
     assert set(r.json()) == {
-        "tpusim", "command", "date", "devices", "mesh", "axis", "group_devices", "dtype",
-        "schedule", "iters", "warmup", "checks", "repeat", "min_bytes", "max_bytes", "factor",
-        "backend", "executor", "adapter", "timing", "rows",
+        "tpusim",
+        "command",
+        "date",
+        "devices",
+        "mesh",
+        "axis",
+        "group_devices",
+        "dtype",
+        "schedule",
+        "iters",
+        "warmup",
+        "checks",
+        "repeat",
+        "min_bytes",
+        "max_bytes",
+        "factor",
+        "backend",
+        "executor",
+        "adapter",
+        "timing",
+        "rows",
     }
 
 
@@ -190,40 +216,44 @@ def test_collectives_on_a_2d_mesh(backend):
 XS = [np.ones((8, 128), np.float32)] * 4
 
 
-@pytest.mark.parametrize("call, words", [
-    (lambda: tpusim.check("psum", 4, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
-    (lambda: tpusim.check("psum", 4, schedules=0), "schedules must be between 1 and 1000000 (got 0)"),
-    (lambda: tpusim.check("psum", 4, schedules=2.5), "schedules must be between 1 and 1000000 (got `2.5`)"),
-    (lambda: tpusim.check("psum", 4, schedules=True), "(got `True`)"),
-    (lambda: tpusim.check("psum", 4, seed=-1), "seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
-    (lambda: tpusim.check("psum", 4, seed=2**64), "seed must be a whole number from 0 to 2^64 - 1"),
-    (lambda: tpusim.check("psum", 4, repeat=0), "repeat must be a whole number of at least 1"),
-    (lambda: tpusim.check("psum", 10**11), "devices must be between 1 and 4294967294 (got 100000000000)"),
-    (lambda: tpusim.check(lambda: None, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
-    (lambda: tpusim.trace("psum", 4, repeat=-1), "repeat must be a whole number of at least 1"),
-    (lambda: tpusim.trace("psum", -4), "devices must be between 1 and"),
-    (lambda: tpusim.model("psum", 4, shape=[-1, 4]), "malformed shape `-1x4`"),
-    (lambda: tpusim.bench("psum", 4, iters=-1), "iters must be a whole number of at least 1 (got -1)"),
-    (lambda: tpusim.bench("psum", 4, checks=-1), "checks must be a whole number from 0 to 2^64 - 1"),
-    (lambda: tpusim.bench("psum", 4, factor=1), "factor must be a whole number of at least 2 (got 1)"),
-    (lambda: tpusim.random_inputs("psum", tpusim.Mesh(4), [8, 128], seed=-1), "seed must be"),
-    (lambda: tpusim.Mesh(-1), "devices must be a whole number from 0"),
-    (lambda: tpusim.Mesh(axes=[("x", 2), ("y", -2)]), "axis `y` must be a whole number from 0"),
-    # The schedule of a run names a device of its mesh, wherever it is given.
-    (lambda: tpusim.run("psum", XS, schedule="run-ahead:9", backend="cpu"),
-     "schedule `run-ahead:9` names device 9, but the mesh has 4 devices (run-ahead:0 to run-ahead:3)"),
-    (lambda: tpusim.bench("psum", 4, schedule="run-ahead:9", backend="cpu", max_bytes="4K"), "names device 9"),
-    (lambda: tpusim.run("psum", XS, schedule="sideways", backend="cpu"), "unknown schedule `sideways`"),
-    (lambda: tpusim.simulate(schedule="sideways").__enter__(), "unknown schedule `sideways`"),
-    (lambda: tpusim.simulate(backend="tpu").__enter__(), "unknown backend `tpu`"),
-    (lambda: tpusim.simulate(devices=-1).__enter__(), "devices must be between 1 and"),
-    (lambda: setattr(tpusim.config, "schedule", "sideways"),
-     "tpusim.config.schedule=`sideways`: unknown schedule"),
-    (lambda: setattr(tpusim.config, "devices", 0), "tpusim.config.devices must be between 1 and"),
-    # A setting that is not text is refused as the text it shows, not with a TypeError.
-    (lambda: setattr(tpusim.config, "schedule", None), "tpusim.config.schedule=`None`: unknown schedule `None`"),
-    (lambda: tpusim.simulate(backend=3).__enter__(), "unknown backend `3`"),
-])
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: tpusim.check("psum", 4, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
+        (lambda: tpusim.check("psum", 4, schedules=0), "schedules must be between 1 and 1000000 (got 0)"),
+        (lambda: tpusim.check("psum", 4, schedules=2.5), "schedules must be between 1 and 1000000 (got `2.5`)"),
+        (lambda: tpusim.check("psum", 4, schedules=True), "(got `True`)"),
+        (lambda: tpusim.check("psum", 4, seed=-1), "seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
+        (lambda: tpusim.check("psum", 4, seed=2**64), "seed must be a whole number from 0 to 2^64 - 1"),
+        (lambda: tpusim.check("psum", 4, repeat=0), "repeat must be a whole number of at least 1"),
+        (lambda: tpusim.check("psum", 10**11), "devices must be between 1 and 4294967294 (got 100000000000)"),
+        (lambda: tpusim.check(lambda: None, schedules=-5), "schedules must be between 1 and 1000000 (got -5)"),
+        (lambda: tpusim.trace("psum", 4, repeat=-1), "repeat must be a whole number of at least 1"),
+        (lambda: tpusim.trace("psum", -4), "devices must be between 1 and"),
+        (lambda: tpusim.model("psum", 4, shape=[-1, 4]), "malformed shape `-1x4`"),
+        (lambda: tpusim.bench("psum", 4, iters=-1), "iters must be a whole number of at least 1 (got -1)"),
+        (lambda: tpusim.bench("psum", 4, checks=-1), "checks must be a whole number from 0 to 2^64 - 1"),
+        (lambda: tpusim.bench("psum", 4, factor=1), "factor must be a whole number of at least 2 (got 1)"),
+        (lambda: tpusim.random_inputs("psum", tpusim.Mesh(4), [8, 128], seed=-1), "seed must be"),
+        (lambda: tpusim.Mesh(-1), "devices must be a whole number from 0"),
+        (lambda: tpusim.Mesh(axes=[("x", 2), ("y", -2)]), "axis `y` must be a whole number from 0"),
+        # The schedule of a run names a device of its mesh, wherever it is given.
+        (
+            lambda: tpusim.run("psum", XS, schedule="run-ahead:9", backend="cpu"),
+            "schedule `run-ahead:9` names device 9, but the mesh has 4 devices (run-ahead:0 to run-ahead:3)",
+        ),
+        (lambda: tpusim.bench("psum", 4, schedule="run-ahead:9", backend="cpu", max_bytes="4K"), "names device 9"),
+        (lambda: tpusim.run("psum", XS, schedule="sideways", backend="cpu"), "unknown schedule `sideways`"),
+        (lambda: tpusim.simulate(schedule="sideways").__enter__(), "unknown schedule `sideways`"),
+        (lambda: tpusim.simulate(backend="tpu").__enter__(), "unknown backend `tpu`"),
+        (lambda: tpusim.simulate(devices=-1).__enter__(), "devices must be between 1 and"),
+        (lambda: setattr(tpusim.config, "schedule", "sideways"), "tpusim.config.schedule=`sideways`: unknown schedule"),
+        (lambda: setattr(tpusim.config, "devices", 0), "tpusim.config.devices must be between 1 and"),
+        # A setting that is not text is refused as the text it shows, not with a TypeError.
+        (lambda: setattr(tpusim.config, "schedule", None), "tpusim.config.schedule=`None`: unknown schedule `None`"),
+        (lambda: tpusim.simulate(backend=3).__enter__(), "unknown backend `3`"),
+    ],
+)
 def test_arguments_are_checked_as_the_command_line_checks_them(call, words):
     with pytest.raises(tpusim.TpusimError) as e:
         call()
@@ -236,20 +266,27 @@ def test_numpy_integers_are_counts_too():
     assert r.clean and r.schedules == 10
 
 
-@pytest.mark.parametrize("var, value, words", [
-    ("TPUSIM_DEVICES", "abc", "TPUSIM_DEVICES must be between 1 and 4294967294 (got `abc`)"),
-    ("TPUSIM_DEVICES", "-3", "TPUSIM_DEVICES must be between 1 and 4294967294 (got -3)"),
-    ("TPUSIM_SCHEDULE", "sideways", "TPUSIM_SCHEDULE=`sideways`: unknown schedule `sideways`"),
-    ("TPUSIM_BACKEND", "tpu", "unknown backend `tpu`"),
-])
+@pytest.mark.parametrize(
+    "var, value, words",
+    [
+        ("TPUSIM_DEVICES", "abc", "TPUSIM_DEVICES must be between 1 and 4294967294 (got `abc`)"),
+        ("TPUSIM_DEVICES", "-3", "TPUSIM_DEVICES must be between 1 and 4294967294 (got -3)"),
+        ("TPUSIM_SCHEDULE", "sideways", "TPUSIM_SCHEDULE=`sideways`: unknown schedule `sideways`"),
+        ("TPUSIM_BACKEND", "tpu", "unknown backend `tpu`"),
+    ],
+)
 def test_a_bad_environment_is_bad_input_where_it_is_used_naming_the_variable(var, value, words):
     # `import tpusim` itself succeeds (it was a ValueError traceback at import).
     import subprocess
     import sys
 
     setting = {"TPUSIM_DEVICES": "devices", "TPUSIM_SCHEDULE": "schedule", "TPUSIM_BACKEND": "backend"}[var]
-    code = (f"import tpusim\ntry:\n    tpusim.config.{setting}\nexcept tpusim.BadInput as e:\n"
-            f"    print('refused:', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env=dict(__import__("os").environ, **{var: value}))
+    code = f"import tpusim\ntry:\n    tpusim.config.{setting}\nexcept tpusim.BadInput as e:\n    print('refused:', e)\n"
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(__import__("os").environ, **{var: value}),
+    )
     assert r.returncode == 0 and "refused: bad input: " in r.stdout and words in r.stdout, r.stdout + r.stderr

@@ -24,9 +24,12 @@ def kernel(shift_ref, x_ref, o_ref, send, recv):
 
 def f(shift, x):
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
         in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
-        out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+    )
     mesh = jax.make_mesh((4,), ("x",))
     return jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"), check_vma=False)(shift, x)
 
@@ -62,9 +65,12 @@ def shift_kernel(x_ref, o_ref, send, recv):
 
 def shifted():
     call = pl.pallas_call(
-        shift_kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)
+        shift_kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+    )
     mesh = jax.make_mesh((4,), ("x",))
     g = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     return g, jax.NamedSharding(mesh, P("x"))

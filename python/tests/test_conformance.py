@@ -1,5 +1,5 @@
 """Conformance with the pinned JAX's Mosaic TPU lowering: every primitive it registers a
-rule for is in python/README.md's conformance table, supported or refused with a reason;
+rule for is in the Python chapter's (docs/src/python.md) conformance table, supported or refused with a reason;
 each supported value primitive runs in a kernel on odd shapes and every dtype it takes
 and matches the same jnp code jitted by XLA on the CPU; a refused one raises
 ``UnsupportedError`` naming the primitive and the kernel's line."""
@@ -11,16 +11,16 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import marked_line
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import marked_line
 
 HERE = os.path.abspath(__file__)
-README = os.path.join(os.path.dirname(HERE), "..", "README.md")
+README = os.path.join(os.path.dirname(HERE), "..", "..", "docs", "src", "python.md")
 BF16 = ml_dtypes.bfloat16
 SHAPE = (5, 13)
 
@@ -31,8 +31,10 @@ def registered():
     `tpusim_trace_step` aside."""
     from jax._src.pallas import einshape  # noqa: F401
     from jax._src.pallas.mosaic import core as tpu_core
-    from jax._src.pallas.mosaic import lowering
-    from jax._src.pallas.mosaic import pipeline  # noqa: F401
+    from jax._src.pallas.mosaic import (
+        lowering,
+        pipeline,  # noqa: F401
+    )
 
     return {p.name for p in lowering.lowering_rules[tpu_core.CoreType.TC]} - {"tpusim_trace_step"}
 
@@ -81,26 +83,91 @@ def data(dtype, seed, positive=False):
 
 
 FLOAT_UNARY = {
-    "neg": lax.neg, "abs": lax.abs, "sign": lax.sign, "floor": lax.floor, "ceil": lax.ceil,
-    "round": lax.round, "exp": lax.exp, "exp2": lax.exp2, "log": lax.log, "log1p": lax.log1p,
-    "sqrt": lax.sqrt, "rsqrt": lax.rsqrt, "tanh": lax.tanh, "logistic": lax.logistic, "sin": lax.sin,
-    "cos": lax.cos, "tan": lax.tan, "erf": lax.erf, "is_finite": lambda x: lax.is_finite(x).astype(x.dtype),
-    "square": lax.square, "integer_pow": lambda x: lax.integer_pow(x, 3), "reciprocal": pl.reciprocal,
-    "log2": jnp.log2, "one_minus_square": lambda x: 1 - lax.square(x),
+    "neg": lax.neg,
+    "abs": lax.abs,
+    "sign": lax.sign,
+    "floor": lax.floor,
+    "ceil": lax.ceil,
+    "round": lax.round,
+    "exp": lax.exp,
+    "exp2": lax.exp2,
+    "log": lax.log,
+    "log1p": lax.log1p,
+    "sqrt": lax.sqrt,
+    "rsqrt": lax.rsqrt,
+    "tanh": lax.tanh,
+    "logistic": lax.logistic,
+    "sin": lax.sin,
+    "cos": lax.cos,
+    "tan": lax.tan,
+    "erf": lax.erf,
+    "is_finite": lambda x: lax.is_finite(x).astype(x.dtype),
+    "square": lax.square,
+    "integer_pow": lambda x: lax.integer_pow(x, 3),
+    "reciprocal": pl.reciprocal,
+    "log2": jnp.log2,
+    "one_minus_square": lambda x: 1 - lax.square(x),
 }
-INT_UNARY = {"neg": lax.neg, "abs": lax.abs, "sign": lax.sign, "not": lax.bitwise_not, "square": lax.square,
-             "integer_pow": lambda x: lax.integer_pow(x, 2)}
-FLOAT_BINARY = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "rem": lax.rem, "pow": lax.pow,
-                "max": lax.max, "min": lax.min, "atan2": lax.atan2}
-INT_BINARY = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "rem": lax.rem, "max": lax.max,
-              "min": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor,
-              "shift_left": lax.shift_left, "shift_right_arithmetic": lax.shift_right_arithmetic,
-              "shift_right_logical": lax.shift_right_logical}
+INT_UNARY = {
+    "neg": lax.neg,
+    "abs": lax.abs,
+    "sign": lax.sign,
+    "not": lax.bitwise_not,
+    "square": lax.square,
+    "integer_pow": lambda x: lax.integer_pow(x, 2),
+}
+FLOAT_BINARY = {
+    "add": lax.add,
+    "sub": lax.sub,
+    "mul": lax.mul,
+    "div": lax.div,
+    "rem": lax.rem,
+    "pow": lax.pow,
+    "max": lax.max,
+    "min": lax.min,
+    "atan2": lax.atan2,
+}
+INT_BINARY = {
+    "add": lax.add,
+    "sub": lax.sub,
+    "mul": lax.mul,
+    "div": lax.div,
+    "rem": lax.rem,
+    "max": lax.max,
+    "min": lax.min,
+    "and": lax.bitwise_and,
+    "or": lax.bitwise_or,
+    "xor": lax.bitwise_xor,
+    "shift_left": lax.shift_left,
+    "shift_right_arithmetic": lax.shift_right_arithmetic,
+    "shift_right_logical": lax.shift_right_logical,
+}
 BOOL_BINARY = {"and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor}
 COMPARE = {"eq": lax.eq, "ne": lax.ne, "lt": lax.lt, "le": lax.le, "gt": lax.gt, "ge": lax.ge}
-EXACT = {"neg", "abs", "sign", "floor", "ceil", "round", "is_finite", "add", "sub", "mul", "div", "max", "min",
-         "not", "and", "or", "xor", "shift_left", "shift_right_arithmetic", "shift_right_logical", "square",
-         "rem"}
+EXACT = {
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "is_finite",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "max",
+    "min",
+    "not",
+    "and",
+    "or",
+    "xor",
+    "shift_left",
+    "shift_right_arithmetic",
+    "shift_right_logical",
+    "square",
+    "rem",
+}
 TOL = {np.dtype(np.float32): 2e-6, np.dtype(BF16): 1e-2, np.dtype(np.float16): 2e-3}
 
 
@@ -116,9 +183,12 @@ def on_tpusim(fns, args, out_dtypes):
             outs[k][...] = f(*vals)
 
     shapes = [jax.ShapeDtypeStruct(SHAPE, d) for d in out_dtypes]
-    call = pl.pallas_call(kernel, out_shape=shapes,
-                          in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * n,
-                          out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(fns))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=shapes,
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * n,
+        out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(fns),
+    )
     with tpusim.simulate(backend="cpu"):
         return [np.asarray(o) for o in jax.jit(call)(*args)]
 
@@ -134,8 +204,9 @@ def assert_like_xla(name, got, want, exact):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, equal_nan=True, err_msg=name)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.int8, np.uint8, np.bool_],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.float32, BF16, np.float16, np.int32, np.int8, np.uint8, np.bool_], ids=lambda d: np.dtype(d).name
+)
 def test_elementwise_primitives_against_xla_on_the_cpu(dtype):
     dt = np.dtype(dtype)
     x, y = data(dt, 1), data(dt, 2)
@@ -161,8 +232,9 @@ def test_elementwise_primitives_against_xla_on_the_cpu(dtype):
         # some in the narrow type itself: its exp2 of bf16 is 2 ulps off).
         ref = _float_reference(tuple(n for n, _ in fns), tuple(f for _, f in fns))
         f32 = np.float32
-        want = [np.asarray(v).astype(dt) if v.dtype == f32 else np.asarray(v)
-                for v in ref(x.astype(f32), y.astype(f32))]
+        want = [
+            np.asarray(v).astype(dt) if v.dtype == f32 else np.asarray(v) for v in ref(x.astype(f32), y.astype(f32))
+        ]
     else:
         want = [np.asarray(o) for o in jax.jit(lambda a, b: [f(a, b) for _, f in fns])(x, y)]
     for (name, _), g, w in zip(fns, got, want):
@@ -190,9 +262,12 @@ def kernel_of(fn, args, outs):
         for r, v in zip(refs[n:], res):
             r[...] = v
 
-    call = pl.pallas_call(kernel, out_shape=[jax.ShapeDtypeStruct(np.shape(o), o.dtype) for o in outs],
-                          in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * n,
-                          out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(outs))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=[jax.ShapeDtypeStruct(np.shape(o), o.dtype) for o in outs],
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * n,
+        out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(outs),
+    )
     with tpusim.simulate(backend="cpu"):
         return [np.asarray(o) for o in jax.jit(call)(*args)]
 
@@ -200,27 +275,30 @@ def kernel_of(fn, args, outs):
 def structural(x, y, w, k):
     i32 = jnp.int32
     return (
-        lax.broadcast_in_dim(x[0], (3,) + x[0].shape, (1,)),              # broadcast_in_dim
-        jnp.broadcast_to(x[:, :1], x.shape),                              # broadcast (size 1)
-        x.reshape(13, 5),                                                 # reshape
-        jnp.squeeze(x[:1], 0),                                            # squeeze
-        x.T,                                                              # transpose
-        lax.slice(x, (1, 2), (5, 13), (2, 3)),                            # slice (strided)
-        lax.dynamic_slice(x, (k, 3), (2, 4)),                             # dynamic_slice
-        lax.dynamic_update_slice(x, y[:2, :3], (k, 5)),                   # dynamic_update_slice
-        jnp.concatenate([x, y[:2]], axis=0),                              # concatenate
-        jnp.split(x, [4], axis=1)[1],                                     # split
-        jnp.stack([x, y], axis=1),                                        # stack
-        jnp.tile(x[:2, :3], (2, 3)),                                      # tile
+        lax.broadcast_in_dim(x[0], (3,) + x[0].shape, (1,)),  # broadcast_in_dim
+        jnp.broadcast_to(x[:, :1], x.shape),  # broadcast (size 1)
+        x.reshape(13, 5),  # reshape
+        jnp.squeeze(x[:1], 0),  # squeeze
+        x.T,  # transpose
+        lax.slice(x, (1, 2), (5, 13), (2, 3)),  # slice (strided)
+        lax.dynamic_slice(x, (k, 3), (2, 4)),  # dynamic_slice
+        lax.dynamic_update_slice(x, y[:2, :3], (k, 5)),  # dynamic_update_slice
+        jnp.concatenate([x, y[:2]], axis=0),  # concatenate
+        jnp.split(x, [4], axis=1)[1],  # split
+        jnp.stack([x, y], axis=1),  # stack
+        jnp.tile(x[:2, :3], (2, 3)),  # tile
         lax.pad(x[:2, :3], jnp.array(0, x.dtype), ((1, 2, 0), (0, 1, 0))),  # pad
-        pltpu.roll(x, 4, 1),                                              # roll
-        pltpu.einshape("ab->ba", x),                                      # einshape_lo
-        lax.broadcasted_iota(i32, (4, 6), 1),                             # iota
-        jnp.sum(x, axis=1), jnp.max(x, axis=0), jnp.min(x, keepdims=True),  # reduce_*
-        jnp.argmax(x, axis=1).astype(i32), jnp.argmin(x, axis=0).astype(i32),  # argmax / argmin
-        lax.clamp(jnp.array(-2, x.dtype), x, jnp.array(3, x.dtype)),      # clamp
-        lax.select_n(lax.rem(jnp.abs(w), 3), x, y, x + y),                # select_n, 3 cases
-        *lax.top_k(x, 3),                                                  # top_k
+        pltpu.roll(x, 4, 1),  # roll
+        pltpu.einshape("ab->ba", x),  # einshape_lo
+        lax.broadcasted_iota(i32, (4, 6), 1),  # iota
+        jnp.sum(x, axis=1),
+        jnp.max(x, axis=0),
+        jnp.min(x, keepdims=True),  # reduce_*
+        jnp.argmax(x, axis=1).astype(i32),
+        jnp.argmin(x, axis=0).astype(i32),  # argmax / argmin
+        lax.clamp(jnp.array(-2, x.dtype), x, jnp.array(3, x.dtype)),  # clamp
+        lax.select_n(lax.rem(jnp.abs(w), 3), x, y, x + y),  # select_n, 3 cases
+        *lax.top_k(x, 3),  # top_k
         jnp.dot(x, y.T, preferred_element_type=jnp.float32 if x.dtype != jnp.int32 else i32),  # dot_general
     )
 
@@ -245,9 +323,13 @@ def test_conversions_bitcasts_and_boolean_reductions_against_xla():
 
     def fn(v, m):
         outs = [v.astype(d).astype(e) for d in dts for e in dts if not (d == np.bool_ and e == np.bool_)]
-        outs += [lax.bitcast_convert_type(v, jnp.int32), lax.bitcast_convert_type(v.astype(BF16), jnp.float16),
-                 pltpu.bitcast(v.astype(jnp.int32), jnp.float32),
-                 jnp.all(m, axis=1), jnp.any(m, axis=0)]
+        outs += [
+            lax.bitcast_convert_type(v, jnp.int32),
+            lax.bitcast_convert_type(v.astype(BF16), jnp.float16),
+            pltpu.bitcast(v.astype(jnp.int32), jnp.float32),
+            jnp.all(m, axis=1),
+            jnp.any(m, axis=0),
+        ]
         return tuple(outs)
 
     want = [np.asarray(o) for o in jax.jit(fn)(x, b)]
@@ -275,14 +357,22 @@ def nextafter_kernel(x_ref, o_ref):
     o_ref[...] = lax.nextafter(x_ref[...], x_ref[...] + 1)  # <- nextafter
 
 
-@pytest.mark.parametrize("kernel, prim, dtype", [(erf_inv_kernel, "erf_inv", np.float32),
-                                                 (clz_kernel, "clz", np.int32),
-                                                 (population_count_kernel, "population_count", np.int32),
-                                                 (nextafter_kernel, "nextafter", np.float32)])
+@pytest.mark.parametrize(
+    "kernel, prim, dtype",
+    [
+        (erf_inv_kernel, "erf_inv", np.float32),
+        (clz_kernel, "clz", np.int32),
+        (population_count_kernel, "population_count", np.int32),
+        (nextafter_kernel, "nextafter", np.float32),
+    ],
+)
 def test_a_refused_primitive_names_itself_and_the_kernels_line(kernel, prim, dtype):
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(SHAPE, dtype),
-                          in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                          out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(SHAPE, dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+    )
     with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate(backend="cpu"):
         jax.block_until_ready(jax.jit(call)(np.ones(SHAPE, dtype)))
     assert f"`{prim}`" in str(e.value) and f"{HERE}:{marked_line(HERE, prim)}" in str(e.value), str(e.value)

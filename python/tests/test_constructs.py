@@ -10,13 +10,13 @@ import functools
 import jax
 import numpy as np
 import pytest
+from conftest import against_interpret
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import against_interpret
 
 P = jax.sharding.PartitionSpec
 DMA, REGULAR = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
@@ -68,18 +68,22 @@ def test_remote_copy_ring_with_a_barrier_semaphore():
         pl.semaphore_signal(barrier, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
         pl.semaphore_signal(barrier, device_id=(right,), device_id_type=pl.DeviceIdType.MESH)
         pl.semaphore_wait(barrier, 2)
-        dma = pltpu.make_async_remote_copy(x_ref, y_ref, send, recv, device_id=(right,),
-                                           device_id_type=pl.DeviceIdType.MESH)
+        dma = pltpu.make_async_remote_copy(
+            x_ref, y_ref, send, recv, device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+        )
         dma.start()
         dma.wait()
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[DMA, DMA], compiler_params=pltpu.CompilerParams(collective_id=3))
-        return jax.shard_map(call, mesh=mesh1(), in_specs=P(None, "x"), out_specs=P(None, "x"),
-                             check_vma=False)(x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA, DMA],
+            compiler_params=pltpu.CompilerParams(collective_id=3),
+        )
+        return jax.shard_map(call, mesh=mesh1(), in_specs=P(None, "x"), out_specs=P(None, "x"), check_vma=False)(x)
 
     x = put(iota((8, 128 * n)), mesh1(), P(None, "x"))
     got = same(f, x)
@@ -93,17 +97,19 @@ def test_async_remote_copy_logical_ids_run_scoped_semaphores_and_axis_size():
             other = lax.rem(lax.axis_index("x") + n - 1, n)
             pl.semaphore_signal(ready, device_id=other, device_id_type=pl.DeviceIdType.LOGICAL)
             pl.semaphore_wait(ready)
-            copy = pltpu.async_remote_copy(x_ref, y_ref, send, recv, other,
-                                           device_id_type=pl.DeviceIdType.LOGICAL)
+            copy = pltpu.async_remote_copy(x_ref, y_ref, send, recv, other, device_id_type=pl.DeviceIdType.LOGICAL)
             copy.wait_send()
             copy.wait_recv()
 
         pl.run_scoped(body, REGULAR, DMA, DMA)
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        )
         return jax.shard_map(call, mesh=mesh1(), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((32, 128)), mesh1(), P("x"))
@@ -131,9 +137,12 @@ def test_local_copies_nested_run_scoped_vmem_and_stores():
         pl.run_scoped(outer, pltpu.VMEM((8, 128), jnp.int32), DMA)
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((2, 8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((16, 128)), mesh1(2), P("x"))
@@ -165,21 +174,25 @@ def test_2d_mesh_axes_and_every_device_id_form():
         ]
         # Receivers of the four sends: (1-x, y), (x, 1-y), next, next.
         for k, (dev, kind) in enumerate(ids):
-            c = pltpu.make_async_remote_copy(x_ref.at[k], o_ref.at[k], send.at[k], recv.at[k],
-                                             device_id=dev, device_id_type=kind)
+            c = pltpu.make_async_remote_copy(
+                x_ref.at[k], o_ref.at[k], send.at[k], recv.at[k], device_id=dev, device_id_type=kind
+            )
             c.start()
         for k, (dev, kind) in enumerate(ids):
-            pltpu.make_async_remote_copy(x_ref.at[k], o_ref.at[k], send.at[k], recv.at[k],
-                                         device_id=dev, device_id_type=kind).wait()
+            pltpu.make_async_remote_copy(
+                x_ref.at[k], o_ref.at[k], send.at[k], recv.at[k], device_id=dev, device_id_type=kind
+            ).wait()
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((4, 8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA((4,)), pltpu.SemaphoreType.DMA((4,))],
-                              compiler_params=pltpu.CompilerParams(collective_id=0))
-        return jax.shard_map(call, mesh=mesh, in_specs=P(("x", "y")), out_specs=P(("x", "y")),
-                             check_vma=False)(x)
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((4, 8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA((4,)), pltpu.SemaphoreType.DMA((4,))],
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+        )
+        return jax.shard_map(call, mesh=mesh, in_specs=P(("x", "y")), out_specs=P(("x", "y")), check_vma=False)(x)
 
     x = put(iota((16, 8, 128)), mesh, P(("x", "y")))
     got = same(f, x).reshape(4, 4, 8, 128)
@@ -203,16 +216,20 @@ def test_semaphore_arrays_of_two_dimensions():
                 pltpu.make_async_copy(x_ref.at[i, j], o_ref.at[j, i], sems.at[i, j]).wait()
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((3, 2, 8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA((2, 3))])
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((3, 2, 8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA((2, 3))],
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((4, 3, 8, 128)), mesh1(2), P("x"))
     got = same(f, x)
-    np.testing.assert_array_equal(got.reshape(2, 3, 2, 8, 128),
-                                  np.asarray(x).reshape(2, 2, 3, 8, 128).transpose(0, 2, 1, 3, 4))
+    np.testing.assert_array_equal(
+        got.reshape(2, 3, 2, 8, 128), np.asarray(x).reshape(2, 2, 3, 8, 128).transpose(0, 2, 1, 3, 4)
+    )
 
 
 def test_select_ref_and_strided_windows():
@@ -229,12 +246,14 @@ def test_select_ref_and_strided_windows():
         b.wait()
 
     def f(x0, x1):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA((2,))])
-        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=P("x"),
-                             check_vma=False)(x0, x1)
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA((2,))],
+        )
+        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False)(x0, x1)
 
     m = mesh1(2)
     x0, x1 = put(iota((16, 128)), m, P("x")), put(iota((16, 128)) + 10000, m, P("x"))
@@ -269,9 +288,11 @@ def test_a_window_of_rows_is_one_dma_and_a_window_of_planes_one_per_plane():
             out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct((4, 8, 128), jnp.int32)),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
             out_specs=(pl.BlockSpec(memory_space=pl.ANY),) * 2,
-            scratch_shapes=[pltpu.VMEM((4, 64), jnp.int32), pltpu.VMEM((2, 4, 64), jnp.int32), DMA])
-        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")),
-                             check_vma=False)(x, y)
+            scratch_shapes=[pltpu.VMEM((4, 64), jnp.int32), pltpu.VMEM((2, 4, 64), jnp.int32), DMA],
+        )
+        return jax.shard_map(
+            call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")), check_vma=False
+        )(x, y)
 
     from tpusim import _hook
 
@@ -336,8 +357,9 @@ def test_smem_operands_scalar_prefetch_and_smem_scratch_decide_control_and_indic
             ),
             compiler_params=pltpu.CompilerParams(collective_id=1),
         )
-        return jax.shard_map(call, mesh=mesh1(), in_specs=(P(), P(), P("x")), out_specs=(P("x"), P("x")),
-                             check_vma=False)(route, pick, x)
+        return jax.shard_map(
+            call, mesh=mesh1(), in_specs=(P(), P(), P("x")), out_specs=(P("x"), P("x")), check_vma=False
+        )(route, pick, x)
 
     m = mesh1()
     x = put(iota((n * 3, 8, 128)), m, P("x"))
@@ -410,9 +432,13 @@ def test_control_flow_loops_nested_jit_named_scope_and_delay():
             move(11)
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((12, 8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[DMA])
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((12, 8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA],
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((24, 8, 128)), mesh1(2), P("x"))
@@ -433,9 +459,12 @@ def test_block_specs_copy_blocks_in_and_out_around_each_grid_point():
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 256), jnp.int32), grid=(2, 2, 3),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 256), jnp.int32),
+            grid=(2, 2, 3),
             in_specs=[pl.BlockSpec((8, None, 128), lambda i, j, k: (i, k, j))],
-            out_specs=pl.BlockSpec((8, 128), lambda i, j, k: (i, j)))
+            out_specs=pl.BlockSpec((8, 128), lambda i, j, k: (i, j)),
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((32, 3, 256)), mesh1(2), P("x"))
@@ -453,15 +482,19 @@ def test_emit_pipeline_inside_a_kernel():
             o_ref[...] += x_ref[...]
 
         pltpu.emit_pipeline(
-            inner, grid=(2, 4),
+            inner,
+            grid=(2, 4),
             in_specs=[pl.BlockSpec((8, 128), lambda i, k: (i, k))],
             out_specs=[pl.BlockSpec((8, 128), lambda i, k: (i, 0))],
         )(x_hbm, o_hbm)
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put(iota((32, 512)), mesh1(2), P("x"))
@@ -477,12 +510,15 @@ def test_input_output_aliases():
         c.wait()
 
     def f(x, y):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[DMA],
-                              input_output_aliases={0: 0})
-        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=P("x"),
-                             check_vma=False)(x, y)
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((2, 8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA],
+            input_output_aliases={0: 0},
+        )
+        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False)(x, y)
 
     m = mesh1(2)
     x, y = put(iota((4, 8, 128)), m, P("x")), put(-iota((16, 128)), m, P("x"))
@@ -506,11 +542,14 @@ def test_vector_compute_on_loaded_values():
 
     def f(x, w):
         call = pl.pallas_call(
-            kernel, out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct((1, 128), jnp.int32)),
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct((1, 128), jnp.int32)),
             in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2,
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2)
-        return jax.shard_map(call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")),
-                             check_vma=False)(x, w)
+            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2,
+        )
+        return jax.shard_map(
+            call, mesh=mesh1(2), in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")), check_vma=False
+        )(x, w)
 
     m = mesh1(2)
     x = put(iota((16, 128)) % 211 - 90, m, P("x"))
@@ -524,9 +563,12 @@ def test_float_compute_is_close_to_interpret_mode():
         o_ref[...] = jnp.tanh(x) * jnp.exp(-x * x) + jnp.sqrt(jnp.abs(x)) / 3.0
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = put((iota((16, 128)) % 97 - 48).astype(np.float32) / 17, mesh1(2), P("x"))
@@ -542,9 +584,11 @@ def test_core_map_cores_share_their_chips_hbm():
     # of the device's rows through its own VMEM, after a barrier among the chip's cores.
     def f(x):
         @functools.partial(
-            pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
+            pl.kernel,
+            mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
             out_type=jax.ShapeDtypeStruct((16, 128), jnp.int32),
-            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA, REGULAR])
+            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA, REGULAR],
+        )
         def k(x_ref, o_ref, buf, dma, sem):
             core = lax.axis_index("core")
             for c in range(2):
@@ -570,9 +614,11 @@ def test_a_tensorcore_mesh_of_the_chips_default_core_count_inside_shard_map():
     # (v5p: 2), read by the kernel through lax.axis_size.
     def body(x):
         @functools.partial(
-            pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core"),
+            pl.kernel,
+            mesh=pltpu.TensorCoreMesh(axis_name="core"),
             out_type=jax.ShapeDtypeStruct((16, 128), jnp.int32),
-            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA])
+            scratch_types=[pltpu.VMEM((8, 128), jnp.int32), DMA],
+        )
         def k(x_ref, o_ref, buf, dma):
             n = lax.axis_size("core")
             rows = pl.ds(lax.axis_index("core") * (16 // n), 16 // n)
@@ -597,9 +643,12 @@ def test_a_missing_construct_names_the_primitive_and_line():
         o_ref[...] = jnp.cumsum(x_ref[...], axis=0)  # <- cumsum
 
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        )
         return jax.shard_map(call, mesh=mesh1(2), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     from conftest import marked_line
@@ -612,9 +661,13 @@ def test_a_missing_construct_names_the_primitive_and_line():
 
 def semaphore_count(kernel):
     def f(x):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM), scratch_shapes=[REGULAR])
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch_shapes=[REGULAR],
+        )
         return jax.shard_map(call, mesh=mesh1(4), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     return jax.jit(f)

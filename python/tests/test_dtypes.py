@@ -5,9 +5,9 @@ input's dtype."""
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import run_script, seed_path
 
 import tpusim
-from conftest import run_script, seed_path
 
 DTYPES = [np.float16, ml_dtypes.bfloat16]
 
@@ -32,11 +32,17 @@ def test_the_seed_psum_kernel_in_16_bit(name):
     # The seed as written with every jnp.float32 replaced, on small integers (exact sums
     # in either format), against numpy.
     p = 4
-    arrays, _ = run_script(seed_path("psum"), p, replace=[
-        ("jnp.float32", f"jnp.{name}"),
-        ("input_arr = jax.device_put(input_arr, sharding)",
-         f"input_arr = jax.device_put((input_arr * 8).round().astype(jnp.{name}), sharding)"),
-    ])
+    arrays, _ = run_script(
+        seed_path("psum"),
+        p,
+        replace=[
+            ("jnp.float32", f"jnp.{name}"),
+            (
+                "input_arr = jax.device_put(input_arr, sharding)",
+                f"input_arr = jax.device_put((input_arr * 8).round().astype(jnp.{name}), sharding)",
+            ),
+        ],
+    )
     x = arrays["input_arr"]
     assert x.dtype.name == name
     got = arrays["pallas_result"]

@@ -12,18 +12,18 @@ import sys
 import textwrap
 import time
 
+import broken_kernels as bk
 import jax
 import numpy as np
 import pytest
+from conftest import HERE, marked_line
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import broken_kernels as bk
-import tpusim
-from conftest import HERE, marked_line
 from jax.sharding import PartitionSpec as P
+
+import tpusim
 
 SRC = os.path.join(HERE, "broken_kernels.py")
 DMA, REGULAR = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
@@ -197,19 +197,28 @@ def signal_all(o_ref):
 def test_a_barrier_semaphore_output_is_unsupported_at_the_call(cpu):
     # REGULAR and DMA semaphore outputs are handed on (test_semaphore_operands.py); a
     # barrier semaphore belongs to its collective_id.
-    call = pl.pallas_call(signal_all, in_specs=[], out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
-                          out_shape=pltpu.SemaphoreType.BARRIER(()),
-                          compiler_params=pltpu.CompilerParams(collective_id=0))
+    call = pl.pallas_call(
+        signal_all,
+        in_specs=[],
+        out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
+        out_shape=pltpu.SemaphoreType.BARRIER(()),
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+    )
 
     def copy(x_ref, sem_ref, o_ref):
         o_ref[...] = x_ref[...]
 
-    use = pl.pallas_call(copy, in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                                         pl.BlockSpec(memory_space=pltpu.SEMAPHORE)],
-                         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                         out_shape=jax.ShapeDtypeStruct(bk.SHARD, jnp.float32))
-    f = jax.jit(jax.shard_map(lambda v: use(v, call()), mesh=bk.mesh(), in_specs=bk.partition,
-                              out_specs=bk.partition, check_vma=False))
+    use = pl.pallas_call(
+        copy,
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM), pl.BlockSpec(memory_space=pltpu.SEMAPHORE)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        out_shape=jax.ShapeDtypeStruct(bk.SHARD, jnp.float32),
+    )
+    f = jax.jit(
+        jax.shard_map(
+            lambda v: use(v, call()), mesh=bk.mesh(), in_specs=bk.partition, out_specs=bk.partition, check_vma=False
+        )
+    )
     with pytest.raises(tpusim.UnsupportedError) as e, tpusim.simulate():
         jax.block_until_ready(f(x()))
     assert "a semaphore operand of type barrier_semaphore" in str(e.value), str(e.value)
@@ -246,8 +255,11 @@ def test_a_check_of_a_huge_mesh_is_refused_before_its_schedules_are_listed(devic
 @pytest.mark.parametrize("devices", [10**10, 10**12, -1, 0])
 def test_a_device_count_beyond_the_planner_is_the_command_lines_refusal(devices):
     # As `tpusim check -p N`: the same rule and words (tpusim::args::DEVICES).
-    refused_quickly(tpusim.BadInput, lambda: tpusim.check("psum", devices),
-                    f"devices must be between 1 and 4294967294 (got {devices})")
+    refused_quickly(
+        tpusim.BadInput,
+        lambda: tpusim.check("psum", devices),
+        f"devices must be between 1 and 4294967294 (got {devices})",
+    )
 
 
 def test_a_huge_two_axis_mesh_is_refused_at_once():
@@ -264,12 +276,24 @@ def test_a_step_table_with_a_column_per_device_is_refused_before_it_is_made():
 
 
 def test_counts_are_bounded_by_their_time():
-    refused_quickly(tpusim.LimitError, lambda: tpusim.check("psum", 64, schedules=10**6), "too long",
-                    "the largest --schedules that fits is")
-    refused_quickly(tpusim.LimitError, lambda: tpusim.bench("psum", iters=10**12, max_bytes="4K", backend="cpu"),
-                    "too long", "the largest -n that fits is")
-    refused_quickly(tpusim.LimitError, lambda: tpusim.bench("psum", checks=10**10, max_bytes="4K", backend="cpu"),
-                    "too long", "the largest -c that fits is")
+    refused_quickly(
+        tpusim.LimitError,
+        lambda: tpusim.check("psum", 64, schedules=10**6),
+        "too long",
+        "the largest --schedules that fits is",
+    )
+    refused_quickly(
+        tpusim.LimitError,
+        lambda: tpusim.bench("psum", iters=10**12, max_bytes="4K", backend="cpu"),
+        "too long",
+        "the largest -n that fits is",
+    )
+    refused_quickly(
+        tpusim.LimitError,
+        lambda: tpusim.bench("psum", checks=10**10, max_bytes="4K", backend="cpu"),
+        "too long",
+        "the largest -c that fits is",
+    )
 
 
 def test_the_time_limit_is_the_users(monkeypatch):
@@ -282,12 +306,16 @@ def test_the_time_limit_is_the_users(monkeypatch):
 
 def test_a_recording_of_a_huge_grid_is_refused_before_the_first_call():
     # What a front end asks before it calls the kernel's Python per device and grid point.
-    refused_quickly(tpusim.LimitError,
-                    lambda: tpusim._native.ensure_recording_fits("k", 4, [10**7], (10.0, 0.0, 0.0)),
-                    "too long", "4.0e7 kernel calls", "the most grid points that fit are")
-    refused_quickly(tpusim.LimitError,
-                    lambda: tpusim._native.ensure_recording_fits("k", 4, [10**9, 10**9]),
-                    "not enough memory")
+    refused_quickly(
+        tpusim.LimitError,
+        lambda: tpusim._native.ensure_recording_fits("k", 4, [10**7], (10.0, 0.0, 0.0)),
+        "too long",
+        "4.0e7 kernel calls",
+        "the most grid points that fit are",
+    )
+    refused_quickly(
+        tpusim.LimitError, lambda: tpusim._native.ensure_recording_fits("k", 4, [10**9, 10**9]), "not enough memory"
+    )
     tpusim._native.ensure_recording_fits("k", 4, [1000], (10.0, 0.0, 0.0))
 
 
@@ -296,20 +324,22 @@ def on_grid(kernel, grid, devices=4):
     tpusim: a function to call."""
     mesh = jax.make_mesh((devices,), ("x",))
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                          grid=grid, in_specs=[vmem], out_specs=vmem)
-    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"),
-                              check_vma=False))
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=grid, in_specs=[vmem], out_specs=vmem
+    )
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"), check_vma=False))
     x = jax.device_put(np.ones((8, 128 * devices), np.float32), jax.NamedSharding(mesh, P(None, "x")))
 
     def run():
         with tpusim.simulate(devices=devices):
             return np.asarray(jax.block_until_ready(f(x)))
+
     return run
 
 
 def copy_at_zero(x_ref, o_ref):
     """Copies its input at grid point 0."""
+
     @pl.when(pl.program_id(0) == 0)
     def _():
         o_ref[...] = x_ref[...]
@@ -335,8 +365,13 @@ def test_the_issues_grid_of_ten_million_is_refused_once_its_first_points_are_tim
     # 4e7 evaluations of the kernel's jaxpr: tens of minutes at the ~60 us a point
     # measures here; a one-minute limit keeps the test a refusal on machines 30x faster.
     monkeypatch.setenv("TPUSIM_TIME_LIMIT", "60s")
-    refused_quickly(tpusim.LimitError, on_grid(copy_at_zero, (10**7,)),
-                    "too long", "4.0e7 kernel calls", "the most grid points that fit are")
+    refused_quickly(
+        tpusim.LimitError,
+        on_grid(copy_at_zero, (10**7,)),
+        "too long",
+        "4.0e7 kernel calls",
+        "the most grid points that fit are",
+    )
 
 
 def test_a_slow_kernel_is_refused_at_its_loop_with_the_largest_count_that_fits(cpu):
@@ -344,20 +379,28 @@ def test_a_slow_kernel_is_refused_at_its_loop_with_the_largest_count_that_fits(c
     # iteration is counted, the loop taken to run at every point (as every point runs
     # the same code).
     line = marked_line(__file__, "slow loop")
-    e = refused_quickly(tpusim.LimitError, on_grid(slow_copy_at_zero, (10**6,)),
-                        "too long", f"the loop at {__file__}:{line} (2000 iterations",
-                        "4.0e6 kernel calls", "the largest count that fits is")
+    e = refused_quickly(
+        tpusim.LimitError,
+        on_grid(slow_copy_at_zero, (10**6,)),
+        "too long",
+        f"the loop at {__file__}:{line} (2000 iterations",
+        "4.0e6 kernel calls",
+        "the largest count that fits is",
+    )
     assert int(str(e).rsplit(" ", 1)[1]) < 2000, str(e)
 
 
 def signal_loop(n):
     """A kernel whose one `fori_loop` signals and waits its own semaphore `n` times."""
+
     def kernel(x_ref, o_ref, sem):
         def body(i, c):
             pl.semaphore_signal(sem, 1)
             pl.semaphore_wait(sem, 1)
             return c
+
         jax.lax.fori_loop(0, n, body, 0)  # <- signal loop
+
     return kernel
 
 
@@ -368,17 +411,26 @@ def test_a_loop_of_1e8_signals_is_refused_at_once_the_same_way_every_time(cpu):
     # alone: the same message in every run, whatever the machine's load.
     mesh = jax.make_mesh((4,), ("x",))
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
-    call = pl.pallas_call(signal_loop(10**8), out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                          in_specs=[vmem], out_specs=vmem, scratch_shapes=[REGULAR])
-    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"),
-                              check_vma=False))
+    call = pl.pallas_call(
+        signal_loop(10**8),
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        in_specs=[vmem],
+        out_specs=vmem,
+        scratch_shapes=[REGULAR],
+    )
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"), check_vma=False))
     xs = jax.device_put(np.ones((8, 512), np.float32), jax.NamedSharding(mesh, P(None, "x")))
     line = marked_line(__file__, "signal loop")
     said = set()
     for _ in range(2):
-        e = refused_quickly(tpusim.LimitError, lambda: tpusim_run(f, xs),
-                            "too long", f"the loop at {__file__}:{line} (100000000 iterations",
-                            "(4 kernel calls)", "the largest count that fits is")
+        e = refused_quickly(
+            tpusim.LimitError,
+            lambda: tpusim_run(f, xs),
+            "too long",
+            f"the loop at {__file__}:{line} (100000000 iterations",
+            "(4 kernel calls)",
+            "the largest count that fits is",
+        )
         said.add(str(e))
     assert len(said) == 1, said
     # The count it names fits: at most that many iterations a call, every call.
@@ -399,16 +451,19 @@ def test_the_recording_time_limit_is_the_users(cpu, monkeypatch):
     np.testing.assert_array_equal(got, np.ones((8, 512), np.float32))
 
 
-@pytest.mark.parametrize("knob, value, words", [
-    ("dma_latency_us", 1e308, ["dma_latency_us", "1e308"]),
-    ("link_gbps", 1e300, ["link_gbps", "1e300"]),
-    ("link_latency_us", -1, ["link_latency_us", "-1 us", "zero or positive"]),
-    ("link_gbps", 1e-300, ["link_gbps", "1e-300", "one byte would take"]),
-    ("hbm_gbps", float("nan"), ["hbm_gbps", "finite"]),
-    ("vector_gelems", 0, ["vector_gelems", "positive"]),
-    ("vmem_bytes", 1.5, ["vmem_bytes", "whole number"]),
-    ("link_latency_us", 9e15, ["modeled time", "--link-latency-us 9e15"]),
-])
+@pytest.mark.parametrize(
+    "knob, value, words",
+    [
+        ("dma_latency_us", 1e308, ["dma_latency_us", "1e308"]),
+        ("link_gbps", 1e300, ["link_gbps", "1e300"]),
+        ("link_latency_us", -1, ["link_latency_us", "-1 us", "zero or positive"]),
+        ("link_gbps", 1e-300, ["link_gbps", "1e-300", "one byte would take"]),
+        ("hbm_gbps", float("nan"), ["hbm_gbps", "finite"]),
+        ("vector_gelems", 0, ["vector_gelems", "positive"]),
+        ("vmem_bytes", 1.5, ["vmem_bytes", "whole number"]),
+        ("link_latency_us", 9e15, ["modeled time", "--link-latency-us 9e15"]),
+    ],
+)
 def test_model_overrides_out_of_range_name_the_knob_as_given(knob, value, words):
     e = refused_quickly(tpusim.BadInput, lambda: tpusim.model("psum", 4, **{knob: value}), *words)
     assert len(str(e)) < 400, str(e)
@@ -498,8 +553,15 @@ def test_a_device_that_never_makes_the_call_is_an_error_not_a_hang(monkeypatch, 
 
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))
     mesh = jax.make_mesh((4,), ("x",))
-    f = jax.jit(jax.shard_map(lambda v: lax.cond(lax.axis_index("x") < came, call, lambda u: u, v),
-                              mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            lambda v: lax.cond(lax.axis_index("x") < came, call, lambda u: u, v),
+            mesh=mesh,
+            in_specs=P("x"),
+            out_specs=P("x"),
+            check_vma=False,
+        )
+    )
     v = jax.device_put(np.zeros((32, 128), np.int32), jax.NamedSharding(mesh, P("x")))
     t = time.monotonic()
     with pytest.raises(tpusim.BadInput, match=f"only {came} of the 4 devices reached pallas_call `kernel` within 1 s"):
@@ -551,9 +613,11 @@ def test_the_recording_budget_decides_from_counts_not_the_clock(monkeypatch):
         with pytest.raises(tpusim.LimitError) as e:
             _budget.RecordingBudget("k", 4, (10**7,))
         said.add(str(e.value))
-    assert said == {"too long: recording `k` on 4 devices x 10000000 grid points (4.0e7 kernel calls) "
-                    "would take about 40.0 s (1.0 us each), beyond the time limit of 39.0 s "
-                    "(TPUSIM_TIME_LIMIT=39s); the most grid points that fit are 9750000"}, said
+    assert said == {
+        "too long: recording `k` on 4 devices x 10000000 grid points (4.0e7 kernel calls) "
+        "would take about 40.0 s (1.0 us each), beyond the time limit of 39.0 s "
+        "(TPUSIM_TIME_LIMIT=39s); the most grid points that fit are 9750000"
+    }, said
 
 
 def test_a_kernel_over_a_sparsecore_mesh_is_unsupported_at_its_line():
@@ -606,9 +670,11 @@ def test_reports_name_a_core_maps_chip_and_core(cpu):
     # In a pl.kernel over 2 TensorCores per chip, the tpusim mesh's devices are the cores:
     # reports say "device 1 core 1" (JAX's device and its core), not the agent number 3.
     @functools.partial(
-        pl.kernel, mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
+        pl.kernel,
+        mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=2),
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        scratch_types=[pltpu.VMEM((8, 128), jnp.float32), REGULAR])
+        scratch_types=[pltpu.VMEM((8, 128), jnp.float32), REGULAR],
+    )
     def k(x_ref, o_ref, buf, sem):
         me, core = lax.axis_index("x"), lax.axis_index("core")
 
@@ -623,7 +689,10 @@ def test_reports_name_a_core_maps_chip_and_core(cpu):
     (found,) = report.findings
     assert "device 1 core 1 `sem` = 1" in found.message, found.message
     assert "device 3" not in found.message, found.message
-    assert f"device 1 core 1 at grid point [], `semaphore_signal` ({__file__}:{marked_line(__file__, 'core left over')})" in found.message
+    assert (
+        f"device 1 core 1 at grid point [], `semaphore_signal` ({__file__}:{marked_line(__file__, 'core left over')})"
+        in found.message
+    )
     with pytest.raises(tpusim.ExitError) as e, tpusim.simulate(chip="v5p"):
         jax.block_until_ready(f(x))
     assert "device 1 core 1" in str(e.value), str(e.value)

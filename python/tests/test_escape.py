@@ -5,13 +5,13 @@ that saw no call exits 2 (`tpusim.check` of such a function raises BadInput);
 
 import numpy as np
 import pytest
-
-import tpusim
 from broken_kernels import call, mapped, race_kernel, sharded
 from jax.experimental.pallas import tpu as pltpu
 from test_cli import tpusim_cli
 
-SCRIPT = '''
+import tpusim
+
+SCRIPT = """
 import sys
 import jax
 import numpy as np
@@ -47,7 +47,7 @@ elif mode == "argument":
 else:  # no pallas_call at all
     y = np.asarray(x + 1)
 print("written", int((y == 2).sum()), "nan", int(np.isnan(y).sum()))
-'''
+"""
 
 
 @pytest.fixture

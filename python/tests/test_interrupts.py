@@ -13,7 +13,6 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import seed_path
 
 #: A do-nothing kernel over a grid of `sys.argv[1]` points on every device: its
@@ -50,8 +49,7 @@ class OnTerminal:
 
         self.leader, follower = pty.openpty()
         env = dict(os.environ, TPUSIM_BACKEND="cpu")
-        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=follower,
-                                  text=True, env=env)
+        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=follower, text=True, env=env)
         os.close(follower)
         self.seen = b""
 
@@ -169,7 +167,12 @@ def test_a_long_recording_shows_its_progress_on_a_terminal(grid):
 
 def test_no_progress_is_printed_where_standard_error_is_not_a_terminal(grid):
     # A run that takes seconds, its stderr a pipe: nothing but the script's own words.
-    r = subprocess.run([sys.executable, "-m", "tpusim", "run", "--devices", "2", grid, "20000"],
-                       capture_output=True, text=True, timeout=300, env=dict(os.environ, TPUSIM_BACKEND="cpu"))
+    r = subprocess.run(
+        [sys.executable, "-m", "tpusim", "run", "--devices", "2", grid, "20000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TPUSIM_BACKEND="cpu"),
+    )
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
     assert "kernel calls" not in r.stderr, r.stderr

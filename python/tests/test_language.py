@@ -35,10 +35,12 @@ def vmem_call(kernel, out, n_in=1, **kw):
     """`later` of a pallas_call of `kernel` with `n_in` whole-VMEM inputs and outputs `out`."""
     many = isinstance(out, (tuple, list))
     return later(
-        kernel, out_shape=out,
+        kernel,
+        out_shape=out,
         in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * n_in,
-        out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(out) if many
-        else pl.BlockSpec(memory_space=pltpu.VMEM), **kw)
+        out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * len(out) if many else pl.BlockSpec(memory_space=pltpu.VMEM),
+        **kw,
+    )
 
 
 def on_tpusim(fn, *args):
@@ -69,6 +71,7 @@ def assert_same(got, want, rtol=0.0):
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=rtol)
         else:
             np.testing.assert_array_equal(g, w)
+
     jax.tree.map(one, got, want)
 
 
@@ -185,8 +188,10 @@ def test_jax_nn_activations(fn):
 # ------------------------------------------------------------------ top_k
 
 
-@pytest.mark.parametrize("dtype, shape, k", [(jnp.float32, (5, 13), 2), (jnp.int32, (3, 9), 3),
-                                             (BF16, (4, 8), 1), (jnp.float32, (2, 3, 7), 4)])
+@pytest.mark.parametrize(
+    "dtype, shape, k",
+    [(jnp.float32, (5, 13), 2), (jnp.int32, (3, 9), 3), (BF16, (4, 8), 1), (jnp.float32, (2, 3, 7), 4)],
+)
 def test_top_k_against_lax(dtype, shape, k):
     def kernel(x_ref, v_ref, i_ref):
         v, i = lax.top_k(x_ref[...], k)
@@ -227,15 +232,19 @@ def test_barrier_scratch_semaphores_with_a_collective_id_and_no_custom_barrier()
         # A kernel-local semaphore (as Mosaic allocates a BARRIER scratch), signalled here.
         pl.semaphore_signal(bar, 2)
         pl.semaphore_wait(bar, 2)
-        copy = pltpu.async_remote_copy(x_ref, y_ref, send, recv, device_id=(right,),
-                                       device_id_type=pl.DeviceIdType.MESH)
+        copy = pltpu.async_remote_copy(
+            x_ref, y_ref, send, recv, device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+        )
         copy.wait()
 
     call = later(
-        kernel, out_shape=jax.ShapeDtypeStruct((3, 20), jnp.float32),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((3, 20), jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
         scratch_shapes=[BARRIER, DMA, DMA],
-        compiler_params=pltpu.CompilerParams(collective_id=0, allow_collective_id_without_custom_barrier=True))
+        compiler_params=pltpu.CompilerParams(collective_id=0, allow_collective_id_without_custom_barrier=True),
+    )
     # Without a handshake the verifier rightly reports the send (a collective_id kernel
     # gets no entry barrier): the run is what is compared here.
     f = jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
@@ -255,9 +264,13 @@ def test_empty_has_memory_space_and_memory_space_constraints_on_operands():
         in_hbm = pltpu.has_memory_space(x_ref, pltpu.HBM)
         o_ref[...] = e + jnp.where(in_hbm, 1.0, 0.0)
 
-    call = later(kernel, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
-                 in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                 scratch_shapes=[pltpu.VMEM(shape, jnp.float32)])
+    call = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM(shape, jnp.float32)],
+    )
     f = lambda x: call(pltpu.with_memory_space_constraint(x, pltpu.HBM))  # noqa: E731
     x = data(shape, jnp.float32)
     # JAX's interpret mode has no rule for `has_memory_space`: numpy is the reference.
@@ -270,9 +283,13 @@ def test_debug_print_prints_with_the_device_and_grid_point(capsys):
         pl.debug_print("step {} of {}", pl.program_id(0), pl.num_programs(0))
         o_ref[...] = x_ref[...]
 
-    f = later(kernel, out_shape=jax.ShapeDtypeStruct((2, 8), jnp.int32), grid=(2,),
-                       in_specs=[pl.BlockSpec((1, 8), lambda i: (i, 0))],
-                       out_specs=pl.BlockSpec((1, 8), lambda i: (i, 0)))
+    f = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 8), jnp.int32),
+        grid=(2,),
+        in_specs=[pl.BlockSpec((1, 8), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((1, 8), lambda i: (i, 0)),
+    )
     x = data((2, 8), jnp.int32)
     for _ in range(2):  # printed at every call, as a TPU prints
         np.testing.assert_array_equal(on_tpusim(f, x), x)
@@ -285,17 +302,22 @@ def test_cond_with_operands_and_async_remote_copy_wait():
         x = x_ref[...]
         o_ref[...] = lax.cond(pl.program_id(0) == 0, lambda a, b: a * b, lambda a, b: a - b, x, x + 1)
 
-    f = later(kernel, out_shape=jax.ShapeDtypeStruct((2, 3, 5), jnp.int32), grid=(2,),
-                       in_specs=[pl.BlockSpec((None, 3, 5), lambda i: (i, 0, 0))],
-                       out_specs=pl.BlockSpec((None, 3, 5), lambda i: (i, 0, 0)))
+    f = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 3, 5), jnp.int32),
+        grid=(2,),
+        in_specs=[pl.BlockSpec((None, 3, 5), lambda i: (i, 0, 0))],
+        out_specs=pl.BlockSpec((None, 3, 5), lambda i: (i, 0, 0)),
+    )
     assert_same(*both(f, data((2, 3, 5), jnp.int32)))
 
 
 # ------------------------------------------------------------------ bitcasts and reshapes
 
 
-@pytest.mark.parametrize("src, dst", [(jnp.float32, jnp.int32), (jnp.int32, jnp.float32), (BF16, jnp.float16),
-                                      (jnp.int8, jnp.uint8)])
+@pytest.mark.parametrize(
+    "src, dst", [(jnp.float32, jnp.int32), (jnp.int32, jnp.float32), (BF16, jnp.float16), (jnp.int8, jnp.uint8)]
+)
 def test_value_bitcasts_of_one_width(src, dst):
     shape = (3, 10)
 
@@ -318,10 +340,12 @@ def test_ref_bitcast_and_reshape_for_loads_stores_and_dmas():
         o_ref.reshape(5, 12)[0, :] = buf.reshape(60)[12:24]
 
     f = later(
-        kernel, out_shape=(jax.ShapeDtypeStruct((6, 10), jnp.int32), jax.ShapeDtypeStruct((4, 15), jnp.float32)),
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct((6, 10), jnp.int32), jax.ShapeDtypeStruct((4, 15), jnp.float32)),
         in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
         out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2,
-        scratch_shapes=[pltpu.VMEM((6, 10), jnp.int32), DMA])
+        scratch_shapes=[pltpu.VMEM((6, 10), jnp.int32), DMA],
+    )
     x = data((6, 10), jnp.float32)
     got = on_tpusim(f, x)
     xb = np.asarray(x).view(np.int32)

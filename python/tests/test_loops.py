@@ -6,13 +6,13 @@ own interpret mode)."""
 
 import jax
 import numpy as np
+from conftest import marked_line
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import marked_line
 
 P = jax.sharding.PartitionSpec
 DMA = pltpu.SemaphoreType.DMA
@@ -47,15 +47,18 @@ def ring_gather(steps=N - 1, racy_step=None, marks=False):
         def step(k, carry):
             b = lax.rem(me - k + N, N)
             # A receive semaphore per step: a neighbour one step ahead cannot satisfy this one.
-            dma = pltpu.make_async_remote_copy(o_ref.at[b], o_ref.at[b], send, recv.at[k], device_id=(right,),
-                                               device_id_type=pl.DeviceIdType.MESH)
+            dma = pltpu.make_async_remote_copy(
+                o_ref.at[b], o_ref.at[b], send, recv.at[k], device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+            )
             dma.start()
             if racy_step is not None:
+
                 @pl.when(k == racy_step)
                 def _():
                     again = pltpu.make_async_copy(x_ref, o_ref.at[b], local)
                     again.start()  # <- racy overwrite
                     again.wait()
+
             dma.wait()
             if marks:
                 tpusim.trace_step("step")
@@ -65,9 +68,13 @@ def ring_gather(steps=N - 1, racy_step=None, marks=False):
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((N, 8, 128), jnp.float32),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[DMA, DMA, pltpu.SemaphoreType.DMA((N - 1,))], compiler_params=pltpu.CompilerParams(collective_id=0))
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((N, 8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA, DMA, pltpu.SemaphoreType.DMA((N - 1,))],
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+        )
         return jax.shard_map(call, mesh=mesh(), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     return jax.jit(f)
@@ -166,9 +173,12 @@ def nested_uneven():
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((N, 8, 128), jnp.float32),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[DMA])
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((N, 8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA],
+        )
         return jax.shard_map(call, mesh=mesh(), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     return jax.jit(f)
@@ -205,12 +215,14 @@ def looped_mistake(kind):
     def kernel(x_ref, o_ref, send, recv, reg):
         def step(k, carry):
             if kind == "unsupported":
+
                 @pl.when(k == 1)
                 def _():
                     pl.semaphore_wait(reg, 0, decrement=False)
             else:
-                dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(k + 2,),
-                                                   device_id_type=pl.DeviceIdType.MESH)
+                dma = pltpu.make_async_remote_copy(
+                    x_ref, o_ref, send, recv, device_id=(k + 2,), device_id_type=pl.DeviceIdType.MESH
+                )
                 dma.start()
                 dma.wait()
             return carry
@@ -219,9 +231,12 @@ def looped_mistake(kind):
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[DMA, DMA, pltpu.SemaphoreType.REGULAR])
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[DMA, DMA, pltpu.SemaphoreType.REGULAR],
+        )
         return jax.shard_map(call, mesh=mesh(), in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     return jax.jit(f)

@@ -44,12 +44,25 @@ def test_the_model_of_a_mesh_run_is_the_same_from_python_and_the_cli(axis):
 
 
 def test_overrides_mean_the_same_in_both():
-    r = cli("run", "ring_allreduce_push", "-p", "8", "--model", "v5e", "--link-gbps", "12.5",
-            "--link-latency-us", "3", "--topology", "full", "--backend", "cpu")
+    r = cli(
+        "run",
+        "ring_allreduce_push",
+        "-p",
+        "8",
+        "--model",
+        "v5e",
+        "--link-gbps",
+        "12.5",
+        "--link-latency-us",
+        "3",
+        "--topology",
+        "full",
+        "--backend",
+        "cpu",
+    )
     assert r.returncode == 0, r.stderr
     topology, us = modeled_us(r.stdout)
-    py = tpusim.model("ring_allreduce_push", 8, preset="v5e", topology="full", link_gbps=12.5,
-                      link_latency_us=3)
+    py = tpusim.model("ring_allreduce_push", 8, preset="v5e", topology="full", link_gbps=12.5, link_latency_us=3)
     assert py.topology == topology == "full"
     assert abs(py.seconds * 1e6 - us) < 5e-4
     with pytest.raises(tpusim.BadInput, match="unknown model override `link_gbs`"):
@@ -63,8 +76,7 @@ def test_python_refuses_work_that_cannot_fit_with_the_cli_message(monkeypatch):
     for cmd, call in [
         (["check", "psum", "-p", "20000"], lambda: tpusim.check("psum", 20000)),
         (["trace", "all_gather", "-p", "5000"], lambda: tpusim.trace("all_gather", 5000)),
-        (["run", "psum", "-p", "20000", "--model", "v5e", "--backend", "cpu"],
-         None),
+        (["run", "psum", "-p", "20000", "--model", "v5e", "--backend", "cpu"], None),
     ]:
         r = cli(*cmd, env=env)
         assert r.returncode == 2, r.stdout + r.stderr

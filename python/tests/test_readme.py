@@ -1,5 +1,6 @@
-"""The package README's examples run as written: the quick start's script through
-`python -m tpusim` prints what the README shows, and the collectives example runs."""
+"""The Python chapter's examples run as written: the quick start's script through
+`python -m tpusim` prints what the chapter shows, and the collectives example runs. The
+repository's README.md shows the same quick start, word for word."""
 
 import os
 import re
@@ -7,26 +8,35 @@ import subprocess
 import sys
 
 import numpy as np
-
 from conftest import HERE
 
-README = os.path.join(HERE, "..", "README.md")
+README = os.path.join(HERE, "..", "..", "docs", "src", "python.md")
+FRONT = os.path.join(HERE, "..", "..", "README.md")
 
 
-def text():
-    return open(README).read()
+def text(path=README):
+    return open(path).read()
 
 
-def blocks():
-    return re.findall(r"```python\n(.*?)```", text(), re.S)
+def blocks(path=README):
+    return re.findall(r"```python\n(.*?)```", text(path), re.S)
+
+
+def session(path=README):
+    return re.search(r"```\n(\$ python -m tpusim run .*?)```", text(path), re.S).group(1)
+
+
+def test_the_front_readme_shows_the_chapters_quick_start():
+    # What README.md shows is what the test below runs.
+    assert blocks(FRONT) == blocks()[:1]
+    assert session(FRONT) == session()
 
 
 def test_quick_start_script_prints_what_the_readme_shows(tmp_path):
     (tmp_path / "right_permute.py").write_text(blocks()[0])
-    session = re.search(r"```\n(\$ python -m tpusim run .*?)```", text(), re.S).group(1)
     shown = {}
     cmd = None
-    for line in session.splitlines():
+    for line in session().splitlines():
         if line.startswith("$ "):
             cmd = line[2:].split("#")[0].split()
             shown[tuple(cmd)] = []
@@ -35,8 +45,9 @@ def test_quick_start_script_prints_what_the_readme_shows(tmp_path):
     assert len(shown) == 4
     env = dict(os.environ, TPUSIM_BACKEND="cpu")
     for cmd, want in shown.items():
-        r = subprocess.run([sys.executable, *cmd[1:]], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300, env=env)
+        r = subprocess.run(
+            [sys.executable, *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         got = r.stdout.splitlines()
         if "trace" in cmd:

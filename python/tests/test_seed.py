@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import HERE, SEED_DIR, SEEDS, marked_line, run_script, seed_path
 
 import tpusim
-from conftest import HERE, SEED_DIR, SEEDS, marked_line, run_script, seed_path
 
 PS = [2, 3, 4, 8]
 
@@ -52,8 +52,9 @@ def test_seed_results_equal_xla_and_are_clean(name, p):
 @pytest.mark.parametrize("name", SEEDS)
 def test_seed_results_on_the_gpu_executor(name):
     arrays, _ = run_script(seed_path(name), 4, backend="gpu")
-    np.testing.assert_allclose(arrays["pallas_result"], xla_reference(name, arrays["input_arr"], 4),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        arrays["pallas_result"], xla_reference(name, arrays["input_arr"], 4), rtol=1e-5, atol=1e-6
+    )
 
 
 # psum_scatter's table labels single elements of each half block (the seed's T2(2+1+0)),
@@ -65,8 +66,7 @@ TRACE_BLOCK = [("block_size = (16, 128)", "block_size = (2, 1)")]
 @pytest.mark.parametrize("p", [2, 4, 8])
 @pytest.mark.parametrize("name", SEEDS)
 def test_seed_step_tables_equal_the_rust_kernels(name, p):
-    _, info = run_script(seed_path(name), p, like=name,
-                         replace=TRACE_BLOCK if name == "psum_scatter" else ())
+    _, info = run_script(seed_path(name), p, like=name, replace=TRACE_BLOCK if name == "psum_scatter" else ())
     (plan,) = info["plans"]
     table = plan["table"]
     rust = tpusim.trace(name, p)

@@ -100,8 +100,7 @@ def test_a_semaphore_passed_through_with_input_output_aliases_keeps_counting():
     def add_one(sem_ref, out_ref):
         pl.semaphore_signal(out_ref, 1)
 
-    bump = pl.pallas_call(add_one, in_specs=[SEM], out_specs=SEM, out_shape=REGULAR(()),
-                          input_output_aliases={0: 0})
+    bump = pl.pallas_call(add_one, in_specs=[SEM], out_specs=SEM, out_shape=REGULAR(()), input_output_aliases={0: 0})
 
     def body(x):
         return take((), plus=2)(bump(bump(make(())()))) + x[:1, :1, :1] * 0

@@ -4,13 +4,13 @@ variants (the hazard the Pallas docs' double barrier is for)."""
 
 import jax
 import pytest
+from conftest import HERE
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import HERE
 
 P = jax.sharding.PartitionSpec
 
@@ -65,11 +65,14 @@ def twice(double):
     mesh = jax.make_mesh((5,), ("x",))
 
     def f(x):
-        call = pl.pallas_call(shift_kernel(double), out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
-                              compiler_params=pltpu.CompilerParams(collective_id=0))
+        call = pl.pallas_call(
+            shift_kernel(double),
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+        )
         return call(call(x))
 
     g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"), check_vma=False))
@@ -96,8 +99,10 @@ def test_the_cli_checks_a_scripts_calls_as_one_sequence(tmp_path):
 
     for double in (False, True):
         script = tmp_path / f"twice_{double}.py"
-        script.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom test_sequence import twice\n"
-                          f"g, x = twice(double={double})\ng(x).block_until_ready()\n")
+        script.write_text(
+            f"import sys\nsys.path.insert(0, {HERE!r})\nfrom test_sequence import twice\n"
+            f"g, x = twice(double={double})\ng(x).block_until_ready()\n"
+        )
         code, out, err = tpusim_cli("check", "--devices", "5", "--schedules", "30", str(script))
         assert code == 0 and out.count("clean under 30 schedules") == 1, (out, err)  # one distinct call
         code, out, err = tpusim_cli("check", "--devices", "5", "--schedules", "30", "--sequence", str(script))

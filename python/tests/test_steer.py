@@ -6,14 +6,13 @@ GPU executor on such a kernel."""
 
 import jax
 import numpy as np
-import pytest
+from conftest import against_interpret
 from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import tpusim
-from conftest import against_interpret
 
 P = jax.sharding.PartitionSpec
 DMA, REGULAR = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
@@ -48,21 +47,25 @@ def test_a_loop_bound_and_a_branch_reduced_from_a_vector():
         def _():
             o_ref[pl.ds(6, 1), :] = jnp.full((1, 5), -1, jnp.int32)
 
-    f = later(kernel, out_shape=jax.ShapeDtypeStruct((7, 5), jnp.int32),
-              in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM))
+    f = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((7, 5), jnp.int32),
+        in_specs=[pl.BlockSpec(memory_space=VMEM)],
+        out_specs=pl.BlockSpec(memory_space=VMEM),
+    )
     for seed in range(3):
         same(f, ints((7, 5), seed))
 
 
 def test_dmas_between_vmem_smem_and_hbm_in_every_direction_steer_the_kernel():
     def kernel(h_ref, v_ref, oh_ref, ov_ref, s1, s2, vbuf, sem):
-        pltpu.sync_copy(v_ref.at[0], s1)          # VMEM -> SMEM
-        pltpu.sync_copy(h_ref.at[1], s2)          # HBM -> SMEM
-        k = s1[2] + s2[3]                         # SMEM written by DMAs
-        s1[0] = k                                 # a scalar store into it
-        pltpu.sync_copy(s1, oh_ref.at[0])         # SMEM -> HBM
-        pltpu.sync_copy(s2, s1)                   # SMEM -> SMEM
-        pltpu.sync_copy(s1, vbuf)                 # SMEM -> VMEM
+        pltpu.sync_copy(v_ref.at[0], s1)  # VMEM -> SMEM
+        pltpu.sync_copy(h_ref.at[1], s2)  # HBM -> SMEM
+        k = s1[2] + s2[3]  # SMEM written by DMAs
+        s1[0] = k  # a scalar store into it
+        pltpu.sync_copy(s1, oh_ref.at[0])  # SMEM -> HBM
+        pltpu.sync_copy(s2, s1)  # SMEM -> SMEM
+        pltpu.sync_copy(s1, vbuf)  # SMEM -> VMEM
         ov_ref[...] = jnp.zeros_like(ov_ref)
         ov_ref[0:1, :] = vbuf[...].reshape(1, 6)
 
@@ -99,9 +102,14 @@ def test_remote_dmas_into_smem_decide_what_each_device_sends():
 
         @pl.loop(0, k)
         def _(i):
-            r = pltpu.make_async_remote_copy(x_ref.at[pl.ds(i, 1)], o_ref.at[pl.ds(i, 1)], s2, r2,
-                                             device_id=(lax.rem(me + n - 1, n),),
-                                             device_id_type=pl.DeviceIdType.MESH)
+            r = pltpu.make_async_remote_copy(
+                x_ref.at[pl.ds(i, 1)],
+                o_ref.at[pl.ds(i, 1)],
+                s2,
+                r2,
+                device_id=(lax.rem(me + n - 1, n),),
+                device_id_type=pl.DeviceIdType.MESH,
+            )
             r.start()
             r.wait_send()
 
@@ -109,14 +117,23 @@ def test_remote_dmas_into_smem_decide_what_each_device_sends():
 
         @pl.loop(0, mine)
         def _(i):
-            pltpu.make_async_remote_copy(x_ref.at[pl.ds(0, 1)], o_ref.at[pl.ds(0, 1)], s2, r2,
-                                         device_id=(right,), device_id_type=pl.DeviceIdType.MESH).wait_recv()
+            pltpu.make_async_remote_copy(
+                x_ref.at[pl.ds(0, 1)],
+                o_ref.at[pl.ds(0, 1)],
+                s2,
+                r2,
+                device_id=(right,),
+                device_id_type=pl.DeviceIdType.MESH,
+            ).wait_recv()
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((6, 3), jnp.int32),
-            in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM),
-            scratch_shapes=[VMEM((1,), jnp.int32), SMEM((1,), jnp.int32), DMA, DMA, DMA, DMA])
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((6, 3), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=VMEM)],
+            out_specs=pl.BlockSpec(memory_space=VMEM),
+            scratch_shapes=[VMEM((1,), jnp.int32), SMEM((1,), jnp.int32), DMA, DMA, DMA, DMA],
+        )
         return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = jax.device_put(ints((6 * n, 3), 4), jax.NamedSharding(mesh, P("x")))
@@ -135,9 +152,13 @@ def test_a_semaphore_value_decides_the_loop_that_takes_it_back():
             pl.semaphore_wait(sem, 1)
             o_ref[pl.ds(i, 1), :] = jnp.full((1, 4), i + 1, jnp.int32)
 
-    f = later(kernel, out_shape=jax.ShapeDtypeStruct((6, 4), jnp.int32),
-              in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM),
-              scratch_shapes=[REGULAR])
+    f = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((6, 4), jnp.int32),
+        in_specs=[pl.BlockSpec(memory_space=VMEM)],
+        out_specs=pl.BlockSpec(memory_space=VMEM),
+        scratch_shapes=[REGULAR],
+    )
     # JAX's interpret mode has no CPU rule for `semaphore_read`: numpy is the reference.
     for seed in range(2):
         x = ints((3, 4), seed)
@@ -155,8 +176,12 @@ def test_debug_print_of_a_vector_prints_its_values(capsys):
         pl.debug_print("twice {}", v)
         o_ref[...] = v
 
-    f = later(kernel, out_shape=jax.ShapeDtypeStruct((2, 3), jnp.int32),
-              in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM))
+    f = later(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 3), jnp.int32),
+        in_specs=[pl.BlockSpec(memory_space=VMEM)],
+        out_specs=pl.BlockSpec(memory_space=VMEM),
+    )
     x = ints((2, 3))
     with tpusim.simulate(backend="cpu"):
         np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), x * 2)
@@ -171,11 +196,11 @@ def test_a_read_that_races_its_dma_is_a_race_and_each_schedule_traces_its_own_pr
     def kernel(x_ref, o_ref, got, send, recv):
         me = lax.axis_index("x")
         got[0] = 0
-        pl.semaphore_signal(pltpu.get_barrier_semaphore(), device_id=(1 - me,),
-                            device_id_type=pl.DeviceIdType.MESH)
+        pl.semaphore_signal(pltpu.get_barrier_semaphore(), device_id=(1 - me,), device_id_type=pl.DeviceIdType.MESH)
         pl.semaphore_wait(pltpu.get_barrier_semaphore(), 1)
-        c = pltpu.make_async_remote_copy(x_ref.at[0], got, send, recv, device_id=(1 - me,),
-                                         device_id_type=pl.DeviceIdType.MESH)
+        c = pltpu.make_async_remote_copy(
+            x_ref.at[0], got, send, recv, device_id=(1 - me,), device_id_type=pl.DeviceIdType.MESH
+        )
         c.start()
         k = got[0]  # <- too early: before the receive
         o_ref[...] = jnp.full_like(o_ref, k)
@@ -183,10 +208,13 @@ def test_a_read_that_races_its_dma_is_a_race_and_each_schedule_traces_its_own_pr
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((1, 4), jnp.int32),
-            in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((1, 4), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=VMEM)],
+            out_specs=pl.BlockSpec(memory_space=VMEM),
             scratch_shapes=[SMEM((4,), jnp.int32), DMA, DMA],
-            compiler_params=pltpu.CompilerParams(collective_id=0))
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+        )
         return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     x = jax.device_put(np.array([[5, 6, 7, 8], [9, 1, 2, 3]], np.int32), jax.NamedSharding(mesh, P("x")))
@@ -212,15 +240,26 @@ def rows_by_count():
         other = (1 - lax.axis_index("x"),)
         o_ref[...] = jnp.zeros_like(o_ref)
         cnt[...] = jnp.sum((x_ref[:, 0:1] > 0).astype(jnp.int32), keepdims=True).reshape(1)
-        pltpu.async_remote_copy(cnt, theirs, csend, crecv, device_id=other,
-                                device_id_type=pl.DeviceIdType.MESH).wait()
-        row = pltpu.make_async_remote_copy(x_ref.at[pl.ds(0, 1)], o_ref.at[pl.ds(0, 1)], send, recv,
-                                           device_id=other, device_id_type=pl.DeviceIdType.MESH)
+        pltpu.async_remote_copy(cnt, theirs, csend, crecv, device_id=other, device_id_type=pl.DeviceIdType.MESH).wait()
+        row = pltpu.make_async_remote_copy(
+            x_ref.at[pl.ds(0, 1)],
+            o_ref.at[pl.ds(0, 1)],
+            send,
+            recv,
+            device_id=other,
+            device_id_type=pl.DeviceIdType.MESH,
+        )
 
         @pl.loop(0, jnp.sum(cnt[...]))
         def _(i):
-            pltpu.make_async_remote_copy(x_ref.at[pl.ds(i, 1)], o_ref.at[pl.ds(i, 1)], send, recv,
-                                         device_id=other, device_id_type=pl.DeviceIdType.MESH).start()
+            pltpu.make_async_remote_copy(
+                x_ref.at[pl.ds(i, 1)],
+                o_ref.at[pl.ds(i, 1)],
+                send,
+                recv,
+                device_id=other,
+                device_id_type=pl.DeviceIdType.MESH,
+            ).start()
 
         @pl.loop(0, jnp.sum(cnt[...]))
         def _(i):
@@ -232,9 +271,12 @@ def rows_by_count():
 
     def f(x):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((4, 3), jnp.int32),
-            in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM),
-            scratch_shapes=[VMEM((1,), jnp.int32), SMEM((1,), jnp.int32), DMA, DMA, DMA, DMA])
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((4, 3), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=VMEM)],
+            out_specs=pl.BlockSpec(memory_space=VMEM),
+            scratch_shapes=[VMEM((1,), jnp.int32), SMEM((1,), jnp.int32), DMA, DMA, DMA, DMA],
+        )
         return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
 
     return f, mesh
@@ -242,8 +284,9 @@ def rows_by_count():
 
 def test_step_tables_the_model_and_the_gpu_executor_see_the_program_the_run_traced():
     f, mesh = rows_by_count()
-    host = np.array([[1, 2, 3], [-1, 0, 0], [4, 5, 6], [0, 0, 0], [2, 1, 1], [3, 3, 3], [7, 7, 7], [-8, 1, 1]],
-                    np.int32)
+    host = np.array(
+        [[1, 2, 3], [-1, 0, 0], [4, 5, 6], [0, 0, 0], [2, 1, 1], [3, 3, 3], [7, 7, 7], [-8, 1, 1]], np.int32
+    )
     x = jax.device_put(host, jax.NamedSharding(mesh, P("x")))
     with tpusim.simulate(backend="cpu"):
         cpu = np.asarray(jax.jit(f)(x))
@@ -288,19 +331,25 @@ def test_a_call_whose_reads_find_what_one_before_found_runs_its_plan(monkeypatch
     def data(counts):  # each device's rows, its first `count` of them positive
         host = rng.integers(1, 9, size=(8, 3)).astype(np.int32)
         for d, c in enumerate(counts):
-            host[4 * d + c:4 * d + 4, 0] = -host[4 * d + c:4 * d + 4, 0]
+            host[4 * d + c : 4 * d + 4, 0] = -host[4 * d + c : 4 * d + 4, 0]
         return host
 
     def want(host, counts):
         w = np.zeros_like(host)
-        w[0:counts[1]] = host[4:4 + counts[1]]
-        w[4:4 + counts[0]] = host[0:counts[0]]
+        w[0 : counts[1]] = host[4 : 4 + counts[1]]
+        w[4 : 4 + counts[0]] = host[0 : counts[0]]
         return w
 
     traces = counting_traces(monkeypatch)
     # New data each call; the counts the devices read decide the plan.
-    for backend, counts in [("cpu", (2, 3)), ("cpu", (1, 3)), ("cpu", (2, 3)), ("cpu", (1, 3)),
-                            ("gpu", (2, 3)), ("cpu", (3, 0))]:
+    for backend, counts in [
+        ("cpu", (2, 3)),
+        ("cpu", (1, 3)),
+        ("cpu", (2, 3)),
+        ("cpu", (1, 3)),
+        ("gpu", (2, 3)),
+        ("cpu", (3, 0)),
+    ]:
         host = data(counts)
         with tpusim.simulate(backend=backend):
             got = np.asarray(f(jax.device_put(host, jax.NamedSharding(mesh, P("x")))))
@@ -321,8 +370,14 @@ def test_a_kernel_that_prints_is_traced_at_every_call(monkeypatch, capsys):
         def _():
             pl.debug_print("rows {}", n)
 
-    f = jax.jit(later(kernel, out_shape=jax.ShapeDtypeStruct((5, 2), jnp.int32),
-                      in_specs=[pl.BlockSpec(memory_space=VMEM)], out_specs=pl.BlockSpec(memory_space=VMEM)))
+    f = jax.jit(
+        later(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((5, 2), jnp.int32),
+            in_specs=[pl.BlockSpec(memory_space=VMEM)],
+            out_specs=pl.BlockSpec(memory_space=VMEM),
+        )
+    )
     traces = counting_traces(monkeypatch)
     for n in (3, 4, 3):
         x = np.full((5, 2), -1, np.int32)

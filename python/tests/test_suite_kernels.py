@@ -28,8 +28,10 @@ def test_suite_kernel_equals_its_reference(name):
     mesh = jax.make_mesh((P_,), (suite_kernels.AXIS,))
     with tpusim.simulate(backend="cpu"):
         case = suite_kernels.KERNELS[name](P_, suite.SIZES["small"])
-        args = [jax.device_put(a, jax.NamedSharding(mesh, s))
-                for a, s in zip(case.inputs(np.random.default_rng(1)), case.in_specs)]
+        args = [
+            jax.device_put(a, jax.NamedSharding(mesh, s))
+            for a, s in zip(case.inputs(np.random.default_rng(1)), case.in_specs)
+        ]
         f = sharded(case, case.kernel, mesh)
         got = f(*args)
     want = sharded(case, case.reference, mesh)(*args)

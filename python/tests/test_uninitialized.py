@@ -23,6 +23,7 @@ def row_sums(init):
 
     def kernel(x_ref, o_ref):
         if init:
+
             @pl.when(pl.program_id(1) == 0)
             def _():
                 o_ref[...] = jnp.zeros_like(o_ref)

@@ -16,7 +16,6 @@ Errors are exceptions carrying the Rust core's messages: :class:`BadInput`,
 subclasses of :class:`TpusimError`.
 """
 
-
 import os as _os
 
 
@@ -40,9 +39,14 @@ def _quiet_driver():
 
 _quiet_driver()
 
-import numpy as _np  # noqa: E402
+import numpy as _np
 
-from . import config  # noqa: E402
+from . import (
+    _native,
+    _tools,
+    config,
+)
+from ._hook import last_error, simulate
 from ._native import (
     BadInput,
     DeadlockError,
@@ -55,19 +59,44 @@ from ._native import (
     TpusimError,
     UnsupportedError,
 )
-from . import _native
-from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
-from ._hook import simulate, last_error
 from ._step import trace_step
-from . import _tools
 from ._tools import repeat_suffix as _repeat
+from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
 
 __all__ = [
-    "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
-    "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
-    "Finding", "Site", "Table", "Row", "ModelRun", "BenchResults", "TpusimError", "BadInput",
-    "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
-    "NoAdapter", "GpuError", "simulate", "last_error", "trace_step",
+    "Mesh",
+    "collectives",
+    "variants",
+    "presets",
+    "adapters",
+    "run",
+    "shard_map",
+    "check",
+    "trace",
+    "model",
+    "bench",
+    "plot",
+    "random_inputs",
+    "config",
+    "Report",
+    "Finding",
+    "Site",
+    "Table",
+    "Row",
+    "ModelRun",
+    "BenchResults",
+    "TpusimError",
+    "BadInput",
+    "KernelError",
+    "UnsupportedError",
+    "DeadlockError",
+    "ExitError",
+    "LimitError",
+    "NoAdapter",
+    "GpuError",
+    "simulate",
+    "last_error",
+    "trace_step",
 ]
 
 
@@ -132,8 +161,7 @@ def _perm(perm):
     return None if perm is None else [tuple(p) for p in perm]
 
 
-def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None, schedule=None,
-        all_outputs=False):
+def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None, schedule=None, all_outputs=False):
     """Runs shipped collective `name` on one array per device (``inputs[d]``, in mesh
     order); returns XLA's result per device (with `all_outputs`, every output ref of the
     kernel per device, e.g. psum's ``o_ref`` and ``hbm_buf``). On a multi-axis `mesh` a
@@ -143,7 +171,13 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
     mesh = _mesh(mesh, len(inputs))
     per = [_arrays([d]) for d in inputs]
     out = _native.collective_run(
-        name, mesh, per, op, _perm(perm), backend or config.backend, schedule or config.schedule,
+        name,
+        mesh,
+        per,
+        op,
+        _perm(perm),
+        backend or config.backend,
+        schedule or config.schedule,
         axis,
     )
     # The all-reduces' result has the input's shape (as lax.psum's): the ring kernels view
@@ -158,8 +192,9 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
 _ALL_REDUCES = {"psum", "ring_allreduce", "ring_allreduce_push", "allreduce_2d"}
 
 
-def shard_map(name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None,
-              axis=None):
+def shard_map(
+    name, x, *, mesh=None, devices=4, in_dim=None, out_dim=None, op="sum", perm=None, backend=None, axis=None
+):
     """Like ``jax.shard_map(lambda x: lax.<collective>(x, "x"), …)`` on a global array:
     split along `in_dim`, run shipped collective `name` on every device, join along
     `out_dim` (defaults: the seed's partition specs, as ``tpusim apply`` uses)."""
@@ -175,8 +210,20 @@ def _devices(mesh, devices):
     return mesh.size if mesh is not None else devices
 
 
-def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=None, mesh=None,
-          axis=None, repeat=1, devices=None, sequence=False):
+def check(
+    name,
+    *args,
+    schedules=200,
+    seed=0,
+    variant=None,
+    shape=None,
+    replay=None,
+    mesh=None,
+    axis=None,
+    repeat=1,
+    devices=None,
+    sequence=False,
+):
     """The verifier on shipped collective `name` (or its broken `variant`), on a ring of
     `devices` (default 4; also the first positional argument) or on `mesh` (along
     `axis` for a ring collective on a multi-axis mesh); `repeat`: that many invocations
@@ -189,8 +236,16 @@ def check(name, *args, schedules=200, seed=0, variant=None, shape=None, replay=N
     one), `repeat` times. A function that makes no pallas_call is a :class:`BadInput`. `name` may also be a
     list of native kernel calls, checked as one sequence."""
     if callable(name):
-        return _tools.check(name, *args, schedules=schedules, seed=seed, devices=devices,
-                            sequence=sequence, repeat=repeat, replay=replay)
+        return _tools.check(
+            name,
+            *args,
+            schedules=schedules,
+            seed=seed,
+            devices=devices,
+            sequence=sequence,
+            repeat=repeat,
+            replay=replay,
+        )
     devices = args[0] if args else (devices or 4)
     if isinstance(name, (list, tuple)):
         return _tools.check_calls(name, _devices(mesh, devices), schedules, seed, replay, repeat)
@@ -209,8 +264,20 @@ def trace(name, *args, mesh=None, axis=None, dtype="f32", repeat=1, devices=None
     return Table.from_dict(_native.collective_trace(name, devices, mesh, axis, dtype, repeat))
 
 
-def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline=None, mesh=None,
-          axis=None, topology=None, devices=None, **overrides):
+def model(
+    name,
+    *args,
+    shape=None,
+    dtype="f32",
+    op="sum",
+    preset="v5e",
+    timeline=None,
+    mesh=None,
+    axis=None,
+    topology=None,
+    devices=None,
+    **overrides,
+):
     """Shipped collective `name` on the cost model's clock: modeled time, nccl-tests'
     algbw and busbw, the ideal ring bound; `timeline` writes the Chrome trace there.
     On `mesh` it is placed and wired as ``tpusim run --mesh … --model`` does it (a
@@ -219,27 +286,64 @@ def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline
     ``model(fn, *args, preset=...)``: every pallas_call the JAX function makes on the
     cost model's clock (`timeline`: a directory for one Chrome trace per call)."""
     if callable(name):
-        return _tools.model(name, *args, preset=preset, timeline=timeline, topology=topology,
-                            devices=devices, **overrides)
+        return _tools.model(
+            name, *args, preset=preset, timeline=timeline, topology=topology, devices=devices, **overrides
+        )
     devices = args[0] if args else (devices or 4)
     # Checked (a stream opened) before the run, written whole after it.
     out = None if timeline is None else _native.check_output(timeline, "timeline")
     r = _native.collective_model(
-        name, devices, shape, dtype, op, preset, list(overrides.items()) or None, timeline is not None,
-        mesh, axis, topology,
+        name,
+        devices,
+        shape,
+        dtype,
+        op,
+        preset,
+        list(overrides.items()) or None,
+        timeline is not None,
+        mesh,
+        axis,
+        topology,
     )
     return ModelRun.from_dict(r, out)
 
 
-def bench(name, devices=4, *, min_bytes="4K", max_bytes="64K", factor=4, iters=20, warmup=5,
-          checks=1, dtype="f32", backend=None, schedule="eager", mesh=None, axis=None):
+def bench(
+    name,
+    devices=4,
+    *,
+    min_bytes="4K",
+    max_bytes="64K",
+    factor=4,
+    iters=20,
+    warmup=5,
+    checks=1,
+    dtype="f32",
+    backend=None,
+    schedule="eager",
+    mesh=None,
+    axis=None,
+):
     """``tpusim bench``: a size sweep of shipped collective `name`, as a
     :class:`BenchResults` (what ran, where, and ``.rows``: one dict per size, ``size``,
     ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``roof_us``, ``wrong``, …)."""
-    return BenchResults.from_dict(_native.collective_bench(
-        name, devices, str(min_bytes), str(max_bytes), factor, iters, warmup, checks,
-        dtype, backend or config.backend, schedule, mesh, axis,
-    ))
+    return BenchResults.from_dict(
+        _native.collective_bench(
+            name,
+            devices,
+            str(min_bytes),
+            str(max_bytes),
+            factor,
+            iters,
+            warmup,
+            checks,
+            dtype,
+            backend or config.backend,
+            schedule,
+            mesh,
+            axis,
+        )
+    )
 
 
 def plot(files, output):

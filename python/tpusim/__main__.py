@@ -42,8 +42,9 @@ def _parser():
     c.add_argument("--schedules", default="200")
     c.add_argument("--seed", default="0")
     c.add_argument("--repeat", default="1", help="each call that many times back to back")
-    c.add_argument("--sequence", action="store_true",
-                   help="verify all the calls, in the order made, as one sequence of kernels")
+    c.add_argument(
+        "--sequence", action="store_true", help="verify all the calls, in the order made, as one sequence of kernels"
+    )
     common(c)
     common(sub.add_parser("trace", help="print each call's step table"))
     m = sub.add_parser("model", help="each call's modeled time")
@@ -121,8 +122,11 @@ def main(argv=None):
         _hook._vetting = True  # a run says when the verifier finds what its schedule hid
     elif a.cmd == "check":
         kw = dict(schedules=a.schedules, seed=a.seed, repeat=a.repeat)
-        collect = (_tools.sequence_report(tolerant=False, **kw) if a.sequence
-                   else _tools.collecting(_tools.check_plan, tolerant=False, **kw))
+        collect = (
+            _tools.sequence_report(tolerant=False, **kw)
+            if a.sequence
+            else _tools.collecting(_tools.check_plan, tolerant=False, **kw)
+        )
     elif a.cmd == "trace":
         collect = _tools.collecting(_tools.trace_plan, tolerant=False)
     else:
@@ -143,7 +147,7 @@ def main(argv=None):
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # the script failed: say why, in tpusim's words when ours
-                status = _report_failure(e)
+                status = _report_failure(e, os.path.abspath(a.script))
     except tpusim.TpusimError as e:  # the check of a --sequence, made when the script is done
         print(f"tpusim: {e}", file=sys.stderr)
         status = status or _status(e)
@@ -175,15 +179,23 @@ def _show(cmd, r):
         s = f"{r.title}: {r.seconds * 1e6:.3f} us modeled on {r.model}"
         if r.timeline_path:
             s += f" (timeline {r.timeline_path})"
+        if r.compute:
+            s += f"\n{r.compute}"
         return s
     return str(r)
 
 
-def _report_failure(e):
+def _report_failure(e, script):
     import traceback
 
     import tpusim
 
+    from ._jax_names import missing_name
+
+    missing = missing_name(e, script)
+    if missing is not None:  # a name the pinned JAX lacks: bad input, not tpusim's failure
+        print(f"tpusim: {missing}", file=sys.stderr)
+        return 2
     err = tpusim._hook.last_error() or e
     if isinstance(err, KeyboardInterrupt):  # a call stopped by Ctrl-C (on its own thread)
         return _interrupted()

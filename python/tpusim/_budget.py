@@ -48,8 +48,7 @@ class RecordingBudget:
     def __init__(self, name, devices, grid):
         self.name, self.devices, self.grid = name, devices, list(grid)
         if any(g >= 2**64 for g in grid):
-            raise _native.LimitError(
-                f"`{name}` has a grid of {self.grid}: more grid points than can be counted")
+            raise _native.LimitError(f"`{name}` has a grid of {self.grid}: more grid points than can be counted")
         _native.ensure_recording_fits(name, devices, self.grid)
         total = devices
         for g in self.grid:
@@ -80,7 +79,8 @@ class RecordingBudget:
             return
         n = self.calls
         _native.ensure_recording_fits(
-            self.name, self.devices, self.grid, (self.eqns / n, self.iterations / n, self.least_bytes))
+            self.name, self.devices, self.grid, (self.eqns / n, self.iterations / n, self.least_bytes)
+        )
 
     def done(self):
         """The recording ended (or failed): its progress line goes."""
@@ -122,7 +122,7 @@ class LoopBudget:
             # The records' bytes an iteration, from the first ones (their text), or as
             # an earlier run of this loop measured them (a text costs time to make).
             known = b.loop_bytes.get(self.at)
-            self.bytes = known if known is not None else len(repr(self.point.ops[self.ops0:])) / n
+            self.bytes = known if known is not None else len(repr(self.point.ops[self.ops0 :])) / n
         if n >= EVERY:
             of = f" of {self.count:,}" if self.count is not None else ""
             b.progress.set(b.calls, f"the loop at {self.at}: iteration {n:,}{of}")

@@ -19,6 +19,7 @@ def rule(*names):
         for n in names:
             RULES[n] = f
         return f
+
     return register
 
 
@@ -79,8 +80,7 @@ def select_n(ev, eqn, ins, avals, where):
             pred = which
         else:
             pred = _compare(ev, "eq", which, _scalar(k, wdt), getattr(avals[0], "shape", ()), where)
-        out = _op(ev, {"k": "select"}, [pred, cases[k], out], shape, dtype, where,
-                  [None, avals[k + 1], out_aval])
+        out = _op(ev, {"k": "select"}, [pred, cases[k], out], shape, dtype, where, [None, avals[k + 1], out_aval])
         out_aval = None
     if not hasattr(out, "id"):  # every case concrete: the evaluator's constant
         out = ev.constant(np.broadcast_to(np.asarray(out), shape), dtype, where)
@@ -169,7 +169,7 @@ def top_k(ev, eqn, ins, avals, where):
     dt = x.dtype
     (vshape, vdt), (ishape, idt) = _out(eqn, 0), _out(eqn, 1)
     # [..., i, j, ...]: element i against element j along the axis.
-    e = s[:a] + (n, n) + s[a + 1:]
+    e = s[:a] + (n, n) + s[a + 1 :]
     keep = list(range(a)) + [d + 1 for d in range(a + 1, r)]
     xi = _op(ev, {"k": "broadcast", "dims": keep[:a] + [a] + keep[a:]}, [x], e, dt, where)
     xj = _op(ev, {"k": "broadcast", "dims": keep[:a] + [a + 1] + keep[a:]}, [x], e, dt, where)
@@ -183,8 +183,8 @@ def top_k(ev, eqn, ins, avals, where):
     count = _op(ev, {"k": "convert"}, [beats], e, np.int32, where)
     rank = _op(ev, {"k": "reduce", "op": "sum", "dims": [a + 1]}, [count], s, np.int32, where)
     pos = _op(ev, {"k": "iota", "dim": a}, [], s, idt, where)
-    reduced = s[:a] + s[a + 1:]
-    one = s[:a] + (1,) + s[a + 1:]
+    reduced = s[:a] + s[a + 1 :]
+    one = s[:a] + (1,) + s[a + 1 :]
     vals, idxs = [], []
     for t in range(k):
         hot = _compare(ev, "eq", rank, _scalar(t, np.int32), s, where)
@@ -198,8 +198,10 @@ def top_k(ev, eqn, ins, avals, where):
         return [vals[0], idxs[0]]
     if p.get("aggregate_to_topk", True) is False:
         raise unsupported("approx_top_k(aggregate_to_topk=False)", "results of more than k", where)
-    return [_op(ev, {"k": "concat", "dim": a}, vals, vshape, vdt, where),
-            _op(ev, {"k": "concat", "dim": a}, idxs, ishape, idt, where)]
+    return [
+        _op(ev, {"k": "concat", "dim": a}, vals, vshape, vdt, where),
+        _op(ev, {"k": "concat", "dim": a}, idxs, ishape, idt, where),
+    ]
 
 
 @rule("split")
@@ -211,8 +213,9 @@ def split(ev, eqn, ins, avals, where):
     for n, v in zip(sizes, eqn.outvars):
         start = [0] * len(x.shape)
         start[axis] = at
-        outs.append(_op(ev, {"k": "slice", "start": start, "strides": [1] * len(x.shape)}, [x],
-                        v.aval.shape, x.dtype, where))
+        outs.append(
+            _op(ev, {"k": "slice", "start": start, "strides": [1] * len(x.shape)}, [x], v.aval.shape, x.dtype, where)
+        )
         at += n
     return outs
 
@@ -222,7 +225,7 @@ def stack(ev, eqn, ins, avals, where):
     """`jnp.stack` as lax's `stack`: each operand with a new dimension, concatenated."""
     axis = int(eqn.params["axis"])
     shape, dtype = _out(eqn)
-    one = shape[:axis] + (1,) + shape[axis + 1:]
+    one = shape[:axis] + (1,) + shape[axis + 1 :]
     parts = [_op(ev, {"k": "reshape"}, [x], one, dtype, where, [a]) for x, a in zip(ins, avals)]
     return _op(ev, {"k": "concat", "dim": axis}, parts, shape, dtype, where)
 
@@ -313,5 +316,12 @@ def pad(ev, eqn, ins, avals, where):
         raise unsupported("pad", "interior or negative padding", where)
     shape, dtype = _out(eqn)
     full = _op(ev, {"k": "broadcast", "dims": []}, [value], shape, dtype, where, [avals[1]])
-    return _op(ev, {"k": "update_slice", "start": [lo for lo, _, _ in config]}, [full, x], shape, dtype, where,
-               [None, avals[0]])
+    return _op(
+        ev,
+        {"k": "update_slice", "start": [lo for lo, _, _ in config]},
+        [full, x],
+        shape,
+        dtype,
+        where,
+        [None, avals[0]],
+    )

@@ -97,9 +97,9 @@ _TARGET = "tpusim_pallas_call"
 def _impl(*args, out_avals, **params):
     """The traced body of a pallas_call: one custom call per device."""
     jax = _jax()
+    import jax.numpy as jnp
     from jax import lax
     from jax._src import core as jax_core
-    import jax.numpy as jnp
 
     from ._plan import CallSpec
 
@@ -165,7 +165,6 @@ class Meeting:
         """The cached plan for these SMEM operand values (`smem[device]`: operand index →
         array, for the scalar prefetch and SMEM operands, per Rust device)."""
         from ._plan import Plan
-
         from ._steer import NeedsSteering
 
         key = (self.spec.key(), tuple(a.tobytes() for per in smem for _, a in sorted(per.items())))
@@ -189,8 +188,10 @@ class Meeting:
         backend, schedule = _backend(), config.schedule
         spec, cores = self.spec, self.spec.cores
         keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
-        smem = [{k: np.frombuffer(bufs.operand_bytes(d, k), self.in_avals[k][1]).reshape(self.in_avals[k][0])
-                 for k in keys} for d in range(self.P)]
+        smem = [
+            {k: np.frombuffer(bufs.operand_bytes(d, k), self.in_avals[k][1]).reshape(self.in_avals[k][0]) for k in keys}
+            for d in range(self.P)
+        ]
         # The cores of a chip are devices of the Rust mesh, reading their chip's operands.
         rows = [r // cores for r in range(self.P * cores)]
         plan = self.plan([smem[x] for x in rows])
@@ -198,8 +199,9 @@ class Meeting:
             _observe("call", plan)
         out_rows = [x * cores for x in range(self.P)]
         try:
-            plan.call.run_into(bufs, rows, plan.input_operands, out_rows, plan.result_sources,
-                               backend=backend, schedule=schedule)
+            plan.call.run_into(
+                bufs, rows, plan.input_operands, out_rows, plan.result_sources, backend=backend, schedule=schedule
+            )
         except _native.TpusimError:
             if not _tolerant:
                 raise
@@ -209,8 +211,17 @@ class Meeting:
             plan.print_texts()
             if not keys and not plan.smem_results and not _observers and not plan.prints_any() and not plan.steered:
                 # Nothing of this plan is read per call: the next rounds run it from Rust.
-                _native.meeting_save_run(self.id, epoch, plan.call, rows, plan.input_operands, out_rows,
-                                         plan.result_sources, backend, schedule)
+                _native.meeting_save_run(
+                    self.id,
+                    epoch,
+                    plan.call,
+                    rows,
+                    plan.input_operands,
+                    out_rows,
+                    plan.result_sources,
+                    backend,
+                    schedule,
+                )
         for k, buf in plan.smem_results:
             a = spec.out_avals[k]
             for x, r in enumerate(out_rows):
@@ -250,16 +261,22 @@ def _vet(plan):
     except _native.TpusimError:
         return  # the run itself says what is wrong
     if r is None:
-        print(f"tpusim: {title}: `run` followed one schedule ({schedule}); "
-              "`python -m tpusim check` with the same arguments verifies the kernel under many", file=sys.stderr)
+        print(
+            f"tpusim: {title}: `run` followed one schedule ({schedule}); "
+            "`python -m tpusim check` with the same arguments verifies the kernel under many",
+            file=sys.stderr,
+        )
         return
     r = Report.from_dict(r, title)
     if not r.clean:
         n = len(r.findings)
-        print(f"tpusim: warning: {title}: `run` followed one schedule ({schedule}), which need not show what "
-              f"the verifier finds in this kernel: {n} problem{'' if n == 1 else 's'} "
-              f"({', '.join(sorted(set(r.kinds())))}); `python -m tpusim check` with the same arguments "
-              f"reports {'it' if n == 1 else 'them'}", file=sys.stderr)
+        print(
+            f"tpusim: warning: {title}: `run` followed one schedule ({schedule}), which need not show what "
+            f"the verifier finds in this kernel: {n} problem{'' if n == 1 else 's'} "
+            f"({', '.join(sorted(set(r.kinds())))}); `python -m tpusim check` with the same arguments "
+            f"reports {'it' if n == 1 else 'them'}",
+            file=sys.stderr,
+        )
 
 
 def _failed(message):

@@ -20,15 +20,11 @@ import functools
 import math
 import os
 
-import numpy as np
-
 import jax
-from jax import lax
+import numpy as np
 from jax._src import core as jax_core
 from jax._src.pallas import core as pallas_core
-from jax._src.pallas import primitives as pallas_primitives
 from jax._src.pallas.mosaic import core as mosaic_core
-from jax._src.pallas.mosaic import primitives as mosaic_primitives
 from jax._src.state import indexing
 from jax._src.state import types as state_types
 
@@ -137,8 +133,13 @@ def kernel_error(kind, detail, where):
 
 
 _CORE_DTYPES = {
-    "float32": "f32", "int32": "i32", "float16": "f16", "bfloat16": "bf16",
-    "int8": "i8", "uint8": "u8", "bool": "bool",
+    "float32": "f32",
+    "int32": "i32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "bool",
 }
 _dtype_names = {}  # dtype -> the core's name (asked for every value a kernel computes)
 
@@ -180,8 +181,9 @@ def space_of(ms):
     if ms is None:
         return None
     v = str(getattr(ms, "value", ms)).lower()
-    return {"any": "hbm", "hbm": "hbm", "vmem": "vmem", "smem": "smem", "semaphore_mem": "sem",
-            "semaphore": "sem"}.get(v, v)
+    return {"any": "hbm", "hbm": "hbm", "vmem": "vmem", "smem": "smem", "semaphore_mem": "sem", "semaphore": "sem"}.get(
+        v, v
+    )
 
 
 # ---------------------------------------------------------------- buffers and views
@@ -194,8 +196,7 @@ class Buffer:
     ``.reshape`` or ``.bitcast`` is an alias (:meth:`alias`): the same allocation
     (`root`) from element `base` on, with its own shape and dtype."""
 
-    __slots__ = ("kind", "name", "shape", "dtype", "pos", "sem", "smem", "barrier", "root", "base", "known",
-                 "scratch")
+    __slots__ = ("kind", "name", "shape", "dtype", "pos", "sem", "smem", "barrier", "root", "base", "known", "scratch")
 
     def __init__(self, kind, name, shape, dtype, pos=None, sem=None, barrier=False):
         self.kind = kind  # "hbm" | "vmem" | "smem" | "sem"
@@ -219,8 +220,10 @@ class Buffer:
         a.root, a.base = root, int(base)
         n = math.prod(a.shape)
         if root.smem is not None:
-            a.smem = {d: arr.reshape(-1)[a.base:a.base + n].reshape(a.shape).view(np.dtype(dtype))
-                      for d, arr in root.smem.items()}
+            a.smem = {
+                d: arr.reshape(-1)[a.base : a.base + n].reshape(a.shape).view(np.dtype(dtype))
+                for d, arr in root.smem.items()
+            }
         return a
 
     def aliased(self):
@@ -261,7 +264,7 @@ class RefV:
         row-major order."""
         shape = self.buf.shape
         dims = list(self.dims)
-        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
         # The contiguous tail: full dims, then one stride-1 slice.
         k = len(dims)
         block = 1
@@ -380,16 +383,12 @@ def apply_indexer(view, idx, where, check=True):
             n = _concrete_int(ix.size, "a slice size", where)
             st = int(ix.stride)
             if check and (s < 0 or n < 0 or (n > 0 and s + (n - 1) * st >= size)):
-                raise _OutOfBounds(
-                    f"`{view.buf.name}` slice pl.ds({s}, {n}) leaves a dimension of size {size}"
-                )
+                raise _OutOfBounds(f"`{view.buf.name}` slice pl.ds({s}, {n}) leaves a dimension of size {size}")
             dims[j] = (start + s * stride, n, stride * st)
         else:
             i = _concrete_int(ix, "an index", where)
             if check and (i < 0 or i >= size):
-                raise _OutOfBounds(
-                    f"`{view.buf.name}` index {i} on a dimension of size {size} (valid 0..={size - 1})"
-                )
+                raise _OutOfBounds(f"`{view.buf.name}` index {i} on a dimension of size {size} (valid 0..={size - 1})")
             dims[j] = start + i * stride
     return RefV(view.buf, dims, view.barrier_n)
 
@@ -563,6 +562,7 @@ def _iota(dtype, shape, dimension, **_):
 def _reduce(f):
     def rule(x, axes, **_):
         return f(np.asarray(x), axis=tuple(axes))
+
     return rule
 
 
@@ -606,32 +606,67 @@ def _as(f):
 
 
 SCALAR_RULES = {
-    "add": _as(np.add), "sub": _as(np.subtract), "mul": _as(np.multiply),
-    "div": _as(_c_div), "rem": _as(_c_rem), "neg": _as(np.negative),
-    "max": _as(np.maximum), "min": _as(np.minimum), "abs": _as(np.abs), "sign": _as(np.sign),
-    "eq": _as(np.equal), "ne": _as(np.not_equal), "lt": _as(np.less), "le": _as(np.less_equal),
-    "gt": _as(np.greater), "ge": _as(np.greater_equal),
-    "and": _as(np.bitwise_and), "or": _as(np.bitwise_or), "xor": _as(np.bitwise_xor),
+    "add": _as(np.add),
+    "sub": _as(np.subtract),
+    "mul": _as(np.multiply),
+    "div": _as(_c_div),
+    "rem": _as(_c_rem),
+    "neg": _as(np.negative),
+    "max": _as(np.maximum),
+    "min": _as(np.minimum),
+    "abs": _as(np.abs),
+    "sign": _as(np.sign),
+    "eq": _as(np.equal),
+    "ne": _as(np.not_equal),
+    "lt": _as(np.less),
+    "le": _as(np.less_equal),
+    "gt": _as(np.greater),
+    "ge": _as(np.greater_equal),
+    "and": _as(np.bitwise_and),
+    "or": _as(np.bitwise_or),
+    "xor": _as(np.bitwise_xor),
     "not": _as(lambda x: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)),
-    "shift_left": _as(np.left_shift), "shift_right_arithmetic": _as(np.right_shift),
+    "shift_left": _as(np.left_shift),
+    "shift_right_arithmetic": _as(np.right_shift),
     "shift_right_logical": _as(_shift_right_logical),
-    "select_n": _as(_select_n), "convert_element_type": _convert,
-    "broadcast_in_dim": _broadcast_in_dim, "iota": _iota,
+    "select_n": _as(_select_n),
+    "convert_element_type": _convert,
+    "broadcast_in_dim": _broadcast_in_dim,
+    "iota": _iota,
     "reshape": lambda x, new_sizes, **_: np.asarray(x).reshape(new_sizes),
     "squeeze": lambda x, dimensions, **_: np.squeeze(np.asarray(x), axis=tuple(dimensions)),
     "expand_dims": lambda x, dimensions, **_: np.expand_dims(np.asarray(x), tuple(dimensions)),
     "transpose": lambda x, permutation, **_: np.transpose(np.asarray(x), permutation),
-    "reduce_sum": _reduce(np.sum), "reduce_max": _reduce(np.max), "reduce_min": _reduce(np.min),
-    "reduce_and": _reduce(np.all), "reduce_or": _reduce(np.any),
+    "reduce_sum": _reduce(np.sum),
+    "reduce_max": _reduce(np.max),
+    "reduce_min": _reduce(np.min),
+    "reduce_and": _reduce(np.all),
+    "reduce_or": _reduce(np.any),
     "integer_pow": lambda x, y, **_: np.asarray(x) ** y,
-    "square": _as(np.square), "sqrt": _as(np.sqrt), "exp": _as(np.exp), "log": _as(np.log),
-    "floor": _as(np.floor), "ceil": _as(np.ceil), "round": lambda x, **_: np.round(x),
-    "pow": _as(np.power), "clamp": _as(_clamp),
+    "square": _as(np.square),
+    "sqrt": _as(np.sqrt),
+    "exp": _as(np.exp),
+    "log": _as(np.log),
+    "floor": _as(np.floor),
+    "ceil": _as(np.ceil),
+    "round": lambda x, **_: np.round(x),
+    "pow": _as(np.power),
+    "clamp": _as(_clamp),
     "concatenate": lambda *xs, dimension, **_: np.concatenate([np.asarray(x) for x in xs], dimension),
-    "slice": _slice, "dynamic_slice": _dynamic_slice, "dynamic_update_slice": _dynamic_update_slice,
-    "dot_general": _dot_general, "copy": _same, "copy_p": _same, "optimization_barrier": _same,
-    "multiple_of": lambda x, **_: x, "pvary": _same, "reduce_precision": _same, "reshard": _same,
-    "stop_gradient": _same, "tanh": _as(np.tanh), "logistic": _as(lambda x: 1 / (1 + np.exp(-x))),
+    "slice": _slice,
+    "dynamic_slice": _dynamic_slice,
+    "dynamic_update_slice": _dynamic_update_slice,
+    "dot_general": _dot_general,
+    "copy": _same,
+    "copy_p": _same,
+    "optimization_barrier": _same,
+    "multiple_of": lambda x, **_: x,
+    "pvary": _same,
+    "reduce_precision": _same,
+    "reshard": _same,
+    "stop_gradient": _same,
+    "tanh": _as(np.tanh),
+    "logistic": _as(lambda x: 1 / (1 + np.exp(-x))),
     "argmax": lambda x, axes, index_dtype, **_: np.argmax(x, axis=axes[0]).astype(index_dtype),
     "argmin": lambda x, axes, index_dtype, **_: np.argmin(x, axis=axes[0]).astype(index_dtype),
     "sort": lambda *xs, dimension, **_: [np.sort(np.asarray(x), axis=dimension) for x in xs],
@@ -643,17 +678,23 @@ SCALAR_RULES = {
 }
 
 # Primitives that act on every value unchanged (what a value is does not change).
-IDENTITY = {"pvary", "copy", "copy_p", "optimization_barrier", "multiple_of", "stop_gradient",
-            "reduce_precision", "reshard"}
+IDENTITY = {
+    "pvary",
+    "copy",
+    "copy_p",
+    "optimization_barrier",
+    "multiple_of",
+    "stop_gradient",
+    "reduce_precision",
+    "reshard",
+}
 
 
 # ---------------------------------------------------------------- one grid point
 
 
 # The records of calls that communicate: a loop iteration with one gets a step mark.
-_COMMUNICATES = frozenset(
-    ("start", "wait", "wait_send", "wait_recv", "dma_wait", "signal", "sem_wait")
-)
+_COMMUNICATES = frozenset(("start", "wait", "wait_send", "wait_recv", "dma_wait", "signal", "sem_wait"))
 
 
 # The records of waits (after which a device may see what others wrote).
@@ -880,8 +921,9 @@ class Evaluator:
             raise unsupported(name, "on values loaded from refs", where)
         aval = eqn.outvars[0].aval
         kind, picks = compute_kind(name, eqn.params, ins, aval, where)
-        return self.compute(name, kind, [ins[i] for i in picks], aval.shape, aval.dtype, where,
-                            [avals[i] for i in picks])
+        return self.compute(
+            name, kind, [ins[i] for i in picks], aval.shape, aval.dtype, where, [avals[i] for i in picks]
+        )
 
     def compute(self, prim, kind, args, shape, dtype, where, avals=None):
         """One compute record of `kind` on `args` (values, or concrete operands made into
@@ -915,20 +957,38 @@ class Evaluator:
         """`v` broadcast to `shape` along its size-1 dimensions (same rank), or along new
         leading ones."""
         r = len(v.shape)
-        if r > len(shape) or any(a not in (1, b) for a, b in zip(v.shape, shape[len(shape) - r:])):
-            raise kernel_error("shape mismatch", f"a value of shape {list(v.shape)} does not broadcast to "
-                               f"{list(shape)}", where)
-        return self.compute("broadcast_in_dim", {"k": "broadcast", "dims": list(range(len(shape) - r, len(shape)))},
-                            [v], shape, v.dtype, where)
+        if r > len(shape) or any(a not in (1, b) for a, b in zip(v.shape, shape[len(shape) - r :])):
+            raise kernel_error(
+                "shape mismatch", f"a value of shape {list(v.shape)} does not broadcast to {list(shape)}", where
+            )
+        return self.compute(
+            "broadcast_in_dim",
+            {"k": "broadcast", "dims": list(range(len(shape) - r, len(shape)))},
+            [v],
+            shape,
+            v.dtype,
+            where,
+        )
 
     def constant(self, value, dtype, where):
         """A value for a concrete operand of a vector op: an iota (when it is one), a
         uniform `jnp.full`, or any other array: a constant of the call (``Plan.constant``)."""
-        if isinstance(value, _Iota) and value.iota_dim is not None and value.ndim \
-                and np.dtype(value.dtype) == np.dtype(dtype):
+        if (
+            isinstance(value, _Iota)
+            and value.iota_dim is not None
+            and value.ndim
+            and np.dtype(value.dtype) == np.dtype(dtype)
+        ):
             out = Sym("iota", [], value.shape, value.dtype, where.site)
-            self.emit(out, "compute", where, kind={"k": "iota", "dim": int(value.iota_dim)}, args=[],
-                      shape=list(value.shape), dtype=_dt(value.dtype, where))
+            self.emit(
+                out,
+                "compute",
+                where,
+                kind={"k": "iota", "dim": int(value.iota_dim)},
+                args=[],
+                shape=list(value.shape),
+                dtype=_dt(value.dtype, where),
+            )
             return out
         a = np.asarray(value).astype(dtype)
         dt = _dt(a.dtype, where)
@@ -993,7 +1053,7 @@ class Evaluator:
 
     def p_while(self, eqn, ins):
         cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-        cc, bc, val = list(ins[:cn]), ins[cn:cn + bn], list(ins[cn + bn:])
+        cc, bc, val = list(ins[:cn]), ins[cn : cn + bn], list(ins[cn + bn :])
         where = self.where(eqn)
         n = 0
         # A computed bound is asked once (when traced while running), not at every step.
@@ -1017,9 +1077,7 @@ class Evaluator:
                 budget.iterated()
                 n += 1
                 if n > self.plan.max_iterations:
-                    raise unsupported(
-                        "while_loop", f"more than {self.plan.max_iterations} iterations", where
-                    )
+                    raise unsupported("while_loop", f"more than {self.plan.max_iterations} iterations", where)
         finally:
             budget.close()
 
@@ -1029,7 +1087,7 @@ class Evaluator:
             consts, carry, xs = (list(g) for g in p["ft_in"].update(ins).unpack())
         else:
             nc, ncar = p["num_consts"], p["num_carry"]
-            consts, carry, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+            consts, carry, xs = ins[:nc], ins[nc : nc + ncar], ins[nc + ncar :]
         length = p["length"]
         where = self.where(eqn)
         if any(isinstance(x, Sym) for x in xs):
@@ -1045,7 +1103,7 @@ class Evaluator:
                 if "ft_out" in p:
                     carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
                 else:
-                    carry, y = out[:len(carry)], out[len(carry):]
+                    carry, y = out[: len(carry)], out[len(carry) :]
                 ys.append(y)
                 budget.iterated()
         finally:
@@ -1075,7 +1133,7 @@ class Evaluator:
         if eqn.params.get("collective_axes"):
             raise unsupported("run_scoped(collective_axes=...)", "", where)
         all_in = getattr(body, "all_invars", None) or body.invars
-        allocs = self.plan.scoped(eqn, all_in[len(ins):], where)
+        allocs = self.plan.scoped(eqn, all_in[len(ins) :], where)
         refs = [RefV(b) for b in allocs]
         return self.run_closed(body, [*ins, *refs])
 
@@ -1140,8 +1198,13 @@ class Evaluator:
             return []
         old = self.load(view, eqn, where)
         kind, _ = compute_kind("add", {}, [old, ins[1]], view, where)
-        self.store(view, self.compute("add", kind, [old, ins[1]], view.shape, view.dtype, where,
-                                      [None, getattr(eqn.invars[1], "aval", None)]), where)
+        self.store(
+            view,
+            self.compute(
+                "add", kind, [old, ins[1]], view.shape, view.dtype, where, [None, getattr(eqn.invars[1], "aval", None)]
+            ),
+            where,
+        )
         return []
 
     def p_masked_load(self, eqn, ins):
@@ -1198,19 +1261,19 @@ class Evaluator:
             runs = view.runs()
             if len(runs) != 1:
                 raise unsupported("a window of a reshaped ref", "windows of contiguous elements only", where)
-            (off, n), = runs
+            ((off, n),) = runs
             v.shape = (n,)
             self.emit(v, "load", where, src=[buf.pos, [[2, int(off), int(n)]]])
         else:
             start, shape, strides, keep = view.window()
-            self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape,
-                                                                     "strides": strides})
+            self.emit(v, "load", where, src=[buf.pos, []], window={"start": start, "shape": shape, "strides": strides})
             v.shape = tuple(shape)
         if tuple(v.shape) != tuple(view.shape):  # integer indices drop their dimensions
             w = Sym("reshape", [v], view.shape, dtype, where.site, view=view)
             v.uses += 1
-            self.emit(w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape),
-                      dtype=_dt(dtype, where))
+            self.emit(
+                w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape), dtype=_dt(dtype, where)
+            )
             return w
         return v
 
@@ -1227,8 +1290,12 @@ class Evaluator:
             raise kernel_error("misuse", f"`{buf.name}` is a semaphore, not a buffer", where)
         if not isinstance(value, Sym):
             a = np.asarray(value)
-            if a.size and not _uniform(a.reshape(-1)) or buf.aliased() or \
-                    np.dtype(view.dtype) != np.dtype(buf.root.dtype):
+            if (
+                a.size
+                and not _uniform(a.reshape(-1))
+                or buf.aliased()
+                or np.dtype(view.dtype) != np.dtype(buf.root.dtype)
+            ):
                 # a table or mask (or a store through an alias): a constant value
                 value = self.constant(np.broadcast_to(a, view.shape), view.dtype, where)
         if value.prim == "poison" if isinstance(value, Sym) else False:
@@ -1238,9 +1305,10 @@ class Evaluator:
         if buf.aliased():  # into a `.reshape` ref: one run of the allocation
             runs = view.runs()
             if len(runs) != 1:
-                raise unsupported("a store into a window of a reshaped ref", "windows of contiguous elements only",
-                                  where)
-            (off, n), = runs
+                raise unsupported(
+                    "a store into a window of a reshaped ref", "windows of contiguous elements only", where
+                )
+            ((off, n),) = runs
             flat = self.compute("reshape", {"k": "reshape"}, [value], (n,), value.dtype, where)
             flat.uses += 1
             self.p.record("store", where.site, dst=[buf.pos, [[2, int(off), int(n)]]], src=flat.id)
@@ -1268,7 +1336,7 @@ class Evaluator:
             )
         if not ref.buf.shape:
             return [{"Arg": ref.buf.pos}, None]
-        strides = [math.prod(ref.buf.shape[i + 1:]) for i in range(len(ref.buf.shape))]
+        strides = [math.prod(ref.buf.shape[i + 1 :]) for i in range(len(ref.buf.shape))]
         lin = sum(int(d) * s for d, s in zip(ref.dims, strides))
         return [{"Arg": ref.buf.pos}, lin]
 
@@ -1288,8 +1356,7 @@ class Evaluator:
             self._oob(e, where, None)
             return []
         inc = _concrete_int(inc, "the increment of semaphore_signal", where)
-        target = self.plan.device_id(self.p, dev, eqn.params.get("device_id_type"), where,
-                                     core_index=core_index)
+        target = self.plan.device_id(self.p, dev, eqn.params.get("device_id_type"), where, core_index=core_index)
         if target is _BAD:
             return []
         self.p.record("signal", where.site, sem=self.sem_path(sem, where), inc=inc, dev=target)
@@ -1436,10 +1503,43 @@ def _dt(dtype, where):
     return d
 
 
-_UNARY = {"neg", "abs", "sign", "floor", "ceil", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt",
-          "tanh", "logistic", "sin", "cos", "erf", "not"}
-_BINARY = {"add", "sub", "mul", "div", "rem", "pow", "max", "min", "and", "or", "xor", "shift_left",
-           "shift_right_arithmetic", "shift_right_logical", "atan2"}
+_UNARY = {
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "logistic",
+    "sin",
+    "cos",
+    "erf",
+    "not",
+}
+_BINARY = {
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "pow",
+    "max",
+    "min",
+    "and",
+    "or",
+    "xor",
+    "shift_left",
+    "shift_right_arithmetic",
+    "shift_right_logical",
+    "atan2",
+}
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 # The kinds whose operands are elementwise (a size-1 dimension broadcasts).
 _ELEMENTWISE = {"binary", "compare", "select"}
@@ -1488,13 +1588,17 @@ def compute_kind(name, params, ins, aval, where):
     if name == "dynamic_slice":
         x, *idx = ins
         sizes = p["slice_sizes"]
-        start = [min(max(_concrete_int(i, "a dynamic_slice index", where), 0), x.shape[d] - sizes[d])
-                 for d, i in enumerate(idx)]
+        start = [
+            min(max(_concrete_int(i, "a dynamic_slice index", where), 0), x.shape[d] - sizes[d])
+            for d, i in enumerate(idx)
+        ]
         return {"k": "slice", "start": start, "strides": [1] * len(start)}, [0]
     if name == "dynamic_update_slice":
         x, upd, *idx = ins
-        start = [min(max(_concrete_int(i, "a dynamic_update_slice index", where), 0), x.shape[d] - upd.shape[d])
-                 for d, i in enumerate(idx)]
+        start = [
+            min(max(_concrete_int(i, "a dynamic_update_slice index", where), 0), x.shape[d] - upd.shape[d])
+            for d, i in enumerate(idx)
+        ]
         return {"k": "update_slice", "start": start}, [0, 1]
     if name == "concatenate":
         return {"k": "concat", "dim": int(p["dimension"])}, every
@@ -1509,8 +1613,13 @@ def compute_kind(name, params, ins, aval, where):
         return {"k": "arg_reduce", "op": name[3:], "dim": int(p["axes"][0])}, every
     if name == "dot_general":
         (lc, rc), (lb, rb) = p["dimension_numbers"]
-        return {"k": "dot", "lhs_contract": list(lc), "rhs_contract": list(rc), "lhs_batch": list(lb),
-                "rhs_batch": list(rb)}, every
+        return {
+            "k": "dot",
+            "lhs_contract": list(lc),
+            "rhs_contract": list(rc),
+            "lhs_batch": list(lb),
+            "rhs_batch": list(rb),
+        }, every
     if name == "iota":
         return {"k": "iota", "dim": int(p["dimension"])}, []
     raise unsupported(name, "tpusim has no compute op for this primitive on values loaded from refs", where)

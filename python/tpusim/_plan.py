@@ -15,14 +15,26 @@ import math
 import re
 
 import numpy as np
-
 from jax._src import core as jax_core
 
 from . import _native, _steer
-from ._budget import RecordingBudget, points as grid_points
+from ._budget import RecordingBudget
+from ._budget import points as grid_points
 from ._jaxpr import (
-    Buffer, Evaluator, Point, RefV, Sym, _BAD, _Where, _concrete_int, dtype_name, kernel_error,
-    sem_kind, site_of, space_of, unsupported,
+    _BAD,
+    Buffer,
+    Evaluator,
+    Point,
+    RefV,
+    Sym,
+    _concrete_int,
+    _Where,
+    dtype_name,
+    kernel_error,
+    sem_kind,
+    site_of,
+    space_of,
+    unsupported,
 )
 
 try:
@@ -92,7 +104,6 @@ def _same_bits(a, b):
     return a == b or any({a.name, b.name} <= p for p in pairs)
 
 
-
 @contextlib.contextmanager
 def _no_cyclic_gc():
     """Python's cyclic collector paused while a kernel records: the records are many
@@ -106,6 +117,7 @@ def _no_cyclic_gc():
     finally:
         if was:
             gc.enable()
+
 
 class CallSpec:
     """What the lowering of one ``pallas_call`` knows: kernel, grid, operands, mesh."""
@@ -135,13 +147,17 @@ class CallSpec:
             from jax._src.pallas.mosaic import core as mosaic_core
 
             if not isinstance(self.mesh, mosaic_core.TensorCoreMesh):
-                raise unsupported(f"pl.kernel over a {type(self.mesh).__name__}",
-                                  "TensorCore meshes only: tpusim models TensorCores, not SparseCores",
-                                  _Where(None, self.site, "pl.kernel"))
+                raise unsupported(
+                    f"pl.kernel over a {type(self.mesh).__name__}",
+                    "TensorCore meshes only: tpusim models TensorCores, not SparseCores",
+                    _Where(None, self.site, "pl.kernel"),
+                )
             shape = dict(self.mesh.shape)
             if len(shape) != 1:
-                raise unsupported(f"pl.kernel over the mesh {self.mesh}", "one core axis", _Where(None, self.site, "pl.kernel"))
-            (self.core_axis, self.cores), = shape.items()
+                raise unsupported(
+                    f"pl.kernel over the mesh {self.mesh}", "one core axis", _Where(None, self.site, "pl.kernel")
+                )
+            ((self.core_axis, self.cores),) = shape.items()
         self.grid = tuple(int(g) for g in self.gm.grid)
         if self.mesh is not None:
             # A core_map's grid is its cores: each core is an agent with one point.
@@ -173,9 +189,17 @@ class CallSpec:
                 text = str(self.jaxpr)
             except Exception:  # JAX cannot print every jaxpr (a select_ref's): this one only
                 text = ("unprintable", id(self.jaxpr))
-            self._key = (text, tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
-                         tuple(sorted(self.aliases.items())), tuple(str(a) for a in self.out_avals), self.name,
-                         str(self.mesh))
+            self._key = (
+                text,
+                tuple(sites),
+                str(self.gm),
+                tuple(self.axes),
+                self.collective_id,
+                tuple(sorted(self.aliases.items())),
+                tuple(str(a) for a in self.out_avals),
+                self.name,
+                str(self.mesh),
+            )
         return self._key
 
     @functools.cached_property
@@ -183,8 +207,10 @@ class CallSpec:
         """True when the kernel has a `pl.debug_print`."""
 
         def walk(jx):
-            return any(e.primitive.name == "debug_print" or any(walk(sub) for sub in jax_core.jaxprs_in_params(e.params))
-                       for e in jx.eqns)
+            return any(
+                e.primitive.name == "debug_print" or any(walk(sub) for sub in jax_core.jaxprs_in_params(e.params))
+                for e in jx.eqns
+            )
 
         return walk(self.jaxpr)
 
@@ -247,8 +273,16 @@ class Plan:
             # A call whose reads find what a call before found runs that call's plan,
             # unless the trace gives more than the program: texts, SMEM results.
             self.call = _native.KernelCall.steered(
-                spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, spec.collective_id,
-                spec.cores, self.aliases, self, replayable=not (spec.prints or self.smem_results),
+                spec.name,
+                self.mesh,
+                list(self.grid),
+                self.inputs,
+                self.outputs,
+                spec.collective_id,
+                spec.cores,
+                self.aliases,
+                self,
+                replayable=not (spec.prints or self.smem_results),
             )
             return
         try:
@@ -257,8 +291,17 @@ class Plan:
         finally:
             self.budget.done()
         self.call = _native.KernelCall(
-            spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
-            spec.collective_id, self.recording, spec.cores, self.aliases, self.constants,
+            spec.name,
+            self.mesh,
+            list(self.grid),
+            self.inputs,
+            self.outputs,
+            self.scratch,
+            spec.collective_id,
+            self.recording,
+            spec.cores,
+            self.aliases,
+            self.constants,
         )
 
     def tracer(self):
@@ -292,8 +335,11 @@ class Plan:
     def _dt(self, dtype, what):
         d = dtype_name(dtype)
         if d is None:
-            raise unsupported(f"dtype {dtype}", f"{what}: tpusim runs f32, i32, f16, bf16, i8, u8 and bool",
-                              _Where(None, self.spec.site, "pallas_call"))
+            raise unsupported(
+                f"dtype {dtype}",
+                f"{what}: tpusim runs f32, i32, f16, bf16, i8, u8 and bool",
+                _Where(None, self.spec.site, "pallas_call"),
+            )
         return d
 
     def _build(self, smem_values):
@@ -375,7 +421,8 @@ class Plan:
         # Where each output comes from: a Rust output (by position) or an SMEM buffer.
         self.out_sources = [
             ("smem", seen) if rust is None else ("rust", rust[0].pos - len(self.inputs))
-            for is_out, seen, rust in ops if is_out
+            for is_out, seen, rust in ops
+            if is_out
         ]
         # Scratch operands.
         for k in range(spec.num_index + spec.num_inputs + spec.num_outputs, len(invars)):
@@ -454,8 +501,9 @@ class Plan:
             b.scratch = True
             if self.steered:
                 # Memory of the simulated devices too: DMAs and vector stores reach it.
-                b.pos = self._add_scratch("vmem", f"{name} (SMEM)", shape or (1,),
-                                          self._dt(aval.dtype, f"SMEM scratch `{name}`"))
+                b.pos = self._add_scratch(
+                    "vmem", f"{name} (SMEM)", shape or (1,), self._dt(aval.dtype, f"SMEM scratch `{name}`")
+                )
                 b.known = {d: np.ones(max(1, math.prod(shape)), bool) for d in range(self.P)}
             self.smem_bufs.append(b)
             return b
@@ -532,7 +580,6 @@ class Plan:
         """The recorded form of a device id (None: this device). With several cores per
         chip, a DMA lands on the same core of the target chip, a signal on core 0, unless
         the id names the core."""
-        from jax._src.pallas import primitives as pp
 
         names = [a for a, _ in self.spec.axes]
         keys = self.spec.axis_keys
@@ -570,7 +617,7 @@ class Plan:
                     i = _concrete_int(idx, "a device id", where)
                     dims = [sizes[q] for q in pos]
                     for n_, q in enumerate(pos):
-                        inner = math.prod(dims[n_ + 1:])
+                        inner = math.prod(dims[n_ + 1 :])
                         coords[q] = (i // inner) % dims[n_]
                     continue
                 i = _concrete_int(idx, "a device id", where)
@@ -646,8 +693,12 @@ class Plan:
             for off, n in view.runs():
                 for k in range(n):
                     v = vals[at + k]
-                    p.record("fill", where.site, dst=[root.pos, [[2, int(off + k), 1]]],
-                             value=float(bool(v)) if vals.dtype == np.bool_ else float(v))
+                    p.record(
+                        "fill",
+                        where.site,
+                        dst=[root.pos, [[2, int(off + k), 1]]],
+                        value=float(bool(v)) if vals.dtype == np.bool_ else float(v),
+                    )
                 at += n
 
     def smem_unknown(self, p, view):
@@ -670,8 +721,9 @@ class Plan:
 
     def smem_snapshot(self, device):
         """Every SMEM buffer's values (and what tracing knows of them) on `device`."""
-        return {id(b): (b.smem[device].copy(), None if b.pos is None else b.known[device].copy())
-                for b in self.smem_bufs}
+        return {
+            id(b): (b.smem[device].copy(), None if b.pos is None else b.known[device].copy()) for b in self.smem_bufs
+        }
 
     def smem_restore(self, device, snap):
         """`device`'s SMEM as `snap` holds it (buffers made since: zeros, known)."""
@@ -726,7 +778,8 @@ class Plan:
     def _check_same(self, p, a, b, where):
         if a.numel() != b.numel() or not _same_bits(a.dtype, b.dtype):
             self._bad(
-                p, where,
+                p,
+                where,
                 f"`{a.buf.name}` is {list(a.shape)} {np.dtype(a.dtype)} but `{b.buf.name}` is "
                 f"{list(b.shape)} {np.dtype(b.dtype)}",
                 kind="shape_mismatch",
@@ -738,7 +791,7 @@ class Plan:
     def _untouched(p, bufs, since):
         """No call recorded after position `since` may have written any of `bufs`."""
         pos = {b.pos for b in bufs}
-        for r in p.ops[since + 1:]:
+        for r in p.ops[since + 1 :]:
             if r.get("dead"):
                 continue
             op = r["op"]
@@ -755,8 +808,12 @@ class Plan:
                 return
             # A plain copy of a load, or an accumulate of two loads into one of them:
             # the core's copy and accumulate (every executor runs them), not values.
-            if (value.prim == "get" and value.uses == 0 and value.pos >= p.frozen
-                    and self._untouched(p, [value.view.buf], value.pos)):
+            if (
+                value.prim == "get"
+                and value.uses == 0
+                and value.pos >= p.frozen
+                and self._untouched(p, [value.view.buf], value.pos)
+            ):
                 if not self._check_same(p, view, value.view, where):
                     return
                 value.rec["dead"] = True
@@ -765,13 +822,23 @@ class Plan:
                 return
             if value.prim in ("add", "max", "min") and value.uses == 0 and len(value.args) == 2:
                 a, b = value.args
-                if (isinstance(a, Sym) and isinstance(b, Sym) and a.prim == b.prim == "get"
-                        and a.uses == 1 and b.uses == 1 and a is not b and min(a.pos, b.pos) >= p.frozen):
+                if (
+                    isinstance(a, Sym)
+                    and isinstance(b, Sym)
+                    and a.prim == b.prim == "get"
+                    and a.uses == 1
+                    and b.uses == 1
+                    and a is not b
+                    and min(a.pos, b.pos) >= p.frozen
+                ):
                     if b.view.key() == view.key():
                         a, b = b, a
-                    if (a.view.key() == view.key() and np.dtype(a.dtype) == np.dtype(b.dtype)
-                            and dtype_name(a.dtype) in ("f32", "i32", "f16", "bf16")
-                            and self._untouched(p, [a.view.buf, b.view.buf], min(a.pos, b.pos))):
+                    if (
+                        a.view.key() == view.key()
+                        and np.dtype(a.dtype) == np.dtype(b.dtype)
+                        and dtype_name(a.dtype) in ("f32", "i32", "f16", "bf16")
+                        and self._untouched(p, [a.view.buf, b.view.buf], min(a.pos, b.pos))
+                    ):
                         if not self._check_same(p, view, b.view, where):
                             return
                         for x in (a, b, value):
@@ -810,8 +877,15 @@ class Plan:
         if list(value.shape) != shape:  # integer indices: the window has ones there
             src = p.nvalues
             p.nvalues += 1
-            p.record("compute", where.site, id=src, kind={"k": "reshape"}, args=[value.id], shape=shape,
-                     dtype=_dt(value.dtype, where))
+            p.record(
+                "compute",
+                where.site,
+                id=src,
+                kind={"k": "reshape"},
+                args=[value.id],
+                shape=shape,
+                dtype=_dt(value.dtype, where),
+            )
         p.record("store", where.site, dst=[view.buf.pos, []], src=src, start=start)
 
     def lower_dma(self, p, eqn, kind, src, dst, dst_sem, src_sem, dev, where, ev):
@@ -824,9 +898,11 @@ class Plan:
             if r.buf.kind == "smem" and r.buf.root.pos is None:
                 if getattr(r.buf.root, "scratch", False) and not self.steered:
                     raise _steer.NeedsSteering("a DMA into or out of SMEM")
-                raise unsupported("a DMA into or out of an SMEM operand",
-                                  "DMAs reach SMEM scratch (scalar prefetch and SMEM operands are read by scalars)",
-                                  where)
+                raise unsupported(
+                    "a DMA into or out of an SMEM operand",
+                    "DMAs reach SMEM scratch (scalar prefetch and SMEM operands are read by scalars)",
+                    where,
+                )
             if r.buf.kind == "sem":
                 raise kernel_error("misuse", f"`{r.buf.name}` is a semaphore, not a buffer", where)
         target = self.device_id(p, dev, eqn.params.get("device_id_type"), where, dma=True)
@@ -862,7 +938,9 @@ class Plan:
             elif isinstance(b, pallas_core.Blocked):
                 dims.append((int(i) * b.block_size, b.block_size, 1))
             else:
-                raise unsupported(f"block dimension {b}", "Blocked and squeezed dimensions", _Where(None, self.spec.site, "BlockSpec"))
+                raise unsupported(
+                    f"block dimension {b}", "Blocked and squeezed dimensions", _Where(None, self.spec.site, "BlockSpec")
+                )
         return RefV(hbm, dims)
 
     def _block_indices(self, ev, bm, index):
@@ -911,8 +989,9 @@ class Plan:
         if got is None:
             probe = Point(self, device, points[0] if points else ())
             ev = Evaluator(self, probe)
-            got = self._blocks_at[device] = [[self._block_indices(ev, bm, pt) for pt in points]
-                                             for (vb, hbm, bm, is_out) in self.blocked]
+            got = self._blocks_at[device] = [
+                [self._block_indices(ev, bm, pt) for pt in points] for (vb, hbm, bm, is_out) in self.blocked
+            ]
         return got
 
     def _point(self, device, g, pt, n, points, asker=None):
@@ -970,8 +1049,11 @@ class Plan:
     def input_operands(self):
         """The call's operand index of each Rust input (its non-SMEM inputs, in order)."""
         spec = self.spec
-        return [spec.num_index + j for j, bm in enumerate(spec.gm.block_mappings[: spec.num_inputs])
-                if space_of(bm.transformed_block_aval.memory_space) not in ("smem", "sem")]
+        return [
+            spec.num_index + j
+            for j, bm in enumerate(spec.gm.block_mappings[: spec.num_inputs])
+            if space_of(bm.transformed_block_aval.memory_space) not in ("smem", "sem")
+        ]
 
     @functools.cached_property
     def result_sources(self):

@@ -164,7 +164,7 @@ class Tracer:
         changed = sorted(set(self.changed))
         self.changed = []
         points = [(d, g, self.devices[d].ops[g]) for d, g in changed]
-        constants = self.plan.constants[self.constants_sent:]
+        constants = self.plan.constants[self.constants_sent :]
         self.constants_sent = len(self.plan.constants)
         return (list(self.plan.scratch), points, list(constants), [not t.done for t in self.devices])
 

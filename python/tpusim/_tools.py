@@ -116,8 +116,11 @@ def _run(fn, args, devices):
 
 def check_counts(schedules, seed, repeat):
     """A check's counts, checked by the command line's rules before anything runs."""
-    return (_native.count("schedules", "schedules", schedules), _native.count("seed", "seed", seed),
-            _native.count("repeat", "repeat", repeat))
+    return (
+        _native.count("schedules", "schedules", schedules),
+        _native.count("seed", "seed", seed),
+        _native.count("repeat", "repeat", repeat),
+    )
 
 
 def check(fn, *args, schedules=200, seed=0, devices=None, sequence=False, repeat=1, replay=None):
@@ -170,4 +173,16 @@ def model_tool(preset="v5e", timeline=None, topology=None, **overrides):
     return tool
 
 
-__all__ = ["check", "trace", "model", "Results", "collecting", "sequence_report", "check_plan", "check_calls", "trace_plan", "model_plan", "model_tool"]
+__all__ = [
+    "check",
+    "trace",
+    "model",
+    "Results",
+    "collecting",
+    "sequence_report",
+    "check_plan",
+    "check_calls",
+    "trace_plan",
+    "model_plan",
+    "model_tool",
+]

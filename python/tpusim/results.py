@@ -34,15 +34,21 @@ class Site:
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d.get("device"), tuple(d.get("grid") or ()), d.get("op"), d.get("location"),
-                   d.get("invocation"), d.get("iteration", ""), d.get("core"))
+        return cls(
+            d.get("device"),
+            tuple(d.get("grid") or ()),
+            d.get("op"),
+            d.get("location"),
+            d.get("invocation"),
+            d.get("iteration", ""),
+            d.get("core"),
+        )
 
     def __str__(self):
         inv = "" if self.invocation is None else f" in invocation {self.invocation}"
         it = f" in {self.iteration}" if self.iteration else ""
         core = "" if self.core is None else f" core {self.core}"
-        return (f"device {self.device}{core}{inv} at grid point {list(self.grid)}{it}, `{self.op}` "
-                f"({self.location})")
+        return f"device {self.device}{core}{inv} at grid point {list(self.grid)}{it}, `{self.op}` ({self.location})"
 
 
 @dataclass
@@ -180,7 +186,9 @@ class Table:
 class ModelRun:
     """A kernel on the cost model's clock: modeled seconds; with a traffic class,
     nccl-tests' size, algbw and busbw (bytes/s) and the ideal ring bound; the Chrome
-    trace when one was asked for (also written to `timeline_path`)."""
+    trace when one was asked for (also written to `timeline_path`); `compute`: where the
+    kernel computes, the line the command line prints under the modeled time (MXU and VPU
+    time per device, TFLOP/s, how much communication compute hid)."""
 
     model: str
     seconds: float
@@ -192,6 +200,7 @@ class ModelRun:
     ideal_seconds: Optional[float] = None
     timeline: Optional[dict] = field(default=None, repr=False)
     timeline_path: Optional[str] = None
+    compute: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d, path=None):
@@ -209,6 +218,7 @@ class ModelRun:
             d.get("ideal_seconds"),
             d.get("timeline"),
             None,
+            d.get("compute"),
         )
         if path is not None and run.timeline is not None:
             from . import _native

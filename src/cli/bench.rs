@@ -100,7 +100,9 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         let mut v = Vec::new();
         for n in reg.names() {
             if a.place.axis.is_some() && reg.by_name(n)?.span() == Span::Mesh {
-                eprintln!("skipped {n}: one kernel over the whole mesh, it takes no --axis");
+                if super::out::notes() {
+                    eprintln!("skipped {n}: one kernel over the whole mesh, it takes no --axis");
+                }
             } else {
                 v.push(n);
             }
@@ -282,7 +284,7 @@ impl Status {
     fn new() -> Self {
         use std::io::IsTerminal;
         // Not on ranks other than 0 (quiet): one process reports.
-        let bar = (std::io::stderr().is_terminal() && !super::out::quiet()).then(|| {
+        let bar = (std::io::stderr().is_terminal() && super::out::notes()).then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             if let Ok(style) =
                 indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
@@ -301,7 +303,7 @@ impl Status {
             (Progress::Size(s), Some(b)) => b.set_message(s.to_string()),
             (Progress::Size(_), None) => {}
             (Progress::Skipped(s), Some(b)) => b.println(format!("skipped {s}")),
-            (Progress::Skipped(s), None) if !super::out::quiet() => eprintln!("skipped {s}"),
+            (Progress::Skipped(s), None) if super::out::notes() => eprintln!("skipped {s}"),
             (Progress::Skipped(_), None) => {}
         }
     }

@@ -27,8 +27,16 @@ use tpusim::Error;
     about = "Simulate TPU (Pallas) distributed kernels on one GPU"
 )]
 struct Cli {
+    /// Print results only: no executor line, warnings or progress (errors still print).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The command line's definition (every subcommand and flag), for its tests and docs.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 #[derive(Subcommand)]
@@ -75,10 +83,14 @@ pub fn exit(result: tpusim::Result<bool>) -> ExitCode {
 }
 
 /// The executor `chosen` stands for (on ranks, this rank's part: with the GPU of its
-/// local rank), its description saying why `auto` chose it.
+/// local rank). Where `auto` chose it, one line says which and why, once per command
+/// (the result lines name it only).
 pub fn executor(chosen: &tpusim::device_sim::Chosen) -> tpusim::Result<Box<dyn Executor>> {
-    let exec = chosen.open_plain(ranks::local_rank())?;
-    Ok(chosen.noted(ranks::wrap(exec)))
+    let exec = ranks::wrap(chosen.open_plain(ranks::local_rank())?);
+    if out::notes() && chosen.why.is_some() {
+        out::outln!("executor: {}", chosen.describe(&exec.describe()))?;
+    }
+    Ok(exec)
 }
 
 /// Runs a command that holds no data (`check`, `trace`, `info`) on rank 0 alone.
@@ -93,6 +105,9 @@ fn alone(f: impl FnOnce() -> tpusim::Result<bool>) -> tpusim::Result<bool> {
 /// Parses the command line and runs it over the collectives of `registry`.
 pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
+    if cli.quiet {
+        out::set_no_notes();
+    }
     let reg = &registry;
     // After parsing: clap exits the process on a bad command line, before this guard could remove its directory.
     let _runtime_dir = driver_env::quiet_driver();

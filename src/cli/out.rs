@@ -10,6 +10,9 @@ use tpusim::Error;
 /// Set on the ranks of a partitioned run other than rank 0: they print nothing.
 static QUIET: AtomicBool = AtomicBool::new(false);
 
+/// Set by `--quiet`: no notes (the executor line, warnings, progress), results only.
+static NO_NOTES: AtomicBool = AtomicBool::new(false);
+
 /// Set when an output file is standard output: what a command says goes to standard
 /// error, so the output stays whole.
 static TO_STDERR: AtomicBool = AtomicBool::new(false);
@@ -31,6 +34,17 @@ pub fn set_quiet() {
 /// True when this process prints nothing.
 pub fn quiet() -> bool {
     QUIET.load(Ordering::SeqCst)
+}
+
+/// Turns notes off (`--quiet`): results and errors only.
+pub fn set_no_notes() {
+    NO_NOTES.store(true, Ordering::SeqCst);
+}
+
+/// True when notes (what a person reads once: the executor chosen and why, warnings,
+/// progress) are printed: not on `--quiet`, nor on a rank that prints nothing.
+pub fn notes() -> bool {
+    !quiet() && !NO_NOTES.load(Ordering::SeqCst)
 }
 
 /// Writes `args` to standard output, then a newline if `newline`.

@@ -15,7 +15,7 @@ use tpusim::{args, array, DType, Error, Mesh};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Collective (`tpusim check --list-variants` and README list the shipped ones).
+    /// Collective (`tpusim check --list-variants` and the book's collectives chapter list the shipped ones).
     collective: String,
     #[command(flatten)]
     pub place: super::place::PlaceArgs,
@@ -224,7 +224,7 @@ fn run_one(job: &Job, exec: &mut dyn Executor, seed: u64) -> tpusim::Result<bool
 /// schedule need not show ([`Job::vet`]), or, for a kernel too large to vet at once,
 /// that `check` is what verifies every schedule. Quiet for a clean kernel.
 fn lucky(job: &Job) -> tpusim::Result<()> {
-    if !super::ranks::runs_alone() {
+    if !super::ranks::runs_alone() || !super::out::notes() {
         return Ok(());
     }
     let spec = job.schedule();
@@ -263,31 +263,8 @@ fn model_report(job: &Job, m: &Modeled, timeline: Option<&Output>) -> tpusim::Re
         n.ideal_seconds * 1e6,
         100.0 * m.ideal_fraction().unwrap_or(0.0)
     )?;
-    let o = &m.overlap;
-    if o.mxu_seconds + o.vpu_seconds > 0.0 {
-        let per = |s: f64| s / m.devices.max(1) as f64 * 1e6;
-        let flops = match m.tflops() {
-            Some((t, peak)) => format!(
-                ", {t:.1} TFLOP/s per chip ({:.0}% of the {:.0} TFLOP/s bf16 peak)",
-                100.0 * peak,
-                m.model.mxu_flops / 1e12
-            ),
-            None => String::new(),
-        };
-        let hidden = match o.hidden() {
-            Some(h) => format!(
-                "; communication hidden: {:.0}% ({:.3} of {:.3} us per device under compute)",
-                100.0 * h,
-                per(o.hidden_seconds),
-                per(o.comm_seconds)
-            ),
-            None => String::new(),
-        };
-        outln!(
-            "compute: MXU {:.3} us, VPU {:.3} us per device{flops}{hidden}",
-            per(o.mxu_seconds),
-            per(o.vpu_seconds)
-        )?;
+    if let Some(line) = m.compute_line() {
+        outln!("{line}")?;
     }
     if let Some(out) = timeline.filter(|_| super::ranks::runs_alone()) {
         let name = job

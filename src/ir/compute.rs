@@ -128,6 +128,146 @@ pub enum Comparison {
     Ge,
 }
 
+impl Unary {
+    /// Every function, `IntegerPow` with exponent 0 standing for all of its kind.
+    pub const ALL: [Unary; 21] = [
+        Unary::Neg,
+        Unary::Abs,
+        Unary::Sign,
+        Unary::Floor,
+        Unary::Ceil,
+        Unary::Round,
+        Unary::RoundEven,
+        Unary::Exp,
+        Unary::Exp2,
+        Unary::Expm1,
+        Unary::Log,
+        Unary::Log1p,
+        Unary::Sqrt,
+        Unary::Rsqrt,
+        Unary::Tanh,
+        Unary::Logistic,
+        Unary::Sin,
+        Unary::Cos,
+        Unary::Erf,
+        Unary::Not,
+        Unary::IntegerPow(0),
+    ];
+
+    /// Its name, the lax primitive's without `_p` (what sites, step tables and
+    /// timelines show): `exp`, `integer_pow`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Unary::Neg => "neg",
+            Unary::Abs => "abs",
+            Unary::Sign => "sign",
+            Unary::Floor => "floor",
+            Unary::Ceil => "ceil",
+            Unary::Round => "round",
+            Unary::RoundEven => "round_even",
+            Unary::Exp => "exp",
+            Unary::Exp2 => "exp2",
+            Unary::Expm1 => "expm1",
+            Unary::Log => "log",
+            Unary::Log1p => "log1p",
+            Unary::Sqrt => "sqrt",
+            Unary::Rsqrt => "rsqrt",
+            Unary::Tanh => "tanh",
+            Unary::Logistic => "logistic",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Erf => "erf",
+            Unary::Not => "not",
+            Unary::IntegerPow(_) => "integer_pow",
+        }
+    }
+
+    /// The function named `name` ([`Unary::name`]), `n` the exponent of `integer_pow`.
+    pub fn from_name(name: &str, n: i32) -> Option<Unary> {
+        let u = Unary::ALL.into_iter().find(|u| u.name() == name)?;
+        Some(match u {
+            Unary::IntegerPow(_) => Unary::IntegerPow(n),
+            u => u,
+        })
+    }
+}
+
+impl Binary {
+    /// Every function.
+    pub const ALL: [Binary; 15] = [
+        Binary::Add,
+        Binary::Sub,
+        Binary::Mul,
+        Binary::Div,
+        Binary::Rem,
+        Binary::Pow,
+        Binary::Max,
+        Binary::Min,
+        Binary::And,
+        Binary::Or,
+        Binary::Xor,
+        Binary::ShiftLeft,
+        Binary::ShiftRightArithmetic,
+        Binary::ShiftRightLogical,
+        Binary::Atan2,
+    ];
+
+    /// Its name, the lax primitive's without `_p`: `mul`, `max`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Binary::Add => "add",
+            Binary::Sub => "sub",
+            Binary::Mul => "mul",
+            Binary::Div => "div",
+            Binary::Rem => "rem",
+            Binary::Pow => "pow",
+            Binary::Max => "max",
+            Binary::Min => "min",
+            Binary::And => "and",
+            Binary::Or => "or",
+            Binary::Xor => "xor",
+            Binary::ShiftLeft => "shift_left",
+            Binary::ShiftRightArithmetic => "shift_right_arithmetic",
+            Binary::ShiftRightLogical => "shift_right_logical",
+            Binary::Atan2 => "atan2",
+        }
+    }
+
+    /// The function named `name` ([`Binary::name`]).
+    pub fn from_name(name: &str) -> Option<Binary> {
+        Binary::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+impl Comparison {
+    /// Every comparison.
+    pub const ALL: [Comparison; 6] = [
+        Comparison::Eq,
+        Comparison::Ne,
+        Comparison::Lt,
+        Comparison::Le,
+        Comparison::Gt,
+        Comparison::Ge,
+    ];
+
+    /// Its name, the lax primitive's without `_p`: `eq`, `lt`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Comparison::Eq => "eq",
+            Comparison::Ne => "ne",
+            Comparison::Lt => "lt",
+            Comparison::Le => "le",
+            Comparison::Gt => "gt",
+            Comparison::Ge => "ge",
+        }
+    }
+
+    /// The comparison named `name` ([`Comparison::name`]).
+    pub fn from_name(name: &str) -> Option<Comparison> {
+        Comparison::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
 /// The reductions of `lax.reduce_sum/max/min_p` and of argmax/argmin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reduction {

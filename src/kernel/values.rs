@@ -706,12 +706,13 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The API call name a compute op's site carries.
+/// The name a compute op's site carries (what step tables and timelines show): the
+/// primitive's (`exp`, `mul`, `lt`, `select`, `dot_general`), not its family's.
 fn kind_op(kind: &ComputeKind) -> &'static str {
     match kind {
-        ComputeKind::Unary(_) => "unary",
-        ComputeKind::Binary(_) => "binary",
-        ComputeKind::Compare(_) => "compare",
+        ComputeKind::Unary(u) => u.name(),
+        ComputeKind::Binary(b) => b.name(),
+        ComputeKind::Compare(c) => c.name(),
         ComputeKind::Select => "select",
         ComputeKind::Convert => "astype",
         ComputeKind::Broadcast { .. } => "broadcast_in_dim",

@@ -63,6 +63,40 @@ impl Modeled {
         })
     }
 
+    /// The compute line people read under the modeled time, where the kernel computes:
+    /// `compute: MXU 1.000 us, VPU 0.200 us per device, 150.0 TFLOP/s per chip (76% of
+    /// the 197 TFLOP/s bf16 peak); communication hidden: 80% (…)`. One text for the
+    /// command line and Python.
+    pub fn compute_line(&self) -> Option<String> {
+        let o = &self.overlap;
+        if o.mxu_seconds + o.vpu_seconds <= 0.0 {
+            return None;
+        }
+        let per = |s: f64| s / self.devices.max(1) as f64 * 1e6;
+        let flops = match self.tflops() {
+            Some((t, peak)) => format!(
+                ", {t:.1} TFLOP/s per chip ({:.0}% of the {:.0} TFLOP/s bf16 peak)",
+                100.0 * peak,
+                self.model.mxu_flops / 1e12
+            ),
+            None => String::new(),
+        };
+        let hidden = match o.hidden() {
+            Some(h) => format!(
+                "; communication hidden: {:.0}% ({:.3} of {:.3} us per device under compute)",
+                100.0 * h,
+                per(o.hidden_seconds),
+                per(o.comm_seconds)
+            ),
+            None => String::new(),
+        };
+        Some(format!(
+            "compute: MXU {:.3} us, VPU {:.3} us per device{flops}{hidden}",
+            per(o.mxu_seconds),
+            per(o.vpu_seconds)
+        ))
+    }
+
     /// The timeline as Chrome trace JSON (Perfetto), for kernel `name`.
     pub fn chrome_trace(&self, name: &str) -> serde_json::Value {
         crate::model::chrome_trace(name, self.devices, &self.events)

@@ -2,8 +2,8 @@
 each with a pure-JAX reference on the same sharded data. `KERNELS[name](p, size)`
 gives the `Case` of one kernel at p devices and `size` bytes of main operand per device."""
 
-from .common import AXIS, Case
 from .attention import ring_attention
+from .common import AXIS, Case
 from .matmul import all_gather_matmul, matmul_reduce_scatter, tp_mlp
 from .moe import moe
 from .movement import all_gather, neighbour_exchange, ragged_all_to_all, reduce_scatter

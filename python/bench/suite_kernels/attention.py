@@ -26,7 +26,7 @@ START = -0.7 * float(np.finfo(np.float32).max)
 
 def scores(q, k):
     """q @ k^T / sqrt(D) in f32."""
-    return lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * (D ** -0.5)
+    return lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * (D**-0.5)
 
 
 def wide(column, like):
@@ -76,12 +76,23 @@ def ring_attention(p, size):
         ring_pass(p, [kbuf, vbuf], send_sems, recv_sems, capacity, compute)
 
     local = (heads, SEQ, D)
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(local, BF16), in_specs=[VMEM] * 3,
-                          out_specs=VMEM, compiler_params=COLLECTIVE,
-                          scratch_shapes=[pltpu.VMEM((2, *local), BF16), pltpu.VMEM((2, *local), BF16),
-                                          DMA((2,)), DMA((2,)), pltpu.SemaphoreType.REGULAR,
-                                          pltpu.VMEM((heads, SEQ, 1), jnp.float32),
-                                          pltpu.VMEM((heads, SEQ, 1), jnp.float32), pltpu.VMEM(local, jnp.float32)])
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(local, BF16),
+        in_specs=[VMEM] * 3,
+        out_specs=VMEM,
+        compiler_params=COLLECTIVE,
+        scratch_shapes=[
+            pltpu.VMEM((2, *local), BF16),
+            pltpu.VMEM((2, *local), BF16),
+            DMA((2,)),
+            DMA((2,)),
+            pltpu.SemaphoreType.REGULAR,
+            pltpu.VMEM((heads, SEQ, 1), jnp.float32),
+            pltpu.VMEM((heads, SEQ, 1), jnp.float32),
+            pltpu.VMEM(local, jnp.float32),
+        ],
+    )
 
     def reference(q, k, v):
         ks, vs = (lax.all_gather(t, AXIS, axis=1, tiled=True) for t in (k, v))
@@ -95,6 +106,13 @@ def ring_attention(p, size):
         return lax.map(lambda a: head(*a), (q, ks, vs)).astype(BF16)
 
     ins = [((heads, p * SEQ, D), BF16)] * 3
-    return Case(call, reference, (P(None, AXIS),) * 3, P(None, AXIS), ins, ins[:1],
-                lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16) for _ in range(3)],
-                rtol=2e-2)
+    return Case(
+        call,
+        reference,
+        (P(None, AXIS),) * 3,
+        P(None, AXIS),
+        ins,
+        ins[:1],
+        lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16) for _ in range(3)],
+        rtol=2e-2,
+    )

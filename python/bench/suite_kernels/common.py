@@ -66,9 +66,11 @@ def all_barrier(p):
     barrier = pltpu.get_barrier_semaphore()
     me = lax.axis_index(AXIS)
     for d in range(p):
+
         @pl.when(me != d)
         def _():
             signal(barrier, d)
+
     pl.semaphore_wait(barrier, p - 1)
 
 

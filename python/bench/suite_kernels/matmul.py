@@ -41,17 +41,29 @@ def all_gather_matmul(p, size):
 
         ring_pass(p, [buf], send_sems, recv_sems, capacity, compute)
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((p * m, N), BF16), in_specs=[VMEM, VMEM],
-                          out_specs=VMEM, compiler_params=COLLECTIVE,
-                          scratch_shapes=[pltpu.VMEM((2, m, K), BF16), DMA((1,)), DMA((1,)), REGULAR])
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((p * m, N), BF16),
+        in_specs=[VMEM, VMEM],
+        out_specs=VMEM,
+        compiler_params=COLLECTIVE,
+        scratch_shapes=[pltpu.VMEM((2, m, K), BF16), DMA((1,)), DMA((1,)), REGULAR],
+    )
 
     def reference(x, w):
         return dot(lax.all_gather(x, AXIS, tiled=True), w).astype(BF16)
 
     ins = [((p * m, K), BF16), ((K, p * N), BF16)]
-    return Case(call, reference, (P(AXIS), P(None, AXIS)), P(None, AXIS), ins, [((p * m, p * N), BF16)],
-                lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
-                rtol=1e-2)
+    return Case(
+        call,
+        reference,
+        (P(AXIS), P(None, AXIS)),
+        P(None, AXIS),
+        ins,
+        [((p * m, p * N), BF16)],
+        lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
+        rtol=1e-2,
+    )
 
 
 def reduce_scatter_call(p, m, cols, contract, prologue=None, scratch=()):
@@ -64,7 +76,11 @@ def reduce_scatter_call(p, m, cols, contract, prologue=None, scratch=()):
     def kernel(*refs):
         nin = 3 if prologue else 2
         ins, o_ref, (acc, recv, send_sem, recv_sems, capacity), extra = (
-            refs[:nin], refs[nin], refs[nin + 1:nin + 6], refs[nin + 6:])
+            refs[:nin],
+            refs[nin],
+            refs[nin + 1 : nin + 6],
+            refs[nin + 6 :],
+        )
         a_ref, w_ref = (extra[0], ins[2]) if prologue else ins
         if prologue:
             prologue(*ins[:2], a_ref)
@@ -75,10 +91,21 @@ def reduce_scatter_call(p, m, cols, contract, prologue=None, scratch=()):
         o_ref[...] = ring_reduce(p, contribution, acc, recv, send_sem, recv_sems, capacity)
 
     nin = 3 if prologue else 2
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((mb, cols), jnp.float32), in_specs=[VMEM] * nin,
-                          out_specs=VMEM, compiler_params=COLLECTIVE,
-                          scratch_shapes=[pltpu.VMEM((mb, cols), jnp.float32), pltpu.VMEM((2, mb, cols), jnp.float32),
-                                          DMA, DMA((2,)), REGULAR, *scratch])
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((mb, cols), jnp.float32),
+        in_specs=[VMEM] * nin,
+        out_specs=VMEM,
+        compiler_params=COLLECTIVE,
+        scratch_shapes=[
+            pltpu.VMEM((mb, cols), jnp.float32),
+            pltpu.VMEM((2, mb, cols), jnp.float32),
+            DMA,
+            DMA((2,)),
+            REGULAR,
+            *scratch,
+        ],
+    )
 
 
 def matmul_reduce_scatter(p, size):
@@ -91,9 +118,16 @@ def matmul_reduce_scatter(p, size):
         return lax.psum_scatter(dot(x, w), AXIS, scatter_dimension=0, tiled=True)
 
     ins = [((m, p * K), BF16), ((p * K, N), BF16)]
-    return Case(call, reference, (P(None, AXIS), P(AXIS)), P(AXIS), ins, [((m, N), np.float32)],
-                lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
-                rtol=1e-4)
+    return Case(
+        call,
+        reference,
+        (P(None, AXIS), P(AXIS)),
+        P(AXIS),
+        ins,
+        [((m, N), np.float32)],
+        lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
+        rtol=1e-4,
+    )
 
 
 def gelu_hidden(x, w1):
@@ -117,7 +151,17 @@ def tp_mlp(p, size):
         return lax.psum_scatter(dot(gelu_hidden(x, w1), w2), AXIS, scatter_dimension=0, tiled=True)
 
     ins = [((m, d), BF16), ((d, p * hidden), BF16), ((p * hidden, d), BF16)]
-    return Case(call, reference, (P(), P(None, AXIS), P(AXIS)), P(AXIS), ins, [((m, d), np.float32)],
-                lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16),
-                             weights(rng, ins[1][0]), weights(rng, ins[2][0])],
-                rtol=1e-2)
+    return Case(
+        call,
+        reference,
+        (P(), P(None, AXIS), P(AXIS)),
+        P(AXIS),
+        ins,
+        [((m, d), np.float32)],
+        lambda rng: [
+            rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16),
+            weights(rng, ins[1][0]),
+            weights(rng, ins[2][0]),
+        ],
+        rtol=1e-2,
+    )

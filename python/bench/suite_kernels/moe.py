@@ -58,8 +58,7 @@ def moe(p, size):
     g = t // nb
     tables, cap = routing(p, nb)
 
-    def kernel(route, slot, count, back_dev, back_blk, x_ref, w_ref, gate_ref, o_ref, inbox, outbox, back,
-               sems):
+    def kernel(route, slot, count, back_dev, back_blk, x_ref, w_ref, gate_ref, o_ref, inbox, outbox, back, sems):
         me = lax.axis_index(AXIS)
         all_barrier(p)  # every inbox and return buffer exists before anyone writes into it
 
@@ -88,11 +87,19 @@ def moe(p, size):
         o_ref[...] = (jnp.broadcast_to(gate, (t, D)) * back[...]).astype(BF16)
 
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=5, in_specs=[ANY, VMEM, VMEM], out_specs=VMEM,
-        scratch_shapes=[pltpu.VMEM((cap, g, D), BF16), pltpu.VMEM((cap, g, D), BF16), pltpu.VMEM((t, D), BF16),
-                        DMA((4,))])
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((t, D), BF16), grid_spec=grid_spec,
-                          compiler_params=COLLECTIVE)
+        num_scalar_prefetch=5,
+        in_specs=[ANY, VMEM, VMEM],
+        out_specs=VMEM,
+        scratch_shapes=[
+            pltpu.VMEM((cap, g, D), BF16),
+            pltpu.VMEM((cap, g, D), BF16),
+            pltpu.VMEM((t, D), BF16),
+            DMA((4,)),
+        ],
+    )
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((t, D), BF16), grid_spec=grid_spec, compiler_params=COLLECTIVE
+    )
 
     def reference(route, slot, count, back_dev, back_blk, x, w, gate):
         experts = lax.all_gather(w, AXIS)[route[0]]  # each block's expert's weights

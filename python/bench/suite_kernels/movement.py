@@ -27,15 +27,28 @@ def neighbour_exchange(p, size):
         copy.start()
         copy.wait()
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32), in_specs=[ANY],
-                          out_specs=ANY, scratch_shapes=[DMA, DMA])
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        in_specs=[ANY],
+        out_specs=ANY,
+        scratch_shapes=[DMA, DMA],
+    )
 
     def reference(x):
         return lax.ppermute(x, AXIS, [(i, (i + 1) % p) for i in range(p)])
 
     shape = [((p * rows, 128), np.float32)]
-    return Case(call, reference, (P(AXIS),), P(AXIS), shape, shape,
-                lambda rng: [rng.standard_normal(shape[0][0], dtype=np.float32)], moved=p * rows * ROW)
+    return Case(
+        call,
+        reference,
+        (P(AXIS),),
+        P(AXIS),
+        shape,
+        shape,
+        lambda rng: [rng.standard_normal(shape[0][0], dtype=np.float32)],
+        moved=p * rows * ROW,
+    )
 
 
 def reduce_scatter(p, size):
@@ -46,19 +59,36 @@ def reduce_scatter(p, size):
     def kernel(x_ref, o_ref, acc, recv, send_sem, recv_sems, capacity):
         o_ref[...] = ring_reduce(p, lambda b: x_ref[b], acc, recv, send_sem, recv_sems, capacity)
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32), in_specs=[VMEM],
-                          out_specs=VMEM, compiler_params=COLLECTIVE,
-                          scratch_shapes=[pltpu.VMEM((rows, 128), jnp.float32), pltpu.VMEM((2, rows, 128), jnp.float32),
-                                          DMA, DMA((2,)), pltpu.SemaphoreType.REGULAR])
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        in_specs=[VMEM],
+        out_specs=VMEM,
+        compiler_params=COLLECTIVE,
+        scratch_shapes=[
+            pltpu.VMEM((rows, 128), jnp.float32),
+            pltpu.VMEM((2, rows, 128), jnp.float32),
+            DMA,
+            DMA((2,)),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+    )
 
     def reference(x):
         return lax.psum_scatter(x, AXIS, scatter_dimension=0, tiled=False)
 
     ins = [((p * p, rows, 128), np.float32)]
     # Small integers: every order of summation gives the same result, so it must be exact.
-    return Case(call, reference, (P(AXIS),), P(AXIS), ins, [((p * rows, 128), np.float32)],
-                lambda rng: [rng.integers(-64, 64, size=ins[0][0]).astype(np.float32)],
-                moved=p * (p - 1) * rows * ROW)
+    return Case(
+        call,
+        reference,
+        (P(AXIS),),
+        P(AXIS),
+        ins,
+        [((p * rows, 128), np.float32)],
+        lambda rng: [rng.integers(-64, 64, size=ins[0][0]).astype(np.float32)],
+        moved=p * (p - 1) * rows * ROW,
+    )
 
 
 def all_gather(p, size):
@@ -83,15 +113,29 @@ def all_gather(p, size):
 
         lax.fori_loop(0, p - 1, step, 0)
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((p, rows, 128), jnp.float32), in_specs=[ANY],
-                          out_specs=ANY, compiler_params=COLLECTIVE, scratch_shapes=[DMA, DMA, DMA((p - 1,))])
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((p, rows, 128), jnp.float32),
+        in_specs=[ANY],
+        out_specs=ANY,
+        compiler_params=COLLECTIVE,
+        scratch_shapes=[DMA, DMA, DMA((p - 1,))],
+    )
 
     def reference(x):
         return lax.all_gather(x, AXIS)
 
     ins = [((p * rows, 128), np.float32)]
-    return Case(call, reference, (P(AXIS),), P(AXIS), ins, [((p * p, rows, 128), np.float32)],
-                lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32)], moved=p * (p - 1) * rows * ROW)
+    return Case(
+        call,
+        reference,
+        (P(AXIS),),
+        P(AXIS),
+        ins,
+        [((p * p, rows, 128), np.float32)],
+        lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32)],
+        moved=p * (p - 1) * rows * ROW,
+    )
 
 
 def ragged_tables(p, unit, seed=0):
@@ -101,7 +145,7 @@ def ragged_tables(p, unit, seed=0):
     counts = np.random.default_rng(seed + p).integers(0, 8, size=(p, p))
     send = counts * unit
     in_off = np.cumsum(send, axis=1) - send
-    out_off = (np.cumsum(send, axis=0) - send)  # [i, j]: rows of j's output before i's chunk
+    out_off = np.cumsum(send, axis=0) - send  # [i, j]: rows of j's output before i's chunk
     recv = send.T
     return [t.astype(np.int32) for t in (in_off, send, out_off, recv)]
 
@@ -118,6 +162,7 @@ def ragged_all_to_all(p, size):
         o_ref[...] = jnp.zeros_like(o_ref)
         all_barrier(p)  # every output is zeroed before anyone writes into it
         for j in range(p):
+
             def block(b, carry, j=j):
                 src = x_ref.at[pl.ds(in_off[0, j] + b * unit, unit)]
                 dst = o_ref.at[pl.ds(out_off[0, j] + b * unit, unit)]
@@ -132,10 +177,15 @@ def ragged_all_to_all(p, size):
         lax.fori_loop(0, sent, lambda b, c: (one.wait_send(), c)[1], 0)
         lax.fori_loop(0, received, lambda b, c: (one.wait_recv(), c)[1], 0)
 
-    grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=4, in_specs=[ANY], out_specs=VMEM,
-                                             scratch_shapes=[DMA, DMA])
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32), grid_spec=grid_spec,
-                          compiler_params=COLLECTIVE)
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=4, in_specs=[ANY], out_specs=VMEM, scratch_shapes=[DMA, DMA]
+    )
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        grid_spec=grid_spec,
+        compiler_params=COLLECTIVE,
+    )
 
     def reference(in_off, send, out_off, recv, x):
         # XLA:CPU has no ragged-all-to-all: every device's rows and tables gathered, and
@@ -154,5 +204,13 @@ def ragged_all_to_all(p, size):
     table = ((p, p), np.int32)
     ins = [table] * 4 + [((p * rows, 128), np.float32)]
     moved = int(tables[1].sum()) * ROW
-    return Case(call, reference, (P(AXIS),) * 5, P(AXIS), ins, [((p * rows, 128), np.float32)],
-                lambda rng: tables + [rng.standard_normal(ins[4][0], dtype=np.float32)], moved=moved)
+    return Case(
+        call,
+        reference,
+        (P(AXIS),) * 5,
+        P(AXIS),
+        ins,
+        [((p * rows, 128), np.float32)],
+        lambda rng: tables + [rng.standard_normal(ins[4][0], dtype=np.float32)],
+        moved=moved,
+    )

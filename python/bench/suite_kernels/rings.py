@@ -66,8 +66,9 @@ def ring_pass(p, bufs, send_sems, recv_sems, capacity, compute):
     def step(s, carry):
         slot = lax.rem(s, 2)
         owner = lax.rem(me - s + p, p)
-        copies = [remote(b.at[slot], b.at[1 - slot], send_sems.at[i], recv_sems.at[i], right)
-                  for i, b in enumerate(bufs)]
+        copies = [
+            remote(b.at[slot], b.at[1 - slot], send_sems.at[i], recv_sems.at[i], right) for i, b in enumerate(bufs)
+        ]
 
         @pl.when(s < p - 1)
         def _():

@@ -7,6 +7,7 @@ neighbor_barrier is the seed's, from section 3, which section 4 calls.
 """
 
 import functools
+
 import jax
 from jax import lax
 from jax import numpy as jnp
@@ -15,6 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 P = jax.sharding.PartitionSpec
 num_devices = jax.local_device_count()
+
 
 def neighbor_barrier(left, right, double_barrier=True):
     barrier = pltpu.get_barrier_semaphore()
@@ -28,6 +30,7 @@ def neighbor_barrier(left, right, double_barrier=True):
     pl.semaphore_wait(barrier, 2)
 
     if double_barrier:
+
         @functools.partial(pl.run_scoped, second=pltpu.SemaphoreType.REGULAR)
         def _(second):
             for nbr in [left, right]:
@@ -38,8 +41,6 @@ def neighbor_barrier(left, right, double_barrier=True):
                     device_id_type=pl.DeviceIdType.MESH,
                 )
             pl.semaphore_wait(second, 2)
-
-
 
 
 partition = P(None, "x")
