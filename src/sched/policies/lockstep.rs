@@ -75,11 +75,17 @@ impl Lockstep {
         if self.at.len() <= d {
             self.at.resize(d + 1, None);
         }
+        let now = match c {
+            Some(Choice::Device { grid, op, .. }) => Some(position(&self.phases, d, grid, op)),
+            _ => None,
+        };
+        if now == self.at[d] {
+            return; // most devices touched by a step stay where they were
+        }
         if let Some(old) = self.at[d].take() {
             self.order.remove(&(old, d));
         }
-        if let Some(Choice::Device { grid, op, .. }) = c {
-            let at = position(&self.phases, d, grid, op);
+        if let Some(at) = now {
             self.order.insert((at, d));
             self.at[d] = Some(at);
         }
