@@ -14,8 +14,8 @@ pub struct Pending<'p> {
     slots: RankedSet,
     /// The pending completions whose semaphore's device waits on that semaphore next.
     awaited: RankedSet,
-    /// DMA id per start order.
-    started: Vec<usize>,
+    /// DMA id per start order (32 bits, as the event log's).
+    started: Vec<u32>,
     /// Start order of each DMA in flight.
     order: IdMap<usize, usize>,
     /// Per semaphore slot: the pending completions that credit it (sparse).
@@ -47,7 +47,8 @@ impl<'p> Pending<'p> {
     /// DMA `id` started: its completions are pending.
     pub fn start(&mut self, id: usize) {
         let seq = self.started.len();
-        self.started.push(id);
+        self.started
+            .push(u32::try_from(id).expect("fewer than 2^32 DMAs"));
         self.order.insert(id, seq);
         for (k, &side) in self.p.dmas[id].completions().iter().enumerate() {
             let slot = 2 * seq + k;
@@ -124,7 +125,7 @@ impl<'p> Pending<'p> {
 
     /// The choice of the completion in `slot`.
     fn choice(&self, slot: usize) -> Choice {
-        let id = self.started[slot / 2];
+        let id = self.started[slot / 2] as usize;
         let dma = &self.p.dmas[id];
         Choice::CompleteDma {
             id,
