@@ -4,12 +4,16 @@
 //! exceeds the time limit (10 minutes, or `TPUSIM_TIME_LIMIT`) is refused before it
 //! starts, with the largest count (or P) that fits.
 //!
-//! The rates lean fast: about half the time the project's 2-core CI machine takes
-//! (measured with `tpusim check psum --replay eager`, `check psum -p 16 --schedules
-//! 2000`, `tpusim run psum --backend cpu` and `tpusim bench psum --backend cpu -n N -c
-//! N` at P = 4 to 256, while other builds ran: real times were 2-5 times the estimate),
-//! so a refusal is work that takes longer than the limit on a machine like it, not a
-//! guess that it might.
+//! The rates lean fast: they are what the project's 2-core CI machine takes when it is
+//! quiet (`tpusim check psum --replay eager` at P = 256 to 4096, `check psum -p 16
+//! --schedules 2000`, `tpusim run psum --backend cpu` and `tpusim bench psum --backend
+//! cpu -n N -c N`); while other builds run, real times are 2-3 times the estimate.
+//! A schedule of `check` costs its traced ops (every policy's scheduler step is
+//! O(log P)) plus a vector clock of P counters merged at each wait, so a ring
+//! collective's schedule grows as P^3 and the default check (P + 3 schedules at
+//! large P) as P^4: docs/src/verifier-scale.md has the estimates against measured
+//! times. A refusal is work that takes longer than the limit on a machine like it,
+//! not a guess that it might.
 
 use super::census::{Census, HOST_WORD};
 use super::need::Work;

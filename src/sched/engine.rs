@@ -10,7 +10,8 @@
 use super::credits::Credits;
 use super::ids::IdMap;
 use super::observer::{Credit, Driver, NoObserver, Observer, Split};
-use super::policies::{Choice, Choices, DeviceSet, Policy, ReadySet};
+use super::pending::Pending;
+use super::policies::{Choice, Choices, Completions, Policy, RankedSet, ReadySet};
 use crate::error::{Blocked, Error, ExitProblem, Result};
 use crate::ir::{
     Cmp, Completion, DataOp, FirstFit, OpKind, OpSite, Program, Schedule, SemKind, SemRef, View,
@@ -112,30 +113,20 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
             d.observer().data(dst.device(), op, None);
         }
     }
-    let mut dmas = Vec::new();
     for d in 0..program.devices {
         e.refresh(d);
     }
+    // The devices re-examined after the step before (what a policy keeping its own
+    // order of the devices updates).
+    let mut changed = Vec::new();
     loop {
-        dmas.clear();
-        for f in &e.in_flight {
-            let dma = &program.dmas[f.id];
-            for &side in dma.completions() {
-                if f.pending(side) {
-                    dmas.push(Choice::CompleteDma {
-                        id: f.id,
-                        side,
-                        issuer: dma.origin.device as usize,
-                        awaited: dma.credits(side).is_some_and(|s| e.waits_on(s)),
-                    });
-                }
-            }
-        }
-        if dmas.is_empty() && e.ready.is_empty() {
+        if e.pending.is_empty() && e.ready.is_empty() {
             break;
         }
         let describe = |d: usize| e.device_choice(d);
-        let can = Choices::new(&dmas, &e.ready, &describe);
+        let can = Choices::new(&e.pending, &e.ready, &describe).at_step(out.steps, &changed);
+        #[cfg(test)]
+        e.check_choices(&can);
         let mut pick = match resume.forced.get(out.steps) {
             Some(c) => {
                 // The program before the step it stopped at is the same: so is its run.
@@ -175,8 +166,10 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
             }
         }
         // Only the devices whose semaphores or program counter changed can change readiness.
+        changed.clear();
         while let Some(d) = e.touched.pop() {
             e.refresh(d);
+            changed.push(d);
         }
     }
     out.staging = e.staging.iter().map(|s| s.peak()).max().unwrap_or(0);
@@ -215,12 +208,12 @@ fn run_from(program: &Program, d: &mut dyn Driver, record: bool, resume: &Resume
 /// A DMA in flight: which of its completions are still to come, and where its data
 /// waits when its source was read before its destination was written.
 struct InFlight {
-    id: usize,
     send: bool,
     recv: bool,
     staged: Option<View>,
 }
 
+#[cfg(test)]
 impl InFlight {
     fn pending(&self, side: Completion) -> bool {
         match side {
@@ -244,14 +237,16 @@ struct Engine<'p> {
     /// Per semaphore slot: DMAs whose bytes it holds and nobody has waited for yet
     /// (sparse: most slots, e.g. signal-matrix cells, never hold DMA bytes).
     credits: IdMap<usize, Credits<usize>>,
-    /// DMAs in flight, in start order.
-    in_flight: Vec<InFlight>,
+    /// DMAs in flight, by id.
+    in_flight: IdMap<usize, InFlight>,
+    /// Their pending completions, as choices.
+    pending: Pending<'p>,
     /// Per device: the staging area of the DMAs it sent whose data is in flight.
     staging: Vec<Staging>,
     /// Per semaphore slot: where its last signal came from (sparse).
     last_signal: IdMap<usize, OpSite>,
     /// Devices whose next step can run now.
-    ready: DeviceSet,
+    ready: RankedSet,
     /// Devices to re-examine after the current step.
     touched: Vec<usize>,
     /// Keep the data ops in the schedule.
@@ -268,13 +263,60 @@ impl<'p> Engine<'p> {
             inside: vec![0; p.invocations.len()],
             sems: vec![0; n],
             credits: IdMap::default(),
-            in_flight: Vec::new(),
+            in_flight: IdMap::default(),
+            pending: Pending::new(p),
             staging: (0..p.devices).map(|_| Staging::default()).collect(),
             last_signal: IdMap::default(),
-            ready: DeviceSet::new(p.devices),
+            ready: RankedSet::new(p.devices),
             touched: Vec::new(),
             record: true,
         }
+    }
+
+    /// Under test: the choices kept from step to step are those a plain listing of
+    /// every in-flight DMA and every device gives, in the same order.
+    #[cfg(test)]
+    fn check_choices(&self, can: &Choices) {
+        let mut flights: Vec<(&usize, &InFlight)> = self.in_flight.iter().collect();
+        flights.sort_by_key(|(id, _)| self.pending.start_order(**id));
+        let waits_on = |s: SemRef| {
+            matches!(
+                self.p.ops[s.device()].get(self.pc[s.device()]).map(|o| &o.kind),
+                Some(OpKind::Wait { sem, .. }) if *sem == s
+            )
+        };
+        let mut listed = Vec::new();
+        for (&id, f) in flights {
+            let dma = &self.p.dmas[id];
+            for &side in dma.completions().iter().filter(|&&c| f.pending(c)) {
+                listed.push(Choice::CompleteDma {
+                    id,
+                    side,
+                    issuer: dma.origin.device as usize,
+                    awaited: dma.credits(side).is_some_and(waits_on),
+                });
+            }
+        }
+        let dmas = listed.len();
+        listed.extend(
+            (0..self.p.devices)
+                .filter(|&d| self.runnable(d))
+                .map(|d| self.device_choice(d)),
+        );
+        assert_eq!(can.iter().collect::<Vec<_>>(), listed);
+        assert_eq!(can.len(), listed.len());
+        for (i, c) in listed.iter().enumerate() {
+            assert_eq!(can.get(i), Some(*c));
+            assert!(can.contains(c));
+        }
+        let awaited = |c: &&Choice| matches!(c, Choice::CompleteDma { awaited: true, .. });
+        let dmas = &listed[..dmas];
+        assert_eq!(can.first_awaited_dma(), dmas.iter().find(awaited).copied());
+        assert_eq!(
+            can.last_awaited_dma(),
+            dmas.iter().rev().find(awaited).copied()
+        );
+        assert_eq!(can.last_dma(), dmas.last().copied());
     }
 
     /// Device `d`'s next step as a choice.
@@ -308,21 +350,19 @@ impl<'p> Engine<'p> {
             .map(|o| o.site.grid_linear as usize)
     }
 
-    /// Re-derives whether device `d` can take its next step.
+    /// Re-derives whether device `d` can take its next step, and which of its
+    /// semaphores it is about to wait on.
     fn refresh(&mut self, d: usize) {
         if self.runnable(d) {
             self.ready.insert(d);
         } else {
             self.ready.remove(d);
         }
-    }
-
-    /// True when `s`'s device is about to wait on `s`.
-    fn waits_on(&self, s: SemRef) -> bool {
-        matches!(
-            self.p.ops[s.device()].get(self.pc[s.device()]).map(|o| &o.kind),
-            Some(OpKind::Wait { sem, .. }) if *sem == s
-        )
+        let waits = match self.p.ops[d].get(self.pc[d]).map(|o| &o.kind) {
+            Some(OpKind::Wait { sem, .. }) if sem.device() == d => Some(self.slot(*sem)),
+            _ => None,
+        };
+        self.pending.set_waiting(d, waits);
     }
 
     fn slot(&self, s: SemRef) -> usize {
@@ -380,10 +420,10 @@ impl<'p> Engine<'p> {
         obs: &mut dyn Observer,
     ) {
         let dma = &self.p.dmas[id];
-        let Some(at) = self.in_flight.iter().position(|f| f.id == id) else {
+        let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };
-        let f = &mut self.in_flight[at];
+        self.pending.complete(id, side);
         let moved: Vec<DataOp> = match side {
             Completion::Local => {
                 f.recv = false;
@@ -416,7 +456,7 @@ impl<'p> Engine<'p> {
             }
         };
         if !f.send && !f.recv {
-            self.in_flight.remove(at);
+            self.in_flight.remove(&id);
         }
         if self.record {
             out.ops.extend_from_slice(&moved);
@@ -443,12 +483,15 @@ impl<'p> Engine<'p> {
         match &op.kind {
             OpKind::DmaStart(id) => {
                 let remote = self.p.dmas[*id].is_remote();
-                self.in_flight.push(InFlight {
-                    id: *id,
-                    send: remote,
-                    recv: true,
-                    staged: None,
-                });
+                self.in_flight.insert(
+                    *id,
+                    InFlight {
+                        send: remote,
+                        recv: true,
+                        staged: None,
+                    },
+                );
+                self.pending.start(*id);
                 obs.dma_start(d, *id);
             }
             OpKind::Wait {
@@ -555,6 +598,39 @@ impl<'p> Engine<'p> {
             Ok(())
         } else {
             Err(Error::Exit(problems))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectives::{Registry, Span};
+    use crate::sched::policies::{Lockstep, ScheduleSpec};
+    use crate::{DType, Mesh};
+
+    /// Every shipped collective, under every policy (and lockstep at step marks): the
+    /// scheduler checks at each step, under test, that the choices it keeps are those
+    /// a plain listing gives, and lockstep that its kept order picks as a listing does.
+    #[test]
+    fn kept_choices_match_a_listing_on_the_collectives() {
+        for c in Registry::builtin().iter() {
+            for p in [3usize, 4] {
+                let mesh = match c.span() {
+                    Span::Ring => Mesh::new(p, "x").unwrap(),
+                    Span::Mesh => Mesh::with_axes(&[("x", p), ("y", 2)]).unwrap(),
+                };
+                let shape = c.default_shape(mesh.size());
+                let program = c
+                    .call(&mesh, &shape, DType::F32)
+                    .unwrap()
+                    .lower(&mesh)
+                    .unwrap();
+                for spec in ScheduleSpec::check_set(mesh.size(), mesh.size() + 8, 0) {
+                    schedule(&program, spec.policy().as_mut()).unwrap();
+                }
+                schedule(&program, &mut Lockstep::at_marks(&program)).unwrap();
+            }
         }
     }
 }

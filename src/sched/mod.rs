@@ -8,6 +8,7 @@ pub mod credits;
 mod engine;
 pub mod ids;
 pub mod observer;
+mod pending;
 pub mod policies;
 
 pub use engine::{observe, run_steps, schedule, schedule_driven, schedule_observed, Resume, Steps};

@@ -361,6 +361,20 @@ proptest! {
         prop_assert_eq!(fast, naive(&p, &log.events, &orders));
     }
 
+    /// Every policy runs the random programs (the scheduler checks, under test, that
+    /// the choices it keeps from step to step are those a plain listing gives).
+    #[test]
+    fn policies_keep_their_choices(
+        codes in codes(),
+        barrier in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let p = program(codes.len(), &codes, barrier);
+        for spec in ScheduleSpec::check_set(p.devices, p.devices + 5, seed) {
+            let _ = observe(&p, spec.policy().as_mut(), &mut EventLog::new(p.devices));
+        }
+    }
+
     /// The fixpoint's facts read back from the log exactly the credits and waits the
     /// replay told them (`Facts` checks each one as it is recorded, under test).
     #[test]

@@ -18,13 +18,9 @@ impl Policy for Lazy {
         if let Some(c) = next_device(choices, &mut self.next) {
             return c;
         }
-        let newest = |awaited_only: bool| {
-            choices.dmas.iter().rev().copied().find(
-                |c| matches!(c, Choice::CompleteDma { awaited, .. } if *awaited || !awaited_only),
-            )
-        };
-        newest(true)
-            .or_else(|| newest(false))
+        choices
+            .last_awaited_dma()
+            .or_else(|| choices.last_dma())
             .expect("the scheduler asks only when something can happen")
     }
 }

@@ -3,16 +3,27 @@
 //! moves (the lockstep order is a preference, never a deadlock of its own). Step tables
 //! run it at step marks too ([`Lockstep::at_marks`]).
 
-use super::{round_robin, Choice, Choices, Policy, ScheduleSpec};
+use super::{Choice, Choices, Policy, ScheduleSpec};
 use crate::ir::{OpKind, Program};
+use std::collections::BTreeSet;
 
-/// Grid points in lockstep across devices.
+/// Where a device stands: its grid point, then the step marks it passed in it.
+type Position = (usize, u32);
+
+/// Grid points in lockstep across devices. The runnable devices are kept ordered by
+/// position, updated for the devices that changed at each step (O(log P) a step).
 #[derive(Debug, Default)]
 pub struct Lockstep {
     next: usize,
     /// Per device and op: the step marks before it in its grid point (empty: grid
     /// points only).
     phases: Vec<Vec<u32>>,
+    /// The runnable devices by position, then id.
+    order: BTreeSet<(Position, usize)>,
+    /// Per device: its position in `order`, if runnable.
+    at: Vec<Option<Position>>,
+    /// The step of the choices `order` was last brought up to date with.
+    synced: Option<usize>,
 }
 
 impl Lockstep {
@@ -40,13 +51,16 @@ impl Lockstep {
                     .collect()
             })
             .collect();
-        Lockstep { next: 0, phases }
+        Lockstep {
+            phases,
+            ..Lockstep::default()
+        }
     }
 }
 
 /// Where a device stands whose next op is `op` of grid point `grid`: the grid point,
 /// then the marks it passed in it (`phases`: [`Lockstep::phases`]).
-fn position(phases: &[Vec<u32>], device: usize, grid: usize, op: usize) -> (usize, u32) {
+fn position(phases: &[Vec<u32>], device: usize, grid: usize, op: usize) -> Position {
     let marks = phases
         .get(device)
         .and_then(|p| p.get(op))
@@ -55,26 +69,107 @@ fn position(phases: &[Vec<u32>], device: usize, grid: usize, op: usize) -> (usiz
     (grid, marks)
 }
 
+impl Lockstep {
+    /// Device `d` is runnable as `c`, or not (`None`).
+    fn update(&mut self, d: usize, c: Option<Choice>) {
+        if self.at.len() <= d {
+            self.at.resize(d + 1, None);
+        }
+        let now = match c {
+            Some(Choice::Device { grid, op, .. }) => Some(position(&self.phases, d, grid, op)),
+            _ => None,
+        };
+        if now == self.at[d] {
+            return; // most devices touched by a step stay where they were
+        }
+        if let Some(old) = self.at[d].take() {
+            self.order.remove(&(old, d));
+        }
+        if let Some(at) = now {
+            self.order.insert((at, d));
+            self.at[d] = Some(at);
+        }
+    }
+
+    /// Brings `order` up to date with `choices`: the devices that changed since the
+    /// step before, or all of them when this policy did not see that step.
+    fn sync(&mut self, choices: &Choices) {
+        let step = choices.step();
+        match (self.synced, choices.changed()) {
+            (Some(s), _) if s == step => {}
+            (Some(s), Some(changed)) if s + 1 == step => {
+                for &d in changed {
+                    self.update(d, choices.device(d));
+                }
+            }
+            _ => {
+                self.order.clear();
+                self.at.clear();
+                for c in choices.devices() {
+                    if let Choice::Device { device, .. } = c {
+                        self.update(device, Some(c));
+                    }
+                }
+            }
+        }
+        self.synced = Some(step);
+    }
+}
+
+#[cfg(test)]
+impl Lockstep {
+    /// The pick from a listing of every runnable device: the lowest position, round
+    /// robin among the devices there.
+    fn plain_pick(&self, choices: &Choices) -> usize {
+        let at = |c: &Choice| match *c {
+            Choice::Device {
+                device, grid, op, ..
+            } => (position(&self.phases, device, grid, op), device),
+            _ => unreachable!("devices only"),
+        };
+        let all: Vec<(Position, usize)> = choices.devices().map(|c| at(&c)).collect();
+        let lowest = all.iter().map(|a| a.0).min().expect("a runnable device");
+        let there = || all.iter().filter(|a| a.0 == lowest).map(|a| a.1);
+        there()
+            .find(|&d| d >= self.next)
+            .or_else(|| there().next())
+            .expect("a runnable device")
+    }
+}
+
 impl Policy for Lockstep {
     fn name(&self) -> String {
         ScheduleSpec::Lockstep.to_string()
     }
 
     fn pick(&mut self, choices: &Choices) -> Choice {
+        // Kept up to date at every step, DMA completions too (a gap costs a rebuild).
+        self.sync(choices);
         if let Some(c) = choices.first_dma() {
             return c;
         }
-        let phases = &self.phases;
-        let at = |c: &Choice| match *c {
-            Choice::Device {
-                device, grid, op, ..
-            } => Some(position(phases, device, grid, op)),
-            _ => None,
-        };
-        let lowest = choices.devices().filter_map(|c| at(&c)).min();
-        round_robin(choices, &mut self.next, |c| {
-            at(c).is_some() && at(c) == lowest
-        })
-        .expect("the scheduler asks only when something can happen")
+        // Round robin among the runnable devices at the lowest position.
+        let &(lowest, first) = self
+            .order
+            .first()
+            .expect("the scheduler asks only when something can happen");
+        let d = self
+            .order
+            .range((lowest, self.next)..)
+            .next()
+            .filter(|(at, _)| *at == lowest)
+            .map_or(first, |&(_, d)| d);
+        #[cfg(test)]
+        assert_eq!(
+            d,
+            self.plain_pick(choices),
+            "the kept order picks as a listing does"
+        );
+        self.next = d + 1;
+        choices.device(d).expect("a runnable device")
+    }
+
+    fn forced(&mut self, choices: &Choices, _c: Choice) {
+        self.sync(choices);
     }
 }

@@ -12,7 +12,7 @@ pub use eager::Eager;
 pub use lazy::Lazy;
 pub use lockstep::Lockstep;
 pub use random::Random;
-pub use ready::{DeviceSet, ReadySet};
+pub use ready::{RankedSet, ReadySet};
 pub use run_ahead::RunAhead;
 
 use crate::error::{Error, Result};
@@ -50,21 +50,69 @@ pub enum Choice {
     },
 }
 
-/// What can happen next, as a policy sees it: the pending DMA completions (few, in
-/// start order, a remote DMA's receive completion before its send completion) and the
-/// runnable devices (many at large P: looked up, not listed, so that a step costs
-/// O(log P) for the policies that do not need them all).
+/// The pending DMA completions, in start order (a remote DMA's receive completion
+/// before its send completion), as [`Choices`] needs them: counted and looked up, not
+/// listed, so that a step costs O(log n) however many DMAs are in flight.
+pub trait Completions {
+    /// Number of pending completions.
+    fn len(&self) -> usize;
+    /// True when none is pending.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `i`-th pending completion (from 0).
+    fn nth(&self, i: usize) -> Option<Choice>;
+    /// Number of pending completions some device's next op waits on.
+    fn awaited_len(&self) -> usize;
+    /// The `i`-th of those (from 0), in start order.
+    fn nth_awaited(&self, i: usize) -> Option<Choice>;
+    /// Completion `side` of DMA `id`, if pending.
+    fn find(&self, id: usize, side: Completion) -> Option<Choice>;
+}
+
+/// A list of completions is a set of them (for hand-made choices).
+impl Completions for &[Choice] {
+    fn len(&self) -> usize {
+        <[Choice]>::len(self)
+    }
+    fn nth(&self, i: usize) -> Option<Choice> {
+        self.get(i).copied()
+    }
+    fn awaited_len(&self) -> usize {
+        self.iter().filter(|c| is_awaited(c)).count()
+    }
+    fn nth_awaited(&self, i: usize) -> Option<Choice> {
+        self.iter().copied().filter(is_awaited).nth(i)
+    }
+    fn find(&self, id: usize, side: Completion) -> Option<Choice> {
+        self.iter().copied().find(
+            |x| matches!(*x, Choice::CompleteDma { id: i, side: s, .. } if i == id && s == side),
+        )
+    }
+}
+
+fn is_awaited(c: &Choice) -> bool {
+    matches!(c, Choice::CompleteDma { awaited: true, .. })
+}
+
+/// What can happen next, as a policy sees it: the pending DMA completions and the
+/// runnable devices (many of each at large P: looked up, not listed, so that a step
+/// costs O(log P) for the policies that do not need them all).
 pub struct Choices<'a> {
-    /// Pending DMA completions.
-    pub dmas: &'a [Choice],
+    dmas: &'a dyn Completions,
     ready: &'a dyn ReadySet,
     device: &'a dyn Fn(usize) -> Choice,
+    /// Steps taken before this one.
+    step: usize,
+    /// The devices whose step may have changed since the step before (`None`: any).
+    changed: Option<&'a [usize]>,
 }
 
 impl<'a> Choices<'a> {
-    /// `dmas`, and the devices in `ready` described by `device`.
+    /// `dmas`, and the devices in `ready` described by `device`; any device may have
+    /// changed since a step before.
     pub fn new(
-        dmas: &'a [Choice],
+        dmas: &'a dyn Completions,
         ready: &'a dyn ReadySet,
         device: &'a dyn Fn(usize) -> Choice,
     ) -> Self {
@@ -72,7 +120,29 @@ impl<'a> Choices<'a> {
             dmas,
             ready,
             device,
+            step: 0,
+            changed: None,
         }
+    }
+
+    /// These choices are those of step `step`, and only the devices in `changed` were
+    /// re-examined after step `step - 1` (what a policy that keeps its own order of
+    /// the devices needs to update it).
+    pub fn at_step(mut self, step: usize, changed: &'a [usize]) -> Self {
+        self.step = step;
+        self.changed = (step > 0).then_some(changed);
+        self
+    }
+
+    /// Steps taken before this one.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// The devices whose step may differ from the choices of step `step() - 1`, when
+    /// known (`None`: any device may have changed).
+    pub fn changed(&self) -> Option<&[usize]> {
+        self.changed
     }
 
     /// Number of choices.
@@ -90,26 +160,34 @@ impl<'a> Choices<'a> {
         self.ready.members().map(|d| (self.device)(d))
     }
 
+    /// Pending DMA completions, in start order.
+    pub fn dmas(&self) -> impl Iterator<Item = Choice> + '_ {
+        (0..self.dmas.len()).filter_map(|i| self.dmas.nth(i))
+    }
+
     /// Every choice: the DMA completions, then the devices.
     pub fn iter(&self) -> impl Iterator<Item = Choice> + '_ {
-        self.dmas.iter().copied().chain(self.devices())
+        self.dmas().chain(self.devices())
     }
 
     /// Choice `i` of [`Choices::iter`].
     pub fn get(&self, i: usize) -> Option<Choice> {
-        match self.dmas.get(i) {
-            Some(c) => Some(*c),
-            None => self
-                .ready
-                .members()
-                .nth(i - self.dmas.len())
-                .map(|d| (self.device)(d)),
+        let n = self.dmas.len();
+        if i < n {
+            self.dmas.nth(i)
+        } else {
+            self.ready.nth(i - n).map(|d| (self.device)(d))
         }
     }
 
     /// Device `d`, if it can run.
     pub fn device(&self, d: usize) -> Option<Choice> {
         self.ready.contains(d).then(|| (self.device)(d))
+    }
+
+    /// Device `d`'s next step as a choice, whether it can run or not.
+    pub fn describe(&self, d: usize) -> Choice {
+        (self.device)(d)
     }
 
     /// Round robin: the first runnable device at or after `d`, else the lowest.
@@ -120,16 +198,35 @@ impl<'a> Choices<'a> {
             .map(|d| (self.device)(d))
     }
 
-    /// The first pending DMA completion, if any.
+    /// The first (oldest) pending DMA completion, if any.
     pub fn first_dma(&self) -> Option<Choice> {
-        self.dmas.first().copied()
+        self.dmas.nth(0)
+    }
+
+    /// The newest pending DMA completion, if any.
+    pub fn last_dma(&self) -> Option<Choice> {
+        self.dmas
+            .len()
+            .checked_sub(1)
+            .and_then(|i| self.dmas.nth(i))
+    }
+
+    /// The oldest pending DMA completion some device's next op waits on.
+    pub fn first_awaited_dma(&self) -> Option<Choice> {
+        self.dmas.nth_awaited(0)
+    }
+
+    /// The newest pending DMA completion some device's next op waits on.
+    pub fn last_awaited_dma(&self) -> Option<Choice> {
+        let n = self.dmas.awaited_len();
+        n.checked_sub(1).and_then(|i| self.dmas.nth_awaited(i))
     }
 
     /// True when `c` is one of the choices.
     pub fn contains(&self, c: &Choice) -> bool {
-        match c {
-            Choice::Device { device, .. } => self.ready.contains(*device),
-            dma => self.dmas.contains(dma),
+        match *c {
+            Choice::Device { device, .. } => self.ready.contains(device),
+            Choice::CompleteDma { id, side, .. } => self.dmas.find(id, side) == Some(*c),
         }
     }
 
@@ -139,9 +236,7 @@ impl<'a> Choices<'a> {
     pub fn same_step(&self, c: &Choice) -> Option<Choice> {
         match *c {
             Choice::Device { device, .. } => self.device(device),
-            Choice::CompleteDma { id, side, .. } => self.dmas.iter().copied().find(
-                |x| matches!(*x, Choice::CompleteDma { id: i, side: s, .. } if i == id && s == side),
-            ),
+            Choice::CompleteDma { id, side, .. } => self.dmas.find(id, side),
         }
     }
 }
@@ -254,24 +349,6 @@ impl fmt::Display for ScheduleSpec {
     }
 }
 
-/// Round robin over devices allowed by `allowed`: the first at or after `*next` (else
-/// the lowest), advancing `*next` past it.
-fn round_robin(
-    choices: &Choices,
-    next: &mut usize,
-    allowed: impl Fn(&Choice) -> bool,
-) -> Option<Choice> {
-    let pick = choices
-        .devices()
-        .filter(&allowed)
-        .find(|c| matches!(c, Choice::Device { device, .. } if *device >= *next))
-        .or_else(|| choices.devices().find(&allowed))?;
-    if let Choice::Device { device, .. } = pick {
-        *next = device + 1;
-    }
-    Some(pick)
-}
-
 /// Round robin over every runnable device, in O(log P).
 fn next_device(choices: &Choices, next: &mut usize) -> Option<Choice> {
     let pick = choices.device_from(*next)?;
@@ -333,7 +410,7 @@ mod pick_tests {
         let ready: BTreeSet<usize> = devs.iter().map(|d| d.0).collect();
         let grid = |d: usize| devs.iter().find(|x| x.0 == d).map_or(0, |x| x.1);
         let describe = |d: usize| dev(d, grid(d));
-        f(&Choices::new(dmas, &ready, &describe))
+        f(&Choices::new(&dmas, &ready, &describe))
     }
 
     #[test]

@@ -25,13 +25,7 @@ impl Policy for RunAhead {
     fn pick(&mut self, choices: &Choices) -> Choice {
         choices
             .device(self.leader)
-            .or_else(|| {
-                choices
-                    .dmas
-                    .iter()
-                    .copied()
-                    .find(|c| matches!(c, Choice::CompleteDma { awaited: true, .. }))
-            })
+            .or_else(|| choices.first_awaited_dma())
             .or_else(|| choices.devices().next())
             .or_else(|| choices.first_dma())
             .expect("the scheduler asks only when something can happen")
