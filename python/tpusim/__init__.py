@@ -61,13 +61,14 @@ from ._hook import simulate, last_error
 from ._step import trace_step
 from . import _tools
 from ._tools import repeat_suffix as _repeat
+from ._sweep import Sweep, SweepPoint, param, sweep
 
 __all__ = [
     "Mesh", "collectives", "variants", "presets", "adapters", "run", "shard_map",
     "check", "trace", "model", "bench", "plot", "random_inputs", "config", "Report",
     "Finding", "Site", "Table", "Row", "ModelRun", "BenchResults", "TpusimError", "BadInput",
     "KernelError", "UnsupportedError", "DeadlockError", "ExitError", "LimitError",
-    "NoAdapter", "GpuError", "simulate", "last_error", "trace_step",
+    "NoAdapter", "GpuError", "simulate", "last_error", "trace_step", "sweep", "param", "Sweep", "SweepPoint",
 ]
 
 
@@ -217,7 +218,11 @@ def model(name, *args, shape=None, dtype="f32", op="sum", preset="v5e", timeline
     multi-axis mesh on its own torus unless `topology` says otherwise).
 
     ``model(fn, *args, preset=...)``: every pallas_call the JAX function makes on the
-    cost model's clock (`timeline`: a directory for one Chrome trace per call)."""
+    cost model's clock (`timeline`: a directory for one Chrome trace per call),
+    model-only: `fn` is lowered, not run, so `args` may be ``jax.ShapeDtypeStruct``s of
+    production sizes (``execute=True`` runs it, for kernels whose schedule depends on
+    operand values). Overrides: ``link_gbps``, ``vmem_bytes`` (the chip's VMEM) and the
+    rest of ``tpusim run --model``'s figures."""
     if callable(name):
         return _tools.model(name, *args, preset=preset, timeline=timeline, topology=topology,
                             devices=devices, **overrides)

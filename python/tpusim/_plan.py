@@ -99,6 +99,9 @@ class CallSpec:
         self.mesh = params.get("mesh")
         cp = params.get("compiler_params")
         self.collective_id = getattr(cp, "collective_id", None) if cp is not None else None
+        # The VMEM the kernel asks the compiler for: the cost model's VMEM check holds it to it.
+        limit = getattr(cp, "vmem_limit_bytes", None) if cp is not None else None
+        self.vmem_limit = int(limit) if limit else None
         self.aliases = dict(params.get("input_output_aliases") or ())
         self.out_avals = params["out_avals"]
         self.axes = [(str(k), int(v)) for k, v in axis_sizes.items()]
@@ -156,7 +159,7 @@ class CallSpec:
                 text = str(self.jaxpr)
             except Exception:  # JAX cannot print every jaxpr (a select_ref's): this one only
                 text = ("unprintable", id(self.jaxpr))
-            self._key = (text, tuple(sites), str(self.gm), tuple(self.axes), self.collective_id,
+            self._key = (text, tuple(sites), str(self.gm), tuple(self.axes), self.collective_id, self.vmem_limit,
                          tuple(sorted(self.aliases.items())), tuple(str(a) for a in self.out_avals), self.name,
                          str(self.mesh))
         return self._key
@@ -232,6 +235,7 @@ class Plan:
             self.call = _native.KernelCall.steered(
                 spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, spec.collective_id,
                 spec.cores, self.aliases, self, replayable=not (spec.prints or self.smem_results),
+                vmem_limit=spec.vmem_limit,
             )
             return
         try:
@@ -241,6 +245,7 @@ class Plan:
         self.call = _native.KernelCall(
             spec.name, self.mesh, list(self.grid), self.inputs, self.outputs, self.scratch,
             spec.collective_id, self.recording, spec.cores, self.aliases, self.constants,
+            vmem_limit=spec.vmem_limit,
         )
 
     def tracer(self):
