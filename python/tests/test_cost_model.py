@@ -108,8 +108,7 @@ def _two_ops(how):
     def kernel(a_ref, b_ref, c_ref, o_ref, e_ref):
         o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
         src = o_ref if how == "chained" else c_ref
-        dst = o_ref if how == "overwrites" else e_ref
-        dst[...] = jnp.exp(src[...]) * 2.0 + 1.0
+        e_ref[...] = jnp.exp(src[...]) * 2.0 + 1.0
 
     s = jax.ShapeDtypeStruct((512, 512), jnp.float32)
     return lambda a, b, c: pl.pallas_call(
@@ -117,20 +116,20 @@ def _two_ops(how):
         out_specs=(pl.BlockSpec(memory_space=pltpu.VMEM),) * 2)(a, b, c)
 
 
-def test_vector_work_overlaps_the_mxu_streams_behind_it_and_waits_to_overwrite():
+def test_vector_work_overlaps_the_mxu_unless_it_reads_back_the_dots_result():
     bf = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
     c = jax.ShapeDtypeStruct((512, 512), jnp.float32)
-    runs = {how: tpusim.model(_two_ops(how), bf, bf, c, preset="v5e")[0]
-            for how in ("apart", "chained", "overwrites")}
-    units = [(r.overlap["mxu_seconds"], r.overlap["vpu_seconds"]) for r in runs.values()]
-    assert all(u == pytest.approx(units[0]) for u in units)  # the same work each way
-    mxu, vpu = units[0]
-    assert mxu > 0 and vpu > 0
-    # Apart: the vector work runs under the dot. Reading back what the dot's result was
-    # stored to, or overwriting it: only after it.
-    assert runs["apart"].seconds < mxu + vpu
-    assert runs["chained"].seconds >= mxu + vpu
-    assert runs["overwrites"].seconds >= mxu + vpu
+    apart, chained = (tpusim.model(_two_ops(how), bf, bf, c, preset="v5e")[0] for how in ("apart", "chained"))
+    mxu = apart.overlap["mxu_seconds"]
+    assert mxu == pytest.approx(chained.overlap["mxu_seconds"])
+    # The vector work by hand: 256 vregs of f32; exp at 2 cycles a vreg, then * and +
+    # at 1 each, at v5e's 1.5 GHz (its vector rate: 1024 elements a cycle).
+    rate = {p["name"]: p for p in tpusim.presets()}["v5e"]["vector_rate"]
+    vpu = (2 + 1 + 1) * 512 * 512 / rate
+    # Apart, the vector work runs under the dot; reading back the dot's stored result,
+    # only after it.
+    assert apart.seconds < mxu + vpu
+    assert chained.seconds >= mxu + vpu
 
 
 def test_sweep_ranks_block_sizes_and_says_why_points_are_skipped():

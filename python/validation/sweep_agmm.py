@@ -29,7 +29,7 @@ def main():
         args = agmm.production_args(mesh, "x", M, K, N)
         t0 = time.perf_counter()
         s = tpusim.sweep(lambda x, w, bn, bk: agmm.all_gather_matmul(mesh, "x", M, K, N, bn=bn, bk=bk)(x, w),
-                         args, params={"bn": [640, 1280, 3200, 6400], "bk": [512, 1024, 2560, 5120]},
+                         args, params={"bn": [1280, 3200, 6400], "bk": [1024, 2560, 5120]},
                          preset=preset)
         secs = time.perf_counter() - t0
     print(s.markdown())

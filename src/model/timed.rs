@@ -110,8 +110,8 @@ pub enum Unit {
     /// elements/s.
     Vpu,
     /// The vector load/store slots: VMEM copies (`x_ref[...]` into a value, a value into
-    /// a ref) and fills, at `vector_rate` elements/s (one vreg loaded and one stored per
-    /// cycle).
+    /// a ref) and fills, one 4 KiB vreg per cycle (`vector_rate` 32-bit elements/s; twice
+    /// as many packed 16-bit ones).
     LoadStore,
 }
 
@@ -505,7 +505,11 @@ impl<'p> Clock<'p> {
                         _ => (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate),
                     },
                     DataOp::Copy { .. } | DataOp::Fill { .. } => {
-                        (Unit::LoadStore, work.vector_ops as f64 / self.m.vector_rate)
+                        // A vreg holds 4 KiB: 1024 f32, 2048 packed bf16.
+                        let dst = c.dst();
+                        let width = self.p.layout.allocs[dst.alloc()].dtype.size();
+                        let bytes = (dst.len() * width) as f64;
+                        (Unit::LoadStore, bytes / 4.0 / self.m.vector_rate)
                     }
                     DataOp::Accumulate { .. } => {
                         (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate)
