@@ -151,3 +151,36 @@ def test_sweep_ranks_block_sizes_and_says_why_points_are_skipped():
     assert "| 1 |" in s.markdown()
     with pytest.raises(tpusim.BadInput):
         tpusim.sweep(lambda x, w: None, args, params={"bn": []})
+
+
+SWEEP_SCRIPT = """
+import sys
+sys.path.insert(0, {examples!r})
+import jax, numpy as np, jax.numpy as jnp
+import tpusim
+import all_gather_matmul as agmm
+mesh = jax.make_mesh((4,), ("x",))
+m, k, n = 4 * 64, 512, 4 * 512
+f = agmm.all_gather_matmul(mesh, "x", m, k, n, bn=tpusim.param("bn", 128), bk=tpusim.param("bk", 128))
+f(*agmm.operands(mesh, "x", np.ones((m, k), jnp.bfloat16), np.ones((k, n), jnp.bfloat16)))
+"""
+
+
+def test_the_command_lines_sweep_runs_the_script_per_combination(tmp_path):
+    import subprocess
+
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+    script = tmp_path / "agmm.py"
+    script.write_text(SWEEP_SCRIPT.format(examples=examples))
+    svg = tmp_path / "sweep.svg"
+    p = subprocess.run([sys.executable, "-m", "tpusim", "sweep", "--devices", "4", "--preset", "v6e",
+                        "--param", "bn=128,256,384", "--param", "bk=256", "--plot", str(svg), str(script)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| 1 | bn=") and rows[2].startswith("| 2 | bn=")
+    assert "bn=384, bk=256 | skipped: bn=384 must divide" in p.stdout
+    assert svg.read_text().startswith("<svg")
+    bad = subprocess.run([sys.executable, "-m", "tpusim", "sweep", "--param", "bn", str(script)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "give NAME=V1,V2" in bad.stderr
