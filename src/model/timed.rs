@@ -515,12 +515,12 @@ impl<'p> Clock<'p> {
                         (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate)
                     }
                 };
-                let (start, not_before) = self.compute_start(device, &**c, unit, t);
+                let (start, not_before) = self.compute_start(device, c, unit, t);
                 let stop = (start + dur).max(not_before);
                 // A streamed op's unit does its `dur` of work spread over the span: other
                 // ops may use it in between (their bundles interleave).
                 self.units[device][unit.index()] = start + dur;
-                self.note_accesses(device, &**c, unit, start, stop);
+                self.note_accesses(device, c, unit, start, stop);
                 self.end = self.end.max(stop);
                 let span = self.grid.entry((device, g)).or_insert((start, stop));
                 span.0 = span.0.min(start);
