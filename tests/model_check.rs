@@ -61,6 +61,7 @@ fn program(codes: &[Vec<(u8, usize, usize)>], collective_id: bool) -> Program {
             sem("sig", SemKind::Regular),
             sem("bar", SemKind::Barrier),
         ],
+        vmem: Vec::new(),
     };
     let view = |device, alloc, offset| View::new(device, alloc, offset, 4);
     let mut dmas = Vec::new();

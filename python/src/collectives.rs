@@ -98,7 +98,8 @@ pub fn variants(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     to_py_data(py, &v)
 }
 
-/// The cost-model presets: `[{"name", "source", figures...}]`.
+/// The cost-model presets: `[{"name", "source", figures...}]` (bandwidths in bytes/s,
+/// latencies in seconds, `mxu_flops` the bf16 peak per device).
 #[pyfunction]
 pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let v: Vec<serde_json::Value> = model_presets()
@@ -108,7 +109,8 @@ pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
             json!({"name": p.name, "source": p.source, "link_bw": m.link_bw,
                  "link_latency": m.link_latency, "hbm_bw": m.hbm_bw,
                  "dma_latency": m.dma_latency, "vector_rate": m.vector_rate,
-                 "vmem_bytes": m.vmem_bytes})
+                 "vmem_bytes": m.vmem_bytes, "mxu_flops": m.mxu_flops, "mxus": m.mxus,
+                 "mxu_dim": m.mxu_dim, "tensorcores": m.tensorcores, "pod": m.pod})
         })
         .collect();
     to_py_data(py, &v)

@@ -457,7 +457,7 @@ impl KernelCall {
     /// `aliases`: `(input, output)` pairs of `input_output_aliases`; `constants`: numpy
     /// arrays the recording's `const` ops name by position.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new()))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new(), vmem_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -471,6 +471,7 @@ impl KernelCall {
         cores: usize,
         aliases: Vec<(usize, usize)>,
         constants: Vec<Bound<'_, PyAny>>,
+        vmem_limit: Option<u64>,
     ) -> PyResult<Self> {
         let spec = Shape {
             name: name.to_string(),
@@ -480,6 +481,7 @@ impl KernelCall {
             collective_id,
             cores,
             aliases,
+            vmem_limit,
         }
         .spec(&scratch)
         .py()?;
@@ -515,7 +517,7 @@ impl KernelCall {
     /// a plan traced before whose reads find the same on its inputs (false where the
     /// trace gives Python what the program does not hold: printed texts, SMEM results).
     #[staticmethod]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true, vmem_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn steered(
         name: &str,
@@ -528,6 +530,7 @@ impl KernelCall {
         aliases: Vec<(usize, usize)>,
         plan: Py<PyAny>,
         replayable: bool,
+        vmem_limit: Option<u64>,
     ) -> PyResult<Self> {
         let shape = Shape {
             name: name.to_string(),
@@ -537,6 +540,7 @@ impl KernelCall {
             collective_id,
             cores,
             aliases,
+            vmem_limit,
         };
         shape.spec(&[]).py()?; // a spec tpusim takes, before any call
         let (first, dtype) = match shape.inputs.first() {

@@ -29,6 +29,8 @@ pub struct Shape {
     pub cores: usize,
     /// `input_output_aliases` pairs.
     pub aliases: Vec<(usize, usize)>,
+    /// `vmem_limit_bytes` of its compiler params.
+    pub vmem_limit: Option<u64>,
 }
 
 impl Shape {
@@ -44,6 +46,9 @@ impl Shape {
         .cores(self.cores);
         for &(i, o) in &self.aliases {
             spec = spec.alias(i, o);
+        }
+        if let Some(l) = self.vmem_limit {
+            spec = spec.vmem_limit(l);
         }
         Ok(spec)
     }

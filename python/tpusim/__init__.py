@@ -60,6 +60,7 @@ from ._native import (
     UnsupportedError,
 )
 from ._step import trace_step
+from ._sweep import Sweep, SweepPoint, param, sweep
 from ._tools import repeat_suffix as _repeat
 from .results import BenchResults, Finding, ModelRun, Report, Row, Site, Table
 
@@ -97,6 +98,10 @@ __all__ = [
     "simulate",
     "last_error",
     "trace_step",
+    "sweep",
+    "param",
+    "Sweep",
+    "SweepPoint",
 ]
 
 
@@ -284,7 +289,11 @@ def model(
     multi-axis mesh on its own torus unless `topology` says otherwise).
 
     ``model(fn, *args, preset=...)``: every pallas_call the JAX function makes on the
-    cost model's clock (`timeline`: a directory for one Chrome trace per call)."""
+    cost model's clock (`timeline`: a directory for one Chrome trace per call),
+    model-only: `fn` is lowered, not run, so `args` may be ``jax.ShapeDtypeStruct``s of
+    production sizes (``execute=True`` runs it, for kernels whose schedule depends on
+    operand values). Overrides: ``link_gbps``, ``vmem_bytes`` (the chip's VMEM) and the
+    rest of ``tpusim run --model``'s figures."""
     if callable(name):
         return _tools.model(
             name, *args, preset=preset, timeline=timeline, topology=topology, devices=devices, **overrides

@@ -3,14 +3,18 @@
     python -m tpusim run   [--devices N] [--backend auto|cpu|gpu] [--schedule S] SCRIPT [ARGS...]
     python -m tpusim check [--devices N] [--schedules N] [--seed S] [--sequence] SCRIPT [ARGS...]
     python -m tpusim trace [--devices N] SCRIPT [ARGS...]
-    python -m tpusim model [--devices N] [--preset v5e|v5p|v6e] [--timeline DIR] SCRIPT [ARGS...]
+    python -m tpusim model [--devices N] [--preset v4|v5e|v5p|v6e|v7] [--timeline DIR] [--execute] SCRIPT [ARGS...]
+    python -m tpusim sweep [--devices N] [--preset P] --param NAME=V1,V2 [--param ...] [--plot SVG] SCRIPT [ARGS...]
 
 The script runs as ``__main__`` with N JAX CPU devices (default: ``TPUSIM_DEVICES`` or
 4; a script that asks JAX for its own count, as JAX's tests do, keeps it). ``check``
 prints the verifier's report of every distinct call (exit 1 on a finding; with
 ``--sequence``, one report of all the calls in the order made, as consecutive kernels
 on the same devices: a hazard between two calls is found too), ``trace``
-each call's step table, ``model`` each call's modeled time. Every pallas_call runs on
+each call's step table, ``model`` each call's modeled time (model-only: each call is
+timed, not run, and returns zeros, unless ``--execute``), ``sweep`` the script once per
+combination of its parameters (read with ``tpusim.param(NAME)``), model-only, ranked by
+modeled time. Every pallas_call runs on
 tpusim, also one the script puts in JAX's interpret mode itself. Exit status: the
 script's own; 1 when a kernel fails; 2 for bad input, and for ``check``, ``trace`` and
 ``model`` of a script that made no pallas_call.
@@ -50,7 +54,21 @@ def _parser():
     m = sub.add_parser("model", help="each call's modeled time")
     m.add_argument("--preset", default="v5e")
     m.add_argument("--timeline", default=None, help="directory for one Chrome trace per call")
+    m.add_argument(
+        "--execute", action="store_true", help="also run each call (default: model-only, each call returns zeros)"
+    )
     common(m)
+    w = sub.add_parser("sweep", help="each call's modeled time over a grid of the script's parameters, ranked")
+    w.add_argument("--preset", default="v5e")
+    w.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="a parameter the script reads with tpusim.param(NAME) and its values (repeatable)",
+    )
+    w.add_argument("--plot", default=None, help="an SVG bar chart of the ranking")
+    common(w)
     return p
 
 
@@ -82,6 +100,9 @@ def _checked(a):
         a.schedules = _native.count("schedules", "--schedules", a.schedules)
         a.seed = _native.count("seed", "--seed", a.seed)
         a.repeat = _native.count("repeat", "--repeat", a.repeat)
+    if a.cmd == "sweep":
+        _native.check_preset(a.preset)
+        a.params = _sweep_params(a.param)
     if a.cmd == "model":
         _native.check_preset(a.preset)
         if a.timeline is not None:
@@ -116,6 +137,8 @@ def main(argv=None):
         return _status(e)
     except KeyboardInterrupt:
         return _interrupted()
+    if a.cmd == "sweep":
+        return _sweep(a)
     # What collects the Results of the script's calls, entered around it.
     if a.cmd == "run":
         collect = contextlib.nullcontext()
@@ -131,6 +154,7 @@ def main(argv=None):
         collect = _tools.collecting(_tools.trace_plan, tolerant=False)
     else:
         collect = _tools.collecting(_tools.model_tool(a.preset, a.timeline), tolerant=False)
+        _hook._skip_runs = not a.execute
     sys.argv = [a.script] + list(a.args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     status = 0
@@ -163,6 +187,74 @@ def main(argv=None):
             print(f"tpusim: the script made no pallas_call: nothing to {a.cmd}", file=sys.stderr)
             status = 2
     return status
+
+
+def _sweep_params(specs):
+    """``--param NAME=V1,V2`` options as {name: [values]} (numbers where they parse)."""
+    import tpusim
+
+    if not specs:
+        raise tpusim.BadInput("bad input: sweep needs at least one --param NAME=V1,V2,...")
+    out = {}
+    for spec in specs:
+        name, eq, values = spec.partition("=")
+        if not eq or not name or not values:
+            raise tpusim.BadInput(f"bad input: --param `{spec}`: give NAME=V1,V2,...")
+
+        def value(v):
+            try:
+                return int(v)
+            except ValueError:
+                try:
+                    return float(v)
+                except ValueError:
+                    return v
+
+        out[name] = [value(v) for v in values.split(",")]
+    return out
+
+
+def _sweep(a):
+    """``sweep``: the script run once per combination of the parameters, model-only;
+    each run's calls timed and summed; the ranking printed (and drawn with --plot)."""
+    import tpusim
+    from tpusim import _hook, _tools
+    from tpusim import _sweep as sw
+
+    _hook._skip_runs = True
+    sys.argv = [a.script] + list(a.args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+    points = []
+    for p in sw._grid(a.params):
+        sw.current = p
+        runs = []
+        try:
+            with _tools.collecting(lambda plan: runs.append(_tools.model_plan(plan, preset=a.preset)), tolerant=False):
+                try:
+                    runpy.run_path(a.script, run_name="__main__")
+                finally:
+                    _hook.wait_for_calls()
+            if not runs:
+                raise tpusim.BadInput("bad input: the script made no pallas_call")
+            points.append(sw.point(p, runs))
+        except KeyboardInterrupt:
+            return _interrupted()
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                points.append(sw.SweepPoint(p, skipped=f"the script exited with {e.code}"))
+            elif runs:
+                points.append(sw.point(p, runs))
+        except BaseException as e:  # noqa: BLE001 - every reason a point does not fit is reported
+            err = _hook.last_error() or e
+            points.append(sw.SweepPoint(p, skipped=str(err).removeprefix("bad input: ").splitlines()[0]))
+        finally:
+            sw.current = None
+    ranked = sorted((x for x in points if x.skipped is None), key=lambda x: x.seconds)
+    result = sw.Sweep(ranked + [x for x in points if x.skipped is not None])
+    print(result.markdown())
+    if a.plot and result.ranked:
+        result.plot(a.plot)
+    return 0 if result.ranked else 1
 
 
 def _interrupted():

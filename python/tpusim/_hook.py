@@ -53,7 +53,11 @@ def install():
 
         @dataclasses.dataclass(frozen=True)
         class _TpusimParams(tpu_params.InterpretParams):
-            """``interpret=`` value of a pallas_call that tpusim runs."""
+            """``interpret=`` value of a pallas_call that tpusim runs. `planning`: a
+            model-only lowering's number (part of jit's cache key, so that each one
+            lowers, and plans, its calls afresh)."""
+
+            planning: int = 0
 
         _TpusimParams.__name__ = _TpusimParams.__qualname__ = "TpusimParams"
         TpusimParams = _TpusimParams
@@ -107,6 +111,8 @@ def _impl(*args, out_avals, **params):
     params = dict(params, out_avals=out_avals)
     spec = CallSpec(params, axis_sizes)
     meeting = Meeting(spec, [(a.shape, _host_dtype(a.dtype)) for a in (x.aval for x in args)])
+    if _planning is not None:  # model-only: planned now, never run
+        _planning.append(meeting.plan_without_data())
     device = jnp.int32(0)
     for k, n in axis_sizes.items():  # row-major over the mesh axes, as Meeting numbers them
         device = device * n + lax.axis_index(k).astype(jnp.int32)
@@ -183,6 +189,26 @@ class Meeting:
                 _vet(plan)
         return plan
 
+    def plan_without_data(self):
+        """The plan of a call that model-only looks at: made from the kernel alone, when
+        its schedule does not depend on operand values (SMEM, scalar prefetch) or on
+        what it computes; otherwise a BadInput saying so."""
+        spec = self.spec
+        keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
+        if keys:
+            raise _native.BadInput(
+                f"bad input: `{spec.name}` reads SMEM or scalar-prefetch operands (operands {keys}), "
+                "whose values decide its schedule: model it on concrete arrays with execute=True "
+                "(python -m tpusim model --execute)"
+            )
+        plan = self.plan([{} for _ in range(self.P * spec.cores)])
+        if plan.steered:
+            raise _native.BadInput(
+                f"bad input: `{spec.name}` decides what it does by values it computes: model it "
+                "on concrete arrays with execute=True (python -m tpusim model --execute)"
+            )
+        return plan
+
     def _run(self, bufs):
         epoch = _native.settings_epoch()  # before the settings this run follows are read
         backend, schedule = _backend(), config.schedule
@@ -197,6 +223,9 @@ class Meeting:
         plan = self.plan([smem[x] for x in rows])
         if not plan.steered:
             _observe("call", plan)
+            if _skip_runs:  # a script under `python -m tpusim model`: timed, not run
+                bufs.zero_results()
+                return
         out_rows = [x * cores for x in range(self.P)]
         try:
             plan.call.run_into(
@@ -233,6 +262,33 @@ class Meeting:
 
 
 _last_error = None
+
+#: While a model-only lowering runs (:func:`plan_calls`): the plans of its calls, in order.
+_planning = None
+#: Set by ``python -m tpusim model`` (without ``--execute``): each call is planned and
+#: handed to the tools, and returns zeros instead of running.
+_skip_runs = False
+_plannings = [0]
+
+
+def plan_calls(fn, args, devices=None):
+    """Model-only: the plans of every pallas_call `fn(*args)` makes, from lowering it
+    (`args` may be ``jax.ShapeDtypeStruct``s: no data is made, none is run)."""
+    global _planning
+    jax = _jax()
+    from jax._src import config as jax_config
+
+    with simulate(devices=devices):
+        _plannings[0] += 1
+        prev = jax_config.pallas_tpu_interpret_mode_context_manager.swap_local(TpusimParams(planning=_plannings[0]))
+        _planning = plans = []
+        try:
+            jax.jit(fn).lower(*args)
+        finally:
+            _planning = None
+            jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
+    return plans
+
 
 #: Set by ``python -m tpusim run``: each new plan is held to the verifier on the one
 #: schedule the run follows (:func:`_vet`). Not an observer, so that repeated calls keep

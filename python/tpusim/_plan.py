@@ -128,6 +128,9 @@ class CallSpec:
         self.mesh = params.get("mesh")
         cp = params.get("compiler_params")
         self.collective_id = getattr(cp, "collective_id", None) if cp is not None else None
+        # The VMEM the kernel asks the compiler for: the cost model's VMEM check holds it to it.
+        limit = getattr(cp, "vmem_limit_bytes", None) if cp is not None else None
+        self.vmem_limit = int(limit) if limit else None
         self.aliases = dict(params.get("input_output_aliases") or ())
         self.out_avals = params["out_avals"]
         self.axes = [(str(k), int(v)) for k, v in axis_sizes.items()]
@@ -195,6 +198,7 @@ class CallSpec:
                 str(self.gm),
                 tuple(self.axes),
                 self.collective_id,
+                self.vmem_limit,
                 tuple(sorted(self.aliases.items())),
                 tuple(str(a) for a in self.out_avals),
                 self.name,
@@ -283,6 +287,7 @@ class Plan:
                 self.aliases,
                 self,
                 replayable=not (spec.prints or self.smem_results),
+                vmem_limit=spec.vmem_limit,
             )
             return
         try:
@@ -302,6 +307,7 @@ class Plan:
             spec.cores,
             self.aliases,
             self.constants,
+            vmem_limit=spec.vmem_limit,
         )
 
     def tracer(self):

@@ -146,11 +146,23 @@ def trace(fn, *args, devices=None):
     return got
 
 
-def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, **overrides):
+def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, execute=False, **overrides):
     """Every pallas_call `fn(*args)` makes on the cost model's clock; `timeline`: a
-    directory for one Chrome trace per call."""
-    with collecting(model_tool(preset, timeline, topology, **overrides)) as got:
-        _run(fn, args, devices)
+    directory for one Chrome trace per call. Model-only unless `execute`: `fn` is lowered,
+    not run, so `args` may be ``jax.ShapeDtypeStruct``s of any size and no data is made
+    (a kernel whose schedule depends on operand values needs `execute=True`)."""
+    tool = model_tool(preset, timeline, topology, **overrides)
+    if execute:
+        with collecting(tool) as got:
+            _run(fn, args, devices)
+        return got
+    got, seen = Results(), set()
+    for plan in _hook.plan_calls(fn, args, devices):
+        if id(plan) not in seen:
+            seen.add(id(plan))
+            got.append(tool(plan))
+    if not got:
+        raise _native.BadInput("bad input: the function made no pallas_call: nothing to model")
     return got
 
 

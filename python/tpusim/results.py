@@ -201,6 +201,13 @@ class ModelRun:
     timeline: Optional[dict] = field(default=None, repr=False)
     timeline_path: Optional[str] = None
     compute: Optional[str] = None
+    #: Share of the communication that compute hid (0..1; None without communication).
+    hidden: Optional[float] = None
+    #: Matrix-unit TFLOP/s per device over the run (None without a matmul).
+    tflops: Optional[float] = None
+    #: Seconds summed over devices: ``comm_seconds``, ``hidden_seconds``, ``mxu_seconds``,
+    #: ``vpu_seconds``, ``load_store_seconds``; and ``macs``.
+    overlap: Optional[dict] = field(default=None, repr=False)
 
     @classmethod
     def from_dict(cls, d, path=None):
@@ -219,6 +226,9 @@ class ModelRun:
             d.get("timeline"),
             None,
             d.get("compute"),
+            d.get("hidden"),
+            d.get("tflops"),
+            d.get("overlap"),
         )
         if path is not None and run.timeline is not None:
             from . import _native

@@ -68,7 +68,7 @@ pub struct RunArgs {
 /// The cost model and its overrides.
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// Cost-model preset (v5e, v5p, v6e): prints modeled time and bus bandwidth.
+    /// Cost-model preset (v4, v5e, v5p, v6e, v7): prints modeled time and bus bandwidth.
     #[arg(long)]
     model: Option<String>,
     /// Override: link bandwidth per direction, GB/s.

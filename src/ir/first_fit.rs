@@ -26,9 +26,9 @@ impl FirstFit {
         at
     }
 
-    /// Frees the range at `offset`.
-    pub fn free(&mut self, offset: usize) {
-        self.live.remove(&offset);
+    /// Frees the range at `offset`; its length, if one was there.
+    pub fn free(&mut self, offset: usize) -> Option<usize> {
+        self.live.remove(&offset)
     }
 
     /// Frees every range (the peak stays).

@@ -94,6 +94,31 @@ pub struct Layout {
     pub allocs: Vec<Allocation>,
     /// Semaphore slots (the same on every device).
     pub sems: Vec<SemInfo>,
+    /// What each kernel invocation holds in VMEM at once (one entry per kernel of a
+    /// sequence: each kernel's VMEM is its own while it runs); empty for a program built
+    /// by hand, whose VMEM allocations are then all counted.
+    pub vmem: Vec<VmemUse>,
+}
+
+/// The VMEM one kernel holds at once: its own buffers (scratch, VMEM operands, pipeline
+/// buffers) and the most bytes its values hold live at one time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmemUse {
+    /// The kernel's name.
+    pub kernel: String,
+    /// Bytes of its own VMEM buffers, as a TPU holds them.
+    pub buffers: u64,
+    /// The most bytes of its values (temporaries) live at once.
+    pub values: u64,
+    /// The kernel's own `vmem_limit_bytes` (`pltpu.CompilerParams`), when it sets one.
+    pub limit: Option<u64>,
+}
+
+impl VmemUse {
+    /// Bytes the kernel needs in VMEM.
+    pub fn bytes(&self) -> u64 {
+        self.buffers + self.values
+    }
 }
 
 /// A table with one entry per (device, id) pair, device-major: how a semaphore slot or an

@@ -31,7 +31,9 @@ pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
 pub use first_fit::FirstFit;
 pub use iteration::Iteration;
-pub use layout::{AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind};
+pub use layout::{
+    AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind, VmemUse,
+};
 pub use op::{Cmp, Op, OpKind, Remap, WaitKind};
 pub use program::{grid_coords, holds, Feed, Invocation, Program};
 pub use schedule::{Memory, Schedule};

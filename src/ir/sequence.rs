@@ -116,6 +116,8 @@ impl Builder {
         let inv = &part.invocations[0];
         let first_alloc = self.layout.allocs.len();
         let first_sem = self.layout.sems.len();
+        // Each kernel's VMEM is its own while it runs: checked kernel by kernel.
+        self.layout.vmem.extend(part.layout.vmem.iter().cloned());
         let (alloc, feeds) = self.allocations(k, part)?;
         let sem: Vec<usize> = part
             .layout

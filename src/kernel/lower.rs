@@ -391,7 +391,21 @@ impl PallasCall {
             temps,
             ..
         } = frame;
-        for (dtype, elems) in temps.into_inner().allocations() {
+        let temps = temps.into_inner();
+        // The kernel's own VMEM buffers, before the values' allocations join them.
+        let buffers = layout
+            .allocs
+            .iter()
+            .filter(|a| a.space == MemorySpace::Vmem)
+            .map(|a| a.bytes())
+            .sum();
+        layout.vmem.push(crate::ir::VmemUse {
+            kernel: self.name.clone(),
+            buffers,
+            values: temps.peak_live_bytes(),
+            limit: spec.vmem_limit,
+        });
+        for (dtype, elems) in temps.allocations() {
             layout.allocs.push(Allocation::values(dtype, elems));
         }
 

@@ -63,6 +63,7 @@ pub struct GridSpec {
     pub(crate) outputs: Vec<OperandSpec>,
     pub(crate) scratch: Vec<ScratchSpec>,
     pub(crate) collective_id: Option<u32>,
+    pub(crate) vmem_limit: Option<u64>,
     pub(crate) pull_model: bool,
     pub(crate) cores: usize,
     pub(crate) aliases: Vec<(usize, usize)>,
@@ -193,6 +194,13 @@ impl GridSpec {
     /// `compiler_params=pltpu.CompilerParams(collective_id=…)`: enables the barrier semaphore.
     pub fn collective_id(mut self, id: u32) -> Self {
         self.collective_id = Some(id);
+        self
+    }
+
+    /// `compiler_params=pltpu.CompilerParams(vmem_limit_bytes=…)`: the VMEM the kernel
+    /// may use, which the cost model's VMEM check holds it to (within the chip's).
+    pub fn vmem_limit(mut self, bytes: u64) -> Self {
+        self.vmem_limit = Some(bytes);
         self
     }
 

@@ -1,6 +1,8 @@
 //! Where a trace's values live: one VMEM allocation per dtype, numbered after the
 //! kernel's own, with first-fit runs handed out within a grid point and given back
-//! when a value is dropped; the most each ever held is its size.
+//! when a value is dropped; the most each ever held is its size. What the VMEM check
+//! counts is another figure: the most bytes live at once over every dtype (a loop's
+//! temporaries, given back each iteration, count once).
 
 use crate::array::DType;
 use crate::ir::{AllocId, FirstFit};
@@ -23,6 +25,10 @@ struct Pool {
 pub(crate) struct Temps {
     first: AllocId,
     pools: Vec<Pool>,
+    /// Bytes of values live now, as a TPU holds them.
+    live: u64,
+    /// The most bytes ever live at once.
+    peak_live: u64,
 }
 
 impl Temps {
@@ -30,7 +36,7 @@ impl Temps {
     pub(crate) fn new(first: AllocId) -> Self {
         Self {
             first,
-            pools: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -48,12 +54,17 @@ impl Temps {
             }
         };
         let p = &mut self.pools[k];
-        (p.alloc, p.runs.alloc(len.max(1).next_multiple_of(ALIGN)))
+        let run = len.max(1).next_multiple_of(ALIGN);
+        self.live += (run * dtype.size()) as u64;
+        self.peak_live = self.peak_live.max(self.live);
+        (p.alloc, p.runs.alloc(run))
     }
 
     pub(crate) fn give_back(&mut self, alloc: AllocId, offset: usize) {
         if let Some(p) = self.pools.iter_mut().find(|p| p.alloc == alloc) {
-            p.runs.free(offset);
+            if let Some(run) = p.runs.free(offset) {
+                self.live -= (run * p.dtype.size()) as u64;
+            }
         }
     }
 
@@ -62,6 +73,12 @@ impl Temps {
         for p in &mut self.pools {
             p.runs.clear();
         }
+        self.live = 0;
+    }
+
+    /// The most bytes of values live at once (what the chip's VMEM must hold of them).
+    pub(crate) fn peak_live_bytes(&self) -> u64 {
+        self.peak_live
     }
 
     /// The allocations the temporaries need: (dtype, elements), in allocation order.

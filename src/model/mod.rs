@@ -7,6 +7,8 @@
 //! everything else on the vector unit at `vector_rate` elements/s. Presets use public
 //! figures (see [`Preset`]); every figure can be overridden.
 
+mod chips;
+mod mxu;
 mod nccl;
 mod overlap;
 mod overrides;
@@ -14,6 +16,8 @@ mod timed;
 mod timeline;
 mod topology;
 
+pub use chips::{presets, Preset};
+pub use mxu::DotShape;
 pub use nccl::{bus_factor, ideal_seconds, Traffic};
 pub use overlap::Overlap;
 pub use overrides::{check_modeled, overridden, Knob, ModelSpec, MAX_MODELED_SECONDS};
@@ -47,95 +51,17 @@ pub struct CostModel {
     pub mxu_flops: f64,
     /// VMEM bytes per device; a kernel whose VMEM is larger fails, as on the chip.
     pub vmem_bytes: Option<u64>,
+    /// Matrix units per device (all of them stream at once: a dot is split over them).
+    pub mxus: usize,
+    /// Side of one MXU's systolic array (128 or 256): a dot runs in tiles of it.
+    pub mxu_dim: usize,
+    /// TensorCores per device (2 on a megacore chip, whose figures are the chip's).
+    pub tensorcores: usize,
     /// The torus of a full pod of this generation (dimensions, x fastest).
     pub pod: Vec<usize>,
     /// How the run's devices are wired; `None`: the pod's torus when the run fills the
     /// pod, else a ring of the run's devices (see [`CostModel::topology_for`]).
     pub topology: Option<Topology>,
-}
-
-/// A named preset with its sources.
-pub struct Preset {
-    /// Name (`--model NAME`).
-    pub name: &'static str,
-    /// The figures.
-    pub model: fn() -> CostModel,
-    /// Where the figures come from.
-    pub source: &'static str,
-}
-
-const GB: f64 = 1e9;
-const MIB: u64 = 1 << 20;
-
-/// The presets. Per-link bandwidth is the chip's published bidirectional ICI bandwidth
-/// divided by its ICI ports and by 2 directions; the MXU peak is the chip's published
-/// bf16 TFLOP/s. Latencies and the vector rate are not published: they are estimates
-/// (1 µs per hop, 0.5 µs per local DMA, 8 sublanes × 128 lanes per cycle at the clock
-/// the MXU peak implies: 1.5 GHz on v5e, whose 197 TFLOP/s are 4 MXUs of 128 × 128 at
-/// 1.5 GHz, 1.75 GHz on v5p and v6e), to be overridden when better figures are known.
-pub fn presets() -> Vec<Preset> {
-    vec![
-        Preset {
-            name: "v5e",
-            model: || CostModel {
-                name: "v5e".into(),
-                link_bw: 400.0 * GB / 4.0 / 2.0,
-                link_latency: 1e-6,
-                hbm_bw: 819.0 * GB,
-                dma_latency: 0.5e-6,
-                vector_rate: 1024.0 * 1.5e9,
-                mxu_flops: 197e12,
-                vmem_bytes: Some(128 * MIB),
-                pod: vec![16, 16],
-                topology: None,
-            },
-            source: "Cloud TPU v5e system architecture (docs.cloud.google.com/tpu/docs/v5e): \
-                     400 GBps bidirectional ICI per chip over 4 ports, 819 GBps HBM, \
-                     197 TFLOP/s bf16 (394 TOP/s int8) per chip, \
-                     256 chips per pod in a 2-D torus (16x16); \
-                     VMEM 128 MiB per core from jax.experimental.pallas.tpu get_tpu_info",
-        },
-        Preset {
-            name: "v5p",
-            model: || CostModel {
-                name: "v5p".into(),
-                link_bw: 1200.0 * GB / 6.0 / 2.0,
-                link_latency: 1e-6,
-                hbm_bw: 2765.0 * GB,
-                dma_latency: 0.5e-6,
-                vector_rate: 1024.0 * 1.75e9,
-                mxu_flops: 459e12,
-                vmem_bytes: Some(64 * MIB),
-                pod: vec![16, 20, 28],
-                topology: None,
-            },
-            source: "Cloud TPU v5p system architecture (docs.cloud.google.com/tpu/docs/v5p): \
-                     1200 GBps bidirectional ICI per chip, 3D torus (6 ports), 2765 GBps HBM, \
-                     459 TFLOP/s bf16 (918 TOP/s int8) per chip, \
-                     8960 chips per pod (16x20x28); \
-                     VMEM 64 MiB per core from get_tpu_info",
-        },
-        Preset {
-            name: "v6e",
-            model: || CostModel {
-                name: "v6e".into(),
-                link_bw: 800.0 * GB / 4.0 / 2.0,
-                link_latency: 1e-6,
-                hbm_bw: 1638.0 * GB,
-                dma_latency: 0.5e-6,
-                vector_rate: 1024.0 * 1.75e9,
-                mxu_flops: 918e12,
-                vmem_bytes: Some(128 * MIB),
-                pod: vec![16, 16],
-                topology: None,
-            },
-            source: "Cloud TPU v6e (Trillium) system architecture (docs.cloud.google.com/tpu/docs/v6e): \
-                     800 GBps bidirectional ICI per chip over 4 ports, 1638 GBps HBM, \
-                     918 TFLOP/s bf16 (1836 TOP/s int8) per chip, \
-                     256 chips per pod in a 2-D torus (16x16); \
-                     VMEM 128 MiB per core from get_tpu_info",
-        },
-    ]
 }
 
 impl CostModel {
@@ -144,7 +70,9 @@ impl CostModel {
     pub fn topology_for(&self, p: usize) -> Topology {
         match &self.topology {
             Some(t) => t.clone(),
-            None if self.pod.iter().product::<usize>() == p => Topology::Torus(self.pod.clone()),
+            None if !self.pod.is_empty() && self.pod.iter().product::<usize>() == p => {
+                Topology::Torus(self.pod.clone())
+            }
             None => Topology::Ring,
         }
     }
@@ -211,36 +139,51 @@ impl CostModel {
         Ok(())
     }
 
-    /// Fails when the kernel's VMEM does not fit this generation's VMEM.
+    /// Fails when a kernel's VMEM does not fit: what it holds at once (its own buffers
+    /// and the most bytes its values hold live together, see [`crate::ir::VmemUse`])
+    /// against the chip's VMEM, or the kernel's own `vmem_limit_bytes` when it sets a
+    /// lower one (the compiler holds it to that). A program built by hand counts every
+    /// VMEM allocation.
     pub fn check_vmem(&self, program: &Program) -> Result<()> {
-        let Some(cap) = self.vmem_bytes else {
+        let Some(chip) = self.vmem_bytes else {
             return Ok(());
         };
-        let used: u64 = program
-            .layout
-            .allocs
-            .iter()
-            .filter(|a| a.space == MemorySpace::Vmem)
-            .map(|a| a.bytes())
-            .sum();
-        if used > cap {
-            let list: Vec<String> = program
+        let vmem_allocs = || {
+            program
                 .layout
                 .allocs
                 .iter()
                 .filter(|a| a.space == MemorySpace::Vmem)
-                .map(|a| format!("`{}` {} B", a.name, a.bytes()))
-                .collect();
-            return Err(Error::Limit {
-                what: format!(
-                    "VMEM of `{}` on {} ({})",
-                    program.name,
-                    self.name,
-                    list.join(", ")
-                ),
-                requested: used,
-                limit: cap,
-            });
+        };
+        let uses = if program.layout.vmem.is_empty() {
+            vec![crate::ir::VmemUse {
+                kernel: program.name.clone(),
+                buffers: vmem_allocs().map(|a| a.bytes()).sum(),
+                values: 0,
+                limit: None,
+            }]
+        } else {
+            program.layout.vmem.clone()
+        };
+        for u in uses {
+            let (cap, whose) = match u.limit {
+                Some(l) if l < chip => (l, "its vmem_limit_bytes".to_string()),
+                _ => (chip, self.name.clone()),
+            };
+            if u.bytes() > cap {
+                let mut list: Vec<String> = vmem_allocs()
+                    .filter(|a| !a.holds_values())
+                    .map(|a| format!("`{}` {} B", a.name, a.bytes()))
+                    .collect();
+                if u.values > 0 {
+                    list.push(format!("values live at once {} B", u.values));
+                }
+                return Err(Error::Limit {
+                    what: format!("VMEM of `{}` on {whose} ({})", u.kernel, list.join(", ")),
+                    requested: u.bytes(),
+                    limit: cap,
+                });
+            }
         }
         Ok(())
     }

@@ -18,8 +18,10 @@ pub struct Overlap {
     pub hidden_seconds: f64,
     /// Seconds the MXUs were busy, summed over devices.
     pub mxu_seconds: f64,
-    /// Seconds the vector units were busy, summed over devices.
+    /// Seconds the vector ALUs were busy, summed over devices.
     pub vpu_seconds: f64,
+    /// Seconds the vector load/store slots were busy, summed over devices.
+    pub load_store_seconds: f64,
     /// Multiply-adds of every device.
     pub macs: u64,
 }
@@ -86,6 +88,7 @@ impl Overlap {
                     match unit {
                         Unit::Mxu => o.mxu_seconds += end - start,
                         Unit::Vpu => o.vpu_seconds += end - start,
+                        Unit::LoadStore => o.load_store_seconds += end - start,
                     }
                     o.macs += macs;
                 }

@@ -3,9 +3,10 @@
 //! of the scheduler that stamps every credit with the time it arrives (the engine says
 //! which semaphore gains or loses what; the model only says when).
 
+use super::mxu::DotShape;
 use super::topology::route;
 use super::CostModel;
-use crate::ir::{Completion, DataOp, OpKind, Program, SemRef};
+use crate::ir::{Completion, ComputeKind, DataOp, OpKind, Program, SemRef};
 use crate::sched::credits::Credits;
 use crate::sched::policies::{Choice, Choices, Policy};
 use crate::sched::{Credit, Driver, Observer};
@@ -89,24 +90,66 @@ pub enum TimedEvent {
     },
 }
 
-/// A device's compute unit: an op occupies one of them from its start to its end (one
-/// op at a time: a device runs its ops in program order, DMAs proceed meanwhile).
+/// A device's compute unit. Each runs one op at a time; the units of a device run at
+/// once, as the TensorCore's VLIW bundles issue to them side by side (Hot Chips 2020,
+/// TPUv2/v3: 2 vector load/store slots, 2 vector ALU slots and 2 matrix slots per
+/// bundle). The rule: an op is issued in program order (its device's clock does not wait
+/// for it) and starts once its unit is free; an op that depends on one of another unit
+/// (reads what it writes, or writes what it reads or writes: byte ranges of VMEM)
+/// streams behind it (Mosaic works vreg by vreg and the bundles software-pipeline the
+/// units: it starts when that op starts and ends no earlier than it); one that depends
+/// on an op of its own unit waits for that op's end; a DMA start,
+/// a signal and a scalar read wait for every compute op issued before them (what they
+/// send or say must be in memory). So loads, stores, casts and elementwise work overlap
+/// the matmuls they do not feed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Unit {
-    /// The matrix units: `dot_general`, at [`CostModel::mxu_rate`] multiply-adds/s.
+    /// The matrix units: `dot_general`, by [`CostModel::dot_seconds`].
     Mxu,
-    /// The vector unit: every other VMEM op, at `vector_rate` elements/s.
+    /// The vector ALUs: elementwise ops, casts, reductions, `+=`, at `vector_rate`
+    /// elements/s.
     Vpu,
+    /// The vector load/store slots: VMEM copies (`x_ref[...]` into a value, a value into
+    /// a ref) and fills, one 4 KiB vreg per cycle (`vector_rate` 32-bit elements/s; twice
+    /// as many packed 16-bit ones).
+    LoadStore,
 }
 
 impl Unit {
-    /// `MXU` or `VPU`.
+    /// `MXU`, `VPU` or `ld/st`.
     pub fn name(self) -> &'static str {
         match self {
             Unit::Mxu => "MXU",
             Unit::Vpu => "VPU",
+            Unit::LoadStore => "ld/st",
         }
     }
+
+    fn index(self) -> usize {
+        match self {
+            Unit::Mxu => 0,
+            Unit::Vpu => 1,
+            Unit::LoadStore => 2,
+        }
+    }
+}
+
+/// Cycles per vreg of a transcendental (exp, log, tanh, reciprocal, ...): the EUP
+/// accepts one every 2 cycles (measured with the TensorCore's cycle counter: "pallas-tpu-
+/// tutorial", ayaka14732.github.io, chapter 1 table of units: vpow2, vlog2, vrcp, vrsqrt,
+/// vtanh issue every 2 cycles; f32 add and multiply every cycle, as `vector_rate` counts).
+const EUP_CYCLES_PER_VREG: f64 = 2.0;
+
+/// A VMEM byte range a compute op in flight reads or writes, until `end`.
+#[derive(Clone, Copy, Debug)]
+struct Access {
+    alloc: usize,
+    lo: usize,
+    hi: usize,
+    write: bool,
+    unit: Unit,
+    start: f64,
+    end: f64,
 }
 
 /// The outcome of a timed run.
@@ -250,6 +293,12 @@ struct Clock<'p> {
     events: Vec<TimedEvent>,
     /// The modeled time of the step being taken (credits it makes arrive from then).
     now: f64,
+    /// Per device: when each [`Unit`] is free.
+    units: Vec<[f64; 3]>,
+    /// Per device: the accesses of its compute ops that may still be in flight.
+    pending: Vec<Vec<Access>>,
+    /// Per allocation: whether it holds values (temporaries), not a buffer of the kernel's.
+    values: Vec<bool>,
 }
 
 impl<'p> Timed<'p> {
@@ -310,6 +359,9 @@ impl<'p> Clock<'p> {
             end: 0.0,
             events: Vec::new(),
             now: 0.0,
+            units: vec![[0.0; 3]; p.devices],
+            pending: vec![Vec::new(); p.devices],
+            values: p.layout.allocs.iter().map(|a| a.holds_values()).collect(),
         })
     }
 
@@ -376,6 +428,10 @@ impl<'p> Clock<'p> {
                     OpKind::Wait { sem, amount, .. } => {
                         t.max(self.arrival(self.slot(*sem), *amount))
                     }
+                    OpKind::DmaStart(_)
+                    | OpKind::Signal { .. }
+                    | OpKind::SemRead { .. }
+                    | OpKind::Read { .. } => t.max(self.fence(device)),
                     _ => t,
                 }
             }
@@ -394,7 +450,7 @@ impl<'p> Clock<'p> {
     fn run_op(&mut self, device: usize, op_index: usize, t: f64) {
         let op = &self.p.ops[device][op_index];
         let g = op.site.grid_linear as usize;
-        let mut end = t;
+        let end = t;
         match &op.kind {
             OpKind::Wait { sem, .. } => {
                 if t > self.t_dev[device] {
@@ -438,23 +494,46 @@ impl<'p> Clock<'p> {
                         // A seed-003 pull: over the link, plus its latency.
                         let t = c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw
                             + self.m.link_latency;
-                        (Unit::Vpu, t)
+                        (Unit::LoadStore, t)
                     }
-                    DataOp::Compute(k) if work.macs > 0 => {
-                        let rate = self.m.mxu_rate(k.srcs[0].dtype);
-                        (Unit::Mxu, work.macs as f64 / rate)
+                    DataOp::Compute(k) => match (DotShape::of(k), &k.kind) {
+                        (Some(s), _) => (Unit::Mxu, self.m.dot_seconds(s, k.srcs[0].dtype)),
+                        (None, ComputeKind::Unary(u)) if u.is_transcendental() => (
+                            Unit::Vpu,
+                            EUP_CYCLES_PER_VREG * work.write_elems as f64 / self.m.vector_rate,
+                        ),
+                        _ => (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate),
+                    },
+                    DataOp::Copy { .. } | DataOp::Fill { .. } => {
+                        // A vreg holds 4 KiB: 1024 f32, 2048 packed bf16.
+                        let dst = c.dst();
+                        let width = self.p.layout.allocs[dst.alloc()].dtype.size();
+                        let bytes = (dst.len() * width) as f64;
+                        (Unit::LoadStore, bytes / 4.0 / self.m.vector_rate)
                     }
-                    _ => (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate),
+                    DataOp::Accumulate { .. } => {
+                        (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate)
+                    }
                 };
-                end = t + dur;
+                let (start, not_before) = self.compute_start(device, c, unit, t);
+                let stop = (start + dur).max(not_before);
+                // A streamed op's unit does its `dur` of work spread over the span: other
+                // ops may use it in between (their bundles interleave).
+                self.units[device][unit.index()] = start + dur;
+                self.note_accesses(device, c, unit, start, stop);
+                self.end = self.end.max(stop);
+                let span = self.grid.entry((device, g)).or_insert((start, stop));
+                span.0 = span.0.min(start);
+                span.1 = span.1.max(stop);
                 self.events.push(TimedEvent::Compute {
                     device,
                     op: op.site.op(),
                     unit,
                     macs: work.macs,
-                    start: t,
-                    end,
+                    start,
+                    end: stop,
                 });
+                // Issued: the device's clock goes on to its next op.
             }
         }
         self.t_dev[device] = end;
@@ -462,6 +541,74 @@ impl<'p> Clock<'p> {
         let span = self.grid.entry((device, g)).or_insert((t, end));
         span.0 = span.0.min(t);
         span.1 = span.1.max(end);
+    }
+
+    /// When every compute op `device` issued has ended (and its clock has come).
+    fn fence(&self, device: usize) -> f64 {
+        self.units[device]
+            .iter()
+            .fold(self.t_dev[device], |a, &b| a.max(b))
+    }
+
+    /// When compute op `c`, issued at `t` on `device`, may start on `unit`, and the
+    /// earliest it may end: its unit free; after each op in flight it depends on (it
+    /// reads what that op writes, or writes what that op reads or writes): behind an op
+    /// of another unit it streams (starts with it, vreg by vreg, and ends no earlier),
+    /// behind one of its own unit it waits for its end.
+    fn compute_start(&mut self, device: usize, c: &DataOp, unit: Unit, t: f64) -> (f64, f64) {
+        let pending = &mut self.pending[device];
+        pending.retain(|a| a.end > t);
+        let mut start = t.max(self.units[device][unit.index()]);
+        let mut end = start;
+        let overlaps = |a: &Access, v: &crate::ir::View| {
+            a.alloc == v.alloc() && a.lo < v.offset() + v.len() && v.offset() < a.hi
+        };
+        let values = &self.values;
+        let reads = c.reads().map(|v| (v, false));
+        for (v, write) in reads.chain(c.writes().map(|v| (v, true))) {
+            // A value is written once: its storage reused after its last use is no
+            // dependency (the chip would hold it elsewhere); only reading it is.
+            let hazard = |a: &&Access| {
+                overlaps(a, &v)
+                    && if write {
+                        !values.get(v.alloc()).copied().unwrap_or(false)
+                    } else {
+                        a.write
+                    }
+            };
+            for a in pending.iter().filter(hazard) {
+                if a.unit == unit {
+                    start = start.max(a.end);
+                } else {
+                    start = start.max(a.start);
+                    end = end.max(a.end);
+                }
+            }
+        }
+        (start, end.max(start))
+    }
+
+    /// Records what compute op `c` on `device` (on `unit`, from `start` to `end`) reads
+    /// and writes.
+    fn note_accesses(&mut self, device: usize, c: &DataOp, unit: Unit, start: f64, end: f64) {
+        let pending = &mut self.pending[device];
+        for (v, write) in c
+            .reads()
+            .map(|v| (v, false))
+            .chain(c.writes().map(|v| (v, true)))
+        {
+            if v.device() == device {
+                pending.push(Access {
+                    alloc: v.alloc(),
+                    lo: v.offset(),
+                    hi: v.offset() + v.len(),
+                    write,
+                    unit,
+                    start,
+                    end,
+                });
+            }
+        }
     }
 
     fn complete(&mut self, id: usize, side: Completion, t: f64) {
@@ -500,7 +647,7 @@ impl<'p> Clock<'p> {
                 invocation: k,
                 name: self.p.invocations[k].name.clone(),
                 start,
-                end: self.t_dev[device],
+                end: self.fence(device),
             });
         }
     }

@@ -1,5 +1,5 @@
 //! Chrome trace event JSON (opens in Perfetto or chrome://tracing): one process per
-//! device with tracks for grid points, its MXU and VPU, DMAs and waits; flow arrows
+//! device with tracks for grid points, its MXU, VPU and VMEM load/store slots, DMAs and waits; flow arrows
 //! from a DMA's sender to its receiver. Times are the model's, in microseconds.
 
 use super::{TimedEvent, Unit};
@@ -12,6 +12,7 @@ const DMA_IN: u32 = 3;
 const WAIT: u32 = 4;
 const INVOCATION: u32 = 5;
 const VPU: u32 = 6;
+const LOAD_STORE: u32 = 7;
 
 fn us(s: f64) -> f64 {
     s * 1e6
@@ -51,6 +52,7 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
             (GRID, "grid"),
             (MXU, "MXU"),
             (VPU, "VPU"),
+            (LOAD_STORE, "VMEM ld/st"),
             (DMA_OUT, "DMA out"),
             (DMA_IN, "DMA in"),
             (WAIT, "waits"),
@@ -113,6 +115,7 @@ pub fn chrome_trace(kernel: &str, devices: usize, events: &[TimedEvent]) -> Valu
                 match unit {
                     Unit::Mxu => MXU,
                     Unit::Vpu => VPU,
+                    Unit::LoadStore => LOAD_STORE,
                 },
                 op.to_string(),
                 *start,

@@ -239,6 +239,7 @@ fn program(n: usize, codes: &[Vec<(u8, usize, usize)>], entry_barrier: bool) -> 
             sem("sig", SemKind::Regular),
             sem("bar", SemKind::Barrier),
         ],
+        vmem: Vec::new(),
     };
     let view = |device, alloc, offset| View::new(device, alloc, offset, 4);
     let mut dmas = Vec::new();

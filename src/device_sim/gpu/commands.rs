@@ -348,7 +348,7 @@ pub(super) mod tests {
             devices,
             layout: Layout {
                 allocs,
-                sems: vec![],
+                ..Layout::default()
             },
             ops: vec![vec![]; devices],
             dmas: vec![],
