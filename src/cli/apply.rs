@@ -9,7 +9,7 @@ use tpusim::files::Output;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::partition::{self, PartitionSpec};
 use tpusim::mesh::sharded::ShardedArray;
-use tpusim::npy::{read_npy, write_to};
+use tpusim::npy::{read_layout, read_npy, write_to, Layout};
 use tpusim::run::Job;
 use tpusim::Error;
 
@@ -76,21 +76,22 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let output = Output::check_apart(&a.output, "result", &[&a.input])?;
     super::out::keep_apart(&a.output);
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
-    let global = read_npy(&a.input)?;
+    // The header first: on ranks, each reads its own devices' slices only.
+    let layout = read_layout(&a.input)?;
     let job = Job::collective(c.clone(), place.clone()).on_ranks(super::ranks::share());
     // Check the scale before the array is split (the shard shape, or the nearest one the
     // collective serves at other P).
     let p = mesh.size();
-    let mut shard = global.shape.clone();
+    let mut shard = layout.shape.clone();
     if let Some(d) = shard.get_mut(dim) {
         *d = (*d / p).max(1);
     }
-    let sized = job.clone().with_shape(&shard).with_dtype(global.dtype);
+    let sized = job.clone().with_shape(&shard).with_dtype(layout.dtype);
     let note = format!(
         " on {} ({:?} {})",
         a.input.display(),
-        global.shape,
-        global.dtype
+        layout.shape,
+        layout.dtype
     );
     let fit = |buffers| {
         sized.ensure_fits_noted(
@@ -98,6 +99,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 buffers,
                 gpu: backend == Backend::Gpu,
                 file_bytes,
+                chunked: false,
             },
             &note,
         )
@@ -112,6 +114,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 },
                 gpu: backend == Backend::Gpu,
                 file_bytes,
+                chunked: false,
             },
         );
     }
@@ -128,6 +131,19 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         }
         Ok::<_, Error>(exec)
     };
+    if let (Some(r), None) = (super::ranks::current(), &a.in_spec) {
+        if sized.reads_own_slices() {
+            let exec = fitted_executor()?;
+            let at = Slices {
+                input: &a.input,
+                layout: &layout,
+                dim,
+                out_dim,
+            };
+            return super::apply_ranks::apply(&r, &sized, &at, &output, exec);
+        }
+    }
+    let global = read_npy(&a.input)?;
     if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
         let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
         // The shard shape and the joined result are checked before the run.
@@ -189,4 +205,17 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         a.output.display()
     )?;
     Ok(wrong == 0)
+}
+
+/// Where an apply's data lies: the input file and its layout, the dimension it is split
+/// along and the one the results are joined along.
+pub struct Slices<'a> {
+    /// The input file.
+    pub input: &'a std::path::Path,
+    /// Its layout.
+    pub layout: &'a Layout,
+    /// The input dimension split over the devices.
+    pub dim: usize,
+    /// The result dimension the devices' results are joined along.
+    pub out_dim: usize,
 }
