@@ -73,7 +73,13 @@ pub fn apply(
         )));
     }
     shape[at.out_dim] *= p;
-    write(ranks, output, &shape, &got, held.clone(), at.out_dim)?;
+    let joined = Joined {
+        shape: &shape,
+        got: &got,
+        held: held.clone(),
+        out_dim: at.out_dim,
+    };
+    write(ranks, output, &joined)?;
     outln!(
         "{} on P={} ({}): {:?} {} sharded on dim {dim} -> {:?} joined on dim {}, written to {}; {wrong} wrong vs XLA semantics",
         c.name(),
@@ -88,18 +94,30 @@ pub fn apply(
     Ok(wrong == 0)
 }
 
-/// Writes the devices' results `got` (this rank's, `held`) joined along `out_dim` into
-/// one `.npy` of `shape`: rank 0 makes the file and its header, each rank writes its
-/// devices' blocks in place, and rank 0 renames it over `output` once all are in. A
-/// stream, which cannot be written at places, gets the results gathered on rank 0.
-fn write(
-    ranks: &Ranks,
-    output: &Output,
-    shape: &[usize],
-    got: &[HostArray],
+/// The devices' results, to be joined into one array.
+struct Joined<'a> {
+    /// The joined array's shape.
+    shape: &'a [usize],
+    /// Every device's result (those of other ranks' devices without words).
+    got: &'a [HostArray],
+    /// This rank's devices.
     held: std::ops::Range<usize>,
+    /// The dimension the results are joined along.
     out_dim: usize,
-) -> tpusim::Result<()> {
+}
+
+/// Writes the joined results into one `.npy`: rank 0 makes the file and its header,
+/// each rank writes its devices' blocks in place, and rank 0 renames it over `output`
+/// once all are in. A stream, which cannot be written at places, gets the results
+/// gathered on rank 0.
+fn write(ranks: &Ranks, output: &Output, joined: &Joined) -> tpusim::Result<()> {
+    let Joined {
+        shape,
+        got,
+        held,
+        out_dim,
+    } = joined;
+    let (held, out_dim) = (held.clone(), *out_dim);
     let p = got.len();
     let dtype = got[held.start].dtype;
     let header = header_bytes(dtype, shape);
@@ -124,7 +142,7 @@ fn write(
         .unwrap_or_default();
     let path = ranks.exchange(&path)?.swap_remove(0);
     if path.is_empty() {
-        return gather(ranks, output, shape, got, held, out_dim);
+        return gather(ranks, output, joined);
     }
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
     let f = std::fs::OpenOptions::new()
@@ -147,15 +165,9 @@ fn write(
 
 /// The results gathered on rank 0 and written there in order (an output that is a
 /// stream).
-fn gather(
-    ranks: &Ranks,
-    output: &Output,
-    shape: &[usize],
-    got: &[HostArray],
-    held: std::ops::Range<usize>,
-    out_dim: usize,
-) -> tpusim::Result<()> {
-    let mine: Vec<u8> = got[held]
+fn gather(ranks: &Ranks, output: &Output, joined: &Joined) -> tpusim::Result<()> {
+    let got = joined.got;
+    let mine: Vec<u8> = got[joined.held.clone()]
         .iter()
         .flat_map(|a| bytemuck::cast_slice::<u32, u8>(&a.words).to_vec())
         .collect();
@@ -176,11 +188,11 @@ fn gather(
             words: w.to_vec(),
         })
         .collect();
-    let joined = ShardedArray {
-        dim: out_dim,
+    let whole = ShardedArray {
+        dim: joined.out_dim,
         shards,
     }
     .unshard()?;
-    debug_assert_eq!(joined.shape, shape);
-    output.write_with(|w| write_to(w, &joined))
+    debug_assert_eq!(whole.shape, joined.shape);
+    output.write_with(|w| write_to(w, &whole))
 }

@@ -77,10 +77,15 @@ impl Job {
         exec: &mut dyn Executor,
         inputs: &[Vec<HostArray>],
     ) -> Result<Vec<Vec<HostArray>>> {
+        self.fitted_plan(exec)?.execute(exec, inputs)
+    }
+
+    /// The plan of a run on `exec`, once the budget has passed it.
+    fn fitted_plan(&self, exec: &dyn Executor) -> Result<Plan> {
         self.clone()
             .on_ranks(Share::of(exec))
             .ensure_fits(Job::run_work(exec, false, false))?;
-        self.plan()?.execute(exec, inputs)
+        self.plan()
     }
 
     /// [`Job::execute`] on the devices this process holds: on ranks, `inputs` of its own
@@ -91,10 +96,7 @@ impl Job {
         exec: &mut dyn Executor,
         inputs: &[Vec<HostArray>],
     ) -> Result<Vec<Vec<HostArray>>> {
-        self.clone()
-            .on_ranks(Share::of(exec))
-            .ensure_fits(Job::run_work(exec, false, false))?;
-        let plan = self.plan()?;
+        let plan = self.fitted_plan(exec)?;
         if exec.ranks().is_none() {
             check_inputs(&plan.program, inputs)?;
         }
