@@ -169,6 +169,38 @@ fn apply_on_2_and_3_ranks_equals_one_process_byte_for_byte() {
 }
 
 #[test]
+fn apply_on_ranks_to_a_stream_gathers_on_rank_0() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A pipe cannot be written at places: the ranks' results are gathered and written
+    // by rank 0, the bytes one process writes to a file.
+    let dir = tempfile::tempdir().unwrap();
+    let x = input(dir.path(), "psum", 4, DType::F32);
+    let want = dir.path().join("want.npy");
+    let base = ["apply", "psum", "-p", "4", "--backend", "cpu"];
+    let x = x.to_str().unwrap();
+    let one = [
+        &base[..],
+        &["--input", x, "--output", want.to_str().unwrap()],
+    ]
+    .concat();
+    let (code, out, err) = alone(&one, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let piped = [&base[..], &["--input", x, "--output", "/dev/stdout"]].concat();
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "2",
+        tpusim(),
+    ])
+    .args(&piped);
+    let o = c.output().expect("mpirun starts");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout == std::fs::read(&want).unwrap());
+}
+
+#[test]
 fn gpu_ranks_equal_one_cpu_process() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -76,8 +76,8 @@ pub enum Work {
         /// Size of the input file.
         file_bytes: u64,
         /// Each rank reads its own devices' slices of the file and computes the
-        /// reference in chunks (an element-wise collective on ranks; [`crate::run::Job`]
-        /// sets it).
+        /// reference in chunks (an element-wise collective on ranks,
+        /// [`crate::run::Job::reads_own_slices`], on a file).
         chunked: bool,
     },
 }

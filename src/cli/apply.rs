@@ -76,9 +76,24 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let output = Output::check_apart(&a.output, "result", &[&a.input])?;
     super::out::keep_apart(&a.output);
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
-    // The header first: on ranks, each reads its own devices' slices only.
-    let layout = read_layout(&a.input)?;
     let job = Job::collective(c.clone(), place.clone()).on_ranks(super::ranks::share());
+    // On ranks, each reads its own devices' slices of a file (the header first); a
+    // stream, which cannot be read at places, is read whole by every rank.
+    let own_slices = job.reads_own_slices()
+        && a.in_spec.is_none()
+        && std::fs::metadata(&a.input).is_ok_and(|m| m.is_file());
+    let (layout, global) = match own_slices {
+        true => (read_layout(&a.input)?, None),
+        false => {
+            let g = read_npy(&a.input)?;
+            let layout = Layout {
+                dtype: g.dtype,
+                shape: g.shape.clone(),
+                data_at: 0,
+            };
+            (layout, Some(g))
+        }
+    };
     // Check the scale before the array is split (the shard shape, or the nearest one the
     // collective serves at other P).
     let p = mesh.size();
@@ -99,7 +114,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 buffers,
                 gpu: backend == Backend::Gpu,
                 file_bytes,
-                chunked: false,
+                chunked: own_slices,
             },
             &note,
         )
@@ -114,7 +129,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 },
                 gpu: backend == Backend::Gpu,
                 file_bytes,
-                chunked: false,
+                chunked: own_slices,
             },
         );
     }
@@ -131,19 +146,18 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         }
         Ok::<_, Error>(exec)
     };
-    if let (Some(r), None) = (super::ranks::current(), &a.in_spec) {
-        if sized.reads_own_slices() {
-            let exec = fitted_executor()?;
-            let at = Slices {
-                input: &a.input,
-                layout: &layout,
-                dim,
-                out_dim,
-            };
-            return super::apply_ranks::apply(&r, &sized, &at, &output, exec);
-        }
-    }
-    let global = read_npy(&a.input)?;
+    let Some(global) = global else {
+        let r = super::ranks::current()
+            .ok_or_else(|| Error::bad_input("an apply reads slices of its input on ranks only"))?;
+        let exec = fitted_executor()?;
+        let at = Slices {
+            input: &a.input,
+            layout: &layout,
+            dim,
+            out_dim,
+        };
+        return super::apply_ranks::apply(&r, &sized, &at, &output, exec);
+    };
     if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
         let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
         // The shard shape and the joined result are checked before the run.

@@ -462,17 +462,15 @@ impl Job {
 
     /// `work` as this job does it (a run's reference chunked where it can be).
     fn counted(&self, mut work: Work) -> Work {
-        match &mut work {
-            Work::Run { chunked, .. } => *chunked = self.elementwise().is_some(),
-            Work::Apply { chunked, .. } => *chunked = self.reads_own_slices(),
-            _ => {}
+        if let Work::Run { chunked, .. } = &mut work {
+            *chunked = self.elementwise().is_some();
         }
         work
     }
 
-    /// True when an apply of this job on ranks has each rank read its own devices'
-    /// slices of the input and compute the reference in chunks (an element-wise job);
-    /// otherwise every rank reads the whole input.
+    /// True when an apply of this job on ranks can have each rank read its own devices'
+    /// slices of the input and compute the reference in chunks (an element-wise job;
+    /// the input must be a file); otherwise every rank reads the whole input.
     pub fn reads_own_slices(&self) -> bool {
         self.share.ranks > 1 && self.elementwise().is_some()
     }
