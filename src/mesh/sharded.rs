@@ -65,7 +65,7 @@ impl ShardedArray {
             )));
         }
         let n = shape[dim];
-        if n % p.max(1) != 0 {
+        if !n.is_multiple_of(p.max(1)) {
             return Err(Error::bad_input(format!(
                 "dimension {dim} of shape {shape:?} has {n} entries, not divisible by {p} devices"
             )));
