@@ -362,9 +362,67 @@ impl Output {
         }
     }
 
+    /// A temporary file of `len` bytes for this output, for several writers (the ranks
+    /// of a partitioned run) to fill at offsets before [`Shared::commit`] renames it over
+    /// the target; `None` for a stream, which is written in order only.
+    pub fn shared(&self, len: u64) -> Result<Option<Shared>> {
+        let fail = |e| file_error(format!("write {} to", self.what), &self.path, e);
+        match &self.target {
+            Target::Stream(_) => Ok(None),
+            Target::Replace { dir, file, keep } => {
+                let mut tmp = self.temp(dir, file).map_err(fail)?;
+                tmp.file().set_len(len).map_err(fail)?;
+                Ok(Some(Shared {
+                    tmp,
+                    file: file.clone(),
+                    keep: keep.clone(),
+                    output: self.clone(),
+                }))
+            }
+        }
+    }
+
     /// Writes `bytes` (see [`Output::write_with`]).
     pub fn write(&self, bytes: &[u8]) -> Result<()> {
         self.write_with(|w| w.write_all(bytes))
+    }
+}
+
+/// An output being written by several writers at offsets ([`Output::shared`]): whole
+/// once committed, removed if dropped before.
+pub struct Shared {
+    tmp: Temp,
+    file: PathBuf,
+    keep: Option<Permissions>,
+    output: Output,
+}
+
+impl Shared {
+    /// The temporary file, which the other writers open to write their parts.
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The temporary file, open for writing.
+    pub fn file(&mut self) -> &File {
+        self.tmp.file()
+    }
+
+    /// Renames the filled file over the target.
+    pub fn commit(mut self) -> Result<()> {
+        let fail = |e| {
+            file_error(
+                format!("write {} to", self.output.what),
+                &self.output.path,
+                e,
+            )
+        };
+        crate::interrupt::check()?;
+        self.tmp.file().sync_all().map_err(fail)?;
+        if let Some(p) = &self.keep {
+            self.tmp.file().set_permissions(p.clone()).map_err(fail)?;
+        }
+        self.tmp.persist(&self.file).map_err(fail)
     }
 }
 
@@ -530,6 +588,13 @@ impl Temp {
             .as_mut()
             .expect("a temporary file until persisted")
             .as_file_mut()
+    }
+
+    fn path(&self) -> &Path {
+        self.0
+            .as_ref()
+            .expect("a temporary file until persisted")
+            .path()
     }
 
     /// Renames the file over `target`, and no longer lists it.

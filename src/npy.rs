@@ -106,26 +106,7 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
             "{name} is in Fortran order; save it with np.ascontiguousarray first"
         )));
     }
-    let descr = npy.dtype().descr();
-    let kind = match &npy.dtype() {
-        npyz::DType::Plain(ts) => Some((ts.type_char(), ts.size_field())),
-        _ => None,
-    };
-    let dtype = match kind {
-        Some((npyz::TypeChar::Float, 4)) => DType::F32,
-        Some((npyz::TypeChar::Int, 4)) => DType::I32,
-        Some((npyz::TypeChar::Float, 2)) => DType::F16,
-        // What numpy writes for ml_dtypes' bfloat16 (it has no bf16 of its own).
-        Some((npyz::TypeChar::RawData, 2)) => DType::BF16,
-        Some((npyz::TypeChar::Int, 1)) => DType::I8,
-        Some((npyz::TypeChar::Uint, 1)) => DType::U8,
-        Some((npyz::TypeChar::Bool, 1)) => DType::Bool,
-        _ => {
-            return Err(Error::bad_input(format!(
-                "{name} holds dtype {descr}; tpusim reads float32 (<f4), int32 (<i4), float16 (<f2), ml_dtypes.bfloat16 (<V2), int8 (|i1), uint8 (|u1) and bool (|b1)"
-            )))
-        }
-    };
+    let dtype = dtype_of(&npy.dtype(), name)?;
     let shape = checked_shape(npy.shape(), data.len(), dtype, name)?;
     let corrupt =
         |e: std::io::Error| Error::bad_input(format!("{name}: cannot decode its data: {e}"));
@@ -158,6 +139,30 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<HostArray> {
             HostArray::from_words(DType::Bool, &shape, v.into_iter().map(u32::from).collect())
         }
     }
+}
+
+/// The dtype tpusim holds for a `.npy` file's `descr` (`name` names it in errors).
+fn dtype_of(descr_of: &npyz::DType, name: &str) -> Result<DType> {
+    let descr = descr_of.descr();
+    let kind = match descr_of {
+        npyz::DType::Plain(ts) => Some((ts.type_char(), ts.size_field())),
+        _ => None,
+    };
+    Ok(match kind {
+        Some((npyz::TypeChar::Float, 4)) => DType::F32,
+        Some((npyz::TypeChar::Int, 4)) => DType::I32,
+        Some((npyz::TypeChar::Float, 2)) => DType::F16,
+        // What numpy writes for ml_dtypes' bfloat16 (it has no bf16 of its own).
+        Some((npyz::TypeChar::RawData, 2)) => DType::BF16,
+        Some((npyz::TypeChar::Int, 1)) => DType::I8,
+        Some((npyz::TypeChar::Uint, 1)) => DType::U8,
+        Some((npyz::TypeChar::Bool, 1)) => DType::Bool,
+        _ => {
+            return Err(Error::bad_input(format!(
+                "{name} holds dtype {descr}; tpusim reads float32 (<f4), int32 (<i4), float16 (<f2), ml_dtypes.bfloat16 (<V2), int8 (|i1), uint8 (|u1) and bool (|b1)"
+            )))
+        }
+    })
 }
 
 /// The header's shape, if its element count fits in memory and matches the data bytes.
@@ -263,6 +268,121 @@ pub fn write_to(w: &mut dyn std::io::Write, a: &HostArray) -> std::io::Result<()
             n.finish()
         }
     }
+}
+
+/// Where a `.npy` file's elements lie: their dtype, the shape, and the offset of the data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (C order).
+    pub shape: Vec<usize>,
+    /// Byte offset of the first element.
+    pub data_at: u64,
+}
+
+/// The layout of the `.npy` file at `path` from its header alone (a rank reads its own
+/// slices of the file with [`read_runs`]); the file's length must be what the header says.
+pub fn read_layout(path: &Path) -> Result<Layout> {
+    use std::io::Read;
+    let name = path.display().to_string();
+    let fail = |source| Error::File {
+        action: "read input".into(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(fail)?;
+    let length = f.metadata().map_err(fail)?.len();
+    let mut bytes = Vec::new();
+    (&mut f).take(12).read_to_end(&mut bytes).map_err(fail)?;
+    let (start, len) = prefix(&bytes, &name)?;
+    let left = (start + len).saturating_sub(bytes.len()) as u64;
+    (&mut f).take(left).read_to_end(&mut bytes).map_err(fail)?;
+    if bytes.len() < start + len {
+        return Err(Error::bad_input(format!(
+            "{name} is not a .npy file: its header claims {len} bytes but the file is shorter"
+        )));
+    }
+    let header = npyz::NpyHeader::from_reader(&bytes[..start + len])
+        .map_err(|e| Error::bad_input(format!("{name} is not a .npy file: {e}")))?;
+    let npy = npyz::NpyFile::with_header(header, std::io::empty());
+    if npy.order() != npyz::Order::C {
+        return Err(Error::bad_input(format!(
+            "{name} is in Fortran order; save it with np.ascontiguousarray first"
+        )));
+    }
+    let dtype = dtype_of(&npy.dtype(), &name)?;
+    let data = length.saturating_sub((start + len) as u64);
+    let data = usize::try_from(data).unwrap_or(usize::MAX);
+    let shape = checked_shape(npy.shape(), data, dtype, &name)?;
+    Ok(Layout {
+        dtype,
+        shape,
+        data_at: (start + len) as u64,
+    })
+}
+
+/// The elements of the `.npy` file at `path` (of `layout`) in `runs` (first element,
+/// count), one after another, as words.
+pub fn read_runs(path: &Path, layout: &Layout, runs: &[(usize, usize)]) -> Result<Vec<u32>> {
+    use std::os::unix::fs::FileExt;
+    let fail = |source| Error::File {
+        action: "read input".into(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::open(path).map_err(fail)?;
+    let size = layout.dtype.size();
+    let total = runs.iter().map(|r| r.1).sum::<usize>();
+    let mut words = crate::device_sim::host_words(total, "the input's slices")?;
+    let mut bytes = Vec::new();
+    let mut at = 0;
+    for &(first, n) in runs {
+        bytes.resize(n * size, 0);
+        f.read_exact_at(&mut bytes, layout.data_at + (first * size) as u64)
+            .map_err(fail)?;
+        layout
+            .dtype
+            .words_from_bytes(&bytes, &mut words[at..at + n]);
+        at += n;
+    }
+    Ok(words)
+}
+
+/// The header of a `.npy` file of `dtype` and `shape` (C order), as [`write_to`] writes it.
+pub fn header_bytes(dtype: DType, shape: &[usize]) -> Vec<u8> {
+    let none = HostArray {
+        dtype,
+        shape: shape.to_vec(),
+        words: Vec::new(),
+    };
+    let mut bytes = Vec::new();
+    // The header is written first; with no elements after it the writer's count check
+    // fails, and the header is what it leaves.
+    let _ = write_to(&mut bytes, &none);
+    bytes
+}
+
+/// Writes `words` (of `dtype`) into the `.npy` file `f` whose data begins at `data_at`,
+/// at `runs` (first element, count), one after another.
+pub fn write_runs(
+    f: &std::fs::File,
+    data_at: u64,
+    dtype: DType,
+    runs: &[(usize, usize)],
+    words: &[u32],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let size = dtype.size();
+    let mut bytes = Vec::new();
+    let mut at = 0;
+    for &(first, n) in runs {
+        bytes.resize(n * size, 0);
+        dtype.bytes_from_words(&words[at..at + n], &mut bytes);
+        f.write_all_at(&bytes, data_at + (first * size) as u64)?;
+        at += n;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -391,5 +511,46 @@ mod tests {
         ]
         .concat();
         assert_eq!(parse_npy(&ok, "x").unwrap().as_f32(), &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn slices_of_a_file_are_its_elements_and_runs_write_them_back() {
+        let dir = tempfile::tempdir().unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::I8, DType::Bool] {
+            let values: Vec<f64> = (0..60).map(|i| (i % 2) as f64 * (i % 7) as f64).collect();
+            let a = HostArray::from_values(dtype, &[3, 4, 5], &values).unwrap();
+            let p = dir.path().join(format!("{dtype}.npy"));
+            write_npy(&p, &a).unwrap();
+            let layout = read_layout(&p).unwrap();
+            assert_eq!((layout.dtype, &layout.shape[..]), (dtype, &[3, 4, 5][..]));
+            let runs = [(5, 10), (40, 3), (0, 1)];
+            let got = read_runs(&p, &layout, &runs).unwrap();
+            let want: Vec<u32> = runs
+                .iter()
+                .flat_map(|&(f, n)| a.words[f..f + n].to_vec())
+                .collect();
+            assert_eq!(got, want);
+            // The header and every element written at its place: the file write_to makes.
+            let q = dir.path().join(format!("{dtype}-runs.npy"));
+            let header = header_bytes(dtype, &a.shape);
+            std::fs::write(&q, &header).unwrap();
+            let f = std::fs::OpenOptions::new().write(true).open(&q).unwrap();
+            write_runs(
+                &f,
+                header.len() as u64,
+                dtype,
+                &[(30, 30), (0, 30)],
+                &[&a.words[30..], &a.words[..30]].concat(),
+            )
+            .unwrap();
+            assert_eq!(std::fs::read(&q).unwrap(), std::fs::read(&p).unwrap());
+        }
+        let short = dir.path().join("short.npy");
+        let whole = std::fs::read(dir.path().join("f32.npy")).unwrap();
+        std::fs::write(&short, &whole[..whole.len() - 4]).unwrap();
+        assert!(read_layout(&short)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
     }
 }

@@ -2,7 +2,9 @@
 //! every shipped collective at P 4 and 8 gives the single-process `apply` result byte
 //! for byte on 2 and 3 ranks (those of several operands, which `apply` refuses, are
 //! right under `run`); a run one process must refuse for memory completes on 4
-//! ranks; bad input exits 2 on every rank. These tests fail, rather than skip, where
+//! ranks, each holding its own devices' data; bad input exits 2 on every rank, and so do
+//! ranks started with different command lines, the difference named. These tests fail,
+//! rather than skip, where
 //! `mpirun` is missing.
 #![cfg(feature = "mpi")]
 
@@ -167,6 +169,38 @@ fn apply_on_2_and_3_ranks_equals_one_process_byte_for_byte() {
 }
 
 #[test]
+fn apply_on_ranks_to_a_stream_gathers_on_rank_0() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A pipe cannot be written at places: the ranks' results are gathered and written
+    // by rank 0, the bytes one process writes to a file.
+    let dir = tempfile::tempdir().unwrap();
+    let x = input(dir.path(), "psum", 4, DType::F32);
+    let want = dir.path().join("want.npy");
+    let base = ["apply", "psum", "-p", "4", "--backend", "cpu"];
+    let x = x.to_str().unwrap();
+    let one = [
+        &base[..],
+        &["--input", x, "--output", want.to_str().unwrap()],
+    ]
+    .concat();
+    let (code, out, err) = alone(&one, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let piped = [&base[..], &["--input", x, "--output", "/dev/stdout"]].concat();
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "2",
+        tpusim(),
+    ])
+    .args(&piped);
+    let o = c.output().expect("mpirun starts");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout == std::fs::read(&want).unwrap());
+}
+
+#[test]
 fn gpu_ranks_equal_one_cpu_process() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -203,7 +237,9 @@ fn a_run_one_process_must_refuse_completes_on_4_ranks() {
         "--backend",
         "cpu",
     ];
-    let limit = [("TPUSIM_MEMORY_LIMIT", "4G")];
+    // Each rank makes, holds and checks its own devices' data (psum's reference is
+    // computed in chunks), so 4 ranks fit where one process needs about 7 GiB.
+    let limit = [("TPUSIM_MEMORY_LIMIT", "2500M")];
     let (code, out, err) = alone(&args, &limit);
     assert_eq!(code, 2, "{out}{err}");
     assert!(
@@ -327,4 +363,81 @@ fn bench_on_ranks_reports_what_crossed_and_each_ranks_share() {
     let (code, out, err) = mpirun(2, &["check", "psum", "-p", "4", "--schedules", "20"], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.matches("clean under 20 schedules").count(), 1, "{out}");
+}
+
+/// `mpirun -np 1 tpusim A : -np 1 tpusim B`, ended (and the test failed) if it runs past
+/// two minutes: ranks that disagree must stop, not hang.
+fn mpmd(a: &[&str], b: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "1",
+        tpusim(),
+    ])
+    .args(a)
+    .args([":", "-np", "1", tpusim()])
+    .args(b)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("mpirun starts");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("ranks started with {a:?} and {b:?} still run after 120 s: a hang");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ranks_started_differently_all_exit_2_naming_the_difference() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = ["run", "psum", "-p", "4", "--backend", "cpu"];
+    let with = |extra: &[&'static str]| [&run[..], extra].concat();
+    for (b, named) in [
+        (
+            vec!["run", "psum", "-p", "8", "--backend", "cpu"],
+            "-p/--devices is `4` on rank 0 but `8` on rank 1",
+        ),
+        (
+            vec!["run", "all_gather", "-p", "4", "--backend", "cpu"],
+            "<collective> is `psum` on rank 0 but `all_gather` on rank 1",
+        ),
+        (
+            vec!["bench", "psum", "-p", "4", "--backend", "cpu"],
+            "the command is `run` on rank 0 but `bench` on rank 1",
+        ),
+        (
+            with(&["--op", "max"]),
+            "--op is `sum` on rank 0 but `max` on rank 1",
+        ),
+        (
+            with(&["--schedule", "lazy"]),
+            "--schedule is `eager` on rank 0 but `lazy` on rank 1",
+        ),
+    ] {
+        let (code, out, err) = mpmd(&run, &b);
+        assert_eq!(code, 2, "{b:?}: {out}{err}");
+        assert!(err.contains(named), "{b:?}: {err}");
+        // Rank 0 says it once; no result is printed.
+        assert_eq!(
+            err.matches("started with different command lines").count(),
+            1,
+            "{err}"
+        );
+        assert!(!out.contains("wrong"), "{out}");
+    }
+    // The same arguments written differently agree.
+    let (code, out, err) = mpmd(&with(&["--op=sum"]), &run);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" 0 wrong of "), "{out}");
 }

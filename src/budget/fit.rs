@@ -492,6 +492,7 @@ mod tests {
                 gpu: false,
                 model: false,
                 timeline: false,
+                chunked: false,
             },
         }
     }

@@ -31,6 +31,10 @@ pub enum Work {
         model: bool,
         /// A timeline is written.
         timeline: bool,
+        /// The reference is computed in chunks of element positions (an element-wise
+        /// collective, [`crate::collectives::Collective::elementwise`]): a rank holds its
+        /// own devices' inputs, reference and results only ([`crate::run::Job`] sets it).
+        chunked: bool,
     },
     /// The cost model alone (`timeline`: and its events kept for a trace).
     Model {
@@ -71,6 +75,10 @@ pub enum Work {
         gpu: bool,
         /// Size of the input file.
         file_bytes: u64,
+        /// Each rank reads its own devices' slices of the file and computes the
+        /// reference in chunks (an element-wise collective on ranks,
+        /// [`crate::run::Job::reads_own_slices`], on a file).
+        chunked: bool,
     },
 }
 
@@ -250,8 +258,17 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             gpu,
             model,
             timeline,
+            chunked,
         } => {
-            host("inputs, reference and result", host_data, Scales::Data);
+            let data = if chunked {
+                // Its own devices' inputs, reference and result, and one chunk of every
+                // device's inputs and reference.
+                held * (c.input_bytes + 2.0 * c.output_bytes)
+                    + p * crate::run::chunk_words(p as usize) as f64 * 8.0
+            } else {
+                host_data
+            };
+            host("inputs, reference and result", data, Scales::Data);
             executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if model {
                 cost_model(&mut host, ops, timeline);
@@ -289,15 +306,29 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             buffers,
             gpu,
             file_bytes,
+            chunked,
         } => {
-            // The file and its decoded array, the shards and the kernel's copies of them;
-            // the results of the run and of the reference, joined, and the written result.
-            host(
-                "input file, array and shards",
-                2.0 * file_bytes as f64 + 2.0 * p * c.input_bytes,
-                Scales::Data,
-            );
-            host("results", 5.0 * p * c.output_bytes, Scales::Data);
+            if chunked {
+                // Its own devices' slices and the kernel's copies of them; their results,
+                // reference and one chunk of every device's inputs and reference.
+                host("input slices", 2.0 * held * c.input_bytes, Scales::Data);
+                host(
+                    "results",
+                    2.0 * held * c.output_bytes
+                        + p * crate::run::chunk_words(p as usize) as f64 * 8.0,
+                    Scales::Data,
+                );
+            } else {
+                // The file and its decoded array, the shards and the kernel's copies of
+                // them; the results of the run and of the reference, joined, and the
+                // written result.
+                host(
+                    "input file, array and shards",
+                    2.0 * file_bytes as f64 + 2.0 * p * c.input_bytes,
+                    Scales::Data,
+                );
+                host("results", 5.0 * p * c.output_bytes, Scales::Data);
+            }
             executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
         }
     }

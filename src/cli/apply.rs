@@ -9,7 +9,7 @@ use tpusim::files::Output;
 use tpusim::kernel::ReduceOp;
 use tpusim::mesh::partition::{self, PartitionSpec};
 use tpusim::mesh::sharded::ShardedArray;
-use tpusim::npy::{read_npy, write_to};
+use tpusim::npy::{read_layout, read_npy, write_to, Layout};
 use tpusim::run::Job;
 use tpusim::Error;
 
@@ -76,21 +76,37 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
     let output = Output::check_apart(&a.output, "result", &[&a.input])?;
     super::out::keep_apart(&a.output);
     let file_bytes = std::fs::metadata(&a.input).map_or(0, |m| m.len());
-    let global = read_npy(&a.input)?;
     let job = Job::collective(c.clone(), place.clone()).on_ranks(super::ranks::share());
+    // On ranks, each reads its own devices' slices of a file (the header first); a
+    // stream, which cannot be read at places, is read whole by every rank.
+    let own_slices = job.reads_own_slices()
+        && a.in_spec.is_none()
+        && std::fs::metadata(&a.input).is_ok_and(|m| m.is_file());
+    let (layout, global) = match own_slices {
+        true => (read_layout(&a.input)?, None),
+        false => {
+            let g = read_npy(&a.input)?;
+            let layout = Layout {
+                dtype: g.dtype,
+                shape: g.shape.clone(),
+                data_at: 0,
+            };
+            (layout, Some(g))
+        }
+    };
     // Check the scale before the array is split (the shard shape, or the nearest one the
     // collective serves at other P).
     let p = mesh.size();
-    let mut shard = global.shape.clone();
+    let mut shard = layout.shape.clone();
     if let Some(d) = shard.get_mut(dim) {
         *d = (*d / p).max(1);
     }
-    let sized = job.clone().with_shape(&shard).with_dtype(global.dtype);
+    let sized = job.clone().with_shape(&shard).with_dtype(layout.dtype);
     let note = format!(
         " on {} ({:?} {})",
         a.input.display(),
-        global.shape,
-        global.dtype
+        layout.shape,
+        layout.dtype
     );
     let fit = |buffers| {
         sized.ensure_fits_noted(
@@ -98,6 +114,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 buffers,
                 gpu: backend == Backend::Gpu,
                 file_bytes,
+                chunked: own_slices,
             },
             &note,
         )
@@ -112,6 +129,7 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
                 },
                 gpu: backend == Backend::Gpu,
                 file_bytes,
+                chunked: own_slices,
             },
         );
     }
@@ -127,6 +145,18 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
             fit(Buffers::Host)?;
         }
         Ok::<_, Error>(exec)
+    };
+    let Some(global) = global else {
+        let r = super::ranks::current()
+            .ok_or_else(|| Error::bad_input("an apply reads slices of its input on ranks only"))?;
+        let exec = fitted_executor()?;
+        let at = Slices {
+            input: &a.input,
+            layout: &layout,
+            dim,
+            out_dim,
+        };
+        return super::apply_ranks::apply(&r, &sized, &at, &output, exec);
     };
     if let (Some(i), Some(o)) = (&a.in_spec, &a.out_spec) {
         let specs = [PartitionSpec::parse(i)?, PartitionSpec::parse(o)?];
@@ -189,4 +219,17 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         a.output.display()
     )?;
     Ok(wrong == 0)
+}
+
+/// Where an apply's data lies: the input file and its layout, the dimension it is split
+/// along and the one the results are joined along.
+pub struct Slices<'a> {
+    /// The input file.
+    pub input: &'a std::path::Path,
+    /// Its layout.
+    pub layout: &'a Layout,
+    /// The input dimension split over the devices.
+    pub dim: usize,
+    /// The result dimension the devices' results are joined along.
+    pub out_dim: usize,
 }

@@ -3,6 +3,7 @@
 //! `tpusim::cli::main_with(Registry::builtin().with(Arc::new(MyCollective))?)`.
 
 mod apply;
+mod apply_ranks;
 mod bench;
 mod check;
 mod driver_env;
@@ -13,7 +14,7 @@ mod ranks;
 mod run;
 mod trace;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 use tpusim::collectives::Registry;
 use tpusim::device_sim::gpu::adapters_report;
@@ -104,7 +105,9 @@ fn alone(f: impl FnOnce() -> tpusim::Result<bool>) -> tpusim::Result<bool> {
 
 /// Parses the command line and runs it over the collectives of `registry`.
 pub fn main_with(registry: Registry) -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if cli.quiet {
         out::set_no_notes();
     }
@@ -115,7 +118,13 @@ pub fn main_with(registry: Registry) -> ExitCode {
     // (without the handler a signal still ends the process; only the file would stay).
     let _ = tpusim::files::remove_temporaries_on_signals();
     let on_ranks = ranks::launch();
-    let result = match cli.cmd {
+    // Ranks started with different command lines stop here, all of them, before any
+    // waits for another.
+    let agreed = match &on_ranks {
+        Some(r) => ranks::agree(r, &command, &matches),
+        None => Ok(()),
+    };
+    let result = agreed.and_then(|()| match cli.cmd {
         Cmd::Info => alone(|| adapters_report().and_then(|s| out::out!("{s}").map(|()| true))),
         Cmd::Run(a) => run::run(reg, &a),
         Cmd::Apply(a) => apply::apply(reg, &a),
@@ -124,7 +133,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Cmd::Bench(a) => bench::bench(reg, &a),
         Cmd::Plot(a) => alone(|| plot::plot(&a)),
         Cmd::Demo { backend } => run::demo(reg, &backend),
-    };
+    });
     // The ranks agree on the outcome, so every one exits with the same status.
     let result = match &on_ranks {
         Some(r) => r.conclude(result),

@@ -330,6 +330,7 @@ pub fn run(reg: &Registry, a: &RunArgs) -> tpusim::Result<bool> {
         gpu: backend == Backend::Gpu,
         model: model.is_some(),
         timeline: timeline.is_some(),
+        chunked: false,
     };
     if a.ranks_needed {
         return ranks_needed(&job, work);

@@ -67,6 +67,14 @@ pub trait Collective: Send + Sync {
     }
     /// What nccl-tests would call it: decides its size and bus bandwidth.
     fn traffic(&self) -> Traffic;
+    /// True when its reference is element-wise across devices: one operand in, each
+    /// device's result of the input's shape, its element at a position a function of
+    /// every device's input at that position alone (the all-reduces). A run then
+    /// computes the reference in chunks of positions, so that each rank of a
+    /// partitioned run holds its own devices' inputs, reference and results only.
+    fn elementwise(&self) -> bool {
+        false
+    }
     /// Relative float tolerance for comparing with the reference (0 for pure data movement).
     fn tolerance(&self) -> f32 {
         0.0

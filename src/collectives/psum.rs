@@ -202,6 +202,10 @@ impl Collective for Psum {
     fn tolerance(&self) -> f32 {
         super::SUM_TOLERANCE
     }
+
+    fn elementwise(&self) -> bool {
+        true
+    }
 }
 
 /// The seed's grid spec for psum over `p` devices.

@@ -208,6 +208,10 @@ macro_rules! ring_facts {
             super::SUM_TOLERANCE
         }
 
+        fn elementwise(&self) -> bool {
+            true
+        }
+
         fn traffic(&self) -> Traffic {
             Traffic::AllReduce
         }

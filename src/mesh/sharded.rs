@@ -25,17 +25,60 @@ fn split_at(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     )
 }
 
+/// Where device `d`'s block of an array of `shape` split into `p` blocks along `dim`
+/// lies in the array, row-major: runs of (first element, count), in the block's order
+/// (a rank reads or writes its devices' blocks of a file with them). `shape[dim]` must be
+/// a multiple of `p`.
+pub fn block_runs(shape: &[usize], dim: usize, p: usize, d: usize) -> Vec<(usize, usize)> {
+    let (outer, n, inner) = split_at(shape, dim);
+    let block = n / p.max(1);
+    (0..outer)
+        .map(|o| ((o * n + d * block) * inner, block * inner))
+        .filter(|r| r.1 > 0)
+        .collect()
+}
+
+/// The part of `runs` (as [`block_runs`] gives them) that holds elements `range` of the
+/// block they make.
+pub fn runs_within(runs: &[(usize, usize)], range: std::ops::Range<usize>) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &(first, n) in runs {
+        let (lo, hi) = (range.start.max(at), range.end.min(at + n));
+        if lo < hi {
+            out.push((first + lo - at, hi - lo));
+        }
+        at += n;
+        if at >= range.end {
+            break;
+        }
+    }
+    out
+}
+
 impl ShardedArray {
+    /// The shape of one of `p` equal blocks of an array of `shape` along `dim`.
+    pub fn shard_shape(shape: &[usize], p: usize, dim: usize) -> Result<Vec<usize>> {
+        if dim >= shape.len() {
+            return Err(Error::bad_input(format!(
+                "cannot shard dimension {dim} of an array of shape {shape:?}"
+            )));
+        }
+        let n = shape[dim];
+        if !n.is_multiple_of(p.max(1)) {
+            return Err(Error::bad_input(format!(
+                "dimension {dim} of shape {shape:?} has {n} entries, not divisible by {p} devices"
+            )));
+        }
+        let mut block = shape.to_vec();
+        block[dim] = n / p.max(1);
+        Ok(block)
+    }
+
     /// Splits `global` into `mesh.size()` equal blocks along `dim`
     /// (`NamedSharding(mesh, P(…, "x", …))` with "x" at position `dim`).
     pub fn shard(global: &HostArray, mesh: &Mesh, dim: usize) -> Result<Self> {
         let p = mesh.size();
-        if dim >= global.shape.len() {
-            return Err(Error::bad_input(format!(
-                "cannot shard dimension {dim} of an array of shape {:?}",
-                global.shape
-            )));
-        }
         if crate::array::numel(&global.shape) != Some(global.words.len()) {
             return Err(Error::bad_input(format!(
                 "an array of shape {:?} must hold that many elements, not {}",
@@ -43,16 +86,9 @@ impl ShardedArray {
                 global.words.len()
             )));
         }
+        let shape = Self::shard_shape(&global.shape, p, dim)?;
         let (outer, n, inner) = split_at(&global.shape, dim);
-        if n % p != 0 {
-            return Err(Error::bad_input(format!(
-                "dimension {dim} of shape {:?} has {n} entries, not divisible by {p} devices",
-                global.shape
-            )));
-        }
-        let block = n / p;
-        let mut shape = global.shape.clone();
-        shape[dim] = block;
+        let block = shape[dim];
         let shards = (0..p)
             .map(|d| {
                 let mut words = Vec::with_capacity(outer * block * inner);
@@ -147,5 +183,26 @@ mod tests {
             ..g
         };
         assert!(ShardedArray::shard(&short, &mesh, 0).is_err());
+    }
+
+    #[test]
+    fn block_runs_are_the_shards_elements() {
+        let shape = [3, 8, 2];
+        let global = HostArray::from_i32(&shape, (0..48).collect()).unwrap();
+        let mesh = Mesh::new(4, "x").unwrap();
+        let x = ShardedArray::shard(&global, &mesh, 1).unwrap();
+        for (d, shard) in x.shards.iter().enumerate() {
+            let runs = block_runs(&shape, 1, 4, d);
+            let words: Vec<u32> = runs
+                .iter()
+                .flat_map(|&(f, n)| global.words[f..f + n].to_vec())
+                .collect();
+            assert_eq!(words, shard.words);
+            let part: Vec<u32> = runs_within(&runs, 3..11)
+                .iter()
+                .flat_map(|&(f, n)| global.words[f..f + n].to_vec())
+                .collect();
+            assert_eq!(part, shard.words[3..11]);
+        }
     }
 }

@@ -2,13 +2,12 @@
 //! or on deterministic random data checked against the reference.
 
 use super::Job;
-use crate::array::{DType, HostArray};
+use crate::array::HostArray;
 use crate::budget::{Share, Work};
 use crate::device_sim::ranks::RunReport;
 use crate::device_sim::{check_inputs, count_wrong, host_words, Executor};
 use crate::error::Result;
 use crate::ir::{Program, Schedule};
-use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
 /// A job lowered and scheduled: what every executor runs.
@@ -52,38 +51,11 @@ pub struct Checked {
     pub ranks: Option<(crate::device_sim::ranks::Partition, RunReport)>,
 }
 
-/// Deterministic random inputs for every device and operand of `program`: floats
-/// uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact under
-/// sums), i8 in [-100, 100), u8 in [0, 200), bools either way. A limit error when the host cannot hold them.
+/// Deterministic random inputs for every device and operand of `program` from `seed`
+/// (see [`super::data::fill_words`]: any device, or part of one, is made alone with
+/// the same bytes). A limit error when the host cannot hold them.
 pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    (0..program.devices)
-        .map(|_| {
-            program
-                .inputs
-                .iter()
-                .map(|&a| {
-                    let alloc = &program.layout.allocs[a];
-                    let mut words = host_words(alloc.numel(), &format!("input `{}`", alloc.name))?;
-                    for w in &mut words {
-                        *w = match alloc.dtype {
-                            DType::F32 => rng.random::<f32>().to_bits(),
-                            DType::I32 => rng.random_range(-1000i32..1000) as u32,
-                            DType::I8 => rng.random_range(-100i32..100) as u32,
-                            DType::U8 => rng.random_range(0u32..200),
-                            DType::Bool => u32::from(rng.random::<bool>()),
-                            d => d.bits_of(rng.random::<f32>() as f64),
-                        };
-                    }
-                    Ok(HostArray {
-                        dtype: alloc.dtype,
-                        shape: alloc.shape.clone(),
-                        words,
-                    })
-                })
-                .collect()
-        })
-        .collect()
+    super::data::random_inputs_of(program, seed, 0..program.devices)
 }
 
 impl Job {
@@ -94,6 +66,7 @@ impl Job {
             gpu: exec.is_gpu(),
             model,
             timeline,
+            chunked: false,
         }
     }
 
@@ -104,10 +77,34 @@ impl Job {
         exec: &mut dyn Executor,
         inputs: &[Vec<HostArray>],
     ) -> Result<Vec<Vec<HostArray>>> {
+        self.fitted_plan(exec)?.execute(exec, inputs)
+    }
+
+    /// The plan of a run on `exec`, once the budget has passed it.
+    fn fitted_plan(&self, exec: &dyn Executor) -> Result<Plan> {
         self.clone()
             .on_ranks(Share::of(exec))
             .ensure_fits(Job::run_work(exec, false, false))?;
-        self.plan()?.execute(exec, inputs)
+        self.plan()
+    }
+
+    /// [`Job::execute`] on the devices this process holds: on ranks, `inputs` of its own
+    /// devices (the others' empty) in, and its own devices' outputs out (the others'
+    /// empty); without, every device's.
+    pub fn execute_held(
+        &self,
+        exec: &mut dyn Executor,
+        inputs: &[Vec<HostArray>],
+    ) -> Result<Vec<Vec<HostArray>>> {
+        let plan = self.fitted_plan(exec)?;
+        if exec.ranks().is_none() {
+            check_inputs(&plan.program, inputs)?;
+        }
+        exec.check(&plan.program)?;
+        let mut run = exec.prepare(&plan.program, &plan.schedule)?;
+        run.upload(inputs)?;
+        run.run(1)?;
+        run.read_held_outputs()
     }
 
     /// Runs the job on deterministic random data from `seed` and counts the elements
@@ -119,22 +116,40 @@ impl Job {
         let plan = self.plan()?;
         exec.check(&plan.program)?;
         let p = plan.program.devices;
-        let inputs = random_inputs(&plan.program, seed)?;
-        let expected = self.reference(&inputs)?;
-        // On ranks, each keeps its own devices' inputs and expected results.
+        // On ranks, each makes, keeps and checks its own devices' inputs and expected
+        // results (all of them where the reference needs every input at once).
         let held = match exec.ranks() {
             Some(r) => r.held(p)?,
             None => 0..p,
         };
-        let keep = |mut v: Vec<Vec<HostArray>>| {
-            for (d, x) in v.iter_mut().enumerate() {
-                if !held.contains(&d) {
-                    *x = Vec::new();
-                }
+        let (inputs, expected) = match self.elementwise() {
+            Some(c) => {
+                let inputs = super::data::random_inputs_of(&plan.program, seed, held.clone())?;
+                let dtype = plan.program.layout.allocs[plan.program.inputs[0]].dtype;
+                let expected = super::data::chunked_reference(
+                    c.as_ref(),
+                    &self.place,
+                    p,
+                    &inputs,
+                    held.clone(),
+                    &|d, range| Ok(super::data::random_words(seed, d, 0, dtype, range)),
+                )?;
+                (inputs, expected)
             }
-            v
+            None => {
+                let inputs = random_inputs(&plan.program, seed)?;
+                let expected = self.reference(&inputs)?;
+                let keep = |mut v: Vec<Vec<HostArray>>| {
+                    for (d, x) in v.iter_mut().enumerate() {
+                        if !held.contains(&d) {
+                            *x = Vec::new();
+                        }
+                    }
+                    v
+                };
+                (keep(inputs), keep(expected))
+            }
         };
-        let (inputs, expected) = (keep(inputs), keep(expected));
         let t1 = Instant::now();
         let got = {
             let mut run = exec.prepare(&plan.program, &plan.schedule)?;

@@ -19,11 +19,13 @@
 //! assert_eq!(checked.wrong, 0);
 //! ```
 
+mod data;
 mod execute;
 mod model;
 mod shard;
 pub mod steer;
 
+pub use data::{chunk_words, fill_words, random_inputs_of};
 pub use execute::{random_inputs, Checked, Plan};
 pub use model::{Modeled, Nccl};
 
@@ -420,6 +422,7 @@ impl Job {
             // holds its tracing to the budget, `ensure_recording_fits`).
             return Ok(Need::default());
         }
+        let work = self.counted(work);
         let what = match work {
             Work::Run { .. } => format!("a run of {}", self.describe()),
             Work::Model { .. } => format!("a model of {}", self.describe()),
@@ -457,6 +460,21 @@ impl Job {
         })
     }
 
+    /// `work` as this job does it (a run's reference chunked where it can be).
+    fn counted(&self, mut work: Work) -> Work {
+        if let Work::Run { chunked, .. } = &mut work {
+            *chunked = self.elementwise().is_some();
+        }
+        work
+    }
+
+    /// True when an apply of this job on ranks can have each rank read its own devices'
+    /// slices of the input and compute the reference in chunks (an element-wise job;
+    /// the input must be a file); otherwise every rank reads the whole input.
+    pub fn reads_own_slices(&self) -> bool {
+        self.share.ranks > 1 && self.elementwise().is_some()
+    }
+
     /// How many ranks of this process's size `work` on this job needs (each with the
     /// memory this process may use), with one rank's need and that memory; too large
     /// when even one device per rank does not fit.
@@ -466,7 +484,7 @@ impl Job {
             devices: self.place.mesh.size(),
             build: &|q| self.census_at(q),
             repeat: self.repeat,
-            work,
+            work: self.counted(work),
             share: Share::default(),
         })
     }
@@ -594,6 +612,14 @@ impl Job {
             outs = Some(self.place.per_group(&ins, &|x| c.reference(x))?);
         }
         Ok(outs.unwrap_or_default())
+    }
+
+    /// The collective of a job of one invocation whose reference is element-wise
+    /// ([`Collective::elementwise`]): a run computes its reference in chunks of element
+    /// positions (a kernel's own or a sequence's reference takes every input at once).
+    pub fn elementwise(&self) -> Option<&Arc<dyn Collective>> {
+        let c = self.collective_of().filter(|c| c.elementwise())?;
+        (self.invocations() == 1).then_some(c)
     }
 
     /// The relative tolerance results are compared with: the collective's for this

@@ -58,10 +58,14 @@ impl Job {
             .inputs()
             .first()
             .map_or_else(|| job.shape().to_vec(), |o| o.shape.clone());
+        // A shard without words is another rank's (see `shard_map_held`).
         let inputs: Vec<Vec<HostArray>> = x
             .shards
             .iter()
             .map(|s| {
+                if elsewhere(s) {
+                    return Vec::new();
+                }
                 vec![HostArray {
                     shape: in_shape.clone(),
                     ..s.clone()
@@ -71,10 +75,7 @@ impl Job {
         let out_shape = job.out_shape();
         Ok(run(&job, &inputs)?
             .into_iter()
-            .map(|mut o| HostArray {
-                shape: out_shape.clone(),
-                ..o.swap_remove(0)
-            })
+            .map(|o| result_of(o, &job, &out_shape))
             .collect())
     }
 
@@ -108,6 +109,49 @@ impl Job {
         self.joined(x, out_dim, Vec::new())?;
         let shards = self.map(x, &mut |job, inputs| job.execute(exec, inputs))?;
         self.joined(x, out_dim, shards)
+    }
+
+    /// [`Job::shard_map`] on one rank of a partitioned run (or every device, without
+    /// ranks): the shards of devices other ranks hold have no words (their shape kept),
+    /// and so do their results; this rank's devices' results, unjoined.
+    pub fn shard_map_held(
+        &self,
+        x: &ShardedArray,
+        exec: &mut dyn Executor,
+    ) -> Result<Vec<HostArray>> {
+        self.map(x, &mut |job, inputs| job.execute_held(exec, inputs))
+    }
+
+    /// The reference of [`Job::shard_map_held`] for the devices `held`, where the job is
+    /// element-wise ([`Job::elementwise`]): computed in chunks, the other devices' words
+    /// from `fetch`. `None` otherwise: the reference then needs every shard at once.
+    pub fn reference_held(
+        &self,
+        x: &ShardedArray,
+        held: std::ops::Range<usize>,
+        fetch: &super::data::Fetch,
+    ) -> Result<Option<Vec<HostArray>>> {
+        let job = self.at_shards_of(x)?;
+        let Some(c) = job.elementwise() else {
+            return Ok(None);
+        };
+        let inputs: Vec<Vec<HostArray>> = x
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(d, s)| match held.contains(&d) {
+                true => vec![s.clone()],
+                false => Vec::new(),
+            })
+            .collect();
+        let p = x.shards.len();
+        let out = super::data::chunked_reference(c.as_ref(), job.place(), p, &inputs, held, fetch)?;
+        let out_shape = job.out_shape();
+        Ok(Some(
+            out.into_iter()
+                .map(|o| result_of(o, &job, &out_shape))
+                .collect(),
+        ))
     }
 
     /// XLA's result for the same call as [`Job::shard_map`], from the reference.
@@ -156,5 +200,26 @@ impl Job {
         };
         let outputs = self.map(&x, run)?;
         partition::unshard(&outputs, mesh, out_spec)
+    }
+}
+
+/// True for a shard another rank holds: a shape with elements, but no words.
+fn elsewhere(s: &HostArray) -> bool {
+    s.words.is_empty() && s.shape.iter().product::<usize>() > 0
+}
+
+/// One device's result of `job` in XLA's per-shard `shape`: its first output, or for a
+/// device another rank holds (no outputs) the shape without words.
+fn result_of(mut outputs: Vec<HostArray>, job: &Job, shape: &[usize]) -> HostArray {
+    match outputs.is_empty() {
+        true => HostArray {
+            dtype: job.dtype(),
+            shape: shape.to_vec(),
+            words: Vec::new(),
+        },
+        false => HostArray {
+            shape: shape.to_vec(),
+            ..outputs.swap_remove(0)
+        },
     }
 }

@@ -12,6 +12,7 @@
 //! - [`RankExecutor`]: any [`Executor`] wrapped so that it holds its rank's devices'
 //!   memory only, runs the local ops in pieces between messages, and reads and writes the
 //!   views that messages carry.
+//! - [`agree`]: the ranks compare their command lines before they run.
 //! - [`Comm`]: what the ranks need of a transport: messages, an all-gather, abort. MPI
 //!   implements it behind the `mpi` cargo feature (`mpi.rs`); [`threads`] runs ranks as
 //!   threads of one process (tests, and trying a partition without MPI).
@@ -23,6 +24,7 @@
 //! a rank only waits for an event at a position at or before its own, and the rank
 //! waiting at the lowest position always waits for one that can happen.
 
+pub mod agree;
 pub mod plan;
 pub mod threads;
 mod wire;

@@ -1,0 +1,172 @@
+//! A run's data, device by device: deterministic random inputs, where every element of
+//! every device's operand is drawn from its own place in a seeded stream (so any
+//! device, or any range of its elements, is made alone with the bytes one process
+//! makes), and the reference of an element-wise collective computed in chunks of
+//! element positions. A rank of a partitioned run makes, holds and checks its own
+//! devices' data, and never more than a chunk of another rank's.
+
+use crate::array::{DType, HostArray};
+use crate::collectives::Collective;
+use crate::error::Result;
+use crate::device_sim::host_words;
+use crate::ir::Program;
+use crate::mesh::Placement;
+use rand::{RngCore, SeedableRng};
+use std::ops::Range;
+
+/// Element positions per device in one chunk of a chunked reference (at least; at
+/// large P fewer, so that a chunk of every device stays near 32 MiB of words).
+const CHUNK_WORDS: usize = 1 << 20;
+
+/// Words of every device in one chunk of a chunked reference at `devices` devices.
+pub fn chunk_words(devices: usize) -> usize {
+    (CHUNK_WORDS * 8 / devices.max(1)).clamp(1024, CHUNK_WORDS)
+}
+
+/// Elements `range` of operand `operand` of device `device`, in `dtype`, from `seed`
+/// (see [`fill_words`]).
+pub fn random_words(
+    seed: u64,
+    device: usize,
+    operand: usize,
+    dtype: DType,
+    range: Range<usize>,
+) -> Vec<u32> {
+    let mut words = vec![0; range.len()];
+    fill_words(seed, [device, operand], dtype, range.start, &mut words);
+    words
+}
+
+/// `out` as elements `start..` of operand `at[1]` of device `at[0]`, in `dtype`, from
+/// `seed`: one word of the stream of (device, operand) per element, mapped to floats
+/// uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact under
+/// sums), i8 in [-100, 100), u8 in [0, 200), bools either way.
+pub fn fill_words(seed: u64, at: [usize; 2], dtype: DType, start: usize, out: &mut [u32]) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(((at[0] as u64) << 16) | at[1] as u64);
+    rng.set_word_pos(start as u128);
+    // A word scaled to [0, n) (Lemire's multiply: no rejection, so one word each).
+    let below = |w: u32, n: u64| ((u64::from(w) * n) >> 32) as i64;
+    let unit = |w: u32| (w >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
+    for x in out {
+        let w = rng.next_u32();
+        *x = match dtype {
+            DType::F32 => unit(w).to_bits(),
+            DType::I32 => (below(w, 2000) - 1000) as i32 as u32,
+            DType::I8 => (below(w, 200) - 100) as i32 as u32,
+            DType::U8 => below(w, 200) as u32,
+            DType::Bool => w >> 31,
+            d => d.bits_of(f64::from(unit(w))),
+        };
+    }
+}
+
+/// Deterministic random inputs of the devices `held` of `program` (the others' empty),
+/// as [`random_words`] makes them. A limit error when the host cannot hold them.
+pub fn random_inputs_of(
+    program: &Program,
+    seed: u64,
+    held: Range<usize>,
+) -> Result<Vec<Vec<HostArray>>> {
+    (0..program.devices)
+        .map(|d| {
+            if !held.contains(&d) {
+                return Ok(Vec::new());
+            }
+            program
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, &a)| {
+                    let alloc = &program.layout.allocs[a];
+                    let mut words = host_words(alloc.numel(), &format!("input `{}`", alloc.name))?;
+                    fill_words(seed, [d, k], alloc.dtype, 0, &mut words);
+                    Ok(HostArray {
+                        dtype: alloc.dtype,
+                        shape: alloc.shape.clone(),
+                        words,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Words `range` of device `d`'s operand 0, for a device another rank holds.
+pub type Fetch<'a> = dyn Fn(usize, Range<usize>) -> Result<Vec<u32>> + 'a;
+
+/// The reference of element-wise collective `c` ([`Collective::elementwise`]) placed
+/// by `place` at `devices` devices, for the devices `held` (the others' empty), from
+/// the held devices' `inputs` (one operand each) and the others' words chunk by chunk
+/// from `fetch`.
+pub fn chunked_reference(
+    c: &dyn Collective,
+    place: &Placement,
+    devices: usize,
+    inputs: &[Vec<HostArray>],
+    held: Range<usize>,
+    fetch: &Fetch,
+) -> Result<Vec<Vec<HostArray>>> {
+    let p = devices;
+    let first = &inputs[held.start][0];
+    let (n, dtype) = (first.len(), first.dtype);
+    let mut out: Vec<Vec<HostArray>> = (0..p)
+        .map(|d| {
+            if !held.contains(&d) {
+                return Ok(Vec::new());
+            }
+            Ok(vec![HostArray {
+                dtype,
+                shape: first.shape.clone(),
+                words: host_words(n, "the reference")?,
+            }])
+        })
+        .collect::<Result<_>>()?;
+    let step = chunk_words(p);
+    for start in (0..n).step_by(step) {
+        crate::interrupt::check()?;
+        let range = start..(start + step).min(n);
+        let chunk = (0..p)
+            .map(|d| {
+                let words = if held.contains(&d) {
+                    inputs[d][0].words[range.clone()].to_vec()
+                } else {
+                    fetch(d, range.clone())?
+                };
+                Ok(vec![HostArray {
+                    dtype,
+                    shape: vec![range.len()],
+                    words,
+                }])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let got = place.per_group(&chunk, &|x| c.reference(x))?;
+        for d in held.clone() {
+            out[d][0].words[range.clone()].copy_from_slice(&got[d][0].words);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_of_elements_is_the_same_words_as_the_whole() {
+        for dtype in DType::ALL {
+            let whole = random_words(7, 3, 1, dtype, 0..5000);
+            assert_eq!(random_words(7, 3, 1, dtype, 1234..4321), whole[1234..4321]);
+            assert_ne!(random_words(7, 2, 1, dtype, 0..5000), whole, "{dtype}");
+            assert_ne!(random_words(8, 3, 1, dtype, 0..5000), whole, "{dtype}");
+        }
+        let ints = random_words(0, 0, 0, DType::I32, 0..10000);
+        let v: Vec<i32> = ints.iter().map(|&w| w as i32).collect();
+        assert!(v.iter().all(|x| (-1000..1000).contains(x)));
+        assert!(v.contains(&-1000) && v.contains(&999));
+        let floats = random_words(0, 0, 0, DType::F32, 0..10000);
+        assert!(floats
+            .iter()
+            .all(|&w| (0.0..1.0).contains(&f32::from_bits(w))));
+    }
+}
