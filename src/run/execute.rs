@@ -5,7 +5,7 @@ use super::Job;
 use crate::array::HostArray;
 use crate::budget::{Share, Work};
 use crate::device_sim::ranks::RunReport;
-use crate::device_sim::{check_inputs, count_wrong, host_words, Executor};
+use crate::device_sim::{check_inputs, count_wrong, Executor};
 use crate::error::Result;
 use crate::ir::{Program, Schedule};
 use std::time::{Duration, Instant};
