@@ -245,7 +245,7 @@ fn plot_draws_bench_files_and_timelines_as_png_and_svg() {
         .count();
     assert!(lines >= 2 * (collectives + 1), "{lines} polylines");
 
-    // A timeline: a lane per device track (5 per device) and per ring link (4).
+    // A timeline: a lane per device track (6 per device) and per ring link (4).
     let t = temp("t.png");
     let (code, out, err) = tpusim(&[
         "plot",
@@ -254,8 +254,8 @@ fn plot_draws_bench_files_and_timelines_as_png_and_svg() {
         t.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("(24 lanes)"), "{out}");
-    assert_eq!(png_size(&std::fs::read(&t).unwrap()), (1200, 90 + 22 * 24));
+    assert!(out.contains("(28 lanes)"), "{out}");
+    assert_eq!(png_size(&std::fs::read(&t).unwrap()), (1200, 90 + 22 * 28));
     let tsvg = temp("t.svg");
     let (code, out, err) = tpusim(&[
         "plot",

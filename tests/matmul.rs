@@ -355,7 +355,10 @@ fn the_timeline_shows_the_mxu_busy_while_the_ring_transfers() {
     };
     let mxu = on0(Unit::Mxu);
     assert_eq!(mxu.len(), 8, "one matmul per step");
-    assert!(!on0(Unit::Vpu).is_empty(), "the stores run on the VPU");
+    assert!(
+        !on0(Unit::LoadStore).is_empty(),
+        "the stores run on the load/store slots"
+    );
     let sends: Vec<(f64, f64)> = r
         .events
         .iter()

@@ -24,7 +24,7 @@ def test_listings():
     names = [c["name"] for c in tpusim.collectives()]
     assert names[:4] == ["ppermute", "all_gather", "psum", "psum_scatter"]
     assert any(v["name"] == "shared-recv-sem" for v in tpusim.variants())
-    assert {p["name"] for p in tpusim.presets()} == {"v5e", "v5p", "v6e"}
+    assert {p["name"] for p in tpusim.presets()} == {"v4", "v5e", "v5p", "v6e", "v7"}
 
 
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])

@@ -229,7 +229,7 @@ def test_model_prints_the_compute_line_the_command_line_prints(tmp_path):
     # same line (one text, `Modeled::compute_line`), and ModelRun.compute holds it.
     script = tmp_path / "mm.py"
     script.write_text(MATMUL)
-    code, out, err = tpusim_cli("model", "--devices", "1", "--preset", "v5e", str(script))
+    code, out, err = tpusim_cli("model", "--execute", "--devices", "1", "--preset", "v5e", str(script))
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "256.0", out

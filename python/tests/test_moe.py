@@ -67,7 +67,7 @@ def test_moe_layer_step_tables_and_modeled_time_come_out():
     (table,) = tpusim.trace(f, *args)
     text = str(table)
     assert "moe_kernel on 4 devices" in text and "y_ref" in text and len(table.rows) > 1, text
-    (run,) = tpusim.model(f, *args, preset="v5e")
+    (run,) = tpusim.model(f, *args, preset="v5e", execute=True)
     assert run.seconds > 0
 
 

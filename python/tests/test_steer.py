@@ -301,7 +301,7 @@ def test_step_tables_the_model_and_the_gpu_executor_see_the_program_the_run_trac
     (table,) = tpusim.trace(jax.jit(f), x)
     text = str(table)
     assert "o_ref" in text and table.rows, text
-    (run,) = tpusim.model(jax.jit(f), x, preset="v5e")
+    (run,) = tpusim.model(jax.jit(f), x, preset="v5e", execute=True)
     assert run.seconds > 0
 
 

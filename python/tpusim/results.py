@@ -200,7 +200,7 @@ class ModelRun:
     ideal_seconds: Optional[float] = None
     timeline: Optional[dict] = field(default=None, repr=False)
     timeline_path: Optional[str] = None
-    compute: Optional[str] = None
+    compute: Optional[str] = field(default=None, repr=False)
     #: Share of the communication that compute hid (0..1; None without communication).
     hidden: Optional[float] = None
     #: Matrix-unit TFLOP/s per device over the run (None without a matmul).

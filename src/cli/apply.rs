@@ -1,5 +1,6 @@
 //! `tpusim apply`: a collective on your own data, `.npy` in and out, like `jax.shard_map`.
 
+use super::apply_ranks::Slices;
 use super::out::outln;
 use std::path::PathBuf;
 use tpusim::budget::{Buffers, Work};
@@ -219,17 +220,4 @@ pub fn apply(reg: &Registry, a: &ApplyArgs) -> tpusim::Result<bool> {
         a.output.display()
     )?;
     Ok(wrong == 0)
-}
-
-/// Where an apply's data lies: the input file and its layout, the dimension it is split
-/// along and the one the results are joined along.
-pub struct Slices<'a> {
-    /// The input file.
-    pub input: &'a std::path::Path,
-    /// Its layout.
-    pub layout: &'a Layout,
-    /// The input dimension split over the devices.
-    pub dim: usize,
-    /// The result dimension the devices' results are joined along.
-    pub out_dim: usize,
 }

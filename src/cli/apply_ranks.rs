@@ -4,14 +4,13 @@
 //! its devices' results into one `.npy` file that rank 0 lays out: a temporary file,
 //! renamed over the output once every rank's part is in, so a failure leaves none.
 
-use super::apply::Slices;
 use super::out::outln;
 use std::os::unix::ffi::OsStrExt;
 use tpusim::device_sim::ranks::Ranks;
 use tpusim::device_sim::Executor;
 use tpusim::files::Output;
 use tpusim::mesh::sharded::{block_runs, runs_within, ShardedArray};
-use tpusim::npy::{header_bytes, read_runs, write_runs, write_to};
+use tpusim::npy::{header_bytes, read_runs, write_runs, write_to, Layout};
 use tpusim::run::Job;
 use tpusim::{Error, HostArray};
 
@@ -195,4 +194,17 @@ fn gather(ranks: &Ranks, output: &Output, joined: &Joined) -> tpusim::Result<()>
     .unshard()?;
     debug_assert_eq!(whole.shape, joined.shape);
     output.write_with(|w| write_to(w, &whole))
+}
+
+/// Where an apply's data lies: the input file and its layout, the dimension it is split
+/// along and the one the results are joined along.
+pub struct Slices<'a> {
+    /// The input file.
+    pub input: &'a std::path::Path,
+    /// Its layout.
+    pub layout: &'a Layout,
+    /// The input dimension split over the devices.
+    pub dim: usize,
+    /// The result dimension the devices' results are joined along.
+    pub out_dim: usize,
 }

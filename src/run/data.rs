@@ -7,8 +7,8 @@
 
 use crate::array::{DType, HostArray};
 use crate::collectives::Collective;
-use crate::error::Result;
 use crate::device_sim::host_words;
+use crate::error::Result;
 use crate::ir::Program;
 use crate::mesh::Placement;
 use rand::{RngCore, SeedableRng};

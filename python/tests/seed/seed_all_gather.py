@@ -61,7 +61,10 @@ grid_spec = pltpu.PrefetchScalarGridSpec(
     num_scalar_prefetch=0,
     in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
     out_specs=pl.BlockSpec(memory_space=pl.ANY),
-    scratch_shapes=([pltpu.SemaphoreType.DMA] * 2 + [pltpu.SemaphoreType.DMA((num_devices - 1,))]),
+    scratch_shapes=(
+        [pltpu.SemaphoreType.DMA] * 2
+        + [pltpu.SemaphoreType.DMA((num_devices - 1,))]
+    ),
     grid=(num_devices - 1,),
 )
 

@@ -6,7 +6,6 @@ from tpusim and `xla_result` from JAX's own collective.
 """
 
 import functools
-
 import jax
 from jax import lax
 from jax import numpy as jnp
@@ -40,7 +39,6 @@ def neighbor_barrier(left, right, double_barrier=True):
     pl.semaphore_wait(barrier, 2)
 
     if double_barrier:
-
         @functools.partial(pl.run_scoped, second=pltpu.SemaphoreType.REGULAR)
         def _(second):
             for nbr in [left, right]:
@@ -136,7 +134,9 @@ grid_spec = pltpu.PrefetchScalarGridSpec(
     ],
     grid=(num_devices,),
     scratch_shapes=(
-        [pltpu.SemaphoreType.DMA] * 3 + [pltpu.SemaphoreType.REGULAR] + [pltpu.VMEM((8, 128), jnp.float32)]
+        [pltpu.SemaphoreType.DMA] * 3
+        + [pltpu.SemaphoreType.REGULAR]
+        + [pltpu.VMEM((8, 128), jnp.float32)]
     ),
 )
 

@@ -7,7 +7,6 @@ neighbor_barrier is the seed's, from section 3, which section 4 calls.
 """
 
 import functools
-
 import jax
 from jax import lax
 from jax import numpy as jnp
@@ -16,7 +15,6 @@ from jax.experimental.pallas import tpu as pltpu
 
 P = jax.sharding.PartitionSpec
 num_devices = jax.local_device_count()
-
 
 def neighbor_barrier(left, right, double_barrier=True):
     barrier = pltpu.get_barrier_semaphore()
@@ -30,7 +28,6 @@ def neighbor_barrier(left, right, double_barrier=True):
     pl.semaphore_wait(barrier, 2)
 
     if double_barrier:
-
         @functools.partial(pl.run_scoped, second=pltpu.SemaphoreType.REGULAR)
         def _(second):
             for nbr in [left, right]:
@@ -41,6 +38,8 @@ def neighbor_barrier(left, right, double_barrier=True):
                     device_id_type=pl.DeviceIdType.MESH,
                 )
             pl.semaphore_wait(second, 2)
+
+
 
 
 partition = P(None, "x")

@@ -6,9 +6,9 @@ use super::commands::Recording;
 use super::device::{BufferPool, GpuContext};
 use super::engine::{Engine, GpuRun};
 use super::{lower_arena, lower_ops};
-use crate::error::{Error, Result};
 use crate::device_sim::fuse::{fuse, Fused, Keep};
 use crate::device_sim::{Executor, Prepared};
+use crate::error::{Error, Result};
 use crate::ir::{Allocation, Memory, Program, Schedule};
 use std::sync::Arc;
 

@@ -11,8 +11,8 @@ use super::commands::{
 };
 use super::limits::Limits;
 use super::windows::{windows, Binding, Window};
-use crate::error::Result;
 use crate::device_sim::fuse;
+use crate::error::Result;
 use crate::ir::{DataOp, Memory, View};
 
 /// Placeholders for unused batch slots: one read-only, four writable (distinct).

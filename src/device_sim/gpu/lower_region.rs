@@ -6,8 +6,8 @@
 use super::commands::{Bound, BufId, PipelineKey};
 use super::lower_ops::PerOp;
 use super::region_shader::{by_words, intern, kernel, Bindings};
-use crate::error::Result;
 use crate::device_sim::fuse::Region;
+use crate::error::Result;
 use crate::ir::{DataOp, View};
 
 /// Most storage bindings a region's shader declares.
