@@ -477,7 +477,7 @@ fn colour(i: usize, n: usize) -> RGBColor {
     if n <= TAB10.len() {
         return TAB10[i];
     }
-    let lightness = if i % 2 == 0 { 0.40 } else { 0.58 };
+    let lightness = if i.is_multiple_of(2) { 0.40 } else { 0.58 };
     let (r, g, b) = HSLColor(i as f64 / n as f64, 0.75, lightness).rgb();
     RGBColor(r, g, b)
 }
