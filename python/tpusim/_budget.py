@@ -68,7 +68,7 @@ class RecordingBudget:
             # What a call's records take at least: their text (a measure of the Python
             # objects the native call reads); the least of the first calls, as a kernel
             # may record ops at a few grid points only.
-            size = len(repr(ops))
+            size = _text_size(ops)
             self.least_bytes = size if self.sampled == 0 else min(self.least_bytes, size)
             self.sampled += 1
         if self.calls % STOP_EVERY == 0:
@@ -122,7 +122,7 @@ class LoopBudget:
             # The records' bytes an iteration, from the first ones (their text), or as
             # an earlier run of this loop measured them (a text costs time to make).
             known = b.loop_bytes.get(self.at)
-            self.bytes = known if known is not None else len(repr(self.point.ops[self.ops0 :])) / n
+            self.bytes = known if known is not None else _text_size(self.point.ops[self.ops0 :]) / n
         if n >= EVERY:
             of = f" of {self.count:,}" if self.count is not None else ""
             b.progress.set(b.calls, f"the loop at {self.at}: iteration {n:,}{of}")
@@ -134,3 +134,19 @@ class LoopBudget:
         self.b.loops.remove(self)
         if self.bytes:
             self.b.loop_bytes.setdefault(self.at, self.bytes)
+
+
+#: Records whose text is measured in whole; of longer lists, as many spread evenly.
+SAMPLE = 2048
+
+
+def _text_size(ops):
+    """The length of `ops`' text: measured in whole for a short list, else from
+    records spread evenly over it (a long call's records repeat a few shapes; the whole
+    text took a second at ~50,000 records a call)."""
+    n = len(ops)
+    if n <= SAMPLE:
+        return len(repr(ops))
+    step = n / SAMPLE
+    sample = [ops[int(i * step)] for i in range(SAMPLE)]
+    return len(repr(sample)) * n / SAMPLE

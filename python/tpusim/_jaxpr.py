@@ -48,6 +48,12 @@ def site_of(source_info, outer=("<unknown>", 0)):
     JAX itself (JAX's own example kernels under ``pallas/ops`` count as the user's)
     and not in tpusim; else `outer` (an equation inside a jitted JAX function, such as
     ``jnp.cumsum``'s, is the user's call of that function)."""
+    # An equation's source info lives as long as its jaxpr: its answer is kept by id,
+    # with the object itself so that a reused id is not mistaken for it.
+    got = _users_site.get(id(source_info))
+    if got is not None and got[0] is source_info:
+        found = got[1]
+        return outer if found is None else found
     tb = getattr(source_info, "traceback", None)
     if tb is None:
         return outer
@@ -57,11 +63,17 @@ def site_of(source_info, outer=("<unknown>", 0)):
         if len(_users_frame) > 200_000:
             _users_frame.clear()
         _users_frame[tb] = found
+    if len(_users_site) > 200_000:
+        _users_site.clear()
+    _users_site[id(source_info)] = (source_info, found)
     return outer if found is None else found
 
 
 #: Per traceback, its user's frame (an equation's is looked up at every point it runs).
 _users_frame = {}
+#: Per source info (by id, with the object), its user's frame: the lookup above without
+#: hashing the traceback's frames.
+_users_site = {}
 _MISSING = object()
 
 
@@ -347,6 +359,8 @@ class RefV:
 
 
 def _concrete_int(v, what, where):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):  # most indices: a scalar already
+        return int(v)
     if isinstance(v, Sym):
         v = sym_value(v, what, where)
     if isinstance(v, RefV):
@@ -793,6 +807,10 @@ class Point:
             self._communicated = pending
 
 
+#: Per primitive name, the Evaluator's rule for it (None: none of its own).
+_RULE_OF = {}
+
+
 class Evaluator:
     """Evaluates a jaxpr at one Point."""
 
@@ -841,17 +859,20 @@ class Evaluator:
     def _eqns_in(self, jaxpr, env):
         if self.plan.budget is not None:  # counted: the budget's measure of the work
             self.plan.budget.eqns += len(jaxpr.eqns)
+        # The loop every recorded equation goes through: `read` and `site` inlined.
+        outer, literal = self.outer, jax_core.Literal
         for eqn in jaxpr.eqns:
-            ins = [self.read(env, v) for v in eqn.invars]
-            self.outer.append(self.site(eqn))
+            ins = [v.val if isinstance(v, literal) else env[v] for v in eqn.invars]
+            outer.append(site_of(eqn.source_info, outer[-1]))
             try:
                 outs = self.eqn(eqn, ins)
             finally:
-                self.outer.pop()
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
-            for v, o in zip(eqn.outvars, outs):
-                env[v] = o
+                outer.pop()
+            if eqn.primitive.multiple_results:
+                for v, o in zip(eqn.outvars, outs):
+                    env[v] = o
+            else:
+                env[eqn.outvars[0]] = outs
         return [self.read(env, v) for v in jaxpr.outvars]
 
     def run_closed(self, closed, args):
@@ -872,12 +893,18 @@ class Evaluator:
 
     def eqn(self, eqn, ins):
         name = eqn.primitive.name
-        rule = getattr(self, "p_" + name.replace("-", "_"), None)
+        rule = _RULE_OF.get(name, _MISSING)
+        if rule is _MISSING:
+            rule = _RULE_OF[name] = getattr(Evaluator, "p_" + name.replace("-", "_"), None)
         if rule is not None:
-            return rule(eqn, ins)
-        if any(isinstance(x, RefV) for x in ins):
-            raise unsupported(name, "this primitive on a ref", self.where(eqn))
-        if any(isinstance(x, Sym) for x in ins):
+            return rule(self, eqn, ins)
+        vector = False
+        for x in ins:
+            if isinstance(x, Sym):
+                vector = True
+            elif isinstance(x, RefV):
+                raise unsupported(name, "this primitive on a ref", self.where(eqn))
+        if vector:
             return self.vector(eqn, ins)
         f = SCALAR_RULES.get(name)
         if f is None:
@@ -1492,8 +1519,16 @@ def _uniform(flat):
     included)."""
     if flat.size <= 1:
         return True
-    rows = np.ascontiguousarray(flat).view(np.uint8).reshape(flat.size, -1)
-    return bool((rows == rows[0]).all())
+    flat = np.ascontiguousarray(flat)
+    bits = _BITS.get(flat.dtype.itemsize)
+    if bits is None:
+        rows = flat.view(np.uint8).reshape(flat.size, -1)
+        return bool((rows == rows[0]).all())
+    words = flat.view(bits)  # one unsigned word an element: its bits compared at once
+    return bool((words == words[0]).all())
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _dt(dtype, where):
