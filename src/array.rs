@@ -94,6 +94,38 @@ impl DType {
         }
     }
 
+    /// [`HostArray::count_mismatches`]' rule on words of this dtype: elements of `got`
+    /// that differ from `want` (pairwise). Equal bits always match (a NaN matches a
+    /// NaN); only other pairs are compared as values. Large slices are counted a chunk
+    /// per core.
+    pub fn count_mismatched_words(self, got: &[u32], want: &[u32], rel_tol: f32) -> usize {
+        let differ = move |(&a, &b): (&u32, &u32)| {
+            if a == b {
+                return false;
+            }
+            if !self.is_float() {
+                return true;
+            }
+            let (a, b) = (self.value_of(a), self.value_of(b));
+            if a.is_nan() || b.is_nan() {
+                return a.is_nan() != b.is_nan();
+            }
+            let tol = rel_tol as f64 * b.abs().max(1.0);
+            // Equal infinities match (their difference is NaN, not a mismatch).
+            a != b && (a - b).abs() > tol
+        };
+        let count = |a: &[u32], b: &[u32]| a.iter().zip(b).filter(|&p| differ(p)).count();
+        const CHUNK: usize = 1 << 18;
+        if got.len() < 4 * CHUNK {
+            return count(got, want);
+        }
+        use rayon::prelude::*;
+        got.par_chunks(CHUNK)
+            .zip(want.par_chunks(CHUNK))
+            .map(|(a, b)| count(a, b))
+            .sum()
+    }
+
     /// Unit roundoff of a float dtype (half an ulp of 1: the largest relative error of
     /// one rounding); 0 for integers and bools.
     pub fn unit_roundoff(self) -> f64 {
@@ -329,28 +361,8 @@ impl HostArray {
         if self.shape != expected.shape || self.dtype != expected.dtype {
             return expected.len().max(self.len());
         }
-        match self.dtype {
-            d if !d.is_float() => self
-                .words
-                .iter()
-                .zip(&expected.words)
-                .filter(|(a, b)| a != b)
-                .count(),
-            dtype => self
-                .words
-                .iter()
-                .zip(&expected.words)
-                .filter(|(&a, &b)| {
-                    let (a, b) = (dtype.value_of(a), dtype.value_of(b));
-                    if a.is_nan() || b.is_nan() {
-                        return a.is_nan() != b.is_nan();
-                    }
-                    let tol = rel_tol as f64 * b.abs().max(1.0);
-                    // Equal infinities match (their difference is NaN, not a mismatch).
-                    a != b && (a - b).abs() > tol
-                })
-                .count(),
-        }
+        self.dtype
+            .count_mismatched_words(&self.words, &expected.words, rel_tol)
     }
 }
 

@@ -107,10 +107,9 @@ pub fn chunked_reference(
     held: Range<usize>,
     fetch: &Fetch,
 ) -> Result<Vec<Vec<HostArray>>> {
-    let p = devices;
     let first = &inputs[held.start][0];
     let (n, dtype) = (first.len(), first.dtype);
-    let mut out: Vec<Vec<HostArray>> = (0..p)
+    let mut out: Vec<Vec<HostArray>> = (0..devices)
         .map(|d| {
             if !held.contains(&d) {
                 return Ok(Vec::new());
@@ -122,16 +121,67 @@ pub fn chunked_reference(
             }])
         })
         .collect::<Result<_>>()?;
+    let each = &mut |d: usize, range: Range<usize>, words: &[u32]| {
+        out[d][0].words[range].copy_from_slice(words);
+        Ok(())
+    };
+    reference_chunks(c, place, devices, n, dtype, inputs, held, fetch, each)?;
+    Ok(out)
+}
+
+/// Elements of the held devices' results (`got(d)`: device `d`'s only output, `n`
+/// words of `dtype`) that differ from element-wise collective `c`'s reference within
+/// `tolerance`, the reference made chunk by chunk as [`chunked_reference`] makes it and
+/// never held whole; every device's input words from `fetch`.
+#[allow(clippy::too_many_arguments)]
+pub fn count_wrong_chunked<'g>(
+    c: &dyn Collective,
+    place: &Placement,
+    devices: usize,
+    n: usize,
+    dtype: DType,
+    held: Range<usize>,
+    fetch: &Fetch,
+    got: &dyn Fn(usize) -> &'g [u32],
+    tolerance: f32,
+) -> Result<usize> {
+    let mut wrong = 0;
+    let each = &mut |d: usize, range: Range<usize>, words: &[u32]| {
+        wrong += dtype.count_mismatched_words(&got(d)[range], words, tolerance);
+        Ok(())
+    };
+    reference_chunks(c, place, devices, n, dtype, &[], held, fetch, each)?;
+    Ok(wrong)
+}
+
+/// What is done with a chunk of a device's reference: `(device, range, words)`.
+type Chunk<'a> = dyn FnMut(usize, Range<usize>, &[u32]) -> Result<()> + 'a;
+
+/// Element-wise collective `c`'s reference a chunk at a time: `each(d, range, words)`
+/// for every held device `d` and every chunk `range` of its `n` elements of
+/// `dtype`, from each device's operand in `inputs` where it is there, else from `fetch`.
+#[allow(clippy::too_many_arguments)]
+fn reference_chunks(
+    c: &dyn Collective,
+    place: &Placement,
+    devices: usize,
+    n: usize,
+    dtype: DType,
+    inputs: &[Vec<HostArray>],
+    held: Range<usize>,
+    fetch: &Fetch,
+    each: &mut Chunk,
+) -> Result<()> {
+    let p = devices;
     let step = chunk_words(p);
     for start in (0..n).step_by(step) {
         crate::interrupt::check()?;
         let range = start..(start + step).min(n);
         let chunk = (0..p)
             .map(|d| {
-                let words = if held.contains(&d) {
-                    inputs[d][0].words[range.clone()].to_vec()
-                } else {
-                    fetch(d, range.clone())?
+                let words = match inputs.get(d).and_then(|v| v.first()) {
+                    Some(x) => x.words[range.clone()].to_vec(),
+                    None => fetch(d, range.clone())?,
                 };
                 Ok(vec![HostArray {
                     dtype,
@@ -142,10 +192,10 @@ pub fn chunked_reference(
             .collect::<Result<Vec<_>>>()?;
         let got = place.per_group(&chunk, &|x| c.reference(x))?;
         for d in held.clone() {
-            out[d][0].words[range.clone()].copy_from_slice(&got[d][0].words);
+            each(d, range.clone(), &got[d][0].words)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
