@@ -32,11 +32,11 @@ impl<T: Copy> Shadow<T> {
         let (lo, hi) = (narrow(lo), narrow(hi));
         let meets = |&(a, b): &(u32, u32)| a < hi && lo < b;
         // Items are moved only once one before them was dropped.
-        let mut kept = match self.bounds.iter().position(meets) {
-            Some(i) => i,
-            None => return,
+        let Some(first) = self.bounds.iter().position(meets) else {
+            return;
         };
-        for i in kept..self.items.len() {
+        let mut kept = first;
+        for i in first..self.items.len() {
             let drop = meets(&self.bounds[i]) && visit(&self.items[i]);
             if !drop {
                 if kept != i {
@@ -59,6 +59,60 @@ fn narrow(x: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::{Block, View};
+    use proptest::prelude::*;
+
+    /// A block of allocation 0 on device 0: `rows` runs of `len`, `stride` apart.
+    fn block() -> impl Strategy<Value = Block> {
+        (0usize..40, 1usize..12, 1usize..4, 0usize..8)
+            .prop_filter_map("rows that overlap", |(offset, len, rows, gap)| {
+                Block::new(View::new(0, 0, offset, len), rows, len + gap)
+            })
+    }
+
+    proptest! {
+        /// What the race checker no longer compares loses nothing: blocks whose bounds
+        /// do not meet neither overlap nor lie within one another.
+        #[test]
+        fn blocks_apart_by_their_bounds_neither_overlap_nor_contain(a in block(), b in block()) {
+            let ((alo, ahi), (blo, bhi)) = (a.bounds(), b.bounds());
+            if !(alo < bhi && blo < ahi) {
+                prop_assert!(a.overlap(&b).is_none());
+                prop_assert!(!a.within(&b) && !b.within(&a));
+            }
+        }
+
+        /// The shadow visits and drops as a plain list scanned whole does, when the
+        /// visit of an item whose bounds do not meet would keep it.
+        #[test]
+        fn visits_as_a_plain_scan(
+            steps in proptest::collection::vec((0usize..30, 1usize..10, any::<bool>()), 0..60)
+        ) {
+            let mut shadow = Shadow::default();
+            let mut plain: Vec<((usize, usize), usize)> = Vec::new();
+            for (i, (lo, len, drop_odd)) in steps.into_iter().enumerate() {
+                let q = (lo, lo + len);
+                let meets = |(a, b): (usize, usize)| a < q.1 && q.0 < b;
+                let (mut seen, mut want) = (Vec::new(), Vec::new());
+                shadow.visit_meeting(q, |&x: &usize| {
+                    seen.push(x);
+                    drop_odd && x % 2 == 1
+                });
+                plain.retain(|&(b, x)| {
+                    if !meets(b) {
+                        return true;
+                    }
+                    want.push(x);
+                    !(drop_odd && x % 2 == 1)
+                });
+                prop_assert_eq!(seen, want);
+                shadow.push(q, i);
+                plain.push((q, i));
+                let kept: Vec<usize> = plain.iter().map(|&(_, x)| x).collect();
+                prop_assert_eq!(&shadow.items, &kept);
+            }
+        }
+    }
 
     #[test]
     fn visits_only_meeting_bounds_and_drops_in_order() {
