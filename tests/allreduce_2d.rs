@@ -325,3 +325,28 @@ fn bad_meshes_and_axes_exit_2_with_a_reason() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+/// The budget counts the kernel's ops on its own mesh, not on a ring of all its devices
+/// (the P x 1 torus: 2(P-1) steps where the 4 x 8 one has 2(3) + 2(7)): the estimate a
+/// refusal prints names the traced program's own count.
+#[test]
+fn the_budget_counts_the_ops_of_the_mesh_it_runs_on() {
+    let m = mesh(4, 8);
+    let call = allreduce_2d(ReduceOp::Sum)
+        .call(&m, &[1, 32], DType::F32)
+        .unwrap();
+    let ops: usize = call.lower(&m).unwrap().ops.iter().map(Vec::len).sum();
+    let args = ["check", "allreduce_2d", "--mesh", "4x8", "--shape", "1x32"];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .args(["--replay", "eager"])
+        .env("TPUSIM_TIME_LIMIT", "0.000001")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("to plan {ops} traced ops")),
+        "{ops}: {err}"
+    );
+}

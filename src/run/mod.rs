@@ -373,14 +373,18 @@ impl Job {
     }
 
     /// The kernels at `q` devices for the budget's estimate and its search of the largest
-    /// P that fits (see [`Part::census_at`]), once each, and the mesh to trace them on: a
-    /// ring of `q`, or the placement's ring when groups along an axis run it.
+    /// P that fits (see [`Part::census_at`]), once each, and the mesh to trace them on: the
+    /// job's mesh at its own P, else a ring of `q`, or the placement's ring when groups
+    /// along an axis run it.
     fn census_at(&self, q: usize) -> Result<(Vec<PallasCall>, Mesh)> {
         // Rings along an axis: every group runs the ring's kernel, so per device the
         // program is the ring's at any P of whole groups (q counts the devices of every
         // group); below one group, the search asks about one ring of q devices.
         let mesh = match self.place.groups {
             Some(_) if q >= self.place.ring.size() => self.place.ring.clone(),
+            // At the job's own P, its own mesh: a whole-mesh kernel's program depends on
+            // its axes (a 2-D torus has far fewer steps than the ring of all its devices).
+            None if q == self.place.mesh.size() => self.place.mesh.clone(),
             _ => Mesh::new(q, "x")?,
         };
         let calls = self

@@ -15,6 +15,7 @@ mod orders;
 mod race;
 mod reach;
 mod serialize;
+mod shadow;
 mod side;
 mod sync;
 mod uninit;

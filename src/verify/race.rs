@@ -15,6 +15,7 @@ use super::hb::{op_at, small, Agent, Credit, Send, Sink, Wait};
 use super::log::{Entry, Event};
 use super::orders::{Join, Orders, CLOCK_ONLY};
 use super::reach::{Point, Reach};
+use super::shadow::Shadow;
 use super::side::RaceSide;
 use super::sync::Facts;
 use super::uninit::{unwritten_outputs, UninitRead, UnwrittenOutput};
@@ -165,7 +166,8 @@ pub struct RaceChecker<'a> {
     joined: Joined,
     /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
     since_all: Vec<Vec<DmaSide>>,
-    shadow: Vec<Vec<Access>>,
+    /// Per allocation of every device: the accesses kept.
+    shadow: Vec<Shadow<Access>>,
     found: Vec<Found>,
     /// Sends happens-before does not order after the receiver's entry, in order.
     early: Vec<EarlyCandidate>,
@@ -294,7 +296,7 @@ impl<'a> RaceChecker<'a> {
             credit_dma: Vec::new(),
             joined: Joined::default(),
             since_all: vec![Vec::new(); p.devices * p.layout.sems.len()],
-            shadow: vec![Vec::new(); p.devices * p.layout.allocs.len()],
+            shadow: vec![Shadow::default(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
             early: Vec::new(),
             waits: 0,
@@ -473,10 +475,6 @@ impl<'a> RaceChecker<'a> {
         }
     }
 
-    fn ordered(&self, a: &Access, c: &Clock) -> bool {
-        ordered(&self.joined, a, c)
-    }
-
     /// Notes a read of `view` by `agent` when part of it was never written.
     fn check_written(&mut self, agent: Agent, view: &View, site: Option<OpSite>) {
         let Some((lo, hi)) = self.written.unwritten(view) else {
@@ -640,11 +638,19 @@ impl Sink for RaceChecker<'_> {
             at: small(at),
         };
         let slot = block.device() * self.p.layout.allocs.len() + block.alloc();
-        for a in &self.shadow[slot] {
+        // Accesses of the same kernel line covered by this one and ordered before it can
+        // no longer race with anything this one does not race with, so they are one bug
+        // (but a race of this one ruled out by the exact search may leave one of theirs:
+        // then every access is kept). Another line's race would be another bug.
+        let keep_all = self.keep_all.get(slot).copied().unwrap_or(false);
+        let line = line_of(self.p, &x);
+        let (p, joined, found) = (self.p, &self.joined, &mut self.found);
+        let bounds = block.bounds();
+        self.shadow[slot].visit_meeting(bounds, |a| {
             if (a.write || write) && a.agent != agent {
                 if let Some(at) = a.block.overlap(block) {
-                    if !self.ordered(a, clock) {
-                        self.found.push(Found {
+                    if !ordered(joined, a, clock) {
+                        found.push(Found {
                             first: *a,
                             second: x,
                             at,
@@ -652,26 +658,13 @@ impl Sink for RaceChecker<'_> {
                     }
                 }
             }
-        }
-        // Accesses of the same kernel line covered by this one and ordered before it can
-        // no longer race with anything this one does not race with, so they are one bug
-        // (but a race of this one ruled out by the exact search may leave one of theirs:
-        // then every access is kept). Another line's race would be another bug.
-        if self.keep_all.get(slot).copied().unwrap_or(false) {
-            self.shadow[slot].push(x);
-            return;
-        }
-        let line = line_of(self.p, &x);
-        let joined = &self.joined;
-        let p = self.p;
-        let shadow = &mut self.shadow[slot];
-        shadow.retain(|a| {
-            !(a.block.within(block)
+            !keep_all
+                && a.block.within(block)
                 && (write || !a.write)
                 && line_of(p, a) == line
-                && ordered(joined, a, clock))
+                && ordered(joined, a, clock)
         });
-        shadow.push(x);
+        self.shadow[slot].push(bounds, x);
     }
 
     fn reads_destination(&mut self, agent: Agent, view: &View, site: Option<OpSite>) {
