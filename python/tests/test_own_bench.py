@@ -132,6 +132,8 @@ def test_bad_bench_arguments_are_named(tmp_path):
         tpusim.bench(agmm_fn, *make(64), sizes=[64])
     with pytest.raises(tpusim.BadInput, match="unknown traffic"):
         tpusim.bench(agmm_fn, shapes, sizes=[64], preset="v6e", traffic="gather_all")
+    with pytest.raises(tpusim.BadInput, match="backend"):
+        tpusim.bench(agmm_fn, make, sizes=[64], backend="tpu")
     with pytest.raises(tpusim.BadInput, match="apply to a function of your own"):
         tpusim.bench("psum", sizes=[64])
     # The output is checked before anything runs.

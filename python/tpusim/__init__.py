@@ -329,7 +329,7 @@ def bench(
     checks=1,
     dtype="f32",
     backend=None,
-    schedule="eager",
+    schedule=None,
     mesh=None,
     axis=None,
     sizes=None,
@@ -352,12 +352,12 @@ def bench(
     ``bench(fn, make, sizes=[...])``: a sweep of a JAX function of your own, a row per
     size ``s`` of ``fn(*make(s))`` (``bench(fn, *args)``: one row of those arguments):
     ``size`` is the bytes of fn's arguments, ``time_us`` the time per call measured on
-    tpusim's executor (``iters`` timed calls after ``warmup``), or with ``preset=`` the
-    modeled time of every pallas_call it makes (model-only: ``make`` may return
-    ``jax.ShapeDtypeStruct``s), ``algbw`` size / time, ``busbw`` algbw times the bus
-    factor of ``traffic`` (``all_gather``, ``all_reduce``, … on the call's devices;
-    none: algbw), ``wrong`` the elements not within ``rtol``/``atol`` of
-    ``reference(*args)`` (None without a reference).
+    tpusim's executor (``iters`` timed calls after ``warmup``; `backend` and `schedule`
+    as :func:`simulate` takes them), or with ``preset=`` the modeled time of the
+    pallas_calls it makes (model-only: ``make`` may return ``jax.ShapeDtypeStruct``s),
+    ``algbw`` size / time, ``busbw`` algbw times the bus factor of ``traffic``
+    (``all_gather``, ``all_reduce``, … on the call's devices; none: algbw), ``wrong`` the
+    elements not within ``rtol``/``atol`` of ``reference(*args)`` (None without one).
 
     Both kinds: ``json=PATH`` writes the results as ``tpusim bench --json`` does (whole or
     not at all, checked before anything runs), ``plot=PATH`` draws them as
@@ -377,6 +377,8 @@ def bench(
             atol=atol,
             traffic=traffic,
             devices=devices,
+            backend=backend,
+            schedule=schedule,
             name=label,
             json_path=json,
             plot=plot,
@@ -404,7 +406,7 @@ def bench(
             checks,
             dtype,
             backend or config.backend,
-            schedule,
+            schedule or "eager",
             mesh,
             axis,
         )

@@ -80,7 +80,7 @@ def _tolerance(dtype, rtol, atol):
     return (2e-2 if half else 1e-5) if rtol is None else rtol, (2e-2 if half else 1e-5) if atol is None else atol
 
 
-def _timed(fn, args, iters, warmup, devices):
+def _timed(fn, args, iters, warmup, devices, backend, schedule):
     """(seconds per call of `fn(*args)` under tpusim, each call waited for; the last
     call's result; the plans of the first call's pallas_calls). The first call (JAX
     compiles, tpusim plans) and `warmup` more are not timed; only the first is observed,
@@ -94,7 +94,7 @@ def _timed(fn, args, iters, warmup, devices):
         return res
 
     plans = []
-    with _hook.simulate(devices=devices):
+    with _hook.simulate(devices=devices, backend=backend, schedule=schedule):
         with _hook.observing(lambda what, plan: what == "call" and plans.append(plan)):
             res = call()
         for _ in range(warmup):
@@ -134,6 +134,8 @@ def bench(
     atol=None,
     traffic=None,
     devices=None,
+    backend=None,
+    schedule=None,
     name=None,
     json_path=None,
     plot=None,
@@ -158,7 +160,12 @@ def bench(
         _native.bus_factor(traffic, 2)
     points = _points(args, sizes)
     name = name or getattr(fn, "__name__", None) or "kernel"
-    backend = config.backend
+    if backend is not None:
+        _native.backend(backend, name="backend")
+    if schedule is not None:
+        _native.schedule(schedule, name="schedule")
+    backend = backend or config.backend
+    schedule = schedule or config.schedule
     ctx = _native.bench_context(backend)
     rows, p, mesh, notes = [], None, None, []
     for label, a in points:
@@ -174,7 +181,7 @@ def bench(
             if reference is not None:
                 res = _tools._run(fn, a, devices)
         else:
-            seconds, res, plans = _timed(fn, a, iters, warmup, devices)
+            seconds, res, plans = _timed(fn, a, iters, warmup, devices, backend, schedule)
             if not plans:
                 raise _native.BadInput("bad input: the function made no pallas_call: nothing to bench")
             plan = plans[0]
@@ -202,7 +209,7 @@ def bench(
         "axis": None,
         "group_devices": p,
         "dtype": _dtype_name(points[0][1]),
-        "schedule": config.schedule,
+        "schedule": schedule,
         "iters": None if modeled else iters,
         "warmup": None if modeled else warmup,
         "checks": int(reference is not None),
