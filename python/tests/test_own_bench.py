@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
 
 import tpusim
 
@@ -123,6 +124,32 @@ def test_a_modeled_sweep_sums_its_calls_and_takes_shapes():
         assert row["time_us"] == pytest.approx((model(_kernel, m) + model(_deep_kernel, m)) * 1e6, rel=1e-12)
         # nccl-tests' all-gather bus factor on 4 devices: (P - 1) / P.
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 3 / 4, rel=1e-12)
+
+
+def _double(x):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def test_a_call_made_again_counts_again():
+    # JAX lowers a jitted function once however often it is called, and a scan's body
+    # once: model-only counts the calls from the jaxpr, 2 + 3 + 1 of the branch taken.
+    double = jax.jit(_double)
+
+    def f(x):
+        y = double(double(x))
+        y, _ = jax.lax.scan(lambda c, _: (double(c), None), y, None, length=3)
+        return jax.lax.cond(y[0, 0] > 0, double, lambda v: v + 1.0, y)
+
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    (one,) = tpusim.model(_double, x, preset="v5e")
+    (row,) = tpusim.bench(f, x, preset="v5e").rows
+    assert row["calls"] == 6
+    assert row["time_us"] == pytest.approx(6 * one.seconds * 1e6, rel=1e-12)
+    got = tpusim.sweep(lambda x, k: f(x * k), [x], params={"k": [1.0]}, preset="v5e")
+    assert got.best.calls == 6 and got.best.seconds == pytest.approx(6 * one.seconds, rel=1e-12)
 
 
 def test_bad_bench_arguments_are_named(tmp_path):

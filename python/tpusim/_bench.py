@@ -271,7 +271,7 @@ def table(d, notes=()):
     bus = f"busbw: algbw x {d['traffic']}'s bus factor" if d["traffic"] else "busbw: algbw (no traffic= named)"
     lines = [
         f"# tpusim bench: {d['kernel']} P={d['devices']} ({d['mesh']}) dtype={d['dtype']} {where}",
-        f"# size: bytes of the function's arguments; time: {'modeled, its pallas_calls as JAX lowers them, summed' if modeled else 'measured per call'}; {bus}",
+        f"# size: bytes of the function's arguments; time: {'modeled, every pallas_call it makes, summed' if modeled else 'measured per call'}; {bus}",
     ]
     lines += [f"# {n}" for n in notes]
     head = f"{'kernel':<21} {'param':>8} {'size':>12} {'count':>12} {'time(us)':>11} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}"

@@ -165,10 +165,10 @@ def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, e
 
 
 def model_calls(fn, args, tool, devices=None, execute=False):
-    """``(plan, ModelRun)`` of every pallas_call `fn(*args)` makes, in the order made (a
-    call made again, and a call in a JAX loop, is one plan, modeled once): model-only
-    (:func:`tpusim._hook.plan_calls`), or executed when `execute` or when model-only
-    cannot plan a call and `args` are concrete arrays (each run's ``note`` says why)."""
+    """``(plan, ModelRun)`` of every pallas_call `fn(*args)` makes, as often as it runs
+    (each plan modeled once): model-only (:func:`tpusim._hook.plan_calls`, the calls
+    counted by :func:`call_counts`), or executed when `execute` or when model-only cannot
+    plan a call and `args` are concrete arrays (each run's ``note`` says why)."""
     note = None
     if execute:
         plans = executed_plans(fn, args, devices)
@@ -183,6 +183,8 @@ def model_calls(fn, args, tool, devices=None, execute=False):
                 ) from None
             note = f"executed: {e.why}, which model-only cannot know without running it"
             plans = executed_plans(fn, args, devices)
+    if note is None and not execute:
+        plans = as_run(plans, call_counts(fn, args))
     runs = {}
     out = []
     for plan in plans:
@@ -191,6 +193,62 @@ def model_calls(fn, args, tool, devices=None, execute=False):
             if note is not None:
                 runs[id(plan)].note = note
         out.append((plan, runs[id(plan)]))
+    return out
+
+
+def _call_key(name, kernel, out_avals):
+    """Which pallas_call: the kernel's name, its jaxpr as text (two kernels of one
+    function and name differ in their blocks) and the result types."""
+    return name, str(kernel), tuple((tuple(a.shape), str(a.dtype)) for a in out_avals)
+
+
+def call_counts(fn, args):
+    """How often each pallas_call of `fn(*args)` runs, by kernel name, source line and
+    result types, from its jaxpr: JAX lowers a function once however often it is called
+    (a jitted function called twice, a ``scan``'s body `length` times), so the lowering
+    alone undercounts. A ``cond`` counts its busiest branch; a ``while_loop``'s body,
+    whose trip count is a value, once."""
+    import collections
+
+    import jax
+    from jax._src import core as jax_core
+
+    def walk(jaxpr, times, counts):
+        for e in jaxpr.eqns:
+            name = e.primitive.name
+            if name == "pallas_call":
+                kernel = e.params["jaxpr"]
+                dbg = getattr(kernel, "debug_info", None)
+                kname = e.params.get("name") or getattr(dbg, "func_name", None) or "kernel"
+                counts[_call_key(kname, kernel, e.params["out_avals"])] += times
+            elif name == "cond":
+                branches = [walk(b.jaxpr, times, collections.Counter()) for b in e.params["branches"]]
+                for k in set().union(*branches):
+                    counts[k] += max(b[k] for b in branches)
+            else:
+                inner = times * e.params["length"] if name == "scan" else times
+                for sub in jax_core.jaxprs_in_params(e.params):
+                    walk(sub, inner, counts)
+        return counts
+
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr, 1, collections.Counter())
+
+
+def as_run(plans, counts):
+    """`plans` (as lowered: one per lowering) repeated as often as `counts` says their
+    calls run, in the order first lowered."""
+    order, seen = [], {}
+    for plan in plans:
+        s = plan.spec
+        key = _call_key(s.name, s.jaxpr, s.out_avals)
+        if key not in seen:
+            seen[key] = [plan, 0]
+            order.append(key)
+        seen[key][1] += 1
+    out = []
+    for key in order:
+        plan, lowered = seen[key]
+        out += [plan] * max(counts.get(key, 0), lowered)
     return out
 
 
@@ -255,4 +313,5 @@ __all__ = [
     "model_calls",
     "executed_plans",
     "concrete",
+    "call_counts",
 ]
