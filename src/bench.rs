@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 mod meta;
 mod rates;
-pub use meta::{results, Asked, Ran};
+pub use meta::{results, Asked, Ran, VERSION};
 pub use rates::{Rates, MATMUL_SHAPES, RATE_SIZES};
 
 /// What to sweep.

@@ -375,7 +375,36 @@ pub fn collective_bench<'py>(
         exec: &exec,
         rows: &rows,
     };
-    to_py_data(py, &bench::results(&cfg, &asked, &ran))
+    let mut v = bench::results(&cfg, &asked, &ran);
+    // The command line's table, for `str(results)` (not part of the JSON file).
+    let lines: Vec<String> = rows.iter().map(bench::line).collect();
+    v["table"] = json!(format!("{}\n{}", bench::header(), lines.join("\n")));
+    to_py_data(py, &v)
+}
+
+/// nccl-tests' bus factor (busbw / algbw) of traffic class `traffic` (`all_reduce`,
+/// `all_gather`, …) on `p` devices, for a bench of a kernel of one's own.
+#[pyfunction]
+pub fn bus_factor(traffic: &str, p: Whole) -> PyResult<f64> {
+    let p = p.check_usize(&args::DEVICES, "devices")?;
+    let t = tpusim::model::Traffic::parse(traffic).py()?;
+    Ok(tpusim::model::bus_factor(t, p))
+}
+
+/// What a bench result file says of where it ran, as `tpusim bench --json` says it:
+/// tpusim's version, the date (UTC, now), and for `backend` the executor that runs
+/// (`gpu` or `cpu`) and its adapter.
+#[pyfunction]
+pub fn bench_context<'py>(py: Python<'py>, backend: &str) -> PyResult<Bound<'py, PyAny>> {
+    use tpusim::device_sim::Executor;
+    let exec = executor(backend)?;
+    let v = json!({
+        "tpusim": bench::VERSION,
+        "date": bench::utc_now(),
+        "executor": if exec.is_gpu() { "gpu" } else { "cpu" },
+        "adapter": exec.describe(),
+    });
+    to_py_data(py, &v)
 }
 
 /// Deterministic random inputs for shipped collective `name` (what `tpusim run` uses):

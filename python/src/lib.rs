@@ -79,6 +79,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(c::collective_trace, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_model, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(c::bus_factor, m)?)?;
+    m.add_function(wrap_pyfunction!(c::bench_context, m)?)?;
     m.add_function(wrap_pyfunction!(c::collective_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(c::parse_perm, m)?)?;
     m.add_function(wrap_pyfunction!(c::plot, m)?)?;

@@ -216,3 +216,22 @@ def test_the_command_lines_sweep_runs_the_script_per_combination(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "give NAME=V1,V2" in bad.stderr
+
+
+def test_a_block_is_one_value_repeated_by_its_bits():
+    # Model-only's planning asks this of every concrete block (a kernel's jnp.zeros of an
+    # accumulator); it compares each element's bits as one integer: by value, -0.0 and 0.0
+    # would be one value and a NaN never equal to itself.
+    import ml_dtypes
+
+    from tpusim._jaxpr import _uniform
+
+    for dt in (np.float32, ml_dtypes.bfloat16, np.int8, np.bool_, np.float64, np.int16):
+        a = np.zeros(4096, dt)
+        assert _uniform(a)
+        a[4095] = 1
+        assert not _uniform(a)
+    assert not _uniform(np.array([0.0, -0.0], np.float32))
+    assert _uniform(np.full(3, np.nan, np.float32))
+    assert not _uniform(np.array([np.nan, -np.nan], np.float32))
+    assert _uniform(np.array([], np.float32)) and _uniform(np.array([7], np.int32))

@@ -319,8 +319,8 @@ def model(
 
 def bench(
     name,
-    devices=4,
-    *,
+    *args,
+    devices=None,
     min_bytes="4K",
     max_bytes="64K",
     factor=4,
@@ -329,14 +329,72 @@ def bench(
     checks=1,
     dtype="f32",
     backend=None,
-    schedule="eager",
+    schedule=None,
     mesh=None,
     axis=None,
+    sizes=None,
+    preset=None,
+    reference=None,
+    rtol=None,
+    atol=None,
+    traffic=None,
+    label=None,
+    topology=None,
+    json=None,
+    plot=None,
+    **overrides,
 ):
-    """``tpusim bench``: a size sweep of shipped collective `name`, as a
-    :class:`BenchResults` (what ran, where, and ``.rows``: one dict per size, ``size``,
-    ``time_us``, ``algbw_gbps``, ``busbw_gbps``, ``roof_us``, ``wrong``, …)."""
-    return BenchResults.from_dict(
+    """``tpusim bench``: a size sweep of shipped collective `name` on `devices` (also
+    the second positional argument; default 4), as a :class:`BenchResults` (what ran,
+    where, and ``.rows``: one dict per size, ``size``, ``time_us``, ``algbw_gbps``,
+    ``busbw_gbps``, ``roof_us``, ``wrong``, …; ``str()`` is the command line's table).
+
+    ``bench(fn, make, sizes=[...])``: a sweep of a JAX function of your own, a row per
+    size ``s`` of ``fn(*make(s))`` (``bench(fn, *args)``: one row of those arguments):
+    ``size`` is the bytes of fn's arguments, ``time_us`` the time per call measured on
+    tpusim's executor (``iters`` timed calls after ``warmup``; `backend` and `schedule`
+    as :func:`simulate` takes them), or with ``preset=`` the modeled time of the
+    pallas_calls it makes (model-only: ``make`` may return ``jax.ShapeDtypeStruct``s),
+    ``algbw`` size / time, ``busbw`` algbw times the bus factor of ``traffic``
+    (``all_gather``, ``all_reduce``, … on the call's devices; none: algbw), ``wrong`` the
+    elements not within ``rtol``/``atol`` of ``reference(*args)`` (None without one).
+
+    Both kinds: ``json=PATH`` writes the results as ``tpusim bench --json`` does (whole or
+    not at all, checked before anything runs), ``plot=PATH`` draws them as
+    ``tpusim plot`` does (.svg or .png)."""
+    from . import _bench
+
+    if callable(name):
+        return _bench.bench(
+            name,
+            *args,
+            sizes=sizes,
+            preset=preset,
+            iters=iters,
+            warmup=warmup,
+            reference=reference,
+            rtol=rtol,
+            atol=atol,
+            traffic=traffic,
+            devices=devices,
+            backend=backend,
+            schedule=schedule,
+            name=label,
+            json_path=json,
+            plot=plot,
+            topology=topology,
+            **overrides,
+        )
+    mine = dict(sizes=sizes, preset=preset, reference=reference, rtol=rtol, atol=atol, traffic=traffic, label=label)
+    given = [k for k, v in mine.items() if v is not None] + list(overrides) + (["topology"] if topology else [])
+    if given:
+        raise BadInput(
+            f"bad input: {', '.join(given)} apply to a function of your own (bench(fn, ...)), "
+            f"not to shipped collective `{name}`"
+        )
+    devices = args[0] if args else (devices or 4)
+    out = None if json is None else _native.check_output(json, "bench results")
+    results = BenchResults.from_dict(
         _native.collective_bench(
             name,
             devices,
@@ -348,11 +406,12 @@ def bench(
             checks,
             dtype,
             backend or config.backend,
-            schedule,
+            schedule or "eager",
             mesh,
             axis,
         )
     )
+    return _bench.save(results, out, plot)
 
 
 def plot(files, output):

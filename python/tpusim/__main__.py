@@ -273,6 +273,8 @@ def _show(cmd, r):
             s += f" (timeline {r.timeline_path})"
         if r.compute:
             s += f"\n{r.compute}"
+        if r.note:
+            s += f"\n{r.note}"
         return s
     return str(r)
 

@@ -196,17 +196,13 @@ class Meeting:
         spec = self.spec
         keys = sorted(set(range(spec.num_index)) | set(spec.smem_inputs))
         if keys:
-            raise _native.BadInput(
-                f"bad input: `{spec.name}` reads SMEM or scalar-prefetch operands (operands {keys}), "
-                "whose values decide its schedule: model it on concrete arrays with execute=True "
-                "(python -m tpusim model --execute)"
+            raise NeedsValues(
+                f"`{spec.name}` reads SMEM or scalar-prefetch operands (operands {keys}), "
+                "whose values decide its schedule"
             )
         plan = self.plan([{} for _ in range(self.P * spec.cores)])
         if plan.steered:
-            raise _native.BadInput(
-                f"bad input: `{spec.name}` decides what it does by values it computes: model it "
-                "on concrete arrays with execute=True (python -m tpusim model --execute)"
-            )
+            raise NeedsValues(f"`{spec.name}` decides what it does by values it computes")
         return plan
 
     def _run(self, bufs):
@@ -259,6 +255,18 @@ class Meeting:
         if plan.steered:
             # Traced at this call from its inputs, which a tool looking at it goes by.
             _observe("call", plan)
+
+
+class NeedsValues(_native.BadInput):
+    """A call model-only cannot plan without operand values (`why` says which): on
+    concrete arrays ``tpusim.model`` then runs it; on shapes alone it is bad input."""
+
+    def __init__(self, why):
+        super().__init__(
+            f"bad input: {why}: model it on concrete arrays, which tpusim.model then runs "
+            "(execute=True; python -m tpusim model --execute)"
+        )
+        self.why = why
 
 
 _last_error = None

@@ -1514,21 +1514,23 @@ def _used_vars(jaxpr):
     return got[1]
 
 
+#: Unsigned integers by width: an element's bits as one number.
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _uniform(flat):
     """True when every element of 1-D `flat` has the same bits (NaNs and signed zeros
-    included)."""
+    included). Compared as one unsigned integer per element: as bytes (an n x itemsize
+    comparison) a production block's `jnp.zeros` took 15 ms, most of a model-only plan."""
     if flat.size <= 1:
         return True
-    flat = np.ascontiguousarray(flat)
-    bits = _BITS.get(flat.dtype.itemsize)
+    a = np.ascontiguousarray(flat)
+    bits = _BITS.get(a.dtype.itemsize)
     if bits is None:
-        rows = flat.view(np.uint8).reshape(flat.size, -1)
+        rows = a.view(np.uint8).reshape(a.size, -1)
         return bool((rows == rows[0]).all())
-    words = flat.view(bits)  # one unsigned word an element: its bits compared at once
-    return bool((words == words[0]).all())
-
-
-_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+    v = a.view(bits)
+    return bool((v == v[0]).all())
 
 
 def _dt(dtype, where):

@@ -8,7 +8,7 @@ import itertools
 import os
 from typing import Optional
 
-from . import _hook, _native, _tools
+from . import _native, _tools
 
 #: The combination ``python -m tpusim sweep`` is running the script for.
 current = None
@@ -132,20 +132,14 @@ def sweep(fn, args, params, preset="v5e", devices=None, topology=None, **overrid
     values), model-only (`args` may be ``jax.ShapeDtypeStruct``s), and ranks them by
     modeled time: a :class:`Sweep`. A combination that does not fit (the chip's VMEM or
     the kernel's ``vmem_limit_bytes``) or cannot be built is skipped, with the reason."""
-    _native.check_preset(preset)
+    tool = _tools.model_tool(preset, None, topology, **overrides)
     out = []
     for p in _grid(params):
         try:
-            plans = _hook.plan_calls(lambda *a, _p=p: fn(*a, **_p), list(args), devices)
-            if not plans:
+            calls = _tools.model_calls(lambda *a, _p=p: fn(*a, **_p), list(args), tool, devices)
+            if not calls:
                 raise _native.BadInput("bad input: the function made no pallas_call: nothing to model")
-            cache = {}
-            runs = []
-            for plan in plans:
-                if id(plan) not in cache:
-                    cache[id(plan)] = _tools.model_plan(plan, preset=preset, topology=topology, **overrides)
-                runs.append(cache[id(plan)])
-            out.append(point(p, runs))
+            out.append(point(p, [r for _, r in calls]))
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - every reason a point does not fit is reported

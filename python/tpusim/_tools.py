@@ -149,21 +149,131 @@ def trace(fn, *args, devices=None):
 def model(fn, *args, preset="v5e", timeline=None, topology=None, devices=None, execute=False, **overrides):
     """Every pallas_call `fn(*args)` makes on the cost model's clock; `timeline`: a
     directory for one Chrome trace per call. Model-only unless `execute`: `fn` is lowered,
-    not run, so `args` may be ``jax.ShapeDtypeStruct``s of any size and no data is made
-    (a kernel whose schedule depends on operand values needs `execute=True`)."""
+    not run, so `args` may be ``jax.ShapeDtypeStruct``s of any size and no data is made.
+    A kernel whose schedule depends on values (SMEM or scalar-prefetch operands, values
+    it computes) is run instead when `args` are concrete arrays, and its result's
+    ``note`` says so; on shapes alone it is a BadInput."""
     tool = model_tool(preset, timeline, topology, **overrides)
-    if execute:
-        with collecting(tool) as got:
-            _run(fn, args, devices)
-        return got
     got, seen = Results(), set()
-    for plan in _hook.plan_calls(fn, args, devices):
+    for plan, run in model_calls(fn, args, tool, devices, execute):
         if id(plan) not in seen:
             seen.add(id(plan))
-            got.append(tool(plan))
+            got.append(run)
     if not got:
         raise _native.BadInput("bad input: the function made no pallas_call: nothing to model")
     return got
+
+
+def model_calls(fn, args, tool, devices=None, execute=False):
+    """``(plan, ModelRun)`` of every pallas_call `fn(*args)` makes, as often as it runs
+    (each plan modeled once): model-only (:func:`tpusim._hook.plan_calls`, the calls
+    counted by :func:`call_counts`), or executed when `execute` or when model-only cannot
+    plan a call and `args` are concrete arrays (each run's ``note`` says why)."""
+    note = None
+    if execute:
+        plans = executed_plans(fn, args, devices)
+    else:
+        try:
+            plans = _hook.plan_calls(fn, args, devices)
+        except _hook.NeedsValues as e:
+            if not concrete(args):
+                raise _native.BadInput(
+                    f"bad input: {e.why}; the arguments are shapes without values "
+                    "(jax.ShapeDtypeStruct): give concrete arrays, and tpusim.model runs the function to time it"
+                ) from None
+            note = f"executed: {e.why}, which model-only cannot know without running it"
+            plans = executed_plans(fn, args, devices)
+    if note is None and not execute:
+        plans = as_run(plans, call_counts(fn, args))
+    runs = {}
+    out = []
+    for plan in plans:
+        if id(plan) not in runs:
+            runs[id(plan)] = tool(plan)
+            if note is not None:
+                runs[id(plan)].note = note
+        out.append((plan, runs[id(plan)]))
+    return out
+
+
+def _call_key(name, kernel, out_avals):
+    """Which pallas_call: the kernel's name, its jaxpr as text (two kernels of one
+    function and name differ in their blocks) and the result types."""
+    return name, str(kernel), tuple((tuple(a.shape), str(a.dtype)) for a in out_avals)
+
+
+def call_counts(fn, args):
+    """How often each pallas_call of `fn(*args)` runs, by kernel name, source line and
+    result types, from its jaxpr: JAX lowers a function once however often it is called
+    (a jitted function called twice, a ``scan``'s body `length` times), so the lowering
+    alone undercounts. A ``cond`` counts its busiest branch; a ``while_loop``'s body,
+    whose trip count is a value, once."""
+    import collections
+
+    import jax
+    from jax._src import core as jax_core
+
+    def walk(jaxpr, times, counts):
+        for e in jaxpr.eqns:
+            name = e.primitive.name
+            if name == "pallas_call":
+                kernel = e.params["jaxpr"]
+                dbg = getattr(kernel, "debug_info", None)
+                kname = e.params.get("name") or getattr(dbg, "func_name", None) or "kernel"
+                counts[_call_key(kname, kernel, e.params["out_avals"])] += times
+            elif name == "cond":
+                branches = [walk(b.jaxpr, times, collections.Counter()) for b in e.params["branches"]]
+                for k in set().union(*branches):
+                    counts[k] += max(b[k] for b in branches)
+            else:
+                inner = times * e.params["length"] if name == "scan" else times
+                for sub in jax_core.jaxprs_in_params(e.params):
+                    walk(sub, inner, counts)
+        return counts
+
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr, 1, collections.Counter())
+
+
+def as_run(plans, counts):
+    """`plans` (as lowered: one per lowering) repeated as often as `counts` says their
+    calls run, in the order first lowered."""
+    order, seen = [], {}
+    for plan in plans:
+        s = plan.spec
+        key = _call_key(s.name, s.jaxpr, s.out_avals)
+        if key not in seen:
+            seen[key] = [plan, 0]
+            order.append(key)
+        seen[key][1] += 1
+    out = []
+    for key in order:
+        plan, lowered = seen[key]
+        out += [plan] * max(counts.get(key, 0), lowered)
+    return out
+
+
+def executed_plans(fn, args, devices=None):
+    """The plans of every pallas_call `fn(*args)` makes as it runs under tpusim, in the
+    order made (a call that fails returns zeros; its plan is still listed)."""
+    plans = []
+    _hook._tolerant += 1
+    try:
+        with _hook.observing(lambda what, plan: what == "call" and plans.append(plan)):
+            _run(fn, args, devices)
+    finally:
+        _hook._tolerant -= 1
+    return plans
+
+
+def concrete(args):
+    """True when every leaf of `args` has values (arrays, numbers), none a shape alone."""
+    import jax
+    import numpy as np
+
+    return all(
+        isinstance(x, (np.ndarray, np.generic, jax.Array, int, float, complex, bool))
+        for x in jax.tree_util.tree_leaves(args)
+    )
 
 
 def model_tool(preset="v5e", timeline=None, topology=None, **overrides):
@@ -180,7 +290,10 @@ def model_tool(preset="v5e", timeline=None, topology=None, **overrides):
         if timeline is not None:
             path = os.path.join(timeline, f"{plan.spec.name}-{n[0]}.json")
             n[0] += 1
-        return model_plan(plan, preset=preset, timeline=path, topology=topology, **overrides)
+        m = model_plan(plan, preset=preset, timeline=path, topology=topology, **overrides)
+        if _hook._skip_runs and plan.steered:  # `python -m tpusim model`: ran all the same
+            m.note = f"executed: `{plan.spec.name}` decides what it does by values it computes"
+        return m
 
     return tool
 
@@ -197,4 +310,8 @@ __all__ = [
     "trace_plan",
     "model_plan",
     "model_tool",
+    "model_calls",
+    "executed_plans",
+    "concrete",
+    "call_counts",
 ]

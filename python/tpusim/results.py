@@ -208,6 +208,9 @@ class ModelRun:
     #: Seconds summed over devices: ``comm_seconds``, ``hidden_seconds``, ``mxu_seconds``,
     #: ``vpu_seconds``, ``load_store_seconds``; and ``macs``.
     overlap: Optional[dict] = field(default=None, repr=False)
+    #: Set when the call was run to be timed although model-only was asked for (its
+    #: schedule depends on values), saying why: ``executed: `kernel` reads SMEM …``.
+    note: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d, path=None):
@@ -271,6 +274,17 @@ class BenchResults:
     rows: List[dict] = field(repr=False)
     model: Optional[str] = None
     topology: Optional[str] = None
+    #: A kernel of one's own (``tpusim.bench(fn, ...)``): its name, the traffic class
+    #: its busbw follows (None: busbw = algbw), the sizes given to ``make`` (None: one
+    #: row of the arguments as given). Each row adds ``param`` (its size) and ``wrong``;
+    #: modeled, ``calls``, ``tflops`` and ``hidden``.
+    kernel: Optional[str] = None
+    traffic: Optional[str] = None
+    sizes: Optional[list] = None
+    #: The command line's table (``str(results)``); not part of the JSON file.
+    table: Optional[str] = field(default=None, repr=False)
+    #: Where ``json=`` wrote the results.
+    json_path: Optional[str] = field(default=None, repr=False)
 
     @classmethod
     def from_dict(cls, d):
@@ -279,9 +293,15 @@ class BenchResults:
     def json(self):
         """The results as ``tpusim bench --json`` writes them (a dict)."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        del d["table"], d["json_path"]
         if self.timing != "modeled":
             del d["model"], d["topology"]
+        if self.kernel is None:  # a shipped collective's: the command line's keys only
+            del d["kernel"], d["traffic"], d["sizes"]
         return d
+
+    def __str__(self):
+        return self.table or repr(self)
 
     def __repr__(self):
         names = sorted({r["collective"] for r in self.rows})

@@ -6,6 +6,9 @@ use crate::device_sim::Executor;
 use crate::mesh::Mesh;
 use serde_json::{json, Value};
 
+/// tpusim's version, as result files name it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Where a sweep's rows came from.
 pub enum Ran<'a> {
     /// Measured on an executor.
@@ -49,7 +52,7 @@ pub struct Asked<'a> {
 /// noise), and the rows.
 pub fn results(cfg: &BenchConfig, asked: &Asked, ran: &Ran) -> Value {
     let mut v = json!({
-        "tpusim": env!("CARGO_PKG_VERSION"),
+        "tpusim": VERSION,
         "command": asked.command,
         "date": asked.date,
         "devices": cfg.devices,

@@ -1,5 +1,9 @@
-//! Executors: run a [`Schedule`] on real memory. The GPU executor is the product;
-//! the CPU executor is the oracle the tests compare it with.
+//! The simulated TPU device, last step of the pipeline (kernel -> ir -> sched -> device_sim):
+//! each device's memories (HBM, VMEM, SMEM, semaphores) as buffers and the executors that
+//! run the [`Schedule`] sched ordered on them.
+//!
+//! The GPU executor is the product; the CPU executor is the oracle the tests compare it
+//! with; `fuse` prepares a schedule for either; `ranks` splits the devices over processes.
 
 pub mod cpu;
 pub mod fuse;

@@ -1,3 +1,5 @@
+//! Pipeline step device_sim, on the CPU: the GPU executor's twin, a schedule on host memory.
+//!
 //! The CPU executor: every allocation is a host vector; the oracle for tests. It runs a
 //! schedule as [`fuse`](crate::device_sim::fuse) leaves it: elementwise chains as fused
 //! regions ([`region`], over the typed block loops of [`lanes`] and [`vmath`]), the

@@ -1,3 +1,5 @@
+//! Pipeline step sched -> device_sim: a schedule's elementwise ops fused for the executors.
+//!
 //! What an executor runs for a schedule: its data ops with the elementwise ones of each
 //! device fused into [`Region`]s (a chain of ops over the same elements evaluated a
 //! cache-sized block at a time, as numexpr evaluates an expression), and writes that

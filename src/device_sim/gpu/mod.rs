@@ -1,3 +1,5 @@
+//! Pipeline step device_sim, on the GPU: a schedule as WGSL shaders and buffer copies.
+//!
 //! The wgpu executor and its parts. A schedule is lowered (per op, or as one arena
 //! program) into a [`Recording`] of plain data; one engine realizes it on the device.
 

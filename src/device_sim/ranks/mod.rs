@@ -1,3 +1,5 @@
+//! Pipeline step device_sim over MPI ranks: each rank runs its own devices' share.
+//!
 //! Partitioned execution: the P simulated devices split over R ranks (processes, each
 //! with its own executor and memory), as `mpirun -np R tpusim run …` runs them.
 //!
