@@ -63,8 +63,12 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
     let first = &inputs[0][0];
     let n = first.len();
     let dtype = first.dtype;
+    // Element by element, a share of them per core.
+    use rayon::prelude::*;
     let words = match dtype {
         DType::F32 | DType::F16 | DType::BF16 => (0..n)
+            .into_par_iter()
+            .with_min_len(1 << 16)
             .map(|i| {
                 let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]));
                 // XLA's max and min propagate NaN (f64::max and min would drop it).
@@ -86,6 +90,8 @@ pub fn all_reduce(inputs: &[Vec<HostArray>], op: ReduceOp) -> HostArray {
             })
             .collect(),
         _ => (0..n)
+            .into_par_iter()
+            .with_min_len(1 << 16)
             .map(|i| {
                 let vals = inputs.iter().map(|d| dtype.value_of(d[0].words[i]) as i64);
                 let r = match op {

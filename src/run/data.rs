@@ -42,6 +42,20 @@ pub fn random_words(
 /// uniform in [0, 1) (rounded to the dtype), i32 uniform in [-1000, 1000) (exact under
 /// sums), i8 in [-100, 100), u8 in [0, 200), bools either way.
 pub fn fill_words(seed: u64, at: [usize; 2], dtype: DType, start: usize, out: &mut [u32]) {
+    // Any range is made alone (the stream is indexed by word): large ones a part per core.
+    const PART: usize = 1 << 18;
+    if out.len() >= 4 * PART {
+        use rayon::prelude::*;
+        out.par_chunks_mut(PART)
+            .enumerate()
+            .for_each(|(i, part)| fill_range(seed, at, dtype, start + i * PART, part));
+    } else {
+        fill_range(seed, at, dtype, start, out);
+    }
+}
+
+/// [`fill_words`] on one core.
+fn fill_range(seed: u64, at: [usize; 2], dtype: DType, start: usize, out: &mut [u32]) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(((at[0] as u64) << 16) | at[1] as u64);
     rng.set_word_pos(start as u128);
@@ -201,6 +215,17 @@ fn reference_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_range_made_a_part_per_core_is_the_words_made_on_one() {
+        let n = (1 << 20) + 77;
+        for dtype in [DType::F32, DType::BF16, DType::I8] {
+            let (mut split, mut one) = (vec![0; n], vec![0; n]);
+            fill_words(9, [2, 1], dtype, 333, &mut split);
+            fill_range(9, [2, 1], dtype, 333, &mut one);
+            assert!(split == one, "{dtype}");
+        }
+    }
 
     #[test]
     fn a_range_of_elements_is_the_same_words_as_the_whole() {
