@@ -1,6 +1,6 @@
 //! One error type for the whole crate; every message names what went wrong and where.
 
-use crate::ir::Iteration;
+use crate::source::Iteration;
 use serde::{Serialize, Serializer};
 use std::fmt;
 

@@ -93,6 +93,8 @@ pub mod plot;
 pub mod progress;
 pub mod run;
 pub mod sched;
+pub mod source;
+pub mod steer;
 pub mod trace;
 pub mod units;
 pub mod verify;

@@ -9,9 +9,10 @@ use proptest::prelude::*;
 use std::collections::BTreeSet;
 use tpusim::ir::{
     Allocation, Cmp, DataOp, Dma, Invocation, Layout, MemorySpace, Op, OpKind, OpSite, Program,
-    ReduceOp, SemInfo, SemKind, SemRef, SourceLoc, View, WaitKind,
+    ReduceOp, SemInfo, SemKind, SemRef, View, WaitKind,
 };
 use tpusim::sched::ScheduleSpec;
+use tpusim::source::SourceLoc;
 use tpusim::verify::{check_program, ProblemKind, Report};
 use tpusim::DType;
 

@@ -19,7 +19,7 @@ use tpusim::device_sim::cpu::CpuPlan;
 use tpusim::device_sim::{Executor, Lent};
 use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
-use tpusim::run::steer::Stop;
+use tpusim::steer::Stop;
 use tpusim::run::Job;
 use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;

@@ -10,7 +10,7 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
 use tpusim::kernel::GridSpec;
-use tpusim::run::steer::{Steering, Traced, Tracer};
+use tpusim::steer::{Steering, Traced, Tracer};
 use tpusim::{Error, HostArray, Mesh, Result};
 
 /// What a steered kernel's spec is made of, besides its scratch (which tracing may add to).

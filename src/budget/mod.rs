@@ -26,7 +26,7 @@ pub use fit::{
 pub use host_devices::ensure_host_devices_fit;
 pub use memory::{available, meminfo_available, Available, LIMIT_VAR};
 pub use need::{
-    need, need_on, Buffers, Need, Part, Scales, Work, ENCODE_BYTES_PER_DATA_OP,
+    chunk_words, need, need_on, Buffers, Need, Part, Scales, Work, ENCODE_BYTES_PER_DATA_OP,
     GPU_BYTES_PER_DATA_OP, MODEL_BYTES_PER_OP, TIMELINE_BYTES_PER_OP,
 };
 pub use time::{

@@ -264,7 +264,7 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
                 // Its own devices' inputs, reference and result, and one chunk of every
                 // device's inputs and reference.
                 held * (c.input_bytes + 2.0 * c.output_bytes)
-                    + p * crate::run::chunk_words(p as usize) as f64 * 8.0
+                    + p * chunk_words(p as usize) as f64 * 8.0
             } else {
                 host_data
             };
@@ -314,8 +314,7 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
                 host("input slices", 2.0 * held * c.input_bytes, Scales::Data);
                 host(
                     "results",
-                    2.0 * held * c.output_bytes
-                        + p * crate::run::chunk_words(p as usize) as f64 * 8.0,
+                    2.0 * held * c.output_bytes + p * chunk_words(p as usize) as f64 * 8.0,
                     Scales::Data,
                 );
             } else {
@@ -430,4 +429,14 @@ fn step_table(c: &Census, t: &Traced) -> f64 {
     let snapshot = elems * (VEC_BYTES + 8.0 * terms);
     let text = p * 2.0 * 4.0 * terms;
     (rows + 1.0) * snapshot + rows * text
+}
+
+/// Element positions per device in one chunk of a chunked reference (at least; at
+/// large P fewer, so that a chunk of every device stays near 32 MiB of words).
+const CHUNK_WORDS: usize = 1 << 20;
+
+/// Words of every device in one chunk of a run's chunked reference at `devices`
+/// devices (`crate::run`'s data): the budget counts a chunk of every device.
+pub fn chunk_words(devices: usize) -> usize {
+    (CHUNK_WORDS * 8 / devices.max(1)).clamp(1024, CHUNK_WORDS)
 }

@@ -11,14 +11,12 @@ mod compute;
 mod data;
 mod dma;
 mod first_fit;
-mod iteration;
 mod layout;
 mod op;
 mod program;
 mod schedule;
 mod sequence;
 mod site;
-mod source_files;
 mod uninit;
 mod view;
 mod written;
@@ -30,7 +28,6 @@ pub use compute::{
 pub use data::{DataOp, ReduceOp, Views};
 pub use dma::{Completion, Dma};
 pub use first_fit::FirstFit;
-pub use iteration::Iteration;
 pub use layout::{
     AllocId, Allocation, Layout, MemorySpace, PerDevice, SemId, SemInfo, SemKind, VmemUse,
 };
@@ -38,7 +35,7 @@ pub use op::{Cmp, Op, OpKind, Remap, WaitKind};
 pub use program::{grid_coords, holds, Feed, Invocation, Program};
 pub use schedule::{Memory, Schedule};
 pub use sequence::{feed, sequence};
-pub use site::{OpSite, SourceLoc};
+pub use site::OpSite;
 pub use uninit::{fills, Uninit};
 pub use view::{Block, SemRef, View};
 pub use written::Written;

@@ -80,7 +80,7 @@ pub enum OpKind {
     /// A scalar the kernel reads to decide what it does next (an SMEM element a DMA or a
     /// store wrote, a reduced vector, a semaphore's value read into VMEM): a read of
     /// `src` when the op runs. A front end that traces while the program runs
-    /// ([`crate::run::steer`]) stops there: what `fetch` (`src`, or more of its
+    /// ([`crate::steer`]) stops there: what `fetch` (`src`, or more of its
     /// allocation) holds at that point of the schedule is what its tracing goes on with.
     Read {
         /// What the kernel reads (an access, for the verifier).

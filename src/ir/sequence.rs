@@ -13,10 +13,11 @@ use super::data::DataOp;
 use super::layout::{AllocId, Layout, SemKind};
 use super::op::{Op, OpKind, Remap};
 use super::program::{Feed, Invocation, Program};
-use super::site::{OpSite, SourceLoc};
+use super::site::OpSite;
 use super::view::{SemRef, View};
 use crate::array::DType;
 use crate::error::{Error, Result};
+use crate::source::SourceLoc;
 use std::collections::HashMap;
 
 /// Where input `i` of an invocation, `want` elements of a dtype, gets its value from the

@@ -6,10 +6,10 @@ use crate::array::DType;
 use crate::error::{DeviceName, KernelError, KernelErrorKind, Site};
 use crate::ir::{Block, Cmp, SemId};
 use crate::ir::{
-    DataOp, Dma, Iteration, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef,
-    SourceLoc, View, WaitKind,
+    DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, ReduceOp, SemKind, SemRef, View, WaitKind,
 };
 use crate::mesh::{DeviceId, Mesh, SignalTarget};
+use crate::source::{Iteration, SourceLoc};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;
 

@@ -6,10 +6,11 @@ use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use super::temps::Temps;
 use crate::error::{DeviceName, Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
-    grid_coords, Allocation, DataOp, Invocation, Iteration, Layout, MemorySpace, Program, SemInfo,
-    SemKind, View,
+    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,
+    View,
 };
 use crate::mesh::Mesh;
+use crate::source::Iteration;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

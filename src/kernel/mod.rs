@@ -13,7 +13,8 @@ mod temps;
 mod values;
 
 pub use crate::error::KernelErrorKind;
-pub use crate::ir::{Iteration, MemorySpace, ReduceOp, SemKind, SourceLoc};
+pub use crate::ir::{MemorySpace, ReduceOp, SemKind};
+pub use crate::source::{Iteration, SourceLoc};
 pub use ctx::{AsyncCopy, AsyncRemoteCopy, Ctx, DmaSide, MAX_SCOPED};
 pub use pull::{NotifyOp, WaitCmp};
 pub use refs::{ds, Ds, Ref, Sem};

@@ -546,7 +546,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// A read of value `v` the kernel decides by ([`OpKind::Read`]): where a front end
-    /// that traces while the program runs ([`crate::run::steer`]) learns its data.
+    /// that traces while the program runs ([`crate::steer`]) learns its data.
     #[track_caller]
     pub fn scalar_read_value(&self, v: &Value<'_>) {
         let site = self.site("read");

@@ -316,17 +316,17 @@ impl<'p> Timed<'p> {
         Ok(self.0.finish())
     }
 
-    /// [`Timed::run`] over a program traced while it runs ([`crate::run::steer`]): from
+    /// [`Timed::run`] over a program traced while it runs ([`crate::steer`]): from
     /// the steps of `resume`, stopping where it says.
     pub fn run_steps(
         mut self,
         resume: &crate::sched::Resume,
-    ) -> crate::Result<crate::run::steer::Attempt<TimedRun>> {
+    ) -> crate::Result<crate::steer::Attempt<TimedRun>> {
         let p = self.0.p;
         let steps = crate::sched::run_steps(p, &mut self, resume)?;
         Ok(match steps.paused {
-            Some(_) => crate::run::steer::Attempt::Paused(steps),
-            None => crate::run::steer::Attempt::Done(self.0.finish()),
+            Some(_) => crate::steer::Attempt::Paused(steps),
+            None => crate::steer::Attempt::Done(self.0.finish()),
         })
     }
 }

@@ -6,6 +6,7 @@
 //! devices' data, and never more than a chunk of another rank's.
 
 use crate::array::{DType, HostArray};
+use crate::budget::chunk_words;
 use crate::collectives::Collective;
 use crate::device_sim::host_words;
 use crate::error::Result;
@@ -13,15 +14,6 @@ use crate::ir::Program;
 use crate::mesh::Placement;
 use rand::{RngCore, SeedableRng};
 use std::ops::Range;
-
-/// Element positions per device in one chunk of a chunked reference (at least; at
-/// large P fewer, so that a chunk of every device stays near 32 MiB of words).
-const CHUNK_WORDS: usize = 1 << 20;
-
-/// Words of every device in one chunk of a chunked reference at `devices` devices.
-pub fn chunk_words(devices: usize) -> usize {
-    (CHUNK_WORDS * 8 / devices.max(1)).clamp(1024, CHUNK_WORDS)
-}
 
 /// Elements `range` of operand `operand` of device `device`, in `dtype`, from `seed`
 /// (see [`fill_words`]).

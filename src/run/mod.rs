@@ -23,9 +23,8 @@ mod data;
 mod execute;
 mod model;
 mod shard;
-pub mod steer;
 
-pub use data::{chunk_words, fill_words, random_inputs_of};
+pub use data::{fill_words, random_inputs_of};
 pub use execute::{random_inputs, Checked, Plan};
 pub use model::{Modeled, Nccl};
 
@@ -40,10 +39,10 @@ use crate::kernel::PallasCall;
 use crate::mesh::{Mesh, Placement};
 use crate::model::Traffic;
 use crate::sched::{run_steps, schedule, NoObserver, ScheduleSpec, Split};
+use crate::steer::{self, Attempt, Steering};
 use crate::trace::{derived_layout, TraceLayout};
 use crate::verify::{self, Report};
 use std::sync::Arc;
-use steer::{Attempt, Steering};
 
 /// The most work [`Job::vet`] takes on (ops over every device, times the devices: what
 /// the verifier's vector clocks cost): a tenth of a second or so, about what planning

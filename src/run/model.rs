@@ -144,7 +144,7 @@ impl Job {
         let (_, run) = match self.steering()? {
             // Traced while it runs on the model's clock: the order it times is the one
             // its reads see.
-            Some(s) => crate::run::steer::steer(&**s, &self.place().ring, |p, resume| {
+            Some(s) => crate::steer::steer(&**s, &self.place().ring, |p, resume| {
                 m.check_vmem(p)?;
                 Timed::new(p, m.clone())?.run_steps(resume)
             })?,

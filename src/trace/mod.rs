@@ -71,16 +71,16 @@ pub fn trace_program(name: &str, program: &Program, layout: &TraceLayout) -> Res
     build(name, program, layout, &sym.rows)
 }
 
-/// [`trace_program`] of a kernel traced while it runs ([`crate::run::steer`]): the
+/// [`trace_program`] of a kernel traced while it runs ([`crate::steer`]): the
 /// lockstep schedule it traces under is the one the table shows; `layout` gives the
 /// columns of the program it comes to.
 pub fn trace_steered(
     name: &str,
-    steering: &dyn crate::run::steer::Steering,
+    steering: &dyn crate::steer::Steering,
     mesh: &crate::Mesh,
     layout: impl Fn(&Program) -> TraceLayout,
 ) -> Result<Table> {
-    use crate::run::steer::{steer, Attempt};
+    use crate::steer::{steer, Attempt};
     let (program, rows) = steer(steering, mesh, |p, resume| {
         let mut sym = Symbolic::new(p);
         let mut policy = Lockstep::at_marks(p);

@@ -264,16 +264,16 @@ pub fn check_program(program: &Program, specs: &[ScheduleSpec]) -> Report {
     .expect("no schedule fails")
 }
 
-/// Checks a kernel traced while it runs ([`crate::run::steer`]) under each schedule in
+/// Checks a kernel traced while it runs ([`crate::steer`]) under each schedule in
 /// `specs`: each schedule traces the program its own reads lead to, and that run is
 /// checked as [`check_schedule`] checks one. A mistake found while tracing is a finding
 /// of the schedule that traced it.
 pub fn check_steered(
-    steering: &dyn crate::run::steer::Steering,
+    steering: &dyn crate::steer::Steering,
     mesh: &crate::Mesh,
     specs: &[ScheduleSpec],
 ) -> crate::Result<Report> {
-    use crate::run::steer::{steer, Attempt};
+    use crate::steer::{steer, Attempt};
     let one = |spec: ScheduleSpec| -> crate::Result<Vec<Problem>> {
         let traced = steer(steering, mesh, |p, resume| {
             let mut log = EventLog::for_program(p);

@@ -10,9 +10,10 @@ use super::Clock;
 use crate::array::DType;
 use crate::ir::{
     Allocation, Block, Cmp, DataOp, Dma, Layout, MemorySpace, Op, OpKind, OpSite, Program,
-    ReduceOp, SemInfo, SemKind, SemRef, SourceLoc, View, WaitKind,
+    ReduceOp, SemInfo, SemKind, SemRef, View, WaitKind,
 };
 use crate::sched::{observe, ScheduleSpec};
+use crate::source::SourceLoc;
 use proptest::prelude::*;
 use std::collections::HashMap;
 

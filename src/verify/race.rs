@@ -21,7 +21,8 @@ use super::sync::Facts;
 use super::uninit::{unwritten_outputs, UninitRead, UnwrittenOutput};
 use crate::error::{DeviceName, Site};
 use crate::ir::Written;
-use crate::ir::{AllocId, Block, Completion, OpSite, Program, SourceLoc, View};
+use crate::ir::{AllocId, Block, Completion, OpSite, Program, View};
+use crate::source::SourceLoc;
 use std::collections::HashMap;
 use std::fmt;
 
