@@ -59,6 +59,7 @@ from ._native import (
     TpusimError,
     UnsupportedError,
 )
+from ._plot import plot
 from ._step import trace_step
 from ._sweep import Sweep, SweepPoint, param, sweep
 from ._tools import repeat_suffix as _repeat
@@ -412,38 +413,6 @@ def bench(
         )
     )
     return _bench.save(results, out, plot)
-
-
-def plot(files, output):
-    """``tpusim plot``: draws bench results (busbw and time against size, a line per
-    collective and file) or one timeline (a lane per device track and link) to `output`
-    (``.svg`` or ``.png``). Each of `files` is a path (``tpusim bench --json``, a
-    ``timeline=`` file of :func:`model`), what :func:`bench` returned, or its rows.
-    Returns what was drawn, e.g. ``"9 lines"``."""
-    import json
-    import tempfile
-
-    if isinstance(files, (str, _os.PathLike, BenchResults)) or (
-        isinstance(files, list) and files and isinstance(files[0], dict)
-    ):
-        files = [files]
-    with tempfile.TemporaryDirectory(prefix="tpusim-plot-") as tmp:
-        paths = []
-        for i, f in enumerate(files):
-            if isinstance(f, BenchResults):
-                name = f.rows[0]["collective"] if len(files) == 1 and f.rows else f"results{i}"
-                p = _os.path.join(tmp, f"{name}.json")
-                with open(p, "w") as out:
-                    json.dump(f.json(), out)
-                f = p
-            elif isinstance(f, list):
-                name = f[0]["collective"] if len(files) == 1 and f else f"rows{i}"
-                p = _os.path.join(tmp, f"{name}.json")
-                with open(p, "w") as out:
-                    json.dump(f, out)
-                f = p
-            paths.append(_os.fspath(f))
-        return _native.plot(paths, _os.fspath(output))
 
 
 def random_inputs(name, mesh, shape, dtype="f32", seed=0):

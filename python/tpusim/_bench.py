@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from . import _hook, _native, _sweep, _tools, config
+from . import _hook, _native, _plot, _sweep, _tools, config
 from .results import BenchResults
 
 
@@ -239,9 +239,7 @@ def save(results, out, plot):
         out.write(json.dumps(results.json(), indent=2))
         results.json_path = str(out.path)
     if plot is not None:
-        from . import plot as draw
-
-        draw(results, plot)
+        _plot.plot(results, plot)
     return results
 
 

@@ -154,7 +154,7 @@ def top_k(ev, eqn, ins, avals, where):
     indices, the lower index first among equals. Element i's rank is the number of
     elements j that beat it (`x[j] > x[i]`, or equal with `j < i`); the t-th output is
     the element of rank t (NaNs: unspecified here)."""
-    from ._jaxpr import unsupported
+    unsupported = ev.unsupported
 
     x = ins[0]
     p = eqn.params
@@ -280,7 +280,7 @@ def tile(ev, eqn, ins, avals, where):
 @rule("roll")
 def roll(ev, eqn, ins, avals, where):
     """`pltpu.roll(x, shift, axis)`: `jnp.roll` (element i moves to i + shift)."""
-    from ._jaxpr import _concrete_int, unsupported
+    unsupported = ev.unsupported
 
     x, shift = ins[0], ins[1]
     p = eqn.params
@@ -288,7 +288,7 @@ def roll(ev, eqn, ins, avals, where):
         raise unsupported("roll(stride=...)", "strided rolls", where)
     axis = int(p["axis"]) % len(x.shape)
     n = x.shape[axis]
-    s = _concrete_int(shift, "the shift of `roll`", where) % n
+    s = ev.concrete_int(shift, "the shift of `roll`", where) % n
     if s == 0:
         return x
     r = len(x.shape)
@@ -308,7 +308,7 @@ def roll(ev, eqn, ins, avals, where):
 def pad(ev, eqn, ins, avals, where):
     """`lax.pad` with edge padding (no interior or negative padding): the padding
     value everywhere, the operand written over it."""
-    from ._jaxpr import unsupported
+    unsupported = ev.unsupported
 
     x, value = ins
     config = [tuple(int(c) for c in cfg) for cfg in eqn.params["padding_config"]]

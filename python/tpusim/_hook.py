@@ -312,10 +312,9 @@ def _vet(plan):
     ran), or, for a kernel too large to vet in a run, that ``check`` verifies it."""
     import sys
 
-    from . import _tools
     from .results import Report
 
-    title = _tools.call_title(plan)
+    title = plan.title()
     if title in _vetted:
         return
     _vetted.add(title)

@@ -814,6 +814,11 @@ _RULE_OF = {}
 class Evaluator:
     """Evaluates a jaxpr at one Point."""
 
+    # What the composed rules (``_compose``, below this module) raise and read through
+    # the evaluator they are given.
+    unsupported = staticmethod(unsupported)
+    concrete_int = staticmethod(_concrete_int)
+
     def __init__(self, plan, point):
         self.plan = plan
         self.p = point

@@ -310,6 +310,14 @@ class Plan:
             vmem_limit=spec.vmem_limit,
         )
 
+    def title(self):
+        """How reports name this call: its kernel, P, mesh and source line."""
+        s = self.spec
+        axes = "x".join(str(n) for _, n in s.axes) or "1"
+        if s.cores > 1:  # a core_map: the tpusim mesh's devices are the chips' cores
+            return f"{s.name} P={self.P // s.cores} ({axes}) x {s.cores} cores at {s.site[0]}:{s.site[1]}"
+        return f"{s.name} P={self.P} ({axes}) at {s.site[0]}:{s.site[1]}"
+
     def tracer(self):
         """A fresh trace of the kernel while it runs (one per run: each schedule's own),
         from the SMEM values the call starts with."""

@@ -24,15 +24,6 @@ class Results(list):
         return "\n".join(str(r) for r in self)
 
 
-def call_title(plan):
-    """How reports name a call: its kernel, P, mesh and source line."""
-    s = plan.spec
-    axes = "x".join(str(n) for _, n in s.axes) or "1"
-    if s.cores > 1:  # a core_map: the tpusim mesh's devices are the chips' cores
-        return f"{s.name} P={plan.P // s.cores} ({axes}) x {s.cores} cores at {s.site[0]}:{s.site[1]}"
-    return f"{s.name} P={plan.P} ({axes}) at {s.site[0]}:{s.site[1]}"
-
-
 def repeat_suffix(repeat):
     """A report title's note of `repeat` invocations back to back."""
     return f" --repeat {repeat}" if repeat != 1 else ""
@@ -40,7 +31,7 @@ def repeat_suffix(repeat):
 
 def check_plan(plan, schedules=200, seed=0, replay=None, repeat=1):
     r = plan.call.check(schedules, seed, replay, repeat)
-    return Report.from_dict(r, call_title(plan) + repeat_suffix(repeat))
+    return Report.from_dict(r, plan.title() + repeat_suffix(repeat))
 
 
 def check_calls(calls, p, schedules=200, seed=0, replay=None, repeat=1):
@@ -53,14 +44,14 @@ def check_calls(calls, p, schedules=200, seed=0, replay=None, repeat=1):
 def trace_plan(plan):
     shard = list(plan.inputs[0][2]) if plan.inputs else []
     t = Table.from_dict(plan.call.trace(shard, None))
-    t.title = call_title(plan)
+    t.title = plan.title()
     return t
 
 
 def model_plan(plan, preset="v5e", timeline=None, topology=None, **overrides):
     r = plan.call.model(preset, list(overrides.items()) or None, None, timeline is not None, topology)
     m = ModelRun.from_dict(r, timeline)
-    m.title = call_title(plan)
+    m.title = plan.title()
     return m
 
 
