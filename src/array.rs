@@ -3,6 +3,10 @@
 use crate::error::{Error, Result};
 use std::fmt;
 
+/// Elements per part when a conversion between element bytes and words is spread over
+/// the cores (smaller arrays convert on one).
+const CONVERT_PART: usize = 1 << 18;
+
 /// Element type of a ref or array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -140,6 +144,20 @@ impl DType {
     /// Elements as numpy and XLA hold them (`size()` bytes each, little-endian) into
     /// words as [`DType::bits_of`] stores them; `words.len()` elements.
     pub fn words_from_bytes(self, bytes: &[u8], words: &mut [u32]) {
+        use rayon::prelude::*;
+        let size = self.size();
+        if words.len() >= 2 * CONVERT_PART && rayon::current_num_threads() > 1 {
+            words
+                .par_chunks_mut(CONVERT_PART)
+                .zip(bytes.par_chunks(CONVERT_PART * size))
+                .for_each(|(w, b)| self.words_from_bytes_here(b, w));
+        } else {
+            self.words_from_bytes_here(bytes, words);
+        }
+    }
+
+    /// [`DType::words_from_bytes`] on this thread (loops the compiler vectorizes).
+    fn words_from_bytes_here(self, bytes: &[u8], words: &mut [u32]) {
         match self.size() {
             4 => {
                 for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -165,6 +183,20 @@ impl DType {
 
     /// [`DType::words_from_bytes`] backwards: words into `size()`-byte elements.
     pub fn bytes_from_words(self, words: &[u32], bytes: &mut [u8]) {
+        use rayon::prelude::*;
+        let size = self.size();
+        if words.len() >= 2 * CONVERT_PART && rayon::current_num_threads() > 1 {
+            bytes
+                .par_chunks_mut(CONVERT_PART * size)
+                .zip(words.par_chunks(CONVERT_PART))
+                .for_each(|(b, w)| self.bytes_from_words_here(w, b));
+        } else {
+            self.bytes_from_words_here(words, bytes);
+        }
+    }
+
+    /// [`DType::bytes_from_words`] on this thread.
+    fn bytes_from_words_here(self, words: &[u32], bytes: &mut [u8]) {
         match self.size() {
             4 => {
                 for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
@@ -433,6 +465,29 @@ mod tests {
         assert_eq!(DType::I8.value_of(w[0]), -2.0);
         DType::F16.words_from_bytes(&[0x00, 0x3c], &mut w);
         assert_eq!(DType::F16.value_of(w[0]), 1.0);
+    }
+
+    #[test]
+    fn large_arrays_convert_in_parts_as_each_element_alone() {
+        // Past two parts, with a ragged last one: the parallel path.
+        let n = 2 * CONVERT_PART + 1234;
+        for d in DType::ALL {
+            let words: Vec<u32> = (0..n).map(|i| d.bits_of((i % 97) as f64 - 48.0)).collect();
+            let mut bytes = vec![0u8; n * d.size()];
+            d.bytes_from_words(&words, &mut bytes);
+            for i in [0, 1, CONVERT_PART - 1, CONVERT_PART, n - 1] {
+                let mut one = vec![0u8; d.size()];
+                d.bytes_from_words(&words[i..i + 1], &mut one);
+                assert_eq!(
+                    &bytes[i * d.size()..(i + 1) * d.size()],
+                    &one[..],
+                    "{d} at {i}"
+                );
+            }
+            let mut back = vec![7u32; n];
+            d.words_from_bytes(&bytes, &mut back);
+            assert_eq!(back, words, "{d}");
+        }
     }
 
     #[test]

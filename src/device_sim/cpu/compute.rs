@@ -261,12 +261,33 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
     }
 }
 
+/// Elements of a 16-bit operand a reduction widens at a time.
+const WIDEN_RUN: usize = 1 << 14;
+
 fn reduce(op: Reduction, o: &Operand, axes: &[usize], src: &[u32], dt: DType, out: &mut [u32]) {
     let t = o.dtype;
     if t.is_float() {
-        let x = f32s(t, src);
         let mut acc = vec![0f32; out.len()];
-        reduce_f32(op, &x, &o.shape, axes, &mut acc);
+        let r = o.shape.len();
+        let k: usize = axes.iter().map(|&a| o.shape[a]).product();
+        let trailing = axes
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| a + axes.len() == r + i);
+        if t != DType::F32 && trailing && k > 0 && !axes.is_empty() {
+            // Groups of adjacent elements: widened a cache-sized run of groups at a
+            // time, not the whole operand at once.
+            let per = (WIDEN_RUN / k).max(1);
+            let mut x = vec![0u32; per.min(acc.len()) * k];
+            for (a, g) in acc.chunks_mut(per).zip(src.chunks(per * k)) {
+                let x = &mut x[..g.len()];
+                lanes::widen_all(t, g, x);
+                reduce_f32(op, bytemuck::cast_slice(x), &[a.len(), k], &[1], a);
+            }
+        } else {
+            let x = f32s(t, src);
+            reduce_f32(op, &x, &o.shape, axes, &mut acc);
+        }
         let acc: &[u32] = bytemuck::cast_slice(&acc);
         // Rounded once to a 16-bit dtype.
         let mut vals = vec![0u32; out.len()];

@@ -147,7 +147,11 @@ impl CpuExecutor {
         Ok(Box::new(CpuRun {
             program,
             schedule,
-            mem: Memory { table, bufs },
+            mem: Memory {
+                table,
+                bufs,
+                scratch: Default::default(),
+            },
             fused: Cow::Borrowed(&plan.fused),
             spare: Some(&plan.spare),
         }))
@@ -209,6 +213,8 @@ impl DerefMut for Buf<'_> {
 struct Memory<'a> {
     table: ir::Memory,
     bufs: Vec<Buf<'a>>,
+    /// What a fused region's run works in, reused.
+    scratch: region::Scratch,
 }
 
 /// Copies of at least this many words are spread over the cores.
@@ -248,21 +254,22 @@ impl Memory<'_> {
 
     /// Runs fused region `r`.
     fn region(&mut self, r: &Region) {
-        let places = region::Places {
-            inputs: r
-                .inputs
-                .iter()
-                .map(|i| self.place(&i.view) as *const u32)
-                .collect(),
-            outputs: r.outputs.iter().map(|o| self.place(&o.view)).collect(),
-        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let places = scratch.places();
+        for i in &r.inputs {
+            places.inputs.push(self.place(&i.view) as *const u32);
+        }
+        for o in &r.outputs {
+            places.outputs.push(self.place(&o.view));
+        }
         debug_assert!(r
             .outputs
             .iter()
             .all(|o| { !matches!(self.bufs[self.index(&o.view)], Buf::Read(_)) }));
         // SAFETY: each place is its view's first element in a live buffer, and the
         // fusion pass built `r` (outputs apart from inputs but in place).
-        unsafe { region::run(r, &places) }
+        unsafe { region::run(r, &mut scratch) };
+        self.scratch = scratch;
     }
 
     /// Runs compute op `c`: its sources are read whole before its destination is
@@ -603,6 +610,7 @@ fn own_memory<'a>(
             .map(|(_, a)| Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)))
             .collect::<Result<_>>()?,
         table,
+        scratch: Default::default(),
     };
     Ok(Box::new(CpuRun {
         program,

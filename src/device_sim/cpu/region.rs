@@ -20,9 +20,36 @@ const PARALLEL_ELEMS: usize = 1 << 16;
 
 /// Where a region's views are in memory: every input's first element (read only) and
 /// every output's (written), the views' own lengths as the region says.
+#[derive(Default)]
 pub(super) struct Places {
     pub(super) inputs: Vec<*const u32>,
     pub(super) outputs: Vec<*mut u32>,
+}
+
+/// The memory a region's run works in, kept from one region to the next so that a
+/// small region allocates nothing (a few small regions are all of a small collective's
+/// iteration, and allocating per region cost more than their arithmetic).
+#[derive(Default)]
+pub(super) struct Scratch {
+    places: Places,
+    regs: Vec<u32>,
+    in_place: Vec<bool>,
+    direct: Vec<Option<usize>>,
+    uses: Vec<usize>,
+    at: Vec<*const u32>,
+}
+
+// SAFETY: the pointers kept are those of the last region's run, never read again: every
+// run sets them before it reads them.
+unsafe impl Send for Scratch {}
+
+impl Scratch {
+    /// Where `r`'s views are, set by the caller for the next [`run`].
+    pub(super) fn places(&mut self) -> &mut Places {
+        self.places.inputs.clear();
+        self.places.outputs.clear();
+        &mut self.places
+    }
 }
 
 /// How each register of a region is had in a block, decided once per run.
@@ -31,9 +58,9 @@ struct Plan<'a> {
     places: &'a Places,
     /// Per register: read where its input is (a full 32-bit load that no output
     /// overlaps).
-    in_place: Vec<bool>,
+    in_place: &'a [bool],
     /// Per register: the output it is computed straight into (its only use).
-    direct: Vec<Option<usize>>,
+    direct: &'a [Option<usize>],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -43,65 +70,81 @@ struct Plan<'a> {
 unsafe impl Send for Plan<'_> {}
 unsafe impl Sync for Plan<'_> {}
 
-impl<'a> Plan<'a> {
-    fn new(r: &'a Region, places: &'a Places) -> Self {
-        let n = r.instrs.len();
-        let wide = |reg: usize| r.regs[reg].dtype.storage() == 4;
-        let overlaps_any_output =
-            |v: &crate::ir::View| r.outputs.iter().any(|o| o.view.overlaps(v));
-        let in_place = (0..n)
-            .map(|i| match r.instrs[i] {
-                Instr::Load(k) => {
-                    let input = &r.inputs[k];
-                    input.pattern == Pattern::Full && wide(i) && !overlaps_any_output(&input.view)
-                }
-                _ => false,
-            })
-            .collect();
-        let mut uses = vec![0usize; n];
-        for instr in &r.instrs {
-            for a in instr.args() {
-                uses[a] += 1;
-            }
+/// Decides, into `in_place` and `direct`, how each register of `r` is had.
+fn decide(
+    r: &Region,
+    in_place: &mut Vec<bool>,
+    direct: &mut Vec<Option<usize>>,
+    uses: &mut Vec<usize>,
+) {
+    let n = r.instrs.len();
+    let wide = |reg: usize| r.regs[reg].dtype.storage() == 4;
+    let overlaps_any_output = |v: &crate::ir::View| r.outputs.iter().any(|o| o.view.overlaps(v));
+    in_place.clear();
+    in_place.extend((0..n).map(|i| match r.instrs[i] {
+        Instr::Load(k) => {
+            let input = &r.inputs[k];
+            input.pattern == Pattern::Full && wide(i) && !overlaps_any_output(&input.view)
         }
-        for o in &r.outputs {
-            uses[o.reg] += 1;
-        }
-        let direct = (0..n)
-            .map(|i| {
-                let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
-                let k = r.outputs.iter().position(|o| o.reg == i)?;
-                let o = &r.outputs[k];
-                let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
-                let whole = o.view.len() == r.n;
-                (computed && uses[i] == 1 && wide(i) && !r.regs[i].uniform && apart && whole)
-                    .then_some(k)
-            })
-            .collect();
-        Plan {
-            r,
-            places,
-            in_place,
-            direct,
+        _ => false,
+    }));
+    uses.clear();
+    uses.resize(n, 0);
+    for instr in &r.instrs {
+        for a in instr.args() {
+            uses[a] += 1;
         }
     }
+    for o in &r.outputs {
+        uses[o.reg] += 1;
+    }
+    direct.clear();
+    direct.extend((0..n).map(|i| {
+        let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
+        let k = r.outputs.iter().position(|o| o.reg == i)?;
+        let o = &r.outputs[k];
+        let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
+        let whole = o.view.len() == r.n;
+        (computed && uses[i] == 1 && wide(i) && !r.regs[i].uniform && apart && whole).then_some(k)
+    }));
 }
 
-/// Runs `r` on the memory at `places`.
+/// Runs `r` on the memory at `scratch`'s places, in `scratch`'s memory.
 ///
 /// # Safety
-/// `places` holds, for each input and output of `r`, a pointer to its view's elements
+/// The places hold, for each input and output of `r`, a pointer to its view's elements
 /// (`view.len()` of them) that stays valid for the call; no output overlaps an input
 /// other than exactly, and then only an input read element for element
 /// ([`Pattern::Full`]), as the fusion pass builds regions.
-pub(super) unsafe fn run(r: &Region, places: &Places) {
+pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
     let arch = pulp::Arch::new();
-    let plan = Plan::new(r, places);
+    let Scratch {
+        places,
+        regs: template,
+        in_place,
+        direct,
+        uses,
+        at,
+    } = scratch;
+    decide(r, in_place, direct, uses);
+    let plan = Plan {
+        r,
+        places,
+        in_place,
+        direct,
+    };
+    // Every register's lanes are written before they are read: no zeroing.
+    if template.len() < r.nslots * BLOCK {
+        template.resize(r.nslots * BLOCK, 0);
+    }
+    let template = &mut template[..r.nslots * BLOCK];
+    at.clear();
+    at.resize(r.instrs.len(), std::ptr::null());
     // Uniform registers: once, into the register file every block starts from.
-    let mut template = vec![0u32; r.nslots * BLOCK];
     arch.dispatch(Prologue {
         plan: &plan,
-        regs: &mut template,
+        regs: template,
+        at,
     });
     // Uniform registers into one-element views, now: no block reads such a view (the
     // fusion pass keeps outputs apart from the inputs read in blocks).
@@ -118,19 +161,22 @@ pub(super) unsafe fn run(r: &Region, places: &Places) {
     let threads = rayon::current_num_threads();
     if r.n >= PARALLEL_ELEMS && threads > 1 {
         let per = blocks.div_ceil(threads * 4).max(8);
-        let plan = &plan;
+        let (plan, template) = (&plan, &*template);
         (0..blocks.div_ceil(per)).into_par_iter().for_each(|c| {
-            let mut regs = template.clone();
+            let mut regs = template.to_vec();
+            let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
             arch.dispatch(Blocks {
                 plan,
                 regs: &mut regs,
+                at: &mut at,
                 blocks: c * per..((c + 1) * per).min(blocks),
             });
         });
     } else {
         arch.dispatch(Blocks {
             plan: &plan,
-            regs: &mut template,
+            regs: template,
+            at,
             blocks: 0..blocks,
         });
     }
@@ -141,14 +187,14 @@ pub(super) unsafe fn run(r: &Region, places: &Places) {
 struct Prologue<'a> {
     plan: &'a Plan<'a>,
     regs: &'a mut [u32],
+    at: &'a mut [*const u32],
 }
 
 impl WithSimd for Prologue<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, _: S) {
-        let (r, regs) = (self.plan.r, self.regs);
-        let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
+        let (r, regs, at) = (self.plan.r, self.regs, self.at);
         for (i, instr) in r.instrs.iter().enumerate() {
             if !r.regs[i].uniform {
                 continue;
@@ -165,7 +211,7 @@ impl WithSimd for Prologue<'_> {
                     let out = regs[s * BLOCK..].as_mut_ptr();
                     // SAFETY: the slots of a uniform register and of its arguments are
                     // distinct buffers of the register file.
-                    unsafe { compute(r, instr, &at, out, BLOCK) };
+                    unsafe { compute(r, instr, at, out, BLOCK) };
                 }
             }
             at[i] = regs[s * BLOCK..].as_ptr();
@@ -177,6 +223,7 @@ impl WithSimd for Prologue<'_> {
 struct Blocks<'a> {
     plan: &'a Plan<'a>,
     regs: &'a mut [u32],
+    at: &'a mut [*const u32],
     blocks: Range<usize>,
 }
 
@@ -184,10 +231,9 @@ impl WithSimd for Blocks<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, _: S) {
-        let mut at = vec![std::ptr::null::<u32>(); self.plan.r.instrs.len()];
         for b in self.blocks {
             // SAFETY: `run`'s caller vouches for the places (the only way here).
-            unsafe { block(self.plan, self.regs, &mut at, b) };
+            unsafe { block(self.plan, self.regs, self.at, b) };
         }
     }
 }
