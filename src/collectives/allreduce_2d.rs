@@ -5,7 +5,7 @@
 //! coordinates `(x, y)`; each axis has its own capacity semaphore.
 
 use super::allreduce_torus::{
-    call_with as torus_call, capacity_of, chunk_layout, torus_allreduce_kernel, Handshakes,
+    call_with as torus_call, chunk_layout, torus_allreduce_kernel, Handshakes,
 };
 use super::ring_allreduce::ring_facts;
 use super::{Collective, Options, Span, Takes};
@@ -101,16 +101,7 @@ impl Collective for AllReduce2d {
     }
 
     fn call(&self, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<PallasCall> {
-        torus(mesh)?;
-        torus_call(
-            "allreduce_2d",
-            self.op,
-            Handshakes::RIGHT,
-            mesh,
-            shard,
-            dtype,
-            capacity_of,
-        )
+        build(self.op, Handshakes::RIGHT, mesh, shard, dtype)
     }
 }
 
@@ -121,14 +112,17 @@ pub(crate) fn call_with(
     shard: &[usize],
     dtype: DType,
 ) -> Result<PallasCall> {
+    build(ReduceOp::Sum, h, mesh, shard, dtype)
+}
+
+/// The torus all-reduce on `mesh`, whose axes must be x and y (or x alone).
+fn build(
+    op: ReduceOp,
+    h: Handshakes,
+    mesh: &Mesh,
+    shard: &[usize],
+    dtype: DType,
+) -> Result<PallasCall> {
     torus(mesh)?;
-    torus_call(
-        "allreduce_2d",
-        ReduceOp::Sum,
-        h,
-        mesh,
-        shard,
-        dtype,
-        capacity_of,
-    )
+    torus_call("allreduce_2d", op, h, mesh, shard, dtype)
 }

@@ -145,14 +145,8 @@ pub(crate) fn torus_allreduce_kernel(
 }
 
 /// The grid spec of a torus all-reduce named `name` on `mesh`, whose axes are each a
-/// ring; capacity semaphores named by `capacity`, one per axis.
-pub(crate) fn spec(
-    name: &str,
-    mesh: &Mesh,
-    shard: &[usize],
-    dtype: DType,
-    capacity: &dyn Fn(&str) -> String,
-) -> Result<GridSpec> {
+/// ring with its capacity semaphore ([`capacity_of`]).
+fn spec(name: &str, mesh: &Mesh, shard: &[usize], dtype: DType) -> Result<GridSpec> {
     let sizes: Vec<usize> = mesh.axes().iter().map(|a| a.1).collect();
     let p = mesh.size();
     let n: usize = shard.iter().product();
@@ -172,7 +166,7 @@ pub(crate) fn spec(
         .dma_sem("send_sem")
         .dma_sem("recv_sem");
     for (a, _) in mesh.axes() {
-        spec = spec.regular_sem(&capacity(a));
+        spec = spec.regular_sem(&capacity_of(a));
     }
     Ok(spec
         .vmem("vmem_recv", &[n / first], dtype)
@@ -188,14 +182,15 @@ pub(crate) fn call_with(
     mesh: &Mesh,
     shard: &[usize],
     dtype: DType,
-    capacity: fn(&str) -> String,
 ) -> Result<PallasCall> {
     let axes: Vec<String> = mesh.axes().iter().map(|a| a.0.clone()).collect();
+    // Named once, not at each of the P x steps calls of the kernel.
+    let names: Vec<String> = axes.iter().map(|x| capacity_of(x)).collect();
     Ok(PallasCall::new(
         name,
-        spec(name, mesh, shard, dtype, &capacity)?,
+        spec(name, mesh, shard, dtype)?,
         move |pl, a| {
-            let capacity: Vec<Sem> = axes.iter().map(|x| a.sem(capacity(x).as_str())).collect();
+            let capacity: Vec<Sem> = names.iter().map(|x| a.sem(x.as_str())).collect();
             torus_allreduce_kernel(
                 pl,
                 op,
@@ -270,7 +265,6 @@ impl Collective for AllReduceTorus {
             mesh,
             shard,
             dtype,
-            capacity_of,
         )
     }
 }
