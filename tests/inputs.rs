@@ -189,7 +189,7 @@ fn every_bad_input_is_a_clear_exit_two() {
         ("18 apply, output a directory", apply(&ok, &f.path("a_directory")), no_env.clone(), vec!["cannot write result to", "a_directory", "is a directory"]),
         ("19 apply, input a directory", apply(&f.path("a_directory"), &out), no_env.clone(), vec!["cannot read input", "is a directory"]),
         // The doubtful ones.
-        ("check a shape no run could hold", s(&["check", "psum", "--shape", "100000000x100000"]), no_env.clone(), vec!["not enough memory", "the data a run of this shape holds", "largest shard that fits"]),
+        ("check a shape beyond the race checker", s(&["check", "psum", "--shape", "100000000x100000"]), no_env.clone(), vec!["an allocation of 2.0e13 elements", "beyond what the race checker supports"]),
         ("check --list-variants extra", s(&["check", "--list-variants", "extra"]), no_env.clone(), vec!["cannot be used with"]),
         // The classes behind them: scale.
         ("all_gather's P x P output", s(&["run", "all_gather", "-p", "100000", "--backend", "cpu"]), no_env.clone(), vec!["not enough memory", largest_p]),

@@ -172,8 +172,8 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
     order); returns XLA's result per device (with `all_outputs`, every output ref of the
     kernel per device, e.g. psum's ``o_ref`` and ``hbm_buf``). On a multi-axis `mesh` a
     ring collective runs along `axis` (default ``"x"``; ``"x,y"``: one ring through
-    both), every group of devices an independent ring; ``allreduce_2d`` runs on the
-    whole mesh."""
+    both), every group of devices an independent ring; ``allreduce_2d`` and
+    ``allreduce_torus`` run on the whole mesh."""
     mesh = _mesh(mesh, len(inputs))
     per = [_arrays([d]) for d in inputs]
     out = _native.collective_run(
@@ -195,7 +195,7 @@ def run(name, inputs, *, mesh=None, axis=None, op="sum", perm=None, backend=None
     return _like(out if all_outputs else [d[0] for d in out], inputs)
 
 
-_ALL_REDUCES = {"psum", "ring_allreduce", "ring_allreduce_push", "allreduce_2d"}
+_ALL_REDUCES = {"psum", "ring_allreduce", "ring_allreduce_push", "allreduce_2d", "allreduce_torus"}
 
 
 def shard_map(

@@ -22,6 +22,8 @@ pub struct Census {
     pub pooled_bytes: f64,
     /// Elements of every allocation of one device.
     pub alloc_elems: f64,
+    /// Elements of the largest allocation.
+    pub largest_alloc: f64,
     /// Bytes of one device's input operands as host arrays hold them (a 32-bit word per
     /// element, whatever the dtype).
     pub input_bytes: f64,
@@ -70,6 +72,7 @@ impl Census {
             alloc_bytes: 0.0,
             pooled_bytes: 0.0,
             alloc_elems: 0.0,
+            largest_alloc: 0.0,
             input_bytes: 0.0,
             output_bytes: 0.0,
             copies: 0.0,
@@ -79,6 +82,7 @@ impl Census {
         let mut alloc = |elems: f64, size: usize| {
             let bytes = elems * size as f64;
             c.alloc_elems += elems;
+            c.largest_alloc = c.largest_alloc.max(elems);
             c.alloc_bytes += bytes;
             c.pooled_bytes += pooled(bytes);
             bytes
@@ -153,6 +157,7 @@ impl Census {
         for (dtype, elems) in frame.temps.borrow().allocations() {
             let bytes = elems as f64 * dtype.storage() as f64;
             self.alloc_elems += elems as f64;
+            self.largest_alloc = self.largest_alloc.max(elems as f64);
             self.alloc_bytes += bytes;
             self.pooled_bytes += pooled(bytes);
         }
@@ -193,6 +198,7 @@ impl Census {
             alloc_bytes: sum(&|c| c.alloc_bytes),
             pooled_bytes: sum(&|c| c.pooled_bytes),
             alloc_elems: sum(&|c| c.alloc_elems),
+            largest_alloc: parts.iter().map(|c| c.largest_alloc).fold(0.0, f64::max),
             input_bytes: parts.first().map_or(0.0, |c| c.input_bytes),
             output_bytes: parts.last().map_or(0.0, |c| c.output_bytes),
             copies: sum(&|c| c.copies),

@@ -18,6 +18,10 @@ pub use crate::mesh::MAX_DEVICES;
 /// clocks are 32-bit counters.
 pub const MAX_OPS_PER_DEVICE: f64 = (u32::MAX - 1) as f64;
 
+/// The most elements of one allocation `check` supports: the race checker holds an
+/// access's element bounds in 32 bits.
+pub const MAX_CHECKED_ELEMENTS: f64 = u32::MAX as f64;
+
 /// A command's work on a kernel, at the P asked for and, for the search of what would
 /// fit, at any other P.
 pub struct Request<'a> {
@@ -256,6 +260,20 @@ pub fn ensure_fits_within(
         seconds: time_limit.seconds,
     };
     let limit = limits.memory;
+    if matches!(req.work, Work::Check { .. }) {
+        let (calls, _) = (req.build)(p)?;
+        let largest = calls
+            .iter()
+            .map(|c| Census::of_spec(c, p).largest_alloc)
+            .fold(0.0, f64::max);
+        if largest > MAX_CHECKED_ELEMENTS {
+            return Err(Error::TooLarge(format!(
+                "{}: an allocation of {} elements is beyond what the race checker supports (at most {MAX_CHECKED_ELEMENTS} elements an allocation)",
+                req.what,
+                count(largest)
+            )));
+        }
+    }
     if p > MAX_DEVICES {
         let largest = largest_p(req, MAX_DEVICES + 1, limits, &Samples::default());
         return Err(Error::TooLarge(format!(

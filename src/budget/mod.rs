@@ -20,8 +20,8 @@ mod time;
 
 pub use census::{Census, Traced};
 pub use fit::{
-    ensure_fits, ensure_fits_in, ensure_fits_within, ranks_needed, Request, Share, MAX_DEVICES,
-    MAX_OPS_PER_DEVICE,
+    ensure_fits, ensure_fits_in, ensure_fits_within, ranks_needed, Request, Share,
+    MAX_CHECKED_ELEMENTS, MAX_DEVICES, MAX_OPS_PER_DEVICE,
 };
 pub use host_devices::ensure_host_devices_fit;
 pub use memory::{available, meminfo_available, Available, LIMIT_VAR};

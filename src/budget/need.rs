@@ -41,8 +41,8 @@ pub enum Work {
         /// A timeline is kept.
         timeline: bool,
     },
-    /// `check`: the race checker under one schedule at a time. It holds no data, but
-    /// only shapes a run could hold are checked, so the buffers count as on the host.
+    /// `check`: the race checker under one schedule at a time. It holds no data (an
+    /// allocation of up to [`crate::budget::MAX_CHECKED_ELEMENTS`] elements costs what a small one does).
     Check {
         /// Schedules asked for, run one after the other (each a whole run of the
         /// kernel).
@@ -157,13 +157,27 @@ const ACCESS_BYTES: f64 = 64.0;
 const VEC_BYTES: f64 = 24.0;
 /// Bytes of one event of the verifier's log.
 const EVENT_BYTES: f64 = size_of::<crate::verify::Entry>() as f64;
-/// Bytes per credit in the check: its fact (8), its id, clock component and running
-/// total in its semaphore's list (16) and the race checker's mark (4).
-const CREDIT_BYTES: f64 = 28.0;
-/// Bytes per wait in the check: its fact (8) and the fixpoint's answer, old and new (8).
-const WAIT_BYTES: f64 = 16.0;
+/// Bytes per credit in the check: its fact (12), its DMA side in the race checker (4),
+/// its id, clock component and running total in its semaphore's sorted list (16), its
+/// id while that list is built (4) and its clock's handle while it waits for a join (4,
+/// amortized).
+const CREDIT_BYTES: f64 = 40.0;
+/// Bytes per wait in the check: its fact (8) and the fixpoint's answer, old, new and
+/// their meet (12), and its place in the replay's records (4).
+const WAIT_BYTES: f64 = 24.0;
 /// Bytes per DMA in the race checker: a wait ordered after each of its two completions.
 const DMA_MARK_BYTES: f64 = 16.0;
+/// Bytes per semaphore slot some credit reaches, in the check: its entry in the
+/// fixpoint's map of sorted credit lists (a 104-byte entry, three vectors' heap blocks)
+/// and in the race checker's map of DMA sides, each map up to half empty as it grows.
+/// Slots nothing credits cost nothing there (a kernel may declare P² semaphores per
+/// device and credit a few: seed 003's signal matrix).
+const CREDITED_SLOT_BYTES: f64 = 384.0;
+/// Vector clocks of P counters alive at once in a replay, per device beyond its own:
+/// the copies its credits and DMA starts hold until a wait joins them, shared with the
+/// device's clock until it learns something (measured: at most 1.25 over every
+/// shipped collective and schedule policy at P = 16 and 64; counted as 2).
+const CLOCK_COPIES_PER_DEVICE: f64 = 2.0;
 
 /// The memory a command needs (the default: nothing counted).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -275,14 +289,9 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             }
         }
         Work::Model { timeline } => cost_model(&mut host, ops, timeline),
-        Work::Check { .. } => {
-            host("race checker", checker(c, &t, data_ops), Scales::Program);
-            host(
-                "the data a run of this shape holds",
-                host_data + p * c.alloc_elems * HOST_WORD,
-                Scales::Data,
-            );
-        }
+        // A check holds no data: its program names views, its race checker runs of
+        // elements.
+        Work::Check { .. } => host("race checker", checker(c, &t, data_ops), Scales::Program),
         Work::Trace => host("step table", step_table(c, &t), Scales::Program),
         Work::Bench {
             buffers,
@@ -394,26 +403,27 @@ fn executor(
 }
 
 /// The check of one run: its records, from the sizes of the verifier's structures (the
-/// event log; per credit its fact, its place in the fixpoint's per-semaphore lists and
-/// the race checker's mark; per wait its fact and the fixpoint's two answers; per DMA
-/// the waits ordered after its two completions), a vector clock per device and per
-/// semaphore slot (4 bytes a device), and the shadow accesses (one live per data op of
-/// a device, at most). Measured peak RSS of `tpusim check psum --replay eager` at
-/// P = 256, 512 and 1024 is about 0.7 of the whole need (check holds no data or
-/// schedule, so those parts are margin).
+/// event log; per credit and wait their facts and answers; per DMA the waits ordered
+/// after its two completions; per credited semaphore slot its lists), a vector clock
+/// of P 4-byte counters per device and the copies its credits and DMA starts keep
+/// ([`CLOCK_COPIES_PER_DEVICE`], at most one per credit or DMA of the device), and the
+/// shadow accesses (one live per data op of a device, at most). Unsampled (no traced
+/// counts) only the device clocks and the records of the spec's copies remain: a lower
+/// bound.
 fn checker(c: &Census, t: &Traced, data_ops: f64) -> f64 {
     let p = c.devices;
     let credits = p * (t.signals + 2.0 * t.dmas);
     let waits = p * (t.ops - t.dmas - t.computes - t.signals - t.marks).max(0.0);
     let events = p * (t.ops + 2.0 * t.dmas + 1.0 + c.copies);
-    let slots = p * c.sem_slots;
+    let credited = credits.min(p * c.sem_slots);
     let clock = 4.0 * p + 2.0 * VEC_BYTES;
+    let copies = CLOCK_COPIES_PER_DEVICE.min(t.signals + t.dmas);
     let records = events * EVENT_BYTES
         + credits * CREDIT_BYTES
         + waits * WAIT_BYTES
         + p * t.dmas * DMA_MARK_BYTES
-        + slots * 6.0 * VEC_BYTES;
-    records + (p + slots) * clock + data_ops * ACCESS_BYTES
+        + credited * CREDITED_SLOT_BYTES;
+    records + p * (1.0 + copies) * clock + data_ops * ACCESS_BYTES
 }
 
 /// The symbolic executor's memory and a snapshot per row, each element holding the
@@ -439,4 +449,83 @@ const CHUNK_WORDS: usize = 1 << 20;
 /// devices (`crate::run`'s data): the budget counts a chunk of every device.
 pub fn chunk_words(devices: usize) -> usize {
     (CHUNK_WORDS * 8 / devices.max(1)).clamp(1024, CHUNK_WORDS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectives::Registry;
+    use crate::mesh::Mesh;
+    use crate::DType;
+
+    /// The sampled census of collective `name` at P devices on a ring, with `shape`,
+    /// and the lowered program's ops and DMAs (the independent figures).
+    fn counted(name: &str, p: usize, shape: &[usize]) -> (Census, f64, f64) {
+        let mesh = Mesh::new(p, "x").unwrap();
+        let call = Registry::builtin()
+            .by_name(name)
+            .unwrap()
+            .call(&mesh, shape, DType::F32)
+            .unwrap();
+        let mut c = Census::of_spec(&call, p);
+        c.sample(&call, &mesh);
+        let program = call.lower(&mesh).unwrap();
+        (c, program.op_count() as f64, program.dmas.len() as f64)
+    }
+
+    fn check() -> Work {
+        Work::Check {
+            schedules: 1,
+            deterministic: false,
+        }
+    }
+
+    fn part(n: &Need, name: &str) -> f64 {
+        n.parts
+            .iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.bytes)
+            .sum()
+    }
+
+    /// A check holds no data: its need does not grow with the shard.
+    #[test]
+    fn a_check_counts_no_data() {
+        let (small, _, _) = counted("psum", 8, &[8, 128]);
+        let (large, _, _) = counted("psum", 8, &[65536, 4096]);
+        assert!(large.input_bytes > 1e5 * small.input_bytes);
+        let (a, b) = (need(&small, check()), need(&large, check()));
+        assert_eq!(a.host_scaling(Scales::Data), 0.0, "{a:?}");
+        assert_eq!(a.host(), b.host());
+        // A run of the large shape does hold its data.
+        let run = Work::Run {
+            buffers: Buffers::Host,
+            gpu: false,
+            model: false,
+            timeline: false,
+            chunked: false,
+        };
+        assert!(need(&large, run).host() > 8.0 * large.input_bytes);
+    }
+
+    /// The race checker's records grow with what the run does (its ops and DMAs) and
+    /// its clocks with P² (a few of P counters per device), not with the semaphores a
+    /// kernel declares: seed 003's ring declares 2(P−1)·P per device and uses 2(P−1).
+    #[test]
+    fn the_race_checker_grows_with_the_run_not_the_declared_semaphores() {
+        for name in ["ring_allreduce", "psum", "all_gather"] {
+            for p in [4usize, 16, 48] {
+                let shape = Registry::builtin().by_name(name).unwrap().default_shape(p);
+                let (c, ops, dmas) = counted(name, p, &shape);
+                let bytes = part(&need(&c, check()), "race checker");
+                let q = p as f64;
+                // Per op or DMA, less than the size of its records (a few hundred
+                // bytes), and per device at most four clocks of P counters.
+                let bound = 512.0 * (ops + dmas) + 4.0 * q * (4.0 * q + 64.0);
+                assert!(bytes <= bound, "{name} P={p}: {bytes} > {bound}");
+                // At least every device's clock.
+                assert!(bytes >= q * 4.0 * q, "{name} P={p}: {bytes}");
+            }
+        }
+    }
 }

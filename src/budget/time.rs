@@ -409,6 +409,7 @@ mod tests {
             alloc_bytes: 4096.0,
             pooled_bytes: 4096.0,
             alloc_elems: 1024.0,
+            largest_alloc: 1024.0,
             input_bytes: 4096.0,
             output_bytes: 4096.0,
             copies: 0.0,

@@ -3,7 +3,7 @@
 //! `tpusim::cli::main_with`.
 
 use super::{
-    AllGather, AllGatherBidir, AllGatherMatmul, AllReduce2d, AllToAll, Collective,
+    AllGather, AllGatherBidir, AllGatherMatmul, AllReduce2d, AllReduceTorus, AllToAll, Collective,
     MatmulReduceScatter, Options, Ppermute, Psum, PsumScatter, RingAllReduce, RingAllReducePush,
 };
 use crate::error::{Error, Result};
@@ -35,6 +35,7 @@ impl Registry {
             Arc::new(AllGatherBidir),
             Arc::new(AllToAll),
             Arc::new(AllReduce2d { op: ReduceOp::Sum }),
+            Arc::new(AllReduceTorus { op: ReduceOp::Sum }),
             Arc::new(AllGatherMatmul),
             Arc::new(MatmulReduceScatter),
         ];

@@ -111,7 +111,7 @@ fn within_one() -> Vec<Variant> {
             devices: 3,
             build: |mesh, shard, dtype| {
                 let h = Handshakes2d {
-                    barrier_y: false,
+                    barrier_every_axis: false,
                     ..Handshakes2d::RIGHT
                 };
                 call_with(h, mesh, shard, dtype)

@@ -16,7 +16,6 @@ use crate::ir::Program;
 /// and entry violations of the replay under those orders that some schedule really has
 /// (each replay checks as it goes, so a run whose first guess holds is replayed once).
 pub fn check(p: &Program, log: &[Entry], reach: &mut Reach<'_>) -> Findings {
-    let slots = p.layout.sem_table().len(p.devices);
     let (waits, credits) = tally(p, log);
     let mut orders = Orders::all(waits);
     loop {
@@ -24,7 +23,7 @@ pub fn check(p: &Program, log: &[Entry], reach: &mut Reach<'_>) -> Findings {
         let mut pass = (facts, RaceChecker::new(p, &orders, log));
         replay(p, log, &orders, &mut pass);
         let (facts, checker) = pass;
-        let next = facts.decide(slots).meet(&orders);
+        let next = facts.decide().meet(&orders);
         if next == orders {
             let found = checker.finish(&facts, reach);
             if found.refuted.is_empty() {

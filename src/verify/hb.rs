@@ -190,7 +190,6 @@ pub fn replay(p: &Program, log: &[Entry], orders: &Orders, sink: &mut dyn Sink) 
     let mut rel = Released {
         devices: n,
         keep: orders.kept().collect(),
-        pending: (0..n * sems).map(|_| Pending::default()).collect(),
         ..Released::default()
     };
     let mut waits = 0usize;
@@ -364,8 +363,9 @@ const RECENT: usize = if cfg!(test) { 2 } else { 16 };
 struct Released {
     devices: usize,
     keep: HashSet<usize>,
-    /// Per semaphore slot.
-    pending: Vec<Pending>,
+    /// Per semaphore slot credited so far (a kernel may declare P² semaphores per
+    /// device and use a few of them: seed 003's signal matrix).
+    pending: IdMap<u32, Pending>,
     kept: IdMap<usize, Clock>,
     next: usize,
 }
@@ -383,18 +383,19 @@ impl Released {
     /// slot are its device's, and a device's clock only grows, so the credits an
     /// earlier such wait joined are in it already; so is a clock `d` itself had.
     fn join_all(&mut self, slot: usize, clock: &mut Clock, d: usize) {
-        let p = &mut self.pending[slot];
+        // Dropped once joined: a slot holds clocks only while credits wait on it.
+        let Some(p) = self.pending.remove(&small(slot)) else {
+            return;
+        };
         for c in p.folded.iter().chain(&p.recent) {
             if c.owner() != Some(d) {
                 clock.join(c);
             }
         }
-        p.folded = None;
-        p.recent.clear();
     }
 
     fn credit(&mut self, c: Credit, clock: &Clock, sink: &mut dyn Sink) {
-        let p = &mut self.pending[c.slot()];
+        let p = self.pending.entry(c.slot).or_default();
         if p.recent.len() == RECENT {
             let folded = p.folded.get_or_insert_with(|| Clock::new(self.devices));
             for r in p.recent.drain(..) {

@@ -22,6 +22,7 @@ use super::uninit::{unwritten_outputs, UninitRead, UnwrittenOutput};
 use crate::error::{DeviceName, Site};
 use crate::ir::Written;
 use crate::ir::{AllocId, Block, Completion, OpSite, Program, View};
+use crate::sched::ids::IdMap;
 use crate::source::SourceLoc;
 use std::collections::HashMap;
 use std::fmt;
@@ -165,8 +166,9 @@ pub struct RaceChecker<'a> {
     credit_dma: Vec<u32>,
     /// The waits ordered after each DMA side's completion.
     joined: Joined,
-    /// Per semaphore slot: DMA sides credited since the last wait that joined them all.
-    since_all: Vec<Vec<DmaSide>>,
+    /// Per semaphore slot credited by a DMA: its DMA sides credited since the last wait
+    /// that joined them all.
+    since_all: IdMap<u32, Vec<DmaSide>>,
     /// Per allocation of every device: the accesses kept.
     shadow: Vec<Shadow<Access>>,
     found: Vec<Found>,
@@ -296,7 +298,7 @@ impl<'a> RaceChecker<'a> {
             log,
             credit_dma: Vec::new(),
             joined: Joined::default(),
-            since_all: vec![Vec::new(); p.devices * p.layout.sems.len()],
+            since_all: IdMap::default(),
             shadow: vec![Shadow::default(); p.devices * p.layout.allocs.len()],
             found: Vec::new(),
             early: Vec::new(),
@@ -581,7 +583,7 @@ impl Sink for RaceChecker<'_> {
         });
         self.credit_dma.push(side);
         if let Some(side) = c.dma_side() {
-            self.since_all[c.slot()].push(side);
+            self.since_all.entry(c.slot).or_default().push(side);
         }
     }
 
@@ -591,8 +593,10 @@ impl Sink for RaceChecker<'_> {
         match self.orders.get(ordinal) {
             Join::All => {
                 // Drained in place: the slot's vector keeps its room for the next credits.
-                for side in self.since_all[w.slot()].drain(..) {
-                    self.joined.push(Joined::index(side), mark.0, mark.1);
+                if let Some(sides) = self.since_all.get_mut(&w.slot) {
+                    for side in sides.drain(..) {
+                        self.joined.push(Joined::index(side), mark.0, mark.1);
+                    }
                 }
             }
             Join::Some(ids) => {

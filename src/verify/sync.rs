@@ -23,6 +23,7 @@ use super::orders::{Join, Orders, CLOCK_ONLY};
 use super::Clock;
 use crate::ir::Program;
 use crate::sched::credits::Credits;
+use crate::sched::ids::IdMap;
 use std::collections::HashMap;
 
 /// Credits and waits of one replay. Each keeps only what the replay alone knows (its
@@ -53,7 +54,8 @@ impl Sink for Facts<'_> {
     }
 }
 
-/// Per semaphore slot: its credits sorted by `comp`, with running totals.
+/// Per semaphore slot credited in the run: its credits sorted by `comp`, with running
+/// totals, and what the waits on it so far consumed and could count on.
 struct SlotCredits {
     /// Credit ids, by increasing `comp` (32 bits: a run has millions).
     ids: Vec<u32>,
@@ -63,6 +65,10 @@ struct SlotCredits {
     total: Vec<u64>,
     /// Index in `ids` of the first `set` credit (`ids.len()` if none).
     first_set: usize,
+    /// Amount the decrementing waits on the slot so far consumed.
+    consumed: u64,
+    /// How many of `comps` the slot's last wait could count on ([`below`]).
+    cursor: usize,
 }
 
 /// The number of the sorted `comps` below `pos`. `at` holds that number for the
@@ -106,14 +112,18 @@ impl<'a> Facts<'a> {
         wait_at(self.p, self.log, at, pos)
     }
 
-    /// Per semaphore slot (of `slots`), its credits.
-    fn by_slot(&self, slots: usize) -> Vec<SlotCredits> {
-        let mut m: Vec<Vec<u32>> = vec![Vec::new(); slots];
+    /// Per semaphore slot credited in the run, its credits (a kernel may declare P²
+    /// semaphores per device and credit a few of them: seed 003's signal matrix).
+    fn by_slot(&self) -> IdMap<u32, SlotCredits> {
+        let mut m: IdMap<u32, Vec<u32>> = IdMap::default();
         for id in 0..self.credits.len() {
-            m[self.credit(id).slot()].push(u32::try_from(id).expect("fewer than 2^32 credits"));
+            let slot = self.credit(id).slot;
+            m.entry(slot)
+                .or_default()
+                .push(u32::try_from(id).expect("fewer than 2^32 credits"));
         }
         m.into_iter()
-            .map(|mut ids| {
+            .map(|(slot, mut ids)| {
                 ids.sort_by_key(|&i| self.credits[i as usize].1);
                 let mut total = Vec::with_capacity(ids.len() + 1);
                 total.push(0);
@@ -126,12 +136,15 @@ impl<'a> Facts<'a> {
                     }
                 }
                 let comps = ids.iter().map(|&i| self.credits[i as usize].1).collect();
-                SlotCredits {
+                let s = SlotCredits {
                     first_set: first_set.unwrap_or(ids.len()),
                     ids,
                     comps,
                     total,
-                }
+                    consumed: 0,
+                    cursor: 0,
+                };
+                (slot, s)
             })
             .collect()
     }
@@ -144,23 +157,24 @@ impl<'a> Facts<'a> {
         })
     }
 
-    /// What each wait is ordered after, given the happens-before these facts came from
-    /// (`slots`: the number of semaphore slots).
-    pub(super) fn decide(&self, slots: usize) -> Orders {
-        let by_slot = self.by_slot(slots);
-        let mut consumed = vec![0u64; slots];
-        let mut cursor = vec![0usize; slots];
+    /// What each wait is ordered after, given the happens-before these facts came from.
+    pub(super) fn decide(&self) -> Orders {
+        let mut by_slot = self.by_slot();
         let mut orders = Orders::default();
         for i in 0..self.waits.len() {
             let w = &self.wait(i);
+            let Some(s) = by_slot.get_mut(&w.slot) else {
+                // Nothing credits the slot: the wait is ordered after nothing.
+                orders.push(Join::Nothing);
+                continue;
+            };
             let need = if w.decrement {
-                consumed[w.slot()] += w.amount;
-                consumed[w.slot()]
+                s.consumed += w.amount;
+                s.consumed
             } else {
                 w.amount
             };
-            let s = &by_slot[w.slot()];
-            let k = below(&s.comps, w.pos, &mut cursor[w.slot()]);
+            let k = below(&s.comps, w.pos, &mut s.cursor);
             let forced = self.forced(s, k, w, need);
             orders.push(match &forced {
                 None => Join::All,
