@@ -41,27 +41,27 @@ X = jax.ShapeDtypeStruct((N, N), jnp.float32)
 
 @pytest.mark.parametrize("trips", [4, 16])
 def test_a_loops_temporaries_count_once(trips):
-    # Live at once, by hand: the two VMEM operands, and in an iteration the product t,
-    # the load of o_ref and the sum (x's load dies into the product): 5 arrays, whatever
-    # the trip count (counting every iteration's would be 2 + 3 x trips).
-    need = 5 * ARRAY
+    # Live at once, by hand: the two VMEM operands, and in an iteration the product t
+    # and the sum (the loads of x_ref and o_ref are those refs' bytes): 4 arrays,
+    # whatever the trip count (counting every iteration's would be 2 + 2 x trips).
+    need = 4 * ARRAY
     r = tpusim.model(looped(trips), X, preset="v5p", vmem_bytes=need)
     assert r[0].seconds > 0
     with pytest.raises(tpusim.LimitError) as e:
         tpusim.model(looped(trips), X, preset="v5p", vmem_bytes=need - 1)
-    assert f"values live at once {3 * ARRAY} B" in str(e.value)
+    assert f"values live at once {2 * ARRAY} B" in str(e.value)
     assert f"needs {need} bytes" in str(e.value)
 
 
 def test_the_kernels_vmem_limit_bytes_is_honoured():
-    ok = tpusim.model(looped(4, vmem_limit_bytes=5 * ARRAY), X, preset="v5p")
+    ok = tpusim.model(looped(4, vmem_limit_bytes=4 * ARRAY), X, preset="v5p")
     assert ok[0].seconds > 0
     with pytest.raises(tpusim.LimitError) as e:
-        tpusim.model(looped(4, vmem_limit_bytes=5 * ARRAY - 1), X, preset="v5p")
+        tpusim.model(looped(4, vmem_limit_bytes=4 * ARRAY - 1), X, preset="v5p")
     assert "its vmem_limit_bytes" in str(e.value)
     # A limit above the chip's is held to the chip's VMEM.
     with pytest.raises(tpusim.LimitError) as e:
-        tpusim.model(looped(4, vmem_limit_bytes=1 << 40), X, preset="v5p", vmem_bytes=4 * ARRAY)
+        tpusim.model(looped(4, vmem_limit_bytes=1 << 40), X, preset="v5p", vmem_bytes=3 * ARRAY)
     assert "on v5p" in str(e.value)
 
 

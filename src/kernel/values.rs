@@ -293,8 +293,15 @@ macro_rules! unary_fns {
 impl<'a> Ctx<'a> {
     /// Storage for a fresh value of `shape` and `dtype`.
     fn fresh(&self, shape: &[usize], dtype: DType) -> Operand {
+        self.fresh_as(shape, dtype, false)
+    }
+
+    /// Storage for a fresh value; `loaded`: a value loaded from a ref (see [`Temps`]).
+    ///
+    /// [`Temps`]: super::temps::Temps
+    fn fresh_as(&self, shape: &[usize], dtype: DType, loaded: bool) -> Operand {
         let len: usize = shape.iter().product();
-        let (alloc, offset) = self.temps.borrow_mut().take(dtype, len);
+        let (alloc, offset) = self.temps.borrow_mut().take(dtype, len, loaded);
         Operand {
             view: View::new(self.device, alloc, offset, len),
             shape: shape.to_vec(),
@@ -337,6 +344,22 @@ impl<'a> Ctx<'a> {
     where
         'a: 'c,
     {
+        self.compute_as(kind, srcs, shape, dtype, site, false)
+    }
+
+    /// [`Ctx::compute_at`]; `loaded`: the result is a value loaded from a ref.
+    fn compute_as<'c>(
+        &'c self,
+        kind: ComputeKind,
+        srcs: &[&Value<'c>],
+        shape: &[usize],
+        dtype: DType,
+        site: OpSite,
+        loaded: bool,
+    ) -> Value<'c>
+    where
+        'a: 'c,
+    {
         let Some(ops) = srcs
             .iter()
             .map(|v| v.op.clone())
@@ -344,7 +367,7 @@ impl<'a> Ctx<'a> {
         else {
             return self.value(None);
         };
-        let dst = self.fresh(shape, dtype);
+        let dst = self.fresh_as(shape, dtype, loaded);
         match Compute::new(kind, ops, dst.clone()) {
             Ok(c) => {
                 self.push(
@@ -387,7 +410,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// `x_ref[...]`: the VMEM ref `r` as a value (a copy: later writes to `r` do not
-    /// change it). A ref in HBM is an error, as on a TPU.
+    /// change it; the VMEM check counts no bytes for it, see [`Temps`]). A ref in HBM
+    /// is an error, as on a TPU.
+    ///
+    /// [`Temps`]: super::temps::Temps
     #[track_caller]
     pub fn load<'c>(&'c self, r: Ref) -> Value<'c>
     where
@@ -397,7 +423,7 @@ impl<'a> Ctx<'a> {
         let Some(src) = self.vmem_view(&r, site) else {
             return self.value(None);
         };
-        let dst = self.fresh(r.shape(), r.dtype);
+        let dst = self.fresh_as(r.shape(), r.dtype, true);
         self.push(
             OpKind::Compute(Box::new(DataOp::Copy { src, dst: dst.view })),
             site,
@@ -460,7 +486,7 @@ impl<'a> Ctx<'a> {
             shape: r.shape().to_vec(),
             dtype: r.dtype,
         }));
-        let v = self.compute_at(
+        let v = self.compute_as(
             ComputeKind::Slice {
                 start: start.to_vec(),
                 strides: strides.to_vec(),
@@ -469,6 +495,7 @@ impl<'a> Ctx<'a> {
             shape,
             r.dtype,
             site,
+            true,
         );
         // The ref's view is not a temporary: nothing to give back.
         std::mem::forget(whole);

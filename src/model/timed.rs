@@ -498,6 +498,12 @@ impl<'p> Clock<'p> {
                     }
                     DataOp::Compute(k) => match (DotShape::of(k), &k.kind) {
                         (Some(s), _) => (Unit::Mxu, self.m.dot_seconds(s, k.srcs[0].dtype)),
+                        // A window of a ref (`x_ref[:, pl.ds(..)]`, strided or not) is a
+                        // load: the load/store slots read it, the ALUs are not involved.
+                        (None, ComputeKind::Slice { .. }) => {
+                            let bytes = (k.dst.view.len() * k.dst.dtype.size()) as f64;
+                            (Unit::LoadStore, bytes / 4.0 / self.m.vector_rate)
+                        }
                         (None, ComputeKind::Unary(u)) if u.is_transcendental() => (
                             Unit::Vpu,
                             EUP_CYCLES_PER_VREG * work.write_elems as f64 / self.m.vector_rate,
