@@ -39,7 +39,8 @@ SIZES = {"batch": 256, "k1": 1024, "k2": 4096}  # the measured sizes
 
 class Ring:
     """This device's place on the ring and its DMA semaphores (``send[i]`` and
-    ``recv[i]`` pair up transfer ``i`` of a phase)."""
+    ``recv[i]`` pair up transfer ``i``: 0-3 the all-gather's, 4-7 the reduce-scatter's,
+    so that a neighbour already in the next phase cannot satisfy a wait of this one)."""
 
     def __init__(self, send, recv):
         self.me = lax.axis_index(AXIS)
@@ -105,8 +106,8 @@ def matmul_rs_body(ring, x_ref, w_ref, o_ref, part, halves, fulls):
     part[0] = partial(opp)
     # The opposite device's sum travels two hops: first rows via `nxt`, the rest via `prv`.
     hop1 = [
-        ring.put(0, part.at[0, pl.ds(0, half)], halves.at[0], nxt),
-        ring.put(1, part.at[0, pl.ds(half, half)], halves.at[1], prv),
+        ring.put(4, part.at[0, pl.ds(0, half)], halves.at[0], nxt),
+        ring.put(5, part.at[0, pl.ds(half, half)], halves.at[1], prv),
     ]
     part[1] = partial(nxt)
     part[2] = partial(prv)
@@ -115,7 +116,7 @@ def matmul_rs_body(ring, x_ref, w_ref, o_ref, part, halves, fulls):
     # What came from `prv` is for `nxt` (its first rows), what came from `nxt` for `prv`.
     part[1, pl.ds(0, half)] += halves[0]
     part[2, pl.ds(half, half)] += halves[1]
-    hop2 = [ring.put(2, part.at[1], fulls.at[0], nxt), ring.put(3, part.at[2], fulls.at[1], prv)]
+    hop2 = [ring.put(6, part.at[1], fulls.at[0], nxt), ring.put(7, part.at[2], fulls.at[1], prv)]
     o_ref[...] = partial(me)
     for c in hop2:
         c.wait()
@@ -201,8 +202,8 @@ def loop(name, iters, calibrate=False, batch=256, k1=1024, k2=4096):
         out_specs=VMEM,
         scratch_shapes=[
             pltpu.SemaphoreType.REGULAR((2,)),
-            pltpu.SemaphoreType.DMA((N,)),
-            pltpu.SemaphoreType.DMA((N,)),
+            pltpu.SemaphoreType.DMA((2 * N,)),
+            pltpu.SemaphoreType.DMA((2 * N,)),
             *scratch(batch, k1, k2),
         ],
         compiler_params=pltpu.CompilerParams(vmem_limit_bytes=VMEM_LIMIT),
