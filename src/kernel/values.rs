@@ -330,25 +330,11 @@ impl<'a> Ctx<'a> {
         'a: 'c,
     {
         let site = self.site(kind_op(&kind));
-        self.compute_at(kind, srcs, shape, dtype, site)
+        self.compute_at(kind, srcs, shape, dtype, site, false)
     }
 
+    /// [`Ctx::compute`] at `site`; `loaded`: the result is a value loaded from a ref.
     fn compute_at<'c>(
-        &'c self,
-        kind: ComputeKind,
-        srcs: &[&Value<'c>],
-        shape: &[usize],
-        dtype: DType,
-        site: OpSite,
-    ) -> Value<'c>
-    where
-        'a: 'c,
-    {
-        self.compute_as(kind, srcs, shape, dtype, site, false)
-    }
-
-    /// [`Ctx::compute_at`]; `loaded`: the result is a value loaded from a ref.
-    fn compute_as<'c>(
         &'c self,
         kind: ComputeKind,
         srcs: &[&Value<'c>],
@@ -392,7 +378,14 @@ impl<'a> Ctx<'a> {
         'a: 'c,
     {
         let site = self.site(kind_op(&ComputeKind::Unary(op)));
-        self.compute_at(ComputeKind::Unary(op), &[x], x.shape(), x.dtype(), site)
+        self.compute_at(
+            ComputeKind::Unary(op),
+            &[x],
+            x.shape(),
+            x.dtype(),
+            site,
+            false,
+        )
     }
 
     #[track_caller]
@@ -406,7 +399,14 @@ impl<'a> Ctx<'a> {
         } else {
             x.shape()
         };
-        self.compute_at(ComputeKind::Binary(op), &[x, y], shape, x.dtype(), site)
+        self.compute_at(
+            ComputeKind::Binary(op),
+            &[x, y],
+            shape,
+            x.dtype(),
+            site,
+            false,
+        )
     }
 
     /// `x_ref[...]`: the VMEM ref `r` as a value (a copy: later writes to `r` do not
@@ -486,7 +486,7 @@ impl<'a> Ctx<'a> {
             shape: r.shape().to_vec(),
             dtype: r.dtype,
         }));
-        let v = self.compute_as(
+        let v = self.compute_at(
             ComputeKind::Slice {
                 start: start.to_vec(),
                 strides: strides.to_vec(),
@@ -661,7 +661,7 @@ impl<'a> Ctx<'a> {
             },
             _ => return self.value(None),
         };
-        self.compute_at(ComputeKind::Dot(dims), &[a, b], &shape, dtype, site)
+        self.compute_at(ComputeKind::Dot(dims), &[a, b], &shape, dtype, site, false)
     }
 
     /// `a @ b` / `jnp.dot(a, b)` for 2-D `a` and `b` (and a leading batch dimension on
