@@ -235,3 +235,37 @@ def test_a_block_is_one_value_repeated_by_its_bits():
     assert _uniform(np.full(3, np.nan, np.float32))
     assert not _uniform(np.array([np.nan, -np.nan], np.float32))
     assert _uniform(np.array([], np.float32)) and _uniform(np.array([7], np.int32))
+
+
+def _dot(grid):
+    """bf16[1024, 1024] @ bf16[1024, 1024] -> f32, whole (no grid) or in `grid` row blocks."""
+    a = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+
+    def kernel(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    if grid is None:
+        specs = dict(
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2, out_specs=pl.BlockSpec(memory_space=pltpu.VMEM)
+        )
+    else:
+        rows = 1024 // grid
+        specs = dict(
+            grid=(grid,),
+            in_specs=[pl.BlockSpec((rows, 1024), lambda i: (i, 0)), pl.BlockSpec((1024, 1024), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((rows, 1024), lambda i: (i, 0)),
+        )
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1024, 1024), jnp.float32), **specs)
+    return f, a
+
+
+@pytest.mark.parametrize("chip,cores", [("v5p", 2), ("v6e", 1)])
+def test_a_kernel_without_a_grid_runs_on_one_tensorcore(chip, cores):
+    # A pallas_call without a grid cannot be split over a megacore chip's TensorCores:
+    # its dot takes `cores` times as long as the same rows in two grid steps (every
+    # pass at least a tile's rows, so the MXU time is proportional to the rows).
+    whole, a = _dot(None)
+    split, _ = _dot(2)
+    (w,) = tpusim.model(whole, a, a, preset=chip)
+    (s,) = tpusim.model(split, a, a, preset=chip)
+    assert w.overlap["mxu_seconds"] == pytest.approx(cores * s.overlap["mxu_seconds"], rel=1e-9)

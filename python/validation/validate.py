@@ -51,19 +51,7 @@ def elementwise_seconds(rows, cols, op, dtype, name):
     return r
 
 
-def one_core(p, case):
-    """Overrides for a kernel that runs on `case["tensorcores"]` of a megacore chip's
-    TensorCores: a ``pallas_call`` without a ``parallel`` grid dimension runs on one
-    (JAX's Pallas TPU pipelining guide, 'TPUs in Megacore configuration'), with that
-    core's MXUs and vector units: the chip's figures over its TensorCores."""
-    cores = case.get("tensorcores")
-    if not cores or cores == p["tensorcores"]:
-        return {}
-    share = cores / p["tensorcores"]
-    return {"mxu_tflops": p["mxu_flops"] * share / 1e12, "vector_gelems": p["vector_rate"] * share / 1e9}
-
-
-def ring4_body_seconds(s, name, overrides):
+def ring4_body_seconds(s, name):
     """The kernel body as the source measured it: the looped call less the calibration
     loop (zeroing and handshake only), per iteration (the slope over 1 and 3 iterations)."""
     sys.path.insert(0, HERE)
@@ -75,7 +63,7 @@ def ring4_body_seconds(s, name, overrides):
 
     def t(iters, calibrate):
         fn = r4.sharded(mesh, s["name"], iters, calibrate, **sizes)
-        (r,) = tpusim.model(fn, *args, preset=name, **overrides)
+        (r,) = tpusim.model(fn, *args, preset=name)
         return r.seconds
 
     return ((t(3, False) - t(3, True)) - (t(1, False) - t(1, True))) / 2
@@ -102,7 +90,7 @@ def modeled(case):
         r = tpusim.model("all_gather", s["devices"], shape=[elems // 1024, 1024], dtype="f32", preset=name)
         return r.busbw / 1e9  # a ring's busbw is what each link carries
     if kind == "ring4_body":
-        return ring4_body_seconds(s, name, one_core(p, case)) * 1e6
+        return ring4_body_seconds(s, name) * 1e6
     raise ValueError(f"unknown kernel {kind}")
 
 
@@ -121,16 +109,11 @@ def summary(rs):
     return {"held_out": len(held), "median": statistics.median(held), "worst": max(held)}
 
 
-def chip(case):
-    cores = case.get("tensorcores")
-    return f"{case['preset']}, {cores} TensorCore" if cores else case["preset"]
-
-
 def markdown(rs):
     lines = ["| case | chip | measured | modeled | error | calibrated | source |", "|---|---|---:|---:|---:|---|---|"]
     for r in rs:
         lines.append(
-            f"| {r['id']}: {r['what']} | {chip(r)} | {r['measured']:g} {r['unit']} | "
+            f"| {r['id']}: {r['what']} | {r['preset']} | {r['measured']:g} {r['unit']} | "
             f"{r['modeled']:.1f} {r['unit']} | {100 * r['error']:+.0f}% | "
             f"{'yes' if r['calibrated'] else 'held out'} | {r['source']} |"
         )
