@@ -41,27 +41,27 @@ X = jax.ShapeDtypeStruct((N, N), jnp.float32)
 
 @pytest.mark.parametrize("trips", [4, 16])
 def test_a_loops_temporaries_count_once(trips):
-    # Live at once, by hand: the two VMEM operands, and in an iteration the product t,
-    # the load of o_ref and the sum (x's load dies into the product): 5 arrays, whatever
-    # the trip count (counting every iteration's would be 2 + 3 x trips).
-    need = 5 * ARRAY
+    # Live at once, by hand: the two VMEM operands, and in an iteration the product t
+    # and the sum (the loads of x_ref and o_ref are those refs' bytes): 4 arrays,
+    # whatever the trip count (counting every iteration's would be 2 + 2 x trips).
+    need = 4 * ARRAY
     r = tpusim.model(looped(trips), X, preset="v5p", vmem_bytes=need)
     assert r[0].seconds > 0
     with pytest.raises(tpusim.LimitError) as e:
         tpusim.model(looped(trips), X, preset="v5p", vmem_bytes=need - 1)
-    assert f"values live at once {3 * ARRAY} B" in str(e.value)
+    assert f"values live at once {2 * ARRAY} B" in str(e.value)
     assert f"needs {need} bytes" in str(e.value)
 
 
 def test_the_kernels_vmem_limit_bytes_is_honoured():
-    ok = tpusim.model(looped(4, vmem_limit_bytes=5 * ARRAY), X, preset="v5p")
+    ok = tpusim.model(looped(4, vmem_limit_bytes=4 * ARRAY), X, preset="v5p")
     assert ok[0].seconds > 0
     with pytest.raises(tpusim.LimitError) as e:
-        tpusim.model(looped(4, vmem_limit_bytes=5 * ARRAY - 1), X, preset="v5p")
+        tpusim.model(looped(4, vmem_limit_bytes=4 * ARRAY - 1), X, preset="v5p")
     assert "its vmem_limit_bytes" in str(e.value)
     # A limit above the chip's is held to the chip's VMEM.
     with pytest.raises(tpusim.LimitError) as e:
-        tpusim.model(looped(4, vmem_limit_bytes=1 << 40), X, preset="v5p", vmem_bytes=4 * ARRAY)
+        tpusim.model(looped(4, vmem_limit_bytes=1 << 40), X, preset="v5p", vmem_bytes=3 * ARRAY)
     assert "on v5p" in str(e.value)
 
 
@@ -235,3 +235,37 @@ def test_a_block_is_one_value_repeated_by_its_bits():
     assert _uniform(np.full(3, np.nan, np.float32))
     assert not _uniform(np.array([np.nan, -np.nan], np.float32))
     assert _uniform(np.array([], np.float32)) and _uniform(np.array([7], np.int32))
+
+
+def _dot(grid):
+    """bf16[1024, 1024] @ bf16[1024, 1024] -> f32, whole (no grid) or in `grid` row blocks."""
+    a = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+
+    def kernel(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    if grid is None:
+        specs = dict(
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2, out_specs=pl.BlockSpec(memory_space=pltpu.VMEM)
+        )
+    else:
+        rows = 1024 // grid
+        specs = dict(
+            grid=(grid,),
+            in_specs=[pl.BlockSpec((rows, 1024), lambda i: (i, 0)), pl.BlockSpec((1024, 1024), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((rows, 1024), lambda i: (i, 0)),
+        )
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1024, 1024), jnp.float32), **specs)
+    return f, a
+
+
+@pytest.mark.parametrize("chip,cores", [("v5p", 2), ("v6e", 1)])
+def test_a_kernel_without_a_grid_runs_on_one_tensorcore(chip, cores):
+    # A pallas_call without a grid cannot be split over a megacore chip's TensorCores:
+    # its dot takes `cores` times as long as the same rows in two grid steps (every
+    # pass at least a tile's rows, so the MXU time is proportional to the rows).
+    whole, a = _dot(None)
+    split, _ = _dot(2)
+    (w,) = tpusim.model(whole, a, a, preset=chip)
+    (s,) = tpusim.model(split, a, a, preset=chip)
+    assert w.overlap["mxu_seconds"] == pytest.approx(cores * s.overlap["mxu_seconds"], rel=1e-9)

@@ -51,6 +51,24 @@ def elementwise_seconds(rows, cols, op, dtype, name):
     return r
 
 
+def ring4_body_seconds(s, name):
+    """The kernel body as the source measured it: the looped call less the calibration
+    loop (zeroing and handshake only), per iteration (the slope over 1 and 3 iterations)."""
+    sys.path.insert(0, HERE)
+    import ring4_matmuls as r4
+
+    mesh = jax.make_mesh((r4.N,), (r4.AXIS,), devices=jax.devices()[: r4.N])
+    sizes = {"batch": s["batch"], "k1": s["k1"], "k2": s["k2"]}
+    args = r4.abstract(mesh, s["name"], **sizes)
+
+    def t(iters, calibrate):
+        fn = r4.sharded(mesh, s["name"], iters, calibrate, **sizes)
+        (r,) = tpusim.model(fn, *args, preset=name)
+        return r.seconds
+
+    return ((t(3, False) - t(3, True)) - (t(1, False) - t(1, True))) / 2
+
+
 def modeled(case):
     s, name = case["size"], case["preset"]
     p = preset(name)
@@ -71,6 +89,8 @@ def modeled(case):
         elems = s["shard_bytes"] // jnp.dtype(s["dtype"]).itemsize
         r = tpusim.model("all_gather", s["devices"], shape=[elems // 1024, 1024], dtype="f32", preset=name)
         return r.busbw / 1e9  # a ring's busbw is what each link carries
+    if kind == "ring4_body":
+        return ring4_body_seconds(s, name) * 1e6
     raise ValueError(f"unknown kernel {kind}")
 
 

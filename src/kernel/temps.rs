@@ -2,10 +2,13 @@
 //! kernel's own, with first-fit runs handed out within a grid point and given back
 //! when a value is dropped; the most each ever held is its size. What the VMEM check
 //! counts is another figure: the most bytes live at once over every dtype (a loop's
-//! temporaries, given back each iteration, count once).
+//! temporaries, given back each iteration, count once), where a value loaded from a
+//! ref counts nothing: on a TPU it is the ref's own bytes, which Mosaic streams into
+//! vector registers as the ops that use it run (the executor still copies it).
 
 use crate::array::DType;
 use crate::ir::{AllocId, FirstFit};
+use std::collections::HashSet;
 
 /// Elements a value's run is rounded up to (256 bytes of f32: aligned GPU bindings).
 const ALIGN: usize = 64;
@@ -25,6 +28,8 @@ struct Pool {
 pub(crate) struct Temps {
     first: AllocId,
     pools: Vec<Pool>,
+    /// Runs of loaded values (allocation, offset): not counted as live.
+    loaded: HashSet<(AllocId, usize)>,
     /// Bytes of values live now, as a TPU holds them.
     live: u64,
     /// The most bytes ever live at once.
@@ -40,8 +45,9 @@ impl Temps {
         }
     }
 
-    /// A run of `len` elements of `dtype` (allocation, offset).
-    pub(crate) fn take(&mut self, dtype: DType, len: usize) -> (AllocId, usize) {
+    /// A run of `len` elements of `dtype` (allocation, offset); `loaded`: it holds a
+    /// value loaded from a ref, which takes no VMEM of its own on a TPU.
+    pub(crate) fn take(&mut self, dtype: DType, len: usize, loaded: bool) -> (AllocId, usize) {
         let k = match self.pools.iter().position(|p| p.dtype == dtype) {
             Some(k) => k,
             None => {
@@ -55,15 +61,22 @@ impl Temps {
         };
         let p = &mut self.pools[k];
         let run = len.max(1).next_multiple_of(ALIGN);
-        self.live += (run * dtype.size()) as u64;
-        self.peak_live = self.peak_live.max(self.live);
-        (p.alloc, p.runs.alloc(run))
+        let at = (p.alloc, p.runs.alloc(run));
+        if loaded {
+            self.loaded.insert(at);
+        } else {
+            self.live += (run * dtype.size()) as u64;
+            self.peak_live = self.peak_live.max(self.live);
+        }
+        at
     }
 
     pub(crate) fn give_back(&mut self, alloc: AllocId, offset: usize) {
         if let Some(p) = self.pools.iter_mut().find(|p| p.alloc == alloc) {
             if let Some(run) = p.runs.free(offset) {
-                self.live -= (run * p.dtype.size()) as u64;
+                if !self.loaded.remove(&(alloc, offset)) {
+                    self.live -= (run * p.dtype.size()) as u64;
+                }
             }
         }
     }
@@ -73,6 +86,7 @@ impl Temps {
         for p in &mut self.pools {
             p.runs.clear();
         }
+        self.loaded.clear();
         self.live = 0;
     }
 

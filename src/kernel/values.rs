@@ -293,8 +293,15 @@ macro_rules! unary_fns {
 impl<'a> Ctx<'a> {
     /// Storage for a fresh value of `shape` and `dtype`.
     fn fresh(&self, shape: &[usize], dtype: DType) -> Operand {
+        self.fresh_as(shape, dtype, false)
+    }
+
+    /// Storage for a fresh value; `loaded`: a value loaded from a ref (see [`Temps`]).
+    ///
+    /// [`Temps`]: super::temps::Temps
+    fn fresh_as(&self, shape: &[usize], dtype: DType, loaded: bool) -> Operand {
         let len: usize = shape.iter().product();
-        let (alloc, offset) = self.temps.borrow_mut().take(dtype, len);
+        let (alloc, offset) = self.temps.borrow_mut().take(dtype, len, loaded);
         Operand {
             view: View::new(self.device, alloc, offset, len),
             shape: shape.to_vec(),
@@ -323,9 +330,10 @@ impl<'a> Ctx<'a> {
         'a: 'c,
     {
         let site = self.site(kind_op(&kind));
-        self.compute_at(kind, srcs, shape, dtype, site)
+        self.compute_at(kind, srcs, shape, dtype, site, false)
     }
 
+    /// [`Ctx::compute`] at `site`; `loaded`: the result is a value loaded from a ref.
     fn compute_at<'c>(
         &'c self,
         kind: ComputeKind,
@@ -333,6 +341,7 @@ impl<'a> Ctx<'a> {
         shape: &[usize],
         dtype: DType,
         site: OpSite,
+        loaded: bool,
     ) -> Value<'c>
     where
         'a: 'c,
@@ -344,7 +353,7 @@ impl<'a> Ctx<'a> {
         else {
             return self.value(None);
         };
-        let dst = self.fresh(shape, dtype);
+        let dst = self.fresh_as(shape, dtype, loaded);
         match Compute::new(kind, ops, dst.clone()) {
             Ok(c) => {
                 self.push(
@@ -369,7 +378,14 @@ impl<'a> Ctx<'a> {
         'a: 'c,
     {
         let site = self.site(kind_op(&ComputeKind::Unary(op)));
-        self.compute_at(ComputeKind::Unary(op), &[x], x.shape(), x.dtype(), site)
+        self.compute_at(
+            ComputeKind::Unary(op),
+            &[x],
+            x.shape(),
+            x.dtype(),
+            site,
+            false,
+        )
     }
 
     #[track_caller]
@@ -383,11 +399,21 @@ impl<'a> Ctx<'a> {
         } else {
             x.shape()
         };
-        self.compute_at(ComputeKind::Binary(op), &[x, y], shape, x.dtype(), site)
+        self.compute_at(
+            ComputeKind::Binary(op),
+            &[x, y],
+            shape,
+            x.dtype(),
+            site,
+            false,
+        )
     }
 
     /// `x_ref[...]`: the VMEM ref `r` as a value (a copy: later writes to `r` do not
-    /// change it). A ref in HBM is an error, as on a TPU.
+    /// change it; the VMEM check counts no bytes for it, see [`Temps`]). A ref in HBM
+    /// is an error, as on a TPU.
+    ///
+    /// [`Temps`]: super::temps::Temps
     #[track_caller]
     pub fn load<'c>(&'c self, r: Ref) -> Value<'c>
     where
@@ -397,7 +423,7 @@ impl<'a> Ctx<'a> {
         let Some(src) = self.vmem_view(&r, site) else {
             return self.value(None);
         };
-        let dst = self.fresh(r.shape(), r.dtype);
+        let dst = self.fresh_as(r.shape(), r.dtype, true);
         self.push(
             OpKind::Compute(Box::new(DataOp::Copy { src, dst: dst.view })),
             site,
@@ -469,6 +495,7 @@ impl<'a> Ctx<'a> {
             shape,
             r.dtype,
             site,
+            true,
         );
         // The ref's view is not a temporary: nothing to give back.
         std::mem::forget(whole);
@@ -634,7 +661,7 @@ impl<'a> Ctx<'a> {
             },
             _ => return self.value(None),
         };
-        self.compute_at(ComputeKind::Dot(dims), &[a, b], &shape, dtype, site)
+        self.compute_at(ComputeKind::Dot(dims), &[a, b], &shape, dtype, site, false)
     }
 
     /// `a @ b` / `jnp.dot(a, b)` for 2-D `a` and `b` (and a leading batch dimension on

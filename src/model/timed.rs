@@ -447,6 +447,28 @@ impl<'p> Clock<'p> {
         self.net.advance(t, &bw, &mut self.done);
     }
 
+    /// TensorCores of its chip the op at `op_index` of `device` runs on (a device is a
+    /// whole megacore chip, whose figures the model has): one for a kernel without a
+    /// grid, which the compiler cannot split (a `pallas_call` runs on one TensorCore
+    /// unless a grid dimension is `parallel`: JAX's Pallas TPU pipelining guide, "TPUs
+    /// in Megacore configuration"); all of them for a grid, whose dimension semantics
+    /// tpusim does not read.
+    fn cores_used(&self, device: usize, op_index: usize) -> f64 {
+        let chip = self.m.tensorcores.max(1);
+        if chip == 1 || self.p.cores > 1 {
+            return chip as f64;
+        }
+        let inv = self.p.invocations.iter().rev().find(|inv| {
+            inv.starts
+                .get(device)
+                .is_some_and(|&s| s as usize <= op_index)
+        });
+        match inv {
+            Some(inv) if inv.grid.iter().product::<usize>() <= 1 => 1.0,
+            _ => chip as f64,
+        }
+    }
+
     fn run_op(&mut self, device: usize, op_index: usize, t: f64) {
         let op = &self.p.ops[device][op_index];
         let g = op.site.grid_linear as usize;
@@ -489,15 +511,23 @@ impl<'p> Clock<'p> {
             OpKind::Mark(_) | OpKind::SemRead { .. } | OpKind::Read { .. } => {}
             OpKind::Compute(c) => {
                 let work = c.work();
+                // One TensorCore of a megacore chip has its share of the chip's units.
+                let scale = self.m.tensorcores.max(1) as f64 / self.cores_used(device, op_index);
                 let (unit, dur) = match &**c {
                     DataOp::Copy { src, dst } if src.device() != dst.device() => {
                         // A seed-003 pull: over the link, plus its latency.
                         let t = c.bytes(&self.p.layout.allocs) as f64 / self.m.link_bw
                             + self.m.link_latency;
-                        (Unit::LoadStore, t)
+                        (Unit::LoadStore, t / scale)
                     }
                     DataOp::Compute(k) => match (DotShape::of(k), &k.kind) {
                         (Some(s), _) => (Unit::Mxu, self.m.dot_seconds(s, k.srcs[0].dtype)),
+                        // A window of a ref (`x_ref[:, pl.ds(..)]`, strided or not) is a
+                        // load: the load/store slots read it, the ALUs are not involved.
+                        (None, ComputeKind::Slice { .. }) => {
+                            let bytes = (k.dst.view.len() * k.dst.dtype.size()) as f64;
+                            (Unit::LoadStore, bytes / 4.0 / self.m.vector_rate)
+                        }
                         (None, ComputeKind::Unary(u)) if u.is_transcendental() => (
                             Unit::Vpu,
                             EUP_CYCLES_PER_VREG * work.write_elems as f64 / self.m.vector_rate,
@@ -515,6 +545,7 @@ impl<'p> Clock<'p> {
                         (Unit::Vpu, work.vector_ops as f64 / self.m.vector_rate)
                     }
                 };
+                let dur = dur * scale;
                 let (start, not_before) = self.compute_start(device, c, unit, t);
                 let stop = (start + dur).max(not_before);
                 // A streamed op's unit does its `dur` of work spread over the span: other
