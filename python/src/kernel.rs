@@ -457,7 +457,7 @@ impl KernelCall {
     /// `aliases`: `(input, output)` pairs of `input_output_aliases`; `constants`: numpy
     /// arrays the recording's `const` ops name by position.
     #[new]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new(), vmem_limit=None))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, scratch, collective_id, recording, cores=1, aliases=Vec::new(), constants=Vec::new(), vmem_limit=None, parallel=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -472,6 +472,7 @@ impl KernelCall {
         aliases: Vec<(usize, usize)>,
         constants: Vec<Bound<'_, PyAny>>,
         vmem_limit: Option<u64>,
+        parallel: bool,
     ) -> PyResult<Self> {
         let spec = Shape {
             name: name.to_string(),
@@ -482,6 +483,7 @@ impl KernelCall {
             cores,
             aliases,
             vmem_limit,
+            parallel,
         }
         .spec(&scratch)
         .py()?;
@@ -517,7 +519,7 @@ impl KernelCall {
     /// a plan traced before whose reads find the same on its inputs (false where the
     /// trace gives Python what the program does not hold: printed texts, SMEM results).
     #[staticmethod]
-    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true, vmem_limit=None))]
+    #[pyo3(signature = (name, mesh, grid, inputs, outputs, collective_id, cores, aliases, plan, replayable=true, vmem_limit=None, parallel=false))]
     #[allow(clippy::too_many_arguments)]
     fn steered(
         name: &str,
@@ -531,6 +533,7 @@ impl KernelCall {
         plan: Py<PyAny>,
         replayable: bool,
         vmem_limit: Option<u64>,
+        parallel: bool,
     ) -> PyResult<Self> {
         let shape = Shape {
             name: name.to_string(),
@@ -541,6 +544,7 @@ impl KernelCall {
             cores,
             aliases,
             vmem_limit,
+            parallel,
         };
         shape.spec(&[]).py()?; // a spec tpusim takes, before any call
         let (first, dtype) = match shape.inputs.first() {

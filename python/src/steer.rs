@@ -31,6 +31,8 @@ pub struct Shape {
     pub aliases: Vec<(usize, usize)>,
     /// `vmem_limit_bytes` of its compiler params.
     pub vmem_limit: Option<u64>,
+    /// Some dimension of its `dimension_semantics` is parallel.
+    pub parallel: bool,
 }
 
 impl Shape {
@@ -50,7 +52,7 @@ impl Shape {
         if let Some(l) = self.vmem_limit {
             spec = spec.vmem_limit(l);
         }
-        Ok(spec)
+        Ok(spec.parallel_grid(self.parallel))
     }
 }
 

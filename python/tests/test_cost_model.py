@@ -237,8 +237,9 @@ def test_a_block_is_one_value_repeated_by_its_bits():
     assert _uniform(np.array([], np.float32)) and _uniform(np.array([7], np.int32))
 
 
-def _dot(grid):
-    """bf16[1024, 1024] @ bf16[1024, 1024] -> f32, whole (no grid) or in `grid` row blocks."""
+def _dot(grid, semantics=None):
+    """bf16[1024, 1024] @ bf16[1024, 1024] -> f32, whole (no grid) or in `grid` row blocks
+    (with `dimension_semantics`, when given)."""
     a = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
 
     def kernel(a_ref, b_ref, o_ref):
@@ -255,17 +256,23 @@ def _dot(grid):
             in_specs=[pl.BlockSpec((rows, 1024), lambda i: (i, 0)), pl.BlockSpec((1024, 1024), lambda i: (0, 0))],
             out_specs=pl.BlockSpec((rows, 1024), lambda i: (i, 0)),
         )
+        if semantics is not None:
+            specs["compiler_params"] = pltpu.CompilerParams(dimension_semantics=semantics)
     f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1024, 1024), jnp.float32), **specs)
     return f, a
 
 
 @pytest.mark.parametrize("chip,cores", [("v5p", 2), ("v6e", 1)])
-def test_a_kernel_without_a_grid_runs_on_one_tensorcore(chip, cores):
-    # A pallas_call without a grid cannot be split over a megacore chip's TensorCores:
-    # its dot takes `cores` times as long as the same rows in two grid steps (every
-    # pass at least a tile's rows, so the MXU time is proportional to the rows).
+def test_only_a_parallel_grid_runs_on_every_tensorcore(chip, cores):
+    # A pallas_call runs on one TensorCore of a megacore chip unless a grid dimension
+    # is parallel: then its dot takes 1/`cores` of the time the same rows take whole
+    # (every pass at least a tile's rows, so the MXU time is proportional to the rows);
+    # without a grid, or with an `arbitrary` one, as long.
     whole, a = _dot(None)
-    split, _ = _dot(2)
     (w,) = tpusim.model(whole, a, a, preset=chip)
-    (s,) = tpusim.model(split, a, a, preset=chip)
-    assert w.overlap["mxu_seconds"] == pytest.approx(cores * s.overlap["mxu_seconds"], rel=1e-9)
+    for semantics, share in [(("parallel",), 1 / cores), ((pltpu.GridDimensionSemantics.PARALLEL,), 1 / cores)]:
+        (s,) = tpusim.model(_dot(2, semantics)[0], a, a, preset=chip)
+        assert s.overlap["mxu_seconds"] == pytest.approx(share * w.overlap["mxu_seconds"], rel=1e-9), semantics
+    for semantics in [None, ("arbitrary",)]:
+        (s,) = tpusim.model(_dot(2, semantics)[0], a, a, preset=chip)
+        assert s.overlap["mxu_seconds"] == pytest.approx(w.overlap["mxu_seconds"], rel=1e-9), semantics

@@ -119,6 +119,13 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+def _is_parallel(semantics):
+    """Whether one entry of `dimension_semantics` (a string or JAX's enum) lets the
+    compiler split that grid dimension over cores."""
+    name = getattr(semantics, "name", None) or getattr(semantics, "value", None) or str(semantics)
+    return str(name).lower().endswith("parallel")
+
+
 class CallSpec:
     """What the lowering of one ``pallas_call`` knows: kernel, grid, operands, mesh."""
 
@@ -131,6 +138,10 @@ class CallSpec:
         # The VMEM the kernel asks the compiler for: the cost model's VMEM check holds it to it.
         limit = getattr(cp, "vmem_limit_bytes", None) if cp is not None else None
         self.vmem_limit = int(limit) if limit else None
+        # A dimension the compiler may split over a megacore chip's TensorCores: the
+        # cost model runs the grid on all of them, otherwise on one.
+        sems = getattr(cp, "dimension_semantics", None) if cp is not None else None
+        self.parallel = any(_is_parallel(s) for s in sems or ())
         self.aliases = dict(params.get("input_output_aliases") or ())
         self.out_avals = params["out_avals"]
         self.axes = [(str(k), int(v)) for k, v in axis_sizes.items()]
@@ -199,6 +210,7 @@ class CallSpec:
                 tuple(self.axes),
                 self.collective_id,
                 self.vmem_limit,
+                self.parallel,
                 tuple(sorted(self.aliases.items())),
                 tuple(str(a) for a in self.out_avals),
                 self.name,
@@ -288,6 +300,7 @@ class Plan:
                 self,
                 replayable=not (spec.prints or self.smem_results),
                 vmem_limit=spec.vmem_limit,
+                parallel=spec.parallel,
             )
             return
         try:
@@ -308,6 +321,7 @@ class Plan:
             self.aliases,
             self.constants,
             vmem_limit=spec.vmem_limit,
+            parallel=spec.parallel,
         )
 
     def title(self):

@@ -33,6 +33,9 @@ pub struct Invocation {
     pub name: String,
     /// Grid dimensions.
     pub grid: Vec<usize>,
+    /// Some grid dimension is `parallel` (`dimension_semantics`): the compiler may
+    /// split the grid over a megacore chip's TensorCores. Otherwise it runs on one.
+    pub parallel: bool,
     /// The kernel's `collective_id`, which names its barrier semaphore. Without one,
     /// Pallas inserts a barrier at the invocation's entry, so no device runs an op of it
     /// before every device has entered it; with one, the kernel must make sure itself that
@@ -58,6 +61,7 @@ impl Invocation {
         Invocation {
             name: name.to_string(),
             grid: grid.to_vec(),
+            parallel: false,
             collective_id,
             starts: vec![0; devices],
             first_step: 0,

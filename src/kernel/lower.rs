@@ -438,8 +438,10 @@ impl PallasCall {
         };
         let prologue = copies(&prologue_pairs);
         let epilogue = copies(&epilogue_pairs);
-        let invocation =
-            Invocation::single(&self.name, &spec.grid, spec.collective_id, mesh.size());
+        let invocation = Invocation {
+            parallel: spec.parallel,
+            ..Invocation::single(&self.name, &spec.grid, spec.collective_id, mesh.size())
+        };
         Ok((
             Program {
                 name: self.name.clone(),

@@ -64,6 +64,7 @@ pub struct GridSpec {
     pub(crate) scratch: Vec<ScratchSpec>,
     pub(crate) collective_id: Option<u32>,
     pub(crate) vmem_limit: Option<u64>,
+    pub(crate) parallel: bool,
     pub(crate) pull_model: bool,
     pub(crate) cores: usize,
     pub(crate) aliases: Vec<(usize, usize)>,
@@ -201,6 +202,14 @@ impl GridSpec {
     /// may use, which the cost model's VMEM check holds it to (within the chip's).
     pub fn vmem_limit(mut self, bytes: u64) -> Self {
         self.vmem_limit = Some(bytes);
+        self
+    }
+
+    /// `compiler_params=pltpu.CompilerParams(dimension_semantics=…)` with some
+    /// dimension `parallel`: the cost model lets the grid use every TensorCore of a
+    /// megacore chip (without, a kernel runs on one, as Mosaic compiles it).
+    pub fn parallel_grid(mut self, parallel: bool) -> Self {
+        self.parallel = parallel;
         self
     }
 

@@ -448,11 +448,11 @@ impl<'p> Clock<'p> {
     }
 
     /// TensorCores of its chip the op at `op_index` of `device` runs on (a device is a
-    /// whole megacore chip, whose figures the model has): one for a kernel without a
-    /// grid, which the compiler cannot split (a `pallas_call` runs on one TensorCore
-    /// unless a grid dimension is `parallel`: JAX's Pallas TPU pipelining guide, "TPUs
-    /// in Megacore configuration"); all of them for a grid, whose dimension semantics
-    /// tpusim does not read.
+    /// whole megacore chip, whose figures the model has): all of them for a grid of more
+    /// than one point with a `parallel` dimension, which the compiler splits over them;
+    /// one otherwise (a `pallas_call` runs on one TensorCore unless a grid dimension is
+    /// `parallel`: JAX's Pallas TPU pipelining guide, "TPUs in Megacore configuration";
+    /// `dimension_semantics` defaults to `arbitrary`).
     fn cores_used(&self, device: usize, op_index: usize) -> f64 {
         let chip = self.m.tensorcores.max(1);
         if chip == 1 || self.p.cores > 1 {
@@ -464,7 +464,7 @@ impl<'p> Clock<'p> {
                 .is_some_and(|&s| s as usize <= op_index)
         });
         match inv {
-            Some(inv) if inv.grid.iter().product::<usize>() <= 1 => 1.0,
+            Some(inv) if !inv.parallel || inv.grid.iter().product::<usize>() <= 1 => 1.0,
             _ => chip as f64,
         }
     }
