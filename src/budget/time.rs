@@ -4,16 +4,16 @@
 //! exceeds the time limit (10 minutes, or `TPUSIM_TIME_LIMIT`) is refused before it
 //! starts, with the largest count (or P) that fits.
 //!
-//! The rates lean fast: they are what the project's 2-core CI machine takes when it is
-//! quiet (`tpusim check psum --replay eager` at P = 256 to 4096, `check psum -p 16
-//! --schedules 2000`, `tpusim run psum --backend cpu` and `tpusim bench psum --backend
-//! cpu -n N -c N`); while other builds run, real times are 2-3 times the estimate.
-//! A schedule of `check` costs its traced ops (every policy's scheduler step is
-//! O(log P)) plus a vector clock of P counters merged at each wait, so a ring
-//! collective's schedule grows as P^3 and the default check (P + 3 schedules at
-//! large P) as P^4: docs/src/verifier-scale.md has the estimates against measured
-//! times. A refusal is work that takes longer than the limit on a machine like it,
-//! not a guess that it might.
+//! The rates are what the project's 2-core CI machine takes when it is quiet, fitted
+//! to one eager schedule of psum at P = 128 to 2048, of allreduce_torus at P = 512 to
+//! 4096 and allreduce_2d at P = 1024, and psum's default check at P = 16 to 128
+//! (docs/src/verifier-scale.md has the table): the estimate is within 1.5 times of those
+//! measured times either way, and while other builds run, real times are up to 2 times
+//! the estimate. A schedule of `check` costs its traced ops (every policy's scheduler
+//! step is O(log P)) plus a vector clock of P counters merged at each wait, so a ring
+//! collective's schedule grows as P^3 and the default check (P + 3 schedules at large
+//! P) as P^4. A refusal says the work would take about that long on such a machine;
+//! `TPUSIM_TIME_LIMIT` raises the limit.
 
 use super::census::{Census, HOST_WORD};
 use super::need::Work;
@@ -26,14 +26,17 @@ pub const TIME_LIMIT_VAR: &str = "TPUSIM_TIME_LIMIT";
 /// The time limit without [`TIME_LIMIT_VAR`]: 10 minutes.
 pub const DEFAULT_TIME_LIMIT: f64 = 600.0;
 
-/// Seconds to trace, lower and schedule one op (measured: 0.36-0.7 us).
-pub const PLAN_SECONDS_PER_OP: f64 = 2e-7;
+/// Seconds to trace, lower and schedule one op (fitted: 0.6 us; `run psum` plans at 0.6
+/// to 0.95 us an op, its check that the run was not lucky included).
+pub const PLAN_SECONDS_PER_OP: f64 = 6e-7;
 /// Seconds per traced op of one checked schedule: the scheduler, the event log and the
-/// race checker's records (measured: 0.9-1.8 us).
-pub const CHECK_SECONDS_PER_OP: f64 = 4e-7;
+/// race checker's records (fitted: 0.7 us; 0.3-0.85 us in psum's default check at P =
+/// 4 to 128, where the program stays in the caches).
+pub const CHECK_SECONDS_PER_OP: f64 = 7e-7;
 /// Seconds per device of a vector clock merged at a wait, in a checked schedule (one
-/// 4-byte counter per device; measured: about 0.3 ns).
-pub const CHECK_SECONDS_PER_CLOCK_ENTRY: f64 = 2e-10;
+/// 4-byte counter per device; fitted: 1.2 ns, the clocks of P = 1024 and more no longer
+/// in the caches).
+pub const CHECK_SECONDS_PER_CLOCK_ENTRY: f64 = 1.2e-9;
 /// Seconds per data op of one run on the CPU executor (measured: 0.36-1 us).
 pub const CPU_SECONDS_PER_DATA_OP: f64 = 2e-7;
 /// Seconds per 32-bit word the CPU executor moves (16 GB/s).

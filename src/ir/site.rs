@@ -37,6 +37,11 @@ impl OpSite {
         OpSite { iteration, ..self }
     }
 
+    /// The API call's number (equal numbers, equal names; no lock taken).
+    pub fn op_number(&self) -> u32 {
+        self.op
+    }
+
     /// The API call's name.
     pub fn op(&self) -> &'static str {
         crate::source::files::name(self.op)

@@ -239,14 +239,14 @@ impl Joined {
     }
 }
 
-/// The kernel line and API call of access `a` (a DMA's: its start's), as a race's key
-/// names it.
-fn line_of(p: &Program, a: &Access) -> Option<(SourceLoc, &'static str)> {
+/// The kernel line and API call (by number) of access `a` (a DMA's: its start's), as a
+/// race's key names it.
+fn line_of(p: &Program, a: &Access) -> Option<(SourceLoc, u32)> {
     let site = match a.agent {
         Agent::Device(_) => a.site?,
         Agent::Dma(k, _) => p.dmas[k].origin,
     };
-    Some((site.location, site.op()))
+    Some((site.location, site.op_number()))
 }
 
 /// True when access `a` happened before `c`: a device's access through its component, a
