@@ -52,12 +52,11 @@ impl TwoHosts {
         ip(&[
             "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
         ])?;
-        for i in 0..2 {
-            ip(&["link", "set", &veth[i], "netns", &hosts.ns[i]])?;
-            let cidr = format!("{}/24", hosts.addr[i]);
-            ip(&["-n", &hosts.ns[i], "addr", "add", &cidr, "dev", &veth[i]])?;
-            ip(&["-n", &hosts.ns[i], "link", "set", &veth[i], "up"])?;
-            ip(&["-n", &hosts.ns[i], "link", "set", "lo", "up"])?;
+        for ((v, ns), addr) in veth.iter().zip(&hosts.ns).zip(&hosts.addr) {
+            ip(&["link", "set", v, "netns", ns])?;
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", v])?;
+            ip(&["-n", ns, "link", "set", v, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
         Ok(hosts)
     }
