@@ -9,7 +9,7 @@ use crate::device_sim::{count_wrong, Executor};
 use crate::error::{Error, Result};
 use crate::ir::{Program, Schedule};
 use crate::model::{bus_factor, CostModel};
-use crate::run::{random_inputs, Job};
+use crate::run::Job;
 use crate::sched::ScheduleSpec;
 use crate::units::human;
 pub use crate::units::parse_size;
@@ -211,6 +211,7 @@ pub fn largest(
         iters: cfg.iters as u64,
         warmup: cfg.warmup as u64,
         checks: cfg.checks as u64,
+        chunked: false,
     };
     Ok(at_size(job, cfg, cfg.max_bytes)?.map(|j| (j, work)))
 }
@@ -288,28 +289,12 @@ pub fn sweep(
             .first()
             .map_or(0, |&a| program.layout.allocs[a].numel());
         exec.check(program)?;
-        let inputs = random_inputs(program, size)?;
-        let expected = if cfg.checks > 0 {
-            Some(j.reference(&inputs)?)
-        } else {
-            None
+        // On ranks, each makes and keeps its own devices' inputs and expected results.
+        let held = match exec.ranks() {
+            Some(r) => r.held(program.devices)?,
+            None => 0..program.devices,
         };
-        // On ranks, each keeps its own devices' inputs and expected results.
-        let (inputs, expected) = match exec.ranks() {
-            Some(r) => {
-                let held = r.held(program.devices)?;
-                let keep = |mut v: Vec<Vec<crate::HostArray>>| {
-                    for (d, x) in v.iter_mut().enumerate() {
-                        if !held.contains(&d) {
-                            *x = Vec::new();
-                        }
-                    }
-                    v
-                };
-                (keep(inputs), expected.map(keep))
-            }
-            None => (inputs, expected),
-        };
+        let (inputs, expected) = j.held_data(program, size, held, cfg.checks > 0)?;
         let mut wrong = (cfg.checks > 0).then_some(0);
         let mut run = exec.prepare(program, sched)?;
         run.upload(&inputs)?;

@@ -742,6 +742,7 @@ impl KernelCall {
             iters: iters as u64,
             warmup: warmup as u64,
             checks: 0,
+            chunked: false,
         })
         .py()?;
         let (plan, plan_seconds, secs) = watched(|| -> tpusim::Result<_> {

@@ -66,6 +66,8 @@ pub enum Work {
         warmup: u64,
         /// Check iterations (`-c`).
         checks: u64,
+        /// The reference is computed in chunks, as [`Work::Run`]'s `chunked` says ([`crate::run::Job`] sets it).
+        chunked: bool,
     },
     /// `apply` on a `.npy` file of `file_bytes`.
     Apply {
@@ -265,6 +267,15 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
     // Inputs, the reference's result and the result read back, on the host.
     let host_data = p * (c.input_bytes + c.output_bytes) + held * c.output_bytes;
     let held_ops = data_ops * held / p.max(1.0);
+    let held_data = |chunked: bool| {
+        if chunked {
+            // Its own devices' inputs, reference and result, and one chunk of every
+            // device's inputs and reference.
+            held * (c.input_bytes + 2.0 * c.output_bytes) + p * chunk_words(p as usize) as f64 * 8.0
+        } else {
+            host_data
+        }
+    };
     let mut device = Vec::new();
     match work {
         Work::Run {
@@ -274,15 +285,11 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             timeline,
             chunked,
         } => {
-            let data = if chunked {
-                // Its own devices' inputs, reference and result, and one chunk of every
-                // device's inputs and reference.
-                held * (c.input_bytes + 2.0 * c.output_bytes)
-                    + p * chunk_words(p as usize) as f64 * 8.0
-            } else {
-                host_data
-            };
-            host("inputs, reference and result", data, Scales::Data);
+            host(
+                "inputs, reference and result",
+                held_data(chunked),
+                Scales::Data,
+            );
             executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if model {
                 cost_model(&mut host, ops, timeline);
@@ -298,9 +305,14 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
             gpu,
             iters,
             warmup,
+            chunked,
             ..
         } => {
-            host("inputs, reference and result", host_data, Scales::Data);
+            host(
+                "inputs, reference and result",
+                held_data(chunked),
+                Scales::Data,
+            );
             executor(&mut host, &mut device, c, buffers, gpu, held, held_ops);
             if gpu {
                 // The most iterations encoded at once (timed or warm-up).

@@ -478,6 +478,7 @@ mod tests {
                 iters: 10,
                 warmup: 2,
                 checks: 1_000_000_000,
+                chunked: false,
             },
         );
         assert_eq!(t.dominant().unwrap().flag, "-c");

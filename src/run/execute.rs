@@ -58,6 +58,57 @@ pub fn random_inputs(program: &Program, seed: u64) -> Result<Vec<Vec<HostArray>>
     super::data::random_inputs_of(program, seed, 0..program.devices)
 }
 
+/// Per device and operand: the data a process holds (the devices of other ranks empty).
+pub type HeldData = Vec<Vec<HostArray>>;
+
+impl Job {
+    /// The deterministic random inputs (from `seed`) of the devices `held` of `plan`'s
+    /// program and, with `reference`, their expected results; the other devices'
+    /// entries are empty. An element-wise collective makes only the held devices'
+    /// inputs and its reference a chunk of element positions at a time (the other
+    /// devices' words made from the seed and dropped); any other kernel makes every
+    /// input, since its reference needs them all, and keeps the held devices'.
+    pub fn held_data(
+        &self,
+        program: &Program,
+        seed: u64,
+        held: std::ops::Range<usize>,
+        reference: bool,
+    ) -> Result<(HeldData, Option<HeldData>)> {
+        if let Some(c) = self.elementwise() {
+            let inputs = super::data::random_inputs_of(program, seed, held.clone())?;
+            let dtype = program.layout.allocs[program.inputs[0]].dtype;
+            let fetch = |d, range| Ok(super::data::random_words(seed, d, 0, dtype, range));
+            let expected = match reference {
+                true => Some(super::data::chunked_reference(
+                    c.as_ref(),
+                    &self.place,
+                    program.devices,
+                    &inputs,
+                    held,
+                    &fetch,
+                )?),
+                false => None,
+            };
+            return Ok((inputs, expected));
+        }
+        let inputs = random_inputs(program, seed)?;
+        let expected = match reference {
+            true => Some(self.reference(&inputs)?),
+            false => None,
+        };
+        let keep = |mut v: HeldData| {
+            for (d, x) in v.iter_mut().enumerate() {
+                if !held.contains(&d) {
+                    *x = Vec::new();
+                }
+            }
+            v
+        };
+        Ok((keep(inputs), expected.map(keep)))
+    }
+}
+
 impl Job {
     /// The work of a run on `exec`, for the budget.
     pub fn run_work(exec: &dyn Executor, model: bool, timeline: bool) -> Work {
@@ -183,17 +234,8 @@ impl Job {
                 }
             }
             None => {
-                let inputs = random_inputs(&plan.program, seed)?;
-                let expected = self.reference(&inputs)?;
-                let keep = |mut v: Vec<Vec<HostArray>>| {
-                    for (d, x) in v.iter_mut().enumerate() {
-                        if !held.contains(&d) {
-                            *x = Vec::new();
-                        }
-                    }
-                    v
-                };
-                let (inputs, expected) = (keep(inputs), keep(expected));
+                let (inputs, expected) = self.held_data(&plan.program, seed, held.clone(), true)?;
+                let expected = expected.expect("asked for");
                 let t1 = Instant::now();
                 let got = {
                     let mut run = exec.prepare(&plan.program, &plan.schedule)?;
@@ -222,5 +264,42 @@ impl Job {
             data_ops: plan.schedule.ops.len(),
             ranks,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectives::Registry;
+    use crate::mesh::{Mesh, Placement};
+
+    /// What a rank makes for its devices (element-wise collectives: its own inputs and a
+    /// reference in chunks; others: everything, then kept) is the held part of the whole.
+    #[test]
+    fn held_data_is_the_held_part_of_the_whole() {
+        let reg = Registry::builtin();
+        for name in ["psum", "ring_allreduce", "all_gather"] {
+            for p in [4, 8] {
+                let c = reg.by_name(name).unwrap();
+                let job = Job::collective(c, Placement::whole(Mesh::new(p, "x").unwrap()));
+                let plan = job.plan().unwrap();
+                let inputs = random_inputs(&plan.program, 7).unwrap();
+                let expected = job.reference(&inputs).unwrap();
+                for held in [0..p / 2, p / 2..p, 1..p - 1, 0..p] {
+                    let (i, e) = job.held_data(&plan.program, 7, held.clone(), true).unwrap();
+                    let e = e.unwrap();
+                    for d in 0..p {
+                        if held.contains(&d) {
+                            assert_eq!(i[d], inputs[d], "{name} P={p} device {d}");
+                            assert_eq!(e[d], expected[d], "{name} P={p} device {d}");
+                        } else {
+                            assert!(i[d].is_empty() && e[d].is_empty());
+                        }
+                    }
+                }
+                let (_, none) = job.held_data(&plan.program, 7, 0..1, false).unwrap();
+                assert!(none.is_none());
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ mod model;
 mod shard;
 
 pub use data::{fill_words, random_inputs_of};
-pub use execute::{random_inputs, Checked, Plan};
+pub use execute::{random_inputs, Checked, HeldData, Plan};
 pub use model::{Modeled, Nccl};
 
 use crate::array::DType;
@@ -463,9 +463,10 @@ impl Job {
         })
     }
 
-    /// `work` as this job does it (a run's reference chunked where it can be).
+    /// `work` as this job does it (a run's or a bench's reference chunked where it can
+    /// be).
     fn counted(&self, mut work: Work) -> Work {
-        if let Work::Run { chunked, .. } = &mut work {
+        if let Work::Run { chunked, .. } | Work::Bench { chunked, .. } = &mut work {
             *chunked = self.elementwise().is_some();
         }
         work
