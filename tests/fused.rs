@@ -416,9 +416,9 @@ fn ring_reductions_fused_with_their_copies_equal_unfused_bit_for_bit() {
                         fused == plain,
                         "case {case}: {name} {op:?} {dtype} {shape:?} on {devices} devices"
                     );
-                    // The path under test is taken (the CPU executor's joins): a sum joins
-                    // a region with the copy that feeds it (in the dtypes whose copies
-                    // join regions).
+                    // The path under test is taken (the CPU executor's joins): a sum of
+                    // 8,192 elements or more joins a region with the copy that feeds it
+                    // (in the dtypes whose copies join regions).
                     let joins = Joins { sums: true };
                     let steps =
                         fuse_with(&plan.program, &plan.schedule, &[], Keep::Outputs, joins).steps;
@@ -429,7 +429,8 @@ fn ring_reductions_fused_with_their_copies_equal_unfused_bit_for_bit() {
                             .any(|&i| matches!(plan.schedule.ops[i], DataOp::Accumulate { .. })),
                         Step::Op(_) => false,
                     });
-                    let moves = matches!(dtype, DType::F32 | DType::I32 | DType::BF16);
+                    let moves = matches!(dtype, DType::F32 | DType::I32 | DType::BF16)
+                        && shape[0] * shape[1] / devices >= 1 << 13;
                     // psum's local copy into its receive buffer, each step, is deferred
                     // past the remote DMA into the region of the sum that reads it, and
                     // its write dropped: nothing writes the receive buffer.

@@ -67,9 +67,10 @@ pub enum Keep {
 /// What joins regions beyond elementwise compute, copies and fills.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Joins {
-    /// Sums (`dst += src`, [`crate::ir::DataOp::Accumulate`]), with the copy that
-    /// feeds one taken past the DMA that closed its region so that it joins the sum's
-    /// (the CPU executor's choice; the GPU executor batches its accumulates instead).
+    /// Sums (`dst += src`, [`crate::ir::DataOp::Accumulate`]) of 8,192 elements and
+    /// more, with the copy that feeds one taken past the DMA that closed its region so
+    /// that it joins the sum's (the CPU executor's choice; the GPU executor batches its
+    /// accumulates instead).
     pub sums: bool,
 }
 
