@@ -344,3 +344,118 @@ fn compute_ops_are_named_by_their_primitive_in_the_timeline() {
         assert!(!names.contains(family), "{family} in {names:?}");
     }
 }
+
+/// Values of `dtype` that test a sum's corners: NaNs, infinities, both zeros, values
+/// that round, between ordinary ones (for integers: extremes that wrap).
+fn corner_input(dtype: DType, shape: &[usize], seed: u64) -> HostArray {
+    let mut x = input(dtype, shape, seed);
+    let corners: Vec<f64> = if dtype.is_float() {
+        vec![
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            0.0,
+            1e-3,
+            65504.0,
+            -1.5e9,
+        ]
+    } else {
+        vec![i32::MAX as f64, i32::MIN as f64, -1.0, 0.0]
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    for w in x.words.iter_mut() {
+        if rng.random_range(0..4) == 0 {
+            *w = dtype.bits_of(corners[rng.random_range(0..corners.len())]);
+        }
+    }
+    x
+}
+
+#[test]
+fn ring_reductions_fused_with_their_copies_equal_unfused_bit_for_bit() {
+    use tpusim::collectives::{Options, Registry};
+    use tpusim::device_sim::fuse::{fuse_with, Joins, Keep, Step};
+    use tpusim::ir::{DataOp, ReduceOp};
+    use tpusim::mesh::Placement;
+    let registry = Registry::builtin();
+    let mut case = 0u64;
+    for name in ["psum", "psum_scatter", "ring_allreduce"] {
+        let base = registry.by_name(name).unwrap();
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            if op != ReduceOp::Sum && !base.takes().op {
+                continue;
+            }
+            let c = match base.takes().op {
+                true => base.with_options(&Options { op, perm: None }).unwrap(),
+                false => base.clone(),
+            };
+            for dtype in DType::COLLECTIVE {
+                for (devices, shape) in [(4, vec![8, 37]), (3, vec![6, 130]), (2, vec![64, 1024])] {
+                    case += 1;
+                    let mesh = Mesh::new(devices, "x").unwrap();
+                    let job = tpusim::run::Job::collective(c.clone(), Placement::whole(mesh))
+                        .with_shape(&shape)
+                        .with_dtype(dtype);
+                    let plan = job.plan().unwrap();
+                    let inputs: Vec<Vec<HostArray>> = (0..devices)
+                        .map(|d| {
+                            let a = &plan.program.layout.allocs[plan.program.inputs[0]];
+                            vec![corner_input(dtype, &a.shape, case * 10 + d as u64)]
+                        })
+                        .collect();
+                    let run = |exec: &mut dyn Executor| {
+                        let mut r = exec.prepare(&plan.program, &plan.schedule).unwrap();
+                        r.upload(&inputs).unwrap();
+                        r.run(2).unwrap();
+                        words(&r.read_outputs().unwrap())
+                    };
+                    let fused = run(&mut CpuExecutor::new());
+                    let plain = run(&mut CpuExecutor::unfused());
+                    assert!(
+                        fused == plain,
+                        "case {case}: {name} {op:?} {dtype} {shape:?} on {devices} devices"
+                    );
+                    // The path under test is taken (the CPU executor's joins): a sum of
+                    // 8,192 elements or more joins a region with the copy that feeds it
+                    // (in the dtypes whose copies join regions).
+                    let joins = Joins { sums: true };
+                    let steps =
+                        fuse_with(&plan.program, &plan.schedule, &[], Keep::Outputs, joins).steps;
+                    let joined = steps.iter().any(|s| match s {
+                        Step::Region(r) => r
+                            .ops
+                            .iter()
+                            .any(|&i| matches!(plan.schedule.ops[i], DataOp::Accumulate { .. })),
+                        Step::Op(_) => false,
+                    });
+                    let moves = matches!(dtype, DType::F32 | DType::I32 | DType::BF16)
+                        && shape[0] * shape[1] / devices >= 1 << 13;
+                    // psum's local copy into its receive buffer, each step, is deferred
+                    // past the remote DMA into the region of the sum that reads it, and
+                    // its write dropped: nothing writes the receive buffer.
+                    let recv = plan
+                        .program
+                        .layout
+                        .allocs
+                        .iter()
+                        .position(|a| a.name == "vmem_recv");
+                    let writes_recv = steps.iter().any(|s| match s {
+                        Step::Region(r) => r.writes().any(|v| Some(v.alloc()) == recv),
+                        Step::Op(i) => plan.schedule.ops[*i]
+                            .writes()
+                            .any(|v| Some(v.alloc()) == recv),
+                    });
+                    if name == "psum" {
+                        assert_eq!(writes_recv, !(op == ReduceOp::Sum && moves), "case {case}");
+                    }
+                    assert_eq!(
+                        joined,
+                        op == ReduceOp::Sum && moves,
+                        "case {case}: {name} {op:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -13,7 +13,7 @@ mod region;
 mod spare;
 pub mod vmath;
 
-use super::fuse::{fuse, Fused, Keep, Region, Step};
+use super::fuse::{fuse_with, Fused, Joins, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
@@ -40,7 +40,7 @@ impl CpuPlan {
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         CpuPlan {
             coverage: Coverage::of(program, schedule),
-            fused: fuse(program, schedule, &[], Keep::Outputs),
+            fused: fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS),
             spare: spare::Spare::default(),
         }
     }
@@ -55,6 +55,10 @@ impl CpuPlan {
         &self.fused
     }
 }
+
+/// What joins the CPU executor's regions: sums too (a ring's copy and the sum that
+/// reads it touch each element once).
+const CPU_JOINS: Joins = Joins { sums: true };
 
 /// Runs schedules in host memory.
 #[derive(Debug)]
@@ -217,7 +221,7 @@ struct Memory<'a> {
     scratch: region::Scratch,
 }
 
-/// Copies of at least this many words are spread over the cores.
+/// Copies and accumulates of at least this many words are spread over the cores.
 const PARALLEL_COPY: usize = 1 << 20;
 
 impl Memory<'_> {
@@ -352,7 +356,9 @@ impl Memory<'_> {
                 src,
                 op,
                 dtype,
-            } => self.with_pair(dst, src, |d, s| accumulate_words(d, s, *op, *dtype)),
+            } => self.with_pair(dst, src, |d, s| {
+                over_cores(d, s, |d, s| accumulate_words(d, s, *op, *dtype))
+            }),
             DataOp::Compute(c) => self.compute(c),
         }
     }
@@ -370,13 +376,19 @@ impl Memory<'_> {
 
 /// `dst = src`, large copies spread over the cores.
 fn copy(dst: &mut [u32], src: &[u32]) {
+    over_cores(dst, src, |d, s| d.copy_from_slice(s));
+}
+
+/// `f` on `dst` and `src` (as long), in parts spread over the cores from
+/// [`PARALLEL_COPY`] words (memory bandwidth on one core is a fraction of the machine's).
+fn over_cores(dst: &mut [u32], src: &[u32], f: impl Fn(&mut [u32], &[u32]) + Sync) {
     if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
         let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
         dst.par_chunks_mut(per)
             .zip(src.par_chunks(per))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+            .for_each(|(d, s)| f(d, s));
     } else {
-        dst.copy_from_slice(src);
+        f(dst, src);
     }
 }
 
@@ -591,7 +603,7 @@ impl CpuExecutor {
     /// `schedule` as this executor runs it.
     fn fused(&self, program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
         match self.fused {
-            true => fuse(program, schedule, cuts, keep),
+            true => fuse_with(program, schedule, cuts, keep, CPU_JOINS),
             false => Fused::unfused(schedule.ops.len(), cuts),
         }
     }

@@ -2,7 +2,7 @@
 
 use super::region::{Input, Instr, Output, Pattern, Reg, Region};
 use crate::array::DType;
-use crate::ir::{Allocation, ComputeKind, DataOp, View};
+use crate::ir::{Allocation, Binary, ComputeKind, DataOp, ReduceOp, View};
 
 /// A source of an elementwise op: a view holding `numel` elements of `dtype`, or a
 /// scalar (rank 0) spread over the op's elements.
@@ -42,22 +42,40 @@ pub(super) struct Elem {
     dst_dtype: DType,
 }
 
-/// True for a copy or a fill (what an executor runs best as it is).
+/// Sums of fewer elements stay as they are: in the cache, a region's bookkeeping costs
+/// more than the pass over memory it saves (psum at 4 KiB per device: 7 -> 11 us).
+const SUM_JOINS_FROM: usize = 1 << 13;
+
+/// True for the dtypes whose copies and sums join regions.
+fn moves(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::I32 | DType::BF16)
+}
+
+/// True for a copy, a fill or an accumulate (what an executor runs best as it is,
+/// alone).
 pub(super) fn is_plain(op: &DataOp) -> bool {
-    matches!(op, DataOp::Copy { .. } | DataOp::Fill { .. })
+    matches!(
+        op,
+        DataOp::Copy { .. } | DataOp::Fill { .. } | DataOp::Accumulate { .. }
+    )
 }
 
 impl Elem {
     /// `op` as a region's op, or `None` when it is not elementwise on one device (or
     /// moves bits between allocations of different dtypes, as the staging area does).
-    pub(super) fn of(op: &DataOp, allocs: &[Allocation], staging: usize) -> Option<Elem> {
+    /// Sums join only when `sums` ([`super::Joins`]).
+    pub(super) fn of(
+        op: &DataOp,
+        allocs: &[Allocation],
+        staging: usize,
+        sums: bool,
+    ) -> Option<Elem> {
         match op {
             DataOp::Copy { src, dst } => {
                 let dtype = allocs[dst.alloc()].dtype;
                 let same = allocs[src.alloc()].dtype == dtype;
-                let copyable = matches!(dtype, DType::F32 | DType::I32 | DType::BF16);
-                (same && copyable && src.device() == dst.device() && src.alloc() != staging).then(
-                    || Elem {
+                (same && moves(dtype) && src.device() == dst.device() && src.alloc() != staging)
+                    .then(|| Elem {
                         device: dst.device(),
                         kind: Kind::Alias,
                         srcs: vec![Src {
@@ -67,8 +85,7 @@ impl Elem {
                         }],
                         dst: *dst,
                         dst_dtype: dtype,
-                    },
-                )
+                    })
             }
             DataOp::Fill { dst, bits } => (dst.alloc() != staging).then(|| Elem {
                 device: dst.device(),
@@ -77,6 +94,34 @@ impl Elem {
                 dst: *dst,
                 dst_dtype: allocs[dst.alloc()].dtype,
             }),
+            // A sum is an add of the destination and the source (the same function of
+            // the same two values in the same order as the executor's accumulate), so a
+            // copy into the source and the sum that reads it fuse (the copy's write then
+            // often dropped as unread). Max and min stay as they are: their ties and
+            // NaNs are the accumulate's own rules.
+            DataOp::Accumulate {
+                dst,
+                src,
+                op: ReduceOp::Sum,
+                dtype,
+            } if sums && dst.len() >= SUM_JOINS_FROM => {
+                let same = [dst, src].iter().all(|v| allocs[v.alloc()].dtype == *dtype);
+                let apart = ![dst, src].iter().any(|v| v.alloc() == staging);
+                (same && moves(*dtype) && apart && src.len() == dst.len()).then(|| {
+                    let operand = |view: &View| Src {
+                        view: *view,
+                        dtype: *dtype,
+                        scalar: false,
+                    };
+                    Elem {
+                        device: dst.device(),
+                        kind: Kind::Instr(Instr::Binary(Binary::Add, *dtype, 0, 1)),
+                        srcs: vec![operand(dst), operand(src)],
+                        dst: *dst,
+                        dst_dtype: *dtype,
+                    }
+                })
+            }
             DataOp::Accumulate { .. } => None,
             DataOp::Compute(c) => {
                 let srcs: Vec<Src> = c
@@ -145,6 +190,8 @@ pub(super) struct Builder {
     widened: Vec<(usize, usize)>,
     outputs: Vec<Output>,
     ops: Vec<usize>,
+    /// The ops added, as added (to build the region again without its last).
+    added: Vec<(usize, Elem)>,
 }
 
 /// How an op's source is had: a register of the region, or a new input.
@@ -165,7 +212,35 @@ impl Builder {
             widened: Vec::new(),
             outputs: Vec::new(),
             ops: Vec::new(),
+            added: Vec::new(),
         }
+    }
+
+    /// This region without its last op when that op is a copy that `op` (a schedule op
+    /// that closes the region) neither reads, writes nor overwrites the source of, with
+    /// that copy (index and op) to run after `op` instead: a copy into a buffer that
+    /// the next region reads then joins that region, and its write can drop as unread
+    /// (the ring's local copy before its accumulate). Otherwise this region as it is.
+    pub(super) fn defer_last_copy(
+        self,
+        ops: &[DataOp],
+        op: &DataOp,
+    ) -> (Builder, Option<(usize, Elem)>) {
+        let Some((last, _)) = self.added.last() else {
+            return (self, None);
+        };
+        let copy = &ops[*last];
+        if self.added.len() < 2 || !matches!(copy, DataOp::Copy { .. }) || touch(copy, op) {
+            return (self, None);
+        }
+        let mut added = self.added;
+        let deferred = added.pop();
+        let mut b = Builder::new(self.device);
+        for (i, e) in &added {
+            let joined = b.try_add(*i, e);
+            debug_assert!(joined, "the ops joined this region in this order before");
+        }
+        (b, deferred)
     }
 
     /// Instructions so far.
@@ -318,6 +393,7 @@ impl Builder {
         self.outputs.retain(|o| o.view != dst);
         self.outputs.push(Output { reg, view: dst });
         self.ops.push(index);
+        self.added.push((index, e.clone()));
         true
     }
 
@@ -382,6 +458,15 @@ impl Builder {
             ops: self.ops,
         })
     }
+}
+
+/// True when `a` and `b` touch a common element, one of them writing it.
+fn touch(a: &DataOp, b: &DataOp) -> bool {
+    let reads = |o: &DataOp| o.reads().chain(accumulated(o)).collect::<Vec<_>>();
+    let writes = |o: &DataOp| o.writes().collect::<Vec<_>>();
+    let (ra, wa, rb, wb) = (reads(a), writes(a), reads(b), writes(b));
+    let any = |x: &[View], y: &[View]| x.iter().any(|v| y.iter().any(|w| v.overlaps(w)));
+    any(&wa, &rb) || any(&wa, &wb) || any(&ra, &wb)
 }
 
 /// An accumulate's destination, which it reads as well as writes.

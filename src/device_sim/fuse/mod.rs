@@ -64,9 +64,30 @@ pub enum Keep {
     All,
 }
 
+/// What joins regions beyond elementwise compute, copies and fills.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Joins {
+    /// Sums (`dst += src`, [`crate::ir::DataOp::Accumulate`]) of 8,192 elements and
+    /// more, with the copy that feeds one taken past the DMA that closed its region so
+    /// that it joins the sum's (the CPU executor's choice; the GPU executor batches its
+    /// accumulates instead).
+    pub sums: bool,
+}
+
 /// `schedule` fused, cut before each op index of `cuts` (no region spans a cut); with
 /// [`Keep::Outputs`] and no cut, writes nothing reads are dropped.
 pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
+    fuse_with(program, schedule, cuts, keep, Joins::default())
+}
+
+/// [`fuse`], with what `joins` lets join regions too.
+pub fn fuse_with(
+    program: &Program,
+    schedule: &Schedule,
+    cuts: &[usize],
+    keep: Keep,
+    joins: Joins,
+) -> Fused {
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
     let mut out = Fused::default();
@@ -76,8 +97,8 @@ pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) 
     let mut opened: Vec<usize> = Vec::new();
     let close = |b: Option<Builder>, steps: &mut Vec<Step>| {
         match b.and_then(Builder::finish) {
-            // A lone copy or fill runs as it is (memcpy and memset are the fastest
-            // there are).
+            // A lone copy, fill or accumulate runs as it is (memcpy and memset are the
+            // fastest there are; an accumulate alone reads its operands in place).
             Some(r) if r.ops.len() == 1 && build::is_plain(&schedule.ops[r.ops[0]]) => {
                 steps.push(Step::Op(r.ops[0]))
             }
@@ -95,20 +116,38 @@ pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) 
             }
             out.piece_ends.push(out.steps.len());
         }
-        let elem = build::Elem::of(op, &memory.allocs, staging);
+        let elem = build::Elem::of(op, &memory.allocs, staging, joins.sums);
         // Regions this op would be reordered with: closed first (they run before it).
         touched.clear();
         touched.extend(op.reads().chain(op.writes()).map(|v| v.device()));
         touched.sort_unstable();
         touched.dedup();
+        // An op that runs as it is, now, may take a region's last copy past it
+        // ([`Builder::defer_last_copy`]): that copy then starts the device's next region.
+        let mut deferred = Vec::new();
         for &d in &touched {
             let own = elem.as_ref().is_some_and(|e| e.device == d);
             if !own && open[d].as_ref().is_some_and(|b| b.conflicts(op)) {
-                close(open[d].take(), &mut out.steps);
+                let b = open[d].take().expect("open");
+                let (b, last) = match elem {
+                    None if joins.sums => b.defer_last_copy(&schedule.ops, op),
+                    _ => (b, None),
+                };
+                close(Some(b), &mut out.steps);
+                deferred.extend(last);
             }
         }
         let Some(elem) = elem else {
             out.steps.push(Step::Op(i));
+            for (k, e) in deferred {
+                let mut b = Builder::new(e.device);
+                if b.try_add(k, &e) {
+                    opened.push(e.device);
+                    open[e.device] = Some(b);
+                } else {
+                    out.steps.push(Step::Op(k));
+                }
+            }
             continue;
         };
         let d = elem.device;
