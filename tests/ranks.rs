@@ -136,7 +136,10 @@ fn shared_memory_and_messages_between_hosts_give_the_same_bytes() {
                     1 => assert_eq!(path, None, "{how}"),
                     _ => assert_eq!(
                         path.as_deref(),
-                        Some(format!("shared memory ({per_host} ranks on this host)").as_str()),
+                        Some(
+                            format!("shared memory between the {per_host} ranks of this host")
+                                .as_str()
+                        ),
                         "{how}"
                     ),
                 }
@@ -170,7 +173,8 @@ fn a_host_whose_shared_memory_cannot_be_made_exchanges_messages() {
         assert!(got == want);
         let path = path.expect("the ranks share a host");
         assert!(
-            path.starts_with("messages (cannot make") && path.contains("no such directory"),
+            path.starts_with("messages between the ranks of this host (cannot make")
+                && path.contains("no such directory"),
             "{path}"
         );
     }

@@ -9,8 +9,12 @@
 //!   a rank runs it, sends, receives or skips it. Every rank plans the same schedule (the
 //!   planner is deterministic); a copy from a device of one rank to a device of another
 //!   (a remote DMA's receive completion) is a message carrying its bytes, sent when the
-//!   sender reaches it in the schedule and received when the receiver does, tagged by its
-//!   position in the schedule.
+//!   sender reaches it in the schedule, tagged by its position in the schedule, and
+//!   landed in the receiver's memory no later than the receiver's first later op that
+//!   touches the destination ([`plan::dues`]).
+//! - [`shm`]: ranks on one host pass those bytes through a ring per pair in shared
+//!   memory (one copy out of the sender's memory, one into the receiver's); ranks on
+//!   other hosts, or where the segment cannot be made, through the [`Comm`]'s messages.
 //! - [`RankExecutor`]: any [`Executor`] wrapped so that it holds its rank's devices'
 //!   memory only, runs the local ops in pieces between messages, and reads and writes the
 //!   views that messages carry.
@@ -22,9 +26,20 @@
 //! Why the result is bit-identical to one process: every write to a device's memory is
 //! an op whose destination is on that device, which its rank runs in schedule order; a
 //! message carries the bytes its source holds at the copy's position, because every
-//! earlier write to the source is an earlier op of the sender. No rank can wait forever:
-//! a rank only waits for an event at a position at or before its own, and the rank
-//! waiting at the lowest position always waits for one that can happen.
+//! earlier write to the source is an earlier op of the sender, and the sender reads the
+//! source at that position. A receive lands after every earlier op of the receiver
+//! (it is landed only once the walk has passed its position) and before every later op
+//! that reads or writes its destination, so each op of the receiver sees the bytes it
+//! sees in one process; ops that do not touch the destination commute with it.
+//!
+//! Why no rank waits forever: a rank waits (a) to land a receive whose position it has
+//! passed, the receives landing in walk order, or (b) for room in a ring or for MPI to
+//! take a send, and only after it has landed every receive it has passed. Take the wait
+//! on the lowest schedule position: in (a) the sender is past that position (else it
+//! would wait lower), so the message is in the ring or on its way; in (b) the
+//! receiver is past the unread messages' positions (else it would wait lower), so by
+//! the rule above it is not waiting in (b), and in (a) it lands them in order. Either
+//! way the wait ends.
 
 pub mod agree;
 pub mod plan;
@@ -193,6 +208,8 @@ pub struct RankTime {
 pub struct RunReport {
     /// Per rank, in rank order.
     pub ranks: Vec<RankTime>,
+    /// How rank 0 exchanged with the other ranks of its host ([`Ranks::exchange_path`]).
+    pub via: Option<String>,
 }
 
 impl RunReport {
@@ -388,9 +405,12 @@ impl Ranks {
     /// `None` before any, or where this rank is alone on its host.
     pub fn exchange_path(&self) -> Option<String> {
         match self.host.get()? {
-            Ok(h) => Some(format!("shared memory ({} ranks on this host)", h.ranks())),
+            Ok(h) => Some(format!(
+                "shared memory between the {} ranks of this host",
+                h.ranks()
+            )),
             Err(why) if why.is_empty() => None,
-            Err(why) => Some(format!("messages ({why})")),
+            Err(why) => Some(format!("messages between the ranks of this host ({why})")),
         }
     }
 
@@ -717,6 +737,7 @@ impl RankRun<'_> {
                     sent_bytes: f(b, 3) as u64,
                 })
                 .collect(),
+            via: self.ranks.exchange_path(),
         };
         let seconds = report.seconds();
         *self.ranks.last.lock().unwrap_or_else(|e| e.into_inner()) = report;
