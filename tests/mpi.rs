@@ -365,6 +365,20 @@ fn bench_on_ranks_reports_what_crossed_and_each_ranks_share() {
     assert_eq!(out.matches("clean under 20 schedules").count(), 1, "{out}");
 }
 
+/// `child` once it has ended, killed (and the test failed) if it runs past `seconds`:
+/// ranks must stop, not hang.
+fn within(mut child: std::process::Child, seconds: u64, what: &str) -> std::process::Child {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(seconds) {
+            let _ = child.kill();
+            panic!("{what} still runs after {seconds} s: a hang");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child
+}
+
 /// `mpirun -np 1 tpusim A : -np 1 tpusim B`, ended (and the test failed) if it runs past
 /// two minutes: ranks that disagree must stop, not hang.
 fn mpmd(a: &[&str], b: &[&str]) -> (i32, String, String) {
@@ -381,16 +395,9 @@ fn mpmd(a: &[&str], b: &[&str]) -> (i32, String, String) {
     .args(b)
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().expect("mpirun starts");
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("ranks started with {a:?} and {b:?} still run after 120 s: a hang");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let o = child.wait_with_output().unwrap();
+    let child = c.spawn().expect("mpirun starts");
+    let what = format!("ranks started with {a:?} and {b:?}");
+    let o = within(child, 120, &what).wait_with_output().unwrap();
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -526,14 +533,7 @@ fn ranks_on_one_host_share_memory_or_fall_back_to_messages_and_leave_no_file() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the job still runs 60 s after rank 1 was killed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let mut child = within(child, 60, "the job with rank 1 killed");
     assert!(!child.wait().unwrap().success());
     assert_eq!(files_in(&shm), Vec::<PathBuf>::new());
 }

@@ -100,21 +100,31 @@ fn every_collective_on_any_number_of_ranks_equals_one_process_cpu() {
     }
 }
 
+/// Three collectives of different patterns and dtypes at P devices.
+fn a_few(p: usize) -> Vec<(Job, &'static str, DType)> {
+    let reg = Registry::builtin();
+    [
+        ("psum", DType::F32),
+        ("all_to_all", DType::BF16),
+        ("ring_allreduce_push", DType::I32),
+    ]
+    .into_iter()
+    .map(|(name, dtype)| {
+        let job = Job::collective(
+            reg.by_name(name).unwrap(),
+            Placement::whole(Mesh::new(p, "x").unwrap()),
+        )
+        .with_dtype(dtype);
+        (job, name, dtype)
+    })
+    .collect()
+}
+
 #[test]
 fn shared_memory_and_messages_between_hosts_give_the_same_bytes() {
     let cpu = || Box::new(CpuExecutor::new()) as Box<dyn Executor>;
     let dir = tempfile::tempdir().unwrap();
-    let reg = Registry::builtin();
-    for (name, dtype) in [
-        ("psum", DType::F32),
-        ("all_to_all", DType::BF16),
-        ("ring_allreduce_push", DType::I32),
-    ] {
-        let job = Job::collective(
-            reg.by_name(name).unwrap(),
-            Placement::whole(Mesh::new(8, "x").unwrap()),
-        )
-        .with_dtype(dtype);
+    for (job, name, dtype) in a_few(8) {
         let (inputs, want) = single(&job, 5);
         // 4 ranks: on one host, on two (shared memory within, messages between), on
         // four (messages only); rings of the default size and of 4 KiB, far shorter
@@ -184,17 +194,7 @@ fn a_host_whose_shared_memory_cannot_be_made_exchanges_messages() {
 #[test]
 fn gpu_ranks_equal_one_process() {
     let gpu = || Box::new(GpuExecutor::from_env().expect("a GPU adapter")) as Box<dyn Executor>;
-    let reg = Registry::builtin();
-    for (name, dtype) in [
-        ("psum", DType::F32),
-        ("all_to_all", DType::BF16),
-        ("ring_allreduce_push", DType::I32),
-    ] {
-        let job = Job::collective(
-            reg.by_name(name).unwrap(),
-            Placement::whole(Mesh::new(4, "x").unwrap()),
-        )
-        .with_dtype(dtype);
+    for (job, name, dtype) in a_few(4) {
         let (inputs, want) = single(&job, 3);
         for r in [2, 3] {
             for got in on_ranks(&job, &inputs, r, &gpu) {
