@@ -365,6 +365,20 @@ fn bench_on_ranks_reports_what_crossed_and_each_ranks_share() {
     assert_eq!(out.matches("clean under 20 schedules").count(), 1, "{out}");
 }
 
+/// `child` once it has ended, killed (and the test failed) if it runs past `seconds`:
+/// ranks must stop, not hang.
+fn within(mut child: std::process::Child, seconds: u64, what: &str) -> std::process::Child {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(seconds) {
+            let _ = child.kill();
+            panic!("{what} still runs after {seconds} s: a hang");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child
+}
+
 /// `mpirun -np 1 tpusim A : -np 1 tpusim B`, ended (and the test failed) if it runs past
 /// two minutes: ranks that disagree must stop, not hang.
 fn mpmd(a: &[&str], b: &[&str]) -> (i32, String, String) {
@@ -381,16 +395,9 @@ fn mpmd(a: &[&str], b: &[&str]) -> (i32, String, String) {
     .args(b)
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().expect("mpirun starts");
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("ranks started with {a:?} and {b:?} still run after 120 s: a hang");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let o = child.wait_with_output().unwrap();
+    let child = c.spawn().expect("mpirun starts");
+    let what = format!("ranks started with {a:?} and {b:?}");
+    let o = within(child, 120, &what).wait_with_output().unwrap();
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -440,4 +447,93 @@ fn ranks_started_differently_all_exit_2_naming_the_difference() {
     let (code, out, err) = mpmd(&with(&["--op=sum"]), &run);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(" 0 wrong of "), "{out}");
+}
+
+/// The files in `dir`.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+#[test]
+fn ranks_on_one_host_share_memory_or_fall_back_to_messages_and_leave_no_file() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let missing = shm.join("missing");
+    let x = input(dir.path(), "psum", 8, DType::F32);
+    let apply = |out: &Path| {
+        [
+            "apply",
+            "psum",
+            "-p",
+            "8",
+            "--backend",
+            "cpu",
+            "--input",
+            x.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from)
+    };
+    let want = dir.path().join("want.npy");
+    let args = apply(&want);
+    let (code, out, err) = alone(&args.each_ref().map(|s| s.as_str()), &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let want = std::fs::read(&want).unwrap();
+    // Through shared memory made in TPUSIM_SHM_DIR; then where it cannot be made (the
+    // directory is missing): messages, the same bytes.
+    for (place, via) in [
+        (
+            &shm,
+            "through shared memory between the 2 ranks of this host",
+        ),
+        (
+            &missing,
+            "through messages between the ranks of this host (cannot make",
+        ),
+    ] {
+        let env = [("TPUSIM_SHM_DIR", place.to_str().unwrap())];
+        let got = dir.path().join("got.npy");
+        let args = apply(&got);
+        let (code, out, err) = mpirun(2, &args.each_ref().map(|s| s.as_str()), &env);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(std::fs::read(&got).unwrap() == want, "{via}: differs");
+        let (code, out, err) = mpirun(2, &["run", "psum", "-p", "8", "--backend", "cpu"], &env);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains(" 0 wrong of ") && out.contains(via), "{out}");
+        assert_eq!(files_in(&shm), Vec::<PathBuf>::new());
+    }
+    // A rank killed in the middle of a run leaves nothing behind either: the segment's
+    // file went once both ranks had mapped it.
+    let pid = dir.path().join("pid");
+    let script = format!(
+        "[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && echo $$ > {}; exec {} bench psum -p 8 -b 1M -e 32M -n 2 -w 0 --backend cpu",
+        pid.display(),
+        tpusim()
+    );
+    let mut child = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["-x", &format!("TPUSIM_SHM_DIR={}", shm.display())])
+        .args(["bash", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mpirun starts");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    // The first size's row: the ranks have connected and run.
+    assert!(lines.any(|l| l.unwrap().starts_with("psum")));
+    let rank1 = std::fs::read_to_string(&pid).unwrap();
+    let killed = Command::new("kill")
+        .args(["-KILL", rank1.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let mut child = within(child, 60, "the job with rank 1 killed");
+    assert!(!child.wait().unwrap().success());
+    assert_eq!(files_in(&shm), Vec::<PathBuf>::new());
 }

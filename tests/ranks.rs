@@ -2,7 +2,10 @@
 //! (`device_sim::ranks::threads`), each with its own executor holding its devices' memory. Every
 //! shipped collective, at P 4 and 8 and any R from 1 to P, gives the single-process
 //! outputs bit for bit (CPU; the GPU on a few), and a failing rank ends the others
-//! instead of hanging them. `tests/mpi.rs` runs the same through `mpirun`.
+//! instead of hanging them. Ranks on one pretend host exchange through shared memory
+//! (as MPI ranks on one machine do), those on others by messages, and both give the
+//! same bytes; so do rings far smaller than the messages, and a host whose shared
+//! memory cannot be made. `tests/mpi.rs` runs the same through `mpirun`.
 
 use std::sync::Arc;
 use tpusim::collectives::Registry;
@@ -30,11 +33,25 @@ fn on_ranks(
     r: usize,
     make: &(dyn Fn() -> Box<dyn Executor> + Sync),
 ) -> Vec<Vec<Vec<HostArray>>> {
-    threads::run(r, |comm| {
+    on_ranks_placed(job, inputs, r, make, &threads::Layout::default())
+        .into_iter()
+        .map(|(out, _)| out)
+        .collect()
+}
+
+/// [`on_ranks`] placed as `layout` says; every rank's outputs and how it exchanged.
+fn on_ranks_placed(
+    job: &Job,
+    inputs: &[Vec<HostArray>],
+    r: usize,
+    make: &(dyn Fn() -> Box<dyn Executor> + Sync),
+    layout: &threads::Layout,
+) -> Vec<(Vec<Vec<HostArray>>, Option<String>)> {
+    threads::run_on(r, layout, |comm| {
         let ranks = Arc::new(Ranks::new(comm));
         let mut exec = RankExecutor::new(make(), ranks.clone());
         let out = job.execute(&mut exec, inputs);
-        ranks.conclude(out)
+        ranks.conclude(out).map(|o| (o, ranks.exchange_path()))
     })
     .into_iter()
     .enumerate()
@@ -83,20 +100,101 @@ fn every_collective_on_any_number_of_ranks_equals_one_process_cpu() {
     }
 }
 
-#[test]
-fn gpu_ranks_equal_one_process() {
-    let gpu = || Box::new(GpuExecutor::from_env().expect("a GPU adapter")) as Box<dyn Executor>;
+/// Three collectives of different patterns and dtypes at P devices.
+fn a_few(p: usize) -> Vec<(Job, &'static str, DType)> {
     let reg = Registry::builtin();
-    for (name, dtype) in [
+    [
         ("psum", DType::F32),
         ("all_to_all", DType::BF16),
         ("ring_allreduce_push", DType::I32),
-    ] {
+    ]
+    .into_iter()
+    .map(|(name, dtype)| {
         let job = Job::collective(
             reg.by_name(name).unwrap(),
-            Placement::whole(Mesh::new(4, "x").unwrap()),
+            Placement::whole(Mesh::new(p, "x").unwrap()),
         )
         .with_dtype(dtype);
+        (job, name, dtype)
+    })
+    .collect()
+}
+
+#[test]
+fn shared_memory_and_messages_between_hosts_give_the_same_bytes() {
+    let cpu = || Box::new(CpuExecutor::new()) as Box<dyn Executor>;
+    let dir = tempfile::tempdir().unwrap();
+    for (job, name, dtype) in a_few(8) {
+        let (inputs, want) = single(&job, 5);
+        // 4 ranks: on one host, on two (shared memory within, messages between), on
+        // four (messages only); rings of the default size and of 4 KiB, far shorter
+        // than the messages, which then pass in pieces while ranks wait for room.
+        for (per_host, ring_bytes) in [(4, None), (2, None), (1, None), (4, Some(4096))] {
+            let layout = threads::Layout {
+                per_host,
+                shm_dir: dir.path().to_path_buf(),
+                ring_bytes,
+            };
+            for (k, (got, path)) in on_ranks_placed(&job, &inputs, 4, &cpu, &layout)
+                .into_iter()
+                .enumerate()
+            {
+                let how =
+                    format!("{name} {dtype} on 4 ranks, {per_host} per host, ring {ring_bytes:?}");
+                assert!(got == want, "{how}: rank {k}'s outputs differ");
+                match per_host {
+                    1 => assert_eq!(path, None, "{how}"),
+                    _ => assert_eq!(
+                        path.as_deref(),
+                        Some(
+                            format!("shared memory between the {per_host} ranks of this host")
+                                .as_str()
+                        ),
+                        "{how}"
+                    ),
+                }
+            }
+            // The segment's file went as soon as every rank had mapped it.
+            let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert!(
+                left.is_empty(),
+                "left in the shared-memory directory: {left:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_host_whose_shared_memory_cannot_be_made_exchanges_messages() {
+    let cpu = || Box::new(CpuExecutor::new()) as Box<dyn Executor>;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no such directory");
+    let job = Job::collective(
+        Registry::builtin().by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(4, "x").unwrap()),
+    );
+    let (inputs, want) = single(&job, 9);
+    let layout = threads::Layout {
+        per_host: 3,
+        shm_dir: missing.clone(),
+        ring_bytes: None,
+    };
+    for (got, path) in on_ranks_placed(&job, &inputs, 3, &cpu, &layout) {
+        assert!(got == want);
+        let path = path.expect("the ranks share a host");
+        assert!(
+            path.starts_with("messages between the ranks of this host (cannot make")
+                && path.contains("no such directory"),
+            "{path}"
+        );
+    }
+    assert!(!missing.exists());
+}
+
+#[test]
+fn gpu_ranks_equal_one_process() {
+    let gpu = || Box::new(GpuExecutor::from_env().expect("a GPU adapter")) as Box<dyn Executor>;
+    for (job, name, dtype) in a_few(4) {
         let (inputs, want) = single(&job, 3);
         for r in [2, 3] {
             for got in on_ranks(&job, &inputs, r, &gpu) {

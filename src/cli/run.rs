@@ -179,8 +179,8 @@ pub fn ranks_needed(job: &Job, work: Work) -> tpusim::Result<bool> {
     Ok(true)
 }
 
-/// The ranks' line under a run's result: the split, the bytes that crossed ranks, each
-/// rank's busy share of the run.
+/// The ranks' line under a run's result: the split, the bytes that crossed ranks (and
+/// how, between ranks of one host), each rank's busy share of the run.
 pub fn ranks_line(
     part: &tpusim::device_sim::ranks::Partition,
     report: &tpusim::device_sim::ranks::RunReport,
@@ -190,8 +190,12 @@ pub fn ranks_line(
         .iter()
         .map(|b| format!("{:.0}%", 100.0 * b))
         .collect();
+    let via = report
+        .via
+        .as_ref()
+        .map_or_else(String::new, |v| format!(", through {v}"));
     outln!(
-        "ranks: {}; {} crossed ranks; busy share of the run per rank: {}",
+        "ranks: {}; {} crossed ranks{via}; busy share of the run per rank: {}",
         part.describe(),
         tpusim::units::bytes(report.crossed_bytes() as f64),
         busy.join(" ")

@@ -150,6 +150,21 @@ pub trait Prepared {
         Err(Error::bad_input("this run cannot read a view"))
     }
 
+    /// [`Prepared::read_view`] into `out` (of `v.len() * elem` bytes), allocating nothing
+    /// where the executor can.
+    fn read_view_into(&mut self, v: View, elem: usize, out: &mut [u8]) -> Result<()> {
+        let bytes = self.read_view(v, elem)?;
+        if bytes.len() != out.len() {
+            return Err(Error::bad_input(format!(
+                "{} bytes for a view of {} bytes",
+                out.len(),
+                bytes.len()
+            )));
+        }
+        out.copy_from_slice(&bytes);
+        Ok(())
+    }
+
     /// Writes `bytes` ([`Prepared::read_view`]'s form) into view `v`.
     fn write_view(&mut self, _v: View, _elem: usize, _bytes: &[u8]) -> Result<()> {
         Err(Error::bad_input("this run cannot write a view"))

@@ -643,6 +643,17 @@ impl CpuRun<'_> {
     }
 }
 
+/// An error unless `bytes` is the size of view `v` of `elem`-byte elements.
+fn view_bytes(v: &View, elem: usize, bytes: usize) -> Result<()> {
+    if bytes != v.len() * elem {
+        return Err(crate::Error::bad_input(format!(
+            "{bytes} bytes for a view of {} elements of {elem} bytes",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
 impl Prepared for CpuRun<'_> {
     fn upload(&mut self, inputs: &[Vec<HostArray>]) -> Result<()> {
         check_inputs(self.program, inputs)?;
@@ -703,20 +714,31 @@ impl Prepared for CpuRun<'_> {
         })
     }
 
-    fn write_view(&mut self, v: View, elem: usize, bytes: &[u8]) -> Result<()> {
-        if bytes.len() != v.len() * elem {
-            return Err(crate::Error::bad_input(format!(
-                "{} bytes for a view of {} elements of {elem} bytes",
-                bytes.len(),
-                v.len()
-            )));
+    fn read_view_into(&mut self, v: View, elem: usize, out: &mut [u8]) -> Result<()> {
+        view_bytes(&v, elem, out.len())?;
+        let words = self.mem.words(&v);
+        match elem {
+            4 => out.copy_from_slice(bytemuck::cast_slice(words)),
+            _ => {
+                for (o, w) in out.chunks_exact_mut(2).zip(words) {
+                    o.copy_from_slice(&(*w as u16).to_le_bytes());
+                }
+            }
         }
+        Ok(())
+    }
+
+    fn write_view(&mut self, v: View, elem: usize, bytes: &[u8]) -> Result<()> {
+        view_bytes(&v, elem, bytes.len())?;
         let dst = self.mem.words_mut(&v);
-        for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(elem)) {
-            *d = match elem {
-                4 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                _ => u16::from_le_bytes([b[0], b[1]]) as u32,
-            };
+        match elem {
+            // Words are little-endian bytes in memory (as `read_view` gives them).
+            4 => bytemuck::cast_slice_mut(dst).copy_from_slice(bytes),
+            _ => {
+                for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = u16::from_le_bytes([b[0], b[1]]) as u32;
+                }
+            }
         }
         Ok(())
     }

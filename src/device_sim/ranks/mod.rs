@@ -9,8 +9,12 @@
 //!   a rank runs it, sends, receives or skips it. Every rank plans the same schedule (the
 //!   planner is deterministic); a copy from a device of one rank to a device of another
 //!   (a remote DMA's receive completion) is a message carrying its bytes, sent when the
-//!   sender reaches it in the schedule and received when the receiver does, tagged by its
-//!   position in the schedule.
+//!   sender reaches it in the schedule, tagged by its position in the schedule, and
+//!   landed in the receiver's memory no later than the receiver's first later op that
+//!   touches the destination ([`plan::dues`]).
+//! - [`shm`]: ranks on one host pass those bytes through a ring per pair in shared
+//!   memory (one copy out of the sender's memory, one into the receiver's); ranks on
+//!   other hosts, or where the segment cannot be made, through the [`Comm`]'s messages.
 //! - [`RankExecutor`]: any [`Executor`] wrapped so that it holds its rank's devices'
 //!   memory only, runs the local ops in pieces between messages, and reads and writes the
 //!   views that messages carry.
@@ -22,12 +26,24 @@
 //! Why the result is bit-identical to one process: every write to a device's memory is
 //! an op whose destination is on that device, which its rank runs in schedule order; a
 //! message carries the bytes its source holds at the copy's position, because every
-//! earlier write to the source is an earlier op of the sender. No rank can wait forever:
-//! a rank only waits for an event at a position at or before its own, and the rank
-//! waiting at the lowest position always waits for one that can happen.
+//! earlier write to the source is an earlier op of the sender, and the sender reads the
+//! source at that position. A receive lands after every earlier op of the receiver
+//! (it is landed only once the walk has passed its position) and before every later op
+//! that reads or writes its destination, so each op of the receiver sees the bytes it
+//! sees in one process; ops that do not touch the destination commute with it.
+//!
+//! Why no rank waits forever: a rank waits (a) to land a receive whose position it has
+//! passed, the receives landing in walk order, or (b) for room in a ring or for MPI to
+//! take a send, and only after it has landed every receive it has passed. Take the wait
+//! on the lowest schedule position: in (a) the sender is past that position (else it
+//! would wait lower), so the message is in the ring or on its way; in (b) the
+//! receiver is past the unread messages' positions (else it would wait lower), so by
+//! the rule above it is not waiting in (b), and in (a) it lands them in order. Either
+//! way the wait ends.
 
 pub mod agree;
 pub mod plan;
+pub mod shm;
 pub mod threads;
 mod wire;
 
@@ -37,11 +53,14 @@ pub mod mpi;
 use super::{check_inputs, Executor, Prepared};
 use crate::array::HostArray;
 use crate::error::{Error, Result};
-use crate::ir::{Program, Schedule};
+use crate::ir::{Program, Schedule, View};
 use plan::{Event, RankPlan};
+use shm::Host;
+use std::collections::VecDeque;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Which rank holds which device: rank r holds devices `r·P/R .. (r+1)·P/R` (rounded
@@ -134,10 +153,33 @@ pub trait Comm: Send {
     fn local_rank(&self) -> usize {
         0
     }
+    /// The ranks on this host, this one among them, in rank order (this one alone when
+    /// unknown): those that may share memory ([`shm`]).
+    fn host_peers(&self) -> Vec<usize> {
+        vec![self.rank()]
+    }
+    /// The directory this rank's host makes its shared segment in ([`shm::dir`]).
+    fn shm_dir(&self) -> PathBuf {
+        shm::dir()
+    }
+    /// Bytes of each shared-memory ring between this host's ranks (`None`: the host's
+    /// share of [`shm`]'s budget).
+    fn ring_bytes(&self) -> Option<usize> {
+        None
+    }
+    /// An error once another rank has failed: called while waiting on shared memory.
+    fn alive(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// A buffer of `len` bytes to fill and [`Comm::send`] (a used one, where the
+    /// transport keeps them, so that sending allocates nothing after the first run).
+    fn spare(&mut self, len: usize) -> Vec<u8> {
+        vec![0; len]
+    }
     /// Starts sending `bytes` to rank `to` under `tag`; may return before it is delivered.
     fn send(&mut self, to: usize, tag: i32, bytes: Vec<u8>) -> Result<()>;
-    /// Receives the message of `len` bytes rank `from` sent under `tag`.
-    fn recv(&mut self, from: usize, tag: i32, len: usize) -> Result<Vec<u8>>;
+    /// Receives into `out` the message of `out.len()` bytes rank `from` sent under `tag`.
+    fn recv(&mut self, from: usize, tag: i32, out: &mut [u8]) -> Result<()>;
     /// Waits until every message this rank started sending has left it.
     fn flush(&mut self) -> Result<()>;
     /// Every rank's `bytes`, in rank order, on every rank.
@@ -166,6 +208,8 @@ pub struct RankTime {
 pub struct RunReport {
     /// Per rank, in rank order.
     pub ranks: Vec<RankTime>,
+    /// How rank 0 exchanged with the other ranks of its host ([`Ranks::exchange_path`]).
+    pub via: Option<String>,
 }
 
 impl RunReport {
@@ -217,6 +261,9 @@ pub struct Ranks {
     executing: AtomicBool,
     failed: AtomicBool,
     last: Mutex<RunReport>,
+    /// The host's shared memory, once connected (at the first partitioned run), or why
+    /// this rank exchanges messages only.
+    host: OnceLock<std::result::Result<Host, String>>,
 }
 
 /// Payload kinds of an exchange.
@@ -235,6 +282,7 @@ impl Ranks {
             executing: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             last: Mutex::new(RunReport::default()),
+            host: OnceLock::new(),
         }
     }
 
@@ -334,6 +382,38 @@ impl Ranks {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Connects the ranks of each host through shared memory, once (a collective call);
+    /// where that fails they exchange messages.
+    fn connect(&self) -> Result<()> {
+        if self.host.get().is_none() {
+            let (peers, dir, ring) = {
+                let c = self.comm();
+                (c.host_peers(), c.shm_dir(), c.ring_bytes())
+            };
+            let host = shm::connect(self.rank, &peers, &dir, ring, |b| self.exchange(b))?;
+            let _ = self.host.set(host);
+        }
+        Ok(())
+    }
+
+    /// The host's shared memory, when this rank is connected to others through it.
+    fn shared(&self) -> Option<&Host> {
+        self.host.get().and_then(|h| h.as_ref().ok())
+    }
+
+    /// How the ranks of this host exchange the bytes of DMAs (after a partitioned run):
+    /// `None` before any, or where this rank is alone on its host.
+    pub fn exchange_path(&self) -> Option<String> {
+        match self.host.get()? {
+            Ok(h) => Some(format!(
+                "shared memory between the {} ranks of this host",
+                h.ranks()
+            )),
+            Err(why) if why.is_empty() => None,
+            Err(why) => Some(format!("messages between the ranks of this host ({why})")),
+        }
+    }
+
     /// Ends every rank after `e` on this one, while others may be waiting for it.
     pub fn abort(&self, e: &Error) -> ! {
         let message = format!("tpusim (rank {} of {}): {e}", self.rank, self.size);
@@ -416,6 +496,7 @@ impl Executor for RankExecutor {
             Ok(i) => i,
         };
         self.ranks.exchange(&[])?;
+        self.ranks.connect()?;
         self.ranks.executing.store(true, Ordering::SeqCst);
         Ok(Box::new(RankRun {
             inner,
@@ -423,6 +504,9 @@ impl Executor for RankExecutor {
             devices: program.devices,
             program,
             plan,
+            received: Vec::new(),
+            outstanding: VecDeque::new(),
+            landed: 0,
         }))
     }
 
@@ -454,6 +538,39 @@ struct RankRun<'a> {
     devices: usize,
     program: &'a Program,
     plan: Box<RankPlan>,
+    /// Where messages are received (kept between them).
+    received: Vec<u8>,
+    /// Receives through shared memory not landed yet, oldest first.
+    outstanding: VecDeque<Landing>,
+    /// Receives of this walk landed so far.
+    landed: usize,
+}
+
+/// A receive of a walk: the bytes of `tag` from rank `from` into `view`.
+#[derive(Clone, Copy)]
+struct Landing {
+    view: View,
+    elem: usize,
+    from: usize,
+    tag: i32,
+}
+
+/// Busy and waiting time of a walk.
+#[derive(Default)]
+struct Times {
+    busy: Duration,
+    wait: Duration,
+}
+
+/// Elements `from .. from + bytes / elem` of `view`, where `from` is `at / elem`: the
+/// part of a view a piece of its bytes (at byte `at`) fills.
+fn part(view: View, elem: usize, at: usize, bytes: usize) -> View {
+    View::new(
+        view.device(),
+        view.alloc(),
+        view.offset() + at / elem,
+        bytes / elem,
+    )
 }
 
 impl RankRun<'_> {
@@ -463,43 +580,123 @@ impl RankRun<'_> {
 
     /// One walk through the schedule: (busy, waiting) seconds.
     fn walk(&mut self) -> Result<(Duration, Duration)> {
-        let (mut busy, mut wait) = (Duration::ZERO, Duration::ZERO);
-        for e in &self.plan.events {
-            match *e {
+        let mut time = Times::default();
+        self.landed = 0;
+        for i in 0..self.plan.events.len() {
+            self.land(self.plan.due[i], &mut time)?;
+            match self.plan.events[i] {
                 Event::Piece(k) => {
                     let t = Instant::now();
                     self.inner.run_piece(k)?;
-                    busy += t.elapsed();
+                    time.busy += t.elapsed();
                 }
                 Event::Send {
                     view,
                     elem,
                     to,
                     tag,
-                } => {
-                    let t = Instant::now();
-                    let bytes = self.inner.read_view(view, elem)?;
-                    busy += t.elapsed();
-                    let t = Instant::now();
-                    self.ranks.comm().send(to, tag, bytes)?;
-                    wait += t.elapsed();
-                }
+                } => self.send(view, elem, to, tag, &mut time)?,
                 Event::Recv {
                     view,
                     elem,
                     from,
                     tag,
                 } => {
-                    let t = Instant::now();
-                    let bytes = self.ranks.comm().recv(from, tag, view.len() * elem)?;
-                    wait += t.elapsed();
-                    let t = Instant::now();
-                    self.inner.write_view(view, elem, &bytes)?;
-                    busy += t.elapsed();
+                    let recv = Landing {
+                        view,
+                        elem,
+                        from,
+                        tag,
+                    };
+                    if self.ranks.shared().and_then(|h| h.from(from)).is_some() {
+                        // Through shared memory: it lands when needed (`RankPlan::due`).
+                        self.outstanding.push_back(recv);
+                    } else {
+                        self.land(usize::MAX, &mut time)?;
+                        self.receive(&recv, &mut time)?;
+                    }
                 }
             }
         }
-        Ok((busy, wait))
+        self.land(usize::MAX, &mut time)?;
+        Ok((time.busy, time.wait))
+    }
+
+    /// Lands outstanding receives, oldest first, until `due` of the walk have landed
+    /// (or none is outstanding).
+    fn land(&mut self, due: usize, time: &mut Times) -> Result<()> {
+        while self.landed < due {
+            let Some(recv) = self.outstanding.pop_front() else {
+                break;
+            };
+            self.receive(&recv, time)?;
+        }
+        Ok(())
+    }
+
+    /// Receives `recv` into its destination now.
+    fn receive(&mut self, recv: &Landing, time: &mut Times) -> Result<()> {
+        let Landing {
+            view,
+            elem,
+            from,
+            tag,
+        } = *recv;
+        let t = Instant::now();
+        let len = view.len() * elem;
+        let inner = &mut self.inner;
+        if let Some(ring) = self.ranks.shared().and_then(|h| h.from(from)) {
+            let drain =
+                |at, piece: &[u8]| inner.write_view(part(view, elem, at, piece.len()), elem, piece);
+            let waited = ring.take(tag, len, drain, &mut || self.ranks.comm().alive())?;
+            time.wait += waited;
+            time.busy += t.elapsed() - waited;
+        } else {
+            self.received.resize(len, 0);
+            self.ranks.comm().recv(from, tag, &mut self.received)?;
+            time.wait += t.elapsed();
+            let t = Instant::now();
+            inner.write_view(view, elem, &self.received)?;
+            time.busy += t.elapsed();
+        }
+        self.landed += 1;
+        Ok(())
+    }
+
+    /// Sends the bytes of `view` to rank `to` now.
+    fn send(
+        &mut self,
+        view: View,
+        elem: usize,
+        to: usize,
+        tag: i32,
+        time: &mut Times,
+    ) -> Result<()> {
+        let len = view.len() * elem;
+        let ring = self.ranks.shared().and_then(|h| h.to(to));
+        // A rank about to wait for room, or for MPI, first lands what it was sent: the
+        // receiver may itself be waiting for room to send to this rank.
+        if !ring.as_ref().is_some_and(|r| r.fits(len)) {
+            self.land(usize::MAX, time)?;
+        }
+        let t = Instant::now();
+        let inner = &mut self.inner;
+        if let Some(ring) = ring {
+            let fill = |at, piece: &mut [u8]| {
+                inner.read_view_into(part(view, elem, at, piece.len()), elem, piece)
+            };
+            let waited = ring.put(tag, len, fill, &mut || self.ranks.comm().alive())?;
+            time.wait += waited;
+            time.busy += t.elapsed() - waited;
+        } else {
+            let mut bytes = self.ranks.comm().spare(len);
+            inner.read_view_into(view, elem, &mut bytes)?;
+            time.busy += t.elapsed();
+            let t = Instant::now();
+            self.ranks.comm().send(to, tag, bytes)?;
+            time.wait += t.elapsed();
+        }
+        Ok(())
     }
 
     fn run_all(&mut self, iters: usize) -> Result<Duration> {
@@ -507,6 +704,7 @@ impl RankRun<'_> {
         self.ranks.exchange(&[])?;
         let t = Instant::now();
         let (mut busy, mut wait) = (Duration::ZERO, Duration::ZERO);
+        self.outstanding.clear();
         for _ in 0..iters {
             let (b, w) = self.walk()?;
             busy += b;
@@ -539,6 +737,7 @@ impl RankRun<'_> {
                     sent_bytes: f(b, 3) as u64,
                 })
                 .collect(),
+            via: self.ranks.exchange_path(),
         };
         let seconds = report.seconds();
         *self.ranks.last.lock().unwrap_or_else(|e| e.into_inner()) = report;

@@ -1,6 +1,8 @@
 //! The ranks of an MPI job (`mpirun`, `srun --mpi=pmix`): [`Comm`] over MPI's
-//! point-to-point messages (a DMA between ranks is one `MPI_Isend`, received with
-//! `MPI_Recv` under its schedule position's tag) and its all-gather. Built with the `mpi`
+//! point-to-point messages (a DMA between ranks of different hosts is one `MPI_Isend`,
+//! received with `MPI_Recv` under its schedule position's tag, both from buffers used
+//! again and again) and its all-gather. Ranks on one host, as MPI's shared-memory split
+//! finds them, exchange through shared memory instead ([`super::shm`]). Built with the `mpi`
 //! cargo feature against the system's MPI (Debian: `libopenmpi-dev`).
 
 use super::Comm;
@@ -20,6 +22,9 @@ const PENDING_BYTES: usize = 64 << 20;
 /// The largest piece one MPI call moves (counts are 32-bit); longer messages go as
 /// several, in order under one tag.
 const CHUNK: usize = 1 << 30;
+
+/// Buffers of finished sends kept for the next ones.
+const SPARES: usize = 8;
 
 /// True when this process was started by an MPI launcher: `mpirun`/`mpiexec` (Open MPI,
 /// MPICH) or Slurm's `srun` with a PMI plugin.
@@ -48,8 +53,12 @@ pub struct MpiComm {
     size: usize,
     on_host: usize,
     local_rank: usize,
+    /// The ranks of this host, in rank order.
+    host_peers: Vec<usize>,
     pending: VecDeque<Pending>,
     pending_bytes: usize,
+    /// Buffers of sends MPI is done with, to fill again.
+    spares: Vec<Vec<u8>>,
     /// Dropped last: finalizes MPI.
     _universe: mpi::environment::Universe,
 }
@@ -70,14 +79,20 @@ impl MpiComm {
         let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Serialized)?;
         let world = universe.world();
         let host = world.split_shared(world.rank());
+        let mut peers = vec![0i32; host.size() as usize];
+        host.all_gather_into(&world.rank(), &mut peers[..]);
+        let mut host_peers: Vec<usize> = peers.iter().map(|&r| r as usize).collect();
+        host_peers.sort_unstable();
         Some(Self {
             rank: world.rank() as usize,
             size: world.size() as usize,
             on_host: host.size() as usize,
             local_rank: host.rank() as usize,
+            host_peers,
             world,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            spares: Vec::new(),
             _universe: universe,
         })
     }
@@ -92,9 +107,20 @@ impl MpiComm {
                     return Err(failed("MPI_Wait", code));
                 }
             }
-            self.pending_bytes -= p.bytes.len();
+            self.retire(p.bytes);
         }
         Ok(())
+    }
+
+    /// Keeps the buffer of a finished send for the next (a few, the largest).
+    fn retire(&mut self, bytes: Vec<u8>) {
+        self.pending_bytes -= bytes.len();
+        self.spares.push(bytes);
+        if self.spares.len() > SPARES {
+            self.spares
+                .sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+            self.spares.truncate(SPARES);
+        }
     }
 
     /// Drops the sends MPI is done with, oldest first.
@@ -114,7 +140,7 @@ impl MpiComm {
                 break;
             }
             let p = self.pending.pop_front().expect("the front exists");
-            self.pending_bytes -= p.bytes.len();
+            self.retire(p.bytes);
         }
         Ok(())
     }
@@ -135,6 +161,22 @@ impl Comm for MpiComm {
 
     fn local_rank(&self) -> usize {
         self.local_rank
+    }
+
+    fn host_peers(&self) -> Vec<usize> {
+        self.host_peers.clone()
+    }
+
+    fn spare(&mut self, len: usize) -> Vec<u8> {
+        // The smallest kept buffer that holds `len` bytes, else the largest (grown).
+        let fits = (0..self.spares.len())
+            .filter(|&i| self.spares[i].capacity() >= len)
+            .min_by_key(|&i| self.spares[i].capacity());
+        let pick =
+            fits.or_else(|| (0..self.spares.len()).max_by_key(|&i| self.spares[i].capacity()));
+        let mut b = pick.map_or_else(Vec::new, |i| self.spares.swap_remove(i));
+        b.resize(len, 0);
+        b
     }
 
     fn send(&mut self, to: usize, tag: i32, bytes: Vec<u8>) -> Result<()> {
@@ -178,9 +220,9 @@ impl Comm for MpiComm {
         Ok(())
     }
 
-    fn recv(&mut self, from: usize, tag: i32, len: usize) -> Result<Vec<u8>> {
+    fn recv(&mut self, from: usize, tag: i32, buf: &mut [u8]) -> Result<()> {
         self.reap()?;
-        let mut buf = vec![0u8; len];
+        let len = buf.len();
         let mut at = 0;
         loop {
             let n = CHUNK.min(len - at);
@@ -211,7 +253,7 @@ impl Comm for MpiComm {
             }
             at += n;
             if at >= len {
-                return Ok(buf);
+                return Ok(());
             }
         }
     }

@@ -54,6 +54,9 @@ pub struct RankPlan {
     pub cuts: Vec<usize>,
     /// The walk: pieces and messages in schedule order.
     pub events: Vec<Event>,
+    /// Per event, how many of the walk's receives (counted from its start) must have
+    /// landed before it runs ([`dues`]).
+    pub due: Vec<usize>,
     /// The first device this rank holds (its local device 0).
     pub first: usize,
     /// Bytes this rank sends per run of the schedule.
@@ -160,7 +163,9 @@ impl RankPlan {
         for inv in &mut local_program.invocations {
             inv.starts = inv.starts[held.clone()].to_vec();
         }
+        let due = dues(&events, &ops, &cuts);
         Ok(RankPlan {
+            due,
             program: local_program,
             schedule: Schedule {
                 ops,
@@ -180,6 +185,71 @@ impl RankPlan {
     pub fn pieces(&self) -> usize {
         self.cuts.len() + 1
     }
+}
+
+/// Receives a walk may leave outstanding at once (the oldest lands before a new one).
+const OUTSTANDING: usize = 16;
+
+/// Outstanding receives of a walk: (number in walk order, destination), oldest first.
+type Open = std::collections::VecDeque<(usize, View)>;
+
+/// Raises `landed` past the newest outstanding receive whose destination overlaps `v`
+/// (those before it land first).
+fn need(open: &Open, landed: &mut usize, v: &View) {
+    for &(n, w) in open.iter().rev() {
+        if n < *landed {
+            break;
+        }
+        if w.overlaps(v) {
+            *landed = n + 1;
+            break;
+        }
+    }
+}
+
+/// Per event of a walk, how many receives (in walk order) must have landed before it.
+///
+/// A receive need not land at its position: its destination may be written at any
+/// moment after the walk passed that position and before the first later event that
+/// reads or writes memory overlapping it (a piece's op, a send's source, another
+/// receive's destination), since no event in between touches it. So a rank that waits
+/// for a message does so only when it needs it, and runs on meanwhile, as the ranks of
+/// a ring do (the rank before sends while this one still computes). Receives land in
+/// walk order, so the messages of each sender leave their ring in order.
+pub fn dues(events: &[Event], ops: &[DataOp], cuts: &[usize]) -> Vec<usize> {
+    let mut open = Open::new();
+    let mut landed = 0;
+    let mut received = 0;
+    let mut due = Vec::with_capacity(events.len());
+    for e in events {
+        match e {
+            Event::Piece(k) => {
+                let start = if *k == 0 { 0 } else { cuts[k - 1] };
+                let end = cuts.get(*k).copied().unwrap_or(ops.len());
+                for op in &ops[start..end] {
+                    for v in op.reads().chain(op.writes()) {
+                        need(&open, &mut landed, &v);
+                    }
+                }
+            }
+            Event::Send { view, .. } => need(&open, &mut landed, view),
+            Event::Recv { view, .. } => {
+                need(&open, &mut landed, view);
+                if received - landed >= OUTSTANDING {
+                    landed = received + 1 - OUTSTANDING;
+                }
+            }
+        }
+        while open.front().is_some_and(|&(n, _)| n < landed) {
+            open.pop_front();
+        }
+        due.push(landed);
+        if let Event::Recv { view, .. } = e {
+            open.push_back((received, *view));
+            received += 1;
+        }
+    }
+    due
 }
 
 #[cfg(test)]
@@ -241,5 +311,48 @@ mod tests {
                 assert_eq!(pieces.max(1), p.pieces());
             }
         }
+    }
+
+    #[test]
+    fn a_receive_lands_before_the_first_event_that_touches_its_destination() {
+        let v = |alloc: usize, offset: usize| View::new(0, alloc, offset, 4);
+        let copy = |src: View, dst: View| DataOp::Copy { src, dst };
+        let recv = |view: View| Event::Recv {
+            view,
+            elem: 4,
+            from: 1,
+            tag: 0,
+        };
+        let send = |view: View| Event::Send {
+            view,
+            elem: 4,
+            to: 1,
+            tag: 0,
+        };
+        // Receive 0 into a[0..4], receive 1 into a[8..12]; piece 0 touches b only; a send
+        // of a[4..8] (next to both); piece 1 reads a[10..]; piece 2 writes a[0..].
+        let ops = [
+            copy(v(1, 0), v(1, 4)),
+            copy(v(0, 10), v(1, 0)),
+            copy(v(1, 0), v(0, 0)),
+        ];
+        let events = [
+            recv(v(0, 0)),
+            recv(v(0, 8)),
+            Event::Piece(0),
+            send(v(0, 4)),
+            Event::Piece(1),
+            Event::Piece(2),
+        ];
+        // Receive 1 lands before piece 1, and receive 0 with it (in order).
+        assert_eq!(dues(&events, &ops, &[1, 2]), vec![0, 0, 0, 0, 2, 2]);
+        // A receive into a destination still outstanding lands the earlier one first.
+        let events = [recv(v(0, 0)), recv(v(0, 2)), Event::Piece(0)];
+        assert_eq!(dues(&events, &ops[..1], &[]), vec![0, 1, 1]);
+        // No more than OUTSTANDING wait at once.
+        let events: Vec<Event> = (0..OUTSTANDING + 2).map(|k| recv(v(2, 4 * k))).collect();
+        let due = dues(&events, &[], &[]);
+        assert_eq!(due[OUTSTANDING], 1);
+        assert_eq!(due[OUTSTANDING + 1], 2);
     }
 }

@@ -1,10 +1,13 @@
 //! Ranks as threads of one process, over channels: the same partitioned runs as MPI's,
-//! without MPI (the tests use it to compare every R with one process). A rank that
-//! aborts ends the others' waits with an error instead of hanging them.
+//! without MPI (the tests use it to compare every R with one process). The threads may
+//! be placed on pretend hosts ([`Layout`]): ranks on one host exchange through a shared
+//! segment ([`super::shm`]) as MPI ranks on one machine do, the others by messages. A
+//! rank that aborts ends the others' waits with an error instead of hanging them.
 
 use super::Comm;
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -42,10 +45,33 @@ impl Shared {
     }
 }
 
+/// Where the ranks of a group of threads pretend to run.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Ranks per host, in blocks of consecutive ranks (at least 1).
+    pub per_host: usize,
+    /// The directory hosts make their shared segments in.
+    pub shm_dir: PathBuf,
+    /// Bytes of each shared-memory ring (`None`: as MPI ranks have them).
+    pub ring_bytes: Option<usize>,
+}
+
+impl Default for Layout {
+    /// Every rank on one host, shared memory where MPI ranks make it.
+    fn default() -> Self {
+        Self {
+            per_host: usize::MAX,
+            shm_dir: super::shm::dir(),
+            ring_bytes: None,
+        }
+    }
+}
+
 /// One rank of a group of threads ([`comms`]).
 pub struct ThreadComm {
     rank: usize,
     size: usize,
+    layout: Layout,
     shared: Arc<Shared>,
     to: Vec<Sender<Msg>>,
     inbox: Receiver<Msg>,
@@ -53,8 +79,13 @@ pub struct ThreadComm {
     rounds: u64,
 }
 
-/// The transports of `size` ranks, one per thread.
+/// The transports of `size` ranks, one per thread, all on one host.
 pub fn comms(size: usize) -> Vec<ThreadComm> {
+    comms_on(size, &Layout::default())
+}
+
+/// The transports of `size` ranks placed as `layout` says.
+pub fn comms_on(size: usize, layout: &Layout) -> Vec<ThreadComm> {
     let shared = Arc::new(Shared::default());
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..size).map(|_| channel()).unzip();
     rxs.into_iter()
@@ -62,6 +93,7 @@ pub fn comms(size: usize) -> Vec<ThreadComm> {
         .map(|(rank, inbox)| ThreadComm {
             rank,
             size,
+            layout: layout.clone(),
             shared: shared.clone(),
             to: txs.clone(),
             inbox,
@@ -77,8 +109,17 @@ pub fn run<T: Send>(
     size: usize,
     f: impl Fn(Box<dyn Comm>) -> T + Sync,
 ) -> Vec<std::result::Result<T, String>> {
+    run_on(size, &Layout::default(), f)
+}
+
+/// [`run`] with the ranks placed as `layout` says.
+pub fn run_on<T: Send>(
+    size: usize,
+    layout: &Layout,
+    f: impl Fn(Box<dyn Comm>) -> T + Sync,
+) -> Vec<std::result::Result<T, String>> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = comms(size)
+        let handles: Vec<_> = comms_on(size, layout)
             .into_iter()
             .map(|c| {
                 let f = &f;
@@ -117,6 +158,24 @@ impl Comm for ThreadComm {
         self.size
     }
 
+    fn host_peers(&self) -> Vec<usize> {
+        let per = self.layout.per_host.max(1);
+        let first = self.rank / per * per;
+        (first..first.saturating_add(per).min(self.size)).collect()
+    }
+
+    fn shm_dir(&self) -> PathBuf {
+        self.layout.shm_dir.clone()
+    }
+
+    fn ring_bytes(&self) -> Option<usize> {
+        self.layout.ring_bytes
+    }
+
+    fn alive(&mut self) -> Result<()> {
+        self.check()
+    }
+
     fn send(&mut self, to: usize, tag: i32, bytes: Vec<u8>) -> Result<()> {
         self.check()?;
         self.to[to]
@@ -128,7 +187,8 @@ impl Comm for ThreadComm {
             .map_err(|_| Error::bad_input(format!("rank {to} has gone")))
     }
 
-    fn recv(&mut self, from: usize, tag: i32, len: usize) -> Result<Vec<u8>> {
+    fn recv(&mut self, from: usize, tag: i32, out: &mut [u8]) -> Result<()> {
+        let len = out.len();
         let msg = loop {
             if let Some(m) = self.pending[from].pop_front() {
                 break m;
@@ -153,7 +213,8 @@ impl Comm for ThreadComm {
                 msg.bytes.len()
             )));
         }
-        Ok(msg.bytes)
+        out.copy_from_slice(&msg.bytes);
+        Ok(())
     }
 
     fn flush(&mut self) -> Result<()> {
