@@ -358,6 +358,11 @@ pub fn need_on(c: &Census, work: Work, ranks: usize) -> Need {
     );
     if ranks > 1 && runs {
         host("messages in flight", c.alloc_bytes, Scales::Data);
+        host(
+            "shared-memory rings",
+            crate::device_sim::ranks::shm::rank_bytes_at_most(ranks) as f64,
+            Scales::Fixed,
+        );
     }
     parts.extend(device);
     Need {

@@ -121,6 +121,16 @@ impl Drop for Segment {
 /// to [`RING_BYTES`]).
 const HOST_BYTES: usize = 256 << 20;
 
+/// Bytes of the shared rings one of `ranks` ranks can touch at most (its rings to and
+/// from every other rank of its host), however many of them share its host: what the
+/// memory budget counts per rank.
+pub fn rank_bytes_at_most(ranks: usize) -> usize {
+    (2..=ranks)
+        .map(|h| 2 * (h - 1) * ring_bytes(h).unwrap_or(0))
+        .max()
+        .unwrap_or(0)
+}
+
 /// The smallest ring: a host with so many ranks that their rings would be smaller
 /// exchanges messages.
 const MIN_RING: usize = 64 << 10;
@@ -514,6 +524,22 @@ fn wake(_word: &AtomicU32) {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The budget's count per rank covers the rings of a rank on a host of any size up to
+    /// the job's ranks, and the host's segment split among its ranks.
+    #[test]
+    fn a_rank_touches_no_more_ring_bytes_than_the_budget_counts() {
+        assert_eq!(rank_bytes_at_most(1), 0);
+        for ranks in 2..40 {
+            let counted = rank_bytes_at_most(ranks);
+            for h in 2..=ranks {
+                let Some(ring) = ring_bytes(h) else { continue };
+                assert!(2 * (h - 1) * (ring + ENDS_BYTES) <= counted + 2 * (h - 1) * ENDS_BYTES);
+                assert!(segment_bytes(h, ring) <= h * (counted + 2 * (h - 1) * ENDS_BYTES));
+            }
+        }
+        assert_eq!(rank_bytes_at_most(2), 2 * RING_BYTES);
+    }
 
     #[test]
     fn messages_longer_than_the_ring_pass_in_order_between_threads() {
