@@ -125,7 +125,9 @@ const HOST_BYTES: usize = 256 << 20;
 /// from every other rank of its host), however many of them share its host: what the
 /// memory budget counts per rank.
 pub fn rank_bytes_at_most(ranks: usize) -> usize {
-    (2..=ranks)
+    // From some tens of ranks a host's rings would be under `MIN_RING`: none at all.
+    let most = (HOST_BYTES / MIN_RING).isqrt() + 2;
+    (2..=ranks.min(most))
         .map(|h| 2 * (h - 1) * ring_bytes(h).unwrap_or(0))
         .max()
         .unwrap_or(0)
@@ -530,7 +532,8 @@ mod tests {
     #[test]
     fn a_rank_touches_no_more_ring_bytes_than_the_budget_counts() {
         assert_eq!(rank_bytes_at_most(1), 0);
-        for ranks in 2..40 {
+        assert_eq!(rank_bytes_at_most(1 << 40), rank_bytes_at_most(200));
+        for ranks in 2..200 {
             let counted = rank_bytes_at_most(ranks);
             for h in 2..=ranks {
                 let Some(ring) = ring_bytes(h) else { continue };
