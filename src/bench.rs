@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 mod meta;
 mod rates;
 pub use meta::{results, Asked, Ran, VERSION};
-pub use rates::{Rates, MATMUL_SHAPES, RATE_SIZES};
+pub use rates::{Rates, MATMUL_SHAPES, MOST_FOOTPRINT_BYTES, RATE_SIZES};
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -67,6 +67,9 @@ pub struct BenchRow {
     pub roof_seconds: f64,
     /// The rates the roof was computed from.
     pub rates: Rates,
+    /// The bytes of buffers its data rates were measured over ([`Rates::over`]: the
+    /// largest measured footprint at most that of the schedule's buffers here).
+    pub rates_footprint: u64,
     /// Multiply-adds of the schedule's matmuls, every device's (0: it computes none).
     pub macs: u64,
     /// On ranks ([`crate::device_sim::ranks`]): bytes that crossed ranks per iteration and
@@ -114,6 +117,7 @@ impl BenchRow {
                 "matmul_tflops": self.rates.matmul / 1e12,
                 "vector_gops": self.rates.vector / 1e9,
                 "fixed_us": self.rates.fixed * 1e6,
+                "data_footprint_bytes": self.rates_footprint,
             },
             "macs": self.macs,
             "tflops": self.flops().map(|f| f / 1e12),
@@ -294,6 +298,10 @@ pub fn sweep(
             Some(r) => r.held(program.devices)?,
             None => 0..program.devices,
         };
+        // The memory this process's devices hold: beyond the caches, the roof's data
+        // rates are measured over as much memory (`Rates::over`).
+        let per_device: u64 = sched.allocations(program).iter().map(|a| a.bytes()).sum();
+        let footprint = per_device * held.len() as u64;
         let (inputs, expected) = j.held_data(program, size, held, cfg.checks > 0)?;
         let mut wrong = (cfg.checks > 0).then_some(0);
         let mut run = exec.prepare(program, sched)?;
@@ -321,7 +329,8 @@ pub fn sweep(
         }
         drop(run);
         let shard_bytes = (count * cfg.dtype.size()) as u64;
-        let mut rates = Rates::best(exec.inner().unwrap_or(exec), cfg.dtype)?;
+        let inner = exec.inner().unwrap_or(exec);
+        let mut rates = Rates::best(inner, cfg.dtype)?.over(inner, cfg.dtype, footprint, false)?;
         let mut roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         // A run faster than its roof means a rate measurement came out slow: measure
         // again (at most twice), keeping the best of all measurements. (On ranks every
@@ -330,7 +339,8 @@ pub fn sweep(
             if roof_seconds <= seconds {
                 break;
             }
-            rates = Rates::measure_again(exec.inner().unwrap_or(exec), cfg.dtype)?;
+            rates =
+                Rates::measure_again(inner, cfg.dtype)?.over(inner, cfg.dtype, footprint, true)?;
             roof_seconds = roof(exec, &rates, sched, program, cfg.iters)?;
         }
         let traffic = j
@@ -351,6 +361,7 @@ pub fn sweep(
             moved_bw: sched.copy_equivalent_bytes(program) / seconds,
             roof_seconds,
             rates,
+            rates_footprint: Rates::footprint_point(footprint),
             macs: sched.ops.iter().map(|o| o.work().macs).sum(),
             ranks: share,
         });
@@ -601,6 +612,40 @@ mod tests {
             schedule: ScheduleSpec::Eager,
         };
         assert_eq!(sizes(&cfg).unwrap(), vec![1024, 4096, 16384, 65536]);
+    }
+
+    /// A schedule's data rates are measured over the largest footprint at most its own
+    /// (twice an op of `RATE_SIZES` up to their largest, then powers of two up to the cap).
+    #[test]
+    fn the_roof_rates_footprint_is_the_largest_measured_at_most_the_schedules() {
+        use super::rates::{MOST_FOOTPRINT_BYTES, RATE_SIZES};
+        let point = Rates::footprint_point;
+        assert_eq!(point(1), 2 * RATE_SIZES[0]);
+        for f in [
+            8 << 10,
+            100 << 10,
+            3 << 20,
+            40 << 20,
+            41 << 20,
+            100 << 20,
+            5 << 30,
+        ] {
+            let p = point(f);
+            assert!(p <= f, "{f}: {p}");
+            let measured = RATE_SIZES.iter().any(|b| 2 * b == p) || p.is_power_of_two();
+            assert!(measured && p <= MOST_FOOTPRINT_BYTES, "{f}: {p}");
+            // Nothing measured lies between it and the footprint.
+            let between = RATE_SIZES.iter().any(|b| p < 2 * b && 2 * b <= f);
+            assert!(!between, "{f}: {p}");
+        }
+        assert_eq!(point(40 << 20), 40 << 20);
+        assert_eq!(point(100 << 20), 64 << 20);
+        assert_eq!(point(5 << 30), MOST_FOOTPRINT_BYTES);
+        let mut last = 0;
+        for f in (0..40).map(|k| 1u64 << k) {
+            assert!(point(f) >= last, "not monotone at {f}");
+            last = point(f);
+        }
     }
 
     #[test]

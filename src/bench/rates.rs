@@ -73,6 +73,15 @@ impl Kind {
 /// ([`crate::device_sim::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
 pub const RATE_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 20 << 20];
 
+/// The most bytes of buffers data rates are measured over for a schedule that holds
+/// more than [`RATE_SIZES`]' ops do ([`Rates::over`]): beyond, memory's rate no longer
+/// changes with the size.
+pub const MOST_FOOTPRINT_BYTES: u64 = 1 << 30;
+
+/// The data rates (copy, accumulate, fill, zero, in [`Kind::ALL`]'s order) of ops over
+/// buffers of some bytes in all.
+type DataRates = [f64; 4];
+
 /// The matmuls (`M x K` by `K x N`) the matmul rate is measured on: the shapes bench
 /// gives the matmul collectives' blocks (K = N = 128), from a few rows to many.
 pub const MATMUL_SHAPES: [[usize; 3]; 4] = [
@@ -134,10 +143,17 @@ impl Rates {
     pub fn measure_again(exec: &dyn Executor, dtype: DType) -> Result<Self> {
         let fixed = Self::empty(exec, dtype)?;
         let mut best = [0.0f64; 5];
-        for (k, kind) in Kind::ALL.into_iter().enumerate() {
-            for &b in &RATE_SIZES {
-                best[k] = best[k].max(Self::rate(exec, kind, b, dtype, fixed)?);
+        for &b in &RATE_SIZES {
+            let mut data = [0.0; 4];
+            for (k, kind) in Kind::ALL.into_iter().enumerate() {
+                let r = Self::rate(exec, kind, b, dtype, fixed)?;
+                best[k] = best[k].max(r);
+                if let Some(d) = data.get_mut(k) {
+                    *d = r;
+                }
             }
+            // An op of `b` bytes has two buffers of `b`.
+            Self::sized(&(exec.describe(), dtype, 2 * b), Some(data));
         }
         let mut matmul = 0.0f64;
         for s in MATMUL_SHAPES {
@@ -153,6 +169,83 @@ impl Rates {
             fixed: fixed.0,
         };
         Ok(Self::cache(&(exec.describe(), dtype), Some(r)).unwrap_or(r))
+    }
+
+    /// These rates with the data ops' (copy, accumulate, fill, zero) those of ops over
+    /// as much memory as a schedule holding `footprint` bytes of buffers: a schedule
+    /// whose buffers outgrow a cache moves its bytes at the rate of the next one (or of
+    /// memory), not at that of ops that fit in the fastest, so its roof is the rates
+    /// measured over the largest footprint at most its own ([`Rates::footprint_point`]:
+    /// an op of [`RATE_SIZES`], whose two buffers hold twice its bytes, or, for a
+    /// schedule larger than those, one op over two buffers of half the largest power of
+    /// two at most `footprint`, capped at [`MOST_FOOTPRINT_BYTES`], so never more memory
+    /// than the schedule held). Rates only fall as the footprint grows, so this is still
+    /// a bound. Kept per executor, dtype and footprint; `again` measures the large
+    /// footprint again, keeping the best (the sizes of [`RATE_SIZES`] are measured again
+    /// by [`Rates::measure_again`]).
+    pub fn over(
+        &self,
+        exec: &dyn Executor,
+        dtype: DType,
+        footprint: u64,
+        again: bool,
+    ) -> Result<Self> {
+        let point = Self::footprint_point(footprint);
+        let key = (exec.describe(), dtype, point);
+        let kept = Self::sized(&key, None);
+        let data = match kept {
+            Some(d) if !(again && point > 2 * RATE_SIZES[RATE_SIZES.len() - 1]) => d,
+            _ => {
+                let fixed = Self::empty(exec, dtype)?;
+                let mut d = [0.0; 4];
+                for (k, kind) in Kind::ALL[..4].iter().enumerate() {
+                    d[k] = Self::rate(exec, *kind, point / 2, dtype, fixed)?;
+                }
+                Self::sized(&key, Some(d)).unwrap_or(d)
+            }
+        };
+        Ok(Rates {
+            copy: data[0],
+            accumulate: data[1],
+            fill: data[2],
+            zero: data[3],
+            ..*self
+        })
+    }
+
+    /// The footprint (bytes of buffers) whose data rates bound a schedule holding
+    /// `footprint` bytes: the largest measured one at most `footprint` (the least, twice
+    /// [`RATE_SIZES`]' first, for a smaller schedule).
+    pub fn footprint_point(footprint: u64) -> u64 {
+        let largest = 2 * RATE_SIZES[RATE_SIZES.len() - 1];
+        if footprint > largest {
+            let pow2 = 1u64 << (63 - footprint.leading_zeros());
+            return pow2.clamp(largest, MOST_FOOTPRINT_BYTES);
+        }
+        RATE_SIZES
+            .iter()
+            .map(|b| 2 * b)
+            .filter(|&f| f <= footprint)
+            .max()
+            .unwrap_or(2 * RATE_SIZES[0])
+    }
+
+    /// The kept data rates over `key`'s footprint (executor, dtype, bytes), merged first
+    /// with `new` when given (the best of each).
+    fn sized(key: &(String, DType, u64), new: Option<DataRates>) -> Option<DataRates> {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        type Cache = Option<HashMap<(String, DType, u64), DataRates>>;
+        static SIZED: Mutex<Cache> = Mutex::new(None);
+        let mut guard = SIZED.lock().unwrap_or_else(|p| p.into_inner());
+        let map = guard.get_or_insert_with(HashMap::new);
+        if let Some(n) = new {
+            let e = map.entry(key.clone()).or_insert(n);
+            for (o, n) in e.iter_mut().zip(n) {
+                *o = o.max(n);
+            }
+        }
+        map.get(key).copied()
     }
 
     /// The kept rates for `key`, merged first with `new` when given.
