@@ -71,7 +71,7 @@ impl Kind {
 /// The op sizes rates are measured on: small enough to stay in caches, up to one large op
 /// whose two buffers exceed what the GPU executor runs as one arena program
 /// ([`crate::device_sim::gpu::ArenaMode`]), so that it runs as a plain copy or dispatch.
-pub const RATE_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 20 << 20];
+pub const RATE_SIZES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 20 << 20];
 
 /// The most bytes of buffers data rates are measured over for a schedule that holds
 /// more than [`RATE_SIZES`]' ops do ([`Rates::over`]): beyond, memory's rate no longer
