@@ -9,6 +9,8 @@
 //! it and give the same bytes, and a buffer a message reads keeps its write.
 //! `tests/mpi.rs` runs the same through `mpirun`.
 
+mod common;
+
 use std::sync::Arc;
 use tpusim::collectives::{Options, Registry};
 use tpusim::device_sim::cpu::CpuExecutor;
@@ -466,18 +468,8 @@ fn the_roof_on_ranks_is_the_slowest_ranks_share() {
 fn corner_inputs(job: &Job, seed: u64) -> Vec<Vec<HostArray>> {
     let plan = job.plan().unwrap();
     let mut inputs = random_inputs(&plan.program, seed).unwrap();
-    let floats = [
-        f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        -0.0,
-        0.0,
-        1e-3,
-        65504.0,
-    ];
-    let ints = [i32::MAX as f64, i32::MIN as f64, -1.0, 0.0];
     for (k, a) in inputs.iter_mut().flatten().enumerate() {
-        let corners: &[f64] = if a.dtype.is_float() { &floats } else { &ints };
+        let corners = common::corners(a.dtype);
         for (i, w) in a.words.iter_mut().enumerate() {
             let h = (i as u64 ^ seed ^ (k as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
             if h.is_multiple_of(4) {
