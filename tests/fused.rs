@@ -349,20 +349,7 @@ fn compute_ops_are_named_by_their_primitive_in_the_timeline() {
 /// that round, between ordinary ones (for integers: extremes that wrap).
 fn corner_input(dtype: DType, shape: &[usize], seed: u64) -> HostArray {
     let mut x = input(dtype, shape, seed);
-    let corners: Vec<f64> = if dtype.is_float() {
-        vec![
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            -0.0,
-            0.0,
-            1e-3,
-            65504.0,
-            -1.5e9,
-        ]
-    } else {
-        vec![i32::MAX as f64, i32::MIN as f64, -1.0, 0.0]
-    };
+    let corners = common::corners(dtype);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
     for w in x.words.iter_mut() {
         if rng.random_range(0..4) == 0 {

@@ -1,7 +1,9 @@
 //! Partitioned runs under `mpirun` (built with `--features mpi`; CI installs Open MPI):
 //! every shipped collective at P 4 and 8 gives the single-process `apply` result byte
 //! for byte on 2 and 3 ranks (those of several operands, which `apply` refuses, are
-//! right under `run`); a run one process must refuse for memory completes on 4
+//! right under `run`), and so does psum with each operator, every dtype, NaNs and
+//! wrapping sums on shards where ranks add received bytes in place; a run one process
+//! must refuse for memory completes on 4
 //! ranks, each holding its own devices' data; bad input exits 2 on every rank, and so do
 //! ranks started with different command lines, the difference named. These tests fail,
 //! rather than skip, where
@@ -536,4 +538,57 @@ fn ranks_on_one_host_share_memory_or_fall_back_to_messages_and_leave_no_file() {
     let mut child = within(child, 60, "the job with rank 1 killed");
     assert!(!child.wait().unwrap().success());
     assert_eq!(files_in(&shm), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn ring_sums_fused_across_messages_equal_one_process_under_mpirun() {
+    // psum with each operator on shards of 8,192 elements (where a rank adds a received
+    // shard in place, fused across the message that brings it), every dtype, NaNs and
+    // infinities (floats) and sums that wrap (integers): 2 and 3 ranks write the bytes
+    // one process does.
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let p = 4;
+    for dtype in DType::COLLECTIVE {
+        let shape = vec![8 * p, 1024];
+        let n: usize = shape.iter().product();
+        let corners = match dtype.is_float() {
+            true => vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 1e-3],
+            false => vec![i32::MAX as f64, i32::MIN as f64, -1.0],
+        };
+        let words = (0..n)
+            .map(|i| match i % 5 {
+                0 => dtype.bits_of(corners[(i / 5) % corners.len()]),
+                _ => dtype.bits_of(((i * 7919) % 97) as f64 - 40.0),
+            })
+            .collect();
+        let x = dir.path().join(format!("x-{dtype}.npy"));
+        let a = HostArray {
+            dtype,
+            shape,
+            words,
+        };
+        tpusim::npy::write_npy(&x, &a).unwrap();
+        for op in ["sum", "max", "min"] {
+            let base = ["apply", "psum", "-p", "4", "--backend", "cpu", "--op", op];
+            let base = [&base[..], &["--input", x.to_str().unwrap()]].concat();
+            let want = dir.path().join(format!("want-{dtype}-{op}.npy"));
+            let (code, out, err) = alone(
+                &[&base[..], &["--output", want.to_str().unwrap()]].concat(),
+                &[],
+            );
+            assert_eq!(code, 0, "{dtype} {op} alone: {out}{err}");
+            let want = std::fs::read(&want).unwrap();
+            for r in [2usize, 3] {
+                let got = dir.path().join(format!("got-{dtype}-{op}-{r}.npy"));
+                let args = [&base[..], &["--output", got.to_str().unwrap()]].concat();
+                let (code, out, err) = mpirun(r, &args, &[]);
+                assert_eq!(code, 0, "{dtype} {op} on {r} ranks: {out}{err}");
+                assert!(
+                    std::fs::read(&got).unwrap() == want,
+                    "psum {op} {dtype}: {r} ranks' .npy differs from one process's"
+                );
+            }
+        }
+    }
 }

@@ -5,15 +5,22 @@
 //! instead of hanging them. Ranks on one pretend host exchange through shared memory
 //! (as MPI ranks on one machine do), those on others by messages, and both give the
 //! same bytes; so do rings far smaller than the messages, and a host whose shared
-//! memory cannot be made. `tests/mpi.rs` runs the same through `mpirun`.
+//! memory cannot be made. Ring sums whose copy and sum a message separates fuse across
+//! it and give the same bytes, and a buffer a message reads keeps its write.
+//! `tests/mpi.rs` runs the same through `mpirun`.
+
+mod common;
 
 use std::sync::Arc;
-use tpusim::collectives::Registry;
+use tpusim::collectives::{Options, Registry};
 use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::device_sim::fuse::{fuse_with, Joins, Keep, Step};
 use tpusim::device_sim::gpu::GpuExecutor;
+use tpusim::device_sim::ranks::plan::RankPlan;
 use tpusim::device_sim::ranks::{threads, Partition, RankExecutor, Ranks};
 use tpusim::device_sim::{Executor, Prepared};
-use tpusim::ir::{Program, Schedule};
+use tpusim::ir::{DataOp, Program, ReduceOp, Schedule};
+use tpusim::kernel::{GridSpec, MemorySpace, PallasCall};
 use tpusim::mesh::Placement;
 use tpusim::run::{random_inputs, Job};
 use tpusim::{DType, Error, HostArray, Mesh};
@@ -453,4 +460,167 @@ fn the_roof_on_ranks_is_the_slowest_ranks_share() {
             }
         }
     }
+}
+
+/// `job`'s inputs from `seed`, a quarter of the elements replaced by a sum's corners:
+/// NaNs, infinities, both zeros and values that round (floats), extremes that wrap
+/// (integers).
+fn corner_inputs(job: &Job, seed: u64) -> Vec<Vec<HostArray>> {
+    let plan = job.plan().unwrap();
+    let mut inputs = random_inputs(&plan.program, seed).unwrap();
+    for (k, a) in inputs.iter_mut().flatten().enumerate() {
+        let corners = common::corners(a.dtype);
+        for (i, w) in a.words.iter_mut().enumerate() {
+            let h = (i as u64 ^ seed ^ (k as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+            if h.is_multiple_of(4) {
+                *w = a.dtype.bits_of(corners[(h / 4) as usize % corners.len()]);
+            }
+        }
+    }
+    inputs
+}
+
+/// The fused steps rank `rank` of `r` runs for `job` (the CPU executor's fusion of its
+/// part, with what its messages touch between pieces), and its local program.
+fn rank_steps(job: &Job, r: usize, rank: usize) -> (Program, Schedule, Vec<Step>) {
+    let plan = job.plan().unwrap();
+    let part = Partition::new(plan.program.devices, r).unwrap();
+    let p = RankPlan::new(&plan.program, &plan.schedule, &part, rank).unwrap();
+    let joins = Joins { sums: true };
+    let keep = Keep::Between(p.between());
+    let steps = fuse_with(&p.program, &p.schedule, &p.cuts, keep, joins).steps;
+    (p.program, p.schedule, steps)
+}
+
+/// True when a step of `steps` writes allocation `alloc` (of any device).
+fn writes_alloc(steps: &[Step], ops: &[DataOp], alloc: usize) -> bool {
+    steps.iter().any(|s| match s {
+        Step::Op(i) => ops[*i].writes().any(|w| w.alloc() == alloc),
+        Step::Region(r) => r.outputs.iter().any(|o| o.view.alloc() == alloc),
+    })
+}
+
+#[test]
+fn ring_sums_fused_across_messages_equal_one_process() {
+    // Where the ring's copy into its receive buffer and the sum that reads it sit on
+    // either side of a message, a rank fuses them across it and never writes the
+    // buffer, as one process does: psum, psum_scatter and ring_allreduce with each
+    // operator, every dtype, NaNs and wrapping integers, on 2 and 3 ranks, with shards
+    // where sums join regions (8,192 elements and more) and where they do not.
+    let registry = Registry::builtin();
+    let mut case = 0;
+    for name in ["psum", "psum_scatter", "ring_allreduce"] {
+        let base = registry.by_name(name).unwrap();
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            let c = match base.takes().op {
+                true => base.with_options(&Options { op, perm: None }).unwrap(),
+                false if op == ReduceOp::Sum => base.clone(),
+                false => continue,
+            };
+            for dtype in DType::COLLECTIVE {
+                for (p, shape) in [(4, [32, 1024]), (3, [6, 130])] {
+                    case += 1;
+                    let mesh = Mesh::new(p, "x").unwrap();
+                    let job = Job::collective(c.clone(), Placement::whole(mesh))
+                        .with_shape(&shape)
+                        .with_dtype(dtype);
+                    let inputs = corner_inputs(&job, case);
+                    let want = job.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+                    for r in [2, 3] {
+                        for (k, got) in on_ranks(&job, &inputs, r, &|| Box::new(CpuExecutor::new()))
+                            .iter()
+                            .enumerate()
+                        {
+                            assert!(
+                                words(got) == words(&want),
+                                "{name} {op:?} {dtype} {shape:?} P={p} on {r} ranks: rank {k} differs"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The path is taken: psum's sums of f32 shards of 8,192 elements on 2 ranks read
+    // the received bytes in place, on every device, the receiving ones too; cut at
+    // every message (as before), the receive buffer is written.
+    let psum = registry.by_name("psum").unwrap();
+    let job = Job::collective(psum, Placement::whole(Mesh::new(4, "x").unwrap()))
+        .with_shape(&[32, 1024])
+        .with_dtype(DType::F32);
+    let recv = |program: &Program| {
+        let allocs = &program.layout.allocs;
+        allocs.iter().position(|a| a.name == "vmem_recv").unwrap()
+    };
+    for rank in 0..2 {
+        let (program, schedule, steps) = rank_steps(&job, 2, rank);
+        assert!(
+            !writes_alloc(&steps, &schedule.ops, recv(&program)),
+            "rank {rank}"
+        );
+        let plan = job.plan().unwrap();
+        let part = Partition::new(4, 2).unwrap();
+        let p = RankPlan::new(&plan.program, &plan.schedule, &part, rank).unwrap();
+        let all = fuse_with(
+            &p.program,
+            &p.schedule,
+            &p.cuts,
+            Keep::All,
+            Joins { sums: true },
+        );
+        assert!(writes_alloc(&all.steps, &p.schedule.ops, recv(&p.program)));
+    }
+}
+
+#[test]
+fn a_buffer_a_message_reads_after_the_sum_keeps_its_write() {
+    // Each device copies x into `buf`, adds `buf` into `o`, then sends `buf` to its
+    // right neighbour's `z`: the copy and the sum fuse, but `buf`'s write is read by a
+    // message (a send where the neighbour is on another rank) and must stay.
+    let n = 8192;
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[n], DType::F32)
+        .output("o", MemorySpace::Vmem, &[n], DType::F32)
+        .output("z", MemorySpace::Any, &[n], DType::F32)
+        .vmem("buf", &[n], DType::F32)
+        .dma_sem("local")
+        .dma_sem("send")
+        .dma_sem("recv");
+    let call = PallasCall::new("copy_sum_send", spec, |pl, a| {
+        pl.fill(a.r("o"), 1.0);
+        let copy = pl.make_async_copy(a.r("x"), a.r("buf"), a.sem("local"));
+        copy.start();
+        copy.wait();
+        pl.accumulate(a.r("o"), a.r("buf"), ReduceOp::Sum);
+        let right = (pl.axis_index("x") + 1) % pl.num_devices();
+        let dma =
+            pl.make_async_remote_copy(a.r("buf"), a.r("z"), a.sem("send"), a.sem("recv"), right);
+        dma.start();
+        dma.wait();
+    });
+    let job = Job::call(call, Mesh::new(4, "x").unwrap());
+    let inputs = corner_inputs(&job, 7);
+    let want = job.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    // z is the left neighbour's x: the test's own reference, not only one process's.
+    for d in 0..4 {
+        assert_eq!(want[d][1].words, inputs[(d + 3) % 4][0].words, "device {d}");
+    }
+    for r in [2, 4] {
+        for got in on_ranks(&job, &inputs, r, &|| Box::new(CpuExecutor::new())) {
+            assert!(words(&got) == words(&want), "{r} ranks");
+        }
+        // The sending devices' `buf` is written (a region's output, or a copy).
+        let (program, schedule, steps) = rank_steps(&job, r, 0);
+        let buf = program
+            .layout
+            .allocs
+            .iter()
+            .position(|a| a.name == "buf")
+            .unwrap();
+        assert!(writes_alloc(&steps, &schedule.ops, buf), "{r} ranks");
+    }
+}
+
+fn words(out: &[Vec<HostArray>]) -> Vec<Vec<u32>> {
+    out.iter().flatten().map(|a| a.words.clone()).collect()
 }

@@ -83,6 +83,20 @@ pub trait Executor {
         )))
     }
 
+    /// As [`Executor::prepare_pieces`], where between pieces only what `between` says
+    /// is read and written (and the outputs after the run): writes nothing reads may be
+    /// dropped, and ops fused across a cut ([`fuse::Keep::Between`]). By default every
+    /// write is kept.
+    fn prepare_pieces_between<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+        _between: fuse::Between<'_>,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.prepare_pieces(program, schedule, cuts)
+    }
+
     /// The ranks this executor spreads the devices over, when it is a partitioned
     /// executor ([`ranks::RankExecutor`]): its devices' memory only is held here.
     fn ranks(&self) -> Option<&ranks::Ranks> {
@@ -404,6 +418,16 @@ impl Executor for Noted {
         cuts: &[usize],
     ) -> Result<Box<dyn Prepared + 'a>> {
         self.inner.prepare_pieces(program, schedule, cuts)
+    }
+    fn prepare_pieces_between<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+        between: fuse::Between<'_>,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.inner
+            .prepare_pieces_between(program, schedule, cuts, between)
     }
     fn ranks(&self) -> Option<&ranks::Ranks> {
         self.inner.ranks()

@@ -140,3 +140,22 @@ pub fn tpusim(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Values of `dtype` that test a reduction's corners: NaNs, infinities, both zeros,
+/// values that round (floats); extremes whose sums wrap (integers).
+pub fn corners(dtype: DType) -> Vec<f64> {
+    if dtype.is_float() {
+        vec![
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            0.0,
+            1e-3,
+            65504.0,
+            -1.5e9,
+        ]
+    } else {
+        vec![i32::MAX as f64, i32::MIN as f64, -1.0, 0.0]
+    }
+}

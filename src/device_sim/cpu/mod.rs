@@ -13,7 +13,7 @@ mod region;
 mod spare;
 pub mod vmath;
 
-use super::fuse::{fuse_with, Fused, Joins, Keep, Region, Step};
+use super::fuse::{fuse_with, Between, Fused, Joins, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, host_words, Executor, Prepared};
 use crate::array::{DType, HostArray};
@@ -597,11 +597,31 @@ impl Executor for CpuExecutor {
             self.fused(program, schedule, cuts, Keep::All),
         )
     }
+
+    fn prepare_pieces_between<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        cuts: &[usize],
+        between: Between<'_>,
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        own_memory(
+            program,
+            schedule,
+            self.fused(program, schedule, cuts, Keep::Between(between)),
+        )
+    }
 }
 
 impl CpuExecutor {
     /// `schedule` as this executor runs it.
-    fn fused(&self, program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
+    fn fused(
+        &self,
+        program: &Program,
+        schedule: &Schedule,
+        cuts: &[usize],
+        keep: Keep<'_>,
+    ) -> Fused {
         match self.fused {
             true => fuse_with(program, schedule, cuts, keep, CPU_JOINS),
             false => Fused::unfused(schedule.ops.len(), cuts),

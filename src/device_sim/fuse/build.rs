@@ -226,11 +226,27 @@ impl Builder {
         ops: &[DataOp],
         op: &DataOp,
     ) -> (Builder, Option<(usize, Elem)>) {
+        let reads: Vec<View> = op.reads().chain(accumulated(op)).collect();
+        let writes: Vec<View> = op.writes().collect();
+        self.defer_last_copy_past(ops, &reads, &writes)
+    }
+
+    /// [`Builder::defer_last_copy`] past what reads `reads` and writes `writes` (an op,
+    /// or the messages between two pieces of a partitioned run).
+    pub(super) fn defer_last_copy_past(
+        self,
+        ops: &[DataOp],
+        reads: &[View],
+        writes: &[View],
+    ) -> (Builder, Option<(usize, Elem)>) {
         let Some((last, _)) = self.added.last() else {
             return (self, None);
         };
         let copy = &ops[*last];
-        if self.added.len() < 2 || !matches!(copy, DataOp::Copy { .. }) || touch(copy, op) {
+        if self.added.len() < 2
+            || !matches!(copy, DataOp::Copy { .. })
+            || touch(copy, reads, writes)
+        {
             return (self, None);
         }
         let mut added = self.added;
@@ -251,10 +267,18 @@ impl Builder {
     /// True when `op` touches an element this region reads or writes, one of them
     /// writing (it cannot run before the region, nor the region's later ops before it).
     pub(super) fn conflicts(&self, op: &DataOp) -> bool {
+        self.conflicts_views(op.reads(), op.writes().chain(accumulated(op)))
+    }
+
+    /// [`Builder::conflicts`] for a reader of `reads` and writer of `writes`.
+    pub(super) fn conflicts_views(
+        &self,
+        mut reads: impl Iterator<Item = View>,
+        mut writes: impl Iterator<Item = View>,
+    ) -> bool {
         let outs = || self.outputs.iter().map(|o| o.view);
-        let reads_ours = op.reads().any(|r| outs().any(|w| w.overlaps(&r)));
-        let writes = || op.writes().chain(accumulated(op));
-        let writes_ours = writes().any(|w| {
+        let reads_ours = reads.any(|r| outs().any(|w| w.overlaps(&r)));
+        let writes_ours = writes.any(|w| {
             outs().any(|o| o.overlaps(&w)) || self.inputs.iter().any(|i| i.view.overlaps(&w))
         });
         reads_ours || writes_ours
@@ -460,13 +484,13 @@ impl Builder {
     }
 }
 
-/// True when `a` and `b` touch a common element, one of them writing it.
-fn touch(a: &DataOp, b: &DataOp) -> bool {
-    let reads = |o: &DataOp| o.reads().chain(accumulated(o)).collect::<Vec<_>>();
-    let writes = |o: &DataOp| o.writes().collect::<Vec<_>>();
-    let (ra, wa, rb, wb) = (reads(a), writes(a), reads(b), writes(b));
+/// True when `a` and a reader of `rb` and writer of `wb` touch a common element, one of
+/// them writing it.
+fn touch(a: &DataOp, rb: &[View], wb: &[View]) -> bool {
+    let ra: Vec<View> = a.reads().chain(accumulated(a)).collect();
+    let wa: Vec<View> = a.writes().collect();
     let any = |x: &[View], y: &[View]| x.iter().any(|v| y.iter().any(|w| v.overlaps(w)));
-    any(&wa, &rb) || any(&wa, &wb) || any(&ra, &wb)
+    any(&wa, rb) || any(&wa, wb) || any(&ra, wb)
 }
 
 /// An accumulate's destination, which it reads as well as writes.

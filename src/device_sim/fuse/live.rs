@@ -3,7 +3,7 @@
 //! a region's registers share buffers where their lives do not overlap.
 
 use super::region::{Instr, Region};
-use super::Step;
+use super::{Fused, Step};
 use crate::ir::{DataOp, Program, Schedule, View};
 use std::collections::{BTreeMap, HashMap};
 
@@ -70,17 +70,37 @@ impl Live {
     }
 }
 
-/// Drops the writes of `steps` that nothing reads afterwards (the program's inputs and
-/// outputs are read after the run), and the steps left with none.
-pub(super) fn prune(program: &Program, schedule: &Schedule, steps: &mut Vec<Step>) {
+/// Drops the writes of `fused`'s steps that nothing reads afterwards (the program's
+/// inputs and outputs are read after the run, and `reads[k]` after piece `k`), and the
+/// steps left with none.
+pub(super) fn prune(
+    program: &Program,
+    schedule: &Schedule,
+    fused: &mut Fused,
+    reads: &[Vec<View>],
+) {
+    let steps = &mut fused.steps;
     let mut live = Live::default();
     for d in 0..program.devices {
         for &a in program.inputs.iter().chain(&program.outputs) {
             live.add(&View::new(d, a, 0, program.layout.allocs[a].numel()));
         }
     }
+    // The reads between pieces, as (the step they come before, the views), last first.
+    let mut between: Vec<(usize, &[View])> = fused
+        .piece_ends
+        .iter()
+        .zip(reads)
+        .map(|(&end, views)| (end, views.as_slice()))
+        .collect();
     let mut keep = vec![true; steps.len()];
     for (k, step) in steps.iter_mut().enumerate().rev() {
+        while between.last().is_some_and(|&(end, _)| end > k) {
+            let (_, views) = between.pop().expect("last");
+            for v in views {
+                live.add(v);
+            }
+        }
         match step {
             Step::Op(i) => {
                 let op = &schedule.ops[*i];
@@ -114,6 +134,15 @@ pub(super) fn prune(program: &Program, schedule: &Schedule, steps: &mut Vec<Step
                 }
             }
         }
+    }
+    // Each piece ends where its kept steps do.
+    let mut kept_before = Vec::with_capacity(keep.len() + 1);
+    kept_before.push(0);
+    for &kept in &keep {
+        kept_before.push(kept_before.last().expect("one") + usize::from(kept));
+    }
+    for end in &mut fused.piece_ends {
+        *end = kept_before[*end];
     }
     let mut k = 0;
     steps.retain(|_| {

@@ -17,7 +17,7 @@ mod region;
 
 pub use region::{Input, Instr, Output, Pattern, Reg, Region};
 
-use crate::ir::{Program, Schedule};
+use crate::ir::{Program, Schedule, View};
 use build::Builder;
 
 /// One step of a fused schedule.
@@ -55,13 +55,48 @@ const MAX_INSTRS: usize = 64;
 
 /// What a fused run must leave in memory when it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Keep {
+pub enum Keep<'a> {
     /// Its outputs: writes nothing reads are dropped (a run read only through its
     /// outputs).
     Outputs,
     /// Every write (a run in pieces whose memory is read and written between them, or
     /// read whole after it).
     All,
+    /// Its outputs, and what [`Between`] says is read between pieces. Writes nothing
+    /// reads are dropped, and a region closes at a cut only where what happens there
+    /// touches it (it may run in a later piece).
+    Between(Between<'a>),
+}
+
+/// What is read and written of a run's memory between its pieces (a partitioned run's
+/// sends and receives), per piece: the views read and written after piece `k` (after
+/// the last: also what is read before the next run's first piece).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Between<'a> {
+    /// Views read after each piece.
+    pub reads: &'a [Vec<View>],
+    /// Views written after each piece, at any time until a later piece touches them.
+    pub writes: &'a [Vec<View>],
+}
+
+impl<'a> Between<'a> {
+    /// The views read after piece `k`.
+    fn reads(&self, k: usize) -> &'a [View] {
+        self.reads.get(k).map_or(&[], |v| v.as_slice())
+    }
+
+    /// The views written after piece `k`.
+    fn writes(&self, k: usize) -> &'a [View] {
+        self.writes.get(k).map_or(&[], |v| v.as_slice())
+    }
+
+    /// True when what happens after piece `k` touches the region `b` holds.
+    fn touches(&self, k: usize, b: &Builder) -> bool {
+        b.conflicts_views(
+            self.reads(k).iter().copied(),
+            self.writes(k).iter().copied(),
+        )
+    }
 }
 
 /// What joins regions beyond elementwise compute, copies and fills.
@@ -74,9 +109,11 @@ pub struct Joins {
     pub sums: bool,
 }
 
-/// `schedule` fused, cut before each op index of `cuts` (no region spans a cut); with
-/// [`Keep::Outputs`] and no cut, writes nothing reads are dropped.
-pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep) -> Fused {
+/// `schedule` fused, cut before each op index of `cuts` (no region spans a cut, except
+/// with [`Keep::Between`] one that nothing between pieces touches); with
+/// [`Keep::Outputs`] and no cut, or with [`Keep::Between`], writes nothing reads are
+/// dropped.
+pub fn fuse(program: &Program, schedule: &Schedule, cuts: &[usize], keep: Keep<'_>) -> Fused {
     fuse_with(program, schedule, cuts, keep, Joins::default())
 }
 
@@ -85,7 +122,7 @@ pub fn fuse_with(
     program: &Program,
     schedule: &Schedule,
     cuts: &[usize],
-    keep: Keep,
+    keep: Keep<'_>,
     joins: Joins,
 ) -> Fused {
     let memory = schedule.memory(program);
@@ -111,10 +148,39 @@ pub fn fuse_with(
     for (i, op) in schedule.ops.iter().enumerate() {
         while cuts.peek().is_some_and(|&c| c <= i) {
             cuts.next();
-            for d in opened.drain(..) {
-                close(open[d].take(), &mut out.steps);
-            }
+            let k = out.piece_ends.len();
+            let mut seen = vec![false; program.devices];
+            let mut deferred = Vec::new();
+            opened.retain(|&d| {
+                if std::mem::replace(&mut seen[d], true) {
+                    return false; // listed twice (reopened): decided at its first entry
+                }
+                let Some(b) = open[d].take() else {
+                    return false;
+                };
+                // A region nothing between the pieces touches stays open; one that is
+                // touched closes, its last copy taken past the cut where it may be.
+                let b = match keep {
+                    Keep::Between(between) if !between.touches(k, &b) => {
+                        open[d] = Some(b);
+                        return true;
+                    }
+                    Keep::Between(between) if joins.sums => {
+                        let (b, last) = b.defer_last_copy_past(
+                            &schedule.ops,
+                            between.reads(k),
+                            between.writes(k),
+                        );
+                        deferred.extend(last);
+                        b
+                    }
+                    _ => b,
+                };
+                close(Some(b), &mut out.steps);
+                false
+            });
             out.piece_ends.push(out.steps.len());
+            reopen(deferred, &mut open, &mut opened, &mut out.steps);
         }
         let elem = build::Elem::of(op, &memory.allocs, staging, joins.sums);
         // Regions this op would be reordered with: closed first (they run before it).
@@ -139,15 +205,7 @@ pub fn fuse_with(
         }
         let Some(elem) = elem else {
             out.steps.push(Step::Op(i));
-            for (k, e) in deferred {
-                let mut b = Builder::new(e.device);
-                if b.try_add(k, &e) {
-                    opened.push(e.device);
-                    open[e.device] = Some(b);
-                } else {
-                    out.steps.push(Step::Op(k));
-                }
-            }
+            reopen(deferred, &mut open, &mut opened, &mut out.steps);
             continue;
         };
         let d = elem.device;
@@ -182,9 +240,10 @@ pub fn fuse_with(
         out.piece_ends,
         out.steps.len()
     );
-    if keep == Keep::Outputs && cuts_free(&out) {
-        live::prune(program, schedule, &mut out.steps);
-        out.piece_ends = vec![out.steps.len()];
+    match keep {
+        Keep::Outputs if cuts_free(&out) => live::prune(program, schedule, &mut out, &[]),
+        Keep::Between(between) => live::prune(program, schedule, &mut out, between.reads),
+        _ => {}
     }
     for s in &mut out.steps {
         if let Step::Region(r) = s {
@@ -192,6 +251,25 @@ pub fn fuse_with(
         }
     }
     out
+}
+
+/// Starts each device's next region with the copy `deferred` took past what closed its
+/// last ([`Builder::defer_last_copy`]); a copy no region takes runs as it is, now.
+fn reopen(
+    deferred: Vec<(usize, build::Elem)>,
+    open: &mut [Option<Builder>],
+    opened: &mut Vec<usize>,
+    steps: &mut Vec<Step>,
+) {
+    for (k, e) in deferred {
+        let mut b = Builder::new(e.device);
+        if b.try_add(k, &e) {
+            opened.push(e.device);
+            open[e.device] = Some(b);
+        } else {
+            steps.push(Step::Op(k));
+        }
+    }
 }
 
 /// True for a fused schedule of one piece (nothing reads its memory between steps).

@@ -487,9 +487,12 @@ impl Executor for RankExecutor {
         // or changed while `inner` lives, and `inner` (declared first in `RankRun`) is
         // dropped before it.
         let local: &'a RankPlan = unsafe { &*(plan.as_ref() as *const RankPlan) };
-        let inner = self
-            .inner
-            .prepare_pieces(&local.program, &local.schedule, &local.cuts);
+        let inner = self.inner.prepare_pieces_between(
+            &local.program,
+            &local.schedule,
+            &local.cuts,
+            local.between(),
+        );
         // The ranks agree that every one of them is ready before any message moves.
         let inner = match inner {
             Err(e) => return self.ranks.conclude(Err(e)),

@@ -5,6 +5,7 @@
 //! messages.
 
 use super::Partition;
+use crate::device_sim::fuse::Between;
 use crate::error::{Error, Result};
 use crate::ir::{DataOp, Program, Schedule, View};
 
@@ -57,6 +58,10 @@ pub struct RankPlan {
     /// Per event, how many of the walk's receives (counted from its start) must have
     /// landed before it runs ([`dues`]).
     pub due: Vec<usize>,
+    /// Per piece, the views the sends after it read ([`between`]).
+    pub reads: Vec<Vec<View>>,
+    /// Per piece, the views the receives after it write ([`between`]).
+    pub writes: Vec<Vec<View>>,
     /// The first device this rank holds (its local device 0).
     pub first: usize,
     /// Bytes this rank sends per run of the schedule.
@@ -164,8 +169,11 @@ impl RankPlan {
             inv.starts = inv.starts[held.clone()].to_vec();
         }
         let due = dues(&events, &ops, &cuts);
+        let (reads, writes) = between(&events, cuts.len() + 1);
         Ok(RankPlan {
             due,
+            reads,
+            writes,
             program: local_program,
             schedule: Schedule {
                 ops,
@@ -181,10 +189,38 @@ impl RankPlan {
         })
     }
 
+    /// What is read and written between the pieces of the local schedule.
+    pub fn between(&self) -> Between<'_> {
+        Between {
+            reads: &self.reads,
+            writes: &self.writes,
+        }
+    }
+
     /// Pieces of the local schedule.
     pub fn pieces(&self) -> usize {
         self.cuts.len() + 1
     }
+}
+
+/// Per piece of a walk of `pieces` pieces, the views the sends after it read and those
+/// the receives after it write: all of a rank's memory that is touched between its
+/// pieces, so the executor may fuse ops across a cut and drop the writes nothing reads
+/// (a receive lands later than its position, but before any later piece touches its
+/// destination). Messages before the first piece touch what the previous run left:
+/// they count after the last.
+pub fn between(events: &[Event], pieces: usize) -> (Vec<Vec<View>>, Vec<Vec<View>>) {
+    let mut reads = vec![Vec::new(); pieces];
+    let mut writes = vec![Vec::new(); pieces];
+    let mut at = pieces - 1;
+    for e in events {
+        match e {
+            Event::Piece(k) => at = *k,
+            Event::Send { view, .. } => reads[at].push(*view),
+            Event::Recv { view, .. } => writes[at].push(*view),
+        }
+    }
+    (reads, writes)
 }
 
 /// Receives a walk may leave outstanding at once (the oldest lands before a new one).
