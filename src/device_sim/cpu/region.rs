@@ -37,6 +37,8 @@ pub(super) struct Scratch {
     direct: Vec<Option<usize>>,
     uses: Vec<usize>,
     at: Vec<*const u32>,
+    /// The one-element outputs' bits, stored last.
+    singles: Vec<(usize, u32)>,
 }
 
 // SAFETY: the pointers kept are those of the last region's run, never read again: every
@@ -125,6 +127,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         direct,
         uses,
         at,
+        singles,
     } = scratch;
     decide(r, in_place, direct, uses);
     let plan = Plan {
@@ -146,15 +149,17 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         regs: template,
         at,
     });
-    // Uniform registers into one-element views, now: no block reads such a view (the
-    // fusion pass keeps outputs apart from the inputs read in blocks).
+    // Uniform registers into one-element views: their bits now (the blocks may reuse
+    // the slots), stored after the blocks, since such an element may lie in a wider
+    // output that the schedule wrote before it ([`crate::device_sim::fuse::Joins`]).
+    let mut singles = std::mem::take(singles);
+    singles.clear();
     for (k, o) in r.outputs.iter().enumerate() {
         if r.n > 1 && o.view.len() == 1 {
             let lane = &template[r.slots[o.reg] * BLOCK..][..1];
             let mut bits = [0u32; 1];
             store(r, o.reg, lane, &mut bits);
-            // SAFETY: the output's place holds its one element.
-            unsafe { places.outputs[k].write(bits[0]) };
+            singles.push((k, bits[0]));
         }
     }
     let blocks = r.n.div_ceil(BLOCK);
@@ -180,6 +185,11 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             blocks: 0..blocks,
         });
     }
+    for &(k, bits) in &singles {
+        // SAFETY: the output's place holds its one element.
+        unsafe { places.outputs[k].write(bits) };
+    }
+    scratch.singles = singles;
 }
 
 /// The uniform registers of a region computed into `regs` (compiled for the vector

@@ -4,7 +4,7 @@
 
 use super::region::{Instr, Region};
 use super::Step;
-use crate::ir::{DataOp, Program, Schedule, View};
+use crate::ir::{DataOp, Program, View};
 use std::collections::{BTreeMap, HashMap};
 
 /// Elements read later, per (device, allocation): disjoint runs, start to end.
@@ -70,20 +70,32 @@ impl Live {
     }
 }
 
+/// The views read after a run: the program's inputs and outputs on every device.
+pub(super) fn kept(program: &Program) -> Vec<View> {
+    let allocs = &program.layout.allocs;
+    (0..program.devices)
+        .flat_map(|d| {
+            program
+                .inputs
+                .iter()
+                .chain(&program.outputs)
+                .map(move |&a| View::new(d, a, 0, allocs[a].numel()))
+        })
+        .collect()
+}
+
 /// Drops the writes of `steps` that nothing reads afterwards (the program's inputs and
 /// outputs are read after the run), and the steps left with none.
-pub(super) fn prune(program: &Program, schedule: &Schedule, steps: &mut Vec<Step>) {
+pub(super) fn prune(program: &Program, ops: &[DataOp], steps: &mut Vec<Step>) {
     let mut live = Live::default();
-    for d in 0..program.devices {
-        for &a in program.inputs.iter().chain(&program.outputs) {
-            live.add(&View::new(d, a, 0, program.layout.allocs[a].numel()));
-        }
+    for v in kept(program) {
+        live.add(&v);
     }
     let mut keep = vec![true; steps.len()];
     for (k, step) in steps.iter_mut().enumerate().rev() {
         match step {
             Step::Op(i) => {
-                let op = &schedule.ops[*i];
+                let op = &ops[*i];
                 if !op.writes().any(|w| live.overlaps(&w)) {
                     keep[k] = false;
                     continue;
