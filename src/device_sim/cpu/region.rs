@@ -3,7 +3,7 @@
 //! the op that makes it to the ones that use it), the blocks spread over the machine's
 //! cores when there are enough of them, under the widest vector unit the CPU has.
 //!
-//! A 32-bit input read element for element is read where it is (no copy into a
+//! An input read element for element is read where it is (no copy into a
 //! register), and an instruction whose register only one 32-bit output takes writes
 //! that output's memory directly, when neither view overlaps any other of the region:
 //! a chain from a ref to a ref touches each element of memory once.
@@ -58,8 +58,7 @@ impl Scratch {
 struct Plan<'a> {
     r: &'a Region,
     places: &'a Places,
-    /// Per register: read where its input is (a full 32-bit load that no output
-    /// overlaps).
+    /// Per register: read where its input is (a full load that no output overlaps).
     in_place: &'a [bool],
     /// Per register: the output it is computed straight into (its only use).
     direct: &'a [Option<usize>],
@@ -86,7 +85,9 @@ fn decide(
     in_place.extend((0..n).map(|i| match r.instrs[i] {
         Instr::Load(k) => {
             let input = &r.inputs[k];
-            input.pattern == Pattern::Full && wide(i) && !overlaps_any_output(&input.view)
+            // Every dtype's elements are words in memory, as a load's lanes hold them
+            // (a 16-bit one's raw, widened by a later instruction).
+            input.pattern == Pattern::Full && !overlaps_any_output(&input.view)
         }
         _ => false,
     }));
