@@ -31,6 +31,9 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("x*2+1", |_, x| &(x * 2.0) + 1.0),
         ("exp", |pl, x| pl.exp(x)),
         ("tanh", |pl, x| pl.tanh(x)),
+        ("logistic", |pl, x| pl.logistic(x)),
+        ("erf", |pl, x| pl.erf(x)),
+        ("log(|x|+1)", |pl, x| pl.log(&(&pl.abs(x) + 1.0))),
         ("gelu", |pl, x| {
             // jax.nn.gelu(approximate=True), as JAX writes it.
             let cube = &(&(x * x) * x) * 0.044715;
@@ -48,6 +51,10 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("sum_rows", |_, x| {
             let shape = x.shape().to_vec();
             x.sum(&[1]).broadcast_in_dim(&shape, &[0])
+        }),
+        ("max_rows", |_, x| {
+            let shape = x.shape().to_vec();
+            x.max(&[1]).broadcast_in_dim(&shape, &[0])
         }),
         ("transpose", |_, x| x.transpose(&[1, 0])),
         ("dot", |pl, x| pl.dot(x, x).astype(x.dtype())),

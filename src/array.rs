@@ -164,6 +164,12 @@ impl DType {
                     *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
+            // Aligned on a little-endian host: widened as halves under the widest
+            // vector unit (the byte loop took a quarter of a bf16 op's time).
+            2 if halves_in_place(bytes) => {
+                let halves: &[u16] = bytemuck::cast_slice(bytes);
+                pulp::Arch::new().dispatch(Halves(halves, words));
+            }
             2 => {
                 for (w, b) in words.iter_mut().zip(bytes.chunks_exact(2)) {
                     *w = u16::from_le_bytes([b[0], b[1]]) as u32;
@@ -202,6 +208,10 @@ impl DType {
                 for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
                     b.copy_from_slice(&w.to_le_bytes());
                 }
+            }
+            2 if halves_in_place(bytes) => {
+                let halves: &mut [u16] = bytemuck::cast_slice_mut(bytes);
+                pulp::Arch::new().dispatch(Words(words, halves));
             }
             2 => {
                 for (b, w) in bytes.chunks_exact_mut(2).zip(words) {
@@ -444,6 +454,39 @@ pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
     }
 }
 
+/// True when `bytes` are 16-bit little-endian elements the host reads as `u16`s.
+fn halves_in_place(bytes: &[u8]) -> bool {
+    cfg!(target_endian = "little")
+        && (bytes.as_ptr() as usize).is_multiple_of(2)
+        && bytes.len().is_multiple_of(2)
+}
+
+/// 16-bit elements (in the host's order, little-endian) widened into words.
+struct Halves<'a>(&'a [u16], &'a mut [u32]);
+
+impl pulp::WithSimd for Halves<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        for (w, &h) in self.1.iter_mut().zip(self.0) {
+            *w = u32::from(h);
+        }
+    }
+}
+
+/// Words narrowed into 16-bit elements (their low halves).
+struct Words<'a>(&'a [u32], &'a mut [u16]);
+
+impl pulp::WithSimd for Words<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        for (h, &w) in self.1.iter_mut().zip(self.0) {
+            *h = w as u16;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,6 +530,31 @@ mod tests {
             let mut back = vec![7u32; n];
             d.words_from_bytes(&bytes, &mut back);
             assert_eq!(back, words, "{d}");
+        }
+    }
+
+    #[test]
+    fn sixteen_bit_elements_convert_alike_aligned_or_not() {
+        // The aligned path reads halves as the host's u16s; an odd offset goes by bytes.
+        for d in [DType::BF16, DType::F16] {
+            let words: Vec<u32> = (0..1001)
+                .map(|i| d.bits_of(i as f64 * 0.37 - 150.0))
+                .collect();
+            let mut buf = vec![0u8; 2 * words.len() + 1];
+            for off in [0, 1] {
+                let bytes = &mut buf[off..off + 2 * words.len()];
+                d.bytes_from_words(&words, bytes);
+                for (i, w) in words.iter().enumerate() {
+                    assert_eq!(
+                        bytes[2 * i..2 * i + 2],
+                        (*w as u16).to_le_bytes(),
+                        "{d} {off}"
+                    );
+                }
+                let mut back = vec![0u32; words.len()];
+                d.words_from_bytes(bytes, &mut back);
+                assert_eq!(back, words, "{d} at offset {off}");
+            }
         }
     }
 

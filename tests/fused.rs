@@ -406,7 +406,10 @@ fn ring_reductions_fused_with_their_copies_equal_unfused_bit_for_bit() {
                     // The path under test is taken (the CPU executor's joins): a sum of
                     // 8,192 elements or more joins a region with the copy that feeds it
                     // (in the dtypes whose copies join regions).
-                    let joins = Joins { sums: true };
+                    let joins = Joins {
+                        sums: true,
+                        ..Joins::default()
+                    };
                     let steps =
                         fuse_with(&plan.program, &plan.schedule, &[], Keep::Outputs, joins).steps;
                     let joined = steps.iter().any(|s| match s {
@@ -442,6 +445,73 @@ fn ring_reductions_fused_with_their_copies_equal_unfused_bit_for_bit() {
                         "case {case}: {name} {op:?}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Chains whose constants the lowering places in memory a dead value held (gelu as
+/// JAX writes it, and one with the constants between wide values), and a constant
+/// stored to an output after a wide value covered it.
+fn constant_chain(which: usize, dtype: DType, shape: Vec<usize>) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &shape, dtype)
+        .output("y", MemorySpace::Vmem, &shape, dtype)
+        .output("s", MemorySpace::Vmem, &[1], dtype);
+    PallasCall::new("constant_chain", spec, move |pl, a| {
+        let x = pl.load(a.r("x"));
+        let y = match which {
+            0 => {
+                let cube = &(&(&x * &x) * &x) * 0.044715;
+                let inner = &(&x + &cube) * 0.797_884_560_802_865_4;
+                let t = pl.tanh(&inner);
+                &(&(&t + 1.0) * &x) * 0.5
+            }
+            _ => {
+                let a1 = &(&x * 3.0) - 1.0;
+                let a2 = &(&a1 * &x) + 0.5;
+                let a3 = &pl.maximum(&a2, &(&a1 * 0.25)) - 2.0;
+                &(&a3 * &a1) * 0.125
+            }
+        };
+        pl.store(a.r("y"), &y);
+        pl.store(a.r("s"), &pl.read(a.r("s")).astype(dtype));
+    })
+}
+
+#[test]
+fn chains_with_constants_in_reused_memory_fuse_whole_and_equal_unfused() {
+    use tpusim::device_sim::cpu::CpuPlan;
+    use tpusim::device_sim::fuse::Step;
+    for (case, (dtype, shape)) in [
+        (DType::F32, vec![1, 1]),
+        (DType::F32, vec![3, 37]),
+        (DType::BF16, vec![17, 129]),
+        (DType::F16, vec![64, 1024]),
+        (DType::F32, vec![130, 1031]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for which in 0..2 {
+            let call = constant_chain(which, dtype, shape.clone());
+            let mesh = Mesh::new(1, "x").unwrap();
+            let inputs = vec![vec![input(dtype, &shape, case as u64)]];
+            let fused = simulate(&call, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
+            let plain = simulate(&call, &mesh, &inputs, &mut CpuExecutor::unfused()).unwrap();
+            assert_eq!(words(&fused), words(&plain), "{which}: {dtype} {shape:?}");
+            // The chain from x to y is one region (no value written and read back).
+            let plan = tpusim::run::Job::call(call, mesh).plan().unwrap();
+            let steps = CpuPlan::of(&plan.program, &plan.schedule)
+                .fused()
+                .steps
+                .clone();
+            let regions = steps
+                .iter()
+                .filter(|s| matches!(s, Step::Region(r) if r.n > 1))
+                .count();
+            if shape[0] * shape[1] > 1 {
+                assert_eq!(regions, 1, "{which}: {dtype} {shape:?}: {steps:?}");
             }
         }
     }

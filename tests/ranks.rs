@@ -486,7 +486,12 @@ fn rank_steps(job: &Job, r: usize, rank: usize) -> (Program, Schedule, Vec<Step>
     let plan = job.plan().unwrap();
     let part = Partition::new(plan.program.devices, r).unwrap();
     let p = RankPlan::new(&plan.program, &plan.schedule, &part, rank).unwrap();
-    let joins = Joins { sums: true };
+    // The CPU executor's joins.
+    let joins = Joins {
+        sums: true,
+        overwrites: true,
+        forward: true,
+    };
     let keep = Keep::Between(p.between());
     let steps = fuse_with(&p.program, &p.schedule, &p.cuts, keep, joins).steps;
     (p.program, p.schedule, steps)
@@ -566,7 +571,11 @@ fn ring_sums_fused_across_messages_equal_one_process() {
             &p.schedule,
             &p.cuts,
             Keep::All,
-            Joins { sums: true },
+            Joins {
+                sums: true,
+                overwrites: true,
+                forward: true,
+            },
         );
         assert!(writes_alloc(&all.steps, &p.schedule.ops, recv(&p.program)));
     }

@@ -10,6 +10,7 @@ use super::layout::{gather, scatter, strides, transpose};
 use crate::array::DType;
 use crate::ir::{Compute, ComputeKind, DotDims, Operand, Reduction};
 use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// The destination's words of `c`, from its sources' words (`srcs[i]` holds the
@@ -175,7 +176,7 @@ fn reduce_f32(op: Reduction, x: &[f32], shape: &[usize], axes: &[usize], out: &m
 }
 
 /// [`reduce_f32`] of one operator `f` with identity `init`.
-fn fold<F: Fn(f32, f32) -> f32 + Copy>(
+fn fold<F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
     x: &[f32],
     shape: &[usize],
     axes: &[usize],
@@ -189,15 +190,37 @@ fn fold<F: Fn(f32, f32) -> f32 + Copy>(
     let leading = n > 0 && axes.iter().enumerate().all(|(i, &a)| a == i);
     let k: usize = axes.iter().map(|&a| shape[a]).product();
     if trailing || leading {
-        // Each group is `k` adjacent elements, or element `j` of each of `k` rows.
-        pulp::Arch::new().dispatch(Fold {
-            x,
-            out,
-            init,
-            f,
-            k,
-            rows: leading && !trailing,
-        });
+        // Each group is `k` adjacent elements, or element `j` of each of `k` rows:
+        // over the cores in runs of whole groups (or of columns) when large.
+        let rows = (leading && !trailing).then_some(out.len());
+        let arch = pulp::Arch::new();
+        let run = |x: &[f32], out: &mut [f32], at: usize| {
+            arch.dispatch(Fold {
+                x,
+                out,
+                init,
+                f,
+                k,
+                rows: rows.map(|inner| (inner, at)),
+            })
+        };
+        let threads = rayon::current_num_threads();
+        if x.len() < PARALLEL_REDUCE || threads < 2 || out.len() < 2 {
+            run(x, out, 0);
+            return;
+        }
+        let per = out.len().div_ceil(threads * 4);
+        match rows {
+            // Columns `at..`: every row's run of them.
+            Some(_) => out
+                .par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(c, o)| run(x, o, c * per)),
+            None => out
+                .par_chunks_mut(per)
+                .zip(x.par_chunks(per * k))
+                .for_each(|(o, g)| run(g, o, 0)),
+        }
         return;
     }
     let (bases, offsets) = groups(shape, axes);
@@ -206,15 +229,16 @@ fn fold<F: Fn(f32, f32) -> f32 + Copy>(
     }
 }
 
-/// A float reduction of adjacent runs of `k` elements (`rows: false`: one per output)
-/// or of `k` rows (`rows: true`: output `j` folds element `j` of each).
+/// A float reduction of adjacent runs of `k` elements (`rows: None`: one per output)
+/// or of `k` rows (`rows: Some((inner, at))`, rows of `inner` elements: output `j`
+/// folds element `at + j` of each).
 struct Fold<'a, F> {
     x: &'a [f32],
     out: &'a mut [f32],
     init: f32,
     f: F,
     k: usize,
-    rows: bool,
+    rows: Option<(usize, usize)>,
 }
 
 impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
@@ -229,11 +253,10 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
             k,
             rows,
         } = self;
-        if rows {
-            let inner = out.len();
+        if let Some((inner, at)) = rows {
             out.fill(init);
             for row in x.chunks_exact(inner.max(1)).take(k) {
-                for (o, &v) in out.iter_mut().zip(row) {
+                for (o, &v) in out.iter_mut().zip(&row[at..]) {
                     *o = f(*o, v);
                 }
             }
@@ -261,6 +284,9 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
     }
 }
 
+/// Reductions of at least this many elements run over the cores.
+const PARALLEL_REDUCE: usize = 1 << 17;
+
 /// Elements of a 16-bit operand a reduction widens at a time.
 const WIDEN_RUN: usize = 1 << 14;
 
@@ -276,13 +302,19 @@ fn reduce(op: Reduction, o: &Operand, axes: &[usize], src: &[u32], dt: DType, ou
             .all(|(i, &a)| a + axes.len() == r + i);
         if t != DType::F32 && trailing && k > 0 && !axes.is_empty() {
             // Groups of adjacent elements: widened a cache-sized run of groups at a
-            // time, not the whole operand at once.
+            // time, not the whole operand at once (the runs over the cores).
             let per = (WIDEN_RUN / k).max(1);
-            let mut x = vec![0u32; per.min(acc.len()) * k];
-            for (a, g) in acc.chunks_mut(per).zip(src.chunks(per * k)) {
-                let x = &mut x[..g.len()];
-                lanes::widen_all(t, g, x);
-                reduce_f32(op, bytemuck::cast_slice(x), &[a.len(), k], &[1], a);
+            let run = |(a, g): (&mut [f32], &[u32])| {
+                let mut x = vec![0u32; g.len()];
+                lanes::widen_all(t, g, &mut x);
+                reduce_f32(op, bytemuck::cast_slice(&x), &[a.len(), k], &[1], a);
+            };
+            if src.len() >= PARALLEL_REDUCE && rayon::current_num_threads() > 1 {
+                acc.par_chunks_mut(per)
+                    .zip(src.par_chunks(per * k))
+                    .for_each(run);
+            } else {
+                acc.chunks_mut(per).zip(src.chunks(per * k)).for_each(run);
             }
         } else {
             let x = f32s(t, src);

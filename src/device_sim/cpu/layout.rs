@@ -110,20 +110,52 @@ const TILE: usize = 16;
 /// Matrices of at least this many elements are transposed over the cores.
 const PARALLEL: usize = 1 << 18;
 
+/// Output rows one task of a transpose writes: it reads a run of that many source
+/// columns (four cache lines) of every row, whole lines in a row.
+const GROUP: usize = 4 * TILE;
+
+/// Source rows a task goes through for all its columns before the next ones: their
+/// lines and pages stay in the cache and the TLB meanwhile (a source row a power of
+/// two apart from the next, walked down for one tile's column at a time, found neither:
+/// 2048 x 2048 f32 ran at 6 ns an element).
+const ROW_BLOCK: usize = 256;
+
 /// Rows `j0..` of the transpose of `x` (`rows` x `cols`) into `o` (whole rows of
-/// `rows` words), tile by tile.
+/// `rows` words), tile by tile, a block of source rows at a time.
 fn swap_band(x: &[u32], rows: usize, cols: usize, j0: usize, o: &mut [u32]) {
     let nj = o.len() / rows;
     let mut tile = [[0u32; TILE]; TILE];
-    for i0 in (0..rows).step_by(TILE) {
-        let ni = TILE.min(rows - i0);
-        for (i, t) in tile.iter_mut().enumerate().take(ni) {
-            t[..nj].copy_from_slice(&x[(i0 + i) * cols + j0..][..nj]);
-        }
-        for j in 0..nj {
-            let dst = &mut o[j * rows + i0..][..ni];
-            for (i, d) in dst.iter_mut().enumerate() {
-                *d = tile[i][j];
+    for ib in (0..rows).step_by(ROW_BLOCK) {
+        let iend = (ib + ROW_BLOCK).min(rows);
+        for jb in (0..nj).step_by(TILE) {
+            let nt = TILE.min(nj - jb);
+            for i0 in (ib..iend).step_by(TILE) {
+                let ni = TILE.min(iend - i0);
+                // Whole tiles move by fixed lengths (no call to `memcpy` per row).
+                for (i, t) in tile.iter_mut().enumerate().take(ni) {
+                    let src = &x[(i0 + i) * cols + j0 + jb..];
+                    match nt {
+                        TILE => *t = src[..TILE].try_into().expect("a tile's row"),
+                        _ => t[..nt].copy_from_slice(&src[..nt]),
+                    }
+                }
+                for j in 0..nt {
+                    let dst = &mut o[(jb + j) * rows + i0..];
+                    match ni {
+                        TILE => {
+                            let d: &mut [u32; TILE] =
+                                (&mut dst[..TILE]).try_into().expect("a tile's column");
+                            for (i, d) in d.iter_mut().enumerate() {
+                                *d = tile[i][j];
+                            }
+                        }
+                        _ => {
+                            for (i, d) in dst[..ni].iter_mut().enumerate() {
+                                *d = tile[i][j];
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -140,12 +172,12 @@ pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
     if swaps_last_two {
         let (rows, cols) = (from[r - 2], from[r - 1]);
         for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
-            // Output rows in bands of TILE, over the cores when the matrix is large.
-            let band = |(b, o): (usize, &mut [u32])| swap_band(x, rows, cols, b * TILE, o);
+            // Output rows in groups, over the cores when the matrix is large.
+            let band = |(b, o): (usize, &mut [u32])| swap_band(x, rows, cols, b * GROUP, o);
             if rows * cols >= PARALLEL && rayon::current_num_threads() > 1 {
-                o.par_chunks_mut(TILE * rows).enumerate().for_each(band);
+                o.par_chunks_mut(GROUP * rows).enumerate().for_each(band);
             } else {
-                o.chunks_mut(TILE * rows).enumerate().for_each(band);
+                o.chunks_mut(GROUP * rows).enumerate().for_each(band);
             }
         }
         return;

@@ -57,8 +57,12 @@ impl CpuPlan {
 }
 
 /// What joins the CPU executor's regions: sums too (a ring's copy and the sum that
-/// reads it touch each element once).
-const CPU_JOINS: Joins = Joins { sums: true };
+/// reads it touch each element once), and constants written over dead values' memory.
+const CPU_JOINS: Joins = Joins {
+    sums: true,
+    overwrites: true,
+    forward: true,
+};
 
 /// Runs schedules in host memory.
 #[derive(Debug)]
@@ -688,12 +692,13 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
         for _ in 0..iters {
             // In slices, so that a watched caller may stop a long run between them
             // (crate::interrupt); the steps run in the same order.
             for steps in self.fused.steps.chunks(INTERRUPT_EVERY_OPS) {
                 crate::interrupt::check()?;
-                self.mem.run(steps, &self.schedule.ops);
+                self.mem.run(steps, ops);
             }
         }
         Ok(t.elapsed())
@@ -719,7 +724,8 @@ impl Prepared for CpuRun<'_> {
             .piece(k)
             .ok_or_else(|| crate::Error::bad_input(format!("no piece {k} of {n}")))?
             .to_vec();
-        self.mem.run(&steps, &self.schedule.ops);
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        self.mem.run(&steps, ops);
         Ok(())
     }
 

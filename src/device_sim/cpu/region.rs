@@ -3,7 +3,7 @@
 //! the op that makes it to the ones that use it), the blocks spread over the machine's
 //! cores when there are enough of them, under the widest vector unit the CPU has.
 //!
-//! A 32-bit input read element for element is read where it is (no copy into a
+//! An input read element for element is read where it is (no copy into a
 //! register), and an instruction whose register only one 32-bit output takes writes
 //! that output's memory directly, when neither view overlaps any other of the region:
 //! a chain from a ref to a ref touches each element of memory once.
@@ -37,6 +37,8 @@ pub(super) struct Scratch {
     direct: Vec<Option<usize>>,
     uses: Vec<usize>,
     at: Vec<*const u32>,
+    /// The one-element outputs' bits, stored last.
+    singles: Vec<(usize, u32)>,
 }
 
 // SAFETY: the pointers kept are those of the last region's run, never read again: every
@@ -56,8 +58,7 @@ impl Scratch {
 struct Plan<'a> {
     r: &'a Region,
     places: &'a Places,
-    /// Per register: read where its input is (a full 32-bit load that no output
-    /// overlaps).
+    /// Per register: read where its input is (a full load that no output overlaps).
     in_place: &'a [bool],
     /// Per register: the output it is computed straight into (its only use).
     direct: &'a [Option<usize>],
@@ -84,7 +85,9 @@ fn decide(
     in_place.extend((0..n).map(|i| match r.instrs[i] {
         Instr::Load(k) => {
             let input = &r.inputs[k];
-            input.pattern == Pattern::Full && wide(i) && !overlaps_any_output(&input.view)
+            // Every dtype's elements are words in memory, as a load's lanes hold them
+            // (a 16-bit one's raw, widened by a later instruction).
+            input.pattern == Pattern::Full && !overlaps_any_output(&input.view)
         }
         _ => false,
     }));
@@ -125,6 +128,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         direct,
         uses,
         at,
+        singles,
     } = scratch;
     decide(r, in_place, direct, uses);
     let plan = Plan {
@@ -146,15 +150,17 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         regs: template,
         at,
     });
-    // Uniform registers into one-element views, now: no block reads such a view (the
-    // fusion pass keeps outputs apart from the inputs read in blocks).
+    // Uniform registers into one-element views: their bits now (the blocks may reuse
+    // the slots), stored after the blocks, since such an element may lie in a wider
+    // output that the schedule wrote before it ([`crate::device_sim::fuse::Joins`]).
+    let mut singles = std::mem::take(singles);
+    singles.clear();
     for (k, o) in r.outputs.iter().enumerate() {
         if r.n > 1 && o.view.len() == 1 {
             let lane = &template[r.slots[o.reg] * BLOCK..][..1];
             let mut bits = [0u32; 1];
             store(r, o.reg, lane, &mut bits);
-            // SAFETY: the output's place holds its one element.
-            unsafe { places.outputs[k].write(bits[0]) };
+            singles.push((k, bits[0]));
         }
     }
     let blocks = r.n.div_ceil(BLOCK);
@@ -180,6 +186,11 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             blocks: 0..blocks,
         });
     }
+    for &(k, bits) in &singles {
+        // SAFETY: the output's place holds its one element.
+        unsafe { places.outputs[k].write(bits) };
+    }
+    scratch.singles = singles;
 }
 
 /// The uniform registers of a region computed into `regs` (compiled for the vector

@@ -1,6 +1,8 @@
 //! Building one region from the ops of one device that join it.
 
+use super::later::Later;
 use super::region::{Input, Instr, Output, Pattern, Reg, Region};
+use super::Joins;
 use crate::array::DType;
 use crate::ir::{Allocation, Binary, ComputeKind, DataOp, ReduceOp, View};
 
@@ -141,6 +143,8 @@ impl Elem {
                         Kind::Instr(Instr::Compare(*op, c.srcs[0].dtype, 0, 1))
                     }
                     ComputeKind::Select => Kind::Instr(Instr::Select(0, 1, 2)),
+                    // To its own dtype: the source as it is (a copy that may forward).
+                    ComputeKind::Convert if c.srcs[0].dtype == t => Kind::Alias,
                     ComputeKind::Convert => Kind::Instr(Instr::Convert(c.srcs[0].dtype, t, 0)),
                     ComputeKind::Reshape => Kind::Alias,
                     ComputeKind::Broadcast { dims } => {
@@ -179,6 +183,8 @@ impl Elem {
 #[derive(Debug)]
 pub(super) struct Builder {
     pub(super) device: usize,
+    /// What may join it beyond elementwise ops ([`super::Joins::overwrites`] is read here).
+    joins: Joins,
     /// Elements of its non-uniform registers (`None` while every register is uniform).
     n: Option<usize>,
     inputs: Vec<Input>,
@@ -201,9 +207,10 @@ enum Got {
 }
 
 impl Builder {
-    pub(super) fn new(device: usize) -> Self {
+    pub(super) fn new(device: usize, joins: Joins) -> Self {
         Builder {
             device,
+            joins,
             n: None,
             inputs: Vec::new(),
             instrs: Vec::new(),
@@ -225,10 +232,11 @@ impl Builder {
         self,
         ops: &[DataOp],
         op: &DataOp,
+        later: &Later,
     ) -> (Builder, Option<(usize, Elem)>) {
         let reads: Vec<View> = op.reads().chain(accumulated(op)).collect();
         let writes: Vec<View> = op.writes().collect();
-        self.defer_last_copy_past(ops, &reads, &writes)
+        self.defer_last_copy_past(ops, &reads, &writes, later)
     }
 
     /// [`Builder::defer_last_copy`] past what reads `reads` and writes `writes` (an op,
@@ -238,6 +246,7 @@ impl Builder {
         ops: &[DataOp],
         reads: &[View],
         writes: &[View],
+        later: &Later,
     ) -> (Builder, Option<(usize, Elem)>) {
         let Some((last, _)) = self.added.last() else {
             return (self, None);
@@ -251,9 +260,9 @@ impl Builder {
         }
         let mut added = self.added;
         let deferred = added.pop();
-        let mut b = Builder::new(self.device);
+        let mut b = Builder::new(self.device, self.joins);
         for (i, e) in &added {
-            let joined = b.try_add(*i, e);
+            let joined = b.try_add(*i, e, later);
             debug_assert!(joined, "the ops joined this region in this order before");
         }
         (b, deferred)
@@ -310,7 +319,7 @@ impl Builder {
 
     /// Adds `op` (schedule index `index`); false, and nothing changed, when it cannot
     /// join this region.
-    pub(super) fn try_add(&mut self, index: usize, e: &Elem) -> bool {
+    pub(super) fn try_add(&mut self, index: usize, e: &Elem, later: &Later) -> bool {
         if e.device != self.device {
             return false;
         }
@@ -356,16 +365,39 @@ impl Builder {
             (n, _) => n,
         };
         // The destination: no view the region holds may overlap it other than exactly,
-        // and no input read in a pattern other than element for element.
+        // and no input read in a pattern other than element for element. Where
+        // `overwrites` allows, an output may overlap it: one it covers, or one whose
+        // other elements nothing reads later, is dropped; one wider than a uniform
+        // element it is stays, and the element is stored after its blocks (`Joins`).
         let dst = e.dst;
-        let clash = self
+        let single = uniform && dst.len() == 1 && n.is_some_and(|n| n > 1);
+        let mut dropped = Vec::new();
+        let mut clash = false;
+        for v in self
             .bound
             .iter()
-            .any(|(v, _)| *v != dst && v.overlaps(&dst))
+            .map(|(v, _)| v)
+            .chain(self.outputs.iter().map(|o| &o.view))
+        {
+            if *v == dst || !v.overlaps(&dst) {
+                continue;
+            }
+            if !self.joins.overwrites || !self.is_output(v) {
+                clash = true;
+                break;
+            }
+            if within(v, &dst) || later.unread_after(v, index, &dst) {
+                dropped.push(*v);
+            } else if !single {
+                clash = true;
+                break;
+            }
+        }
+        let clash = clash
             || self
                 .inputs
                 .iter()
-                .any(|i| i.view.overlaps(&dst) && i.pattern != Pattern::Full)
+                .any(|i| i.view.overlaps(&dst) && (i.view != dst || i.pattern != Pattern::Full))
             || got.iter().any(|g| match g {
                 Got::New(i) => {
                     i.view.overlaps(&dst) && (i.view != dst || i.pattern != Pattern::Full)
@@ -411,14 +443,21 @@ impl Builder {
                 )
             }
         };
-        // The destination now holds the register.
-        self.bound.retain(|(v, _)| *v != dst);
+        // The destination now holds the register (and no view it overlaps its own);
+        // the outputs it covers are its.
+        self.bound.retain(|(v, _)| !v.overlaps(&dst));
         self.bound.push((dst, reg));
-        self.outputs.retain(|o| o.view != dst);
+        self.outputs
+            .retain(|o| o.view != dst && !dropped.contains(&o.view));
         self.outputs.push(Output { reg, view: dst });
         self.ops.push(index);
         self.added.push((index, e.clone()));
         true
+    }
+
+    /// True when `v` is the view of one of the region's outputs.
+    fn is_output(&self, v: &View) -> bool {
+        self.outputs.iter().any(|o| o.view == *v)
     }
 
     fn push(&mut self, i: Instr, r: Reg) -> usize {
@@ -491,6 +530,11 @@ fn touch(a: &DataOp, rb: &[View], wb: &[View]) -> bool {
     let wa: Vec<View> = a.writes().collect();
     let any = |x: &[View], y: &[View]| x.iter().any(|v| y.iter().any(|w| v.overlaps(w)));
     any(&wa, rb) || any(&wa, wb) || any(&ra, wb)
+}
+
+/// True when every element of `v` is one of `w`'s.
+fn within(v: &View, w: &View) -> bool {
+    v.overlaps(w) && v.offset() >= w.offset() && v.offset() + v.len() <= w.offset() + w.len()
 }
 
 /// An accumulate's destination, which it reads as well as writes.

@@ -3,8 +3,8 @@
 //! a region's registers share buffers where their lives do not overlap.
 
 use super::region::{Instr, Region};
-use super::{Fused, Step};
-use crate::ir::{DataOp, Program, Schedule, View};
+use super::Step;
+use crate::ir::{DataOp, Program, View};
 use std::collections::{BTreeMap, HashMap};
 
 /// Elements read later, per (device, allocation): disjoint runs, start to end.
@@ -70,25 +70,36 @@ impl Live {
     }
 }
 
-/// Drops the writes of `fused`'s steps that nothing reads afterwards (the program's
-/// inputs and outputs are read after the run, and `reads[k]` after piece `k`), and the
-/// steps left with none.
+/// The views read after a run: the program's inputs and outputs on every device.
+pub(super) fn kept(program: &Program) -> Vec<View> {
+    let allocs = &program.layout.allocs;
+    (0..program.devices)
+        .flat_map(|d| {
+            program
+                .inputs
+                .iter()
+                .chain(&program.outputs)
+                .map(move |&a| View::new(d, a, 0, allocs[a].numel()))
+        })
+        .collect()
+}
+
+/// Drops the writes of `steps` (of `ops`, in pieces ending at `piece_ends`) that
+/// nothing reads afterwards (the program's inputs and outputs are read after the run,
+/// and `reads[k]` after piece `k`), and the steps left with none.
 pub(super) fn prune(
     program: &Program,
-    schedule: &Schedule,
-    fused: &mut Fused,
+    ops: &[DataOp],
+    steps: &mut Vec<Step>,
+    piece_ends: &mut [usize],
     reads: &[Vec<View>],
 ) {
-    let steps = &mut fused.steps;
     let mut live = Live::default();
-    for d in 0..program.devices {
-        for &a in program.inputs.iter().chain(&program.outputs) {
-            live.add(&View::new(d, a, 0, program.layout.allocs[a].numel()));
-        }
+    for v in kept(program) {
+        live.add(&v);
     }
     // The reads between pieces, as (the step they come before, the views), last first.
-    let mut between: Vec<(usize, &[View])> = fused
-        .piece_ends
+    let mut between: Vec<(usize, &[View])> = piece_ends
         .iter()
         .zip(reads)
         .map(|(&end, views)| (end, views.as_slice()))
@@ -103,7 +114,7 @@ pub(super) fn prune(
         }
         match step {
             Step::Op(i) => {
-                let op = &schedule.ops[*i];
+                let op = &ops[*i];
                 if !op.writes().any(|w| live.overlaps(&w)) {
                     keep[k] = false;
                     continue;
@@ -141,7 +152,7 @@ pub(super) fn prune(
     for &kept in &keep {
         kept_before.push(kept_before.last().expect("one") + usize::from(kept));
     }
-    for end in &mut fused.piece_ends {
+    for end in piece_ends.iter_mut() {
         *end = kept_before[*end];
     }
     let mut k = 0;

@@ -12,12 +12,14 @@
 //! then no order at all), so every element ends as the schedule leaves it.
 
 mod build;
+mod forward;
+mod later;
 mod live;
 mod region;
 
 pub use region::{Input, Instr, Output, Pattern, Reg, Region};
 
-use crate::ir::{Program, Schedule, View};
+use crate::ir::{DataOp, Program, Schedule, View};
 use build::Builder;
 
 /// One step of a fused schedule.
@@ -36,6 +38,10 @@ pub struct Fused {
     pub steps: Vec<Step>,
     /// The step each piece ends before (the last is `steps.len()`).
     pub piece_ends: Vec<usize>,
+    /// The ops that [`Step::Op`] indexes where a pass changed some (a compute op's
+    /// sources read where they were copied from, [`Joins::forward`]); `None`: the
+    /// schedule's own.
+    pub ops: Option<Vec<DataOp>>,
 }
 
 impl Fused {
@@ -46,6 +52,7 @@ impl Fused {
         Fused {
             steps: (0..ops).map(Step::Op).collect(),
             piece_ends,
+            ops: None,
         }
     }
 }
@@ -107,6 +114,17 @@ pub struct Joins {
     /// that it joins the sum's (the CPU executor's choice; the GPU executor batches its
     /// accumulates instead).
     pub sums: bool,
+    /// A one-element uniform write (a constant, say) over part of a view a register
+    /// holds: the view's register stays in use for the ops that read it before, its
+    /// memory is no longer read through it, and the one element is stored after the
+    /// region's blocks (so it lands last). The lowering reuses dead values' memory for
+    /// constants, which would otherwise close a chain's region in its middle. The CPU
+    /// executor's choice: the GPU's region shader writes its outputs in no order.
+    pub overwrites: bool,
+    /// Compute ops that run alone read their sources where a region of copies took
+    /// them from (the copies' writes then often dropped as unread): the CPU executor's
+    /// choice.
+    pub forward: bool,
 }
 
 /// `schedule` fused, cut before each op index of `cuts` (no region spans a cut, except
@@ -127,6 +145,8 @@ pub fn fuse_with(
 ) -> Fused {
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
+    // Writes are dropped only from a run read through its outputs alone (as `prune`).
+    let later = later::Later::of(program, schedule, keep == Keep::Outputs && cuts.is_empty());
     let mut out = Fused::default();
     // The open region of each device (a region's views are all on its device, so only
     // an op that touches a device can conflict with that device's region).
@@ -170,6 +190,7 @@ pub fn fuse_with(
                             &schedule.ops,
                             between.reads(k),
                             between.writes(k),
+                            &later,
                         );
                         deferred.extend(last);
                         b
@@ -180,7 +201,12 @@ pub fn fuse_with(
                 false
             });
             out.piece_ends.push(out.steps.len());
-            reopen(deferred, &mut open, &mut opened, &mut out.steps);
+            reopen(
+                deferred,
+                (&mut open, &mut opened, &mut out.steps),
+                joins,
+                &later,
+            );
         }
         let elem = build::Elem::of(op, &memory.allocs, staging, joins.sums);
         // Regions this op would be reordered with: closed first (they run before it).
@@ -196,7 +222,7 @@ pub fn fuse_with(
             if !own && open[d].as_ref().is_some_and(|b| b.conflicts(op)) {
                 let b = open[d].take().expect("open");
                 let (b, last) = match elem {
-                    None if joins.sums => b.defer_last_copy(&schedule.ops, op),
+                    None if joins.sums => b.defer_last_copy(&schedule.ops, op, &later),
                     _ => (b, None),
                 };
                 close(Some(b), &mut out.steps);
@@ -205,21 +231,26 @@ pub fn fuse_with(
         }
         let Some(elem) = elem else {
             out.steps.push(Step::Op(i));
-            reopen(deferred, &mut open, &mut opened, &mut out.steps);
+            reopen(
+                deferred,
+                (&mut open, &mut opened, &mut out.steps),
+                joins,
+                &later,
+            );
             continue;
         };
         let d = elem.device;
         if open[d].is_none() {
-            open[d] = Some(Builder::new(d));
+            open[d] = Some(Builder::new(d, joins));
             opened.push(d);
         }
         let b = open[d].as_mut().expect("opened");
-        if b.len() < MAX_INSTRS && b.try_add(i, &elem) {
+        if b.len() < MAX_INSTRS && b.try_add(i, &elem, &later) {
             continue;
         }
-        close(open[d].replace(Builder::new(d)), &mut out.steps);
+        close(open[d].replace(Builder::new(d, joins)), &mut out.steps);
         let b = open[d].as_mut().expect("opened");
-        if !b.try_add(i, &elem) {
+        if !b.try_add(i, &elem, &later) {
             // An op that cannot be a region of its own (its destination overlaps a source
             // elsewhere than element for element): as it is.
             out.steps.push(Step::Op(i));
@@ -241,8 +272,26 @@ pub fn fuse_with(
         out.steps.len()
     );
     match keep {
-        Keep::Outputs if cuts_free(&out) => live::prune(program, schedule, &mut out, &[]),
-        Keep::Between(between) => live::prune(program, schedule, &mut out, between.reads),
+        Keep::Outputs if cuts_free(&out) => {
+            // Forwarded only in a run that nothing reads or writes between its steps.
+            if joins.forward {
+                out.ops = forward::forward(&out.steps, &schedule.ops);
+            }
+            let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
+            live::prune(program, ops, &mut out.steps, &mut out.piece_ends, &[]);
+            if joins.forward {
+                let kept = live::kept(program);
+                forward::forward_dsts(&mut out.steps, &mut out.ops, &schedule.ops, &kept);
+            }
+            out.piece_ends = vec![out.steps.len()];
+        }
+        Keep::Between(between) => live::prune(
+            program,
+            &schedule.ops,
+            &mut out.steps,
+            &mut out.piece_ends,
+            between.reads,
+        ),
         _ => {}
     }
     for s in &mut out.steps {
@@ -257,13 +306,13 @@ pub fn fuse_with(
 /// last ([`Builder::defer_last_copy`]); a copy no region takes runs as it is, now.
 fn reopen(
     deferred: Vec<(usize, build::Elem)>,
-    open: &mut [Option<Builder>],
-    opened: &mut Vec<usize>,
-    steps: &mut Vec<Step>,
+    (open, opened, steps): (&mut [Option<Builder>], &mut Vec<usize>, &mut Vec<Step>),
+    joins: Joins,
+    later: &later::Later,
 ) {
     for (k, e) in deferred {
-        let mut b = Builder::new(e.device);
-        if b.try_add(k, &e) {
+        let mut b = Builder::new(e.device, joins);
+        if b.try_add(k, &e, later) {
             opened.push(e.device);
             open[e.device] = Some(b);
         } else {

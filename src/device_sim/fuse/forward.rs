@@ -1,0 +1,160 @@
+//! Sources read where a copy took them from: a compute op that runs as it is (a
+//! reduction, a transpose, a dot product) reads a view that a region of plain copies
+//! filled from another (a kernel's operand copied into VMEM, then into the value the
+//! op reads); it reads that other view instead when nothing wrote either since, and
+//! the copies' writes are then left for the liveness pass to drop.
+
+use super::region::{Instr, Pattern};
+use super::Step;
+use crate::ir::{Compute, ComputeKind, DataOp, View};
+
+/// Steps looked back through for the copy of a source.
+const LOOK_BACK: usize = 64;
+
+/// `ops` with the sources of the compute ops of `steps` forwarded past the copies that
+/// fill them; `None` when none is.
+pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
+    let mut out: Option<Vec<DataOp>> = None;
+    for (k, step) in steps.iter().enumerate() {
+        let Step::Op(i) = step else { continue };
+        let DataOp::Compute(c) = &ops[*i] else {
+            continue;
+        };
+        if matches!(c.kind, ComputeKind::UpdateSlice { .. }) {
+            continue;
+        }
+        let srcs: Vec<_> = c
+            .srcs
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                if let Some(from) = copied_from(&steps[..k], ops, &s.view) {
+                    s.view = from;
+                }
+                s
+            })
+            .collect();
+        if srcs.iter().zip(&c.srcs).all(|(a, b)| a.view == b.view) {
+            continue;
+        }
+        let Ok(moved) = Compute::new(c.kind.clone(), srcs, c.dst.clone()) else {
+            continue;
+        };
+        out.get_or_insert_with(|| ops.to_vec())[*i] = DataOp::Compute(moved.into());
+    }
+    out
+}
+
+/// The view that `v` holds a copy of, as the last of `before` that writes it left it,
+/// when that step is a region of copies taking all of `v` from one view element for
+/// element, and nothing after it wrote either view.
+fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
+    let mut since: Vec<View> = Vec::new();
+    for step in before.iter().rev().take(LOOK_BACK) {
+        match step {
+            Step::Op(i) => {
+                let op = &ops[*i];
+                if op.writes().any(|w| w.overlaps(v)) {
+                    return None;
+                }
+                since.extend(op.writes());
+                if let DataOp::Accumulate { dst, .. } = op {
+                    since.push(*dst);
+                }
+            }
+            Step::Region(r) => {
+                if !r.writes().any(|w| w.overlaps(v)) {
+                    since.extend(r.writes());
+                    continue;
+                }
+                let copy = r.instrs.len() == 1 && matches!(r.instrs[0], Instr::Load(0));
+                let input = r.inputs.first().filter(|i| i.pattern == Pattern::Full)?;
+                let whole = r.outputs.iter().any(|o| o.view == *v && o.reg == 0);
+                let from = input.view;
+                let kept = !r.writes().chain(since).any(|w| w.overlaps(&from));
+                let same = from.len() == v.len();
+                return (copy
+                    && whole
+                    && same
+                    && kept
+                    && r.writes().all(|w| !w.overlaps(v) || w == *v))
+                .then_some(from);
+            }
+        }
+    }
+    None
+}
+
+/// Steps looked through for a read of a destination that a copy would leave unwritten.
+const LOOK_AHEAD: usize = 4096;
+
+/// Compute ops of `steps` that run as they are and whose destination the next step
+/// only copies elsewhere (a value stored to a ref and the ref copied out) write there
+/// directly, and that copy goes, where nothing after it reads the destination
+/// (`kept`: the views read after the run). `ops` is rewritten (made from `schedule`'s
+/// when `None`).
+pub(super) fn forward_dsts(
+    steps: &mut Vec<Step>,
+    ops: &mut Option<Vec<DataOp>>,
+    schedule: &[DataOp],
+    kept: &[View],
+) {
+    let mut k = 0;
+    while k + 1 < steps.len() {
+        let Step::Op(i) = steps[k] else {
+            k += 1;
+            continue;
+        };
+        let c = match &ops.as_deref().unwrap_or(schedule)[i] {
+            DataOp::Compute(c) if !matches!(c.kind, ComputeKind::UpdateSlice { .. }) => c.clone(),
+            _ => {
+                k += 1;
+                continue;
+            }
+        };
+        let d = c.dst.view;
+        let to = match &steps[k + 1] {
+            Step::Region(r)
+                if r.instrs.len() == 1
+                    && matches!(r.instrs[0], Instr::Load(0))
+                    && r.inputs.len() == 1
+                    && r.inputs[0].pattern == Pattern::Full
+                    && r.inputs[0].view == d
+                    && r.outputs.len() == 1 =>
+            {
+                r.outputs[0].view
+            }
+            _ => {
+                k += 1;
+                continue;
+            }
+        };
+        let apart = !c.srcs.iter().any(|s| s.view.overlaps(&to)) && !to.overlaps(&d);
+        let later = || steps[k + 2..].iter().take(LOOK_AHEAD);
+        let read_later = kept.iter().any(|v| v.overlaps(&d))
+            || steps.len() > k + 2 + LOOK_AHEAD
+            || later().any(|s| match s {
+                Step::Op(j) => {
+                    let op = &ops.as_deref().unwrap_or(schedule)[*j];
+                    let acc = match op {
+                        DataOp::Accumulate { dst, .. } => Some(*dst),
+                        _ => None,
+                    };
+                    op.reads().chain(acc).any(|r| r.overlaps(&d))
+                }
+                Step::Region(r) => r.reads().any(|v| v.overlaps(&d)),
+            });
+        let mut dst = c.dst.clone();
+        dst.view = to;
+        let moved = match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
+            Ok(m) if apart && !read_later && to.len() == d.len() => m,
+            _ => {
+                k += 1;
+                continue;
+            }
+        };
+        ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(moved.into());
+        steps.remove(k + 1);
+        k += 1;
+    }
+}
