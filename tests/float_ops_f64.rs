@@ -66,13 +66,23 @@ fn ops() -> Vec<Op> {
         un("log", U::Log, |x, _| x.ln(), 1.5),
         un("log1p", U::Log1p, |x, _| x.ln_1p(), 3.0),
         un("tanh", U::Tanh, |x, _| x.tanh(), 6.0),
-        un("logistic", U::Logistic, |x, _| 1.0 / (1.0 + (-x).exp()), 2.5),
+        un(
+            "logistic",
+            U::Logistic,
+            |x, _| 1.0 / (1.0 + (-x).exp()),
+            2.5,
+        ),
         un("erf", U::Erf, |x, _| libm::erf(x), 7.0),
         un("sin", U::Sin, |x, _| x.sin(), 2.0),
         un("cos", U::Cos, |x, _| x.cos(), 2.0),
         // x*x*x and 1/(x*x): two roundings each.
         un("integer_pow 3", U::IntegerPow(3), |x, _| x * x * x, 1.5),
-        un("integer_pow -2", U::IntegerPow(-2), |x, _| 1.0 / (x * x), 1.5),
+        un(
+            "integer_pow -2",
+            U::IntegerPow(-2),
+            |x, _| 1.0 / (x * x),
+            1.5,
+        ),
         bin("add", B::Add, |x, y| x + y, 0.5),
         bin("sub", B::Sub, |x, y| x - y, 0.5),
         bin("mul", B::Mul, |x, y| x * y, 0.5),
@@ -243,7 +253,10 @@ fn every_float_op_in_every_float_dtype_is_within_its_bound_of_f64() {
             let (f, u) = (&fused[k].words, &unfused[k].words);
             let differ = f.iter().zip(u).filter(|(a, b)| a != b).count();
             if differ > 0 {
-                bad.push(format!("{} {t}: fused and unfused differ in {differ}", op.name));
+                bad.push(format!(
+                    "{} {t}: fused and unfused differ in {differ}",
+                    op.name
+                ));
             }
             let (worst, b) = check(t, op, &x, &y, &fused[k]);
             line += &format!(" {} {worst:.2}", op.name);

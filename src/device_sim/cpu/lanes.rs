@@ -285,30 +285,36 @@ fn sin_cos(
 /// Float `u` of `x`, each result rounded by `r` in the op's own loop.
 #[inline(always)]
 fn unary_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
-    let m = |out: &mut [u32], f: fn(f32) -> f32| map1(out, x, |a| r(f(a)));
+    // A macro, not a closure over a function pointer: each op's loop is its own, with
+    // the function inlined into it (a pointer called per lane does not vectorize).
+    macro_rules! m {
+        ($out:expr, $f:path) => {
+            map1($out, x, |a| r($f(a)))
+        };
+    }
     match u {
         Unary::Neg => map1(out, x, |a| r(-a)),
-        Unary::Abs => m(out, f32::abs),
+        Unary::Abs => m!(out, f32::abs),
         Unary::Sign => map1(out, x, |a| {
             let s = 1.0f32.copysign(a);
             r(if a.is_nan() || a == 0.0 { a } else { s })
         }),
-        Unary::Floor => m(out, f32::floor),
-        Unary::Ceil => m(out, f32::ceil),
-        Unary::Round => m(out, f32::round),
-        Unary::RoundEven => m(out, f32::round_ties_even),
-        Unary::Exp => m(out, vmath::exp),
-        Unary::Exp2 => m(out, vmath::exp2),
-        Unary::Expm1 => m(out, vmath::expm1),
-        Unary::Log => m(out, vmath::ln),
-        Unary::Log1p => m(out, vmath::ln_1p),
-        Unary::Sqrt => m(out, f32::sqrt),
+        Unary::Floor => m!(out, f32::floor),
+        Unary::Ceil => m!(out, f32::ceil),
+        Unary::Round => m!(out, f32::round),
+        Unary::RoundEven => m!(out, f32::round_ties_even),
+        Unary::Exp => m!(out, vmath::exp),
+        Unary::Exp2 => m!(out, vmath::exp2),
+        Unary::Expm1 => m!(out, vmath::expm1),
+        Unary::Log => m!(out, vmath::ln),
+        Unary::Log1p => m!(out, vmath::ln_1p),
+        Unary::Sqrt => m!(out, f32::sqrt),
         Unary::Rsqrt => map1(out, x, |a| r(1.0 / a.sqrt())),
-        Unary::Tanh => m(out, vmath::tanh),
-        Unary::Logistic => m(out, vmath::logistic),
+        Unary::Tanh => m!(out, vmath::tanh),
+        Unary::Logistic => m!(out, vmath::logistic),
         Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin, r),
         Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos, r),
-        Unary::Erf => m(out, vmath::erf),
+        Unary::Erf => m!(out, vmath::erf),
         Unary::IntegerPow(n) => powi_f32(out, x, n, r),
         Unary::Not => unreachable!("checked: not takes integers and bools"),
     }
