@@ -5,7 +5,8 @@
 //! at the special values; the bound of each is on its doc line), as XLA's own CPU
 //! approximations are; the op tests hold them to XLA's results. Polynomial
 //! coefficients are least-squares minimax fits (Lawson's iteration on Chebyshev nodes,
-//! relative error) of the function's smooth part on the reduced range, rounded to f32.
+//! relative error) of the function's smooth part on the reduced range, rounded to f32;
+//! tanh's and erf's rational functions are tools/fit_rational.py's.
 
 /// `1.5 * 2^23`: adding it rounds an f32 of magnitude below 2^22 to an integer
 /// (nearest, ties to even), which its low mantissa bits then hold.
