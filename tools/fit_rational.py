@@ -5,7 +5,7 @@ coefficients rounded to f32 with the worst error in f32 ulps of the f32 evaluati
     python tools/fit_rational.py tanh 9.0 6 3
     python tools/fit_rational.py erf 3.92 5 4
 
-Arguments: the function, the clamp c (the fit covers [0, c]), the degrees m and n of
+The vmath.rs constants are its output for the arguments above. Arguments: the function, the clamp c (the fit covers [0, c]), the degrees m and n of
 P and Q in x^2. P(0) is fixed at the function's slope at 0 and Q(0) at 1, so that
 x * P(0) / Q(0) is x's exact image where x is tiny. The fit is the differential
 correction algorithm (linear programs in the coefficients, each weighted by the last
@@ -63,7 +63,7 @@ def horner32(c, z):
 
 
 def ulps32(f, slope, c, p, q):
-    """Worst ulps of the f32 evaluation over every 7th f32 in (0, c] and a few beyond."""
+    """Worst ulps of the f32 evaluation over every 7th f32 in [1e-4, c)."""
     bits = np.arange(np.float32(1e-4).view(np.int32), np.float32(c).view(np.int32), 7, dtype=np.int32)
     x = bits.view(np.float32)
     p32, q32 = p.astype(np.float32), q.astype(np.float32)
