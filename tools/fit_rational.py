@@ -3,13 +3,14 @@ src/device_sim/cpu/vmath.rs uses, minimax in relative error, and prints their
 coefficients rounded to f32 with the worst error in f32 ulps of the f32 evaluation.
 
     python tools/fit_rational.py tanh 9.0 6 3
-    python tools/fit_rational.py erf 3.92 5 4
+    python tools/fit_rational.py erf 3.92 5 5
 
-The vmath.rs constants are its output for the arguments above. Arguments: the function, the clamp c (the fit covers [0, c]), the degrees m and n of
-P and Q in x^2. P(0) is fixed at the function's slope at 0 and Q(0) at 1, so that
+(vmath.rs's constants are these two runs' output, needing python/.venv's numpy and
+scipy.) Arguments: the function, the clamp c (the fit covers [0, c]), the degrees m
+and n of P and Q in x^2. P(0) is fixed at the function's slope at 0 and Q(0) at 1, so that
 x * P(0) / Q(0) is x's exact image where x is tiny. The fit is the differential
 correction algorithm (linear programs in the coefficients, each weighted by the last
-Q) on Chebyshev-spaced points; needs numpy and scipy.
+Q) on Chebyshev-spaced points.
 """
 
 import math
