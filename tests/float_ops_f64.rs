@@ -88,7 +88,7 @@ fn ops() -> Vec<Op> {
         bin("mul", B::Mul, |x, y| x * y, 0.5),
         bin("div", B::Div, |x, y| x / y, 0.5),
         bin("rem", B::Rem, |x, y| x % y, 0.5),
-        bin("max", B::Max, |x, y| xla_max(x, y), 0.5),
+        bin("max", B::Max, xla_max, 0.5),
         bin("min", B::Min, |x, y| -xla_max(-x, -y), 0.5),
         bin("pow", B::Pow, f64::powf, 1.0),
         bin("atan2", B::Atan2, f64::atan2, 2.0),
@@ -242,9 +242,14 @@ fn every_float_op_in_every_float_dtype_is_within_its_bound_of_f64() {
         // The operands as the dtype holds them: the exact values are of these.
         let (x, y) = (inputs[0].values(), inputs[1].values());
         let call = call_of(t, &ops);
-        let fused = simulate(&call, &mesh, &[inputs.clone()], &mut CpuExecutor::new())
-            .unwrap()
-            .remove(0);
+        let fused = simulate(
+            &call,
+            &mesh,
+            std::slice::from_ref(&inputs),
+            &mut CpuExecutor::new(),
+        )
+        .unwrap()
+        .remove(0);
         let unfused = simulate(&call, &mesh, &[inputs], &mut CpuExecutor::unfused())
             .unwrap()
             .remove(0);
