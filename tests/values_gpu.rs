@@ -585,7 +585,9 @@ fn transcendentals_and_division_are_within_their_bounds() {
     within("rsqrt", un(U::Rsqrt), &[q], 3.0, 0.0);
     let mut th = domain(n, 10, -10.0, 10.0, false);
     th.extend(domain(n, 11, 1e-10, 1.0, true));
-    within("tanh", un(U::Tanh), &[th], 4.0, 0.0);
+    // The CPU's tanh and erf are within 6 and 7 ulps (rational functions, as XLA's):
+    // 5 ulps from lavapipe's measured here, one more for other GPUs.
+    within("tanh", un(U::Tanh), &[th], 6.0, 0.0);
     within(
         "logistic",
         un(U::Logistic),
@@ -600,7 +602,7 @@ fn transcendentals_and_division_are_within_their_bounds() {
     within("cos", un(U::Cos), &[tr], 3.0, 1e-7);
     let mut ef = domain(n, 16, -5.0, 5.0, false);
     ef.extend(domain(n, 17, 1e-10, 1.0, true));
-    within("erf", un(U::Erf), &[ef], 4.0, 0.0);
+    within("erf", un(U::Erf), &[ef], 6.0, 0.0);
     let dx = domain(n, 18, 1e-30, 1e30, true);
     let mut dy = domain(n, 19, 1e-30, 1e30, true);
     dy[7..12].copy_from_slice(&[1e-40, -3e-39, 1e38, -2e38, f32::MAX]);

@@ -102,22 +102,32 @@ pub fn f16_value(h: u32) -> f32 {
     f32::from_bits(v.to_bits() | sign)
 }
 
-/// Lanes of values of float `t` rounded to `t` (nothing for f32).
+/// f32 `x` rounded to the nearest f16 (ties to even), as an f32.
 #[inline(always)]
-fn round_to(t: DType, out: &mut [u32]) {
-    match t {
-        DType::BF16 => {
-            for o in f32s_mut(out) {
-                *o = round_bf16(*o);
+pub fn round_f16(x: f32) -> f32 {
+    f16_value(f16_bits(x))
+}
+
+/// Runs `$body` with `$r` bound to the rounding of float dtype `$t`'s results (a
+/// function of f32 to f32: none for f32), so that each op's loop rounds its own
+/// results as it makes them, in one pass (each arm a loop of its own).
+macro_rules! rounding {
+    ($t:expr, |$r:ident| $body:expr) => {
+        match $t {
+            DType::BF16 => {
+                let $r = round_bf16;
+                $body
+            }
+            DType::F16 => {
+                let $r = round_f16;
+                $body
+            }
+            _ => {
+                let $r = |v: f32| v;
+                $body
             }
         }
-        DType::F16 => {
-            for o in out.iter_mut() {
-                *o = f16_value(f16_bits(f32::from_bits(*o))).to_bits();
-            }
-        }
-        _ => {}
-    }
+    };
 }
 
 /// Lanes of i32 results wrapped to integer (or bool) dtype `t`.
@@ -209,9 +219,10 @@ pub fn fmin(a: f32, b: f32) -> f32 {
     }
 }
 
-/// `x^n` by repeated squaring, lane by lane (as XLA expands `integer_pow`).
+/// `x^n` by repeated squaring, lane by lane (as XLA expands `integer_pow`), rounded by
+/// `r`.
 #[inline(always)]
-fn powi_f32(out: &mut [u32], x: &[u32], n: i32) {
+fn powi_f32(out: &mut [u32], x: &[u32], n: i32, r: impl Fn(f32) -> f32) {
     let mut base = [0f32; BLOCK];
     let base = &mut base[..x.len()];
     base.copy_from_slice(f32s(x));
@@ -228,7 +239,9 @@ fn powi_f32(out: &mut [u32], x: &[u32], n: i32) {
         }
     }
     if n < 0 {
-        acc.iter_mut().for_each(|a| *a = 1.0 / *a);
+        acc.iter_mut().for_each(|a| *a = r(1.0 / *a));
+    } else {
+        acc.iter_mut().for_each(|a| *a = r(*a));
     }
 }
 
@@ -249,17 +262,61 @@ fn powi_i32(x: i32, n: i32) -> i32 {
 }
 
 /// `f(x)` of sin or cos, with libm's reduction for the lanes beyond
-/// [`vmath::SIN_COS_LIMIT`].
+/// [`vmath::SIN_COS_LIMIT`], rounded by `r`.
 #[inline(always)]
-fn sin_cos(out: &mut [u32], x: &[u32], f: fn(f32) -> f32, exact: fn(f32) -> f32) {
-    map1(out, x, f);
+fn sin_cos(
+    out: &mut [u32],
+    x: &[u32],
+    f: fn(f32) -> f32,
+    exact: fn(f32) -> f32,
+    r: impl Fn(f32) -> f32 + Copy,
+) {
+    map1(out, x, |a| r(f(a)));
     let lim = vmath::SIN_COS_LIMIT;
     if f32s(x).iter().any(|v| v.abs() > lim) {
         for (o, &v) in f32s_mut(out).iter_mut().zip(f32s(x)) {
             if v.abs() > lim {
-                *o = exact(v);
+                *o = r(exact(v));
             }
         }
+    }
+}
+
+/// Float `u` of `x`, each result rounded by `r` in the op's own loop.
+#[inline(always)]
+fn unary_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
+    // A macro, not a closure over a function pointer: each op's loop is its own, with
+    // the function inlined into it (a pointer called per lane does not vectorize).
+    macro_rules! m {
+        ($out:expr, $f:path) => {
+            map1($out, x, |a| r($f(a)))
+        };
+    }
+    match u {
+        Unary::Neg => map1(out, x, |a| r(-a)),
+        Unary::Abs => m!(out, f32::abs),
+        Unary::Sign => map1(out, x, |a| {
+            let s = 1.0f32.copysign(a);
+            r(if a.is_nan() || a == 0.0 { a } else { s })
+        }),
+        Unary::Floor => m!(out, f32::floor),
+        Unary::Ceil => m!(out, f32::ceil),
+        Unary::Round => m!(out, f32::round),
+        Unary::RoundEven => m!(out, f32::round_ties_even),
+        Unary::Exp => m!(out, vmath::exp),
+        Unary::Exp2 => m!(out, vmath::exp2),
+        Unary::Expm1 => m!(out, vmath::expm1),
+        Unary::Log => m!(out, vmath::ln),
+        Unary::Log1p => m!(out, vmath::ln_1p),
+        Unary::Sqrt => m!(out, f32::sqrt),
+        Unary::Rsqrt => map1(out, x, |a| r(1.0 / a.sqrt())),
+        Unary::Tanh => m!(out, vmath::tanh),
+        Unary::Logistic => m!(out, vmath::logistic),
+        Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin, r),
+        Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos, r),
+        Unary::Erf => m!(out, vmath::erf),
+        Unary::IntegerPow(n) => powi_f32(out, x, n, r),
+        Unary::Not => unreachable!("checked: not takes integers and bools"),
     }
 }
 
@@ -267,37 +324,7 @@ fn sin_cos(out: &mut [u32], x: &[u32], f: fn(f32) -> f32, exact: fn(f32) -> f32)
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
     if t.is_float() {
-        match u {
-            Unary::Neg => map1(out, x, |a| -a),
-            Unary::Abs => map1(out, x, f32::abs),
-            Unary::Sign => map1(out, x, |a| {
-                let s = 1.0f32.copysign(a);
-                if a.is_nan() || a == 0.0 {
-                    a
-                } else {
-                    s
-                }
-            }),
-            Unary::Floor => map1(out, x, f32::floor),
-            Unary::Ceil => map1(out, x, f32::ceil),
-            Unary::Round => map1(out, x, f32::round),
-            Unary::RoundEven => map1(out, x, f32::round_ties_even),
-            Unary::Exp => map1(out, x, vmath::exp),
-            Unary::Exp2 => map1(out, x, vmath::exp2),
-            Unary::Expm1 => map1(out, x, vmath::expm1),
-            Unary::Log => map1(out, x, vmath::ln),
-            Unary::Log1p => map1(out, x, vmath::ln_1p),
-            Unary::Sqrt => map1(out, x, f32::sqrt),
-            Unary::Rsqrt => map1(out, x, |a| 1.0 / a.sqrt()),
-            Unary::Tanh => map1(out, x, vmath::tanh),
-            Unary::Logistic => map1(out, x, vmath::logistic),
-            Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin),
-            Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos),
-            Unary::Erf => map1(out, x, vmath::erf),
-            Unary::IntegerPow(n) => powi_f32(out, x, n),
-            Unary::Not => unreachable!("checked: not takes integers and bools"),
-        }
-        round_to(t, out);
+        rounding!(t, |r| unary_float(u, x, out, r));
         return;
     }
     let unsigned = matches!(t, DType::U8 | DType::Bool);
@@ -313,23 +340,28 @@ pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
     wrap(t, out);
 }
 
+/// Float `b` of `x` and `y`, each result rounded by `r` in the op's own loop.
+#[inline(always)]
+fn binary_float(b: Binary, x: &[u32], y: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
+    match b {
+        Binary::Add => map2(out, x, y, |a, b| r(a + b)),
+        Binary::Sub => map2(out, x, y, |a, b| r(a - b)),
+        Binary::Mul => map2(out, x, y, |a, b| r(a * b)),
+        Binary::Div => map2(out, x, y, |a, b| r(a / b)),
+        Binary::Rem => map2(out, x, y, |a, b| r(a % b)),
+        Binary::Pow => map2(out, x, y, |a, b| r(a.powf(b))),
+        Binary::Max => map2(out, x, y, |a, b| r(fmax(a, b))),
+        Binary::Min => map2(out, x, y, |a, b| r(fmin(a, b))),
+        Binary::Atan2 => map2(out, x, y, |a, b| r(a.atan2(b))),
+        _ => unreachable!("checked: {b:?} takes integers"),
+    }
+}
+
 /// `b` of the values of `x` and `y` (dtype `t`).
 #[inline(always)]
 pub fn binary(b: Binary, t: DType, x: &[u32], y: &[u32], out: &mut [u32]) {
     if t.is_float() {
-        match b {
-            Binary::Add => map2(out, x, y, |a, b| a + b),
-            Binary::Sub => map2(out, x, y, |a, b| a - b),
-            Binary::Mul => map2(out, x, y, |a, b| a * b),
-            Binary::Div => map2(out, x, y, |a, b| a / b),
-            Binary::Rem => map2(out, x, y, |a, b| a % b),
-            Binary::Pow => map2(out, x, y, f32::powf),
-            Binary::Max => map2(out, x, y, fmax),
-            Binary::Min => map2(out, x, y, fmin),
-            Binary::Atan2 => map2(out, x, y, f32::atan2),
-            _ => unreachable!("checked: {b:?} takes integers"),
-        }
-        round_to(t, out);
+        rounding!(t, |r| binary_float(b, x, y, out, r));
         return;
     }
     let bits = match t {
@@ -436,7 +468,7 @@ pub fn convert(from: DType, to: DType, x: &[u32], out: &mut [u32]) {
         return;
     }
     match (from.is_float(), to.is_float()) {
-        (true, true) => out.copy_from_slice(x),
+        (true, true) => rounding!(to, |r| map1(out, x, r)),
         (true, false) => {
             let (lo, hi) = match to {
                 DType::I8 => (i8::MIN as f32, i8::MAX as f32),
@@ -449,15 +481,14 @@ pub fn convert(from: DType, to: DType, x: &[u32], out: &mut [u32]) {
                 *o = a.clamp(lo, hi) as i32 as u32;
             }
         }
-        (false, true) => {
+        (false, true) => rounding!(to, |r| {
             for (o, &a) in f32s_mut(out).iter_mut().zip(x) {
-                *o = a as i32 as f32;
+                *o = r(a as i32 as f32);
             }
-        }
+        }),
         (false, false) => {
             out.copy_from_slice(x);
             wrap(to, out);
         }
     }
-    round_to(to, out);
 }
