@@ -182,9 +182,10 @@ impl Job {
                 let mut run = exec.prepare(&plan.program, &plan.schedule)?;
                 let total = held.len() * n;
                 // Where the run's memory is host memory, the inputs are made in place and
-                // the results compared where they lie, against the reference a chunk at a
-                // time from the inputs made again (the seed makes any range alone): no
-                // copy in or out, and neither inputs nor reference held whole.
+                // the results compared where they lie, against the reference a block at a
+                // time from the inputs where the run kept them (else made again: the seed
+                // makes any range alone): no copy in or out, and neither inputs nor
+                // reference held twice or whole.
                 // (Output 0 is what the reference gives, as `count_wrong` pairs them.)
                 let host = plan.program.inputs.len() == 1
                     && held.clone().all(|d| {
@@ -199,15 +200,21 @@ impl Job {
                     let t1 = Instant::now();
                     run.run(1)?;
                     let exec_time = t1.elapsed();
-                    let got = |d| run.output_words(d, 0).expect("host memory (checked above)");
-                    let place = &self.place;
+                    let (mut outs, mut ins) = (vec![&[][..]; p], vec![None; p]);
+                    for d in held.clone() {
+                        outs[d] = run.output_words(d, 0).expect("host memory (checked above)");
+                        ins[d] = run.input_kept(d, 0);
+                    }
+                    let got = |d: usize| outs[d];
+                    let kept = |d: usize| ins[d];
                     let wrong = super::data::count_wrong_chunked(
                         c.as_ref(),
-                        place,
+                        &self.place,
                         p,
                         n,
                         dtype,
                         held.clone(),
+                        &kept,
                         &fetch,
                         &got,
                         tolerance,
