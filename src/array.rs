@@ -126,12 +126,10 @@ impl DType {
         // The dtype's conversion picked once per chunk, not per element.
         let count = move |a: &[u32], b: &[u32]| match self {
             DType::F32 => count_floats(a, b, rel_tol, |w| f32::from_bits(w) as f64),
-            DType::F16 => count_floats(a, b, rel_tol, |w| {
-                half::f16::from_bits(w as u16).to_f64()
-            }),
-            DType::BF16 => count_floats(a, b, rel_tol, |w| {
-                half::bf16::from_bits(w as u16).to_f64()
-            }),
+            DType::F16 => count_floats(a, b, rel_tol, |w| half::f16::from_bits(w as u16).to_f64()),
+            DType::BF16 => {
+                count_floats(a, b, rel_tol, |w| half::bf16::from_bits(w as u16).to_f64())
+            }
             _ => a.iter().zip(b).filter(|(x, y)| x != y).count(),
         };
         const CHUNK: usize = 1 << 16;

@@ -93,9 +93,13 @@ pub fn all_reduce_words(srcs: &[&[u32]], dtype: DType, op: ReduceOp, out: &mut [
 /// One block of [`all_reduce_words`].
 fn reduce_block(srcs: &[&[u32]], dtype: DType, op: ReduceOp, out: &mut [u32]) {
     match dtype {
-        DType::F32 => reduce_floats(srcs, op, out, |w| f32::from_bits(w) as f64, |v| {
-            (v as f32).to_bits()
-        }),
+        DType::F32 => reduce_floats(
+            srcs,
+            op,
+            out,
+            |w| f32::from_bits(w) as f64,
+            |v| (v as f32).to_bits(),
+        ),
         DType::F16 => reduce_floats(
             srcs,
             op,
@@ -141,11 +145,19 @@ fn reduce_floats(
             ReduceOp::Sum => acc.iter_mut().zip(s).for_each(|(a, &w)| *a += value(w)),
             ReduceOp::Max => acc.iter_mut().zip(s).for_each(|(a, &w)| {
                 let v = value(w);
-                *a = if a.is_nan() || v.is_nan() { f64::NAN } else { a.max(v) };
+                *a = if a.is_nan() || v.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(v)
+                };
             }),
             ReduceOp::Min => acc.iter_mut().zip(s).for_each(|(a, &w)| {
                 let v = value(w);
-                *a = if a.is_nan() || v.is_nan() { f64::NAN } else { a.min(v) };
+                *a = if a.is_nan() || v.is_nan() {
+                    f64::NAN
+                } else {
+                    a.min(v)
+                };
             }),
         }
     }
@@ -330,7 +342,11 @@ mod tests {
                                 *x = dtype.bits_of(-dtype.value_of(*x) - 1.0);
                             }
                             if dtype.is_float() && i % 997 == d {
-                                *x = dtype.bits_of(if d % 2 == 0 { f64::NAN } else { f64::INFINITY });
+                                *x = dtype.bits_of(if d % 2 == 0 {
+                                    f64::NAN
+                                } else {
+                                    f64::INFINITY
+                                });
                             }
                         }
                         w

@@ -212,6 +212,78 @@ fn chunk_reference<'k>(
 mod tests {
     use super::*;
 
+    /// The check by blocks counts exactly the elements made wrong, from kept inputs or
+    /// from inputs made again, and lets through a difference within the tolerance.
+    #[test]
+    fn the_check_by_blocks_counts_the_elements_made_wrong() {
+        use crate::collectives::Registry;
+        use crate::mesh::Mesh;
+        let psum = Registry::builtin().by_name("psum").unwrap();
+        let (p, seed) = (4, 11);
+        let place = Placement::whole(Mesh::new(p, "x").unwrap());
+        // Several blocks, the last one short.
+        let n = 5 * (chunk_words(p) / 16) + 777;
+        let (mut inputs, dtype) = (Vec::new(), DType::F32);
+        for d in 0..p {
+            let words = random_words(seed, d, 0, dtype, 0..n);
+            inputs.push(vec![HostArray {
+                dtype,
+                shape: vec![n],
+                words,
+            }]);
+        }
+        let fetch = |d, range| Ok(random_words(seed, d, 0, dtype, range));
+        let want = chunked_reference(psum.as_ref(), &place, p, &inputs, 0..p, &fetch).unwrap();
+        // The reference is the sum of the inputs, element by element, in f64.
+        for i in [0, 1, n / 2, n - 1] {
+            let sum: f64 = (0..p).map(|d| dtype.value_of(inputs[d][0].words[i])).sum();
+            assert_eq!(want[1][0].words[i], dtype.bits_of(sum));
+        }
+        let mut got: Vec<Vec<u32>> = want.iter().map(|w| w[0].words.clone()).collect();
+        let bad = [(0, 0), (1, 12345), (3, n - 1), (2, n / 3), (2, n / 3 + 1)];
+        for &(d, i) in &bad {
+            got[d][i] = (f32::from_bits(got[d][i]) + 0.5).to_bits();
+        }
+        // Off by one unit in the last place: within psum's tolerance.
+        got[1][99] += 1;
+        let all = |d: usize| Some(&inputs[d][0].words[..]);
+        let some = |d: usize| d.is_multiple_of(2).then(|| &inputs[d][0].words[..]);
+        let none = |_: usize| None;
+        let tol = psum.tolerance();
+        assert!(tol > 0.0);
+        for kept in [&all as &Kept, &some, &none] {
+            let wrong = count_wrong_chunked(
+                psum.as_ref(),
+                &place,
+                p,
+                n,
+                dtype,
+                0..p,
+                kept,
+                &fetch,
+                &|d| &got[d][..],
+                tol,
+            )
+            .unwrap();
+            assert_eq!(wrong, bad.len());
+            // A rank holding devices 1..3 checks theirs only.
+            let mine = count_wrong_chunked(
+                psum.as_ref(),
+                &place,
+                p,
+                n,
+                dtype,
+                1..3,
+                kept,
+                &fetch,
+                &|d| &got[d][..],
+                tol,
+            )
+            .unwrap();
+            assert_eq!(mine, 3);
+        }
+    }
+
     #[test]
     fn a_large_range_made_a_part_per_core_is_the_words_made_on_one() {
         let n = (1 << 20) + 77;

@@ -309,4 +309,33 @@ mod tests {
             }
         }
     }
+
+    /// Where the CPU executor says it kept an input, the words there after the run
+    /// are the input as written (the check reads them in place of making them again).
+    #[test]
+    fn an_input_the_run_kept_is_the_input_as_written() {
+        use crate::device_sim::cpu::CpuExecutor;
+        let reg = Registry::builtin();
+        let mut kept = Vec::new();
+        for c in reg.iter() {
+            let job = Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x").unwrap()));
+            let Ok(plan) = job.plan() else { continue };
+            let inputs = random_inputs(&plan.program, 5).unwrap();
+            let exec = CpuExecutor::new();
+            let mut run = exec.prepare(&plan.program, &plan.schedule).unwrap();
+            run.upload(&inputs).unwrap();
+            run.run(2).unwrap();
+            for (d, dev) in inputs.iter().enumerate() {
+                for (k, x) in dev.iter().enumerate() {
+                    if let Some(w) = run.input_kept(d, k) {
+                        assert!(w == &x.words[..], "{} device {d} input {k}", c.name());
+                        kept.push(c.name());
+                    }
+                }
+            }
+            assert!(run.input_kept(0, plan.program.inputs.len()).is_none());
+            assert!(run.input_kept(plan.program.devices, 0).is_none());
+        }
+        assert!(kept.contains(&"psum"), "{kept:?}");
+    }
 }

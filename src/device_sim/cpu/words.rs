@@ -84,10 +84,6 @@ impl Words {
         if p == libc::MAP_FAILED {
             return None;
         }
-        if std::env::var_os("TPUSIM_HUGE").is_some() {
-            // SAFETY: advice on our own mapping.
-            unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
-        }
         Some(Words {
             ptr: NonNull::new(p as *mut u32)?,
             len,
@@ -144,7 +140,18 @@ mod tests {
 
     #[test]
     fn buffers_are_zero_and_page_aligned_from_2_kib() {
-        for len in [0, 1, 7, 511, 512, 1000, 4096, (1 << 18) - 1, 1 << 18, 3 << 18] {
+        for len in [
+            0,
+            1,
+            7,
+            511,
+            512,
+            1000,
+            4096,
+            (1 << 18) - 1,
+            1 << 18,
+            3 << 18,
+        ] {
             let w = Words::zeroed(len).unwrap();
             assert_eq!(w.len(), len);
             assert!(w.iter().all(|&x| x == 0), "{len}");
@@ -154,6 +161,25 @@ mod tests {
                 assert_eq!(at % PAGE, 0, "{len} words at {at:#x}");
             }
         }
+    }
+
+    /// A large buffer is fresh pages: none in memory until touched (no zero pass).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_large_buffer_is_untouched_until_used() {
+        let resident = |w: &Words| {
+            let bytes = w.len() * 4;
+            let mut v = vec![0u8; bytes.div_ceil(PAGE)];
+            // SAFETY: the range is our own mapping; `v` has a byte per page.
+            let r = unsafe { libc::mincore(w.as_ptr() as *mut _, bytes, v.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            v.iter().filter(|&&x| x & 1 == 1).count()
+        };
+        let mut w = Words::zeroed(LAZY_FROM).unwrap();
+        assert_eq!(resident(&w), 0);
+        w[PAGE / 4 * 3 + 5] = 1;
+        assert_eq!(resident(&w), 1);
+        assert_eq!(w.iter().map(|&x| x as usize).sum::<usize>(), 1);
     }
 
     #[test]
