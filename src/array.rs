@@ -26,6 +26,26 @@ pub enum DType {
     Bool,
 }
 
+/// Float words of `got` that differ from `want` beyond `rel_tol` (relative to the
+/// wanted value, at least 1), as [`DType::count_mismatched_words`] compares them:
+/// `value` converts a word.
+#[inline(always)]
+fn count_floats(got: &[u32], want: &[u32], rel_tol: f32, value: impl Fn(u32) -> f64) -> usize {
+    let differ = |(&a, &b): (&u32, &u32)| {
+        if a == b {
+            return false;
+        }
+        let (a, b) = (value(a), value(b));
+        if a.is_nan() || b.is_nan() {
+            return a.is_nan() != b.is_nan();
+        }
+        let tol = rel_tol as f64 * b.abs().max(1.0);
+        // Equal infinities match (their difference is NaN, not a mismatch).
+        a != b && (a - b).abs() > tol
+    };
+    got.iter().zip(want).filter(|&p| differ(p)).count()
+}
+
 impl DType {
     /// Every dtype, in the order `--dtype` lists them.
     pub const ALL: [DType; 7] = [
@@ -103,23 +123,16 @@ impl DType {
     /// NaN); only other pairs are compared as values. Large slices are counted a chunk
     /// per core.
     pub fn count_mismatched_words(self, got: &[u32], want: &[u32], rel_tol: f32) -> usize {
-        let differ = move |(&a, &b): (&u32, &u32)| {
-            if a == b {
-                return false;
+        // The dtype's conversion picked once per chunk, not per element.
+        let count = move |a: &[u32], b: &[u32]| match self {
+            DType::F32 => count_floats(a, b, rel_tol, |w| f32::from_bits(w) as f64),
+            DType::F16 => count_floats(a, b, rel_tol, |w| half::f16::from_bits(w as u16).to_f64()),
+            DType::BF16 => {
+                count_floats(a, b, rel_tol, |w| half::bf16::from_bits(w as u16).to_f64())
             }
-            if !self.is_float() {
-                return true;
-            }
-            let (a, b) = (self.value_of(a), self.value_of(b));
-            if a.is_nan() || b.is_nan() {
-                return a.is_nan() != b.is_nan();
-            }
-            let tol = rel_tol as f64 * b.abs().max(1.0);
-            // Equal infinities match (their difference is NaN, not a mismatch).
-            a != b && (a - b).abs() > tol
+            _ => a.iter().zip(b).filter(|(x, y)| x != y).count(),
         };
-        let count = |a: &[u32], b: &[u32]| a.iter().zip(b).filter(|&p| differ(p)).count();
-        const CHUNK: usize = 1 << 18;
+        const CHUNK: usize = 1 << 16;
         if got.len() < 4 * CHUNK {
             return count(got, want);
         }

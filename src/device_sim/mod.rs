@@ -152,6 +152,14 @@ pub trait Prepared {
         None
     }
 
+    /// Input `operand` of `device` in host memory as it was written before the runs,
+    /// where no step of the run writes it (a run's check reads its inputs there: no
+    /// second copy, nor the inputs made again); `None` where it is written, or where
+    /// this run's memory is not host vectors.
+    fn input_kept(&self, _device: usize, _operand: usize) -> Option<&[u32]> {
+        None
+    }
+
     /// Runs piece `k` of a schedule prepared in pieces ([`Executor::prepare_pieces`]) once.
     fn run_piece(&mut self, _k: usize) -> Result<()> {
         Err(Error::bad_input("this run was not prepared in pieces"))

@@ -101,6 +101,9 @@ pub fn random_inputs_of(
 /// Words `range` of device `d`'s operand 0, for a device another rank holds.
 pub type Fetch<'a> = dyn Fn(usize, Range<usize>) -> Result<Vec<u32>> + 'a;
 
+/// Device `d`'s operand 0 whole, where this process holds it.
+pub type Kept<'a> = dyn Fn(usize) -> Option<&'a [u32]> + Sync + 'a;
+
 /// The reference of element-wise collective `c` ([`Collective::elementwise`]) placed
 /// by `place` at `devices` devices, for the devices `held` (the others' empty), from
 /// the held devices' `inputs` (one operand each) and the others' words chunk by chunk
@@ -127,18 +130,24 @@ pub fn chunked_reference(
             }])
         })
         .collect::<Result<_>>()?;
-    let each = &mut |d: usize, range: Range<usize>, words: &[u32]| {
-        out[d][0].words[range].copy_from_slice(words);
-        Ok(())
-    };
-    reference_chunks(c, place, devices, n, dtype, inputs, held, fetch, each)?;
+    let kept = |d: usize| inputs.get(d).and_then(|v| v.first()).map(|x| &x.words[..]);
+    let step = chunk_words(devices);
+    for start in (0..n).step_by(step) {
+        crate::interrupt::check()?;
+        let range = start..(start + step).min(n);
+        let got = chunk_reference(c, place, devices, dtype, &range, &kept, fetch)?;
+        for d in held.clone() {
+            out[d][0].words[range.clone()].copy_from_slice(&got[d][0].words);
+        }
+    }
     Ok(out)
 }
 
 /// Elements of the held devices' results (`got(d)`: device `d`'s only output, `n`
 /// words of `dtype`) that differ from element-wise collective `c`'s reference within
-/// `tolerance`, the reference made chunk by chunk as [`chunked_reference`] makes it and
-/// never held whole; every device's input words from `fetch`.
+/// `tolerance`, the reference made a block of positions at a time, blocks spread over
+/// the cores, and never held whole; every device's input words where `kept` has them,
+/// else from `fetch`.
 #[allow(clippy::too_many_arguments)]
 pub fn count_wrong_chunked<'g>(
     c: &dyn Collective,
@@ -147,66 +156,133 @@ pub fn count_wrong_chunked<'g>(
     n: usize,
     dtype: DType,
     held: Range<usize>,
-    fetch: &Fetch,
-    got: &dyn Fn(usize) -> &'g [u32],
+    kept: &Kept,
+    fetch: &(dyn Fn(usize, Range<usize>) -> Result<Vec<u32>> + Sync),
+    got: &(dyn Fn(usize) -> &'g [u32] + Sync),
     tolerance: f32,
 ) -> Result<usize> {
-    let mut wrong = 0;
-    let each = &mut |d: usize, range: Range<usize>, words: &[u32]| {
-        wrong += dtype.count_mismatched_words(&got(d)[range], words, tolerance);
-        Ok(())
-    };
-    reference_chunks(c, place, devices, n, dtype, &[], held, fetch, each)?;
-    Ok(wrong)
+    use rayon::prelude::*;
+    // Small blocks: a block's inputs, reference and results stay in cache.
+    let step = (chunk_words(devices) / 16).max(1024);
+    (0..n.div_ceil(step))
+        .into_par_iter()
+        .map(|k| {
+            crate::interrupt::check()?;
+            let range = k * step..((k + 1) * step).min(n);
+            let want = chunk_reference(c, place, devices, dtype, &range, kept, fetch)?;
+            Ok(held
+                .clone()
+                .map(|d| {
+                    let w = &want[d][0].words;
+                    dtype.count_mismatched_words(&got(d)[range.clone()], w, tolerance)
+                })
+                .sum::<usize>())
+        })
+        .try_reduce(|| 0, |a, b| Ok(a + b))
 }
 
-/// What is done with a chunk of a device's reference: `(device, range, words)`.
-type Chunk<'a> = dyn FnMut(usize, Range<usize>, &[u32]) -> Result<()> + 'a;
-
-/// Element-wise collective `c`'s reference a chunk at a time: `each(d, range, words)`
-/// for every held device `d` and every chunk `range` of its `n` elements of
-/// `dtype`, from each device's operand in `inputs` where it is there, else from `fetch`.
-#[allow(clippy::too_many_arguments)]
-fn reference_chunks(
+/// Element-wise collective `c`'s reference at positions `range` of every device, from
+/// each device's operand where `kept` has it, else from `fetch`.
+fn chunk_reference<'k>(
     c: &dyn Collective,
     place: &Placement,
     devices: usize,
-    n: usize,
     dtype: DType,
-    inputs: &[Vec<HostArray>],
-    held: Range<usize>,
+    range: &Range<usize>,
+    kept: &dyn Fn(usize) -> Option<&'k [u32]>,
     fetch: &Fetch,
-    each: &mut Chunk,
-) -> Result<()> {
-    let p = devices;
-    let step = chunk_words(p);
-    for start in (0..n).step_by(step) {
-        crate::interrupt::check()?;
-        let range = start..(start + step).min(n);
-        let chunk = (0..p)
-            .map(|d| {
-                let words = match inputs.get(d).and_then(|v| v.first()) {
-                    Some(x) => x.words[range.clone()].to_vec(),
-                    None => fetch(d, range.clone())?,
-                };
-                Ok(vec![HostArray {
-                    dtype,
-                    shape: vec![range.len()],
-                    words,
-                }])
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let got = place.per_group(&chunk, &|x| c.reference(x))?;
-        for d in held.clone() {
-            each(d, range.clone(), &got[d][0].words)?;
-        }
-    }
-    Ok(())
+) -> Result<Vec<Vec<HostArray>>> {
+    let chunk = (0..devices)
+        .map(|d| {
+            let words = match kept(d) {
+                Some(x) => x[range.clone()].to_vec(),
+                None => fetch(d, range.clone())?,
+            };
+            Ok(vec![HostArray {
+                dtype,
+                shape: vec![range.len()],
+                words,
+            }])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    place.per_group(&chunk, &|x| c.reference(x))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check by blocks counts exactly the elements made wrong, from kept inputs or
+    /// from inputs made again, and lets through a difference within the tolerance.
+    #[test]
+    fn the_check_by_blocks_counts_the_elements_made_wrong() {
+        use crate::collectives::Registry;
+        use crate::mesh::Mesh;
+        let psum = Registry::builtin().by_name("psum").unwrap();
+        let (p, seed) = (4, 11);
+        let place = Placement::whole(Mesh::new(p, "x").unwrap());
+        // Several blocks, the last one short.
+        let n = 5 * (chunk_words(p) / 16) + 777;
+        let (mut inputs, dtype) = (Vec::new(), DType::F32);
+        for d in 0..p {
+            let words = random_words(seed, d, 0, dtype, 0..n);
+            inputs.push(vec![HostArray {
+                dtype,
+                shape: vec![n],
+                words,
+            }]);
+        }
+        let fetch = |d, range| Ok(random_words(seed, d, 0, dtype, range));
+        let want = chunked_reference(psum.as_ref(), &place, p, &inputs, 0..p, &fetch).unwrap();
+        // The reference is the sum of the inputs, element by element, in f64.
+        for i in [0, 1, n / 2, n - 1] {
+            let sum: f64 = (0..p).map(|d| dtype.value_of(inputs[d][0].words[i])).sum();
+            assert_eq!(want[1][0].words[i], dtype.bits_of(sum));
+        }
+        let mut got: Vec<Vec<u32>> = want.iter().map(|w| w[0].words.clone()).collect();
+        let bad = [(0, 0), (1, 12345), (3, n - 1), (2, n / 3), (2, n / 3 + 1)];
+        for &(d, i) in &bad {
+            got[d][i] = (f32::from_bits(got[d][i]) + 0.5).to_bits();
+        }
+        // Off by one unit in the last place: within psum's tolerance.
+        got[1][99] += 1;
+        let all = |d: usize| Some(&inputs[d][0].words[..]);
+        let some = |d: usize| d.is_multiple_of(2).then(|| &inputs[d][0].words[..]);
+        let none = |_: usize| None;
+        let tol = psum.tolerance();
+        assert!(tol > 0.0);
+        for kept in [&all as &Kept, &some, &none] {
+            let wrong = count_wrong_chunked(
+                psum.as_ref(),
+                &place,
+                p,
+                n,
+                dtype,
+                0..p,
+                kept,
+                &fetch,
+                &|d| &got[d][..],
+                tol,
+            )
+            .unwrap();
+            assert_eq!(wrong, bad.len());
+            // A rank holding devices 1..3 checks theirs only.
+            let mine = count_wrong_chunked(
+                psum.as_ref(),
+                &place,
+                p,
+                n,
+                dtype,
+                1..3,
+                kept,
+                &fetch,
+                &|d| &got[d][..],
+                tol,
+            )
+            .unwrap();
+            assert_eq!(mine, 3);
+        }
+    }
 
     #[test]
     fn a_large_range_made_a_part_per_core_is_the_words_made_on_one() {

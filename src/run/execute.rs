@@ -182,9 +182,10 @@ impl Job {
                 let mut run = exec.prepare(&plan.program, &plan.schedule)?;
                 let total = held.len() * n;
                 // Where the run's memory is host memory, the inputs are made in place and
-                // the results compared where they lie, against the reference a chunk at a
-                // time from the inputs made again (the seed makes any range alone): no
-                // copy in or out, and neither inputs nor reference held whole.
+                // the results compared where they lie, against the reference a block at a
+                // time from the inputs where the run kept them (else made again: the seed
+                // makes any range alone): no copy in or out, and neither inputs nor
+                // reference held twice or whole.
                 // (Output 0 is what the reference gives, as `count_wrong` pairs them.)
                 let host = plan.program.inputs.len() == 1
                     && held.clone().all(|d| {
@@ -199,15 +200,21 @@ impl Job {
                     let t1 = Instant::now();
                     run.run(1)?;
                     let exec_time = t1.elapsed();
-                    let got = |d| run.output_words(d, 0).expect("host memory (checked above)");
-                    let place = &self.place;
+                    let (mut outs, mut ins) = (vec![&[][..]; p], vec![None; p]);
+                    for d in held.clone() {
+                        outs[d] = run.output_words(d, 0).expect("host memory (checked above)");
+                        ins[d] = run.input_kept(d, 0);
+                    }
+                    let got = |d: usize| outs[d];
+                    let kept = |d: usize| ins[d];
                     let wrong = super::data::count_wrong_chunked(
                         c.as_ref(),
-                        place,
+                        &self.place,
                         p,
                         n,
                         dtype,
                         held.clone(),
+                        &kept,
                         &fetch,
                         &got,
                         tolerance,
@@ -301,5 +308,34 @@ mod tests {
                 assert!(none.is_none());
             }
         }
+    }
+
+    /// Where the CPU executor says it kept an input, the words there after the run
+    /// are the input as written (the check reads them in place of making them again).
+    #[test]
+    fn an_input_the_run_kept_is_the_input_as_written() {
+        use crate::device_sim::cpu::CpuExecutor;
+        let reg = Registry::builtin();
+        let mut kept = Vec::new();
+        for c in reg.iter() {
+            let job = Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x").unwrap()));
+            let Ok(plan) = job.plan() else { continue };
+            let inputs = random_inputs(&plan.program, 5).unwrap();
+            let exec = CpuExecutor::new();
+            let mut run = exec.prepare(&plan.program, &plan.schedule).unwrap();
+            run.upload(&inputs).unwrap();
+            run.run(2).unwrap();
+            for (d, dev) in inputs.iter().enumerate() {
+                for (k, x) in dev.iter().enumerate() {
+                    if let Some(w) = run.input_kept(d, k) {
+                        assert!(w == &x.words[..], "{} device {d} input {k}", c.name());
+                        kept.push(c.name());
+                    }
+                }
+            }
+            assert!(run.input_kept(0, plan.program.inputs.len()).is_none());
+            assert!(run.input_kept(plan.program.devices, 0).is_none());
+        }
+        assert!(kept.contains(&"psum"), "{kept:?}");
     }
 }

@@ -12,10 +12,11 @@ pub mod layout;
 mod region;
 mod spare;
 pub mod vmath;
+pub mod words;
 
 use super::fuse::{fuse_with, Between, Fused, Joins, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
-use super::{check_inputs, host_words, Executor, Prepared};
+use super::{check_inputs, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::ir::{self, Compute, ComputeKind, DataOp, Program, ReduceOp, Schedule, View};
@@ -23,6 +24,7 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
+use words::Words;
 
 /// What the CPU executor works out once per schedule: what the schedule does to the
 /// program's memory (which memory a caller may lend, which must start zeroed), the
@@ -106,9 +108,10 @@ impl CpuExecutor {
     ) -> Result<Box<dyn Prepared + 'a>> {
         let coverage = &plan.coverage;
         let table = schedule.memory(program);
+        // A buffer kept from the last run, and whether it is fresh (zero).
         let own = |i: usize, len: usize, what: &str| match plan.spare.take(i, len) {
-            Some(b) => Ok(b),
-            None => host_words(len, &format!("`{what}`")),
+            Some(b) => Ok::<_, Error>((b, false)),
+            None => Ok((own_words(len, what)?, true)),
         };
         let mut bufs: Vec<Option<Buf<'a>>> = (0..table.len()).map(|_| None).collect();
         for l in lent {
@@ -123,7 +126,7 @@ impl CpuExecutor {
             }
             bufs[i] = Some(match l {
                 Lent::Input { words, .. } if coverage.input_written(d, a) => {
-                    let mut b = own(i, words.len(), &program.layout.allocs[a].name)?;
+                    let (mut b, _) = own(i, words.len(), &program.layout.allocs[a].name)?;
                     b.copy_from_slice(words);
                     Buf::Own(b)
                 }
@@ -144,8 +147,9 @@ impl CpuExecutor {
                 None => {
                     let (d, a) = table.place(i);
                     let alloc = &table.allocs[a];
-                    let mut b = own(i, alloc.numel(), &alloc.name)?;
-                    if coverage.needs_zero(d, a) {
+                    let (mut b, fresh) = own(i, alloc.numel(), &alloc.name)?;
+                    // Fresh buffers are zero already (untouched pages, when large).
+                    if !fresh && coverage.needs_zero(d, a) {
                         b.fill(0);
                     }
                     Ok(Buf::Own(b))
@@ -187,9 +191,19 @@ fn lent_mismatch(program: &Program, l: &Lent) -> Option<&'static str> {
     (alloc.numel() != l.len()).then_some("not its number of elements")
 }
 
+/// `len` zeroed words of the run's own for allocation `what`; a limit error when the
+/// host cannot give them.
+fn own_words(len: usize, what: &str) -> Result<Words> {
+    Words::zeroed(len).ok_or_else(|| Error::Limit {
+        what: format!("host memory for `{what}`"),
+        requested: len as u64 * 4,
+        limit: 0,
+    })
+}
+
 /// The words of one allocation: the run's own, or the caller's ([`Lent`]).
 enum Buf<'a> {
-    Own(Vec<u32>),
+    Own(Words),
     /// An input read in place: no op writes it ([`Coverage::input_written`]).
     Read(&'a [u32]),
     Lent(&'a mut [u32]),
@@ -643,7 +657,7 @@ fn own_memory<'a>(
     let mem = Memory {
         bufs: table
             .iter()
-            .map(|(_, a)| Ok(Buf::Own(host_words(a.numel(), &format!("`{}`", a.name))?)))
+            .map(|(_, a)| Ok(Buf::Own(own_words(a.numel(), &a.name)?)))
             .collect::<Result<_>>()?,
         table,
         scratch: Default::default(),
@@ -658,6 +672,16 @@ fn own_memory<'a>(
 }
 
 impl CpuRun<'_> {
+    /// True when some step of the run writes allocation `alloc` of `device`.
+    fn writes(&self, device: usize, alloc: ir::AllocId) -> bool {
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        let hit = |v: &View| v.device() == device && v.alloc() == alloc;
+        self.fused.steps.iter().any(|s| match s {
+            Step::Op(i) => ops[*i].writes().any(|v| hit(&v)),
+            Step::Region(r) => r.outputs.iter().any(|o| hit(&o.view)),
+        })
+    }
+
     /// The steps of piece `k`.
     fn piece(&self, k: usize) -> Option<&[Step]> {
         let ends = &self.fused.piece_ends;
@@ -716,6 +740,14 @@ impl Prepared for CpuRun<'_> {
         let a = *self.program.outputs.get(operand)?;
         (device < self.program.devices)
             .then(|| &self.mem.bufs[self.mem.table.index_of(device, a)][..])
+    }
+
+    fn input_kept(&self, device: usize, operand: usize) -> Option<&[u32]> {
+        let a = *self.program.inputs.get(operand)?;
+        if device >= self.program.devices || self.writes(device, a) {
+            return None;
+        }
+        Some(&self.mem.bufs[self.mem.table.index_of(device, a)][..])
     }
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
