@@ -14,9 +14,12 @@ Modes: `xla` (the jitted pure-JAX reference: the roof of a kernel's compute),
 compilation, tpusim's planning), then the median and mean of at least `--reps` calls and
 `--seconds` of calls, timed back to back after `--warmup` untimed ones; the error of its
 last result against the reference (computed by JAX in the same process); the process's
-peak resident memory (getrusage), with the bytes of the case's buffers (every device's
-inputs and outputs) beside it; and, for the data-movement kernels, numpy's copy
-bandwidth over one device's operand (best of several `dst[...] = src`), the memcpy roof.
+peak resident memory over the timed calls alone (`VmHWM` reset before them; the
+whole process's peak where it cannot be reset), with its ratio to the runtime's memory
+before the inputs were made plus the case's buffers (every device's inputs and outputs),
+and the calls' page faults (in `--json`); and, for the data-movement kernels, numpy's
+copy bandwidth over P buffers of one device's operand each, copied one after the other
+(best of several), the memcpy roof.
 A case whose memory is estimated past `--memory-limit` is skipped with a note.
 """
 
@@ -96,23 +99,56 @@ def errors(y, want):
     return worst, worst / scale if scale else worst
 
 
-def memcpy_bandwidth(nbytes, seconds=0.3):
-    """numpy's copy of `nbytes` into another buffer: bytes per second, best of several."""
+def memcpy_bandwidth(nbytes, copies, seconds=0.3):
+    """numpy's copy of `copies` buffers of `nbytes` each into as many others, one after
+    the other (one per device, as a call's devices hold them: a single buffer of a
+    device's size can stay in the caches, which a call's P buffers do not): bytes per
+    second, best of several."""
     import numpy as np
 
-    src = np.ones(nbytes, dtype=np.uint8)
-    dst = np.empty_like(src)
-    dst[...] = src  # pages touched before timing
+    srcs = [np.ones(nbytes, dtype=np.uint8) for _ in range(copies)]
+    dsts = [np.empty_like(s) for s in srcs]
+    for d, s in zip(dsts, srcs):
+        d[...] = s  # pages touched before timing
     best, start = float("inf"), time.perf_counter()
     while time.perf_counter() - start < seconds or best == float("inf"):
         t0 = time.perf_counter()
-        dst[...] = src
+        for d, s in zip(dsts, srcs):
+            d[...] = s
         best = min(best, time.perf_counter() - t0)
-    return nbytes / best
+    return copies * nbytes / best
 
 
 def maxrss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def status_bytes(field):
+    """`VmRSS`, `VmHWM`, … of /proc/self/status in bytes (None off Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak():
+    """Resets the process's peak resident memory (`VmHWM`, Linux 4.0+): true if it could,
+    so that the peak read later is that of the calls in between."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def faults():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt, r.ru_majflt
 
 
 def child(kernel, p, size, mode, reps, warmup, seconds):
@@ -126,7 +162,7 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         from suite_kernels import AXIS
 
         mesh = jax.make_mesh((p,), (AXIS,))
-        base = maxrss()
+        base = status_bytes("VmRSS") or maxrss()
         host = case.inputs(np.random.default_rng(0))
         args = [jax.device_put(a, jax.sharding.NamedSharding(mesh, s)) for a, s in zip(host, case.in_specs)]
         del host
@@ -141,8 +177,13 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         jax.block_until_ready(f(*args))
         first = time.perf_counter() - t0
         calls(f, args, warmup, 0.0)
+        # The peak and page faults of the steady calls alone (not the first's planning).
+        before, steady = status_bytes("VmRSS") or maxrss(), reset_peak()
+        minflt, majflt = faults()
         times, y = calls(f, args, reps, seconds)
-        rss = maxrss()
+        rss = (status_bytes("VmHWM") if steady else None) or maxrss()
+        minflt, majflt = (b - a for a, b in zip((minflt, majflt), faults()))
+        process_rss = maxrss()
         want = y if mode == "xla" else wrap(case.reference)(*args)
         max_abs, max_rel = errors(y, want)
     del y, want, args
@@ -156,13 +197,19 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         "ok": max_rel <= case.rtol,
         "rtol": case.rtol,
         "rss": rss,
+        "rss_steady_only": steady,
+        "rss_before_calls": before,
+        "rss_process": process_rss,
         "rss_base": base,
+        "minor_faults_per_call": minflt / len(times),
+        "major_faults_per_call": majflt / len(times),
         "buffers": case.buffer_bytes(),
         "moved": case.moved,
+        "keep_heap": os.environ.get("TPUSIM_KEEP_HEAP") == "1",
     }
     if case.moved is not None:
         shape, dtype = case.in_shapes[-1]
-        out["memcpy_bw"] = memcpy_bandwidth(int(np.prod(shape)) * np.dtype(dtype).itemsize // p)
+        out["memcpy_bw"] = memcpy_bandwidth(int(np.prod(shape)) * np.dtype(dtype).itemsize // p, p)
     print(json.dumps(out))
 
 
@@ -255,9 +302,13 @@ def table_row(kernel, p, size, by_mode, modes):
         )
         or "-"
     )
-    rss = per_sim(
-        lambda r: f"{bytes_text(r['rss'])} (+{bytes_text(r['rss'] - r['rss_base'])}) vs {bytes_text(r['buffers'])}"
+    rss = " / ".join(
+        f"{bytes_text(r['rss'])} ({r['rss'] / (r['rss_base'] + r['buffers']):.2g}x)"
+        for r in (by_mode.get(m) for m in sims + ["xla"])
+        if ok(r)
     )
+    buffers = next((r["buffers"] for r in by_mode.values() if "buffers" in r), None)
+    rss = f"{rss or '-'} vs {bytes_text(buffers)}" if buffers is not None else rss or "-"
     return (
         f"| {kernel} | {p} | {size} | "
         + " | ".join(cell(by_mode.get(m)) for m in modes)
@@ -274,7 +325,7 @@ def header(modes):
         "x of roof",
         "% memcpy",
         f"max error, rel. ({checked})",
-        "peak RSS vs buffers",
+        f"peak RSS of the calls ({sims}/xla; x of runtime + buffers) vs buffers",
     ]
     return "| kernel | P | size | " + " | ".join(cols) + " |\n|---|---|---|" + "---|" * len(cols)
 

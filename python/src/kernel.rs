@@ -19,10 +19,10 @@ use tpusim::device_sim::cpu::CpuPlan;
 use tpusim::device_sim::{Executor, Lent};
 use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
-use tpusim::steer::Stop;
 use tpusim::run::Job;
 use tpusim::run::Plan;
 use tpusim::sched::ScheduleSpec;
+use tpusim::steer::Stop;
 use tpusim::trace::{Labels, TraceLayout};
 use tpusim::{Error, HostArray};
 
@@ -244,25 +244,31 @@ impl KernelCall {
                 .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
                 .py()?,
         };
-        // The rest in: in place where the run's memory is host memory, else staged.
+        // The rest in: in place where the run's memory is host memory, else one operand
+        // at a time at its own width (the GPU), else staged as host arrays.
         let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
         for (r, i, bytes) in copied_in {
             let a = prog.inputs[i];
             let dtype = allocs[a].dtype;
-            match run.input_words(r, i) {
-                Some(w) => dtype.words_from_bytes(bytes, w),
-                None => {
-                    let mut w = vec![0; allocs[a].numel()];
-                    dtype.words_from_bytes(bytes, &mut w);
-                    staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
-                }
+            if let Some(w) = run.input_words(r, i) {
+                dtype.words_from_bytes(bytes, w);
+            } else if !run.write_input_bytes(r, i, bytes).py()? {
+                let mut w = vec![0; allocs[a].numel()];
+                dtype.words_from_bytes(bytes, &mut w);
+                staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
             }
         }
         if staged.iter().any(|r| !r.is_empty()) {
             run.upload(&staged).py()?;
         }
         run.run(1).py()?;
-        let read = match copied_out.is_empty() || run.output_words(0, 0).is_some() {
+        if copied_out.is_empty() {
+            return Ok(());
+        }
+        if run.output_words(0, 0).is_none() && run.read_outputs_bytes(&mut copied_out).py()? {
+            return Ok(());
+        }
+        let read = match run.output_words(0, 0).is_some() {
             true => None,
             false => Some(run.read_outputs().py()?),
         };

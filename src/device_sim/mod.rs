@@ -160,6 +160,26 @@ pub trait Prepared {
         None
     }
 
+    /// Writes input `operand` of `device` from `bytes`, its elements at their dtype's
+    /// own width ([`crate::DType::size`], as numpy and XLA hold them), one operand at a
+    /// time: no [`HostArray`] of every input staged. False where this run cannot (the
+    /// caller stages them for [`Prepared::upload`]).
+    fn write_input_bytes(
+        &mut self,
+        _device: usize,
+        _operand: usize,
+        _bytes: &[u8],
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Reads each `(device, output operand, destination)` of `outputs` into its
+    /// destination at its dtype's own width, straight from the run's memory. False
+    /// where this run cannot (the caller reads [`Prepared::read_outputs`]).
+    fn read_outputs_bytes(&mut self, _outputs: &mut [(usize, usize, &mut [u8])]) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Runs piece `k` of a schedule prepared in pieces ([`Executor::prepare_pieces`]) once.
     fn run_piece(&mut self, _k: usize) -> Result<()> {
         Err(Error::bad_input("this run was not prepared in pieces"))

@@ -230,6 +230,98 @@ impl GpuRun<'_> {
         Ok(scope.close(ctx, "uploading the inputs")?)
     }
 
+    /// Writes input `operand` of `device` from `bytes` at its dtype's width
+    /// ([`Prepared::write_input_bytes`]): 32- and 16-bit elements as they are (the GPU's
+    /// own form), 8-bit ones widened to words a slice at a time.
+    pub fn write_input_bytes(&self, device: usize, operand: usize, bytes: &[u8]) -> Result<()> {
+        let a = *self.program.inputs.get(operand).ok_or_else(|| {
+            Error::bad_input(format!(
+                "no input {operand} of {}",
+                self.program.inputs.len()
+            ))
+        })?;
+        if device >= self.program.devices {
+            return Err(Error::bad_input(format!(
+                "no device {device} of {}",
+                self.program.devices
+            )));
+        }
+        let alloc = &self.program.layout.allocs[a];
+        let (dtype, numel) = (alloc.dtype, alloc.numel());
+        if bytes.len() != numel * dtype.size() {
+            return Err(Error::bad_input(format!(
+                "input `{}`: {} bytes for {numel} elements of {dtype}",
+                alloc.name,
+                bytes.len()
+            )));
+        }
+        let ctx = &self.engine.ctx;
+        let (buf, p) = self.place(device, a);
+        let scope = ErrorScope::open(&ctx.device);
+        if dtype.size() == dtype.storage() {
+            // Whole words as they are; a 16-bit operand's odd last element padded.
+            let whole = bytes.len() / 4 * 4;
+            if whole > 0 {
+                ctx.queue.write_buffer(buf, p.offset, &bytes[..whole]);
+            }
+            if whole < bytes.len() {
+                let mut last = [0u8; 4];
+                last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                ctx.queue.write_buffer(buf, p.offset + whole as u64, &last);
+            }
+        } else {
+            let mut words = vec![0u32; numel.min(WIDEN_PART)];
+            for (k, part) in bytes.chunks(WIDEN_PART).enumerate() {
+                let w = &mut words[..part.len()];
+                dtype.words_from_bytes(part, w);
+                let at = p.offset + (k * WIDEN_PART * 4) as u64;
+                ctx.queue.write_buffer(buf, at, bytemuck::cast_slice(w));
+            }
+        }
+        Ok(scope.close(ctx, "uploading an input")?)
+    }
+
+    /// Reads outputs into host bytes at their dtype's width ([`Prepared::read_outputs_bytes`]),
+    /// in one submission through the pooled staging buffers.
+    pub fn read_outputs_bytes(&self, outputs: &mut [(usize, usize, &mut [u8])]) -> Result<()> {
+        let allocs = &self.program.layout.allocs;
+        let mut regions = Vec::with_capacity(outputs.len());
+        for (d, o, dst) in outputs.iter() {
+            let a = *self.program.outputs.get(*o).ok_or_else(|| {
+                Error::bad_input(format!("no output {o} of {}", self.program.outputs.len()))
+            })?;
+            if *d >= self.program.devices {
+                return Err(Error::bad_input(format!(
+                    "no device {d} of {}",
+                    self.program.devices
+                )));
+            }
+            let want = allocs[a].numel() * allocs[a].dtype.size();
+            if dst.len() != want {
+                return Err(Error::bad_input(format!(
+                    "output `{}`: {} bytes for {want}",
+                    allocs[a].name,
+                    dst.len()
+                )));
+            }
+            let (buf, p) = self.place(*d, a);
+            regions.push((buf, p.offset, p.size));
+        }
+        let engine = self.engine;
+        read_back(&engine.ctx, &engine.pool, &regions, &mut |k, bytes| {
+            let (_, o, dst) = &mut outputs[k];
+            let dtype = allocs[self.program.outputs[*o]].dtype;
+            if dtype.size() == dtype.storage() {
+                dst.copy_from_slice(&bytes[..dst.len()]);
+            } else {
+                // One element per word: the low byte of each.
+                for (b, w) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *b = w[0];
+                }
+            }
+        })
+    }
+
     /// Runs as pieces: the steps of piece k are `pieces[k]` (commands map 1:1 to steps).
     pub(super) fn set_pieces(&mut self, pieces: Vec<std::ops::Range<usize>>) {
         self.pieces = pieces;
@@ -385,6 +477,9 @@ impl GpuRun<'_> {
     }
 }
 
+/// Elements of an 8-bit operand widened to words per write (a bounded staging vector).
+const WIDEN_PART: usize = 1 << 20;
+
 /// `a`'s elements as the GPU holds them: 32-bit words, or 16-bit elements packed two
 /// per word (little end first), padded to whole words.
 fn device_bytes(a: &HostArray) -> Cow<'_, [u8]> {
@@ -428,6 +523,14 @@ impl Prepared for GpuRun<'_> {
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
         GpuRun::run_piece(self, k)
+    }
+
+    fn write_input_bytes(&mut self, device: usize, operand: usize, bytes: &[u8]) -> Result<bool> {
+        GpuRun::write_input_bytes(self, device, operand, bytes).map(|()| true)
+    }
+
+    fn read_outputs_bytes(&mut self, outputs: &mut [(usize, usize, &mut [u8])]) -> Result<bool> {
+        GpuRun::read_outputs_bytes(self, outputs).map(|()| true)
     }
 
     fn read_view(&mut self, v: crate::ir::View, elem: usize) -> Result<Vec<u8>> {
