@@ -101,60 +101,103 @@ pub(super) fn forward_dsts(
 ) {
     let mut k = 0;
     while k + 1 < steps.len() {
-        let Step::Op(i) = steps[k] else {
+        let (Some(from), Some(to)) = (copy_source(&steps[k + 1]), copied_to(&steps[k + 1])) else {
             k += 1;
             continue;
         };
-        let c = match &ops.as_deref().unwrap_or(schedule)[i] {
-            DataOp::Compute(c) if !matches!(c.kind, ComputeKind::UpdateSlice { .. }) => c.clone(),
-            _ => {
-                k += 1;
-                continue;
-            }
-        };
-        let d = c.dst.view;
-        let to = match &steps[k + 1] {
-            Step::Region(r)
-                if r.instrs.len() == 1
-                    && matches!(r.instrs[0], Instr::Load(0))
-                    && r.inputs.len() == 1
-                    && r.inputs[0].pattern == Pattern::Full
-                    && r.inputs[0].view == d
-                    && r.outputs.len() == 1 =>
-            {
-                r.outputs[0].view
-            }
-            _ => {
-                k += 1;
-                continue;
-            }
-        };
-        let apart = !c.srcs.iter().any(|s| s.view.overlaps(&to)) && !to.overlaps(&d);
-        let later = || steps[k + 2..].iter().take(LOOK_AHEAD);
-        let read_later = kept.iter().any(|v| v.overlaps(&d))
-            || steps.len() > k + 2 + LOOK_AHEAD
-            || later().any(|s| match s {
-                Step::Op(j) => {
-                    let op = &ops.as_deref().unwrap_or(schedule)[*j];
-                    let acc = match op {
-                        DataOp::Accumulate { dst, .. } => Some(*dst),
+        let moved = match &steps[k] {
+            Step::Op(i) => match &ops.as_deref().unwrap_or(schedule)[*i] {
+                DataOp::Compute(c) if !matches!(c.kind, ComputeKind::UpdateSlice { .. }) => {
+                    let (d, i) = (c.dst.view, *i);
+                    let apart = !c.srcs.iter().any(|s| s.view.overlaps(&to)) && !to.overlaps(&d);
+                    let mut dst = c.dst.clone();
+                    dst.view = to;
+                    match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
+                        Ok(m) if d == from && apart && to.len() == d.len() => {
+                            Some((d, Moved::Op(i, m)))
+                        }
                         _ => None,
-                    };
-                    op.reads().chain(acc).any(|r| r.overlaps(&d))
+                    }
                 }
-                Step::Region(r) => r.reads().any(|v| v.overlaps(&d)),
-            });
-        let mut dst = c.dst.clone();
-        dst.view = to;
-        let moved = match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
-            Ok(m) if apart && !read_later && to.len() == d.len() => m,
-            _ => {
-                k += 1;
-                continue;
-            }
+                _ => None,
+            },
+            // A reduction a region folds, into the copy's destination instead.
+            Step::Region(r) => r.reduces.iter().enumerate().find_map(|(j, q)| {
+                let d = q.dst;
+                let apart = !r.reads().chain(r.writes()).any(|v| v.overlaps(&to));
+                (d == from && apart && to.len() == d.len()).then_some((d, Moved::Reduce(j)))
+            }),
         };
-        ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(moved.into());
+        let Some((d, moved)) = moved else {
+            k += 1;
+            continue;
+        };
+        if read_after(&steps[k + 2..], d, ops.as_deref().unwrap_or(schedule), kept) {
+            k += 1;
+            continue;
+        }
+        match moved {
+            Moved::Op(i, m) => {
+                ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(m.into())
+            }
+            Moved::Reduce(j) => {
+                if let Step::Region(r) = &mut steps[k] {
+                    r.reduces[j].dst = to;
+                }
+            }
+        }
         steps.remove(k + 1);
         k += 1;
     }
+}
+
+/// What [`forward_dsts`] moves: a compute op (its index and its new form), or a
+/// region's reduction (its index).
+enum Moved {
+    Op(usize, Compute),
+    Reduce(usize),
+}
+
+/// The view a region of one plain copy reads.
+fn copy_source(step: &Step) -> Option<View> {
+    match step {
+        Step::Region(r)
+            if r.instrs.len() == 1
+                && matches!(r.instrs[0], Instr::Load(0))
+                && r.inputs.len() == 1
+                && r.inputs[0].pattern == Pattern::Full
+                && r.outputs.len() == 1
+                && r.reduces.is_empty() =>
+        {
+            Some(r.inputs[0].view)
+        }
+        _ => None,
+    }
+}
+
+/// The view a region of one plain copy writes.
+fn copied_to(step: &Step) -> Option<View> {
+    copy_source(step)?;
+    match step {
+        Step::Region(r) => Some(r.outputs[0].view),
+        Step::Op(_) => None,
+    }
+}
+
+/// True when `d` is read after the run (`kept`), or by one of `later` (of `ops`), or
+/// there are too many of them to look through.
+fn read_after(later: &[Step], d: View, ops: &[DataOp], kept: &[View]) -> bool {
+    kept.iter().any(|v| v.overlaps(&d))
+        || later.len() > LOOK_AHEAD
+        || later.iter().any(|s| match s {
+            Step::Op(j) => {
+                let op = &ops[*j];
+                let acc = match op {
+                    DataOp::Accumulate { dst, .. } => Some(*dst),
+                    _ => None,
+                };
+                op.reads().chain(acc).any(|r| r.overlaps(&d))
+            }
+            Step::Region(r) => r.reads().any(|v| v.overlaps(&d)),
+        })
 }
