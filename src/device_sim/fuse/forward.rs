@@ -4,7 +4,7 @@
 //! op reads); it reads that other view instead when nothing wrote either since, and
 //! the copies' writes are then left for the liveness pass to drop.
 
-use super::region::{Instr, Pattern};
+use super::region::{Instr, Pattern, Region};
 use super::Step;
 use crate::ir::{Compute, ComputeKind, DataOp, View};
 
@@ -13,9 +13,15 @@ const LOOK_BACK: usize = 64;
 
 /// `ops` with the sources of the compute ops of `steps` forwarded past the copies that
 /// fill them; `None` when none is.
-pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
+pub(super) fn forward(steps: &mut [Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
     let mut out: Option<Vec<DataOp>> = None;
-    for (k, step) in steps.iter().enumerate() {
+    for k in 0..steps.len() {
+        let (before, rest) = steps.split_at_mut(k);
+        let step = &mut rest[0];
+        if let Step::Region(r) = step {
+            forward_inputs(r, before, ops);
+            continue;
+        }
         let Step::Op(i) = step else { continue };
         let DataOp::Compute(c) = &ops[*i] else {
             continue;
@@ -28,7 +34,7 @@ pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
             .iter()
             .map(|s| {
                 let mut s = s.clone();
-                if let Some(from) = copied_from(&steps[..k], ops, &s.view) {
+                if let Some(from) = copied_from(before, ops, &s.view) {
                     s.view = from;
                 }
                 s
@@ -43,6 +49,20 @@ pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
         out.get_or_insert_with(|| ops.to_vec())[*i] = DataOp::Compute(moved.into());
     }
     out
+}
+
+/// The inputs of region `r` read where a region of copies among `before` took them
+/// from (the softmax's input, copied into the value its max and its exponent read),
+/// where that view is apart from every view `r` writes.
+fn forward_inputs(r: &mut Region, before: &[Step], ops: &[DataOp]) {
+    for k in 0..r.inputs.len() {
+        let Some(from) = copied_from(before, ops, &r.inputs[k].view) else {
+            continue;
+        };
+        if !r.writes().any(|w| w.overlaps(&from)) {
+            r.inputs[k].view = from;
+        }
+    }
 }
 
 /// The view that `v` holds a copy of, as the last of `before` that writes it left it,

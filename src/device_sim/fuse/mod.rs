@@ -294,7 +294,7 @@ pub fn fuse_with(
             }
             // Forwarded only in a run that nothing reads or writes between its steps.
             if joins.forward {
-                out.ops = forward::forward(&out.steps, &schedule.ops);
+                out.ops = forward::forward(&mut out.steps, &schedule.ops);
             }
             let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
             live::prune(program, ops, &mut out.steps, &mut out.piece_ends, &[]);
