@@ -17,6 +17,9 @@ use tpusim::{DType, HostArray, Mesh};
 
 type Reduce = for<'c> fn(&Value<'c>, &[usize]) -> Value<'c>;
 
+/// How a reduction combines two values, in f64.
+type Combine = fn(f64, f64) -> f64;
+
 /// Small integers (exact sums), with a NaN and a -0 every 9973 elements when `specials`.
 fn data(n: usize, specials: bool) -> Vec<f64> {
     (0..n)
@@ -108,7 +111,7 @@ fn reductions_folded_into_regions_equal_their_definition_and_the_unfused_run() {
         (&[70, 2048], 1),
         (&[3, 300, 517], 1),
     ];
-    let reductions: [(&str, Reduce, fn(f64, f64) -> f64, f64); 3] = [
+    let reductions: [(&str, Reduce, Combine, f64); 3] = [
         ("sum", |v, a| v.sum(a), |a, b| a + b, 0.0),
         (
             "max",

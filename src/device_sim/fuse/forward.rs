@@ -134,7 +134,7 @@ pub(super) fn forward_dsts(
                     dst.view = to;
                     match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
                         Ok(m) if d == from && apart && to.len() == d.len() => {
-                            Some((d, Moved::Op(i, m)))
+                            Some((d, Moved::Op(i, m.into())))
                         }
                         _ => None,
                     }
@@ -157,9 +157,7 @@ pub(super) fn forward_dsts(
             continue;
         }
         match moved {
-            Moved::Op(i, m) => {
-                ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(m.into())
-            }
+            Moved::Op(i, m) => ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(m),
             Moved::Reduce(j) => {
                 if let Step::Region(r) = &mut steps[k] {
                     r.reduces[j].dst = to;
@@ -174,7 +172,7 @@ pub(super) fn forward_dsts(
 /// What [`forward_dsts`] moves: a compute op (its index and its new form), or a
 /// region's reduction (its index).
 enum Moved {
-    Op(usize, Compute),
+    Op(usize, std::sync::Arc<Compute>),
     Reduce(usize),
 }
 

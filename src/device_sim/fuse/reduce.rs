@@ -62,8 +62,8 @@ fn foldable(r: &Region, c: &Compute) -> Option<RowReduce> {
         .find(|o| o.view == s.view && o.view.len() == r.n)?;
     let same_k = r.reduces.iter().all(|q| q.k == k);
     let apart = !r.reads().chain(r.writes()).any(|v| v.overlaps(&dst));
-    let fits = r.n % k == 0 && dst.len() == r.n / k && s.view.len() == r.n;
-    (r.regs[out.reg].dtype == s.dtype && same_k && apart && fits).then(|| RowReduce {
+    let fits = r.n.is_multiple_of(k) && dst.len() == r.n / k && s.view.len() == r.n;
+    (r.regs[out.reg].dtype == s.dtype && same_k && apart && fits).then_some(RowReduce {
         reg: out.reg,
         op: *op,
         k,
