@@ -491,6 +491,7 @@ fn rank_steps(job: &Job, r: usize, rank: usize) -> (Program, Schedule, Vec<Step>
         sums: true,
         overwrites: true,
         forward: true,
+        reduces: true,
     };
     let keep = Keep::Between(p.between());
     let steps = fuse_with(&p.program, &p.schedule, &p.cuts, keep, joins).steps;
@@ -575,6 +576,7 @@ fn ring_sums_fused_across_messages_equal_one_process() {
                 sums: true,
                 overwrites: true,
                 forward: true,
+                reduces: true,
             },
         );
         assert!(writes_alloc(&all.steps, &p.schedule.ops, recv(&p.program)));

@@ -164,20 +164,52 @@ fn groups(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (offsets(&kept), offsets(axes))
 }
 
-/// A float reduction of `x`'s groups into `out`'s values: sums in f32 (sixteen running
-/// partial sums per group, added at the end; the order of a sum is XLA's to choose
-/// too), max and min as XLA's (NaN if any is).
-fn reduce_f32(op: Reduction, x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) {
+/// Calls `$body` with `$w` bound to the widening of float dtype `$t`'s words to f32
+/// values (the lanes' widening, one word at a time), a closure of its own per dtype
+/// so that the loops that widen inline it.
+macro_rules! widening {
+    ($t:expr, |$w:ident| $body:expr) => {
+        match $t {
+            DType::BF16 => {
+                let $w = |x: u32| f32::from_bits(x << 16);
+                $body
+            }
+            DType::F16 => {
+                let $w = |x: u32| lanes::f16_value(x & 0xffff);
+                $body
+            }
+            _ => {
+                let $w = f32::from_bits;
+                $body
+            }
+        }
+    };
+}
+pub(super) use widening;
+
+/// A float reduction of the groups of words `x` (of a dtype widened by `w`) into
+/// `out`'s values: sums in f32 (sixteen running partial sums per group, added at the
+/// end; the order of a sum is XLA's to choose too), max and min as XLA's (NaN if any
+/// is). The words are widened as they are read (no widened copy of the operand).
+fn reduce_f32<W: Fn(u32) -> f32 + Copy + Sync + Send>(
+    op: Reduction,
+    x: &[u32],
+    w: W,
+    shape: &[usize],
+    axes: &[usize],
+    out: &mut [f32],
+) {
     match op {
-        Reduction::Sum => fold(x, shape, axes, out, 0.0, |a, b| a + b),
-        Reduction::Max => fold(x, shape, axes, out, f32::NEG_INFINITY, lanes::fmax),
-        Reduction::Min => fold(x, shape, axes, out, f32::INFINITY, lanes::fmin),
+        Reduction::Sum => fold(x, w, shape, axes, out, 0.0, |a, b| a + b),
+        Reduction::Max => fold(x, w, shape, axes, out, f32::NEG_INFINITY, lanes::fmax),
+        Reduction::Min => fold(x, w, shape, axes, out, f32::INFINITY, lanes::fmin),
     }
 }
 
 /// [`reduce_f32`] of one operator `f` with identity `init`.
-fn fold<F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
-    x: &[f32],
+fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
+    x: &[u32],
+    w: W,
     shape: &[usize],
     axes: &[usize],
     out: &mut [f32],
@@ -194,9 +226,10 @@ fn fold<F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
         // over the cores in runs of whole groups (or of columns) when large.
         let rows = (leading && !trailing).then_some(out.len());
         let arch = pulp::Arch::new();
-        let run = |x: &[f32], out: &mut [f32], at: usize| {
+        let run = |x: &[u32], out: &mut [f32], at: usize| {
             arch.dispatch(Fold {
                 x,
+                w,
                 out,
                 init,
                 f,
@@ -225,15 +258,21 @@ fn fold<F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
     }
     let (bases, offsets) = groups(shape, axes);
     for (o, &b) in out.iter_mut().zip(&bases) {
-        *o = offsets.iter().fold(init, |a, &j| f(a, x[b + j]));
+        *o = offsets.iter().fold(init, |a, &j| f(a, w(x[b + j])));
     }
 }
 
-/// A float reduction of adjacent runs of `k` elements (`rows: None`: one per output)
+/// Partial results a row's fold keeps (element `j` of a row goes to partial `j % FOLD_LANES`
+/// until the last whole run of them; the partials are then folded in order, and the
+/// rest of the row after them).
+pub(super) const FOLD_LANES: usize = 16;
+
+/// A float reduction of adjacent runs of `k` words (`rows: None`: one per output)
 /// or of `k` rows (`rows: Some((inner, at))`, rows of `inner` elements: output `j`
-/// folds element `at + j` of each).
-struct Fold<'a, F> {
-    x: &'a [f32],
+/// folds element `at + j` of each), each word widened by `w`.
+struct Fold<'a, W, F> {
+    x: &'a [u32],
+    w: W,
     out: &'a mut [f32],
     init: f32,
     f: F,
@@ -241,12 +280,13 @@ struct Fold<'a, F> {
     rows: Option<(usize, usize)>,
 }
 
-impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
+impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, W, F> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, _: S) {
         let Fold {
             x,
+            w,
             out,
             init,
             f,
@@ -257,7 +297,7 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
             out.fill(init);
             for row in x.chunks_exact(inner.max(1)).take(k) {
                 for (o, &v) in out.iter_mut().zip(&row[at..]) {
-                    *o = f(*o, v);
+                    *o = f(*o, w(v));
                 }
             }
             return;
@@ -266,18 +306,17 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
             out.fill(init);
             return;
         }
-        const L: usize = 16;
         for (o, g) in out.iter_mut().zip(x.chunks_exact(k)) {
-            let mut acc = [init; L];
-            let mut it = g.chunks_exact(L);
+            let mut acc = [init; FOLD_LANES];
+            let mut it = g.chunks_exact(FOLD_LANES);
             for c in &mut it {
-                for j in 0..L {
-                    acc[j] = f(acc[j], c[j]);
+                for j in 0..FOLD_LANES {
+                    acc[j] = f(acc[j], w(c[j]));
                 }
             }
             let mut total = acc.into_iter().fold(init, f);
             for &v in it.remainder() {
-                total = f(total, v);
+                total = f(total, w(v));
             }
             *o = total;
         }
@@ -287,39 +326,11 @@ impl<F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, F> {
 /// Reductions of at least this many elements run over the cores.
 const PARALLEL_REDUCE: usize = 1 << 17;
 
-/// Elements of a 16-bit operand a reduction widens at a time.
-const WIDEN_RUN: usize = 1 << 14;
-
 fn reduce(op: Reduction, o: &Operand, axes: &[usize], src: &[u32], dt: DType, out: &mut [u32]) {
     let t = o.dtype;
     if t.is_float() {
         let mut acc = vec![0f32; out.len()];
-        let r = o.shape.len();
-        let k: usize = axes.iter().map(|&a| o.shape[a]).product();
-        let trailing = axes
-            .iter()
-            .enumerate()
-            .all(|(i, &a)| a + axes.len() == r + i);
-        if t != DType::F32 && trailing && k > 0 && !axes.is_empty() {
-            // Groups of adjacent elements: widened a cache-sized run of groups at a
-            // time, not the whole operand at once (the runs over the cores).
-            let per = (WIDEN_RUN / k).max(1);
-            let run = |(a, g): (&mut [f32], &[u32])| {
-                let mut x = vec![0u32; g.len()];
-                lanes::widen_all(t, g, &mut x);
-                reduce_f32(op, bytemuck::cast_slice(&x), &[a.len(), k], &[1], a);
-            };
-            if src.len() >= PARALLEL_REDUCE && rayon::current_num_threads() > 1 {
-                acc.par_chunks_mut(per)
-                    .zip(src.par_chunks(per * k))
-                    .for_each(run);
-            } else {
-                acc.chunks_mut(per).zip(src.chunks(per * k)).for_each(run);
-            }
-        } else {
-            let x = f32s(t, src);
-            reduce_f32(op, &x, &o.shape, axes, &mut acc);
-        }
+        widening!(t, |w| reduce_f32(op, src, w, &o.shape, axes, &mut acc));
         let acc: &[u32] = bytemuck::cast_slice(&acc);
         // Rounded once to a 16-bit dtype.
         let mut vals = vec![0u32; out.len()];

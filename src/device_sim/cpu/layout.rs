@@ -14,21 +14,25 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// The multi-index of flat element `at` of `shape`, and its offset under `strides`.
-fn position(shape: &[usize], strides: &[usize], at: usize) -> (Vec<usize>, usize) {
-    let mut idx = vec![0usize; shape.len()];
+/// The multi-index of flat element `at` of `shape` into `idx`, and its offset under
+/// `strides`.
+fn position(shape: &[usize], strides: &[usize], at: usize, idx: &mut [usize]) -> usize {
     let mut rem = at;
     for d in (0..shape.len()).rev() {
         idx[d] = rem % shape[d];
         rem /= shape[d];
     }
-    let off = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
-    (idx, off)
+    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
+
+/// Ranks whose multi-index [`runs`] keeps on the stack (a fused region's broadcast
+/// gathers every block: an allocation each cost as much as a row's fill).
+const STACK_RANK: usize = 8;
 
 /// Calls `f(o, at, k)` for each run of `k` destination elements from `o` (of the
 /// elements `start..start + count` of an array of `shape`, row-major), whose first
 /// element is at offset `at` under `strides` (the run goes on by the last stride).
+#[inline(always)]
 fn runs(
     shape: &[usize],
     strides: &[usize],
@@ -43,7 +47,15 @@ fn runs(
         }
         return;
     }
-    let (mut idx, mut at) = position(shape, strides, start);
+    let mut stack = [0usize; STACK_RANK];
+    let mut heap = Vec::new();
+    let idx: &mut [usize] = if rank <= STACK_RANK {
+        &mut stack[..rank]
+    } else {
+        heap.resize(rank, 0);
+        &mut heap
+    };
+    let mut at = position(shape, strides, start, idx);
     let (inner, step) = (shape[rank - 1], strides[rank - 1]);
     let mut o = 0;
     while o < count {
@@ -70,6 +82,7 @@ fn runs(
 
 /// Elements `start..start + out.len()` (row-major) of the array of shape `into` whose
 /// element `idx` is `src[sum(idx[d] * strides[d])]`.
+#[inline(always)]
 pub fn gather(src: &[u32], strides: &[usize], into: &[usize], start: usize, out: &mut [u32]) {
     let step = strides.last().copied().unwrap_or(0);
     runs(into, strides, start, out.len(), |o, at, k| {
@@ -195,8 +208,8 @@ mod tests {
         let n: usize = into.iter().product();
         (0..n)
             .map(|i| {
-                let (_, at) = position(into, strides, i);
-                src[at]
+                let mut idx = vec![0; into.len()];
+                src[position(into, strides, i, &mut idx)]
             })
             .collect()
     }

@@ -10,6 +10,7 @@ pub mod compute;
 pub mod lanes;
 pub mod layout;
 mod region;
+mod rows;
 mod spare;
 pub mod vmath;
 pub mod words;
@@ -64,6 +65,7 @@ const CPU_JOINS: Joins = Joins {
     sums: true,
     overwrites: true,
     forward: true,
+    reduces: true,
 };
 
 /// Runs schedules in host memory.
@@ -283,6 +285,9 @@ impl Memory<'_> {
         }
         for o in &r.outputs {
             places.outputs.push(self.place(&o.view));
+        }
+        for q in &r.reduces {
+            places.reduces.push(self.place(&q.dst));
         }
         debug_assert!(r
             .outputs
@@ -678,7 +683,7 @@ impl CpuRun<'_> {
         let hit = |v: &View| v.device() == device && v.alloc() == alloc;
         self.fused.steps.iter().any(|s| match s {
             Step::Op(i) => ops[*i].writes().any(|v| hit(&v)),
-            Step::Region(r) => r.outputs.iter().any(|o| hit(&o.view)),
+            Step::Region(r) => r.writes().any(|v| hit(&v)),
         })
     }
 

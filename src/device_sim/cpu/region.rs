@@ -10,6 +10,7 @@
 
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
+use super::rows::RowFold;
 use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
@@ -24,6 +25,8 @@ const PARALLEL_ELEMS: usize = 1 << 16;
 pub(super) struct Places {
     pub(super) inputs: Vec<*const u32>,
     pub(super) outputs: Vec<*mut u32>,
+    /// Every reduction's destination ([`Region::reduces`]).
+    pub(super) reduces: Vec<*mut u32>,
 }
 
 /// The memory a region's run works in, kept from one region to the next so that a
@@ -36,6 +39,8 @@ pub(super) struct Scratch {
     in_place: Vec<bool>,
     direct: Vec<Option<usize>>,
     uses: Vec<usize>,
+    /// Per input read in a broadcast, the strides of its pattern.
+    strides: Vec<Vec<usize>>,
     at: Vec<*const u32>,
     /// The one-element outputs' bits, stored last.
     singles: Vec<(usize, u32)>,
@@ -50,6 +55,7 @@ impl Scratch {
     pub(super) fn places(&mut self) -> &mut Places {
         self.places.inputs.clear();
         self.places.outputs.clear();
+        self.places.reduces.clear();
         &mut self.places
     }
 }
@@ -62,6 +68,8 @@ struct Plan<'a> {
     in_place: &'a [bool],
     /// Per register: the output it is computed straight into (its only use).
     direct: &'a [Option<usize>],
+    /// Per input: the strides of its broadcast (empty for other patterns).
+    strides: &'a [Vec<usize>],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -77,7 +85,13 @@ fn decide(
     in_place: &mut Vec<bool>,
     direct: &mut Vec<Option<usize>>,
     uses: &mut Vec<usize>,
+    strides: &mut Vec<Vec<usize>>,
 ) {
+    strides.clear();
+    strides.extend(r.inputs.iter().map(|i| match &i.pattern {
+        Pattern::Broadcast { shape, dims, into } => Pattern::strides(shape, dims, into),
+        _ => Vec::new(),
+    }));
     let n = r.instrs.len();
     let wide = |reg: usize| r.regs[reg].dtype.storage() == 4;
     let overlaps_any_output = |v: &crate::ir::View| r.outputs.iter().any(|o| o.view.overlaps(v));
@@ -127,15 +141,17 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         in_place,
         direct,
         uses,
+        strides,
         at,
         singles,
     } = scratch;
-    decide(r, in_place, direct, uses);
+    decide(r, in_place, direct, uses, strides);
     let plan = Plan {
         r,
         places,
         in_place,
         direct,
+        strides,
     };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
@@ -166,16 +182,21 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
     let blocks = r.n.div_ceil(BLOCK);
     let threads = rayon::current_num_threads();
     if r.n >= PARALLEL_ELEMS && threads > 1 {
-        let per = blocks.div_ceil(threads * 4).max(8);
+        // Runs of whole blocks, or of whole groups where the region folds reductions
+        // (a group's fold is one core's, in order).
+        let mut span = blocks.div_ceil(threads * 4).max(8) * BLOCK;
+        if let Some(q) = r.reduces.first() {
+            span = (span / q.k).max(1) * q.k;
+        }
         let (plan, template) = (&plan, &*template);
-        (0..blocks.div_ceil(per)).into_par_iter().for_each(|c| {
+        (0..r.n.div_ceil(span)).into_par_iter().for_each(|c| {
             let mut regs = template.to_vec();
             let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
             arch.dispatch(Blocks {
                 plan,
                 regs: &mut regs,
                 at: &mut at,
-                blocks: c * per..((c + 1) * per).min(blocks),
+                elems: c * span..((c + 1) * span).min(r.n),
             });
         });
     } else {
@@ -183,7 +204,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             plan: &plan,
             regs: template,
             at,
-            blocks: 0..blocks,
+            elems: 0..r.n,
         });
     }
     for &(k, bits) in &singles {
@@ -230,21 +251,40 @@ impl WithSimd for Prologue<'_> {
     }
 }
 
-/// A range of a region's blocks, run in turn on one register file.
+/// A range of a region's elements (starting a group of its reductions), run a block at
+/// a time in turn on one register file.
 struct Blocks<'a> {
     plan: &'a Plan<'a>,
     regs: &'a mut [u32],
     at: &'a mut [*const u32],
-    blocks: Range<usize>,
+    elems: Range<usize>,
 }
 
 impl WithSimd for Blocks<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, _: S) {
-        for b in self.blocks {
+        let r = self.plan.r;
+        let mut folds: Vec<RowFold> = r
+            .reduces
+            .iter()
+            .map(|q| RowFold::new(q, self.elems.start))
+            .collect();
+        let mut start = self.elems.start;
+        while start < self.elems.end {
+            let m = BLOCK.min(self.elems.end - start);
             // SAFETY: `run`'s caller vouches for the places (the only way here).
-            unsafe { block(self.plan, self.regs, self.at, b) };
+            unsafe { block(self.plan, self.regs, self.at, start, m) };
+            for (j, (f, q)) in folds.iter_mut().zip(&r.reduces).enumerate() {
+                // SAFETY: the register's `m` lanes are at `at` after the block; the
+                // destination holds a result per group, and this range's groups are
+                // its own.
+                unsafe {
+                    let x = std::slice::from_raw_parts(self.at[q.reg], m);
+                    f.fold(q, r.regs[q.reg], x, self.plan.places.reduces[j]);
+                }
+            }
+            start += m;
         }
     }
 }
@@ -280,16 +320,14 @@ unsafe fn compute(r: &Region, instr: &Instr, at: &[*const u32], out: *mut u32, m
     }
 }
 
-/// Runs block `b` of a region: its loads, its non-uniform instructions, its outputs;
-/// `at` is scratch for where each register's lanes are.
+/// Runs the block of `m` elements from `start` of a region: its loads, its non-uniform
+/// instructions, its outputs; `at` is then where each register's lanes are.
 ///
 /// # Safety
 /// As [`run`]'s.
 #[inline(always)]
-unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], b: usize) {
+unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usize, m: usize) {
     let r = plan.r;
-    let start = b * BLOCK;
-    let m = BLOCK.min(r.n - start);
     let base = regs.as_mut_ptr();
     for (i, instr) in r.instrs.iter().enumerate() {
         // SAFETY: every slot is within the register file.
@@ -313,10 +351,9 @@ unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], b: usize) 
                     Pattern::Full => out
                         .copy_from_slice(unsafe { std::slice::from_raw_parts(src.add(start), m) }),
                     Pattern::Scalar => unreachable!("scalar loads are uniform"),
-                    Pattern::Broadcast { shape, dims, into } => {
-                        let strides = Pattern::strides(shape, dims, into);
+                    Pattern::Broadcast { into, .. } => {
                         let src = unsafe { std::slice::from_raw_parts(src, input.view.len()) };
-                        gather(src, &strides, into, start, out);
+                        gather(src, &plan.strides[*k], into, start, out);
                     }
                 }
                 at[i] = own;

@@ -518,6 +518,7 @@ impl Builder {
             slots: (0..nregs).collect(),
             nslots: nregs,
             outputs: self.outputs,
+            reduces: Vec::new(),
             ops: self.ops,
         })
     }

@@ -4,7 +4,7 @@
 //! op reads); it reads that other view instead when nothing wrote either since, and
 //! the copies' writes are then left for the liveness pass to drop.
 
-use super::region::{Instr, Pattern};
+use super::region::{Instr, Pattern, Region};
 use super::Step;
 use crate::ir::{Compute, ComputeKind, DataOp, View};
 
@@ -13,9 +13,15 @@ const LOOK_BACK: usize = 64;
 
 /// `ops` with the sources of the compute ops of `steps` forwarded past the copies that
 /// fill them; `None` when none is.
-pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
+pub(super) fn forward(steps: &mut [Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
     let mut out: Option<Vec<DataOp>> = None;
-    for (k, step) in steps.iter().enumerate() {
+    for k in 0..steps.len() {
+        let (before, rest) = steps.split_at_mut(k);
+        let step = &mut rest[0];
+        if let Step::Region(r) = step {
+            forward_inputs(r, before, ops);
+            continue;
+        }
         let Step::Op(i) = step else { continue };
         let DataOp::Compute(c) = &ops[*i] else {
             continue;
@@ -28,7 +34,7 @@ pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
             .iter()
             .map(|s| {
                 let mut s = s.clone();
-                if let Some(from) = copied_from(&steps[..k], ops, &s.view) {
+                if let Some(from) = copied_from(before, ops, &s.view) {
                     s.view = from;
                 }
                 s
@@ -43,6 +49,20 @@ pub(super) fn forward(steps: &[Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
         out.get_or_insert_with(|| ops.to_vec())[*i] = DataOp::Compute(moved.into());
     }
     out
+}
+
+/// The inputs of region `r` read where a region of copies among `before` took them
+/// from (the softmax's input, copied into the value its max and its exponent read),
+/// where that view is apart from every view `r` writes.
+fn forward_inputs(r: &mut Region, before: &[Step], ops: &[DataOp]) {
+    for k in 0..r.inputs.len() {
+        let Some(from) = copied_from(before, ops, &r.inputs[k].view) else {
+            continue;
+        };
+        if !r.writes().any(|w| w.overlaps(&from)) {
+            r.inputs[k].view = from;
+        }
+    }
 }
 
 /// The view that `v` holds a copy of, as the last of `before` that writes it left it,
@@ -101,60 +121,101 @@ pub(super) fn forward_dsts(
 ) {
     let mut k = 0;
     while k + 1 < steps.len() {
-        let Step::Op(i) = steps[k] else {
+        let (Some(from), Some(to)) = (copy_source(&steps[k + 1]), copied_to(&steps[k + 1])) else {
             k += 1;
             continue;
         };
-        let c = match &ops.as_deref().unwrap_or(schedule)[i] {
-            DataOp::Compute(c) if !matches!(c.kind, ComputeKind::UpdateSlice { .. }) => c.clone(),
-            _ => {
-                k += 1;
-                continue;
-            }
-        };
-        let d = c.dst.view;
-        let to = match &steps[k + 1] {
-            Step::Region(r)
-                if r.instrs.len() == 1
-                    && matches!(r.instrs[0], Instr::Load(0))
-                    && r.inputs.len() == 1
-                    && r.inputs[0].pattern == Pattern::Full
-                    && r.inputs[0].view == d
-                    && r.outputs.len() == 1 =>
-            {
-                r.outputs[0].view
-            }
-            _ => {
-                k += 1;
-                continue;
-            }
-        };
-        let apart = !c.srcs.iter().any(|s| s.view.overlaps(&to)) && !to.overlaps(&d);
-        let later = || steps[k + 2..].iter().take(LOOK_AHEAD);
-        let read_later = kept.iter().any(|v| v.overlaps(&d))
-            || steps.len() > k + 2 + LOOK_AHEAD
-            || later().any(|s| match s {
-                Step::Op(j) => {
-                    let op = &ops.as_deref().unwrap_or(schedule)[*j];
-                    let acc = match op {
-                        DataOp::Accumulate { dst, .. } => Some(*dst),
+        let moved = match &steps[k] {
+            Step::Op(i) => match &ops.as_deref().unwrap_or(schedule)[*i] {
+                DataOp::Compute(c) if !matches!(c.kind, ComputeKind::UpdateSlice { .. }) => {
+                    let (d, i) = (c.dst.view, *i);
+                    let apart = !c.srcs.iter().any(|s| s.view.overlaps(&to)) && !to.overlaps(&d);
+                    let mut dst = c.dst.clone();
+                    dst.view = to;
+                    match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
+                        Ok(m) if d == from && apart && to.len() == d.len() => {
+                            Some((d, Moved::Op(i, m.into())))
+                        }
                         _ => None,
-                    };
-                    op.reads().chain(acc).any(|r| r.overlaps(&d))
+                    }
                 }
-                Step::Region(r) => r.reads().any(|v| v.overlaps(&d)),
-            });
-        let mut dst = c.dst.clone();
-        dst.view = to;
-        let moved = match Compute::new(c.kind.clone(), c.srcs.clone(), dst) {
-            Ok(m) if apart && !read_later && to.len() == d.len() => m,
-            _ => {
-                k += 1;
-                continue;
-            }
+                _ => None,
+            },
+            // A reduction a region folds, into the copy's destination instead.
+            Step::Region(r) => r.reduces.iter().enumerate().find_map(|(j, q)| {
+                let d = q.dst;
+                let apart = !r.reads().chain(r.writes()).any(|v| v.overlaps(&to));
+                (d == from && apart && to.len() == d.len()).then_some((d, Moved::Reduce(j)))
+            }),
         };
-        ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(moved.into());
+        let Some((d, moved)) = moved else {
+            k += 1;
+            continue;
+        };
+        if read_after(&steps[k + 2..], d, ops.as_deref().unwrap_or(schedule), kept) {
+            k += 1;
+            continue;
+        }
+        match moved {
+            Moved::Op(i, m) => ops.get_or_insert_with(|| schedule.to_vec())[i] = DataOp::Compute(m),
+            Moved::Reduce(j) => {
+                if let Step::Region(r) = &mut steps[k] {
+                    r.reduces[j].dst = to;
+                }
+            }
+        }
         steps.remove(k + 1);
         k += 1;
     }
+}
+
+/// What [`forward_dsts`] moves: a compute op (its index and its new form), or a
+/// region's reduction (its index).
+enum Moved {
+    Op(usize, std::sync::Arc<Compute>),
+    Reduce(usize),
+}
+
+/// The view a region of one plain copy reads.
+fn copy_source(step: &Step) -> Option<View> {
+    match step {
+        Step::Region(r)
+            if r.instrs.len() == 1
+                && matches!(r.instrs[0], Instr::Load(0))
+                && r.inputs.len() == 1
+                && r.inputs[0].pattern == Pattern::Full
+                && r.outputs.len() == 1
+                && r.reduces.is_empty() =>
+        {
+            Some(r.inputs[0].view)
+        }
+        _ => None,
+    }
+}
+
+/// The view a region of one plain copy writes.
+fn copied_to(step: &Step) -> Option<View> {
+    copy_source(step)?;
+    match step {
+        Step::Region(r) => Some(r.outputs[0].view),
+        Step::Op(_) => None,
+    }
+}
+
+/// True when `d` is read after the run (`kept`), or by one of `later` (of `ops`), or
+/// there are too many of them to look through.
+fn read_after(later: &[Step], d: View, ops: &[DataOp], kept: &[View]) -> bool {
+    kept.iter().any(|v| v.overlaps(&d))
+        || later.len() > LOOK_AHEAD
+        || later.iter().any(|s| match s {
+            Step::Op(j) => {
+                let op = &ops[*j];
+                let acc = match op {
+                    DataOp::Accumulate { dst, .. } => Some(*dst),
+                    _ => None,
+                };
+                op.reads().chain(acc).any(|r| r.overlaps(&d))
+            }
+            Step::Region(r) => r.reads().any(|v| v.overlaps(&d)),
+        })
 }

@@ -132,13 +132,14 @@ pub(super) fn prune(
             }
             Step::Region(r) => {
                 r.outputs.retain(|o| live.overlaps(&o.view));
-                if r.outputs.is_empty() {
+                r.reduces.retain(|q| live.overlaps(&q.dst));
+                if r.outputs.is_empty() && r.reduces.is_empty() {
                     keep[k] = false;
                     continue;
                 }
                 drop_unused(r);
-                for o in &r.outputs {
-                    live.remove(&o.view);
+                for v in r.writes() {
+                    live.remove(&v);
                 }
                 for i in &r.inputs {
                     live.add(&i.view);
@@ -167,6 +168,9 @@ fn drop_unused(r: &mut Region) {
     let mut need = vec![false; r.instrs.len()];
     for o in &r.outputs {
         need[o.reg] = true;
+    }
+    for q in &r.reduces {
+        need[q.reg] = true;
     }
     for i in (0..r.instrs.len()).rev() {
         if need[i] {
@@ -206,6 +210,9 @@ fn drop_unused(r: &mut Region) {
     for o in &mut r.outputs {
         o.reg = new_reg[o.reg];
     }
+    for q in &mut r.reduces {
+        q.reg = new_reg[q.reg];
+    }
     r.instrs = instrs;
     r.regs = regs;
     r.inputs = inputs;
@@ -213,7 +220,7 @@ fn drop_unused(r: &mut Region) {
 
 /// Gives every register of `r` a buffer, shared with registers whose lives end before
 /// it starts. Uniform registers (filled once per run) and registers an output reads
-/// (written after the block's last instruction) keep theirs to the end.
+/// or a reduction folds (after the block's last instruction) keep theirs to the end.
 pub(super) fn assign_slots(r: &mut Region) {
     let n = r.instrs.len();
     let mut last = vec![0usize; n];
@@ -225,6 +232,10 @@ pub(super) fn assign_slots(r: &mut Region) {
     }
     for o in &r.outputs {
         last[o.reg] = usize::MAX;
+    }
+    // A reduction folds its register after the block's last instruction too.
+    for q in &r.reduces {
+        last[q.reg] = usize::MAX;
     }
     for (i, reg) in r.regs.iter().enumerate() {
         if reg.uniform {

@@ -15,9 +15,10 @@ mod build;
 mod forward;
 mod later;
 mod live;
+mod reduce;
 mod region;
 
-pub use region::{Input, Instr, Output, Pattern, Reg, Region};
+pub use region::{Input, Instr, Output, Pattern, Reg, Region, RowReduce};
 
 use crate::ir::{DataOp, Program, Schedule, View};
 use build::Builder;
@@ -125,6 +126,11 @@ pub struct Joins {
     /// them from (the copies' writes then often dropped as unread): the CPU executor's
     /// choice.
     pub forward: bool,
+    /// A float reduction over trailing dimensions that reads a region's output right
+    /// after it runs is folded by the region as its blocks go ([`RowReduce`]): no pass
+    /// over memory of its own, and the output dropped where nothing else reads it. The
+    /// CPU executor's choice (in a run of one piece).
+    pub reduces: bool,
 }
 
 /// `schedule` fused, cut before each op index of `cuts` (no region spans a cut, except
@@ -273,9 +279,22 @@ pub fn fuse_with(
     );
     match keep {
         Keep::Outputs if cuts_free(&out) => {
+            if joins.reduces {
+                // Dead writes first: a reduction's destination often reuses the memory
+                // of a value its region wrote and nothing read.
+                live::prune(
+                    program,
+                    &schedule.ops,
+                    &mut out.steps,
+                    &mut out.piece_ends,
+                    &[],
+                );
+                reduce::fold_into_regions(&mut out.steps, &schedule.ops);
+                out.piece_ends = vec![out.steps.len()];
+            }
             // Forwarded only in a run that nothing reads or writes between its steps.
             if joins.forward {
-                out.ops = forward::forward(&out.steps, &schedule.ops);
+                out.ops = forward::forward(&mut out.steps, &schedule.ops);
             }
             let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
             live::prune(program, ops, &mut out.steps, &mut out.piece_ends, &[]);

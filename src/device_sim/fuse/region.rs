@@ -4,7 +4,7 @@
 //! and writing its live outputs once.
 
 use crate::array::DType;
-use crate::ir::{Binary, Comparison, Unary, View};
+use crate::ir::{Binary, Comparison, Reduction, Unary, View};
 
 /// How element `i` of a region reads an input view.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +117,24 @@ pub struct Output {
     pub view: View,
 }
 
+/// A reduction a region folds from one of its registers as its blocks go (a reduction
+/// over trailing dimensions that read the region's output: [`super::Joins::reduces`]):
+/// the register's elements in groups of `k` adjacent ones, group `g` folded into
+/// element `g` of `dst`, in the order the reduction alone folds them (bit for bit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowReduce {
+    /// The register folded (a float dtype's).
+    pub reg: usize,
+    /// How.
+    pub op: Reduction,
+    /// Elements per group (at least one).
+    pub k: usize,
+    /// Where the results go: `n / k` elements.
+    pub dst: View,
+    /// Their dtype (a float one; results rounded once to it).
+    pub dtype: DType,
+}
+
 /// A fused region: `instrs[i]` computes register `i` (of `regs[i]`) over `n` elements;
 /// then every output is written. Uniform registers are computed once, the others a
 /// block of elements at a time; `slots[i]` is the buffer register `i` lives in (slots
@@ -139,6 +157,8 @@ pub struct Region {
     pub nslots: usize,
     /// Writes, after the last instruction of each block.
     pub outputs: Vec<Output>,
+    /// Reductions folded from its registers (the CPU executor's only; all of one `k`).
+    pub reduces: Vec<RowReduce>,
     /// The schedule's ops it stands for, in order.
     pub ops: Vec<usize>,
 }
@@ -151,7 +171,10 @@ impl Region {
 
     /// Views it writes.
     pub fn writes(&self) -> impl Iterator<Item = View> + '_ {
-        self.outputs.iter().map(|o| o.view)
+        self.outputs
+            .iter()
+            .map(|o| o.view)
+            .chain(self.reduces.iter().map(|q| q.dst))
     }
 
     /// True when it computes nothing: its outputs are loads and constants (copies and
