@@ -224,6 +224,7 @@ impl KernelCall {
                 let a = prog.outputs[o];
                 let dst = buffers.result(x, k)?;
                 sized("output", dst.len(), a)?;
+                crate::huge::advise(dst);
                 let taken = lent
                     .iter()
                     .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));

@@ -146,3 +146,25 @@ def test_whole_vmem_operands_give_each_calls_answer_and_leave_the_operand(kernel
             want = host if kernel is accumulate_in_vmem else (host + 1) * 2
             np.testing.assert_array_equal(got, want, err_msg=f"call {k}")
             np.testing.assert_array_equal(np.asarray(x), host, err_msg=f"call {k}: the operand changed")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_results_of_several_huge_pages_come_out_whole(backend):
+    # 8 MiB and a row per device: results spanning whole 2 MiB pages (advised as huge
+    # pages before the run writes them) and a part page at each end.
+    shape = (2049, 1024)
+    call = pl.pallas_call(
+        rotate_rows,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+    )
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with tpusim.simulate(backend=backend):
+        for k in range(2):
+            host = random_host(jnp.float32, (4 * shape[0], shape[1]), seed=10 + k)
+            got = np.asarray(f(jax.device_put(host, jax.NamedSharding(mesh, P("x")))))
+            want = np.concatenate([np.roll(b, -1, axis=0) for b in np.split(host, 4)])
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"call {k}")
