@@ -358,3 +358,92 @@ fn memory_lent_for_the_wrong_allocation_or_size_is_refused() {
         .expect("lent twice");
     assert!(err.to_string().contains("lent twice"), "{err}");
 }
+
+/// `o = x[:8] + x[8:]` through VMEM (added to what `o` starts as), both operands whole
+/// blocks in VMEM; `x` first has one added in VMEM when `writes_input`.
+fn through_vmem(writes_input: bool) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[16, 128], DType::F32)
+        .output("o", MemorySpace::Vmem, &[8, 128], DType::F32)
+        .vmem("one", &[16, 128], DType::F32);
+    PallasCall::new("through_vmem", spec, move |pl, a| {
+        let (x, o, one) = (a.r(0), a.r(1), a.r(2));
+        if writes_input {
+            pl.fill(one, 1.0);
+            pl.accumulate(x, one, ReduceOp::Sum);
+        }
+        pl.accumulate(o, x.slice(ds(0, 8)), ReduceOp::Sum);
+        pl.accumulate(o, x.slice(ds(8, 8)), ReduceOp::Sum);
+    })
+}
+
+/// A VMEM operand copied whole from a lent input, or into a lent output, is that
+/// operand's memory (no copy): the caller's input stays as it was, each call's output
+/// is its own inputs' (garbage in the output memory zeroed where `o` is read first),
+/// and a VMEM input the kernel writes is not shared.
+#[test]
+fn vmem_operands_share_the_lent_memory_and_give_each_calls_answer() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    for writes_input in [false, true] {
+        for uninit in [Uninit::Zero, Uninit::Nan] {
+            let plan = Job::call(through_vmem(writes_input), mesh.clone())
+                .with_uninit(uninit)
+                .plan()
+                .unwrap();
+            let cpu_plan = CpuPlan::of(&plan.program, &plan.schedule);
+            let want_shared = if writes_input { 2 } else { 4 };
+            assert_eq!(cpu_plan.shared_operands(), want_shared, "{writes_input}");
+            for call in 0..3u32 {
+                let inputs: Vec<Vec<HostArray>> = (0..2u32)
+                    .map(|d| {
+                        let x = (0..2048u32).map(|i| (i * 3 + d * 1000 + call * 77) as f32);
+                        vec![HostArray::from_f32(&[16, 128], x.collect()).unwrap()]
+                    })
+                    .collect();
+                let garbage = 0x4100_0000 + call;
+                let (got, ins) = run_lent_with(&plan, &cpu_plan, &inputs, garbage);
+                let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+                assert_eq!(got, words(&want), "{writes_input} {uninit:?} call {call}");
+                assert_eq!(ins, words(&inputs), "call {call}: the caller's x stays");
+                let add = if writes_input { 1.0 } else { 0.0 };
+                for (d, dev) in inputs.iter().enumerate() {
+                    let x = dev[0].as_f32();
+                    let o: Vec<f32> = got[d][0].iter().map(|&w| f32::from_bits(w)).collect();
+                    let expect: Vec<f32> =
+                        (0..1024).map(|i| x[i] + x[i + 1024] + 2.0 * add).collect();
+                    if uninit == Uninit::Zero {
+                        assert_eq!(o, expect, "{writes_input} call {call} device {d}");
+                    } else {
+                        assert!(o.iter().all(|v| v.is_nan()), "o starts as NaN");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A shipped reduce-scatter's VMEM input and output (`psum_scatter`, whole blocks in
+/// VMEM) share the lent operands' memory on every device.
+#[test]
+fn a_reduce_scatters_vmem_operands_share_lent_memory() {
+    let reg = Registry::builtin();
+    let c = reg.iter().find(|c| c.name() == "psum_scatter").unwrap();
+    let mesh = Mesh::new(4, "x").unwrap();
+    let plan = Job::collective(c.clone(), Placement::whole(mesh))
+        .with_dtype(DType::F32)
+        .plan()
+        .unwrap();
+    let cpu_plan = CpuPlan::of(&plan.program, &plan.schedule);
+    assert_eq!(
+        cpu_plan.shared_operands(),
+        8,
+        "x_ref and o_ref on 4 devices"
+    );
+    for seed in [3, 4] {
+        let inputs = random_inputs(&plan.program, seed).unwrap();
+        let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+        let (got, ins) = run_lent_with(&plan, &cpu_plan, &inputs, 0xdead_beef);
+        assert_eq!(got, words(&want), "seed {seed}");
+        assert_eq!(ins, words(&inputs), "seed {seed}: the inputs stay");
+    }
+}

@@ -25,6 +25,13 @@ thread_local! {
 /// A shared executor behind the `&mut` the pipeline's steps take.
 pub struct Shared(Rc<dyn Executor>, Chosen);
 
+impl Shared {
+    /// The executor itself (the same for every call on this thread).
+    pub fn inner(&self) -> Rc<dyn Executor> {
+        self.0.clone()
+    }
+}
+
 impl Executor for Shared {
     fn describe(&self) -> String {
         self.1.describe(&self.0.describe())

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tpusim::collectives::Registry;
 use tpusim::device_sim::cpu::CpuPlan;
-use tpusim::device_sim::{Executor, Lent};
+use tpusim::device_sim::{Executor, Lent, Prepared};
 use tpusim::ir::Uninit;
 use tpusim::model::Traffic;
 use tpusim::run::Job;
@@ -224,6 +224,7 @@ impl KernelCall {
                 let a = prog.outputs[o];
                 let dst = buffers.result(x, k)?;
                 sized("output", dst.len(), a)?;
+                crate::huge::advise(dst);
                 let taken = lent
                     .iter()
                     .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));
@@ -238,52 +239,67 @@ impl KernelCall {
                 }
             }
         }
-        let mut run = match exec.is_gpu() {
-            true => exec.prepare(prog, &plan.schedule).py()?,
-            false => cpu
-                .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
-                .py()?,
-        };
-        // The rest in: in place where the run's memory is host memory, else one operand
-        // at a time at its own width (the GPU), else staged as host arrays.
-        let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
-        for (r, i, bytes) in copied_in {
-            let a = prog.inputs[i];
-            let dtype = allocs[a].dtype;
-            if let Some(w) = run.input_words(r, i) {
-                dtype.words_from_bytes(bytes, w);
-            } else if !run.write_input_bytes(r, i, bytes).py()? {
-                let mut w = vec![0; allocs[a].numel()];
-                dtype.words_from_bytes(bytes, &mut w);
-                staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
-            }
+        if exec.is_gpu() {
+            // The GPU's run is kept for the next call of this plan.
+            return crate::kept_runs::with_run(&exec, &plan, |run| {
+                exchange(run, prog, copied_in, copied_out)
+            });
         }
-        if staged.iter().any(|r| !r.is_empty()) {
-            run.upload(&staged).py()?;
-        }
-        run.run(1).py()?;
-        if copied_out.is_empty() {
-            return Ok(());
-        }
-        if run.output_words(0, 0).is_none() && run.read_outputs_bytes(&mut copied_out).py()? {
-            return Ok(());
-        }
-        let read = match run.output_words(0, 0).is_some() {
-            true => None,
-            false => Some(run.read_outputs().py()?),
-        };
-        for (r, o, dst) in copied_out {
-            let a = prog.outputs[o];
-            let words = match &read {
-                Some(v) => &v[r][o].words[..],
-                None => run
-                    .output_words(r, o)
-                    .expect("host memory, as its first output"),
-            };
-            allocs[a].dtype.bytes_from_words(words, dst);
-        }
-        Ok(())
+        let mut run = cpu
+            .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
+            .py()?;
+        exchange(run.as_mut(), prog, copied_in, copied_out)
     }
+}
+
+/// Writes the inputs `copied_in` (`(device, operand, bytes)`) not lent to `run`, runs
+/// it once and reads the outputs `copied_out` not lent: in place where the run's memory
+/// is host memory, else one operand at a time at its own width (the GPU), else staged
+/// as host arrays.
+fn exchange(
+    run: &mut dyn Prepared,
+    prog: &tpusim::ir::Program,
+    copied_in: Vec<(usize, usize, &[u8])>,
+    mut copied_out: Vec<(usize, usize, &mut [u8])>,
+) -> PyResult<()> {
+    let allocs = &prog.layout.allocs;
+    let mut staged: Vec<Vec<HostArray>> = vec![Vec::new(); prog.devices];
+    for (r, i, bytes) in copied_in {
+        let a = prog.inputs[i];
+        let dtype = allocs[a].dtype;
+        if let Some(w) = run.input_words(r, i) {
+            dtype.words_from_bytes(bytes, w);
+        } else if !run.write_input_bytes(r, i, bytes).py()? {
+            let mut w = vec![0; allocs[a].numel()];
+            dtype.words_from_bytes(bytes, &mut w);
+            staged[r].push(HostArray::from_words(dtype, &allocs[a].shape, w).py()?);
+        }
+    }
+    if staged.iter().any(|r| !r.is_empty()) {
+        run.upload(&staged).py()?;
+    }
+    run.run(1).py()?;
+    if copied_out.is_empty() {
+        return Ok(());
+    }
+    if run.output_words(0, 0).is_none() && run.read_outputs_bytes(&mut copied_out).py()? {
+        return Ok(());
+    }
+    let read = match run.output_words(0, 0).is_some() {
+        true => None,
+        false => Some(run.read_outputs().py()?),
+    };
+    for (r, o, dst) in copied_out {
+        let a = prog.outputs[o];
+        let words = match &read {
+            Some(v) => &v[r][o].words[..],
+            None => run
+                .output_words(r, o)
+                .expect("host memory, as its first output"),
+        };
+        allocs[a].dtype.bytes_from_words(words, dst);
+    }
+    Ok(())
 }
 
 impl KernelCall {

@@ -5,7 +5,7 @@
 //!   seeds and schedules checked by the core's rules), [`arrays`] (numpy in and out),
 //!   [`mesh`], [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole,
 //!   or streams in place), [`progress`], [`budget`] (what the front end asks the
-//!   budget), [`executors`], [`heap`], [`replay`] (a recorded jaxpr as the core's ops),
+//!   budget), [`executors`], [`kept_runs`] (GPU runs kept across calls), [`heap`], [`huge`] (results in huge pages), [`replay`] (a recorded jaxpr as the core's ops),
 //!   [`steer`], [`xla_ffi`] (XLA's typed FFI), [`buffers`] (a round's XLA buffers and
 //!   their wiring) and [`jobs`] (what every job does: check, model);
 //! - the kernel call and its wiring: [`kernel`] (a Pallas kernel written in Python, its
@@ -25,8 +25,10 @@ mod collectives;
 mod errors;
 mod executors;
 mod heap;
+mod huge;
 mod interrupts;
 mod jobs;
+mod kept_runs;
 mod kernel;
 mod mesh;
 mod outputs;

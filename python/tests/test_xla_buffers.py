@@ -110,3 +110,61 @@ def test_every_dtype_goes_in_and_out_of_xla_buffers_at_its_width(dtype, backend)
             # Compared bit for bit (as bytes): NaN-free, but -0.0 and 0.0 told apart.
             np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"call {k}")
             np.testing.assert_array_equal(np.asarray(x).view(np.uint8), host.view(np.uint8))
+
+
+def accumulate_in_vmem(x_ref, o_ref):
+    # o starts as unwritten memory reads (zero here): o = x on every call, whatever an
+    # earlier call left in the buffers.
+    o_ref[...] += x_ref[...]
+
+
+def writes_its_vmem_input(x_ref, o_ref):
+    x_ref[...] = x_ref[...] + 1
+    o_ref[...] = x_ref[...] * 2
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32])
+@pytest.mark.parametrize("kernel", [accumulate_in_vmem, writes_its_vmem_input])
+def test_whole_vmem_operands_give_each_calls_answer_and_leave_the_operand(kernel, dtype, backend, monkeypatch):
+    # Whole blocks in VMEM: on the CPU executor the VMEM buffers may be XLA's own
+    # operand and result; on the GPU the run is kept from call to call.
+    monkeypatch.setenv("TPUSIM_UNINIT", "zero")
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((ROWS, 128), dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+    )
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with tpusim.simulate(backend=backend):
+        for k in range(3):
+            host = (np.arange(4 * ROWS * 128).reshape(4 * ROWS, 128) % 97 - 40 + 1000 * k).astype(dtype)
+            x = jax.device_put(host, jax.NamedSharding(mesh, P("x")))
+            got = np.asarray(f(x))
+            want = host if kernel is accumulate_in_vmem else (host + 1) * 2
+            np.testing.assert_array_equal(got, want, err_msg=f"call {k}")
+            np.testing.assert_array_equal(np.asarray(x), host, err_msg=f"call {k}: the operand changed")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_results_of_several_huge_pages_come_out_whole(backend):
+    # 8 MiB and a row per device: results spanning whole 2 MiB pages (advised as huge
+    # pages before the run writes them) and a part page at each end.
+    shape = (2049, 1024)
+    call = pl.pallas_call(
+        rotate_rows,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+    )
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with tpusim.simulate(backend=backend):
+        for k in range(2):
+            host = random_host(jnp.float32, (4 * shape[0], shape[1]), seed=10 + k)
+            got = np.asarray(f(jax.device_put(host, jax.NamedSharding(mesh, P("x")))))
+            want = np.concatenate([np.roll(b, -1, axis=0) for b in np.split(host, 4)])
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"call {k}")

@@ -180,6 +180,13 @@ pub trait Prepared {
         Ok(false)
     }
 
+    /// Puts the run's memory back as [`Executor::prepare`] left it (zeros, its tables),
+    /// so that it runs again on new inputs as a run prepared anew would, what was
+    /// prepared kept: true where done, false where this run cannot (prepare another).
+    fn restart(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Runs piece `k` of a schedule prepared in pieces ([`Executor::prepare_pieces`]) once.
     fn run_piece(&mut self, _k: usize) -> Result<()> {
         Err(Error::bad_input("this run was not prepared in pieces"))

@@ -12,6 +12,7 @@ pub mod layout;
 mod region;
 mod rows;
 mod spare;
+mod twins;
 pub mod vmath;
 pub mod words;
 
@@ -29,23 +30,36 @@ use words::Words;
 
 /// What the CPU executor works out once per schedule: what the schedule does to the
 /// program's memory (which memory a caller may lend, which must start zeroed), the
-/// schedule as it runs here, fused, and the buffers of its last run, kept for the next.
+/// schedule as it runs here, fused, its VMEM buffers that may share a lent operand's
+/// memory, and the buffers of its last run, kept for the next.
 #[derive(Clone, Debug)]
 pub struct CpuPlan {
     /// The schedule's coverage of the program's memory.
     pub coverage: Coverage,
     fused: Fused,
+    twins: Vec<twins::Twin>,
     spare: spare::Spare,
 }
 
 impl CpuPlan {
     /// The plan of `schedule` on `program`.
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
+        let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
+        let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
+        let twins = twins::twins(program, &schedule.memory(program), &fused, ops);
         CpuPlan {
             coverage: Coverage::of(program, schedule),
-            fused: fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS),
+            fused,
+            twins,
             spare: spare::Spare::default(),
         }
+    }
+
+    /// How many VMEM buffers may share a lent operand's memory (over every device): a
+    /// whole operand copied into VMEM that neither is written, or a VMEM buffer copied
+    /// whole into an output that nothing else writes or reads.
+    pub fn shared_operands(&self) -> usize {
+        self.twins.len()
     }
 
     /// Bytes of buffers kept from the last run for the next.
@@ -99,7 +113,9 @@ impl CpuExecutor {
     /// `plan`'s coverage says the run needs it). The others are the run's own: the
     /// buffers of `plan`'s last run where it kept them, zeroed again only where the run
     /// reads them before writing, else fresh (zeroed); an input not lent is written with
-    /// [`Prepared::input_words`] or [`Prepared::upload`]. `plan` is [`CpuPlan::of`]
+    /// [`Prepared::input_words`] or [`Prepared::upload`]. A VMEM buffer copied whole
+    /// from a lent input, or whole into a lent output ([`CpuPlan::shared_operands`]),
+    /// is that operand's memory, and the copy is skipped. `plan` is [`CpuPlan::of`]
     /// this schedule; the run gives its buffers back to it when dropped.
     pub fn prepare_lent<'a>(
         &'a self,
@@ -141,6 +157,35 @@ impl CpuExecutor {
                 }
             });
         }
+        let (mut skip, mut moved) = (Vec::new(), Vec::new());
+        for t in &plan.twins {
+            let (o, v) = (
+                table.index_of(t.device, t.operand),
+                table.index_of(t.device, t.vmem),
+            );
+            match (t.input, bufs[o].take()) {
+                (true, Some(Buf::Read(w))) => {
+                    bufs[o] = Some(Buf::Read(w));
+                    bufs[v] = Some(Buf::Read(w));
+                }
+                // The output's memory is the VMEM buffer's: the output itself is
+                // touched by the skipped copy alone.
+                (false, Some(Buf::Lent(w))) => {
+                    if coverage.needs_zero(t.device, t.vmem) {
+                        w.fill(0);
+                    }
+                    bufs[v] = Some(Buf::Lent(w));
+                    bufs[o] = Some(Buf::Own(Words::default()));
+                    moved.push((o, v));
+                }
+                (_, b) => {
+                    bufs[o] = b;
+                    continue;
+                }
+            }
+            skip.push(t.step);
+        }
+        skip.sort_unstable();
         let bufs = bufs
             .into_iter()
             .enumerate()
@@ -168,6 +213,8 @@ impl CpuExecutor {
             },
             fused: Cow::Borrowed(&plan.fused),
             spare: Some(&plan.spare),
+            skip,
+            moved,
         }))
     }
 }
@@ -386,9 +433,13 @@ impl Memory<'_> {
         }
     }
 
-    /// Runs `steps` of `ops`' fused form in order.
-    fn run(&mut self, steps: &[Step], ops: &[DataOp]) {
-        for s in steps {
+    /// Runs `steps` of `ops`' fused form in order, but those whose index (the first
+    /// being `first`) `skip` lists.
+    fn run(&mut self, steps: &[Step], ops: &[DataOp], first: usize, skip: &[usize]) {
+        for (k, s) in steps.iter().enumerate() {
+            if !skip.is_empty() && skip.binary_search(&(first + k)).is_ok() {
+                continue;
+            }
             match s {
                 Step::Op(i) => self.op(&ops[*i]),
                 Step::Region(r) => self.region(r),
@@ -569,6 +620,10 @@ struct CpuRun<'a> {
     fused: Cow<'a, Fused>,
     /// Where its own buffers go when it ends.
     spare: Option<&'a spare::Spare>,
+    /// Steps not run (increasing): copies between memory shared ([`twins`]).
+    skip: Vec<usize>,
+    /// Outputs (memory slots) held in another slot: `(output, where)`.
+    moved: Vec<(usize, usize)>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -673,6 +728,8 @@ fn own_memory<'a>(
         mem,
         fused: Cow::Owned(fused),
         spare: None,
+        skip: Vec::new(),
+        moved: Vec::new(),
     }))
 }
 
@@ -687,12 +744,21 @@ impl CpuRun<'_> {
         })
     }
 
-    /// The steps of piece `k`.
-    fn piece(&self, k: usize) -> Option<&[Step]> {
+    /// The steps of piece `k`, and the index of its first.
+    fn piece(&self, k: usize) -> Option<(&[Step], usize)> {
         let ends = &self.fused.piece_ends;
         let end = *ends.get(k)?;
         let start = if k == 0 { 0 } else { ends[k - 1] };
-        Some(&self.fused.steps[start..end])
+        Some((&self.fused.steps[start..end], start))
+    }
+
+    /// The memory slot holding allocation `alloc` of `device` ([`CpuRun::moved`]).
+    fn slot(&self, device: usize, alloc: ir::AllocId) -> usize {
+        let i = self.mem.table.index_of(device, alloc);
+        self.moved
+            .iter()
+            .find(|(o, _)| *o == i)
+            .map_or(i, |&(_, at)| at)
     }
 }
 
@@ -725,9 +791,10 @@ impl Prepared for CpuRun<'_> {
         for _ in 0..iters {
             // In slices, so that a watched caller may stop a long run between them
             // (crate::interrupt); the steps run in the same order.
-            for steps in self.fused.steps.chunks(INTERRUPT_EVERY_OPS) {
+            for (c, steps) in self.fused.steps.chunks(INTERRUPT_EVERY_OPS).enumerate() {
                 crate::interrupt::check()?;
-                self.mem.run(steps, ops);
+                self.mem
+                    .run(steps, ops, c * INTERRUPT_EVERY_OPS, &self.skip);
             }
         }
         Ok(t.elapsed())
@@ -743,8 +810,7 @@ impl Prepared for CpuRun<'_> {
 
     fn output_words(&self, device: usize, operand: usize) -> Option<&[u32]> {
         let a = *self.program.outputs.get(operand)?;
-        (device < self.program.devices)
-            .then(|| &self.mem.bufs[self.mem.table.index_of(device, a)][..])
+        (device < self.program.devices).then(|| &self.mem.bufs[self.slot(device, a)][..])
     }
 
     fn input_kept(&self, device: usize, operand: usize) -> Option<&[u32]> {
@@ -757,12 +823,12 @@ impl Prepared for CpuRun<'_> {
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
         let n = self.fused.piece_ends.len();
-        let steps = self
+        let (steps, first) = self
             .piece(k)
-            .ok_or_else(|| crate::Error::bad_input(format!("no piece {k} of {n}")))?
-            .to_vec();
+            .ok_or_else(|| crate::Error::bad_input(format!("no piece {k} of {n}")))?;
+        let steps = steps.to_vec();
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        self.mem.run(&steps, ops);
+        self.mem.run(&steps, ops, first, &self.skip);
         Ok(())
     }
 
@@ -816,7 +882,7 @@ impl Prepared for CpuRun<'_> {
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: self.mem.bufs[self.mem.table.index_of(d, a)].to_vec(),
+                        words: self.mem.bufs[self.slot(d, a)].to_vec(),
                     })
                     .collect()
             })

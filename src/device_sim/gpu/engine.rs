@@ -52,6 +52,8 @@ pub struct GpuRun<'a> {
     dispatches: usize,
     /// The steps of each piece of a schedule prepared in pieces (empty: one piece).
     pieces: Vec<std::ops::Range<usize>>,
+    /// What each buffer of the recording starts as, and its bytes ([`GpuRun::restart`]).
+    inits: Vec<(Init, u64)>,
 }
 
 impl Engine {
@@ -86,6 +88,7 @@ impl Engine {
         let mut bufs = self.buffers(&rec.buffers);
         let (params, stride) = self.params(&rec.params);
         let dispatches = rec.dispatches();
+        let inits = rec.buffers.into_iter().map(|b| (b.init, b.size)).collect();
         let steps = rec
             .commands
             .into_iter()
@@ -108,6 +111,7 @@ impl Engine {
             steps,
             dispatches,
             pieces: Vec::new(),
+            inits,
         };
         scope.close(ctx, "preparing the schedule")?;
         Ok(run)
@@ -120,17 +124,24 @@ impl Engine {
             .iter()
             .map(|b| self.pool.take(&ctx.device, &b.label, b.size, STORAGE, max))
             .collect();
+        let inits: Vec<(&Init, u64)> = descs.iter().map(|d| (&d.init, d.size)).collect();
+        self.init(&bufs, &inits);
+        bufs
+    }
+
+    /// Writes each of `bufs` as `inits` says (its contents, or zeros over its bytes).
+    fn init(&self, bufs: &[Pooled], inits: &[(&Init, u64)]) {
+        let ctx = &self.ctx;
         let mut zeroed = Vec::new();
-        for (b, desc) in bufs.iter().zip(descs) {
-            match &desc.init {
+        for (b, &(init, size)) in bufs.iter().zip(inits) {
+            match init {
                 Init::Data(bytes) => ctx.queue.write_buffer(&b.buffer, 0, bytes),
                 // Pooled buffers are reused: memory starts as zeros, as on the CPU executor.
-                Init::Zeros => zeroed.push((&b.buffer, desc.size)),
+                Init::Zeros => zeroed.push((&b.buffer, size)),
                 Init::Any => {}
             }
         }
         zero(ctx, &zeroed);
-        bufs
     }
 
     /// One uniform buffer holding every parameter block, and the stride between them.
@@ -209,6 +220,17 @@ impl GpuRun<'_> {
     /// Which lowering the executor chose.
     pub fn lowering(&self) -> Lowering {
         self.lowering
+    }
+
+    /// Puts every buffer back as [`Engine::load`] left it (zeros, tables), so that the
+    /// run, its lowering and GPU objects kept, can run again on new inputs as a run
+    /// loaded anew would.
+    pub fn restart(&self) -> Result<()> {
+        let ctx = &self.engine.ctx;
+        let scope = ErrorScope::open(&ctx.device);
+        let inits: Vec<(&Init, u64)> = self.inits.iter().map(|(i, n)| (i, *n)).collect();
+        self.engine.init(&self.bufs, &inits);
+        Ok(scope.close(ctx, "restarting the schedule")?)
     }
 
     fn place(&self, device: usize, alloc: usize) -> (&wgpu::Buffer, &Place) {
@@ -523,6 +545,10 @@ impl Prepared for GpuRun<'_> {
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
         GpuRun::run_piece(self, k)
+    }
+
+    fn restart(&mut self) -> Result<bool> {
+        GpuRun::restart(self).map(|()| true)
     }
 
     fn write_input_bytes(&mut self, device: usize, operand: usize, bytes: &[u8]) -> Result<bool> {
