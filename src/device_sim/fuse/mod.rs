@@ -15,8 +15,10 @@ mod build;
 mod forward;
 mod later;
 mod live;
+mod reading;
 mod region;
 
+pub use reading::fuse_reading;
 pub use region::{Input, Instr, Output, Pattern, Reg, Region};
 
 use crate::ir::{DataOp, Program, Schedule, View};
