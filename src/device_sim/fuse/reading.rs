@@ -164,6 +164,8 @@ fn touches(steps: &[Step], ops: &[DataOp]) -> HashMap<(usize, usize), (usize, us
 /// last use is that write, moves into the output's memory: the output's first step
 /// writes all of it and reads none of it, and a region there reads the temporary
 /// element for element on the very elements it writes (or apart from them). The
+/// temporary's own first step writes all of it and reads none of it too, so what the
+/// memory held before (a run before this one: the output) is never seen. The
 /// temporary is neither an input nor an output of `program`; the output is one of
 /// `outputs` (allocations), not an input, of the temporary's size and dtype.
 fn rename_into_outputs(
@@ -191,6 +193,7 @@ fn rename_into_outputs(
                 && allocs[a].numel() == allocs[b].numel()
                 && allocs[a].dtype == allocs[b].dtype
                 && at[&(d, a)].1 <= first
+                && starts_whole(&steps[at[&(d, a)].0], ops, d, a, allocs[a].numel())
                 && fits(&steps[first], ops, d, a, b, allocs[b].numel())
         });
         if let Some(&(_, a)) = temp {
@@ -222,14 +225,11 @@ fn rename_into_outputs(
     });
 }
 
-/// True when `step`, the first to touch allocation `b` of device `d` (of `n` elements),
-/// writes all of it, reads none of it, writes nothing of `a`, and reads `a` where it
-/// may once `a` is `b`: as a plain op (the executor reads sources apart from their
-/// destination before it writes), or in a region element for element on the elements
-/// it writes or apart from every write.
-fn fits(step: &Step, ops: &[DataOp], d: usize, a: usize, b: usize, n: usize) -> bool {
-    let on = |v: &View, x: usize| v.device() == d && v.alloc() == x;
-    let whole = |v: &View| on(v, b) && v.offset() == 0 && v.len() == n;
+/// True when `step` writes all of allocation `a` of device `d` (`n` elements) and
+/// reads none of it.
+fn starts_whole(step: &Step, ops: &[DataOp], d: usize, a: usize, n: usize) -> bool {
+    let on = |v: &View| v.device() == d && v.alloc() == a;
+    let whole = |v: &View| on(v) && v.offset() == 0 && v.len() == n;
     match step {
         Step::Op(i) => {
             let op = &ops[*i];
@@ -237,15 +237,27 @@ fn fits(step: &Step, ops: &[DataOp], d: usize, a: usize, b: usize, n: usize) -> 
                 DataOp::Accumulate { dst, .. } => Some(*dst),
                 _ => None,
             };
-            op.writes().any(|w| whole(&w))
-                && !op.writes().any(|w| on(&w, a))
-                && !op.reads().chain(acc).any(|r| on(&r, b))
+            op.writes().any(|w| whole(&w)) && !op.reads().chain(acc).any(|r| on(&r))
         }
+        Step::Region(r) => r.writes().any(|w| whole(&w)) && !r.reads().any(|v| on(&v)),
+    }
+}
+
+/// True when `step`, the first to touch allocation `b` of device `d` (of `n` elements),
+/// writes all of it, reads none of it, writes nothing of `a`, and reads `a` where it
+/// may once `a` is `b`: as a plain op (the executor reads sources apart from their
+/// destination before it writes), or in a region element for element on the elements
+/// it writes or apart from every write.
+fn fits(step: &Step, ops: &[DataOp], d: usize, a: usize, b: usize, n: usize) -> bool {
+    let on = |v: &View, x: usize| v.device() == d && v.alloc() == x;
+    if !starts_whole(step, ops, d, b, n) {
+        return false;
+    }
+    match step {
+        Step::Op(i) => !ops[*i].writes().any(|w| on(&w, a)),
         Step::Region(r) => {
             let renamed = |v: &View| View::new(d, b, v.offset(), v.len());
-            r.writes().any(|w| whole(&w))
-                && !r.writes().any(|w| on(&w, a))
-                && !r.reads().any(|v| on(&v, b))
+            !r.writes().any(|w| on(&w, a))
                 && r.inputs.iter().filter(|i| on(&i.view, a)).all(|i| {
                     let v = renamed(&i.view);
                     i.pattern == Pattern::Full && r.writes().all(|w| w == v || !w.overlaps(&v))
