@@ -67,7 +67,8 @@ struct Plan<'a> {
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
 // ranges of the outputs (one block each); the fusion pass keeps every output apart from
 // every input except an input read element for element in place (each block reads its
-// elements before it writes them, and such an input is never read in place).
+// elements before it writes them; such an input is read in place only when no output
+// stores its load's register).
 unsafe impl Send for Plan<'_> {}
 unsafe impl Sync for Plan<'_> {}
 
@@ -86,8 +87,16 @@ fn decide(
         Instr::Load(k) => {
             let input = &r.inputs[k];
             // Every dtype's elements are words in memory, as a load's lanes hold them
-            // (a 16-bit one's raw, widened by a later instruction).
-            input.pattern == Pattern::Full && !overlaps_any_output(&input.view)
+            // (a 16-bit one's raw, widened by a later instruction). An input that an
+            // output overwrites in place (`o += x`) is read there too: a block's
+            // outputs are stored after its last instruction, so only an output that
+            // stores this very register could see the block's new values.
+            let exact = |v: &crate::ir::View| *v == input.view && v.len() == r.n;
+            input.pattern == Pattern::Full
+                && (!overlaps_any_output(&input.view)
+                    || r.outputs
+                        .iter()
+                        .all(|o| o.reg != i && (exact(&o.view) || !o.view.overlaps(&input.view))))
         }
         _ => false,
     }));
