@@ -544,11 +544,11 @@ fn runs_read_through_some_outputs_equal_unfused_on_those_bit_for_bit() {
         let mut got = cpu.prepare_reading(prog, sched, read).unwrap();
         got.upload(inputs).unwrap();
         got.run(2).unwrap();
-        for d in 0..prog.devices {
-            for k in 0..prog.outputs.len() {
+        for (d, want) in want.iter().enumerate() {
+            for (k, want) in want.iter().enumerate() {
                 match got.output_words(d, k) {
                     Some(w) if read.contains(&k) => {
-                        if w != &want[d][k].words[..] {
+                        if w != &want.words[..] {
                             return false;
                         }
                     }
