@@ -53,6 +53,14 @@ impl Executor for Shared {
     ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
         self.0.prepare_literal(program, schedule)
     }
+    fn prepare_reading<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        outputs: &[usize],
+    ) -> tpusim::Result<Box<dyn Prepared + 'a>> {
+        self.0.prepare_reading(program, schedule, outputs)
+    }
     fn prepare_pieces<'a>(
         &'a self,
         program: &'a Program,

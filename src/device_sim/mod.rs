@@ -38,6 +38,18 @@ pub trait Executor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>>;
 
+    /// As [`Executor::prepare`], for a caller that reads only `outputs` (indices into
+    /// the program's outputs) after the runs: the others may hold anything, and an
+    /// executor may leave out the work only they need. By default the same as `prepare`.
+    fn prepare_reading<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        _outputs: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.prepare(program, schedule)
+    }
+
     /// As [`Executor::prepare`], every op run as the schedule lists it: none fused with
     /// another or dropped as unread (what an executor's rates are measured on, kernels
     /// whose results nothing reads). By default the same as `prepare`.
@@ -436,6 +448,14 @@ impl Executor for Noted {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         self.inner.prepare_literal(program, schedule)
+    }
+    fn prepare_reading<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        outputs: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        self.inner.prepare_reading(program, schedule, outputs)
     }
     fn copy_bandwidth(&self, bytes: u64) -> Result<Option<f64>> {
         self.inner.copy_bandwidth(bytes)

@@ -46,24 +46,33 @@ pub fn fill_words(seed: u64, at: [usize; 2], dtype: DType, start: usize, out: &m
     }
 }
 
-/// [`fill_words`] on one core.
+/// [`fill_words`] on one core: the stream's words in bulk (as `next_u32` gives them
+/// one at a time), then each mapped to its dtype in a loop of its own (the compiler
+/// vectorizes it; a word at a time with the dtype matched per element took half of
+/// making a large input).
 fn fill_range(seed: u64, at: [usize; 2], dtype: DType, start: usize, out: &mut [u32]) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(((at[0] as u64) << 16) | at[1] as u64);
     rng.set_word_pos(start as u128);
+    rng.fill_bytes(bytemuck::cast_slice_mut(out));
     // A word scaled to [0, n) (Lemire's multiply: no rejection, so one word each).
     let below = |w: u32, n: u64| ((u64::from(w) * n) >> 32) as i64;
     let unit = |w: u32| (w >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
-    for x in out {
-        let w = rng.next_u32();
-        *x = match dtype {
-            DType::F32 => unit(w).to_bits(),
-            DType::I32 => (below(w, 2000) - 1000) as i32 as u32,
-            DType::I8 => (below(w, 200) - 100) as i32 as u32,
-            DType::U8 => below(w, 200) as u32,
-            DType::Bool => w >> 31,
-            d => d.bits_of(f64::from(unit(w))),
+    macro_rules! each {
+        ($f:expr) => {
+            for x in out.iter_mut() {
+                // The stream's bytes are little-endian words.
+                *x = $f(u32::from_le(*x));
+            }
         };
+    }
+    match dtype {
+        DType::F32 => each!(|w| unit(w).to_bits()),
+        DType::I32 => each!(|w| (below(w, 2000) - 1000) as i32 as u32),
+        DType::I8 => each!(|w| (below(w, 200) - 100) as i32 as u32),
+        DType::U8 => each!(|w| below(w, 200) as u32),
+        DType::Bool => each!(|w: u32| w >> 31),
+        d => each!(|w| d.bits_of(f64::from(unit(w)))),
     }
 }
 
@@ -211,6 +220,33 @@ fn chunk_reference<'k>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inputs made in bulk are the stream's words one at a time, mapped as the
+    /// docs of [`fill_words`] say, in every dtype, from any start (mid-block too).
+    #[test]
+    fn inputs_made_in_bulk_are_the_streams_words_one_at_a_time() {
+        for dtype in DType::ALL {
+            for (start, len) in [(0, 1000), (7, 333), (1 << 20, 4 * (1 << 18) + 5)] {
+                let got = random_words(9, 2, 1, dtype, start..start + len);
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+                rng.set_stream((2 << 16) | 1);
+                rng.set_word_pos(start as u128);
+                for (i, &g) in got.iter().enumerate() {
+                    let w = rng.next_u32();
+                    let unit = f64::from(w >> 8) / f64::from(1u32 << 24);
+                    let want = match dtype {
+                        DType::F32 => (unit as f32).to_bits(),
+                        DType::I32 => (((u64::from(w) * 2000) >> 32) as i32 - 1000) as u32,
+                        DType::I8 => (((u64::from(w) * 200) >> 32) as i32 - 100) as u32,
+                        DType::U8 => ((u64::from(w) * 200) >> 32) as u32,
+                        DType::Bool => w >> 31,
+                        d => d.bits_of(unit),
+                    };
+                    assert_eq!(g, want, "{dtype} element {i} from {start}");
+                }
+            }
+        }
+    }
 
     /// The check by blocks counts exactly the elements made wrong, from kept inputs or
     /// from inputs made again, and lets through a difference within the tolerance.

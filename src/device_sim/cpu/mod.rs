@@ -16,7 +16,7 @@ mod twins;
 pub mod vmath;
 pub mod words;
 
-use super::fuse::{fuse_with, Between, Fused, Joins, Keep, Region, Step};
+use super::fuse::{fuse_reading, fuse_with, Between, Fused, Joins, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, Executor, Prepared};
 use crate::array::{DType, HostArray};
@@ -213,6 +213,7 @@ impl CpuExecutor {
             },
             fused: Cow::Borrowed(&plan.fused),
             spare: Some(&plan.spare),
+            reading: None,
             skip,
             moved,
         }))
@@ -620,6 +621,8 @@ struct CpuRun<'a> {
     fused: Cow<'a, Fused>,
     /// Where its own buffers go when it ends.
     spare: Option<&'a spare::Spare>,
+    /// The outputs read after the run ([`Executor::prepare_reading`]); `None`: all.
+    reading: Option<Vec<usize>>,
     /// Steps not run (increasing): copies between memory shared ([`twins`]).
     skip: Vec<usize>,
     /// Outputs (memory slots) held in another slot: `(output, where)`.
@@ -660,6 +663,21 @@ impl Executor for CpuExecutor {
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
         own_memory(program, schedule, Fused::unfused(schedule.ops.len(), &[]))
+    }
+
+    fn prepare_reading<'a>(
+        &'a self,
+        program: &'a Program,
+        schedule: &'a Schedule,
+        outputs: &[usize],
+    ) -> Result<Box<dyn Prepared + 'a>> {
+        if !self.fused {
+            return self.prepare(program, schedule);
+        }
+        let fused = fuse_reading(program, schedule, outputs, CPU_JOINS);
+        let mut run = own_run(program, schedule, fused)?;
+        run.reading = Some(outputs.to_vec());
+        Ok(Box::new(run))
     }
 
     fn prepare_pieces<'a>(
@@ -713,6 +731,11 @@ fn own_memory<'a>(
     schedule: &'a Schedule,
     fused: Fused,
 ) -> Result<Box<dyn Prepared + 'a>> {
+    Ok(Box::new(own_run(program, schedule, fused)?))
+}
+
+/// [`own_memory`]'s run.
+fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Result<CpuRun<'a>> {
     let table = schedule.memory(program);
     let mem = Memory {
         bufs: table
@@ -722,15 +745,16 @@ fn own_memory<'a>(
         table,
         scratch: Default::default(),
     };
-    Ok(Box::new(CpuRun {
+    Ok(CpuRun {
         program,
         schedule,
         mem,
         fused: Cow::Owned(fused),
         spare: None,
+        reading: None,
         skip: Vec::new(),
         moved: Vec::new(),
-    }))
+    })
 }
 
 impl CpuRun<'_> {
@@ -809,6 +833,10 @@ impl Prepared for CpuRun<'_> {
     }
 
     fn output_words(&self, device: usize, operand: usize) -> Option<&[u32]> {
+        // An output the run was not prepared to be read through holds anything.
+        if self.reading.as_ref().is_some_and(|r| !r.contains(&operand)) {
+            return None;
+        }
         let a = *self.program.outputs.get(operand)?;
         (device < self.program.devices).then(|| &self.mem.bufs[self.slot(device, a)][..])
     }

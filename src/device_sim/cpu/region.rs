@@ -16,8 +16,12 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Regions of fewer elements run on one core (spreading costs more than it saves).
-const PARALLEL_ELEMS: usize = 1 << 16;
+/// Regions of fewer elements run on one core: spread, each of two cores would get under
+/// 128 Ki elements (512 KiB of f32 per operand), less work than rayon's hand-offs and
+/// wake-ups cost on a machine whose cores are busy. Measured with psum at 256 KiB per
+/// device (sums of 64 Ki elements), alternating, load 6-7 on 2 cores: serial was faster
+/// in 6 of 6 pairs (1.3-2.3 ms against 1.75-3.1 ms); at 256 Ki elements it was a draw.
+const PARALLEL_ELEMS: usize = 1 << 18;
 
 /// Where a region's views are in memory: every input's first element (read only) and
 /// every output's (written), the views' own lengths as the region says.
@@ -75,7 +79,8 @@ struct Plan<'a> {
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
 // ranges of the outputs (one block each); the fusion pass keeps every output apart from
 // every input except an input read element for element in place (each block reads its
-// elements before it writes them, and such an input is never read in place).
+// elements before it writes them; such an input is read in place only when no output
+// stores its load's register).
 unsafe impl Send for Plan<'_> {}
 unsafe impl Sync for Plan<'_> {}
 
@@ -100,8 +105,16 @@ fn decide(
         Instr::Load(k) => {
             let input = &r.inputs[k];
             // Every dtype's elements are words in memory, as a load's lanes hold them
-            // (a 16-bit one's raw, widened by a later instruction).
-            input.pattern == Pattern::Full && !overlaps_any_output(&input.view)
+            // (a 16-bit one's raw, widened by a later instruction). An input that an
+            // output overwrites in place (`o += x`) is read there too: a block's
+            // outputs are stored after its last instruction, so only an output that
+            // stores this very register could see the block's new values.
+            let exact = |v: &crate::ir::View| *v == input.view && v.len() == r.n;
+            input.pattern == Pattern::Full
+                && (!overlaps_any_output(&input.view)
+                    || r.outputs
+                        .iter()
+                        .all(|o| o.reg != i && (exact(&o.view) || !o.view.overlaps(&input.view))))
         }
         _ => false,
     }));

@@ -15,9 +15,11 @@ mod build;
 mod forward;
 mod later;
 mod live;
+mod reading;
 mod reduce;
 mod region;
 
+pub use reading::fuse_reading;
 pub use region::{Input, Instr, Output, Pattern, Reg, Region, RowReduce};
 
 use crate::ir::{DataOp, Program, Schedule, View};

@@ -152,3 +152,50 @@ fn a_partial_overlap_in_place_is_not_fused() {
         }
     }
 }
+
+/// psum read through its output only (`run`'s check): every sum reads a device's input
+/// where the ring's copies took it from, so no step touches the VMEM copies, the HBM
+/// double buffer or the receive buffer; the accumulator is the output's memory. Read
+/// through both outputs, the double buffer is written (its last values are results).
+#[test]
+fn psum_read_through_its_output_touches_its_input_and_output_only() {
+    use crate::collectives::Registry;
+    use crate::mesh::Placement;
+    let psum = Registry::builtin().by_name("psum").unwrap();
+    let joins = Joins {
+        sums: true,
+        overwrites: true,
+        forward: true,
+    };
+    for devices in [2, 4, 5] {
+        let job = Job::collective(
+            psum.clone(),
+            Placement::whole(Mesh::new(devices, "x").unwrap()),
+        )
+        .with_shape(&[64, 1024]);
+        let plan = job.plan().unwrap();
+        let (prog, sched) = (&plan.program, &plan.schedule);
+        let (x, o) = (prog.inputs[0], prog.outputs[0]);
+        let touched = |f: &Fused| {
+            let ops = f.ops.as_deref().unwrap_or(&sched.ops);
+            let mut t: Vec<usize> = f
+                .steps
+                .iter()
+                .flat_map(|s| match s {
+                    Step::Op(i) => ops[*i].reads().chain(ops[*i].writes()).collect::<Vec<_>>(),
+                    Step::Region(r) => r.reads().chain(r.writes()).collect(),
+                })
+                .map(|v| v.alloc())
+                .collect();
+            t.sort_unstable();
+            t.dedup();
+            t
+        };
+        let one = fuse_reading(prog, sched, &[0], joins);
+        assert_eq!(touched(&one), vec![x, o], "P={devices}: {one:#?}");
+        // A fill and a sum of each device's input per device, each a region.
+        assert_eq!(one.steps.len(), devices * (devices + 1), "P={devices}");
+        let both = fuse_reading(prog, sched, &[0, 1], joins);
+        assert!(touched(&both).contains(&prog.outputs[1]), "P={devices}");
+    }
+}
