@@ -166,6 +166,7 @@ fn psum_read_through_its_output_touches_its_input_and_output_only() {
         sums: true,
         overwrites: true,
         forward: true,
+        reduces: true,
     };
     for devices in [2, 4, 5] {
         let job = Job::collective(
