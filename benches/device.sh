@@ -22,6 +22,7 @@ else
   tpusim=$prebuilt/tpusim
   bench() { "$prebuilt/bench-$1"; }
   python=python3
+  for so in "$prebuilt"/_native*.so; do [ -e "$so" ] && cp "$so" python/tpusim/; done
   export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 fi
 {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds what benches/device.sh runs and copies it into one folder (default .dev, ignored by
 # git) for a machine without cargo: the tpusim binary, each bench as bench-NAME, and the
-# Python extension into python/tpusim/. Carry that folder (and python/tpusim's extension)
-# to the machine and run benches/device.sh there.
+# Python extension that `maturin develop` last built into python/tpusim/, if any. Carry that
+# folder to the machine and run benches/device.sh there.
 #   benches/device_pack.sh [FOLDER]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +20,5 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/bench-" + m["target"]["name"])
         print("bench-" + m["target"]["name"])
 ' "$dir"
+cp python/tpusim/_native*.so "$dir/" 2>/dev/null || echo "no Python extension in python/tpusim/: the suite will be skipped"
 ls -l "$dir"
