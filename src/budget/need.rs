@@ -384,7 +384,7 @@ fn cost_model(host: &mut impl FnMut(&'static str, f64, Scales), ops: f64, timeli
 }
 
 /// The executor's parts for the `p` devices it holds: their buffers (host or device)
-/// and, on the GPU, the recording of `data_ops` ops.
+/// and, on the GPU, the recording of `data_ops` ops (on the CPU, its fused schedule).
 fn executor(
     host: &mut impl FnMut(&'static str, f64, Scales),
     device: &mut Vec<Part>,
@@ -408,6 +408,15 @@ fn executor(
             scales: Scales::Data,
             on_device: true,
         }),
+    }
+    if !gpu {
+        // Its fused schedule: a step per op at most, and the ops a pass rewrote (a run
+        // read through some outputs forwards reads: a whole second copy).
+        host(
+            "CPU executor's fused schedule",
+            data_ops * (size_of::<DataOp>() + size_of::<crate::device_sim::fuse::Step>()) as f64,
+            Scales::Program,
+        );
     }
     if gpu {
         host("GPU driver and shaders", GPU_BASE_BYTES, Scales::Fixed);
