@@ -29,8 +29,9 @@ CHECK = os.environ.get("TPUSIM_LOOPS", "") == "check"
 #: Loops recorded batched, and attempts taken back (per process; the tests read them).
 STATS = {"batched": 0, "taken_back": 0}
 
-#: The fewest iterations worth a batched attempt (the first two always run alone).
-MIN_ITERATIONS = 6
+#: The fewest iterations worth a batched attempt (the first two always run alone);
+#: the comparison batches any loop it can, to compare as many as it can.
+MIN_ITERATIONS = 3 if CHECK else 6
 
 
 class Unbatchable(BaseException):
@@ -373,6 +374,7 @@ def run_scan(ev, jaxpr, where, consts, seen, xs, order, split, budget):
             x_b.append(collapse(a[np.asarray(order)]))
     except Unbatchable as e:
         _debug(e)
+        STATS["taken_back"] += 1
         return None
     saved = (len(p.ops), p.nvalues, getattr(p, "ndesc", None), len(p.syms), p._recorded_in, p._communicated)
     saved += (p._marks, p.loops, p.nbarrier, len(p.prints), ev.plan.budget.eqns, ev.plan.budget.iterations)
