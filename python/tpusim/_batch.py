@@ -16,6 +16,7 @@ store into SMEM, ...): what the attempt recorded is taken back and the loop goes
 one iteration at a time, so the records are the same either way (the tests compare
 them: ``TPUSIM_LOOPS=each`` forces the per-iteration form)."""
 
+import math
 import os
 
 import numpy as np
@@ -82,27 +83,135 @@ class PerIter:
 
 
 class BView:
-    """A ref indexed by Batched scalars: its view (a RefV) at each batched iteration."""
+    """A ref indexed by Batched scalars: per dimension of its buffer, as a RefV's
+    dims, but a start or index may be an array (its value at each iteration)."""
 
-    __slots__ = ("views",)
+    __slots__ = ("buf", "dims", "barrier_n", "n", "_views")
 
-    def __init__(self, views):
-        self.views = views
+    def __init__(self, buf, dims, barrier_n, n):
+        self.buf, self.dims, self.barrier_n, self.n = buf, tuple(dims), barrier_n, n
+        self._views = None
 
     @property
-    def buf(self):
-        return self.views[0].buf
+    def views(self):
+        """The view at each iteration (RefVs)."""
+        if self._views is None:
+            from ._jaxpr import RefV
+
+            self._views = [RefV(self.buf, [_dim_at(d, j) for d in self.dims], self.barrier_n) for j in range(self.n)]
+        return self._views
 
     @property
     def shape(self):
-        return self.views[0].shape
+        return tuple(d[1] for d in self.dims if isinstance(d, tuple))
 
     @property
     def dtype(self):
-        return self.views[0].dtype
+        return self.buf.dtype
 
     def numel(self):
-        return self.views[0].numel()
+        return math.prod(self.shape)
+
+    def steps(self):
+        """Per iteration, the RefV's ``steps`` (the same rule, on every iteration at
+        once), or None where an iteration has none."""
+        got = _steps(self.buf, self.dims, self.n)
+        if got is None:
+            got = [v.steps() for v in self.views]
+            if any(g is None for g in got):
+                return None
+        return got
+
+
+def _dim_at(d, j):
+    if type(d) is tuple:
+        return tuple(int(x[j]) if type(x) is np.ndarray else x for x in d)
+    return int(d[j]) if type(d) is np.ndarray else d
+
+
+def _steps(buf, dims, n):
+    """``RefV.steps`` of every iteration, where they all take the same branches."""
+    if buf.aliased():
+        return None
+    shape = buf.shape
+    lead = []
+    i = 0
+    while i < len(dims) and type(dims[i]) is not tuple:
+        lead.append(dims[i])
+        i += 1
+    run = None
+    if i < len(dims):
+        s, m, st = dims[i]
+        full = (s == 0) & (m == shape[i]) & (st == 1)
+        if type(full) is np.ndarray:
+            if full.all():
+                full = True
+            elif full.any():
+                return None
+            else:
+                full = False
+        if not full:
+            if st != 1:
+                return None
+            run = (s, m)
+        i += 1
+    for j in range(i, len(dims)):
+        d = dims[j]
+        if not (type(d) is tuple and np.all(d[0] == 0) and d[1] == shape[j] and d[2] == 1):
+            return None
+    cols = [x.tolist() if type(x) is np.ndarray else [int(x)] * n for x in lead]
+    if run is not None:
+        cols.append(run[0].tolist() if type(run[0]) is np.ndarray else [int(run[0])] * n)
+        m = int(run[1])
+    out = []
+    for vals in zip(*cols) if cols else [()] * n:
+        row = [[0, v, 0] for v in (vals[:-1] if run is not None else vals)]
+        if run is not None:
+            row.append([1, vals[-1], m])
+        out.append(row)
+    return out
+
+
+def _ints(x, n):
+    """An index as an int, or an int64 array of its value at each iteration."""
+    if type(x) is Batched:
+        v = x.vals.astype(np.int64)
+        return int(v[0]) if (v == v[0]).all() else v
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    a = np.asarray(x)
+    if a.shape != () or a.dtype.kind not in "iu":
+        raise Unbatchable()
+    return int(a)
+
+
+def index(buf, dims, idx, n):
+    """``_jaxpr.apply_indexer`` (with its bounds check) on every iteration at once:
+    the new dims (an index out of bounds anywhere: Unbatchable, so that the
+    per-iteration form records it)."""
+    from jax._src.state import indexing
+
+    if not isinstance(idx, indexing.NDIndexer) or idx.int_indexer_shape not in ((), None):
+        raise Unbatchable()
+    dims = list(dims)
+    vis = [i for i, d in enumerate(dims) if type(d) is tuple]
+    if len(idx.indices) != len(vis):
+        raise Unbatchable()
+    for j, ix in zip(vis, idx.indices):
+        start, size, stride = dims[j]
+        if isinstance(ix, indexing.Slice):
+            s = _ints(ix.start, n)
+            m = _ints(ix.size, n)
+            st = int(ix.stride)
+            if type(m) is not int or np.any(s < 0) or m < 0 or (m > 0 and np.any(s + (m - 1) * st >= size)):
+                raise Unbatchable()
+            dims[j] = (start + s * stride, m, stride * st)
+        else:
+            i = _ints(ix, n)
+            if np.any(i < 0) or np.any(i >= size):
+                raise Unbatchable()
+            dims[j] = start + i * stride
+    return dims
 
 
 def has_batched(xs):

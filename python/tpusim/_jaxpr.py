@@ -1245,22 +1245,19 @@ class Evaluator:
         return transform(ref, transforms, where)
 
     def _batched_view(self, ref, flat, tree, where):
-        """`ref` indexed by scalars that differ between batched iterations: a BView
-        (an index out of bounds in any is recorded per iteration)."""
-        views = []
-        for j in range(self.p.batch.n):
-            transforms = jax.tree_util.tree_unflatten(tree, [_batch.at(x, j) for x in flat])
-            try:
-                views.append(transform(ref, transforms, where))
-            except _OutOfBounds:
-                raise _batch.Unbatchable() from None
-        first = views[0]
-        key = first.key()
-        if all(v.buf is first.buf and v.key() == key for v in views):
-            return first
-        if not all(v.buf is first.buf for v in views):
+        """`ref` indexed by scalars that differ between batched iterations: a BView,
+        or the RefV they all give (an index out of bounds in any is recorded per
+        iteration)."""
+        n = self.p.batch.n
+        transforms = jax.tree_util.tree_unflatten(tree, flat)
+        if not isinstance(ref, RefV) or not all(isinstance(t, indexing.NDIndexer) for t in transforms):
             raise _batch.Unbatchable()
-        return _batch.BView(views)
+        dims = ref.dims
+        for t in transforms:
+            dims = _batch.index(ref.buf, dims, t, n)
+        if any(type(d) is np.ndarray or type(d) is tuple and type(d[0]) is np.ndarray for d in dims):
+            return _batch.BView(ref.buf, dims, ref.barrier_n, n)
+        return RefV(ref.buf, dims, ref.barrier_n)
 
     def p_get(self, eqn, ins):
         where = self.where(eqn, "load")
@@ -1353,8 +1350,8 @@ class Evaluator:
             return _batch.collapse(np.array(vals))
         if buf.kind == "sem" or np.dtype(view.dtype) != np.dtype(buf.root.dtype):
             raise _batch.Unbatchable()
-        steps = [v.steps() for v in view.views]
-        if any(s is None for s in steps):
+        steps = view.steps()
+        if steps is None:
             raise _batch.Unbatchable()
         v = Sym("get", [], view.shape, buf.root.dtype, where.site, view=view)
         self.emit(v, "load", where, src=[buf.pos, _batch.per_iter(steps)])

@@ -905,8 +905,8 @@ class Plan:
 
         p.use(value)
         if type(view) is _batch.BView:
-            steps = [w.steps() for w in view.views]
-            if any(s is None for s in steps):
+            steps = view.steps()
+            if steps is None:
                 raise _batch.Unbatchable()
             p.record("store", where.site, dst=[view.buf.pos, _batch.per_iter(steps)], src=value.id)
             return
