@@ -303,26 +303,30 @@ class Plan:
                 parallel=spec.parallel,
             )
             return
-        try:
-            with _no_cyclic_gc():
-                self.recording = [self._device(d) for d in range(self.P)]
-        finally:
-            self.budget.done()
-        self.call = _native.KernelCall(
-            spec.name,
-            self.mesh,
-            list(self.grid),
-            self.inputs,
-            self.outputs,
-            self.scratch,
-            spec.collective_id,
-            self.recording,
-            spec.cores,
-            self.aliases,
-            self.constants,
-            vmem_limit=spec.vmem_limit,
-            parallel=spec.parallel,
-        )
+        # The records are read once, into the native call, and not kept: a plan that
+        # held them (a long loop's are hundreds of thousands of small objects) had the
+        # cyclic collector walk them at each of its later full collections.
+        with _no_cyclic_gc():
+            try:
+                recording = [self._device(d) for d in range(self.P)]
+            finally:
+                self.budget.done()
+            self.call = _native.KernelCall(
+                spec.name,
+                self.mesh,
+                list(self.grid),
+                self.inputs,
+                self.outputs,
+                self.scratch,
+                spec.collective_id,
+                recording,
+                spec.cores,
+                self.aliases,
+                self.constants,
+                vmem_limit=spec.vmem_limit,
+                parallel=spec.parallel,
+            )
+            del recording
 
     def title(self):
         """How reports name this call: its kernel, P, mesh and source line."""
