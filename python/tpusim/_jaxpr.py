@@ -1164,7 +1164,9 @@ class Evaluator:
         try:
             for n, i in enumerate(order):
                 if batchable and n == 2:
-                    got = _batch.run_scan(self, p["jaxpr"], where, consts, [seen[1], carry], xs, order[2:], split, budget)
+                    got = _batch.run_scan(
+                        self, p["jaxpr"], where, consts, [seen[1], carry], xs, order[2:], split, budget
+                    )
                     if got is not None:
                         carry, more = got
                         ys.extend(more)
