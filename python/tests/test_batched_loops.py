@@ -199,3 +199,28 @@ def test_a_fixed_dma_in_the_body_is_batched():
     want = np.concatenate([x[:ROWS] * np.float32(i) for i in range(n)])
     np.testing.assert_array_equal(y, want)
     assert stats == {"batched": 1, "taken_back": 0}
+
+
+def test_a_copy_after_a_moving_store_in_the_body_is_batched():
+    # The copy of `buf` looks back over the body's records for writes into `buf`,
+    # past the store whose window moves.
+    n = 7
+
+    def kernel(x_ref, o_ref, buf):
+        buf[...] = x_ref[pl.ds(0, ROWS), :]
+
+        def body(i, c):
+            v = buf[...]
+            o_ref[pl.ds(i * ROWS, ROWS), :] = x_ref[pl.ds(i * ROWS, ROWS), :] + 1.0
+            o_ref[pl.ds(n * ROWS, ROWS), :] = v
+            return c
+
+        lax.fori_loop(0, n, body, 0)
+
+    x = blocks(n + 1)
+    y, stats = run(kernel, x, scratch=[pltpu.VMEM((ROWS, COLS), jnp.float32)])
+    want = x.copy()
+    want[: n * ROWS] += np.float32(1)
+    want[n * ROWS :] = x[:ROWS]
+    np.testing.assert_array_equal(y, want)
+    assert stats == {"batched": 1, "taken_back": 0}

@@ -356,12 +356,6 @@ _PLAIN_OPS = frozenset(
 )
 
 
-def _shift(x, base, by):
-    if type(x) is list:
-        return [a + by if a >= base else a for a in x]
-    return x + by if x >= base else x
-
-
 class Template:
     """The records of a batched body, and how to make each iteration's copy."""
 
@@ -385,21 +379,27 @@ class Template:
 
     def instance(self, j):
         """The records of batched iteration `j`."""
-        b = self.batch
-        by, dby = j * self.nvb, j * self.ndb
+        base, by = self.batch.nv0, j * self.nvb
+        dbase, dby = self.batch.nd0, j * self.ndb
         out = []
+        append = out.append
         for r, ids, desc, var in self.makers:
             if not ids and not desc and not var:
-                out.append(r)  # nothing in it changes: the one record serves every iteration
+                append(r)  # nothing in it changes: the one record serves every iteration
                 continue
             d = dict(r)
             for k in ids:
-                d[k] = _shift(d[k], b.nv0, by)
-            if desc:
-                d["id"] = _shift(d["id"], b.nd0, dby)
+                x = d[k]
+                if type(x) is list:
+                    d[k] = [a + by if a >= base else a for a in x]
+                elif x >= base:
+                    d[k] = x + by
+            if desc and d["id"] >= dbase:
+                d["id"] += dby
             for k in var:
-                d[k] = subst(r[k], j)
-            out.append(d)
+                x = r[k]
+                d[k] = x.vals[j] if type(x) is PerIter else subst(x, j)
+            append(d)
         return out
 
 

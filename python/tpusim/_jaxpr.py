@@ -1356,7 +1356,7 @@ class Evaluator:
         if steps is None:
             raise _batch.Unbatchable()
         v = Sym("get", [], view.shape, buf.root.dtype, where.site, view=view)
-        self.emit(v, "load", where, src=[buf.pos, _batch.per_iter(steps)])
+        self.emit(v, "load", where, src=_batch.per_iter([[buf.pos, s] for s in steps]))
         return v
 
     def _load_as(self, view, dtype, where):

@@ -831,8 +831,12 @@ class Plan:
             op = r["op"]
             if op in ("start", "dma_wait", "wait", "wait_send", "wait_recv"):
                 return False
-            if op in ("copy", "fill", "accumulate", "store", "sem_read") and r["dst"][0] in pos:
-                return False
+            if op in ("copy", "fill", "accumulate", "store", "sem_read"):
+                dst = r["dst"]
+                if type(dst) is _batch.PerIter:  # a batched body's: the same buffer at every iteration
+                    dst = dst.vals[0]
+                if dst[0] in pos:
+                    return False
         return True
 
     def lower_store(self, p, view, value, where):
@@ -894,7 +898,7 @@ class Plan:
             if any(len(w.runs()) != 1 for w in view.views):
                 raise _batch.Unbatchable()
             paths = [self._path(w) for w in view.views]
-            p.record("fill", site, dst=[paths[0][0], _batch.per_iter([q[1] for q in paths])], value=v)
+            p.record("fill", site, dst=_batch.per_iter(paths), value=v)
             return
         runs = view.runs()
         if len(runs) == 1:
@@ -912,7 +916,7 @@ class Plan:
             steps = view.steps()
             if steps is None:
                 raise _batch.Unbatchable()
-            p.record("store", where.site, dst=[view.buf.pos, _batch.per_iter(steps)], src=value.id)
+            p.record("store", where.site, dst=_batch.per_iter([[view.buf.pos, s] for s in steps]), src=value.id)
             return
         steps = view.steps()
         if steps is not None:
