@@ -33,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - older JAX
     mosaic_pipeline = None
 
-from . import _compose, _native, _steer
+from . import _batch, _compose, _native, _steer
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 _JAX_OPS = os.path.join(_JAX_DIR, "experimental", "pallas", "ops") + os.sep
@@ -361,6 +361,8 @@ class RefV:
 def _concrete_int(v, what, where):
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):  # most indices: a scalar already
         return int(v)
+    if type(v) is _batch.Batched:
+        v = _batch.concrete(v)
     if isinstance(v, Sym):
         v = sym_value(v, what, where)
     if isinstance(v, RefV):
@@ -453,6 +455,8 @@ def transform(ref, transforms, where, check=True):
         else:
             break
     if not isinstance(ref, RefV):
+        if type(ref) is _batch.BView:
+            raise _batch.Unbatchable()
         raise kernel_error("misuse", f"expected a ref, got {type(ref).__name__}", where)
     for t in ts:
         if isinstance(t, state_types.ReshapeTransform):
@@ -718,6 +722,9 @@ _WAITS = frozenset(("wait", "wait_send", "wait_recv", "dma_wait", "sem_wait"))
 def loop_label(loops):
     """A step mark's label for loop iterations ((file, line), n), outermost first:
     ``kernel.py:40 iteration 2``, nested ones after a comma."""
+    for k, (_, n) in enumerate(loops):
+        if type(n) is _batch.PerIter:  # a batched body's: one label per iteration
+            return _batch.PerIter([loop_label(loops[:k] + ((loops[k][0], v),) + loops[k + 1 :]) for v in n.vals])
     return ", ".join(f"{os.path.basename(f)}:{l} iteration {n}" for (f, l), n in loops)
 
 
@@ -744,6 +751,14 @@ class Point:
         self._recorded_in = ()
         self._communicated = False
         self._marks = 0
+        self.batch = None  # the loop body being recorded for many iterations (``_batch``)
+
+    def use(self, v):
+        """Counts a use of value `v` (once per iteration a batched body stands for)."""
+        if self.batch is None:
+            v.uses += 1
+        else:
+            self.batch.use(v)
 
     def name(self):
         """(chip, core): how reports name this device (the core is None on chips of one;
@@ -912,6 +927,8 @@ class Evaluator:
         if vector:
             return self.vector(eqn, ins)
         f = SCALAR_RULES.get(name)
+        if self.p.batch is not None and _batch.has_batched(ins):
+            return _batch.scalar(eqn, ins, f)
         if f is None:
             raise unsupported(
                 name,
@@ -979,7 +996,7 @@ class Evaluator:
                 return v
             if k in _ELEMENTWISE and v.shape and tuple(v.shape) != tuple(shape):
                 v = self.broadcast(v, shape, where)
-            v.uses += 1
+            self.p.use(v)
             ids.append(v.id)
         out = Sym(prim, list(args), shape, dtype, where.site)
         self.emit(out, "compute", where, kind=kind, args=ids, shape=list(shape), dtype=_dt(dtype, where))
@@ -1021,6 +1038,12 @@ class Evaluator:
                 shape=list(value.shape),
                 dtype=_dt(value.dtype, where),
             )
+            return out
+        if type(value) is _batch.Batched:  # a scalar that differs between iterations
+            vals = value.vals.astype(dtype)
+            v = [float(bool(x)) if vals.dtype == np.bool_ else float(x) for x in vals]
+            out = Sym("full", [], (), vals.dtype, where.site)
+            self.emit(out, "full", where, shape=[], value=_batch.per_iter(v), dtype=_dt(vals.dtype, where))
             return out
         a = np.asarray(value).astype(dtype)
         dt = _dt(a.dtype, where)
@@ -1127,15 +1150,33 @@ class Evaluator:
         ys = []
         order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
         budget = self.plan.budget.loop(where.site, length, self.p)
+        # The iterations after the first two recorded as one where the body allows
+        # (``_batch``): the carry's inputs at those two give its step.
+        batchable = _batch.ENABLED and length >= _batch.MIN_ITERATIONS
+        batchable = batchable and self.p.batch is None and self.p.asker is None and not self.plan.steered
+        seen = []
+
+        def split(out):  # an iteration's outputs: (carry, per-iteration outputs)
+            if "ft_out" in p:
+                return (list(g) for g in p["ft_out"].update(out).unpack())
+            return out[: len(carry)], out[len(carry) :]
+
         try:
             for n, i in enumerate(order):
+                if batchable and n == 2:
+                    got = _batch.run_scan(
+                        self, p["jaxpr"], where, consts, [seen[1], carry], xs, order[2:], split, budget
+                    )
+                    if got is not None:
+                        carry, more = got
+                        ys.extend(more)
+                        break
+                if batchable and n < 2:
+                    seen.append(list(carry))
                 x_i = [np.asarray(x)[i] for x in xs]
                 with self.p.iteration(where.site, n):
                     out = self.run_closed(p["jaxpr"], [*consts, *carry, *x_i])
-                if "ft_out" in p:
-                    carry, y = (list(g) for g in p["ft_out"].update(out).unpack())
-                else:
-                    carry, y = out[: len(carry)], out[len(carry) :]
+                carry, y = split(out)
                 ys.append(y)
                 budget.iterated()
         finally:
@@ -1200,8 +1241,25 @@ class Evaluator:
 
     def _view(self, ref, flat, tree, eqn):
         where = self.where(eqn)
+        if self.p.batch is not None and _batch.has_batched(flat):
+            return self._batched_view(ref, flat, tree, where)
         transforms = jax.tree_util.tree_unflatten(tree, flat) if tree is not None else ()
         return transform(ref, transforms, where)
+
+    def _batched_view(self, ref, flat, tree, where):
+        """`ref` indexed by scalars that differ between batched iterations: a BView,
+        or the RefV they all give (an index out of bounds in any is recorded per
+        iteration)."""
+        n = self.p.batch.n
+        transforms = jax.tree_util.tree_unflatten(tree, flat)
+        if not isinstance(ref, RefV) or not all(isinstance(t, indexing.NDIndexer) for t in transforms):
+            raise _batch.Unbatchable()
+        dims = ref.dims
+        for t in transforms:
+            dims = _batch.index(ref.buf, dims, t, n)
+        if any(type(d) is np.ndarray or type(d) is tuple and type(d[0]) is np.ndarray for d in dims):
+            return _batch.BView(ref.buf, dims, ref.barrier_n, n)
+        return RefV(ref.buf, dims, ref.barrier_n)
 
     def p_get(self, eqn, ins):
         where = self.where(eqn, "load")
@@ -1270,6 +1328,8 @@ class Evaluator:
         return Sym("poison", [], aval.shape, aval.dtype, where.site)
 
     def load(self, view, eqn, where):
+        if type(view) is _batch.BView:
+            return self._batched_load(view, where)
         buf = view.buf
         if buf.kind == "smem":
             return self.plan.smem_read(self.p, view, where)
@@ -1279,6 +1339,24 @@ class Evaluator:
         v = self._load_as(view, root, where)
         if np.dtype(view.dtype) != root:  # a `.bitcast` ref: the same bits as its dtype
             v = self.bitcast(v, view.dtype, where)
+        return v
+
+    def _batched_load(self, view, where):
+        """A load of a BView: one record whose source differs between iterations (of
+        SMEM: the value at each)."""
+        buf = view.buf
+        if buf.kind == "smem":
+            vals = [self.plan.smem_read(self.p, v, where) for v in view.views]
+            if any(np.shape(v) != () for v in vals):
+                raise _batch.Unbatchable()
+            return _batch.collapse(np.array(vals))
+        if buf.kind == "sem" or np.dtype(view.dtype) != np.dtype(buf.root.dtype):
+            raise _batch.Unbatchable()
+        steps = view.steps()
+        if steps is None:
+            raise _batch.Unbatchable()
+        v = Sym("get", [], view.shape, buf.root.dtype, where.site, view=view)
+        self.emit(v, "load", where, src=_batch.per_iter([[buf.pos, s] for s in steps]))
         return v
 
     def _load_as(self, view, dtype, where):
@@ -1302,7 +1380,7 @@ class Evaluator:
             v.shape = tuple(shape)
         if tuple(v.shape) != tuple(view.shape):  # integer indices drop their dimensions
             w = Sym("reshape", [v], view.shape, dtype, where.site, view=view)
-            v.uses += 1
+            self.p.use(v)
             self.emit(
                 w, "compute", where, kind={"k": "reshape"}, args=[v.id], shape=list(view.shape), dtype=_dt(dtype, where)
             )
@@ -1311,6 +1389,8 @@ class Evaluator:
 
     def store(self, view, value, where):
         buf = view.buf
+        if self.p.batch is not None and (buf.kind == "smem" or type(view) is _batch.BView and buf.aliased()):
+            raise _batch.Unbatchable()  # SMEM's values decide what later iterations do
         if buf.kind == "smem":
             if not (isinstance(value, Sym) and buf.root.pos is not None):
                 self.plan.smem_write(self.p, view, value, where)
@@ -1342,7 +1422,7 @@ class Evaluator:
                 )
             ((off, n),) = runs
             flat = self.compute("reshape", {"k": "reshape"}, [value], (n,), value.dtype, where)
-            flat.uses += 1
+            self.p.use(flat)
             self.p.record("store", where.site, dst=[buf.pos, [[2, int(off), int(n)]]], src=flat.id)
             return
         self.plan.lower_store(self.p, view, value, where)

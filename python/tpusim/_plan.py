@@ -17,7 +17,7 @@ import re
 import numpy as np
 from jax._src import core as jax_core
 
-from . import _native, _steer
+from . import _batch, _native, _steer
 from ._budget import RecordingBudget
 from ._budget import points as grid_points
 from ._jaxpr import (
@@ -303,26 +303,30 @@ class Plan:
                 parallel=spec.parallel,
             )
             return
-        try:
-            with _no_cyclic_gc():
-                self.recording = [self._device(d) for d in range(self.P)]
-        finally:
-            self.budget.done()
-        self.call = _native.KernelCall(
-            spec.name,
-            self.mesh,
-            list(self.grid),
-            self.inputs,
-            self.outputs,
-            self.scratch,
-            spec.collective_id,
-            self.recording,
-            spec.cores,
-            self.aliases,
-            self.constants,
-            vmem_limit=spec.vmem_limit,
-            parallel=spec.parallel,
-        )
+        # The records are read once, into the native call, and not kept: a plan that
+        # held them (a long loop's are hundreds of thousands of small objects) had the
+        # cyclic collector walk them at each of its later full collections.
+        with _no_cyclic_gc():
+            try:
+                recording = [self._device(d) for d in range(self.P)]
+            finally:
+                self.budget.done()
+            self.call = _native.KernelCall(
+                spec.name,
+                self.mesh,
+                list(self.grid),
+                self.inputs,
+                self.outputs,
+                self.scratch,
+                spec.collective_id,
+                recording,
+                spec.cores,
+                self.aliases,
+                self.constants,
+                vmem_limit=spec.vmem_limit,
+                parallel=spec.parallel,
+            )
+            del recording
 
     def title(self):
         """How reports name this call: its kernel, P, mesh and source line."""
@@ -731,6 +735,8 @@ class Plan:
 
     def smem_unknown(self, p, view):
         """`view`'s elements of device SMEM are no longer known to tracing on `p`'s device."""
+        if p.batch is not None:
+            raise _batch.Unbatchable()
         view.buf.root.known[p.device][self._flat(view)] = False
 
     def smem_forget(self, device):
@@ -825,8 +831,12 @@ class Plan:
             op = r["op"]
             if op in ("start", "dma_wait", "wait", "wait_send", "wait_recv"):
                 return False
-            if op in ("copy", "fill", "accumulate", "store", "sem_read") and r["dst"][0] in pos:
-                return False
+            if op in ("copy", "fill", "accumulate", "store", "sem_read"):
+                dst = r["dst"]
+                if type(dst) is _batch.PerIter:  # a batched body's: the same buffer at every iteration
+                    dst = dst.vals[0]
+                if dst[0] in pos:
+                    return False
         return True
 
     def lower_store(self, p, view, value, where):
@@ -834,6 +844,8 @@ class Plan:
         if isinstance(value, Sym):
             if value.prim == "poison":
                 return
+            if p.batch is not None:
+                _batch_guard(p.batch, view, value)
             # A plain copy of a load, or an accumulate of two loads into one of them:
             # the core's copy and accumulate (every executor runs them), not values.
             if (
@@ -882,6 +894,12 @@ class Plan:
             return
         v = arr.reshape(-1)[0]  # uniform: the evaluator made any other constant a value
         v = float(v) if not isinstance(v, (np.bool_, bool)) else float(bool(v))
+        if type(view) is _batch.BView:
+            if any(len(w.runs()) != 1 for w in view.views):
+                raise _batch.Unbatchable()
+            paths = [self._path(w) for w in view.views]
+            p.record("fill", site, dst=_batch.per_iter(paths), value=v)
+            return
         runs = view.runs()
         if len(runs) == 1:
             p.record("fill", site, dst=self._path(view), value=v)
@@ -893,7 +911,13 @@ class Plan:
         """`view[...] = value`: a store of the value (or into its window of the buffer)."""
         from ._jaxpr import _dt
 
-        value.uses += 1
+        p.use(value)
+        if type(view) is _batch.BView:
+            steps = view.steps()
+            if steps is None:
+                raise _batch.Unbatchable()
+            p.record("store", where.site, dst=_batch.per_iter([[view.buf.pos, s] for s in steps]), src=value.id)
+            return
         steps = view.steps()
         if steps is not None:
             p.record("store", where.site, dst=[view.buf.pos, steps], src=value.id)
@@ -992,6 +1016,24 @@ class Plan:
     # -- evaluation
 
     def _device(self, device):
+        if _batch.CHECK:  # both ways, compared (TPUSIM_LOOPS=check)
+            snap = self.smem_snapshot(device)
+            _batch.ENABLED = False
+            try:
+                want = self._device_once(device)
+            finally:
+                _batch.ENABLED = True
+            self.smem_restore(device, snap)
+            got = self._device_once(device)
+            if got != want:
+                raise RuntimeError(
+                    f"`{self.spec.name}`: batched loops recorded device {device} differently "
+                    f"({_batch.first_difference(want, got)})"
+                )
+            return got
+        return self._device_once(device)
+
+    def _device_once(self, device):
         # Blocked operands look at a point's neighbours: their grids are listed (the
         # budget refused grids too large to list before this); others go lazily.
         points = list(grid_points(self.grid)) if self.blocked else grid_points(self.grid)
@@ -1092,3 +1134,19 @@ class Plan:
     def smem_results(self):
         """The results the kernel keeps in SMEM: (result index, buffer)."""
         return [(k, x) for k, (kind, x) in enumerate(self.out_sources) if kind == "smem"]
+
+
+def _batch_guard(batch, view, value):
+    """A store in a batched body that may take back the records of the loads it
+    stores (a copy or accumulate of loads): batched only when those loads are the
+    body's own and no view differs between iterations."""
+    if value.prim == "get":
+        parts = [value]
+    elif value.prim in ("add", "max", "min") and len(value.args) == 2:
+        parts = [a for a in value.args if isinstance(a, Sym) and a.prim == "get"]
+        if len(parts) < 2:
+            return
+    else:
+        return
+    if type(view) is _batch.BView or any(batch.outer(a) or type(a.view) is _batch.BView for a in parts):
+        raise _batch.Unbatchable()

@@ -1,0 +1,79 @@
+"""A suite kernel's first call split into its parts: planning (recording the kernel in
+Python, then the native call reading the records), the first run, and the rest (JAX's
+tracing and compilation), against the median of later calls.
+
+    python bench/first_call.py ring_attention 16M -p 4 --calls 3
+
+Set ``TPUSIM_LOOPS=each`` to record every loop iteration on its own (``tpusim/_batch.py``)."""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernel", help="a suite kernel (bench/suite_kernels)")
+    ap.add_argument("size", help="bytes of the main operand per device: small, 16M, …")
+    ap.add_argument("-p", type=int, default=4, help="devices")
+    ap.add_argument("--calls", type=int, default=3, help="later calls timed")
+    a = ap.parse_args()
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", a.p)
+    from tpusim import _hook, _plan
+
+    spent = {"plan": 0.0, "record": 0.0, "run": 0.0}
+
+    def timed(cls, name, key):
+        orig = getattr(cls, name)
+
+        def wrapper(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return orig(*args, **kw)
+            finally:
+                spent[key] += time.perf_counter() - t
+
+        setattr(cls, name, wrapper)
+
+    timed(_plan.Plan, "__init__", "plan")
+    timed(_plan.Plan, "_device", "record")
+    timed(_hook.Meeting, "_run", "run")  # the plan (first call only) and the run
+    with suite.context("tpusim-cpu", a.p):
+        case = suite.cases().KERNELS[a.kernel](a.p, suite.parse_size(a.size))
+        from suite_kernels import AXIS
+
+        mesh = jax.make_mesh((a.p,), (AXIS,))
+        args = [
+            jax.device_put(x, jax.sharding.NamedSharding(mesh, s))
+            for x, s in zip(case.inputs(np.random.default_rng(0)), case.in_specs)
+        ]
+        f = jax.jit(
+            jax.shard_map(case.kernel, mesh=mesh, in_specs=case.in_specs, out_specs=case.out_specs, check_vma=False)
+        )
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        first = time.perf_counter() - t0
+        run = spent["run"] - spent["plan"]
+        times = []
+        for _ in range(a.calls):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            times.append(time.perf_counter() - t0)
+    later = float(np.median(times)) if times else float("nan")
+    print(
+        f"{a.kernel} {a.size} P={a.p}: first {first:.2f} s = plan {spent['plan']:.2f} "
+        f"(recording {spent['record']:.2f}) + first run {run:.2f} + rest {first - spent['run']:.2f}; "
+        f"later calls' median {later:.2f} s; first - later {first - later:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
