@@ -482,11 +482,12 @@ fn large_fills_and_zeroing_reach_every_word_of_lent_memory() {
     let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
     let (got, _) = run_lent(&plan, &inputs, 0xdead_beef);
     assert_eq!(got, words(&want));
-    for d in 0..2 {
-        assert_eq!(got[d][0].len(), n);
-        let bad = got[d][0].iter().position(|&w| w != 2.5f32.to_bits());
+    assert_eq!(got.len(), 2);
+    for (d, outs) in got.iter().enumerate() {
+        assert_eq!(outs[0].len(), n);
+        let bad = outs[0].iter().position(|&w| w != 2.5f32.to_bits());
         assert_eq!(bad, None, "device {d}: o is 2.5 everywhere");
-        let (lo, hi) = got[d][1].split_at(n / 2);
+        let (lo, hi) = outs[1].split_at(n / 2);
         assert_eq!(lo.iter().position(|&w| w != 0), None, "h's unwritten half");
         let bad = hi.iter().position(|&w| w != (-7f32).to_bits());
         assert_eq!(bad, None, "h's copied half");
