@@ -447,3 +447,49 @@ fn a_reduce_scatters_vmem_operands_share_lent_memory() {
         assert_eq!(ins, words(&inputs), "seed {seed}: the inputs stay");
     }
 }
+
+/// Outputs of more than a million words (past the size from which fills are spread over
+/// the cores): `o` filled whole in VMEM, `h` half written from a filled scratch (its
+/// other half zeroed in the lent memory, under `Uninit::Zero`).
+fn fills_large() -> PallasCall {
+    let spec = GridSpec::new()
+        .output("o", MemorySpace::Vmem, &[2056, 512], DType::F32)
+        .output("h", MemorySpace::Any, &[2056, 512], DType::F32)
+        .vmem("s", &[1028, 512], DType::F32)
+        .dma_sem("sem");
+    PallasCall::new("fills_large", spec, |pl, a| {
+        let (o, h, s, sem) = (a.r(0), a.r(1), a.r(2), a.sem(3));
+        pl.fill(o, 2.5);
+        pl.fill(s, -7.0);
+        let half = pl.make_async_copy(s, h.slice(ds(1028, 1028)), sem);
+        half.start();
+        half.wait();
+    })
+}
+
+#[test]
+fn large_fills_and_zeroing_reach_every_word_of_lent_memory() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    let plan = Job::call(fills_large(), mesh)
+        .with_uninit(Uninit::Zero)
+        .plan()
+        .unwrap();
+    let prog = &plan.program;
+    let n = 2056 * 512;
+    assert!(n > 1 << 20);
+    assert!(Coverage::of(prog, &plan.schedule).needs_zero(0, prog.outputs[1]));
+    let inputs: Vec<Vec<HostArray>> = vec![Vec::new(); 2];
+    let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+    let (got, _) = run_lent(&plan, &inputs, 0xdead_beef);
+    assert_eq!(got, words(&want));
+    assert_eq!(got.len(), 2);
+    for (d, outs) in got.iter().enumerate() {
+        assert_eq!(outs[0].len(), n);
+        let bad = outs[0].iter().position(|&w| w != 2.5f32.to_bits());
+        assert_eq!(bad, None, "device {d}: o is 2.5 everywhere");
+        let (lo, hi) = outs[1].split_at(n / 2);
+        assert_eq!(lo.iter().position(|&w| w != 0), None, "h's unwritten half");
+        let bad = hi.iter().position(|&w| w != (-7f32).to_bits());
+        assert_eq!(bad, None, "h's copied half");
+    }
+}

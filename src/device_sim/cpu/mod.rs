@@ -151,7 +151,7 @@ impl CpuExecutor {
                 Lent::Input { words, .. } => Buf::Read(words),
                 Lent::Output { words, .. } => {
                     if coverage.needs_zero(d, a) {
-                        words.fill(0);
+                        fill(words, 0);
                     }
                     Buf::Lent(words)
                 }
@@ -172,7 +172,7 @@ impl CpuExecutor {
                 // touched by the skipped copy alone.
                 (false, Some(Buf::Lent(w))) => {
                     if coverage.needs_zero(t.device, t.vmem) {
-                        w.fill(0);
+                        fill(w, 0);
                     }
                     bufs[v] = Some(Buf::Lent(w));
                     bufs[o] = Some(Buf::Own(Words::default()));
@@ -197,7 +197,7 @@ impl CpuExecutor {
                     let (mut b, fresh) = own(i, alloc.numel(), &alloc.name)?;
                     // Fresh buffers are zero already (untouched pages, when large).
                     if !fresh && coverage.needs_zero(d, a) {
-                        b.fill(0);
+                        fill(&mut b, 0);
                     }
                     Ok(Buf::Own(b))
                 }
@@ -289,7 +289,7 @@ struct Memory<'a> {
     scratch: region::Scratch,
 }
 
-/// Copies and accumulates of at least this many words are spread over the cores.
+/// Copies, fills and accumulates of at least this many words are spread over the cores.
 const PARALLEL_COPY: usize = 1 << 20;
 
 impl Memory<'_> {
@@ -421,7 +421,7 @@ impl Memory<'_> {
     fn op(&mut self, op: &DataOp) {
         match op {
             DataOp::Copy { src, dst } => self.with_pair(dst, src, copy),
-            DataOp::Fill { dst, bits } => self.words_mut(dst).fill(*bits),
+            DataOp::Fill { dst, bits } => fill(self.words_mut(dst), *bits),
             DataOp::Accumulate {
                 dst,
                 src,
@@ -452,6 +452,17 @@ impl Memory<'_> {
 /// `dst = src`, large copies spread over the cores.
 fn copy(dst: &mut [u32], src: &[u32]) {
     over_cores(dst, src, |d, s| d.copy_from_slice(s));
+}
+
+/// `dst = bits` everywhere, large fills spread over the cores as copies are (a fill of
+/// fresh memory also takes the kernel's zeroing of its pages onto each core).
+fn fill(dst: &mut [u32], bits: u32) {
+    if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
+        let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
+        dst.par_chunks_mut(per).for_each(|d| d.fill(bits));
+    } else {
+        dst.fill(bits);
+    }
 }
 
 /// `f` on `dst` and `src` (as long), in parts spread over the cores from
