@@ -178,7 +178,13 @@ fn decide(
     }));
     direct.clear();
     direct.extend((0..n).map(|i| {
-        let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
+        // Computed, or a broadcast gathered (a row reduction spread back): made in
+        // the output's memory, not copied there after.
+        let computed = match r.instrs[i] {
+            Instr::Load(k) => matches!(r.inputs[k].pattern, Pattern::Broadcast { .. }),
+            Instr::Const { .. } => false,
+            _ => true,
+        };
         let k = r.outputs.iter().position(|o| o.reg == i)?;
         let o = &r.outputs[k];
         let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
@@ -444,6 +450,11 @@ unsafe fn block(
                     at[i] = unsafe { src.add(start) };
                     continue;
                 }
+                let own = match plan.direct[i] {
+                    // SAFETY: as for a computed register's direct output below.
+                    Some(o) => unsafe { plan.places.outputs[o].add(start) },
+                    None => own,
+                };
                 let out = unsafe { std::slice::from_raw_parts_mut(own, m) };
                 match &input.pattern {
                     Pattern::Full => out
