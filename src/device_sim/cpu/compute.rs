@@ -5,6 +5,7 @@
 //! ops run block by block through [`super::lanes`] (as a fused region's do); the others
 //! write their destination directly, with index patterns from [`super::layout`].
 
+use super::extrema::Extreme;
 use super::lanes::{self, BLOCK};
 use super::layout::{gather, scatter, strides, transpose};
 use crate::array::DType;
@@ -200,13 +201,33 @@ fn reduce_f32<W: Fn(u32) -> f32 + Copy + Sync + Send>(
     out: &mut [f32],
 ) {
     match op {
-        Reduction::Sum => fold(x, w, shape, axes, out, 0.0, |a, b| a + b),
-        Reduction::Max => fold(x, w, shape, axes, out, f32::NEG_INFINITY, lanes::fmax),
-        Reduction::Min => fold(x, w, shape, axes, out, f32::INFINITY, lanes::fmin),
+        Reduction::Sum => fold(x, w, shape, axes, out, 0.0, |a, b| a + b, None),
+        Reduction::Max => fold(
+            x,
+            w,
+            shape,
+            axes,
+            out,
+            f32::NEG_INFINITY,
+            lanes::fmax,
+            Some(true),
+        ),
+        Reduction::Min => fold(
+            x,
+            w,
+            shape,
+            axes,
+            out,
+            f32::INFINITY,
+            lanes::fmin,
+            Some(false),
+        ),
     }
 }
 
-/// [`reduce_f32`] of one operator `f` with identity `init`.
+/// [`reduce_f32`] of one operator `f` with identity `init`; `extreme` says when it is
+/// max (`Some(true)`) or min, which groups of adjacent words fold as [`Extreme`]s.
+#[allow(clippy::too_many_arguments)]
 fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + Sync + Send>(
     x: &[u32],
     w: W,
@@ -215,6 +236,7 @@ fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + 
     out: &mut [f32],
     init: f32,
     f: F,
+    extreme: Option<bool>,
 ) {
     let r = shape.len();
     let n = axes.len();
@@ -235,6 +257,7 @@ fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + 
                 f,
                 k,
                 rows: rows.map(|inner| (inner, at)),
+                extreme,
             })
         };
         let threads = rayon::current_num_threads();
@@ -278,6 +301,8 @@ struct Fold<'a, W, F> {
     f: F,
     k: usize,
     rows: Option<(usize, usize)>,
+    /// Max (`Some(true)`) or min: groups of adjacent words scanned as [`Extreme`]s.
+    extreme: Option<bool>,
 }
 
 impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<'_, W, F> {
@@ -292,6 +317,7 @@ impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<
             f,
             k,
             rows,
+            extreme,
         } = self;
         if let Some((inner, at)) = rows {
             out.fill(init);
@@ -304,6 +330,14 @@ impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<
         }
         if k == 0 {
             out.fill(init);
+            return;
+        }
+        if let Some(max) = extreme {
+            for (o, g) in out.iter_mut().zip(x.chunks_exact(k)) {
+                let mut e = Extreme::new(max);
+                e.scan(g, w);
+                *o = e.value();
+            }
             return;
         }
         for (o, g) in out.iter_mut().zip(x.chunks_exact(k)) {

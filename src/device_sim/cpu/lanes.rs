@@ -31,10 +31,30 @@ fn map1(out: &mut [u32], x: &[u32], f: impl Fn(f32) -> f32) {
     }
 }
 
+/// A binary op's argument: a block's lanes, or one value (its bits) for every lane, a
+/// constant or a broadcast that is one value over the block, read from a register
+/// instead of from memory.
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// A value per lane.
+    Lanes(&'a [u32]),
+    /// One value for all.
+    Splat(u32),
+}
+
 #[inline(always)]
-fn map2(out: &mut [u32], x: &[u32], y: &[u32], f: impl Fn(f32, f32) -> f32) {
-    for ((o, &a), &b) in f32s_mut(out).iter_mut().zip(f32s(x)).zip(f32s(y)) {
-        *o = f(a, b);
+fn map2(out: &mut [u32], x: Arg, y: Arg, f: impl Fn(f32, f32) -> f32) {
+    match (x, y) {
+        (Arg::Lanes(x), Arg::Lanes(y)) => {
+            for ((o, &a), &b) in f32s_mut(out).iter_mut().zip(f32s(x)).zip(f32s(y)) {
+                *o = f(a, b);
+            }
+        }
+        (Arg::Lanes(x), Arg::Splat(b)) => map1(out, x, |a| f(a, f32::from_bits(b))),
+        (Arg::Splat(a), Arg::Lanes(y)) => map1(out, y, |b| f(f32::from_bits(a), b)),
+        (Arg::Splat(a), Arg::Splat(b)) => {
+            out.fill(f(f32::from_bits(a), f32::from_bits(b)).to_bits())
+        }
     }
 }
 
@@ -46,9 +66,16 @@ fn map1i(out: &mut [u32], x: &[u32], f: impl Fn(i32) -> i32) {
 }
 
 #[inline(always)]
-fn map2i(out: &mut [u32], x: &[u32], y: &[u32], f: impl Fn(i32, i32) -> i32) {
-    for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
-        *o = f(a as i32, b as i32) as u32;
+fn map2i(out: &mut [u32], x: Arg, y: Arg, f: impl Fn(i32, i32) -> i32) {
+    match (x, y) {
+        (Arg::Lanes(x), Arg::Lanes(y)) => {
+            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                *o = f(a as i32, b as i32) as u32;
+            }
+        }
+        (Arg::Lanes(x), Arg::Splat(b)) => map1i(out, x, |a| f(a, b as i32)),
+        (Arg::Splat(a), Arg::Lanes(y)) => map1i(out, y, |b| f(a as i32, b)),
+        (Arg::Splat(a), Arg::Splat(b)) => out.fill(f(a as i32, b as i32) as u32),
     }
 }
 
@@ -245,6 +272,24 @@ fn powi_f32(out: &mut [u32], x: &[u32], n: i32, r: impl Fn(f32) -> f32) {
     }
 }
 
+/// `x^N` by the squarings [`powi_f32`] makes, in the same order (for `N > 0`).
+#[inline(always)]
+fn powi_const<const N: u32>(x: f32) -> f32 {
+    let mut acc = 1.0f32;
+    let mut base = x;
+    let mut e = N;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc *= base;
+        }
+        e >>= 1;
+        if e > 0 {
+            base *= base;
+        }
+    }
+    acc
+}
+
 fn powi_i32(x: i32, n: i32) -> i32 {
     let mut acc = 1i32;
     let mut base = x;
@@ -315,6 +360,10 @@ fn unary_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Co
         Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin, r),
         Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos, r),
         Unary::Erf => m!(out, vmath::erf),
+        // Small powers in one loop (the squarings unrolled, the same products).
+        Unary::IntegerPow(2) => map1(out, x, |a| r(powi_const::<2>(a))),
+        Unary::IntegerPow(3) => map1(out, x, |a| r(powi_const::<3>(a))),
+        Unary::IntegerPow(4) => map1(out, x, |a| r(powi_const::<4>(a))),
         Unary::IntegerPow(n) => powi_f32(out, x, n, r),
         Unary::Not => unreachable!("checked: not takes integers and bools"),
     }
@@ -342,7 +391,7 @@ pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
 
 /// Float `b` of `x` and `y`, each result rounded by `r` in the op's own loop.
 #[inline(always)]
-fn binary_float(b: Binary, x: &[u32], y: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
+fn binary_float(b: Binary, x: Arg, y: Arg, out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
     match b {
         Binary::Add => map2(out, x, y, |a, b| r(a + b)),
         Binary::Sub => map2(out, x, y, |a, b| r(a - b)),
@@ -360,6 +409,13 @@ fn binary_float(b: Binary, x: &[u32], y: &[u32], out: &mut [u32], r: impl Fn(f32
 /// `b` of the values of `x` and `y` (dtype `t`).
 #[inline(always)]
 pub fn binary(b: Binary, t: DType, x: &[u32], y: &[u32], out: &mut [u32]) {
+    binary_args(b, t, Arg::Lanes(x), Arg::Lanes(y), out);
+}
+
+/// [`binary`] of arguments either of which may be one value for every lane (the same
+/// arithmetic, so the same bits, as its lanes filled with it).
+#[inline(always)]
+pub fn binary_args(b: Binary, t: DType, x: Arg, y: Arg, out: &mut [u32]) {
     if t.is_float() {
         rounding!(t, |r| binary_float(b, x, y, out, r));
         return;

@@ -7,6 +7,7 @@
 //! large ones spread over the cores.
 
 pub mod compute;
+mod extrema;
 pub mod lanes;
 pub mod layout;
 mod region;

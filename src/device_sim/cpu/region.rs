@@ -45,7 +45,12 @@ pub(super) struct Scratch {
     uses: Vec<usize>,
     /// Per input read in a broadcast, the strides of its pattern.
     strides: Vec<Vec<usize>>,
+    /// Per input read in a broadcast, its runs of one value ([`Plan::same`]).
+    same: Vec<usize>,
+    splat_ok: Vec<bool>,
     at: Vec<*const u32>,
+    /// Per register, its one value when it has one over the block ([`lanes::Arg`]).
+    splat: Vec<Option<u32>>,
     /// The one-element outputs' bits, stored last.
     singles: Vec<(usize, u32)>,
 }
@@ -74,6 +79,12 @@ struct Plan<'a> {
     direct: &'a [Option<usize>],
     /// Per input: the strides of its broadcast (empty for other patterns).
     strides: &'a [Vec<usize>],
+    /// Per input: the elements of each run of one value of its broadcast (the trailing
+    /// dimensions it is broadcast along; 0 when there are none).
+    same: &'a [usize],
+    /// Per register: a broadcast load only binary ops read, taken as one value (never
+    /// filled) in a block that lies in one run of it.
+    splat_ok: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -85,17 +96,35 @@ unsafe impl Send for Plan<'_> {}
 unsafe impl Sync for Plan<'_> {}
 
 /// Decides, into `in_place` and `direct`, how each register of `r` is had.
+#[allow(clippy::too_many_arguments)]
 fn decide(
     r: &Region,
     in_place: &mut Vec<bool>,
     direct: &mut Vec<Option<usize>>,
     uses: &mut Vec<usize>,
     strides: &mut Vec<Vec<usize>>,
+    same: &mut Vec<usize>,
+    splat_ok: &mut Vec<bool>,
 ) {
     strides.clear();
     strides.extend(r.inputs.iter().map(|i| match &i.pattern {
         Pattern::Broadcast { shape, dims, into } => Pattern::strides(shape, dims, into),
         _ => Vec::new(),
+    }));
+    same.clear();
+    same.extend(r.inputs.iter().zip(strides.iter()).map(|(i, st)| {
+        match &i.pattern {
+            Pattern::Broadcast { into, .. } => {
+                into.iter()
+                    .zip(st)
+                    .rev()
+                    .take_while(|(_, &s)| s == 0)
+                    .map(|(&d, _)| d)
+                    .product::<usize>()
+                    * usize::from(st.last() == Some(&0))
+            }
+            _ => 0,
+        }
     }));
     let n = r.instrs.len();
     let wide = |reg: usize| r.regs[reg].dtype.storage() == 4;
@@ -128,9 +157,34 @@ fn decide(
     for o in &r.outputs {
         uses[o.reg] += 1;
     }
+    // Registers read only as binary ops' arguments.
+    let mut binary_uses = vec![0usize; n];
+    for instr in &r.instrs {
+        if let Instr::Binary(_, _, a, c) = *instr {
+            binary_uses[a] += 1;
+            binary_uses[c] += 1;
+        }
+    }
+    splat_ok.clear();
+    splat_ok.extend((0..n).map(|i| match r.instrs[i] {
+        Instr::Load(k) => {
+            !r.regs[i].uniform
+                && same[k] > 0
+                && uses[i] > 0
+                && binary_uses[i] == uses[i]
+                && !r.reduces.iter().any(|q| q.reg == i)
+        }
+        _ => false,
+    }));
     direct.clear();
     direct.extend((0..n).map(|i| {
-        let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
+        // Computed, or a broadcast gathered (a row reduction spread back): made in
+        // the output's memory, not copied there after.
+        let computed = match r.instrs[i] {
+            Instr::Load(k) => matches!(r.inputs[k].pattern, Pattern::Broadcast { .. }),
+            Instr::Const { .. } => false,
+            _ => true,
+        };
         let k = r.outputs.iter().position(|o| o.reg == i)?;
         let o = &r.outputs[k];
         let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
@@ -155,16 +209,21 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         direct,
         uses,
         strides,
+        same,
+        splat_ok,
         at,
+        splat,
         singles,
     } = scratch;
-    decide(r, in_place, direct, uses, strides);
+    decide(r, in_place, direct, uses, strides, same, splat_ok);
     let plan = Plan {
         r,
         places,
         in_place,
         direct,
         strides,
+        same,
+        splat_ok,
     };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
@@ -173,11 +232,14 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
     let template = &mut template[..r.nslots * BLOCK];
     at.clear();
     at.resize(r.instrs.len(), std::ptr::null());
+    splat.clear();
+    splat.resize(r.instrs.len(), None);
     // Uniform registers: once, into the register file every block starts from.
     arch.dispatch(Prologue {
         plan: &plan,
         regs: template,
         at,
+        splat,
     });
     // Uniform registers into one-element views: their bits now (the blocks may reuse
     // the slots), stored after the blocks, since such an element may lie in a wider
@@ -205,10 +267,12 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         (0..r.n.div_ceil(span)).into_par_iter().for_each(|c| {
             let mut regs = template.to_vec();
             let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
+            let mut splat = vec![None; r.instrs.len()];
             arch.dispatch(Blocks {
                 plan,
                 regs: &mut regs,
                 at: &mut at,
+                splat: &mut splat,
                 elems: c * span..((c + 1) * span).min(r.n),
             });
         });
@@ -217,6 +281,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             plan: &plan,
             regs: template,
             at,
+            splat,
             elems: 0..r.n,
         });
     }
@@ -233,13 +298,15 @@ struct Prologue<'a> {
     plan: &'a Plan<'a>,
     regs: &'a mut [u32],
     at: &'a mut [*const u32],
+    /// All `None`: every argument's lanes are filled here.
+    splat: &'a [Option<u32>],
 }
 
 impl WithSimd for Prologue<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, _: S) {
-        let (r, regs, at) = (self.plan.r, self.regs, self.at);
+        let (r, regs, at, splat) = (self.plan.r, self.regs, self.at, self.splat);
         for (i, instr) in r.instrs.iter().enumerate() {
             if !r.regs[i].uniform {
                 continue;
@@ -256,7 +323,7 @@ impl WithSimd for Prologue<'_> {
                     let out = regs[s * BLOCK..].as_mut_ptr();
                     // SAFETY: the slots of a uniform register and of its arguments are
                     // distinct buffers of the register file.
-                    unsafe { compute(r, instr, at, out, BLOCK) };
+                    unsafe { compute(r, instr, at, splat, out, BLOCK) };
                 }
             }
             at[i] = regs[s * BLOCK..].as_ptr();
@@ -270,6 +337,7 @@ struct Blocks<'a> {
     plan: &'a Plan<'a>,
     regs: &'a mut [u32],
     at: &'a mut [*const u32],
+    splat: &'a mut [Option<u32>],
     elems: Range<usize>,
 }
 
@@ -287,7 +355,7 @@ impl WithSimd for Blocks<'_> {
         while start < self.elems.end {
             let m = BLOCK.min(self.elems.end - start);
             // SAFETY: `run`'s caller vouches for the places (the only way here).
-            unsafe { block(self.plan, self.regs, self.at, start, m) };
+            unsafe { block(self.plan, self.regs, self.at, self.splat, start, m) };
             for (j, (f, q)) in folds.iter_mut().zip(&r.reduces).enumerate() {
                 // SAFETY: the register's `m` lanes are at `at` after the block; the
                 // destination holds a result per group, and this range's groups are
@@ -312,21 +380,33 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
     }
 }
 
-/// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`.
+/// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`, or,
+/// a binary op's, `splat` where it has one value.
 ///
 /// # Safety
-/// `at[a]` holds `m` lanes of every argument `a`, and `out` room for `m` lanes that
-/// none of them shares.
+/// `at[a]` holds `m` lanes of every argument `a` that `splat` has no value of, and
+/// `out` room for `m` lanes that none of them shares.
 #[inline(always)]
-unsafe fn compute(r: &Region, instr: &Instr, at: &[*const u32], out: *mut u32, m: usize) {
+unsafe fn compute(
+    r: &Region,
+    instr: &Instr,
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    out: *mut u32,
+    m: usize,
+) {
     // SAFETY: as the function's.
     let arg = |a: usize| unsafe { std::slice::from_raw_parts(at[a], m) };
+    let either = |a: usize| match splat[a] {
+        Some(v) => lanes::Arg::Splat(v),
+        None => lanes::Arg::Lanes(arg(a)),
+    };
     let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
     match *instr {
         Instr::Load(_) | Instr::Const { .. } => unreachable!("loads are not computed"),
         Instr::Widen(a) => lanes::widen(r.regs[a].dtype, arg(a), out),
         Instr::Unary(u, t, a) => lanes::unary(u, t, arg(a), out),
-        Instr::Binary(b, t, a, c) => lanes::binary(b, t, arg(a), arg(c), out),
+        Instr::Binary(b, t, a, c) => lanes::binary_args(b, t, either(a), either(c), out),
         Instr::Compare(op, t, a, c) => lanes::compare(op, t, arg(a), arg(c), out),
         Instr::Select(p, a, c) => lanes::select(arg(p), arg(a), arg(c), out),
         Instr::Convert(f, t, a) => lanes::convert(f, t, arg(a), out),
@@ -339,7 +419,14 @@ unsafe fn compute(r: &Region, instr: &Instr, at: &[*const u32], out: *mut u32, m
 /// # Safety
 /// As [`run`]'s.
 #[inline(always)]
-unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usize, m: usize) {
+unsafe fn block(
+    plan: &Plan,
+    regs: &mut [u32],
+    at: &mut [*const u32],
+    splat: &mut [Option<u32>],
+    start: usize,
+    m: usize,
+) {
     let r = plan.r;
     let base = regs.as_mut_ptr();
     for (i, instr) in r.instrs.iter().enumerate() {
@@ -347,8 +434,12 @@ unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usi
         let own = unsafe { base.add(r.slots[i] * BLOCK) };
         if r.regs[i].uniform {
             at[i] = own;
+            // SAFETY: a uniform register's lanes are filled before any block, all one
+            // value.
+            splat[i] = Some(unsafe { *own });
             continue;
         }
+        splat[i] = None;
         match instr {
             Instr::Load(k) => {
                 let input = &r.inputs[*k];
@@ -359,6 +450,11 @@ unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usi
                     at[i] = unsafe { src.add(start) };
                     continue;
                 }
+                let own = match plan.direct[i] {
+                    // SAFETY: as for a computed register's direct output below.
+                    Some(o) => unsafe { plan.places.outputs[o].add(start) },
+                    None => own,
+                };
                 let out = unsafe { std::slice::from_raw_parts_mut(own, m) };
                 match &input.pattern {
                     Pattern::Full => out
@@ -366,6 +462,14 @@ unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usi
                     Pattern::Scalar => unreachable!("scalar loads are uniform"),
                     Pattern::Broadcast { into, .. } => {
                         let src = unsafe { std::slice::from_raw_parts(src, input.view.len()) };
+                        let run = plan.same[*k];
+                        if plan.splat_ok[i] && start % run + m <= run {
+                            // One value over the block: binary ops take it as it is.
+                            let mut one = [0u32];
+                            gather(src, &plan.strides[*k], into, start, &mut one);
+                            splat[i] = Some(one[0]);
+                            continue;
+                        }
                         gather(src, &plan.strides[*k], into, start, out);
                     }
                 }
@@ -380,7 +484,7 @@ unsafe fn block(plan: &Plan, regs: &mut [u32], at: &mut [*const u32], start: usi
                 };
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
-                unsafe { compute(r, instr, at, out, m) };
+                unsafe { compute(r, instr, at, splat, out, m) };
                 at[i] = out;
             }
         }

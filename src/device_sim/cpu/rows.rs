@@ -4,6 +4,7 @@
 //! results are the same bits.
 
 use super::compute::{widening, FOLD_LANES};
+use super::extrema::Extreme;
 use super::lanes;
 use crate::array::DType;
 use crate::device_sim::fuse::{Reg, RowReduce};
@@ -30,6 +31,8 @@ pub(super) struct RowFold {
     folded: bool,
     /// The group's index (its result's element of the destination).
     group: usize,
+    /// A max's or min's scan (in any order: the same bits, [`Extreme`]).
+    extreme: Option<Extreme>,
 }
 
 impl RowFold {
@@ -43,6 +46,10 @@ impl RowFold {
             j: 0,
             folded: false,
             group: start / q.k,
+            extreme: match q.op {
+                Reduction::Sum => None,
+                op => Some(Extreme::new(op == Reduction::Max)),
+            },
         }
     }
 
@@ -59,10 +66,53 @@ impl RowFold {
         widening!(t, |w| unsafe {
             match q.op {
                 Reduction::Sum => self.run(q, x, w, |a, b| a + b, dst),
-                Reduction::Max => self.run(q, x, w, lanes::fmax, dst),
-                Reduction::Min => self.run(q, x, w, lanes::fmin, dst),
+                _ => self.scan(q, x, w, dst),
             }
         })
+    }
+
+    /// [`RowFold::fold`] of a max or min, with widening `w`.
+    #[inline(always)]
+    unsafe fn scan<W: Fn(u32) -> f32 + Copy>(
+        &mut self,
+        q: &RowReduce,
+        x: &[u32],
+        w: W,
+        dst: *mut u32,
+    ) {
+        let Some(mut e) = self.extreme else {
+            unreachable!("a max or min")
+        };
+        let mut i = 0;
+        while i < x.len() {
+            let take = (q.k - self.j).min(x.len() - i);
+            e.scan(&x[i..i + take], w);
+            self.j += take;
+            i += take;
+            if self.j == q.k {
+                // SAFETY: as `fold`'s.
+                unsafe { self.finish(q, e.value(), dst) };
+                e = Extreme::new(q.op == Reduction::Max);
+            }
+        }
+        self.extreme = Some(e);
+    }
+
+    /// Writes the group's result `total` and starts the next group.
+    ///
+    /// # Safety
+    /// As [`RowFold::fold`]'s.
+    #[inline(always)]
+    unsafe fn finish(&mut self, q: &RowReduce, total: f32, dst: *mut u32) {
+        // Rounded once to the destination's dtype, as the reduction alone.
+        let mut vals = [0u32; 1];
+        lanes::convert(DType::F32, q.dtype, &[total.to_bits()], &mut vals);
+        let mut bits = [0u32; 1];
+        lanes::narrow(q.dtype, &vals, &mut bits);
+        // SAFETY: the group's element is in `dst` and this fold's (the caller's).
+        unsafe { dst.add(self.group).write(bits[0]) };
+        self.group += 1;
+        self.j = 0;
     }
 
     /// [`RowFold::fold`] with widening `w` and operator `f`.
@@ -114,17 +164,10 @@ impl RowFold {
             self.j += take;
             i += take;
             if self.j == k {
-                // Rounded once to the destination's dtype, as the reduction alone.
-                let mut vals = [0u32; 1];
-                lanes::convert(DType::F32, q.dtype, &[self.total.to_bits()], &mut vals);
-                let mut bits = [0u32; 1];
-                lanes::narrow(q.dtype, &vals, &mut bits);
-                // SAFETY: the group's element is in `dst` and this fold's (the caller's).
-                unsafe { dst.add(self.group).write(bits[0]) };
-                self.group += 1;
+                // SAFETY: as `fold`'s.
+                unsafe { self.finish(q, self.total, dst) };
                 self.acc = [init; FOLD_LANES];
                 self.total = init;
-                self.j = 0;
                 self.folded = false;
             }
             if i == n {
