@@ -16,10 +16,11 @@ store into SMEM, ...): what the attempt recorded is taken back and the loop goes
 one iteration at a time, so the records are the same either way (the tests compare
 them: ``TPUSIM_LOOPS=each`` forces the per-iteration form)."""
 
-import math
 import os
 
 import numpy as np
+
+from ._views import RefV, Shaped
 
 #: Off with ``TPUSIM_LOOPS=each`` (every iteration evaluated on its own). With
 #: ``TPUSIM_LOOPS=check`` every device is recorded both ways and the records compared
@@ -82,7 +83,7 @@ class PerIter:
         return repr(self.vals[0])
 
 
-class BView:
+class BView(Shaped):
     """A ref indexed by Batched scalars: per dimension of its buffer, as a RefV's
     dims, but a start or index may be an array (its value at each iteration)."""
 
@@ -96,21 +97,8 @@ class BView:
     def views(self):
         """The view at each iteration (RefVs)."""
         if self._views is None:
-            from ._jaxpr import RefV
-
             self._views = [RefV(self.buf, [_dim_at(d, j) for d in self.dims], self.barrier_n) for j in range(self.n)]
         return self._views
-
-    @property
-    def shape(self):
-        return tuple(d[1] for d in self.dims if isinstance(d, tuple))
-
-    @property
-    def dtype(self):
-        return self.buf.dtype
-
-    def numel(self):
-        return math.prod(self.shape)
 
     def steps(self):
         """Per iteration, the RefV's ``steps`` (the same rule, on every iteration at
