@@ -509,7 +509,7 @@ impl KernelCall {
         }
         .spec(&scratch)
         .py()?;
-        let rec = replay::read_recording(recording).py()?;
+        let rec = crate::records::read_recording(recording).py()?;
         let points = tpusim::array::numel(&grid).ok_or_else(|| {
             BadInput::new_err(format!(
                 "bad input: `{name}` has a grid of {grid:?}: more grid points than can be counted"

@@ -5,7 +5,8 @@
 //!   seeds and schedules checked by the core's rules), [`arrays`] (numpy in and out),
 //!   [`mesh`], [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole,
 //!   or streams in place), [`progress`], [`budget`] (what the front end asks the
-//!   budget), [`executors`], [`kept_runs`] (GPU runs kept across calls), [`heap`], [`huge`] (results in huge pages), [`replay`] (a recorded jaxpr as the core's ops),
+//!   budget), [`executors`], [`kept_runs`] (GPU runs kept across calls), [`heap`], [`huge`] (results in huge pages), [`replay`] (a recorded jaxpr as the core's ops), [`records`] (the
+//!   recording read from Python's objects),
 //!   [`steer`], [`xla_ffi`] (XLA's typed FFI), [`buffers`] (a round's XLA buffers and
 //!   their wiring) and [`jobs`] (what every job does: check, model);
 //! - the kernel call and its wiring: [`kernel`] (a Pallas kernel written in Python, its
@@ -33,6 +34,7 @@ mod kernel;
 mod mesh;
 mod outputs;
 mod progress;
+mod records;
 mod replay;
 mod steer;
 mod xla_call;
@@ -58,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<progress::Progress>()?;
     m.add_class::<PyMesh>()?;
     m.add_class::<kernel::KernelCall>()?;
+    m.add_function(wrap_pyfunction!(records::_read_recording_both, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::check_sequence, m)?)?;
     m.add_function(wrap_pyfunction!(budget::ensure_recording_fits, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::iteration_text, m)?)?;

@@ -34,7 +34,7 @@ impl<'de> Deserialize<'de> for Loc {
 /// which `[4, rows, stride]` makes the first of `rows` rows `stride` elements apart (a
 /// window a DMA moves as one).
 #[derive(Clone, Debug, Deserialize)]
-pub struct RefPath(usize, Vec<(u8, i64, i64)>);
+pub struct RefPath(pub(crate) usize, pub(crate) Vec<(u8, i64, i64)>);
 
 /// Where a semaphore comes from.
 #[derive(Clone, Copy, Debug, Deserialize)]
@@ -47,7 +47,7 @@ pub enum SemSrc {
 
 /// A semaphore and, for an array, the `.at[i]` index.
 #[derive(Clone, Copy, Debug, Deserialize)]
-pub struct SemPath(SemSrc, Option<i64>);
+pub struct SemPath(pub(crate) SemSrc, pub(crate) Option<i64>);
 
 /// A `device_id` with its `device_id_type`.
 #[derive(Clone, Debug, Deserialize)]
@@ -212,35 +212,35 @@ pub enum Op {
 /// A window of a ref: first element, shape and step per dimension.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Window {
-    start: Vec<usize>,
-    shape: Vec<usize>,
-    strides: Vec<usize>,
+    pub(crate) start: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) strides: Vec<usize>,
 }
 
 /// A compute op's kind as the front end names it: the lax primitive and its parameters.
 #[derive(Clone, Debug, Deserialize)]
 pub struct KindRec {
-    k: String,
+    pub(crate) k: String,
     #[serde(default)]
-    op: String,
+    pub(crate) op: String,
     #[serde(default)]
-    n: i32,
+    pub(crate) n: i32,
     #[serde(default)]
-    dims: Vec<usize>,
+    pub(crate) dims: Vec<usize>,
     #[serde(default)]
-    dim: usize,
+    pub(crate) dim: usize,
     #[serde(default)]
-    start: Vec<usize>,
+    pub(crate) start: Vec<usize>,
     #[serde(default)]
-    strides: Vec<usize>,
+    pub(crate) strides: Vec<usize>,
     #[serde(default)]
-    lhs_contract: Vec<usize>,
+    pub(crate) lhs_contract: Vec<usize>,
     #[serde(default)]
-    rhs_contract: Vec<usize>,
+    pub(crate) rhs_contract: Vec<usize>,
     #[serde(default)]
-    lhs_batch: Vec<usize>,
+    pub(crate) lhs_batch: Vec<usize>,
     #[serde(default)]
-    rhs_batch: Vec<usize>,
+    pub(crate) rhs_batch: Vec<usize>,
 }
 
 impl KindRec {
@@ -335,16 +335,11 @@ pub fn iteration(loops: &[(Loc, u32)]) -> Iteration {
 /// Every device's recorded calls, per grid point (row-major).
 pub type Recording = Vec<Vec<Vec<Op>>>;
 
-/// Reads one grid point's calls from the Python objects the front end made.
-pub fn read_ops(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> Result<Vec<Op>> {
-    pythonize::depythonize(obj)
-        .map_err(|e| Error::bad_input(format!("malformed kernel recording: {e}")))
-}
-
 /// Reads a recording from the Python objects the front end made (lists of dicts of
 /// numbers, strings and lists: typed values, every float exact, infinities and NaN
-/// included).
-pub fn read_recording(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> Result<Recording> {
+/// included) through the serde derives: the reference `crate::records`' reader is
+/// tested against.
+pub fn read_recording_serde(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> Result<Recording> {
     pythonize::depythonize(obj)
         .map_err(|e| Error::bad_input(format!("malformed kernel recording: {e}")))
 }

@@ -169,7 +169,7 @@ impl Tracer for PyTracer<'_> {
                     *rec = vec![vec![Vec::new(); points]; mesh.size()];
                 }
                 for (d, g, ops) in changed {
-                    let ops = replay::read_ops(&ops).map_err(crate::errors::to_py)?;
+                    let ops = crate::records::read_ops(&ops).map_err(crate::errors::to_py)?;
                     rec[d][g] = ops;
                 }
                 for a in &constants {
