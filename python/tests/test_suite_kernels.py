@@ -40,3 +40,17 @@ def test_suite_kernel_equals_its_reference(name):
     assert max_rel <= case.rtol, f"{name}: max error {max_abs} ({max_rel} of the largest) > {case.rtol}"
     reports = tpusim.check(f, *args, schedules=5)
     assert reports and reports.clean, str(reports)
+
+
+def test_errors_compare_chunk_by_chunk_as_whole_arrays_do(monkeypatch):
+    rng = np.random.default_rng(3)
+    want = rng.standard_normal((37, 11)).astype(np.float32)
+    got = want + rng.standard_normal(want.shape).astype(np.float32) * 1e-3
+    got[20, 7] = want[20, 7] + 0.5  # the largest difference, in a later chunk
+    monkeypatch.setattr(suite, "CHUNK", 16)
+    max_abs, max_rel = suite.errors([got, got[:3]], [want, want[:3]])
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert max_abs == diff.max() == np.float64(got[20, 7]) - np.float64(want[20, 7])
+    assert max_rel == max_abs / np.abs(want.astype(np.float64)).max()
+    with pytest.raises(ValueError, match="shape"):
+        suite.errors([got], [want[:3]])
