@@ -5,10 +5,11 @@
 //!   seeds and schedules checked by the core's rules), [`arrays`] (numpy in and out),
 //!   [`mesh`], [`interrupts`] (Ctrl-C in long calls), [`outputs`] (files written whole,
 //!   or streams in place), [`progress`], [`budget`] (what the front end asks the
-//!   budget), [`executors`], [`kept_runs`] (GPU runs kept across calls), [`heap`], [`huge`] (results in huge pages), [`replay`] (a recorded jaxpr as the core's ops), [`records`] (the
-//!   recording read from Python's objects),
-//!   [`steer`], [`xla_ffi`] (XLA's typed FFI), [`buffers`] (a round's XLA buffers and
-//!   their wiring) and [`jobs`] (what every job does: check, model);
+//!   budget), [`executors`], [`kept_runs`] (GPU runs kept across calls), [`heap`],
+//!   [`huge`] (results in huge pages), [`replay`] (a recorded jaxpr as the core's ops),
+//!   [`records`] (the recording read from Python's objects), [`steer`], [`xla_ffi`]
+//!   (XLA's typed FFI), [`buffers`] (a round's XLA buffers and their wiring) and [`jobs`]
+//!   (what every job does: check, model);
 //! - the kernel call and its wiring: [`kernel`] (a Pallas kernel written in Python, its
 //!   jaxpr recorded by `tpusim._jaxpr`) and [`xla_call`] (the custom call a
 //!   `pallas_call` lowers to, whose rounds run a kernel call on their buffers);

@@ -285,7 +285,6 @@ fn each<'py>(
     mut f: impl FnMut(usize, Bound<'py, PyAny>) -> Field<()>,
 ) -> Field<()> {
     if let Ok(l) = v.cast::<PyList>() {
-        // By index: the list may not change while it is read, but it is Python's.
         for (i, x) in l.iter().enumerate() {
             f(i, x)?;
         }
