@@ -6,7 +6,7 @@
 use tpusim::collectives::Registry;
 use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::device_sim::cpu::CpuPlan;
-use tpusim::device_sim::{Coverage, Lent};
+use tpusim::device_sim::{Coverage, Lent, Prepared};
 use tpusim::ir::{DataOp, ReduceOp, Uninit};
 use tpusim::kernel::{ds, GridSpec, MemorySpace, PallasCall};
 use tpusim::mesh::Placement;
@@ -362,10 +362,15 @@ fn memory_lent_for_the_wrong_allocation_or_size_is_refused() {
 /// `o = x[:8] + x[8:]` through VMEM (added to what `o` starts as), both operands whole
 /// blocks in VMEM; `x` first has one added in VMEM when `writes_input`.
 fn through_vmem(writes_input: bool) -> PallasCall {
+    through_vmem_in(writes_input, DType::F32)
+}
+
+/// [`through_vmem`] in `dtype`.
+fn through_vmem_in(writes_input: bool, dtype: DType) -> PallasCall {
     let spec = GridSpec::new()
-        .input("x", MemorySpace::Vmem, &[16, 128], DType::F32)
-        .output("o", MemorySpace::Vmem, &[8, 128], DType::F32)
-        .vmem("one", &[16, 128], DType::F32);
+        .input("x", MemorySpace::Vmem, &[16, 128], dtype)
+        .output("o", MemorySpace::Vmem, &[8, 128], dtype)
+        .vmem("one", &[16, 128], dtype);
     PallasCall::new("through_vmem", spec, move |pl, a| {
         let (x, o, one) = (a.r(0), a.r(1), a.r(2));
         if writes_input {
@@ -491,5 +496,79 @@ fn large_fills_and_zeroing_reach_every_word_of_lent_memory() {
         assert_eq!(lo.iter().position(|&w| w != 0), None, "h's unwritten half");
         let bad = hi.iter().position(|&w| w != (-7f32).to_bits());
         assert_eq!(bad, None, "h's copied half");
+    }
+}
+
+/// Runs `plan` in the executor's own memory as Python runs 16-bit operands (nothing
+/// lent: inputs written through `input_words`, outputs read through `output_words`):
+/// the outputs, and the bytes of buffers the plan keeps after.
+fn run_own(plan: &Plan, cpu_plan: &CpuPlan, inputs: &[Vec<HostArray>]) -> (Words, u64) {
+    let prog = &plan.program;
+    let cpu = CpuExecutor::new();
+    let mut run: Box<dyn Prepared + '_> = cpu
+        .prepare_lent(prog, &plan.schedule, cpu_plan, Vec::new())
+        .unwrap();
+    for (d, dev) in inputs.iter().enumerate() {
+        for (i, a) in dev.iter().enumerate() {
+            run.input_words(d, i).unwrap().copy_from_slice(&a.words);
+        }
+    }
+    run.run(1).unwrap();
+    let outs = (0..prog.devices)
+        .map(|d| {
+            (0..prog.outputs.len())
+                .map(|o| run.output_words(d, o).unwrap().to_vec())
+                .collect()
+        })
+        .collect();
+    drop(run);
+    (outs, cpu_plan.kept_bytes())
+}
+
+/// Operands the run holds itself (bf16: not lent) live in their VMEM twin's buffer:
+/// each call's outputs equal the unfused executor's, and the buffers the plan keeps are
+/// every allocation on every device but the twinned operands (x unless the kernel
+/// writes it, and o).
+#[test]
+fn vmem_operands_the_run_holds_itself_live_in_their_twins_buffer() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    for writes_input in [false, true] {
+        let plan = Job::call(through_vmem_in(writes_input, DType::BF16), mesh.clone())
+            .with_uninit(Uninit::Zero)
+            .plan()
+            .unwrap();
+        let cpu_plan = CpuPlan::of(&plan.program, &plan.schedule);
+        let table = plan.schedule.memory(&plan.program);
+        let all: u64 = table.allocs.iter().map(|a| a.numel() as u64 * 4).sum();
+        let twinned = if writes_input {
+            8 * 128
+        } else {
+            (16 + 8) * 128
+        };
+        for call in 0..3u32 {
+            let inputs: Vec<Vec<HostArray>> = (0..2u32)
+                .map(|d| {
+                    // Small integers: exact in bf16, and so are their sums.
+                    let x = (0..2048u32)
+                        .map(|i| half::bf16::from_f32(((i * 3 + d * 7 + call) % 64) as f32));
+                    vec![HostArray::from_bf16(&[16, 128], x.collect()).unwrap()]
+                })
+                .collect();
+            let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+            let (got, kept) = run_own(&plan, &cpu_plan, &inputs);
+            assert_eq!(got, words(&want), "{writes_input} call {call}");
+            assert_eq!(kept, 2 * (all - twinned * 4), "{writes_input} call {call}");
+            let add = if writes_input { 2.0 } else { 0.0 };
+            for (d, dev) in inputs.iter().enumerate() {
+                let x: Vec<f32> = dev[0]
+                    .words
+                    .iter()
+                    .map(|&w| f32::from_bits(w << 16))
+                    .collect();
+                let o: Vec<f32> = got[d][0].iter().map(|&w| f32::from_bits(w << 16)).collect();
+                let expect: Vec<f32> = (0..1024).map(|i| x[i] + x[i + 1024] + add).collect();
+                assert_eq!(o, expect, "{writes_input} call {call} device {d}");
+            }
+        }
     }
 }

@@ -259,3 +259,58 @@ fn every_op_agrees_with_jax_on_the_cpu_executor() {
 fn every_op_agrees_with_jax_on_the_gpu_executor() {
     check_all(&mut *common::gpu());
 }
+
+/// A bf16 left operand past the size widened a block of rows at a time (over a million
+/// elements: blocks of 2048 rows of 512, the last one short; and two batches of 1100
+/// rows) into an f32 result: equal to the integer sums (small integers are exact in
+/// bf16 and their sums in f32).
+#[test]
+fn large_bf16_dots_widened_by_blocks_of_rows_give_the_exact_sums() {
+    let mesh = Mesh::new(1, "x").unwrap();
+    let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 - 4.0;
+    for (batch, m) in [(1usize, 2100usize), (2, 1100)] {
+        let (k, n) = (512, 8);
+        let (lshape, rshape, oshape, dims) = if batch == 1 {
+            let d = DotDims {
+                lhs_contract: vec![1],
+                rhs_contract: vec![0],
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+            };
+            (vec![m, k], vec![k, n], vec![m, n], d)
+        } else {
+            let d = DotDims {
+                lhs_contract: vec![2],
+                rhs_contract: vec![1],
+                lhs_batch: vec![0],
+                rhs_batch: vec![0],
+            };
+            (vec![batch, m, k], vec![batch, k, n], vec![batch, m, n], d)
+        };
+        let a: Vec<f32> = (0..batch * m * k).map(|i| value(i, 1)).collect();
+        let b: Vec<f32> = (0..batch * k * n).map(|i| value(i, 5)).collect();
+        let bf = |v: &[f32]| v.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        let ins = vec![
+            HostArray::from_bf16(&lshape, bf(&a)).unwrap(),
+            HostArray::from_bf16(&rshape, bf(&b)).unwrap(),
+        ];
+        let call = kernel(ComputeKind::Dot(dims), &ins, oshape.clone(), DType::F32);
+        let plan = tpusim::run::Job::call(call, mesh.clone()).plan().unwrap();
+        let got = plan.execute(&mut CpuExecutor::new(), &[ins]).unwrap();
+        let got = got[0][0].as_f32();
+        for bi in 0..batch {
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| a[(bi * m + i) * k + p] as f64 * b[(bi * k + p) * n + j] as f64)
+                        .sum();
+                    let at = (bi * m + i) * n + j;
+                    assert_eq!(
+                        got[at] as f64, want,
+                        "batch {batch} m {m}: ({bi}, {i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}

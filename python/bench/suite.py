@@ -15,9 +15,12 @@ compilation, tpusim's planning), then the median and mean of at least `--reps` c
 `--seconds` of calls, timed back to back after `--warmup` untimed ones; the error of its
 last result against the reference (computed by JAX in the same process); the process's
 peak resident memory over the timed calls alone (`VmHWM` reset before them; the
-whole process's peak where it cannot be reset), with its ratio to the runtime's memory
-before the inputs were made plus the case's buffers (every device's inputs and outputs),
-and the calls' page faults (in `--json`); and, for the data-movement kernels, numpy's
+whole process's peak where it cannot be reset; each result dropped before the next
+call), with its ratio to what a call needs: the runtime's memory before the inputs were
+made, JAX's arrays (every device's inputs and output) and the kernel's own buffers on
+every device as it declares them (the VMEM copies of its VMEM operands and its scratch,
+`Case.kernel_bytes`), the same sum for XLA's reference; and the calls' page faults (in
+`--json`); and, for the data-movement kernels, numpy's
 copy bandwidth over P buffers of one device's operand each, copied one after the other
 (best of several), the memcpy roof.
 A case whose memory is estimated past `--memory-limit` is skipped with a note.
@@ -73,11 +76,14 @@ def context(mode, p):
 
 
 def calls(f, args, n, seconds):
-    """Calls f(*args) at least n times and until `seconds` have passed: each call's time, the last result."""
+    """Calls f(*args) at least n times and until `seconds` have passed: each call's time, the last result.
+    Each result is dropped before the next call (outside its time), so that a call's peak
+    memory is its own: its inputs, its result and what it makes on the way."""
     import jax
 
     times, start, y = [], time.perf_counter(), None
     while len(times) < n or time.perf_counter() - start < seconds:
+        y = None
         t0 = time.perf_counter()
         y = jax.block_until_ready(f(*args))
         times.append(time.perf_counter() - t0)
@@ -215,6 +221,9 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         "minor_faults_per_call": minflt / len(times),
         "major_faults_per_call": majflt / len(times),
         "buffers": case.buffer_bytes(),
+        "jax_bytes": case.jax_bytes(p),
+        "kernel_bytes": case.kernel_bytes(p),
+        "result_dropped": True,
         "moved": case.moved,
         "keep_heap": os.environ.get("TPUSIM_KEEP_HEAP") == "1",
     }
@@ -314,17 +323,25 @@ def table_row(kernel, p, size, by_mode, modes):
         or "-"
     )
     rss = " / ".join(
-        f"{bytes_text(r['rss'])} ({r['rss'] / (r['rss_base'] + r['buffers']):.2g}x)"
+        f"{bytes_text(r['rss'])} ({r['rss'] / (r['rss_base'] + needed(r)):.2g}x)"
         for r in (by_mode.get(m) for m in sims + ["xla"])
         if ok(r)
     )
-    buffers = next((r["buffers"] for r in by_mode.values() if "buffers" in r), None)
+    buffers = next((needed(r) for r in by_mode.values() if "buffers" in r), None)
     rss = f"{rss or '-'} vs {bytes_text(buffers)}" if buffers is not None else rss or "-"
     return (
         f"| {kernel} | {p} | {size} | "
         + " | ".join(cell(by_mode.get(m)) for m in modes)
         + f" | {speedup} | {roof} | {memcpy} | {errs} | {rss} |"
     )
+
+
+def needed(r):
+    """Bytes a call needs beyond the runtime: JAX's arrays and the kernel's own buffers on
+    every device (results written before these were counted: their inputs and outputs)."""
+    if "jax_bytes" in r:
+        return r["jax_bytes"] + r["kernel_bytes"]
+    return r["buffers"]
 
 
 def header(modes):
@@ -336,7 +353,7 @@ def header(modes):
         "x of roof",
         "% memcpy",
         f"max error, rel. ({checked})",
-        f"peak RSS of the calls ({sims}/xla; x of runtime + buffers) vs buffers",
+        f"peak RSS of a call ({sims}/xla; x of runtime + arrays + kernel buffers) vs arrays + kernel buffers",
     ]
     return "| kernel | P | size | " + " | ".join(cols) + " |\n|---|---|---|" + "---|" * len(cols)
 

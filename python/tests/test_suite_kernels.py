@@ -54,3 +54,54 @@ def test_errors_compare_chunk_by_chunk_as_whole_arrays_do(monkeypatch):
     assert max_rel == max_abs / np.abs(want.astype(np.float64)).max()
     with pytest.raises(ValueError, match="shape"):
         suite.errors([got], [want[:3]])
+
+
+def traced_pallas_call(case, mesh):
+    """The pallas_call equation of a case's kernel, traced on its global shapes."""
+    f = sharded(case, case.kernel, mesh)
+    args = [
+        jax.ShapeDtypeStruct(shape, dtype, sharding=jax.NamedSharding(mesh, spec))
+        for (shape, dtype), spec in zip(case.in_shapes, case.in_specs)
+    ]
+
+    def find(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                return eqn
+            for v in eqn.params.values():
+                inner = getattr(v, "jaxpr", None)
+                if inner is not None and (found := find(inner if hasattr(inner, "eqns") else inner.jaxpr)):
+                    return found
+        return None
+
+    return find(jax.make_jaxpr(f)(*args).jaxpr)
+
+
+@pytest.mark.parametrize("name", list(suite_kernels.KERNELS))
+def test_kernel_bytes_are_what_the_traced_pallas_call_allocates_on_chip(name):
+    """The suite's memory measure counts the kernel's own buffers from the case's
+    declaration (`blocks`, `scratch`): equal to the on-chip (VMEM, SMEM) block and
+    scratch references of the pallas_call JAX traces, on every device."""
+    mesh = jax.make_mesh((P_,), (suite_kernels.AXIS,))
+    case = suite_kernels.KERNELS[name](P_, suite.SIZES["small"])
+    eqn = traced_pallas_call(case, mesh)
+    gm = eqn.params["grid_mapping"]
+    refs = [bm.transformed_block_aval for bm in gm.block_mappings] + list(gm.scratch_avals)
+    on_chip = sum(
+        int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in refs if str(r.memory_space) in ("vmem", "smem")
+    )
+    prefetched = sum(v.aval.size * v.aval.dtype.itemsize for v in eqn.invars[: gm.num_index_operands])
+    assert case.kernel_bytes(P_) == P_ * (on_chip + prefetched)
+    # JAX's arrays: one device's shard of each operand, on every device.
+    shards = [v.aval for v in eqn.invars] + [v.aval for v in eqn.outvars]
+    assert case.jax_bytes(P_) == P_ * sum(a.size * a.dtype.itemsize for a in shards)
+
+
+def test_tp_mlp_kernel_bytes_by_hand():
+    """tp_mlp at P = 4, 128 KiB: m = 128 rows of x (128, 512) bf16 replicated, W1 and W2
+    (512, 512) bf16 shards, out (32, 512) f32; on chip x, W1, W2 and out in VMEM, the
+    ring's accumulator (32, 512) f32, its receive slots 2 x (32, 512) f32 and h (128, 512) bf16."""
+    case = suite_kernels.KERNELS["tp_mlp"](P_, suite.SIZES["small"])
+    x, w, out = 128 * 512 * 2, 512 * 512 * 2, 32 * 512 * 4
+    assert case.jax_bytes(P_) == P_ * (x + 2 * w + out)
+    assert case.kernel_bytes(P_) == P_ * (x + 2 * w + out + out + 2 * out + x)

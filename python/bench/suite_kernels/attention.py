@@ -76,22 +76,23 @@ def ring_attention(p, size):
         ring_pass(p, [kbuf, vbuf], send_sems, recv_sems, capacity, compute)
 
     local = (heads, SEQ, D)
+    scratch = [
+        pltpu.VMEM((2, *local), BF16),
+        pltpu.VMEM((2, *local), BF16),
+        DMA((2,)),
+        DMA((2,)),
+        pltpu.SemaphoreType.REGULAR,
+        pltpu.VMEM((heads, SEQ, 1), jnp.float32),
+        pltpu.VMEM((heads, SEQ, 1), jnp.float32),
+        pltpu.VMEM(local, jnp.float32),
+    ]
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(local, BF16),
         in_specs=[VMEM] * 3,
         out_specs=VMEM,
         compiler_params=COLLECTIVE,
-        scratch_shapes=[
-            pltpu.VMEM((2, *local), BF16),
-            pltpu.VMEM((2, *local), BF16),
-            DMA((2,)),
-            DMA((2,)),
-            pltpu.SemaphoreType.REGULAR,
-            pltpu.VMEM((heads, SEQ, 1), jnp.float32),
-            pltpu.VMEM((heads, SEQ, 1), jnp.float32),
-            pltpu.VMEM(local, jnp.float32),
-        ],
+        scratch_shapes=scratch,
     )
 
     def reference(q, k, v):
@@ -115,4 +116,6 @@ def ring_attention(p, size):
         ins[:1],
         lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16) for _ in range(3)],
         rtol=2e-2,
+        blocks=(VMEM,) * 4,
+        scratch=scratch,
     )

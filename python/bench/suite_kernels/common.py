@@ -2,6 +2,7 @@
 the ring's neighbours."""
 
 import dataclasses
+import math
 from typing import Callable
 
 import jax
@@ -24,7 +25,10 @@ class Case:
     without making the data, the main operand (whose bytes per device the size names,
     and the memcpy roof copies) last among the data-movement kernels' inputs; `moved` the bytes one call's DMAs move, all devices
     together (data-movement kernels), else None; `rtol` the largest error allowed,
-    relative to the reference's largest magnitude."""
+    relative to the reference's largest magnitude; `blocks` the BlockSpec of every
+    input, then of the output, as the pallas_call declares them (scalar-prefetch
+    operands as SMEM ones), and `scratch` its scratch_shapes: what a TPU allocates
+    for the kernel beyond JAX's arrays (`kernel_bytes`)."""
 
     kernel: Callable
     reference: Callable
@@ -35,10 +39,47 @@ class Case:
     inputs: Callable
     rtol: float = 0.0
     moved: int | None = None
+    blocks: tuple = ()
+    scratch: tuple = ()
 
     def buffer_bytes(self):
         """Inputs and outputs of every device: the global arrays' bytes."""
         return sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in self.in_shapes + self.out_shapes)
+
+    def jax_bytes(self, p):
+        """JAX's arrays of a call on p devices: every device's shard of each input and
+        of the output (a replicated input is held once per device)."""
+        specs = list(self.in_specs) + [self.out_specs]
+        return sum(p * local_bytes(s, d, spec, p) for (s, d), spec in zip(self.in_shapes + self.out_shapes, specs))
+
+    def kernel_bytes(self, p):
+        """The kernel's own buffers on p devices, as it declares them: the VMEM (or
+        SMEM) copy of every operand whose BlockSpec puts it there whole (one device's
+        shard), and its VMEM and SMEM scratch (semaphores hold no data). HBM (`pl.ANY`)
+        operands are JAX's arrays, read and written in place."""
+        if len(self.blocks) != len(self.in_shapes) + len(self.out_shapes):
+            raise ValueError(f"{len(self.blocks)} BlockSpecs for {len(self.in_shapes) + len(self.out_shapes)} operands")
+        specs = list(self.in_specs) + [self.out_specs]
+        per_device = 0
+        for (shape, dtype), spec, block in zip(self.in_shapes + self.out_shapes, specs, self.blocks):
+            if block.block_shape is not None:
+                raise ValueError("only whole-operand blocks are counted")
+            if str(block.memory_space) in ON_CHIP:
+                per_device += local_bytes(shape, dtype, spec, p)
+        for ref in self.scratch:
+            if str(getattr(ref, "memory_space", None)) in ON_CHIP:
+                per_device += math.prod(ref.shape) * np.dtype(ref.dtype).itemsize
+        return p * per_device
+
+
+ON_CHIP = ("vmem", "smem")
+
+
+def local_bytes(shape, dtype, spec, p):
+    """Bytes of one device's shard of a global (shape, dtype) under PartitionSpec `spec`
+    over the mesh axis `AXIS` of p devices."""
+    dims = [n // p if i < len(spec) and spec[i] == AXIS else n for i, n in enumerate(shape)]
+    return math.prod(dims) * np.dtype(dtype).itemsize
 
 
 def neighbours():

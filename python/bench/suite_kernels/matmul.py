@@ -41,13 +41,14 @@ def all_gather_matmul(p, size):
 
         ring_pass(p, [buf], send_sems, recv_sems, capacity, compute)
 
+    scratch = [pltpu.VMEM((2, m, K), BF16), DMA((1,)), DMA((1,)), REGULAR]
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((p * m, N), BF16),
         in_specs=[VMEM, VMEM],
         out_specs=VMEM,
         compiler_params=COLLECTIVE,
-        scratch_shapes=[pltpu.VMEM((2, m, K), BF16), DMA((1,)), DMA((1,)), REGULAR],
+        scratch_shapes=scratch,
     )
 
     def reference(x, w):
@@ -63,6 +64,8 @@ def all_gather_matmul(p, size):
         [((p * m, p * N), BF16)],
         lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
         rtol=1e-2,
+        blocks=(VMEM,) * 3,
+        scratch=scratch,
     )
 
 
@@ -91,21 +94,29 @@ def reduce_scatter_call(p, m, cols, contract, prologue=None, scratch=()):
         o_ref[...] = ring_reduce(p, contribution, acc, recv, send_sem, recv_sems, capacity)
 
     nin = 3 if prologue else 2
+    scratch = reduce_scatter_scratch(p, m, cols, scratch)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((mb, cols), jnp.float32),
         in_specs=[VMEM] * nin,
         out_specs=VMEM,
         compiler_params=COLLECTIVE,
-        scratch_shapes=[
-            pltpu.VMEM((mb, cols), jnp.float32),
-            pltpu.VMEM((2, mb, cols), jnp.float32),
-            DMA,
-            DMA((2,)),
-            REGULAR,
-            *scratch,
-        ],
+        scratch_shapes=scratch,
     )
+
+
+def reduce_scatter_scratch(p, m, cols, extra=()):
+    """The scratch of reduce_scatter_call: the ring's accumulator, its two receive slots,
+    semaphores, then `extra`."""
+    mb = m // p
+    return [
+        pltpu.VMEM((mb, cols), jnp.float32),
+        pltpu.VMEM((2, mb, cols), jnp.float32),
+        DMA,
+        DMA((2,)),
+        REGULAR,
+        *extra,
+    ]
 
 
 def matmul_reduce_scatter(p, size):
@@ -127,6 +138,8 @@ def matmul_reduce_scatter(p, size):
         [((m, N), np.float32)],
         lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32).astype(BF16), weights(rng, ins[1][0])],
         rtol=1e-4,
+        blocks=(VMEM,) * 3,
+        scratch=reduce_scatter_scratch(p, m, N),
     )
 
 
@@ -145,7 +158,8 @@ def tp_mlp(p, size):
     def prologue(x_ref, w1_ref, h_ref):
         h_ref[...] = gelu_hidden(x_ref[...], w1_ref[...])
 
-    call = reduce_scatter_call(p, m, d, hidden, prologue, [pltpu.VMEM((m, hidden), BF16)])
+    extra = [pltpu.VMEM((m, hidden), BF16)]
+    call = reduce_scatter_call(p, m, d, hidden, prologue, extra)
 
     def reference(x, w1, w2):
         return lax.psum_scatter(dot(gelu_hidden(x, w1), w2), AXIS, scatter_dimension=0, tiled=True)
@@ -164,4 +178,6 @@ def tp_mlp(p, size):
             weights(rng, ins[2][0]),
         ],
         rtol=1e-2,
+        blocks=(VMEM,) * 4,
+        scratch=reduce_scatter_scratch(p, m, d, extra),
     )

@@ -16,6 +16,7 @@ from .rings import remote
 
 ANY = pl.BlockSpec(memory_space=pl.ANY)
 VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
+SMEM = pl.BlockSpec(memory_space=pltpu.SMEM)  # where scalar-prefetch operands go
 DMA = pltpu.SemaphoreType.DMA
 BF16 = jnp.bfloat16
 D = 256  # model width; each expert is D x D
@@ -86,16 +87,14 @@ def moe(p, size):
         gate = gate_ref[...]
         o_ref[...] = (jnp.broadcast_to(gate, (t, D)) * back[...]).astype(BF16)
 
+    scratch = [
+        pltpu.VMEM((cap, g, D), BF16),
+        pltpu.VMEM((cap, g, D), BF16),
+        pltpu.VMEM((t, D), BF16),
+        DMA((4,)),
+    ]
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=5,
-        in_specs=[ANY, VMEM, VMEM],
-        out_specs=VMEM,
-        scratch_shapes=[
-            pltpu.VMEM((cap, g, D), BF16),
-            pltpu.VMEM((cap, g, D), BF16),
-            pltpu.VMEM((t, D), BF16),
-            DMA((4,)),
-        ],
+        num_scalar_prefetch=5, in_specs=[ANY, VMEM, VMEM], out_specs=VMEM, scratch_shapes=scratch
     )
     call = pl.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct((t, D), BF16), grid_spec=grid_spec, compiler_params=COLLECTIVE
@@ -113,4 +112,15 @@ def moe(p, size):
         w = (rng.standard_normal(ins[6][0], dtype=np.float32) / np.sqrt(D)).astype(BF16)
         return tables + [x, w, rng.uniform(0, 1, size=ins[7][0]).astype(np.float32)]
 
-    return Case(call, reference, (P(AXIS),) * 8, P(AXIS), ins, [((p * t, D), BF16)], inputs, rtol=1e-2)
+    return Case(
+        call,
+        reference,
+        (P(AXIS),) * 8,
+        P(AXIS),
+        ins,
+        [((p * t, D), BF16)],
+        inputs,
+        rtol=1e-2,
+        blocks=(SMEM,) * 5 + (ANY, VMEM, VMEM, VMEM),
+        scratch=scratch,
+    )

@@ -13,6 +13,7 @@ from .rings import remote, ring_reduce
 
 ANY = pl.BlockSpec(memory_space=pl.ANY)
 VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
+SMEM = pl.BlockSpec(memory_space=pltpu.SMEM)  # where scalar-prefetch operands go
 DMA = pltpu.SemaphoreType.DMA
 ROW = 128 * 4  # bytes of one f32 row
 
@@ -27,12 +28,13 @@ def neighbour_exchange(p, size):
         copy.start()
         copy.wait()
 
+    scratch = [DMA, DMA]
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
         in_specs=[ANY],
         out_specs=ANY,
-        scratch_shapes=[DMA, DMA],
+        scratch_shapes=scratch,
     )
 
     def reference(x):
@@ -48,6 +50,8 @@ def neighbour_exchange(p, size):
         shape,
         lambda rng: [rng.standard_normal(shape[0][0], dtype=np.float32)],
         moved=p * rows * ROW,
+        blocks=(ANY, ANY),
+        scratch=scratch,
     )
 
 
@@ -59,19 +63,20 @@ def reduce_scatter(p, size):
     def kernel(x_ref, o_ref, acc, recv, send_sem, recv_sems, capacity):
         o_ref[...] = ring_reduce(p, lambda b: x_ref[b], acc, recv, send_sem, recv_sems, capacity)
 
+    scratch = [
+        pltpu.VMEM((rows, 128), jnp.float32),
+        pltpu.VMEM((2, rows, 128), jnp.float32),
+        DMA,
+        DMA((2,)),
+        pltpu.SemaphoreType.REGULAR,
+    ]
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
         in_specs=[VMEM],
         out_specs=VMEM,
         compiler_params=COLLECTIVE,
-        scratch_shapes=[
-            pltpu.VMEM((rows, 128), jnp.float32),
-            pltpu.VMEM((2, rows, 128), jnp.float32),
-            DMA,
-            DMA((2,)),
-            pltpu.SemaphoreType.REGULAR,
-        ],
+        scratch_shapes=scratch,
     )
 
     def reference(x):
@@ -88,6 +93,8 @@ def reduce_scatter(p, size):
         [((p * rows, 128), np.float32)],
         lambda rng: [rng.integers(-64, 64, size=ins[0][0]).astype(np.float32)],
         moved=p * (p - 1) * rows * ROW,
+        blocks=(VMEM, VMEM),
+        scratch=scratch,
     )
 
 
@@ -113,13 +120,14 @@ def all_gather(p, size):
 
         lax.fori_loop(0, p - 1, step, 0)
 
+    scratch = [DMA, DMA, DMA((p - 1,))]
     call = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((p, rows, 128), jnp.float32),
         in_specs=[ANY],
         out_specs=ANY,
         compiler_params=COLLECTIVE,
-        scratch_shapes=[DMA, DMA, DMA((p - 1,))],
+        scratch_shapes=scratch,
     )
 
     def reference(x):
@@ -135,6 +143,8 @@ def all_gather(p, size):
         [((p * p, rows, 128), np.float32)],
         lambda rng: [rng.standard_normal(ins[0][0], dtype=np.float32)],
         moved=p * (p - 1) * rows * ROW,
+        blocks=(ANY, ANY),
+        scratch=scratch,
     )
 
 
@@ -177,8 +187,9 @@ def ragged_all_to_all(p, size):
         lax.fori_loop(0, sent, lambda b, c: (one.wait_send(), c)[1], 0)
         lax.fori_loop(0, received, lambda b, c: (one.wait_recv(), c)[1], 0)
 
+    scratch = [DMA, DMA]
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=4, in_specs=[ANY], out_specs=VMEM, scratch_shapes=[DMA, DMA]
+        num_scalar_prefetch=4, in_specs=[ANY], out_specs=VMEM, scratch_shapes=scratch
     )
     call = pl.pallas_call(
         kernel,
@@ -213,4 +224,6 @@ def ragged_all_to_all(p, size):
         [((p * rows, 128), np.float32)],
         lambda rng: tables + [rng.standard_normal(ins[4][0], dtype=np.float32)],
         moved=moved,
+        blocks=(SMEM,) * 4 + (ANY, VMEM),
+        scratch=scratch,
     )

@@ -179,6 +179,12 @@ impl CpuExecutor {
                     bufs[o] = Some(Buf::Own(Words::default()));
                     moved.push((o, v));
                 }
+                // The run's own operand (not lent) lives in its twin's buffer: inputs
+                // are written there (`input_words`), outputs read from there.
+                (_, None) if t.alone => {
+                    bufs[o] = Some(Buf::Own(Words::default()));
+                    moved.push((o, v));
+                }
                 (_, b) => {
                     bufs[o] = b;
                     continue;
@@ -187,7 +193,7 @@ impl CpuExecutor {
             skip.push(t.step);
         }
         skip.sort_unstable();
-        let bufs = bufs
+        let bufs: Vec<Buf<'a>> = bufs
             .into_iter()
             .enumerate()
             .map(|(i, b)| match b {
@@ -219,6 +225,40 @@ impl CpuExecutor {
             moved,
         }))
     }
+}
+
+/// Prints device 0's buffers of a run that has ended, and every device's own bytes
+/// (resident, of all), to stderr (`TPUSIM_DEBUG_MEMORY` set): where a call's resident
+/// memory goes.
+fn report_memory(name: &str, table: &ir::Memory, bufs: &[Buf<'_>]) {
+    let (mut own, mut resident) = (0usize, 0usize);
+    for (i, b) in bufs.iter().enumerate() {
+        let (d, a) = table.place(i);
+        let (kind, touched) = match b {
+            Buf::Own(w) => ("own", w.resident_bytes()),
+            Buf::Read(w) => ("read in place", w.len() * 4),
+            Buf::Lent(w) => ("lent", w.len() * 4),
+        };
+        if let Buf::Own(w) = b {
+            own += w.len() * 4;
+            resident += touched;
+        }
+        if d == 0 {
+            let alloc = &table.allocs[a];
+            eprintln!(
+                "tpusim memory `{name}` device 0 alloc {a} `{}` {:?} {:?} {:?}: {} words, {kind}, {} KiB resident",
+                alloc.name,
+                alloc.space,
+                alloc.dtype,
+                alloc.shape,
+                b.len(),
+                touched >> 10
+            );
+        }
+    }
+    eprintln!(
+        "tpusim memory `{name}`: own buffers {resident} bytes resident of {own}, every device"
+    );
 }
 
 /// Why `l` cannot be the memory of its allocation: a device or allocation the program
@@ -637,12 +677,15 @@ struct CpuRun<'a> {
     reading: Option<Vec<usize>>,
     /// Steps not run (increasing): copies between memory shared ([`twins`]).
     skip: Vec<usize>,
-    /// Outputs (memory slots) held in another slot: `(output, where)`.
+    /// Operands (memory slots) held in another slot: `(operand, where)`.
     moved: Vec<(usize, usize)>,
 }
 
 impl Drop for CpuRun<'_> {
     fn drop(&mut self) {
+        if std::env::var_os("TPUSIM_DEBUG_MEMORY").is_some() {
+            report_memory(&self.program.name, &self.mem.table, &self.mem.bufs);
+        }
         let Some(spare) = self.spare else { return };
         for (i, b) in self.mem.bufs.iter_mut().enumerate() {
             if let Buf::Own(w) = b {
@@ -814,7 +857,7 @@ impl Prepared for CpuRun<'_> {
         check_inputs(self.program, inputs)?;
         for (d, dev) in inputs.iter().enumerate() {
             for (&a, arr) in self.program.inputs.iter().zip(dev) {
-                let i = self.mem.table.index_of(d, a);
+                let i = self.slot(d, a);
                 self.mem.bufs[i].copy_from_slice(&arr.words);
             }
         }
@@ -839,7 +882,7 @@ impl Prepared for CpuRun<'_> {
     fn input_words(&mut self, device: usize, operand: usize) -> Option<&mut [u32]> {
         let a = *self.program.inputs.get(operand)?;
         (device < self.program.devices).then(|| {
-            let i = self.mem.table.index_of(device, a);
+            let i = self.slot(device, a);
             &mut self.mem.bufs[i][..]
         })
     }
@@ -858,7 +901,7 @@ impl Prepared for CpuRun<'_> {
         if device >= self.program.devices || self.writes(device, a) {
             return None;
         }
-        Some(&self.mem.bufs[self.mem.table.index_of(device, a)][..])
+        Some(&self.mem.bufs[self.slot(device, a)][..])
     }
 
     fn run_piece(&mut self, k: usize) -> Result<()> {

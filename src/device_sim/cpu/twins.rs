@@ -2,7 +2,9 @@
 //! VMEM of the whole array): where the caller lends that operand, the two hold the same
 //! bytes, so the run can use the caller's memory for the VMEM buffer too and skip the
 //! copy. An input's VMEM twin is read where the caller's array is (no per-call copy in);
-//! an output's VMEM twin is written where the caller's result is (no copy out).
+//! an output's VMEM twin is written where the caller's result is (no copy out). Where
+//! the run holds the operand itself (16-bit data, widened to words), the operand lives
+//! in its twin's buffer: one buffer where there were two, and no copy.
 
 use crate::device_sim::fuse::{Fused, Step};
 use crate::ir::{AllocId, DataOp, Memory, Program, View};
@@ -21,6 +23,9 @@ pub struct Twin {
     pub vmem: AllocId,
     /// True when the operand is an input.
     pub input: bool,
+    /// True when no other step reads or writes the operand: it may live in its twin's
+    /// buffer alone (an output is never read, so that holds for every output twin).
+    pub alone: bool,
 }
 
 /// What the steps do to one (device, allocation).
@@ -29,6 +34,7 @@ struct Uses {
     writes: usize,
     last_write: usize,
     first_read: Option<usize>,
+    reads: usize,
 }
 
 /// The copies of `fused` (its ops `ops`) whose VMEM buffer may share its operand's memory:
@@ -50,6 +56,7 @@ pub fn twins(program: &Program, memory: &Memory, fused: &Fused, ops: &[DataOp]) 
         for v in reads {
             let u = &mut uses[memory.index(&v)];
             u.first_read.get_or_insert(s);
+            u.reads += 1;
         }
         for v in writes {
             let u = &mut uses[memory.index(&v)];
@@ -87,6 +94,7 @@ pub fn twins(program: &Program, memory: &Memory, fused: &Fused, ops: &[DataOp]) 
                 operand: src.alloc(),
                 vmem: dst.alloc(),
                 input: true,
+                alone: x.reads == 1,
             })
         } else if program.outputs.contains(&dst.alloc()) && plain(src.alloc()) {
             let (v, h) = (at(src.alloc()), at(dst.alloc()));
@@ -97,6 +105,7 @@ pub fn twins(program: &Program, memory: &Memory, fused: &Fused, ops: &[DataOp]) 
                 operand: dst.alloc(),
                 vmem: src.alloc(),
                 input: false,
+                alone: true,
             })
         } else {
             None

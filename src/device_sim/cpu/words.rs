@@ -92,6 +92,23 @@ impl Words {
     }
 }
 
+impl Words {
+    /// Bytes of the buffer in resident pages: those `mincore` reports of a mapped
+    /// buffer (untouched pages are not), all of the others.
+    pub fn resident_bytes(&self) -> usize {
+        #[cfg(unix)]
+        if let From::Map(bytes) = self.from {
+            let mut pages = vec![0u8; bytes.div_ceil(PAGE)];
+            // SAFETY: our own mapping of `bytes`, and a vector of one byte per page.
+            let ok = unsafe { libc::mincore(self.ptr.as_ptr().cast(), bytes, pages.as_mut_ptr()) };
+            if ok == 0 {
+                return pages.iter().filter(|&&p| p & 1 != 0).count() * PAGE;
+            }
+        }
+        self.len * 4
+    }
+}
+
 impl Drop for Words {
     fn drop(&mut self) {
         match self.from {
