@@ -181,6 +181,18 @@ pub fn widen(t: DType, x: &[u32], out: &mut [u32]) {
     }
 }
 
+/// 16-bit elements as stored into words (their bits in the low half).
+#[inline(always)]
+pub fn widen_halves(x: &[u16], out: &mut [u32]) {
+    out.iter_mut().zip(x).for_each(|(o, &h)| *o = u32::from(h));
+}
+
+/// Words of 16-bit elements (their bits in the low half) as stored.
+#[inline(always)]
+pub fn narrow_halves(x: &[u32], out: &mut [u16]) {
+    out.iter_mut().zip(x).for_each(|(o, &w)| *o = w as u16);
+}
+
 /// [`widen`] of a whole array, under the widest vector unit.
 pub fn widen_all(t: DType, x: &[u32], out: &mut [u32]) {
     struct W<'a>(DType, &'a [u32], &'a mut [u32]);

@@ -31,6 +31,12 @@ pub(super) struct Places {
     pub(super) outputs: Vec<*mut u32>,
     /// Every reduction's destination ([`Region::reduces`]).
     pub(super) reduces: Vec<*mut u32>,
+    /// Per input: its place holds 16-bit elements as stored (`*const u16`), widened to
+    /// words as a block loads them (a full load: [`super::halves`]).
+    pub(super) input_halves: Vec<bool>,
+    /// Per output: its place holds 16-bit elements (`*mut u16`), narrowed as a block
+    /// stores them (an output of every element of the region).
+    pub(super) output_halves: Vec<bool>,
 }
 
 /// The memory a region's run works in, kept from one region to the next so that a
@@ -65,6 +71,8 @@ impl Scratch {
         self.places.inputs.clear();
         self.places.outputs.clear();
         self.places.reduces.clear();
+        self.places.input_halves.clear();
+        self.places.output_halves.clear();
         &mut self.places
     }
 }
@@ -216,6 +224,15 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         singles,
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
+    // 16-bit memory is loaded and stored through a block of words of the region's own.
+    for (i, instr) in r.instrs.iter().enumerate() {
+        if let Instr::Load(k) = *instr {
+            in_place[i] &= !places.input_halves[k];
+        }
+        if direct[i].is_some_and(|k| places.output_halves[k]) {
+            direct[i] = None;
+        }
+    }
     let plan = Plan {
         r,
         places,
@@ -380,6 +397,15 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
     }
 }
 
+/// Register `reg`'s lanes as the stored 16-bit elements of its dtype, into `dst`.
+#[inline(always)]
+fn store_halves(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u16]) {
+    let mut bits = [0u32; BLOCK];
+    let bits = &mut bits[..lanes.len()];
+    store(r, reg, lanes, bits);
+    lanes::narrow_halves(bits, dst);
+}
+
 /// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`, or,
 /// a binary op's, `splat` where it has one value.
 ///
@@ -457,6 +483,13 @@ unsafe fn block(
                 };
                 let out = unsafe { std::slice::from_raw_parts_mut(own, m) };
                 match &input.pattern {
+                    Pattern::Full if plan.places.input_halves[*k] => {
+                        // SAFETY: the place holds the input's `n` 16-bit elements.
+                        let h = unsafe {
+                            std::slice::from_raw_parts((src as *const u16).add(start), m)
+                        };
+                        lanes::widen_halves(h, out);
+                    }
                     Pattern::Full => out
                         .copy_from_slice(unsafe { std::slice::from_raw_parts(src.add(start), m) }),
                     Pattern::Scalar => unreachable!("scalar loads are uniform"),
@@ -493,9 +526,18 @@ unsafe fn block(
         if o.view.len() != r.n || plan.direct[o.reg] == Some(k) {
             continue;
         }
+        let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };
+        if plan.places.output_halves[k] {
+            // SAFETY: the place holds the output's `n` 16-bit elements; this block
+            // writes its own.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut((plan.places.outputs[k] as *mut u16).add(start), m)
+            };
+            store_halves(r, o.reg, src, dst);
+            continue;
+        }
         // SAFETY: the output has `n` elements at its place; this block writes its own.
         let dst = unsafe { std::slice::from_raw_parts_mut(plan.places.outputs[k].add(start), m) };
-        let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };
         store(r, o.reg, src, dst);
     }
 }
