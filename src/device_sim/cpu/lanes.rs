@@ -193,6 +193,38 @@ pub fn narrow_halves(x: &[u32], out: &mut [u16]) {
     out.iter_mut().zip(x).for_each(|(o, &w)| *o = w as u16);
 }
 
+/// [`widen`] of 16-bit float elements as stored (read two bytes each).
+#[inline(always)]
+pub fn widen_from_halves(t: DType, x: &[u16], out: &mut [u32]) {
+    match t {
+        DType::BF16 => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &h)| *o = u32::from(h) << 16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &h)| *o = f16_value(u32::from(h)).to_bits()),
+        _ => widen_halves(x, out),
+    }
+}
+
+/// [`narrow`] of 16-bit float values into their elements as stored (two bytes each).
+#[inline(always)]
+pub fn narrow_to_halves(t: DType, x: &[u32], out: &mut [u16]) {
+    match t {
+        DType::BF16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = (round_bf16(v).to_bits() >> 16) as u16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = f16_bits(v) as u16),
+        _ => narrow_halves(x, out),
+    }
+}
+
 /// [`widen`] of a whole array, under the widest vector unit.
 pub fn widen_all(t: DType, x: &[u32], out: &mut [u32]) {
     struct W<'a>(DType, &'a [u32], &'a mut [u32]);

@@ -54,6 +54,7 @@ pub(super) struct Scratch {
     /// Per input read in a broadcast, its runs of one value ([`Plan::same`]).
     same: Vec<usize>,
     splat_ok: Vec<bool>,
+    halves_widen: Vec<bool>,
     at: Vec<*const u32>,
     /// Per register, its one value when it has one over the block ([`lanes::Arg`]).
     splat: Vec<Option<u32>>,
@@ -93,6 +94,9 @@ struct Plan<'a> {
     /// Per register: a broadcast load only binary ops read, taken as one value (never
     /// filled) in a block that lies in one run of it.
     splat_ok: &'a [bool],
+    /// Per register: a load of 16-bit memory lent as stored that only widens read,
+    /// left where it is (the widen reads the halves).
+    halves_widen: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -219,6 +223,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         strides,
         same,
         splat_ok,
+        halves_widen,
         at,
         splat,
         singles,
@@ -233,6 +238,22 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             direct[i] = None;
         }
     }
+    halves_widen.clear();
+    halves_widen.extend(r.instrs.iter().enumerate().map(|(i, instr)| match *instr {
+        Instr::Load(k) => {
+            let widens = r
+                .instrs
+                .iter()
+                .filter(|j| matches!(j, Instr::Widen(a) if *a == i))
+                .count();
+            places.input_halves[k]
+                && r.inputs[k].pattern == Pattern::Full
+                && uses[i] > 0
+                && uses[i] == widens
+                && !r.reduces.iter().any(|q| q.reg == i)
+        }
+        _ => false,
+    }));
     let plan = Plan {
         r,
         places,
@@ -241,6 +262,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         strides,
         same,
         splat_ok,
+        halves_widen,
     };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
@@ -340,7 +362,7 @@ impl WithSimd for Prologue<'_> {
                     let out = regs[s * BLOCK..].as_mut_ptr();
                     // SAFETY: the slots of a uniform register and of its arguments are
                     // distinct buffers of the register file.
-                    unsafe { compute(r, instr, at, splat, out, BLOCK) };
+                    unsafe { compute(r, instr, at, splat, self.plan.halves_widen, out, BLOCK) };
                 }
             }
             at[i] = regs[s * BLOCK..].as_ptr();
@@ -400,6 +422,16 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
 /// Register `reg`'s lanes as the stored 16-bit elements of its dtype, into `dst`.
 #[inline(always)]
 fn store_halves(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u16]) {
+    let g = r.regs[reg];
+    if g.raw {
+        return lanes::narrow_halves(lanes, dst);
+    }
+    if matches!(
+        g.dtype,
+        crate::array::DType::BF16 | crate::array::DType::F16
+    ) {
+        return lanes::narrow_to_halves(g.dtype, lanes, dst);
+    }
     let mut bits = [0u32; BLOCK];
     let bits = &mut bits[..lanes.len()];
     store(r, reg, lanes, bits);
@@ -413,11 +445,13 @@ fn store_halves(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u16]) {
 /// `at[a]` holds `m` lanes of every argument `a` that `splat` has no value of, and
 /// `out` room for `m` lanes that none of them shares.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn compute(
     r: &Region,
     instr: &Instr,
     at: &[*const u32],
     splat: &[Option<u32>],
+    halves: &[bool],
     out: *mut u32,
     m: usize,
 ) {
@@ -430,6 +464,11 @@ unsafe fn compute(
     let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
     match *instr {
         Instr::Load(_) | Instr::Const { .. } => unreachable!("loads are not computed"),
+        Instr::Widen(a) if halves[a] => {
+            // SAFETY: `at[a]` is where the lent halves of the block are.
+            let h = unsafe { std::slice::from_raw_parts(at[a] as *const u16, m) };
+            lanes::widen_from_halves(r.regs[a].dtype, h, out)
+        }
         Instr::Widen(a) => lanes::widen(r.regs[a].dtype, arg(a), out),
         Instr::Unary(u, t, a) => lanes::unary(u, t, arg(a), out),
         Instr::Binary(b, t, a, c) => lanes::binary_args(b, t, either(a), either(c), out),
@@ -472,6 +511,11 @@ unsafe fn block(
                 // SAFETY: a full input has `n` elements at its place; a broadcast reads
                 // within its view's.
                 let src = plan.places.inputs[*k];
+                if plan.halves_widen[i] {
+                    // SAFETY: the place holds the input's `n` 16-bit elements.
+                    at[i] = unsafe { (src as *const u16).add(start) as *const u32 };
+                    continue;
+                }
                 if plan.in_place[i] {
                     at[i] = unsafe { src.add(start) };
                     continue;
@@ -517,7 +561,7 @@ unsafe fn block(
                 };
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
-                unsafe { compute(r, instr, at, splat, out, m) };
+                unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) };
                 at[i] = out;
             }
         }
