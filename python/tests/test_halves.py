@@ -56,7 +56,7 @@ def test_exact_elementwise_ops_on_every_pattern(cpu, dtype, shape):
         "max(x,0)": (lambda x: jnp.maximum(x, 0), None),
     }
     np_dtype = ml_dtypes.bfloat16 if dtype == jnp.bfloat16 else np.float16
-    with tpusim.simulate(devices=1, backend="cpu"):
+    with tpusim.simulate(backend="cpu"):
         for name, (f, ref) in ops.items():
             g = kernel_of(f, shape, dtype)
             for call in range(2):
@@ -84,7 +84,7 @@ def test_row_sums_and_maxes_of_small_integers_are_exact(cpu, shape):
         "sum": (lambda x: jnp.sum(x, axis=-1, keepdims=True) + jnp.zeros_like(x), np.sum),
         "max": (lambda x: jnp.max(x, axis=-1, keepdims=True) + jnp.zeros_like(x), np.max),
     }
-    with tpusim.simulate(devices=1, backend="cpu"):
+    with tpusim.simulate(backend="cpu"):
         for name, (f, ref) in rowwise.items():
             g = kernel_of(f, shape, jnp.bfloat16)
             for call in range(2):
@@ -103,7 +103,7 @@ def test_a_transpose_of_16_bit_data_still_runs_on_words(cpu, dtype):
     np_dtype = ml_dtypes.bfloat16 if dtype == jnp.bfloat16 else np.float16
     shape = (300, 613)
     g = kernel_of(lambda x: x.T + 1, shape, dtype)
-    with tpusim.simulate(devices=1, backend="cpu"):
+    with tpusim.simulate(backend="cpu"):
         host = small_ints(shape, np_dtype, seed=3)
         got = np.asarray(g(jnp.asarray(host)))
     np.testing.assert_array_equal(got.astype(np.float64), host.T.astype(np.float64) + 1)
