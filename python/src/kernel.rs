@@ -238,12 +238,10 @@ impl KernelCall {
                 let dst = buffers.result(x, k)?;
                 sized("output", dst.len(), a)?;
                 crate::huge::advise(dst);
-                let taken = lent
-                    .iter()
-                    .any(|l| {
-                        matches!(l, Lent::Output { .. } | Lent::OutputHalves { .. })
-                            && l.place() == (r, a)
-                    });
+                let taken = lent.iter().any(|l| {
+                    matches!(l, Lent::Output { .. } | Lent::OutputHalves { .. })
+                        && l.place() == (r, a)
+                });
                 if !exec.is_gpu() && !taken && words(dst, a) {
                     lent.push(Lent::Output {
                         device: r,
