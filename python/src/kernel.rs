@@ -197,6 +197,13 @@ impl KernelCall {
             4 => bytemuck::try_cast_slice::<u8, u32>(b).is_ok(),
             _ => false,
         };
+        // 16-bit ones the plan lets regions read or write as stored (no widening pass).
+        let halves = |b: &[u8], r: usize, a: usize| {
+            allocs[a].dtype.size() == 2
+                && cfg!(target_endian = "little")
+                && bytemuck::try_cast_slice::<u8, u16>(b).is_ok()
+                && cpu_plan.halves(r, a)
+        };
         let cpu = tpusim::device_sim::cpu::CpuExecutor::new();
         let mut lent = Vec::new();
         let mut copied_in = Vec::new();
@@ -210,6 +217,12 @@ impl KernelCall {
                         device: r,
                         alloc: a,
                         words: bytemuck::cast_slice(bytes),
+                    });
+                } else if !exec.is_gpu() && halves(bytes, r, a) {
+                    lent.push(Lent::InputHalves {
+                        device: r,
+                        alloc: a,
+                        halves: bytemuck::cast_slice(bytes),
                     });
                 } else {
                     copied_in.push((r, i, bytes));
@@ -225,14 +238,21 @@ impl KernelCall {
                 let dst = buffers.result(x, k)?;
                 sized("output", dst.len(), a)?;
                 crate::huge::advise(dst);
-                let taken = lent
-                    .iter()
-                    .any(|l| matches!(l, Lent::Output { .. }) && l.place() == (r, a));
+                let taken = lent.iter().any(|l| {
+                    matches!(l, Lent::Output { .. } | Lent::OutputHalves { .. })
+                        && l.place() == (r, a)
+                });
                 if !exec.is_gpu() && !taken && words(dst, a) {
                     lent.push(Lent::Output {
                         device: r,
                         alloc: a,
                         words: bytemuck::cast_slice_mut(dst),
+                    });
+                } else if !exec.is_gpu() && !taken && halves(dst, r, a) {
+                    lent.push(Lent::OutputHalves {
+                        device: r,
+                        alloc: a,
+                        halves: bytemuck::cast_slice_mut(dst),
                     });
                 } else {
                     copied_out.push((r, o, dst));
@@ -279,13 +299,15 @@ fn exchange(
         run.upload(&staged).py()?;
     }
     run.run(1).py()?;
-    if copied_out.is_empty() {
+    let Some(&(r0, o0, _)) = copied_out.first() else {
+        return Ok(());
+    };
+    // Host memory when the first output copied out is readable as words.
+    let host = run.output_words(r0, o0).is_some();
+    if !host && run.read_outputs_bytes(&mut copied_out).py()? {
         return Ok(());
     }
-    if run.output_words(0, 0).is_none() && run.read_outputs_bytes(&mut copied_out).py()? {
-        return Ok(());
-    }
-    let read = match run.output_words(0, 0).is_some() {
+    let read = match host {
         true => None,
         false => Some(run.read_outputs().py()?),
     };

@@ -84,7 +84,8 @@ impl Coverage {
 }
 
 /// One allocation of one device in the caller's memory, one 32-bit word per element (the
-/// host executor's format: 4-byte element types only).
+/// host executor's format: 4-byte element types), or, for the 16-bit operands the plan
+/// allows, their two bytes per element.
 #[derive(Debug)]
 pub enum Lent<'a> {
     /// Input `alloc` of `device`, holding its data: read in place, or copied where the
@@ -106,15 +107,38 @@ pub enum Lent<'a> {
         /// Its memory.
         words: &'a mut [u32],
     },
+    /// Input `alloc` of `device` of a 16-bit dtype, its elements' bits as stored (two
+    /// bytes each): read in place by the regions that load it (only where
+    /// [`crate::device_sim::cpu::CpuPlan::halves`] says so).
+    InputHalves {
+        /// Device.
+        device: usize,
+        /// The input's allocation.
+        alloc: AllocId,
+        /// Its data.
+        halves: &'a [u16],
+    },
+    /// Output `alloc` of `device` of a 16-bit dtype: written in place by the regions
+    /// that store it, two bytes an element (only where
+    /// [`crate::device_sim::cpu::CpuPlan::halves`] says so).
+    OutputHalves {
+        /// Device.
+        device: usize,
+        /// The output's allocation.
+        alloc: AllocId,
+        /// Its memory.
+        halves: &'a mut [u16],
+    },
 }
 
 impl Lent<'_> {
     /// The device and allocation lent.
     pub fn place(&self) -> (usize, AllocId) {
         match self {
-            Lent::Input { device, alloc, .. } | Lent::Output { device, alloc, .. } => {
-                (*device, *alloc)
-            }
+            Lent::Input { device, alloc, .. }
+            | Lent::Output { device, alloc, .. }
+            | Lent::InputHalves { device, alloc, .. }
+            | Lent::OutputHalves { device, alloc, .. } => (*device, *alloc),
         }
     }
 
@@ -123,6 +147,8 @@ impl Lent<'_> {
         match self {
             Lent::Input { words, .. } => words.len(),
             Lent::Output { words, .. } => words.len(),
+            Lent::InputHalves { halves, .. } => halves.len(),
+            Lent::OutputHalves { halves, .. } => halves.len(),
         }
     }
 

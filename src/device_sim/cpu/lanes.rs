@@ -122,10 +122,19 @@ pub fn f16_bits(x: f32) -> u32 {
 pub fn f16_value(h: u32) -> f32 {
     let sign = (h & 0x8000) << 16;
     let em = h & 0x7fff;
-    // Normals and subnormals: the bits placed in an f32 and scaled by 2^112.
-    let scaled = f32::from_bits(em << 13) * f32::from_bits(0x7780_0000);
+    // Normals: the exponent rebiased. Subnormals: their integer fraction times 2^-24,
+    // never an f32 subnormal on the way (which a CPU set to read those as zero, as
+    // XLA's threads are, would flush).
+    let normal = f32::from_bits((em << 13) + ((127 - 15) << 23));
+    let sub = em as f32 * f32::from_bits(0x3380_0000);
     let special = f32::from_bits((em << 13) | 0x7f80_0000);
-    let v = if em >= 0x7c00 { special } else { scaled };
+    let v = if em >= 0x7c00 {
+        special
+    } else if em >= 0x400 {
+        normal
+    } else {
+        sub
+    };
     f32::from_bits(v.to_bits() | sign)
 }
 
@@ -178,6 +187,50 @@ pub fn widen(t: DType, x: &[u32], out: &mut [u32]) {
             .zip(x)
             .for_each(|(o, &w)| *o = f16_value(w & 0xffff).to_bits()),
         _ => out.copy_from_slice(x),
+    }
+}
+
+/// 16-bit elements as stored into words (their bits in the low half).
+#[inline(always)]
+pub fn widen_halves(x: &[u16], out: &mut [u32]) {
+    out.iter_mut().zip(x).for_each(|(o, &h)| *o = u32::from(h));
+}
+
+/// Words of 16-bit elements (their bits in the low half) as stored.
+#[inline(always)]
+pub fn narrow_halves(x: &[u32], out: &mut [u16]) {
+    out.iter_mut().zip(x).for_each(|(o, &w)| *o = w as u16);
+}
+
+/// [`widen`] of 16-bit float elements as stored (read two bytes each).
+#[inline(always)]
+pub fn widen_from_halves(t: DType, x: &[u16], out: &mut [u32]) {
+    match t {
+        DType::BF16 => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &h)| *o = u32::from(h) << 16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &h)| *o = f16_value(u32::from(h)).to_bits()),
+        _ => widen_halves(x, out),
+    }
+}
+
+/// [`narrow`] of 16-bit float values into their elements as stored (two bytes each).
+#[inline(always)]
+pub fn narrow_to_halves(t: DType, x: &[u32], out: &mut [u16]) {
+    match t {
+        DType::BF16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = (round_bf16(v).to_bits() >> 16) as u16),
+        DType::F16 => out
+            .iter_mut()
+            .zip(f32s(x))
+            .for_each(|(o, &v)| *o = f16_bits(v) as u16),
+        _ => narrow_halves(x, out),
     }
 }
 
@@ -545,6 +598,52 @@ pub fn convert(from: DType, to: DType, x: &[u32], out: &mut [u32]) {
         (false, false) => {
             out.copy_from_slice(x);
             wrap(to, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_values_of_every_pattern_equal_the_half_crates() {
+        every_f16_pattern();
+    }
+
+    /// As XLA's threads run: f32 subnormals read as zero and results flushed to zero.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(deprecated)]
+    fn f16_subnormals_keep_their_values_where_the_cpu_flushes_f32_ones() {
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        // SAFETY: only this thread's rounding flags, restored after.
+        let before = unsafe { _mm_getcsr() };
+        unsafe { _mm_setcsr(before | 0x8040) };
+        let tiny = std::hint::black_box(f32::from_bits(1));
+        let flushed = tiny * 1.0 == 0.0;
+        every_f16_pattern();
+        unsafe { _mm_setcsr(before) };
+        assert!(flushed, "the flags read subnormals as zero");
+    }
+
+    fn every_f16_pattern() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_value(u32::from(h));
+            if want.is_nan() {
+                // NaN payloads kept, quiet bit as stored.
+                assert_eq!(
+                    got.to_bits(),
+                    (u32::from(h & 0x8000) << 16) | 0x7f80_0000 | (u32::from(h & 0x3ff) << 13),
+                    "{h:#x}"
+                );
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#x}");
+            }
+            // And back, exactly (a NaN comes back quiet).
+            let quiet = if want.is_nan() { 0x200 } else { 0 };
+            assert_eq!(f16_bits(got), u32::from(h) | quiet, "{h:#x} round trip");
         }
     }
 }

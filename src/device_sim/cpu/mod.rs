@@ -8,6 +8,7 @@
 
 pub mod compute;
 mod extrema;
+mod halves;
 pub mod lanes;
 pub mod layout;
 mod region;
@@ -39,6 +40,8 @@ pub struct CpuPlan {
     pub coverage: Coverage,
     fused: Fused,
     twins: Vec<twins::Twin>,
+    /// The 16-bit operands that may be lent as halves ([`halves::in_place`]).
+    halves: Vec<(usize, ir::AllocId)>,
     spare: spare::Spare,
 }
 
@@ -47,11 +50,14 @@ impl CpuPlan {
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
-        let twins = twins::twins(program, &schedule.memory(program), &fused, ops);
+        let memory = schedule.memory(program);
+        let twins = twins::twins(program, &memory, &fused, ops);
+        let halves = halves::in_place(program, &memory, &fused, ops);
         CpuPlan {
             coverage: Coverage::of(program, schedule),
             fused,
             twins,
+            halves,
             spare: spare::Spare::default(),
         }
     }
@@ -61,6 +67,13 @@ impl CpuPlan {
     /// whole into an output that nothing else writes or reads.
     pub fn shared_operands(&self) -> usize {
         self.twins.len()
+    }
+
+    /// True when 16-bit input or output `alloc` of `device` may be lent as its two
+    /// bytes an element ([`Lent::InputHalves`], [`Lent::OutputHalves`]): only fused
+    /// regions read it, loading it element for element, or write it, whole.
+    pub fn halves(&self, device: usize, alloc: ir::AllocId) -> bool {
+        self.halves.contains(&(device, alloc))
     }
 
     /// Bytes of buffers kept from the last run for the next.
@@ -135,7 +148,11 @@ impl CpuExecutor {
         let mut bufs: Vec<Option<Buf<'a>>> = (0..table.len()).map(|_| None).collect();
         for l in lent {
             let (d, a) = l.place();
-            let why = lent_mismatch(program, &l);
+            let halves_refused = matches!(l, Lent::InputHalves { .. } | Lent::OutputHalves { .. })
+                && !plan.halves(d, a);
+            let why = lent_mismatch(program, &l).or_else(|| {
+                halves_refused.then_some("16-bit memory that not only fused regions touch")
+            });
             let i = table.index_of(d, a);
             if let Some(why) = why.or_else(|| bufs[i].is_some().then_some("lent twice")) {
                 return Err(Error::bad_input(format!(
@@ -155,6 +172,13 @@ impl CpuExecutor {
                         fill(words, 0);
                     }
                     Buf::Lent(words)
+                }
+                Lent::InputHalves { halves, .. } => Buf::HalvesIn(halves),
+                Lent::OutputHalves { halves, .. } => {
+                    if coverage.needs_zero(d, a) {
+                        halves.fill(0);
+                    }
+                    Buf::HalvesOut(halves)
                 }
             });
         }
@@ -238,6 +262,8 @@ fn report_memory(name: &str, table: &ir::Memory, bufs: &[Buf<'_>]) {
             Buf::Own(w) => ("own", w.resident_bytes()),
             Buf::Read(w) => ("read in place", w.len() * 4),
             Buf::Lent(w) => ("lent", w.len() * 4),
+            Buf::HalvesIn(h) => ("lent at 16 bits", h.len() * 2),
+            Buf::HalvesOut(h) => ("lent at 16 bits", h.len() * 2),
         };
         if let Buf::Own(w) = b {
             own += w.len() * 4;
@@ -269,15 +295,17 @@ fn lent_mismatch(program: &Program, l: &Lent) -> Option<&'static str> {
     let Some(alloc) = alloc else {
         return Some("no such device or allocation");
     };
-    let role = match l {
-        Lent::Input { .. } => &program.inputs,
-        Lent::Output { .. } => &program.outputs,
+    let (role, size) = match l {
+        Lent::Input { .. } => (&program.inputs, 4),
+        Lent::Output { .. } => (&program.outputs, 4),
+        Lent::InputHalves { .. } => (&program.inputs, 2),
+        Lent::OutputHalves { .. } => (&program.outputs, 2),
     };
     if !role.contains(&a) {
         return Some("not an input lent as one, or an output lent as one");
     }
-    if alloc.dtype.size() != 4 {
-        return Some("elements narrower than the 32-bit words lent");
+    if alloc.dtype.size() != size {
+        return Some("elements of another width than those lent");
     }
     (alloc.numel() != l.len()).then_some("not its number of elements")
 }
@@ -298,15 +326,33 @@ enum Buf<'a> {
     /// An input read in place: no op writes it ([`Coverage::input_written`]).
     Read(&'a [u32]),
     Lent(&'a mut [u32]),
+    /// A 16-bit input lent as stored, that only regions load ([`halves`]).
+    HalvesIn(&'a [u16]),
+    /// A 16-bit output lent as stored, that only regions store ([`halves`]).
+    HalvesOut(&'a mut [u16]),
+}
+
+impl Buf<'_> {
+    /// The 16-bit memory lent as stored: its first element, and whether it is an output.
+    fn halves(&mut self) -> Option<(*mut u16, bool)> {
+        match self {
+            Buf::HalvesIn(h) => Some((h.as_ptr() as *mut u16, false)),
+            Buf::HalvesOut(h) => Some((h.as_mut_ptr(), true)),
+            _ => None,
+        }
+    }
 }
 
 impl Deref for Buf<'_> {
     type Target = [u32];
+    /// The words; none for 16-bit memory lent as stored, which only regions touch (so
+    /// that a use the plan did not foresee is a bounds panic, not a wrong read).
     fn deref(&self) -> &[u32] {
         match self {
             Buf::Own(v) => v,
             Buf::Read(w) => w,
             Buf::Lent(w) => w,
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) => &[],
         }
     }
 }
@@ -316,6 +362,7 @@ impl DerefMut for Buf<'_> {
         match self {
             Buf::Own(v) => v,
             Buf::Lent(w) => w,
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) => &mut [],
             Buf::Read(_) => unreachable!("an input lent for reading is never written (Coverage)"),
         }
     }
@@ -358,6 +405,7 @@ impl Memory<'_> {
         let base = match buf {
             Buf::Own(w) => w.as_mut_ptr(),
             Buf::Lent(w) => w.as_mut_ptr(),
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) => unreachable!("halves are regions' alone"),
             // Never written: no op writes an input lent for reading (Coverage).
             Buf::Read(w) => w.as_ptr() as *mut u32,
         };
@@ -370,10 +418,24 @@ impl Memory<'_> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let places = scratch.places();
         for i in &r.inputs {
-            places.inputs.push(self.place(&i.view) as *const u32);
+            let k = self.index(&i.view);
+            let at = self.bufs[k].halves();
+            places.input_halves.push(at.is_some());
+            places.inputs.push(match at {
+                // SAFETY: the view lies within the lent memory (its allocation's).
+                Some((h, _)) => unsafe { h.add(i.view.offset()) as *const u32 },
+                None => self.place(&i.view) as *const u32,
+            });
         }
         for o in &r.outputs {
-            places.outputs.push(self.place(&o.view));
+            let k = self.index(&o.view);
+            let at = self.bufs[k].halves();
+            places.output_halves.push(at.is_some());
+            places.outputs.push(match at {
+                // SAFETY: as for the inputs.
+                Some((h, _)) => unsafe { h.add(o.view.offset()) as *mut u32 },
+                None => self.place(&o.view),
+            });
         }
         for q in &r.reduces {
             places.reduces.push(self.place(&q.dst));
@@ -893,7 +955,13 @@ impl Prepared for CpuRun<'_> {
             return None;
         }
         let a = *self.program.outputs.get(operand)?;
-        (device < self.program.devices).then(|| &self.mem.bufs[self.slot(device, a)][..])
+        if device >= self.program.devices {
+            return None;
+        }
+        match &self.mem.bufs[self.slot(device, a)] {
+            Buf::HalvesOut(_) => None,
+            b => Some(&b[..]),
+        }
     }
 
     fn input_kept(&self, device: usize, operand: usize) -> Option<&[u32]> {
@@ -901,7 +969,10 @@ impl Prepared for CpuRun<'_> {
         if device >= self.program.devices || self.writes(device, a) {
             return None;
         }
-        Some(&self.mem.bufs[self.slot(device, a)][..])
+        match &self.mem.bufs[self.slot(device, a)] {
+            Buf::HalvesIn(_) => None,
+            b => Some(&b[..]),
+        }
     }
 
     fn run_piece(&mut self, k: usize) -> Result<()> {
@@ -965,7 +1036,10 @@ impl Prepared for CpuRun<'_> {
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: self.mem.bufs[self.slot(d, a)].to_vec(),
+                        words: match &self.mem.bufs[self.slot(d, a)] {
+                            Buf::HalvesOut(h) => h.iter().map(|&x| u32::from(x)).collect(),
+                            b => b.to_vec(),
+                        },
                     })
                     .collect()
             })

@@ -31,6 +31,12 @@ pub(super) struct Places {
     pub(super) outputs: Vec<*mut u32>,
     /// Every reduction's destination ([`Region::reduces`]).
     pub(super) reduces: Vec<*mut u32>,
+    /// Per input: its place holds 16-bit elements as stored (`*const u16`), widened to
+    /// words as a block loads them (a full load: [`super::halves`]).
+    pub(super) input_halves: Vec<bool>,
+    /// Per output: its place holds 16-bit elements (`*mut u16`), narrowed as a block
+    /// stores them (an output of every element of the region).
+    pub(super) output_halves: Vec<bool>,
 }
 
 /// The memory a region's run works in, kept from one region to the next so that a
@@ -48,6 +54,7 @@ pub(super) struct Scratch {
     /// Per input read in a broadcast, its runs of one value ([`Plan::same`]).
     same: Vec<usize>,
     splat_ok: Vec<bool>,
+    halves_widen: Vec<bool>,
     at: Vec<*const u32>,
     /// Per register, its one value when it has one over the block ([`lanes::Arg`]).
     splat: Vec<Option<u32>>,
@@ -65,6 +72,8 @@ impl Scratch {
         self.places.inputs.clear();
         self.places.outputs.clear();
         self.places.reduces.clear();
+        self.places.input_halves.clear();
+        self.places.output_halves.clear();
         &mut self.places
     }
 }
@@ -85,6 +94,9 @@ struct Plan<'a> {
     /// Per register: a broadcast load only binary ops read, taken as one value (never
     /// filled) in a block that lies in one run of it.
     splat_ok: &'a [bool],
+    /// Per register: a load of 16-bit memory lent as stored that only widens read,
+    /// left where it is (the widen reads the halves).
+    halves_widen: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -211,11 +223,37 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         strides,
         same,
         splat_ok,
+        halves_widen,
         at,
         splat,
         singles,
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
+    // 16-bit memory is loaded and stored through a block of words of the region's own.
+    for (i, instr) in r.instrs.iter().enumerate() {
+        if let Instr::Load(k) = *instr {
+            in_place[i] &= !places.input_halves[k];
+        }
+        if direct[i].is_some_and(|k| places.output_halves[k]) {
+            direct[i] = None;
+        }
+    }
+    halves_widen.clear();
+    halves_widen.extend(r.instrs.iter().enumerate().map(|(i, instr)| match *instr {
+        Instr::Load(k) => {
+            let widens = r
+                .instrs
+                .iter()
+                .filter(|j| matches!(j, Instr::Widen(a) if *a == i))
+                .count();
+            places.input_halves[k]
+                && r.inputs[k].pattern == Pattern::Full
+                && uses[i] > 0
+                && uses[i] == widens
+                && !r.reduces.iter().any(|q| q.reg == i)
+        }
+        _ => false,
+    }));
     let plan = Plan {
         r,
         places,
@@ -224,6 +262,7 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         strides,
         same,
         splat_ok,
+        halves_widen,
     };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
@@ -323,7 +362,7 @@ impl WithSimd for Prologue<'_> {
                     let out = regs[s * BLOCK..].as_mut_ptr();
                     // SAFETY: the slots of a uniform register and of its arguments are
                     // distinct buffers of the register file.
-                    unsafe { compute(r, instr, at, splat, out, BLOCK) };
+                    unsafe { compute(r, instr, at, splat, self.plan.halves_widen, out, BLOCK) };
                 }
             }
             at[i] = regs[s * BLOCK..].as_ptr();
@@ -380,6 +419,25 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
     }
 }
 
+/// Register `reg`'s lanes as the stored 16-bit elements of its dtype, into `dst`.
+#[inline(always)]
+fn store_halves(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u16]) {
+    let g = r.regs[reg];
+    if g.raw {
+        return lanes::narrow_halves(lanes, dst);
+    }
+    if matches!(
+        g.dtype,
+        crate::array::DType::BF16 | crate::array::DType::F16
+    ) {
+        return lanes::narrow_to_halves(g.dtype, lanes, dst);
+    }
+    let mut bits = [0u32; BLOCK];
+    let bits = &mut bits[..lanes.len()];
+    store(r, reg, lanes, bits);
+    lanes::narrow_halves(bits, dst);
+}
+
 /// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`, or,
 /// a binary op's, `splat` where it has one value.
 ///
@@ -387,11 +445,13 @@ fn store(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u32]) {
 /// `at[a]` holds `m` lanes of every argument `a` that `splat` has no value of, and
 /// `out` room for `m` lanes that none of them shares.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn compute(
     r: &Region,
     instr: &Instr,
     at: &[*const u32],
     splat: &[Option<u32>],
+    halves: &[bool],
     out: *mut u32,
     m: usize,
 ) {
@@ -404,6 +464,11 @@ unsafe fn compute(
     let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
     match *instr {
         Instr::Load(_) | Instr::Const { .. } => unreachable!("loads are not computed"),
+        Instr::Widen(a) if halves[a] => {
+            // SAFETY: `at[a]` is where the lent halves of the block are.
+            let h = unsafe { std::slice::from_raw_parts(at[a] as *const u16, m) };
+            lanes::widen_from_halves(r.regs[a].dtype, h, out)
+        }
         Instr::Widen(a) => lanes::widen(r.regs[a].dtype, arg(a), out),
         Instr::Unary(u, t, a) => lanes::unary(u, t, arg(a), out),
         Instr::Binary(b, t, a, c) => lanes::binary_args(b, t, either(a), either(c), out),
@@ -446,6 +511,11 @@ unsafe fn block(
                 // SAFETY: a full input has `n` elements at its place; a broadcast reads
                 // within its view's.
                 let src = plan.places.inputs[*k];
+                if plan.halves_widen[i] {
+                    // SAFETY: the place holds the input's `n` 16-bit elements.
+                    at[i] = unsafe { (src as *const u16).add(start) as *const u32 };
+                    continue;
+                }
                 if plan.in_place[i] {
                     at[i] = unsafe { src.add(start) };
                     continue;
@@ -457,6 +527,13 @@ unsafe fn block(
                 };
                 let out = unsafe { std::slice::from_raw_parts_mut(own, m) };
                 match &input.pattern {
+                    Pattern::Full if plan.places.input_halves[*k] => {
+                        // SAFETY: the place holds the input's `n` 16-bit elements.
+                        let h = unsafe {
+                            std::slice::from_raw_parts((src as *const u16).add(start), m)
+                        };
+                        lanes::widen_halves(h, out);
+                    }
                     Pattern::Full => out
                         .copy_from_slice(unsafe { std::slice::from_raw_parts(src.add(start), m) }),
                     Pattern::Scalar => unreachable!("scalar loads are uniform"),
@@ -484,7 +561,7 @@ unsafe fn block(
                 };
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
-                unsafe { compute(r, instr, at, splat, out, m) };
+                unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) };
                 at[i] = out;
             }
         }
@@ -493,9 +570,18 @@ unsafe fn block(
         if o.view.len() != r.n || plan.direct[o.reg] == Some(k) {
             continue;
         }
+        let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };
+        if plan.places.output_halves[k] {
+            // SAFETY: the place holds the output's `n` 16-bit elements; this block
+            // writes its own.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut((plan.places.outputs[k] as *mut u16).add(start), m)
+            };
+            store_halves(r, o.reg, src, dst);
+            continue;
+        }
         // SAFETY: the output has `n` elements at its place; this block writes its own.
         let dst = unsafe { std::slice::from_raw_parts_mut(plan.places.outputs[k].add(start), m) };
-        let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };
         store(r, o.reg, src, dst);
     }
 }

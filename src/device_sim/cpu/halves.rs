@@ -1,0 +1,82 @@
+//! 16-bit operands a run may read or write where the caller holds them, two bytes an
+//! element ([`crate::device_sim::lend::Lent::InputHalves`], `OutputHalves`): a bf16 or
+//! f16 input that only fused regions load, element for element, is widened to words
+//! as each block loads it (no pass widening the whole array into words first); an
+//! output that only regions store, whole, is narrowed as each block stores it (no
+//! pass narrowing the run's words into the caller's after).
+
+use crate::device_sim::fuse::{Fused, Pattern, Step};
+use crate::ir::{AllocId, DataOp, Memory, Program};
+
+/// What the steps do to one (device, allocation) of a 16-bit operand.
+#[derive(Clone, Copy, Default)]
+struct Uses {
+    /// Read or written other than as below.
+    other: bool,
+    /// Loaded whole-pattern by a region.
+    loads: bool,
+    /// Stored by a region, over the region's every element.
+    stores: bool,
+}
+
+/// The 16-bit inputs and outputs (device, allocation) of `fused` (its ops `ops`) that
+/// may be lent as halves: an input that only regions read, each with a full load, and
+/// no step writes; an output that only regions write, each storing as many elements as
+/// the region has (no one-element store, no reduction's destination), and no step
+/// reads.
+pub fn in_place(
+    program: &Program,
+    memory: &Memory,
+    fused: &Fused,
+    ops: &[DataOp],
+) -> Vec<(usize, AllocId)> {
+    let allocs = &program.layout.allocs;
+    let mut uses = vec![Uses::default(); memory.len()];
+    for step in &fused.steps {
+        match step {
+            Step::Op(i) => {
+                for v in ops[*i].reads().chain(ops[*i].writes()) {
+                    uses[memory.index(&v)].other = true;
+                }
+            }
+            Step::Region(r) => {
+                for i in &r.inputs {
+                    let u = &mut uses[memory.index(&i.view)];
+                    match i.pattern {
+                        Pattern::Full => u.loads = true,
+                        _ => u.other = true,
+                    }
+                }
+                for o in &r.outputs {
+                    let u = &mut uses[memory.index(&o.view)];
+                    match o.view.len() == r.n {
+                        true => u.stores = true,
+                        false => u.other = true,
+                    }
+                }
+                for q in &r.reduces {
+                    uses[memory.index(&q.dst)].other = true;
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for d in 0..program.devices {
+        let narrow = |a: AllocId| allocs[a].dtype.storage() == 2;
+        for &a in program.inputs.iter().filter(|&&a| narrow(a)) {
+            let u = uses[memory.index_of(d, a)];
+            let output = program.outputs.contains(&a);
+            if !u.other && !u.stores && !output {
+                found.push((d, a));
+            }
+        }
+        for &a in program.outputs.iter().filter(|&&a| narrow(a)) {
+            let u = uses[memory.index_of(d, a)];
+            let input = program.inputs.contains(&a);
+            if !u.other && !u.loads && !input {
+                found.push((d, a));
+            }
+        }
+    }
+    found
+}

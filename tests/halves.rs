@@ -1,0 +1,214 @@
+//! 16-bit operands lent to the CPU executor as stored, two bytes an element
+//! (`Lent::InputHalves`, `Lent::OutputHalves`, as Python lends XLA's bf16 and f16
+//! buffers): where the plan allows it (only fused regions load the input element for
+//! element, and store the output whole) the run gives the bits the unfused executor
+//! gives in its own memory, for every 16-bit pattern of the input (NaN payloads,
+//! signalling NaNs, infinities, -0, subnormals), at row lengths shorter than a block,
+//! not a multiple of it, and over the cores; where it does not, lending halves is
+//! refused with an error.
+
+use tpusim::device_sim::cpu::{CpuExecutor, CpuPlan};
+use tpusim::device_sim::Lent;
+use tpusim::kernel::{GridSpec, MemorySpace, PallasCall, Value};
+use tpusim::run::{Job, Plan};
+use tpusim::{DType, HostArray, Mesh};
+
+type Op = for<'c> fn(&'c tpusim::kernel::Ctx, &Value<'c>) -> Value<'c>;
+
+/// The ops: elementwise chains, a row reduction spread back, a softmax.
+fn ops() -> Vec<(&'static str, Op)> {
+    vec![
+        ("x*2", |_, x| x * 2.0),
+        ("x*2+1", |_, x| &(x * 2.0) + 1.0),
+        ("exp", |pl, x| pl.exp(x)),
+        ("gelu", |pl, x| {
+            let cube = &(&(x * x) * x) * 0.044715;
+            let inner = &(x + &cube) * 0.797_884_560_802_865_4;
+            let t = pl.tanh(&inner);
+            &(&(&t + 1.0) * x) * 0.5
+        }),
+        ("sum_rows", |_, x| {
+            let shape = x.shape().to_vec();
+            x.sum(&[1]).broadcast_in_dim(&shape, &[0])
+        }),
+        ("max_rows", |_, x| {
+            let shape = x.shape().to_vec();
+            x.max(&[1]).broadcast_in_dim(&shape, &[0])
+        }),
+        ("softmax", |pl, x| {
+            let shape = x.shape().to_vec();
+            let x = x.astype(DType::F32);
+            let m = x.max(&[1]).broadcast_in_dim(&shape, &[0]);
+            let e = pl.exp(&(&x - &m));
+            let s = e.sum(&[1]).broadcast_in_dim(&shape, &[0]);
+            (&e / &s).astype(DType::BF16)
+        }),
+    ]
+}
+
+fn plan_of(name: &'static str, f: Op, shape: &[usize], dtype: DType) -> Plan {
+    let out = if name == "softmax" {
+        DType::BF16
+    } else {
+        dtype
+    };
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, shape, dtype)
+        .output("y", MemorySpace::Vmem, shape, out);
+    let call = PallasCall::new(name, spec, move |pl, a| {
+        let x = pl.load(a.r("x"));
+        pl.store(a.r("y"), &f(pl, &x));
+    });
+    Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap()
+}
+
+/// Every 16-bit pattern in turn (so NaN payloads, signalling NaNs, infinities, -0 and
+/// subnormals all occur), then ordinary values of a small range.
+fn bits(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| {
+            if i < 65536 {
+                (i * 40503 + seed) & 0xffff
+            } else {
+                // Values in [-4, 4) of either dtype: bf16 and f16 share sign and low bits.
+                let v = (i.wrapping_mul(2_654_435_761) >> 16) & 0x3fff;
+                (v | 0x3000) ^ ((i & 1) << 15)
+            }
+        })
+        .collect()
+}
+
+/// Runs `plan` with its input and output lent as halves; the output's bits.
+fn run_halves(plan: &Plan, cpu: &CpuPlan, x: &[u32], garbage: u16) -> Vec<u32> {
+    let prog = &plan.program;
+    let ins: Vec<u16> = x.iter().map(|&w| w as u16).collect();
+    let mut outs = vec![garbage; prog.layout.allocs[prog.outputs[0]].numel()];
+    {
+        let lent = vec![
+            Lent::InputHalves {
+                device: 0,
+                alloc: prog.inputs[0],
+                halves: &ins,
+            },
+            Lent::OutputHalves {
+                device: 0,
+                alloc: prog.outputs[0],
+                halves: &mut outs,
+            },
+        ];
+        let exec = CpuExecutor::new();
+        let mut run = exec.prepare_lent(prog, &plan.schedule, cpu, lent).unwrap();
+        run.run(1).unwrap();
+    }
+    assert_eq!(ins, x.iter().map(|&w| w as u16).collect::<Vec<_>>());
+    outs.into_iter().map(u32::from).collect()
+}
+
+#[test]
+fn halves_lent_give_the_bits_of_a_run_in_words() {
+    for shape in [[7usize, 2500], [300, 613], [1100, 1024]] {
+        let n = shape[0] * shape[1];
+        for dtype in [DType::BF16, DType::F16] {
+            for (name, f) in ops() {
+                if name == "softmax" && dtype == DType::F16 {
+                    continue;
+                }
+                let plan = plan_of(name, f, &shape, dtype);
+                let prog = &plan.program;
+                let cpu = CpuPlan::of(prog, &plan.schedule);
+                let lendable = cpu.halves(0, prog.inputs[0]) && cpu.halves(0, prog.outputs[0]);
+                // bf16 chains fuse; f16 ones run op by op here (a region's f16 ops
+                // are not fused), and are then not lent.
+                if dtype == DType::F16 && !lendable {
+                    continue;
+                }
+                assert!(lendable, "{name} {dtype} {shape:?}: both lent as halves");
+                let x = bits(n, 7);
+                let input = HostArray::from_words(dtype, &shape, x.clone()).unwrap();
+                let words = plan
+                    .execute(&mut CpuExecutor::new(), &[vec![input.clone()]])
+                    .unwrap();
+                let unfused = plan
+                    .execute(&mut CpuExecutor::unfused(), &[vec![input]])
+                    .unwrap();
+                let (words, unfused) = (&words[0][0], &unfused[0][0]);
+                let vals = (words.values(), unfused.values());
+                // The fused run in words equals the unfused one (NaN payloads aside:
+                // the fold's order picks which NaN a sum keeps).
+                for (i, (a, b)) in vals.0.iter().zip(&vals.1).enumerate() {
+                    let same = (a.is_nan() && b.is_nan())
+                        || (a == b && a.is_sign_negative() == b.is_sign_negative());
+                    assert!(same, "{name} {dtype} {shape:?} element {i}: {a} for {b}");
+                }
+                // Twice: the second run reuses the kept buffers.
+                for _ in 0..2 {
+                    let got = run_halves(&plan, &cpu, &x, 0xdead);
+                    let bad = got.iter().zip(&words.words).position(|(a, b)| a != b);
+                    assert!(
+                        bad.is_none(),
+                        "{name} {dtype} {shape:?}: element {bad:?}: {:#x} for {:#x}",
+                        got[bad.unwrap()],
+                        words.words[bad.unwrap()]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn exact_ops_on_halves_equal_values_computed_here() {
+    // y = x * 2 is exact in f32 then in the 16-bit dtype (overflow to inf included).
+    let shape = [300usize, 613];
+    let n = shape[0] * shape[1];
+    for dtype in [DType::BF16] {
+        let plan = plan_of("x*2", ops()[0].1, &shape, dtype);
+        let cpu = CpuPlan::of(&plan.program, &plan.schedule);
+        let x = bits(n, 3);
+        let got = run_halves(&plan, &cpu, &x, 0);
+        for (i, (&w, &y)) in x.iter().zip(&got).enumerate() {
+            let v = HostArray::from_words(dtype, &[1], vec![w])
+                .unwrap()
+                .values()[0];
+            let want = HostArray::from_values(dtype, &[1], &[v * 2.0])
+                .unwrap()
+                .values()[0];
+            let y = HostArray::from_words(dtype, &[1], vec![y])
+                .unwrap()
+                .values()[0];
+            let same = (want.is_nan() && y.is_nan())
+                || (want == y && want.is_sign_negative() == y.is_sign_negative());
+            assert!(same, "{dtype} element {i}: {w:#x} * 2 = {y} for {want}");
+        }
+    }
+}
+
+#[test]
+fn halves_are_refused_where_not_only_regions_touch_the_operand() {
+    // The input is read by a transpose (a compute op of its own, not a region's
+    // load) and the output written by it: neither may be lent as halves.
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[16, 128], DType::BF16)
+        .output("y", MemorySpace::Vmem, &[128, 16], DType::BF16);
+    let call = PallasCall::new("transpose", spec, |pl, a| {
+        let x = pl.load(a.r("x"));
+        pl.store(a.r("y"), &x.transpose(&[1, 0]));
+    });
+    let plan = Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap();
+    let prog = &plan.program;
+    let cpu = CpuPlan::of(prog, &plan.schedule);
+    assert!(!cpu.halves(0, prog.inputs[0]));
+    assert!(!cpu.halves(0, prog.outputs[0]));
+    let ins = vec![0u16; 16 * 128];
+    let lent = vec![Lent::InputHalves {
+        device: 0,
+        alloc: prog.inputs[0],
+        halves: &ins,
+    }];
+    let exec = CpuExecutor::new();
+    let err = match exec.prepare_lent(prog, &plan.schedule, &cpu, lent) {
+        Ok(_) => panic!("lending halves a transpose reads was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("16-bit"), "{err}");
+}
