@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tpusim
-from tpusim import _native
+from tpusim import _hook, _native
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import suite  # noqa: E402
@@ -36,6 +36,7 @@ def test_the_suite_kernels_records_read_as_the_reference_reads_them(monkeypatch)
 
     capture.steered = real.steered
     monkeypatch.setattr(_native, "KernelCall", capture)
+    monkeypatch.setattr(_hook, "_plans", {})  # planned afresh, whatever ran these kernels before
     mesh = jax.make_mesh((4,), (suite_kernels.AXIS,))
     for name in ("ring_attention", "moe", "all_gather_matmul", "reduce_scatter"):
         with tpusim.simulate(backend="cpu"):
