@@ -40,6 +40,11 @@ GRID = textwrap.dedent("""
 """)
 
 
+def default_signals():
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class OnTerminal:
     """A command run with standard error a terminal (a pty), as a user's shell runs it:
     progress lines show there."""
@@ -49,7 +54,16 @@ class OnTerminal:
 
         self.leader, follower = pty.openpty()
         env = dict(os.environ, TPUSIM_BACKEND="cpu")
-        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=follower, text=True, env=env)
+        # As a shell starts a command: SIGTERM and SIGHUP at their defaults, whatever
+        # this process inherited (under `nohup` SIGHUP is ignored, and so in its children).
+        self.p = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            env=env,
+            preexec_fn=default_signals,
+        )
         os.close(follower)
         self.seen = b""
 
