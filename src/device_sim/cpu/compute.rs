@@ -266,16 +266,17 @@ fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + 
             return;
         }
         let per = out.len().div_ceil(threads * 4);
+        let mode = super::float_mode::FloatMode::current();
         match rows {
             // Columns `at..`: every row's run of them.
             Some(_) => out
                 .par_chunks_mut(per)
                 .enumerate()
-                .for_each(|(c, o)| run(x, o, c * per)),
+                .for_each(|(c, o)| mode.run(|| run(x, o, c * per))),
             None => out
                 .par_chunks_mut(per)
                 .zip(x.par_chunks(per * k))
-                .for_each(|(o, g)| run(g, o, 0)),
+                .for_each(|(o, g)| mode.run(|| run(g, o, 0))),
         }
         return;
     }

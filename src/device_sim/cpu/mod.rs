@@ -8,6 +8,7 @@
 
 pub mod compute;
 mod extrema;
+mod float_mode;
 mod halves;
 pub mod lanes;
 pub mod layout;

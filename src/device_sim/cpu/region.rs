@@ -303,17 +303,20 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
             span = (span / q.k).max(1) * q.k;
         }
         let (plan, template) = (&plan, &*template);
+        let mode = super::float_mode::FloatMode::current();
         (0..r.n.div_ceil(span)).into_par_iter().for_each(|c| {
-            let mut regs = template.to_vec();
-            let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
-            let mut splat = vec![None; r.instrs.len()];
-            arch.dispatch(Blocks {
-                plan,
-                regs: &mut regs,
-                at: &mut at,
-                splat: &mut splat,
-                elems: c * span..((c + 1) * span).min(r.n),
-            });
+            mode.run(|| {
+                let mut regs = template.to_vec();
+                let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
+                let mut splat = vec![None; r.instrs.len()];
+                arch.dispatch(Blocks {
+                    plan,
+                    regs: &mut regs,
+                    at: &mut at,
+                    splat: &mut splat,
+                    elems: c * span..((c + 1) * span).min(r.n),
+                });
+            })
         });
     } else {
         arch.dispatch(Blocks {
