@@ -193,3 +193,85 @@ fn transposes_and_dots_write_the_kernels_output_directly() {
         }
     }
 }
+
+/// Dots whose operands are loaded from several refs: the loads are lone copies, or
+/// copies fused with an earlier result's store when their lengths agree (the ring
+/// collective matmuls' pattern). Each dot reads the refs themselves, never a copy in
+/// the kernel's values, and the result equals the unfused run's and exact sums.
+#[test]
+fn dots_of_several_operands_read_them_where_they_are() {
+    let (m, k) = (96, 40);
+    for dtype in [DType::F32, DType::BF16] {
+        let spec = GridSpec::new()
+            .input("a", MemorySpace::Vmem, &[m, k], dtype)
+            .input("b", MemorySpace::Vmem, &[m, k], dtype)
+            .input("w", MemorySpace::Vmem, &[k, k], dtype)
+            .output("p", MemorySpace::Vmem, &[m, k], dtype)
+            .output("q", MemorySpace::Vmem, &[m, k], dtype);
+        let c = PallasCall::new("dots", spec, move |pl, r| {
+            let w = pl.load(r.r("w"));
+            let p = pl.dot(&pl.load(r.r("a")), &w);
+            pl.store(r.r("p"), &p.astype(dtype));
+            // b's load (m·k elements) may join p's store (m·k) in one region.
+            let q = pl.dot(&pl.load(r.r("b")), &w);
+            pl.store(r.r("q"), &q.astype(dtype));
+        });
+        let mesh = Mesh::new(1, "x").unwrap();
+        let plan = tpusim::run::Job::call(c.clone(), mesh.clone())
+            .plan()
+            .unwrap();
+        let cpu = CpuPlan::of(&plan.program, &plan.schedule);
+        let fused = cpu.fused();
+        let ops = fused.ops.as_deref().unwrap_or(&plan.schedule.ops);
+        let allocs = &plan.program.layout.allocs;
+        let mut dots = 0;
+        for s in &fused.steps {
+            let tpusim::device_sim::fuse::Step::Op(i) = s else {
+                continue;
+            };
+            let tpusim::ir::DataOp::Compute(op) = &ops[*i] else {
+                continue;
+            };
+            dots += 1;
+            for src in &op.srcs {
+                let a = &allocs[src.view.alloc()];
+                assert!(!a.holds_values(), "{dtype}: a dot reads {}", a.name);
+            }
+        }
+        assert_eq!(dots, 2, "{dtype}: {fused:#?}");
+        let (a, b, w) = (
+            data(m * k, false),
+            data(m * k + 5, false)[5..].to_vec(),
+            data(k * k + 11, false)[11..]
+                .iter()
+                .map(|v| (v / 4.0).round())
+                .collect::<Vec<_>>(),
+        );
+        let product = |x: &[f64]| -> Vec<f64> {
+            (0..m * k)
+                .map(|o| (0..k).map(|j| x[(o / k) * k + j] * w[j * k + o % k]).sum())
+                .collect()
+        };
+        let arr = |v: &[f64], shape: &[usize]| HostArray::from_values(dtype, shape, v).unwrap();
+        let inputs = vec![vec![arr(&a, &[m, k]), arr(&b, &[m, k]), arr(&w, &[k, k])]];
+        for fused in [true, false] {
+            let mut exec = match fused {
+                true => CpuExecutor::new(),
+                false => CpuExecutor::unfused(),
+            };
+            let out = simulate(&c, &mesh, &inputs, &mut exec).unwrap();
+            check(
+                &format!("p {dtype}"),
+                dtype,
+                &out[0][0].values(),
+                &product(&a),
+            );
+            check(
+                &format!("q {dtype}"),
+                dtype,
+                &out[0][1].values(),
+                &product(&b),
+            );
+        }
+    }
+}

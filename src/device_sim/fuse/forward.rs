@@ -12,9 +12,24 @@ use crate::ir::{Compute, ComputeKind, DataOp, View};
 const LOOK_BACK: usize = 64;
 
 /// `ops` with the sources of the compute ops of `steps` forwarded past the copies that
-/// fill them; `None` when none is.
-pub(super) fn forward(steps: &mut [Step], ops: &[DataOp]) -> Option<Vec<DataOp>> {
+/// fill them, within each piece (`piece_ends`: nothing runs between a piece's steps, so
+/// what a copy read is still there when the op runs); `None` when none is.
+pub(super) fn forward(
+    steps: &mut [Step],
+    piece_ends: &[usize],
+    ops: &[DataOp],
+) -> Option<Vec<DataOp>> {
     let mut out: Option<Vec<DataOp>> = None;
+    let mut start = 0;
+    for &end in piece_ends {
+        forward_piece(&mut steps[start..end], ops, &mut out);
+        start = end;
+    }
+    out
+}
+
+/// [`forward`] within one piece, into `out`.
+fn forward_piece(steps: &mut [Step], ops: &[DataOp], out: &mut Option<Vec<DataOp>>) {
     for k in 0..steps.len() {
         let (before, rest) = steps.split_at_mut(k);
         let step = &mut rest[0];
@@ -48,7 +63,6 @@ pub(super) fn forward(steps: &mut [Step], ops: &[DataOp]) -> Option<Vec<DataOp>>
         };
         out.get_or_insert_with(|| ops.to_vec())[*i] = DataOp::Compute(moved.into());
     }
-    out
 }
 
 /// The inputs of region `r` read where a region of copies among `before` took them
@@ -75,7 +89,14 @@ fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
             Step::Op(i) => {
                 let op = &ops[*i];
                 if op.writes().any(|w| w.overlaps(v)) {
-                    return None;
+                    // A lone copy runs as an op of its own (not a region of one copy).
+                    return match *op {
+                        DataOp::Copy { src, dst } if dst == *v && src.len() == v.len() => {
+                            let kept = !since.iter().any(|w| w.overlaps(&src));
+                            (kept && !src.overlaps(v)).then_some(src)
+                        }
+                        _ => None,
+                    };
                 }
                 since.extend(op.writes());
                 if let DataOp::Accumulate { dst, .. } = op {
@@ -87,18 +108,18 @@ fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
                     since.extend(r.writes());
                     continue;
                 }
-                let copy = r.instrs.len() == 1 && matches!(r.instrs[0], Instr::Load(0));
-                let input = r.inputs.first().filter(|i| i.pattern == Pattern::Full)?;
-                let whole = r.outputs.iter().any(|o| o.view == *v && o.reg == 0);
+                // `v` stored whole from a register that loads an input as it is (the
+                // region may do more: a copy of the same length fuses with others).
+                let loaded = r.outputs.iter().find_map(|o| match r.instrs.get(o.reg) {
+                    Some(&Instr::Load(k)) if o.view == *v => r.inputs.get(k),
+                    _ => None,
+                });
+                let input = loaded.filter(|i| i.pattern == Pattern::Full)?;
                 let from = input.view;
                 let kept = !r.writes().chain(since).any(|w| w.overlaps(&from));
                 let same = from.len() == v.len();
-                return (copy
-                    && whole
-                    && same
-                    && kept
-                    && r.writes().all(|w| !w.overlaps(v) || w == *v))
-                .then_some(from);
+                return (same && kept && r.writes().all(|w| !w.overlaps(v) || w == *v))
+                    .then_some(from);
             }
         }
     }

@@ -294,9 +294,8 @@ pub fn fuse_with(
                 reduce::fold_into_regions(&mut out.steps, &schedule.ops);
                 out.piece_ends = vec![out.steps.len()];
             }
-            // Forwarded only in a run that nothing reads or writes between its steps.
             if joins.forward {
-                out.ops = forward::forward(&mut out.steps, &schedule.ops);
+                out.ops = forward::forward(&mut out.steps, &out.piece_ends, &schedule.ops);
             }
             let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
             live::prune(program, ops, &mut out.steps, &mut out.piece_ends, &[]);
@@ -306,13 +305,19 @@ pub fn fuse_with(
             }
             out.piece_ends = vec![out.steps.len()];
         }
-        Keep::Between(between) => live::prune(
-            program,
-            &schedule.ops,
-            &mut out.steps,
-            &mut out.piece_ends,
-            between.reads,
-        ),
+        Keep::Between(between) => {
+            if joins.forward {
+                out.ops = forward::forward(&mut out.steps, &out.piece_ends, &schedule.ops);
+            }
+            let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
+            live::prune(
+                program,
+                ops,
+                &mut out.steps,
+                &mut out.piece_ends,
+                between.reads,
+            )
+        }
         _ => {}
     }
     for s in &mut out.steps {
