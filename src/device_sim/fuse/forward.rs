@@ -1,8 +1,9 @@
 //! Sources read where a copy took them from: a compute op that runs as it is (a
-//! reduction, a transpose, a dot product) reads a view that a region of plain copies
-//! filled from another (a kernel's operand copied into VMEM, then into the value the
-//! op reads); it reads that other view instead when nothing wrote either since, and
-//! the copies' writes are then left for the liveness pass to drop.
+//! reduction, a transpose, a dot product) reads a view that a copy filled from another
+//! (a kernel's operand copied into VMEM, then into the value the op reads: a copy op of
+//! its own, or a region that stores a register loading the other view as it is); it
+//! reads that other view instead when nothing wrote either since, and the copies'
+//! writes are then left for the liveness pass to drop.
 
 use super::region::{Instr, Pattern, Region};
 use super::Step;
@@ -80,8 +81,9 @@ fn forward_inputs(r: &mut Region, before: &[Step], ops: &[DataOp]) {
 }
 
 /// The view that `v` holds a copy of, as the last of `before` that writes it left it,
-/// when that step is a region of copies taking all of `v` from one view element for
-/// element, and nothing after it wrote either view.
+/// when that step copies all of `v` from one view element for element (a copy op, or a
+/// region storing `v` from a register that loads that view), and nothing after it
+/// wrote either view.
 fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
     let mut since: Vec<View> = Vec::new();
     for step in before.iter().rev().take(LOOK_BACK) {
