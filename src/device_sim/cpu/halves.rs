@@ -3,8 +3,11 @@
 //! f16 input that only fused regions load, element for element, is widened to words
 //! as each block loads it (no pass widening the whole array into words first); an
 //! output that only regions store, whole, is narrowed as each block stores it (no
-//! pass narrowing the run's words into the caller's after).
+//! pass narrowing the run's words into the caller's after). An output copied whole
+//! from a VMEM buffer that shares its memory ([`super::twins`]) counts the buffer's
+//! uses as its own: the regions store into the caller's halves directly.
 
+use super::twins::Twin;
 use crate::device_sim::fuse::{Fused, Pattern, Step};
 use crate::ir::{AllocId, DataOp, Memory, Program};
 
@@ -23,17 +26,22 @@ struct Uses {
 /// may be lent as halves: an input that only regions read, each with a full load, and
 /// no step writes; an output that only regions write, each storing as many elements as
 /// the region has (no one-element store, no reduction's destination), and no step
-/// reads.
+/// reads. An output's VMEM twin (`twins`: the copy between them skipped) may also be
+/// loaded whole by regions, and is otherwise held to the same rule.
 pub fn in_place(
     program: &Program,
     memory: &Memory,
     fused: &Fused,
     ops: &[DataOp],
+    twins: &[Twin],
 ) -> Vec<(usize, AllocId)> {
     let allocs = &program.layout.allocs;
     let mut uses = vec![Uses::default(); memory.len()];
-    for step in &fused.steps {
+    let outs: Vec<&Twin> = twins.iter().filter(|t| !t.input).collect();
+    for (s, step) in fused.steps.iter().enumerate() {
         match step {
+            // The copy out of an output's twin: the two are one memory.
+            Step::Op(_) if outs.iter().any(|t| t.step == s) => {}
             Step::Op(i) => {
                 for v in ops[*i].reads().chain(ops[*i].writes()) {
                     uses[memory.index(&v)].other = true;
@@ -73,7 +81,15 @@ pub fn in_place(
         for &a in program.outputs.iter().filter(|&&a| narrow(a)) {
             let u = uses[memory.index_of(d, a)];
             let input = program.inputs.contains(&a);
-            if !u.other && !u.loads && !input {
+            let twin = outs.iter().find(|t| (t.device, t.operand) == (d, a));
+            let ok = match twin {
+                // Regions may load the twin: they read the halves they stored.
+                Some(t) => {
+                    !u.other && !u.loads && !u.stores && !uses[memory.index_of(d, t.vmem)].other
+                }
+                None => !u.other && !u.loads,
+            };
+            if ok && !input {
                 found.push((d, a));
             }
         }

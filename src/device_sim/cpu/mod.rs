@@ -53,7 +53,7 @@ impl CpuPlan {
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
         let memory = schedule.memory(program);
         let twins = twins::twins(program, &memory, &fused, ops);
-        let halves = halves::in_place(program, &memory, &fused, ops);
+        let halves = halves::in_place(program, &memory, &fused, ops, &twins);
         CpuPlan {
             coverage: Coverage::of(program, schedule),
             fused,
@@ -201,6 +201,15 @@ impl CpuExecutor {
                         fill(w, 0);
                     }
                     bufs[v] = Some(Buf::Lent(w));
+                    bufs[o] = Some(Buf::Own(Words::default()));
+                    moved.push((o, v));
+                }
+                // As stored: the twin is only regions' ([`halves::in_place`]).
+                (false, Some(Buf::HalvesOut(h))) => {
+                    if coverage.needs_zero(t.device, t.vmem) {
+                        h.fill(0);
+                    }
+                    bufs[v] = Some(Buf::HalvesOut(h));
                     bufs[o] = Some(Buf::Own(Words::default()));
                     moved.push((o, v));
                 }
