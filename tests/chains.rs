@@ -1,12 +1,11 @@
 //! Chains of float ops in a fused region, each op's register the next one's argument
-//! and nothing else's, run a piece of lanes through all of them at a time (one pass
-//! over the block): gelu as JAX writes it, a chain with constants on either side and
+//! and nothing else's: gelu as JAX writes it, a chain with constants on either side and
 //! a second operand of lanes, a broadcast taken as one value inside a chain, sin past
 //! its reduction's range and a power of five (the ops' slow paths). Shapes of one
-//! element, of rows shorter than a block with a piece left over, and over the cores;
-//! f32, bf16 and f16, with NaN, infinities, -0 and subnormals among the data. Held to
-//! the unfused run bit for bit, and to values computed here in f64 (exact ones where
-//! the data are small integers, gelu's within its tanh's bound).
+//! element, of rows shorter than a block with a part of a vector left over, and over
+//! the cores; f32, bf16 and f16, with NaN, infinities, -0 and subnormals among the
+//! data. Held to the unfused run bit for bit, and to values computed here in f64
+//! (exact ones where the data are small integers, gelu's within its tanh's bound).
 
 mod common;
 
@@ -122,7 +121,7 @@ fn an_exact_chain_equals_its_definition_and_the_unfused_run() {
 }
 
 #[test]
-fn gelu_in_one_pass_equals_the_unfused_run_and_f64() {
+fn gelu_equals_the_unfused_run_and_f64() {
     agree(
         false,
         |pl, x, _| {

@@ -43,7 +43,11 @@ fn a_spread_dot_runs_in_the_callers_subnormal_mode() {
     let a2: Vec<f32> = (0..m * k).map(|i| (int(i) + 4.0) * tiny).collect();
     let b2: Vec<f32> = (0..k * n).map(|i| (int(i + 5) + 4.0) * tiny).collect();
     let (mut c, mut c2) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+    // The pool's workers start now, in this thread's plain mode (a new thread takes
+    // its creator's); the dots below are then called in the other mode, then in theirs.
+    rayon::join(|| (), || ());
     let own = csr();
+    assert_eq!(own & FTZ_DAZ, 0, "the test thread starts in the plain mode");
     set_csr(own | FTZ_DAZ);
     matmul_f32(&a, &b, &mut c, m, k, n);
     matmul_f32(&a2, &b2, &mut c2, m, k, n);

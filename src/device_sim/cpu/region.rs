@@ -11,9 +11,7 @@
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
 use super::rows::RowFold;
-use crate::array::DType;
 use crate::device_sim::fuse::{Instr, Pattern, Region};
-use crate::ir::Binary;
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -57,7 +55,6 @@ pub(super) struct Scratch {
     same: Vec<usize>,
     splat_ok: Vec<bool>,
     halves_widen: Vec<bool>,
-    chained: Vec<bool>,
     at: Vec<*const u32>,
     /// Per register, its one value when it has one over the block ([`lanes::Arg`]).
     splat: Vec<Option<u32>>,
@@ -100,9 +97,6 @@ struct Plan<'a> {
     /// Per register: a load of 16-bit memory lent as stored that only widens read,
     /// left where it is (the widen reads the halves).
     halves_widen: &'a [bool],
-    /// Per instruction: the next one is a float op that takes this one's register, its
-    /// only use, as an argument: both run in one pass over the block ([`chain`]).
-    chained: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -211,42 +205,6 @@ fn decide(
     }));
 }
 
-/// Decides, into `chained`, which instructions pass their register straight on to the
-/// next: a computed register whose one use is the next instruction, an f32 add,
-/// subtract, multiply, divide, max or min (not a uniform one, not a reduction's or an
-/// output's register).
-fn link(r: &Region, uses: &[usize], direct: &[Option<usize>], chained: &mut Vec<bool>) {
-    let n = r.instrs.len();
-    chained.clear();
-    chained.extend((0..n).map(|i| {
-        let computed = !matches!(r.instrs[i], Instr::Load(_) | Instr::Const { .. });
-        // f32 arithmetic only: a unary op's (tanh's) own loop is faster alone, and a
-        // 16-bit dtype's rounding per op costs more in a piece than in a pass.
-        let step = match r.instrs.get(i + 1) {
-            Some(&Instr::Binary(b, DType::F32, a, c)) => {
-                matches!(
-                    b,
-                    Binary::Add
-                        | Binary::Sub
-                        | Binary::Mul
-                        | Binary::Div
-                        | Binary::Max
-                        | Binary::Min
-                ) && (a == i) != (c == i)
-            }
-            _ => false,
-        };
-        computed
-            && step
-            && uses[i] == 1
-            && direct[i].is_none()
-            && !r.regs[i].uniform
-            && !r.regs[i].raw
-            && !r.regs[i + 1].uniform
-            && !r.reduces.iter().any(|q| q.reg == i)
-    }));
-}
-
 /// Runs `r` on the memory at `scratch`'s places, in `scratch`'s memory.
 ///
 /// # Safety
@@ -266,13 +224,11 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         same,
         splat_ok,
         halves_widen,
-        chained,
         at,
         splat,
         singles,
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
-    link(r, uses, direct, chained);
     // 16-bit memory is loaded and stored through a block of words of the region's own.
     for (i, instr) in r.instrs.iter().enumerate() {
         if let Instr::Load(k) = *instr {
@@ -307,7 +263,6 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         same,
         splat_ok,
         halves_widen,
-        chained,
     };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
@@ -526,79 +481,6 @@ unsafe fn compute(
     }
 }
 
-/// Lanes a chain carries from one op to the next in registers.
-const PIECE: usize = 64;
-
-/// Runs `steps` (f32 binary ops, each taking the register before it) over
-/// `m` lanes, a piece of [`PIECE`] lanes through all of them at a time: the first
-/// step's argument at `head`, the last one's result into `last`. Each op is the one
-/// [`compute`] runs, on fewer lanes: the same bits.
-///
-/// # Safety
-/// `head` holds `m` lanes, `last` has room for `m`; `at[a]` holds `m` lanes of every
-/// other argument `a` that `splat` has no value of; a piece of `last` may be a piece of
-/// `head` or of an argument only where that piece is read before it is written.
-#[inline(always)]
-unsafe fn chain(
-    r: &Region,
-    steps: Range<usize>,
-    at: &[*const u32],
-    splat: &[Option<u32>],
-    head: *const u32,
-    last: *mut u32,
-    m: usize,
-) {
-    #[inline(always)]
-    fn run(
-        r: &Region,
-        steps: &Range<usize>,
-        at: &[*const u32],
-        splat: &[Option<u32>],
-        v: &mut [u32],
-        t: &mut [u32],
-        from: usize,
-    ) {
-        let w = v.len();
-        for k in steps.clone() {
-            // SAFETY: as `chain`'s: `at[a]` holds the block's lanes.
-            let other = |a: usize| match splat[a] {
-                Some(s) => lanes::Arg::Splat(s),
-                None => {
-                    lanes::Arg::Lanes(unsafe { std::slice::from_raw_parts(at[a].add(from), w) })
-                }
-            };
-            // The dtype is f32 ([`link`]'s): no rounding to choose per piece.
-            match r.instrs[k] {
-                Instr::Binary(b, _, a, c) if a == k - 1 => {
-                    lanes::binary_args(b, DType::F32, lanes::Arg::Lanes(v), other(c), t)
-                }
-                Instr::Binary(b, _, a, _) => {
-                    lanes::binary_args(b, DType::F32, other(a), lanes::Arg::Lanes(v), t)
-                }
-                _ => unreachable!("a chain's steps are binary ops"),
-            }
-            v.copy_from_slice(t);
-        }
-    }
-    let mut v = [0u32; PIECE];
-    let mut t = [0u32; PIECE];
-    let mut from = 0;
-    while from < m {
-        let w = PIECE.min(m - from);
-        // SAFETY: as the function's; the piece is copied out before it is written.
-        unsafe {
-            std::ptr::copy_nonoverlapping(head.add(from), v.as_mut_ptr(), w);
-            if w == PIECE {
-                run(r, &steps, at, splat, &mut v, &mut t, from);
-            } else {
-                run(r, &steps, at, splat, &mut v[..w], &mut t[..w], from);
-            }
-            std::ptr::copy_nonoverlapping(v.as_ptr(), last.add(from), w);
-        }
-        from += w;
-    }
-}
-
 /// Runs the block of `m` elements from `start` of a region: its loads, its non-uniform
 /// instructions, its outputs; `at` is then where each register's lanes are.
 ///
@@ -615,8 +497,6 @@ unsafe fn block(
 ) {
     let r = plan.r;
     let base = regs.as_mut_ptr();
-    // Instructions before it were run by a chain.
-    let mut skip = 0;
     for (i, instr) in r.instrs.iter().enumerate() {
         // SAFETY: every slot is within the register file.
         let own = unsafe { base.add(r.slots[i] * BLOCK) };
@@ -675,7 +555,6 @@ unsafe fn block(
                 }
                 at[i] = own;
             }
-            _ if i < skip => {}
             _ => {
                 let out = match plan.direct[i] {
                     // SAFETY: the output has `n` elements at its place; this block
@@ -687,25 +566,6 @@ unsafe fn block(
                 // none of its arguments holds; a direct output overlaps no input.
                 unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) };
                 at[i] = out;
-                if plan.chained[i] {
-                    // The chain's last register, made where it would be alone.
-                    let mut e = i + 1;
-                    while plan.chained[e] {
-                        e += 1;
-                    }
-                    let last = match plan.direct[e] {
-                        // SAFETY: as above.
-                        Some(k) => unsafe { plan.places.outputs[k].add(start) },
-                        None => unsafe { base.add(r.slots[e] * BLOCK) },
-                    };
-                    // SAFETY: the head's lanes are at `out`; every other argument of
-                    // the chain is made before its head and read after it, so its slot
-                    // is neither the head's nor (before its step) the last's; each
-                    // piece of lanes is read before it is written.
-                    unsafe { chain(r, i + 1..e + 1, at, splat, out, last, m) };
-                    at[e] = last;
-                    skip = e + 1;
-                }
             }
         }
     }
