@@ -43,12 +43,16 @@ impl FloatMode {
     /// Runs `f`, which spreads its work over rayon's pool by itself (gemm's own
     /// parallelism: its parts cannot be wrapped in [`FloatMode::run`]), with every part
     /// in this mode: on the global pool where its workers run in it, else on a pool of
-    /// as many workers kept for this mode (started in it).
+    /// as many workers kept for this mode (started in it; where no thread can be
+    /// started, the global pool's, as before).
     pub fn install<T: Send>(self, f: impl FnOnce() -> T + Send) -> T {
         if workers_mode() == Some(self) {
             return f();
         }
-        pool(self).install(f)
+        match pool(self) {
+            Some(p) => p.install(f),
+            None => f(),
+        }
     }
 }
 
@@ -64,24 +68,23 @@ fn workers_mode() -> Option<FloatMode> {
 }
 
 /// The pool whose workers run in `mode`, started on first use (as many workers as the
-/// global pool).
-fn pool(mode: FloatMode) -> std::sync::Arc<rayon::ThreadPool> {
+/// global pool); `None` if its threads cannot be started.
+fn pool(mode: FloatMode) -> Option<std::sync::Arc<rayon::ThreadPool>> {
     static POOLS: std::sync::Mutex<Vec<(FloatMode, std::sync::Arc<rayon::ThreadPool>)>> =
         std::sync::Mutex::new(Vec::new());
     let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, p)) = pools.iter().find(|(m, _)| *m == mode) {
-        return p.clone();
+        return Some(p.clone());
     }
-    let p = std::sync::Arc::new(
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(rayon::current_num_threads())
-            .thread_name(|i| format!("tpusim-mode-{i}"))
-            .start_handler(move |_| mode.set())
-            .build()
-            .expect("a thread pool"),
-    );
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon::current_num_threads())
+        .thread_name(|i| format!("tpusim-mode-{i}"))
+        .start_handler(move |_| mode.set())
+        .build()
+        .ok()?;
+    let p = std::sync::Arc::new(p);
     pools.push((mode, p.clone()));
-    p
+    Some(p)
 }
 
 impl FloatMode {
