@@ -648,29 +648,46 @@ fn matmul_strided(a: Strided, b: Strided, c: &mut [f32], m: usize, k: usize, n: 
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: every element the strides reach is inside its slice, as asserted.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.data.as_ptr(),
-            a.col as isize,
-            a.row as isize,
-            b.data.as_ptr(),
-            b.col as isize,
-            b.row as isize,
-            0.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
-            par,
-        );
+    let spread = matches!(par, gemm::Parallelism::Rayon(_));
+    let (a_ptr, b_ptr, c_ptr) = (
+        a.data.as_ptr() as usize,
+        b.data.as_ptr() as usize,
+        c.as_mut_ptr() as usize,
+    );
+    // gemm's parts run on rayon's workers: in the caller's subnormal mode, as the
+    // executor's own parts do.
+    let mode = super::float_mode::FloatMode::current();
+    let go = move || {
+        let (a_ptr, b_ptr, c_ptr) = (a_ptr as *const f32, b_ptr as *const f32, c_ptr as *mut f32);
+        // SAFETY: every element the strides reach is inside its slice, as asserted.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c_ptr,
+                1,
+                n as isize,
+                false,
+                a_ptr,
+                a.col as isize,
+                a.row as isize,
+                b_ptr,
+                b.col as isize,
+                b.row as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    };
+    if spread {
+        mode.install(go);
+    } else {
+        go();
     }
 }
 

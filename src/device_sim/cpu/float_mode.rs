@@ -39,6 +39,60 @@ impl FloatMode {
         #[cfg(not(target_arch = "x86_64"))]
         f()
     }
+
+    /// Runs `f`, which spreads its work over rayon's pool by itself (gemm's own
+    /// parallelism: its parts cannot be wrapped in [`FloatMode::run`]), with every part
+    /// in this mode: on the global pool where its workers run in it, else on a pool of
+    /// as many workers kept for this mode (started in it; where no thread can be
+    /// started, the global pool's, as before).
+    pub fn install<T: Send>(self, f: impl FnOnce() -> T + Send) -> T {
+        if workers_mode() == Some(self) {
+            return f();
+        }
+        match pool(self) {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+}
+
+/// The mode every worker of rayon's global pool runs in, asked once (a worker keeps
+/// the mode it was started in: [`FloatMode::run`] gives it back), or `None` if they
+/// differ.
+fn workers_mode() -> Option<FloatMode> {
+    static MODE: std::sync::OnceLock<Option<FloatMode>> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| {
+        let modes = rayon::broadcast(|_| FloatMode::current());
+        modes.iter().all(|&m| m == modes[0]).then_some(modes[0])
+    })
+}
+
+/// The pool whose workers run in `mode`, started on first use (as many workers as the
+/// global pool); `None` if its threads cannot be started.
+fn pool(mode: FloatMode) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+    static POOLS: std::sync::Mutex<Vec<(FloatMode, std::sync::Arc<rayon::ThreadPool>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = pools.iter().find(|(m, _)| *m == mode) {
+        return Some(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon::current_num_threads())
+        .thread_name(|i| format!("tpusim-mode-{i}"))
+        .start_handler(move |_| mode.set())
+        .build()
+        .ok()?;
+    let p = std::sync::Arc::new(p);
+    pools.push((mode, p.clone()));
+    Some(p)
+}
+
+impl FloatMode {
+    /// Puts the calling thread in this mode for good (a pool worker's start).
+    fn set(self) {
+        #[cfg(target_arch = "x86_64")]
+        set_csr((csr() & !BITS) | self.0);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

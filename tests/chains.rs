@@ -1,0 +1,159 @@
+//! Chains of float ops in a fused region, each op's register the next one's argument
+//! and nothing else's: gelu as JAX writes it, a chain with constants on either side and
+//! a second operand of lanes, a broadcast taken as one value inside a chain, sin past
+//! its reduction's range and a power of five (the ops' slow paths). Shapes of one
+//! element, of rows shorter than a block with a part of a vector left over, and over
+//! the cores; f32, bf16 and f16, with NaN, infinities, -0 and subnormals among the
+//! data. Held to the unfused run bit for bit, and to values computed here in f64
+//! (exact ones where the data are small integers, gelu's within its tanh's bound).
+
+mod common;
+
+use common::simulate;
+use tpusim::device_sim::cpu::CpuExecutor;
+use tpusim::kernel::{Ctx, GridSpec, MemorySpace, PallasCall, Value};
+use tpusim::{DType, HostArray, Mesh};
+
+const SHAPES: [[usize; 2]; 4] = [[1, 1], [7, 2500], [300, 613], [1100, 1024]];
+
+/// Small integers and halves, with a special value every 101 elements.
+fn data(n: usize, seed: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| match (i + seed) % 101 {
+            11 => f64::NAN,
+            23 => -0.0,
+            37 => f64::INFINITY,
+            41 => f64::NEG_INFINITY,
+            53 => 1e-40, // an f32 subnormal (0 in bf16 and f16)
+            67 => 0.0,
+            _ => ((((i + seed) * 7919) % 81) as f64 - 40.0) / 2.0,
+        })
+        .collect()
+}
+
+fn same(a: f64, b: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || (a == b && a.is_sign_negative() == b.is_sign_negative())
+}
+
+type Body = for<'c> fn(&'c Ctx, &Value<'c>, &Value<'c>) -> Value<'c>;
+
+/// `y = f(x, z)`, `z` broadcast along the rows when `rows`.
+fn kernel(shape: [usize; 2], dtype: DType, rows: bool, f: Body) -> PallasCall {
+    let zshape: Vec<usize> = if rows { vec![shape[0]] } else { shape.to_vec() };
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &shape, dtype)
+        .input("z", MemorySpace::Vmem, &zshape, dtype)
+        .output("y", MemorySpace::Vmem, &shape, dtype);
+    PallasCall::new("chain", spec, move |pl, a| {
+        let x = pl.load(a.r("x"));
+        let z = pl.load(a.r("z"));
+        let z = if rows {
+            z.broadcast_in_dim(&shape, &[0])
+        } else {
+            z
+        };
+        pl.store(a.r("y"), &f(pl, &x, &z));
+    })
+}
+
+/// Runs `f` fused and unfused on every shape and dtype; checks they agree bit for bit
+/// and, for f32, `check(x, z, y)` of each element.
+fn agree(rows: bool, f: Body, check: impl Fn(f64, f64, f64) -> bool) {
+    let mesh = Mesh::new(1, "x").unwrap();
+    for shape in SHAPES {
+        let n = shape[0] * shape[1];
+        let zn = if rows { shape[0] } else { n };
+        let run = n / zn;
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let (xs, zs) = (data(n, 0), data(zn, 5));
+            let x = HostArray::from_values(dtype, &shape, &xs).unwrap();
+            let zshape: Vec<usize> = if rows { vec![shape[0]] } else { shape.to_vec() };
+            let z = HostArray::from_values(dtype, &zshape, &zs).unwrap();
+            let c = kernel(shape, dtype, rows, f);
+            let inputs = [vec![x.clone(), z.clone()]];
+            let fused = simulate(&c, &mesh, &inputs, &mut CpuExecutor::new()).unwrap();
+            let plain = simulate(&c, &mesh, &inputs, &mut CpuExecutor::unfused()).unwrap();
+            let (got, want) = (&fused[0][0], &plain[0][0]);
+            assert_eq!(got.words, want.words, "{shape:?} {dtype}: fused != unfused");
+            if dtype == DType::F32 {
+                let (xv, zv) = (x.values(), z.values());
+                for (i, &g) in got.values().iter().enumerate() {
+                    let (a, b) = (xv[i], zv[i / run]);
+                    assert!(check(a, b, g), "{shape:?} [{i}]: x {a}, z {b}: got {g}");
+                }
+            }
+        }
+    }
+}
+
+/// XLA's max: NaN if either is, +0 above -0.
+fn fmax(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            b
+        } else {
+            a
+        }
+    } else {
+        a.max(b)
+    }
+}
+
+#[test]
+fn an_exact_chain_equals_its_definition_and_the_unfused_run() {
+    // ((2 - x) * x + 3) / 4, then max with z, then |.| - 1: constants on the left and
+    // on the right, a second operand of lanes; exact in f32 for these data.
+    agree(
+        false,
+        |pl, x, z| {
+            let t = &(&(&(&x.scalar(2.0) - x) * x) + 3.0) / 4.0;
+            &pl.abs(&pl.maximum(&t, z)) - 1.0
+        },
+        |x, z, y| {
+            let t = ((2.0 - x) * x + 3.0) / 4.0;
+            // f32 reads the subnormal as itself; the sum rounds as f64's does here.
+            let t = t as f32 as f64;
+            same(y, fmax(t, z as f32 as f64).abs() - 1.0)
+        },
+    );
+}
+
+#[test]
+fn gelu_equals_the_unfused_run_and_f64() {
+    agree(
+        false,
+        |pl, x, _| {
+            // jax.nn.gelu(approximate=True), as JAX writes it.
+            let cube = &x.powi(3) * 0.044715;
+            let inner = &(x + &cube) * 0.797_884_560_802_865_4;
+            let t = pl.tanh(&inner);
+            &(&(&t + 1.0) * x) * 0.5
+        },
+        |x, _, y| {
+            let inner = 0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x);
+            let want = 0.5 * x * (1.0 + inner.tanh());
+            if x.is_nan() || x == f64::NEG_INFINITY {
+                // -inf: 0 * -inf in both.
+                return y.is_nan();
+            }
+            same(y, want) || (y - want).abs() <= 1e-6 * x.abs().max(1.0)
+        },
+    );
+}
+
+#[test]
+fn a_chain_with_a_broadcast_operand_and_slow_paths_equals_the_unfused_run() {
+    // tanh((x - z) * 0.5) * z with z one value per row; sin far past its reduction's
+    // range, a power taken by squarings in a loop, an exp and a division by lanes.
+    agree(
+        true,
+        |pl, x, z| {
+            let t = &pl.tanh(&(&(x - z) * 0.5)) * z;
+            let s = &pl.sin(&(&t * 1e5)).powi(5) + 0.25;
+            &pl.exp(&(&s * 2.0)) / x
+        },
+        |_, _, _| true,
+    );
+}
