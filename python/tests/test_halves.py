@@ -3,8 +3,7 @@ executor at their own width (two bytes an element, widened and narrowed a block 
 time): the results equal values computed here bit for bit (NaNs as NaNs), for every 16-bit
 pattern of the input (NaNs, infinities, -0, subnormals: read as zero by arithmetic, as
 XLA's CPU code does), at odd shapes, call after call, and the
-operand stays as it was; an op that is not a region's (a transpose) still gets its
-operands as words."""
+operand stays as it was; a transpose moves the 16-bit elements as stored."""
 
 import jax
 import ml_dtypes
@@ -98,8 +97,20 @@ def test_row_sums_and_maxes_of_small_integers_are_exact(cpu, shape):
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} call {call}")
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_a_transpose_of_16_bit_data_still_runs_on_words(cpu, dtype):
+def test_transposes_move_every_pattern_as_stored(cpu, dtype, shape):
+    np_dtype = ml_dtypes.bfloat16 if dtype == jnp.bfloat16 else np.float16
+    g = kernel_of(lambda x: x.T, shape, dtype)
+    with tpusim.simulate(backend="cpu"):
+        for call in range(2):
+            host = every_pattern(shape, np_dtype, seed=call)
+            got = np.asarray(g(jnp.asarray(host)))
+            np.testing.assert_array_equal(got.view(np.uint16), host.T.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_transpose_feeding_a_region_is_exact(cpu, dtype):
     np_dtype = ml_dtypes.bfloat16 if dtype == jnp.bfloat16 else np.float16
     shape = (300, 613)
     g = kernel_of(lambda x: x.T + 1, shape, dtype)

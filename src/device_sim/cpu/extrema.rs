@@ -45,9 +45,10 @@ impl Extreme {
         }
     }
 
-    /// Takes in the words `x`, each widened to its f32 value by `w`.
+    /// Takes in the words (or 16-bit elements as stored) `x`, each widened to its f32
+    /// value by `w`.
     #[inline(always)]
-    pub(super) fn scan<W: Fn(u32) -> f32 + Copy>(&mut self, x: &[u32], w: W) {
+    pub(super) fn scan<T: Copy + Into<u32>, W: Fn(u32) -> f32 + Copy>(&mut self, x: &[T], w: W) {
         if self.max {
             self.scan_with(x, w, i32::max);
         } else {
@@ -56,8 +57,9 @@ impl Extreme {
     }
 
     #[inline(always)]
-    fn scan_with<W, P>(&mut self, x: &[u32], w: W, pick: P)
+    fn scan_with<T, W, P>(&mut self, x: &[T], w: W, pick: P)
     where
+        T: Copy + Into<u32>,
         W: Fn(u32) -> f32 + Copy,
         P: Fn(i32, i32) -> i32 + Copy,
     {
@@ -68,7 +70,7 @@ impl Extreme {
             let mut mag = [self.mag; ACC];
             for c in &mut it {
                 for j in 0..ACC {
-                    let b = w(c[j]).to_bits();
+                    let b = w(c[j].into()).to_bits();
                     best[j] = pick(best[j], key(b));
                     mag[j] = mag[j].max(b & 0x7fff_ffff);
                 }
@@ -77,7 +79,7 @@ impl Extreme {
             self.mag = mag.into_iter().fold(self.mag, u32::max);
         }
         for &v in it.remainder() {
-            let b = w(v).to_bits();
+            let b = w(v.into()).to_bits();
             self.best = pick(self.best, key(b));
             self.mag = self.mag.max(b & 0x7fff_ffff);
         }

@@ -9,7 +9,24 @@
 
 use super::twins::Twin;
 use crate::device_sim::fuse::{Fused, Pattern, Step};
-use crate::ir::{AllocId, DataOp, Memory, Program};
+use crate::ir::{AllocId, Compute, ComputeKind, DataOp, Memory, Program};
+
+/// True for a transpose of a 16-bit array that swaps its last two dimensions, apart
+/// from its source: it runs on 16-bit memory as stored (the executor's
+/// `transpose_halves`), each of its operands lent as halves or not.
+pub fn transposed(c: &Compute) -> bool {
+    let ComputeKind::Transpose { perm } = &c.kind else {
+        return false;
+    };
+    let r = perm.len();
+    c.dst.dtype.storage() == 2
+        && c.srcs[0].dtype == c.dst.dtype
+        && !c.srcs[0].view.overlaps(&c.dst.view)
+        && r >= 2
+        && perm[r - 2] == r - 1
+        && perm[r - 1] == r - 2
+        && (0..r - 2).all(|i| perm[i] == i)
+}
 
 /// What the steps do to one (device, allocation) of a 16-bit operand.
 #[derive(Clone, Copy, Default)]
@@ -42,11 +59,18 @@ pub fn in_place(
         match step {
             // The copy out of an output's twin: the two are one memory.
             Step::Op(_) if outs.iter().any(|t| t.step == s) => {}
-            Step::Op(i) => {
-                for v in ops[*i].reads().chain(ops[*i].writes()) {
-                    uses[memory.index(&v)].other = true;
+            // A transpose moves 16-bit elements as stored ([`transposed`]).
+            Step::Op(i) => match &ops[*i] {
+                DataOp::Compute(c) if transposed(c) => {
+                    uses[memory.index(&c.srcs[0].view)].loads = true;
+                    uses[memory.index(&c.dst.view)].stores = true;
                 }
-            }
+                op => {
+                    for v in op.reads().chain(op.writes()) {
+                        uses[memory.index(&v)].other = true;
+                    }
+                }
+            },
             Step::Region(r) => {
                 for i in &r.inputs {
                     let u = &mut uses[memory.index(&i.view)];

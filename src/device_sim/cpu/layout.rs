@@ -134,10 +134,17 @@ const GROUP: usize = 4 * TILE;
 const ROW_BLOCK: usize = 256;
 
 /// Rows `j0..` of the transpose of `x` (`rows` x `cols`) into `o` (whole rows of
-/// `rows` words), tile by tile, a block of source rows at a time.
-fn swap_band(x: &[u32], rows: usize, cols: usize, j0: usize, o: &mut [u32]) {
+/// `rows` elements), tile by tile, a block of source rows at a time, each element
+/// passed through `f` (the identity, or a 16-bit element to or from a word).
+#[inline(always)]
+fn swap_band<S, D, F>(x: &[S], rows: usize, cols: usize, j0: usize, o: &mut [D], f: F)
+where
+    S: Copy + Default,
+    D: Copy,
+    F: Fn(S) -> D + Copy,
+{
     let nj = o.len() / rows;
-    let mut tile = [[0u32; TILE]; TILE];
+    let mut tile = [[S::default(); TILE]; TILE];
     for ib in (0..rows).step_by(ROW_BLOCK) {
         let iend = (ib + ROW_BLOCK).min(rows);
         for jb in (0..nj).step_by(TILE) {
@@ -156,15 +163,15 @@ fn swap_band(x: &[u32], rows: usize, cols: usize, j0: usize, o: &mut [u32]) {
                     let dst = &mut o[(jb + j) * rows + i0..];
                     match ni {
                         TILE => {
-                            let d: &mut [u32; TILE] =
+                            let d: &mut [D; TILE] =
                                 (&mut dst[..TILE]).try_into().expect("a tile's column");
                             for (i, d) in d.iter_mut().enumerate() {
-                                *d = tile[i][j];
+                                *d = f(tile[i][j]);
                             }
                         }
                         _ => {
                             for (i, d) in dst[..ni].iter_mut().enumerate() {
-                                *d = tile[i][j];
+                                *d = f(tile[i][j]);
                             }
                         }
                     }
@@ -177,26 +184,49 @@ fn swap_band(x: &[u32], rows: usize, cols: usize, j0: usize, o: &mut [u32]) {
 /// `src` (shape `from`) transposed by `perm` into `out`: destination dimension `i` is
 /// source dimension `perm[i]`. A swap of the last two dimensions goes tile by tile.
 pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
-    let s = strides(from);
-    let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+    if !transpose_swap(src, from, perm, out, |w| w) {
+        let s = strides(from);
+        let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+        let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+        gather(src, &by, &to, 0, out);
+    }
+}
+
+/// [`transpose`] where it swaps the last two dimensions, with each element passed
+/// through `f` (16-bit elements moved as stored, or widened or narrowed on the way);
+/// false (and `out` untouched) for any other `perm`.
+pub fn transpose_swap<S, D, F>(
+    src: &[S],
+    from: &[usize],
+    perm: &[usize],
+    out: &mut [D],
+    f: F,
+) -> bool
+where
+    S: Copy + Default + Sync,
+    D: Copy + Send,
+    F: Fn(S) -> D + Copy + Sync,
+{
     let r = from.len();
     let swaps_last_two =
         r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && (0..r - 2).all(|i| perm[i] == i);
-    if swaps_last_two {
-        let (rows, cols) = (from[r - 2], from[r - 1]);
-        for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
-            // Output rows in groups, over the cores when the matrix is large.
-            let band = |(b, o): (usize, &mut [u32])| swap_band(x, rows, cols, b * GROUP, o);
-            if rows * cols >= PARALLEL && rayon::current_num_threads() > 1 {
-                o.par_chunks_mut(GROUP * rows).enumerate().for_each(band);
-            } else {
-                o.chunks_mut(GROUP * rows).enumerate().for_each(band);
-            }
-        }
-        return;
+    if !swaps_last_two {
+        return false;
     }
-    let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
-    gather(src, &by, &to, 0, out);
+    let (rows, cols) = (from[r - 2], from[r - 1]);
+    if rows * cols == 0 {
+        return true;
+    }
+    for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
+        // Output rows in groups, over the cores when the matrix is large.
+        let band = |(b, o): (usize, &mut [D])| swap_band(x, rows, cols, b * GROUP, o, f);
+        if rows * cols >= PARALLEL && rayon::current_num_threads() > 1 {
+            o.par_chunks_mut(GROUP * rows).enumerate().for_each(band);
+        } else {
+            o.chunks_mut(GROUP * rows).enumerate().for_each(band);
+        }
+    }
+    true
 }
 
 #[cfg(test)]

@@ -463,6 +463,9 @@ impl Memory<'_> {
     /// Runs compute op `c`: its sources are read whole before its destination is
     /// written (they may share a buffer with it).
     fn compute(&mut self, c: &Compute) {
+        if halves::transposed(c) {
+            return self.transpose_halves(c);
+        }
         let d = c.dst.view;
         // An update of a slice in place starts from the destination as it is.
         let in_place = matches!(c.kind, ComputeKind::UpdateSlice { .. }) && c.srcs[0].view == d;
@@ -497,6 +500,52 @@ impl Memory<'_> {
         // SAFETY: as above; the destination is written only here.
         let out = unsafe { std::slice::from_raw_parts_mut(dst, d.len()) };
         compute::compute_into(c, &srcs, out);
+    }
+
+    /// Runs [`halves::transposed`] op `c`, each operand where it is: 16-bit elements
+    /// as stored where lent so, else one a word (moved, widened or narrowed on the way,
+    /// never converted whole).
+    fn transpose_halves(&mut self, c: &Compute) {
+        let (s, d) = (&c.srcs[0], &c.dst);
+        let ComputeKind::Transpose { perm } = &c.kind else {
+            unreachable!("a transpose")
+        };
+        let (si, di) = (self.index(&s.view), self.index(&d.view));
+        let src = match self.bufs[si].halves() {
+            // SAFETY: the view lies within the lent memory; nothing writes it here.
+            Some((h, _)) => Err(unsafe {
+                std::slice::from_raw_parts(h.add(s.view.offset()) as *const u16, s.view.len())
+            }),
+            None => {
+                let p = self.place(&s.view);
+                // SAFETY: the view lies within its buffer (`place`).
+                Ok(unsafe { std::slice::from_raw_parts(p as *const u32, s.view.len()) })
+            }
+        };
+        // SAFETY: as for the source; the destination is apart from it (`transposed`)
+        // and written only here.
+        let dst = match self.bufs[di].halves() {
+            Some((h, _)) => {
+                Err(unsafe { std::slice::from_raw_parts_mut(h.add(d.view.offset()), d.view.len()) })
+            }
+            None => {
+                Ok(unsafe { std::slice::from_raw_parts_mut(self.place(&d.view), d.view.len()) })
+            }
+        };
+        let (from, done) = (
+            &s.shape,
+            match (src, dst) {
+                (Ok(x), Ok(o)) => layout::transpose_swap(x, &s.shape, perm, o, |w| w),
+                (Err(x), Err(o)) => layout::transpose_swap(x, &s.shape, perm, o, |h| h),
+                (Err(x), Ok(o)) => layout::transpose_swap(x, &s.shape, perm, o, u32::from),
+                // A 16-bit element's word holds its bits in the low half.
+                (Ok(x), Err(o)) => layout::transpose_swap(x, &s.shape, perm, o, |w| w as u16),
+            },
+        );
+        debug_assert!(
+            done,
+            "{from:?} by {perm:?}: a swap of the last two dimensions"
+        );
     }
 
     /// Mutable destination and shared source, which may be the same buffer.

@@ -91,11 +91,12 @@ struct Plan<'a> {
     /// Per input: the elements of each run of one value of its broadcast (the trailing
     /// dimensions it is broadcast along; 0 when there are none).
     same: &'a [usize],
-    /// Per register: a broadcast load only binary ops read, taken as one value (never
-    /// filled) in a block that lies in one run of it.
+    /// Per register: may hold one value over a block ([`spread`]): a broadcast load
+    /// taken as one value (never filled) in a block that lies in one run of it, and
+    /// ops of such registers computed once.
     splat_ok: &'a [bool],
-    /// Per register: a load of 16-bit memory lent as stored that only widens read,
-    /// left where it is (the widen reads the halves).
+    /// Per register: a load of 16-bit memory lent as stored that only widens and row
+    /// reductions read, left where it is (they read the halves).
     halves_widen: &'a [bool],
 }
 
@@ -169,25 +170,8 @@ fn decide(
     for o in &r.outputs {
         uses[o.reg] += 1;
     }
-    // Registers read only as binary ops' arguments.
-    let mut binary_uses = vec![0usize; n];
-    for instr in &r.instrs {
-        if let Instr::Binary(_, _, a, c) = *instr {
-            binary_uses[a] += 1;
-            binary_uses[c] += 1;
-        }
-    }
     splat_ok.clear();
-    splat_ok.extend((0..n).map(|i| match r.instrs[i] {
-        Instr::Load(k) => {
-            !r.regs[i].uniform
-                && same[k] > 0
-                && uses[i] > 0
-                && binary_uses[i] == uses[i]
-                && !r.reduces.iter().any(|q| q.reg == i)
-        }
-        _ => false,
-    }));
+    splat_ok.resize(n, false);
     direct.clear();
     direct.extend((0..n).map(|i| {
         // Computed, or a broadcast gathered (a row reduction spread back): made in
@@ -203,6 +187,64 @@ fn decide(
         let whole = o.view.len() == r.n;
         (computed && uses[i] == 1 && wide(i) && !r.regs[i].uniform && apart && whole).then_some(k)
     }));
+    spread(r, same, direct, splat_ok);
+}
+
+/// Marks in `ok` the registers that may hold one value over a block: a broadcast load
+/// whose block lies in one run of a value, and a widen, unary, convert or binary op of
+/// such registers (and uniform ones), computed once (a row reduction spread back
+/// costs a fill per block, not a gather and its ops per element). Each is read only
+/// by binary ops (which take one value as it is), by ops marked too, or by outputs
+/// (filled); never a reduction's or a direct output's.
+fn spread(r: &Region, same: &[usize], direct: &[Option<usize>], ok: &mut [bool]) {
+    let n = r.instrs.len();
+    let uniform = |i: usize| r.regs[i].uniform;
+    let folded = |i: usize| r.reduces.iter().any(|q| q.reg == i);
+    for i in 0..n {
+        ok[i] = !uniform(i)
+            && direct[i].is_none()
+            && !folded(i)
+            && match r.instrs[i] {
+                Instr::Load(k) => same[k] > 0,
+                Instr::Widen(_) | Instr::Unary(..) | Instr::Convert(..) | Instr::Binary(..) => true,
+                _ => false,
+            };
+    }
+    loop {
+        let mut changed = false;
+        for i in 0..n {
+            if !ok[i] {
+                continue;
+            }
+            let args = r.instrs[i].args();
+            let of_ones = matches!(r.instrs[i], Instr::Load(_))
+                || (args.iter().all(|&a| ok[a] || uniform(a)) && args.iter().any(|&a| ok[a]));
+            // Every reader takes one value: a binary op, or an op marked.
+            let read_so = r.instrs.iter().enumerate().all(|(j, ins)| {
+                !ins.args().contains(&i) || matches!(ins, Instr::Binary(..)) || ok[j]
+            });
+            if !(of_ones && read_so) {
+                ok[i] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+/// True when every argument of `instr` (not a load) has one value over the block.
+#[inline(always)]
+fn all_splat(instr: &Instr, splat: &[Option<u32>]) -> bool {
+    match *instr {
+        Instr::Widen(a) | Instr::Unary(_, _, a) | Instr::Convert(_, _, a) => splat[a].is_some(),
+        Instr::Binary(_, _, a, b) | Instr::Compare(_, _, a, b) => {
+            splat[a].is_some() && splat[b].is_some()
+        }
+        Instr::Select(p, a, b) => splat[p].is_some() && splat[a].is_some() && splat[b].is_some(),
+        Instr::Load(_) | Instr::Const { .. } => false,
+    }
 }
 
 /// Runs `r` on the memory at `scratch`'s places, in `scratch`'s memory.
@@ -246,11 +288,11 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
                 .iter()
                 .filter(|j| matches!(j, Instr::Widen(a) if *a == i))
                 .count();
+            let folded = r.reduces.iter().any(|q| q.reg == i);
             places.input_halves[k]
                 && r.inputs[k].pattern == Pattern::Full
-                && uses[i] > 0
+                && (uses[i] > 0 || folded)
                 && uses[i] == widens
-                && !r.reduces.iter().any(|q| q.reg == i)
         }
         _ => false,
     }));
@@ -403,8 +445,15 @@ impl WithSimd for Blocks<'_> {
                 // destination holds a result per group, and this range's groups are
                 // its own.
                 unsafe {
-                    let x = std::slice::from_raw_parts(self.at[q.reg], m);
-                    f.fold(q, r.regs[q.reg], x, self.plan.places.reduces[j]);
+                    let (at, dst) = (self.at[q.reg], self.plan.places.reduces[j]);
+                    if self.plan.halves_widen[q.reg] {
+                        // The lent halves themselves, folded as stored.
+                        let x = std::slice::from_raw_parts(at as *const u16, m);
+                        f.fold(q, r.regs[q.reg], x, dst);
+                    } else {
+                        let x = std::slice::from_raw_parts(at, m);
+                        f.fold(q, r.regs[q.reg], x, dst);
+                    }
                 }
             }
             start += m;
@@ -439,6 +488,38 @@ fn store_halves(r: &Region, reg: usize, lanes: &[u32], dst: &mut [u16]) {
     let bits = &mut bits[..lanes.len()];
     store(r, reg, lanes, bits);
     lanes::narrow_halves(bits, dst);
+}
+
+/// Output `k` (register `reg`, one value over the block, in lane 0 at `lane`) over
+/// the block of `m` elements from `start`: the value stored once, then filled.
+///
+/// # Safety
+/// As the block's other stores: the output's place holds its `n` elements (16-bit
+/// where lent so), and this block writes its own.
+#[inline(always)]
+unsafe fn store_one(
+    plan: &Plan,
+    r: &Region,
+    k: usize,
+    reg: usize,
+    lane: *const u32,
+    start: usize,
+    m: usize,
+) {
+    // SAFETY: lane 0 holds the value.
+    let one = unsafe { std::slice::from_raw_parts(lane, 1) };
+    let place = plan.places.outputs[k];
+    if plan.places.output_halves[k] {
+        let mut h = [0u16; 1];
+        store_halves(r, reg, one, &mut h);
+        // SAFETY: as the function's.
+        unsafe { std::slice::from_raw_parts_mut((place as *mut u16).add(start), m) }.fill(h[0]);
+    } else {
+        let mut w = [0u32; 1];
+        store(r, reg, one, &mut w);
+        // SAFETY: as the function's.
+        unsafe { std::slice::from_raw_parts_mut(place.add(start), m) }.fill(w[0]);
+    }
 }
 
 /// Computes `instr` (not a load) over `m` lanes into `out`, its arguments at `at`, or,
@@ -548,11 +629,22 @@ unsafe fn block(
                             let mut one = [0u32];
                             gather(src, &plan.strides[*k], into, start, &mut one);
                             splat[i] = Some(one[0]);
+                            // Its lane 0 too, for an op of ones computed once.
+                            out[0] = one[0];
+                            at[i] = own;
                             continue;
                         }
                         gather(src, &plan.strides[*k], into, start, out);
                     }
                 }
+                at[i] = own;
+            }
+            _ if plan.splat_ok[i] && all_splat(instr, splat) => {
+                // One value over the block: computed once, in lane 0.
+                // SAFETY: as below; each argument's lane 0 holds its value.
+                unsafe { compute(r, instr, at, splat, plan.halves_widen, own, 1) };
+                // SAFETY: just written.
+                splat[i] = Some(unsafe { *own });
                 at[i] = own;
             }
             _ => {
@@ -571,6 +663,11 @@ unsafe fn block(
     }
     for (k, o) in r.outputs.iter().enumerate() {
         if o.view.len() != r.n || plan.direct[o.reg] == Some(k) {
+            continue;
+        }
+        if plan.splat_ok[o.reg] && splat[o.reg].is_some() {
+            // SAFETY: as for the stores below.
+            unsafe { store_one(plan, r, k, o.reg, at[o.reg], start, m) };
             continue;
         }
         let src = unsafe { std::slice::from_raw_parts(at[o.reg], m) };

@@ -54,13 +54,20 @@ impl RowFold {
     }
 
     /// Folds the next elements `x` of register `reg` (as the region holds it: 16-bit
-    /// floats raw or as values), writing each group's result to `dst` as it completes.
+    /// floats raw or as values; or the 16-bit elements of a lent input as stored),
+    /// writing each group's result to `dst` as it completes.
     ///
     /// # Safety
     /// `dst` holds an element for every group, and this fold's groups are written by
     /// no one else meanwhile.
     #[inline(always)]
-    pub(super) unsafe fn fold(&mut self, q: &RowReduce, reg: Reg, x: &[u32], dst: *mut u32) {
+    pub(super) unsafe fn fold<T: Copy + Into<u32>>(
+        &mut self,
+        q: &RowReduce,
+        reg: Reg,
+        x: &[T],
+        dst: *mut u32,
+    ) {
         let t = if reg.raw { reg.dtype } else { DType::F32 };
         // SAFETY: as the function's.
         widening!(t, |w| unsafe {
@@ -73,10 +80,10 @@ impl RowFold {
 
     /// [`RowFold::fold`] of a max or min, with widening `w`.
     #[inline(always)]
-    unsafe fn scan<W: Fn(u32) -> f32 + Copy>(
+    unsafe fn scan<T: Copy + Into<u32>, W: Fn(u32) -> f32 + Copy>(
         &mut self,
         q: &RowReduce,
-        x: &[u32],
+        x: &[T],
         w: W,
         dst: *mut u32,
     ) {
@@ -117,8 +124,9 @@ impl RowFold {
 
     /// [`RowFold::fold`] with widening `w` and operator `f`.
     #[inline(always)]
-    unsafe fn run<W, F>(&mut self, q: &RowReduce, x: &[u32], w: W, f: F, dst: *mut u32)
+    unsafe fn run<T, W, F>(&mut self, q: &RowReduce, x: &[T], w: W, f: F, dst: *mut u32)
     where
+        T: Copy + Into<u32>,
         W: Fn(u32) -> f32 + Copy,
         F: Fn(f32, f32) -> f32 + Copy,
     {
@@ -135,16 +143,16 @@ impl RowFold {
                 let head = ((FOLD_LANES - lane0) % FOLD_LANES).min(take);
                 let mut acc = self.acc;
                 for (l, &v) in seg[..head].iter().enumerate() {
-                    acc[lane0 + l] = f(acc[lane0 + l], w(v));
+                    acc[lane0 + l] = f(acc[lane0 + l], w(v.into()));
                 }
                 let mut it = seg[head..].chunks_exact(FOLD_LANES);
                 for c in &mut it {
                     for l in 0..FOLD_LANES {
-                        acc[l] = f(acc[l], w(c[l]));
+                        acc[l] = f(acc[l], w(c[l].into()));
                     }
                 }
                 for (l, &v) in it.remainder().iter().enumerate() {
-                    acc[l] = f(acc[l], w(v));
+                    acc[l] = f(acc[l], w(v.into()));
                 }
                 self.acc = acc;
                 self.j += take;
@@ -159,7 +167,7 @@ impl RowFold {
             }
             let take = (k - self.j).min(n - i);
             for &v in &x[i..i + take] {
-                self.total = f(self.total, w(v));
+                self.total = f(self.total, w(v.into()));
             }
             self.j += take;
             i += take;
