@@ -86,7 +86,10 @@ fn values_temporaries_count_as_traced() {
         assert!(same_as_apart(&format!("values, {points} points"), &job));
         let (need, _) = job.plan_fitting(work()).unwrap();
         // The spec's buffers (HBM and VMEM copies of a and y) and the values' own.
-        assert!(need.census.alloc_bytes > (4 * 16 * 128 * 4) as f64, "{points}");
+        assert!(
+            need.census.alloc_bytes > (4 * 16 * 128 * 4) as f64,
+            "{points}"
+        );
     }
 }
 
