@@ -138,9 +138,14 @@ impl KernelCall {
             .clone()
             .with_schedule(ScheduleSpec::parse(schedule).py()?)
             .with_uninit(uninit);
-        job.ensure_fits(Job::run_work(exec, false, false)).py()?;
-        let plan = Arc::new(job.plan().py()?);
+        let mut lap = tpusim::device_sim::cpu::Laps::new();
+        // The budget and the plan with the kernel traced once.
+        let (_, plan) = job.plan_fitting(Job::run_work(exec, false, false)).py()?;
+        lap.note("budget, lowering and schedule");
+        let plan = Arc::new(plan);
         let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
+        lap.note("CpuPlan::of");
+        lap.report(&format!("plan of `{}`", plan.program.name));
         *got = Some((key, plan.clone(), cpu_plan.clone()));
         Ok((plan, cpu_plan))
     }
@@ -265,10 +270,17 @@ impl KernelCall {
                 exchange(run, prog, copied_in, copied_out)
             });
         }
+        let mut lap = tpusim::device_sim::cpu::Laps::new();
         let mut run = cpu
             .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
             .py()?;
-        exchange(run.as_mut(), prog, copied_in, copied_out)
+        lap.note("prepare");
+        exchange(run.as_mut(), prog, copied_in, copied_out)?;
+        lap.note("run and copies");
+        drop(run);
+        lap.note("buffers kept");
+        lap.report(&format!("run of `{}`", prog.name));
+        Ok(())
     }
 }
 

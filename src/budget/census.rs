@@ -3,7 +3,7 @@
 //! traced (device, grid point) samples. Counts are `f64`: at the scales this guards
 //! against, products of P and per-device counts overflow 64-bit integers.
 
-use crate::ir::{MemorySpace, OpKind};
+use crate::ir::{MemorySpace, OpKind, Program};
 use crate::kernel::{PallasCall, ScratchSpec, MAX_SCOPED};
 use crate::mesh::Mesh;
 
@@ -161,16 +161,59 @@ impl Census {
             self.alloc_bytes += bytes;
             self.pooled_bytes += pooled(bytes);
         }
-        let n = p as f64;
-        self.traced = Some(Traced {
-            ops: t.ops / n,
-            dmas: t.dmas / n,
-            dma_runs: t.dma_runs / n,
-            computes: t.computes / n,
-            signals: t.signals / n,
-            marks: t.marks / n,
-        });
+        self.traced = Some(t.per_device(p));
     }
+
+    /// Fills in [`Census::traced`] from `program`, `call` lowered on a mesh of `p`
+    /// devices: the counts [`Census::sample`] takes where it traces every point
+    /// ([`traces_whole`]), without tracing the kernel again.
+    pub fn count_program(&mut self, program: &Program, p: usize) {
+        let mut t = Traced {
+            dmas: program.dmas.len() as f64,
+            dma_runs: program.dmas.iter().map(|d| d.runs().1 as f64).sum(),
+            ..Traced::default()
+        };
+        for op in program.ops.iter().flatten() {
+            t.ops += 1.0;
+            match op.kind {
+                OpKind::Compute(_) => t.computes += 1.0,
+                OpKind::Signal { .. } => t.signals += 1.0,
+                OpKind::Mark(_) => t.marks += 1.0,
+                _ => {}
+            }
+        }
+        // The values' temporaries, as the lowering appended them.
+        for a in program.layout.allocs.iter().filter(|a| a.holds_values()) {
+            let elems = a.numel() as f64;
+            let bytes = elems * a.dtype.storage() as f64;
+            self.alloc_elems += elems;
+            self.largest_alloc = self.largest_alloc.max(elems);
+            self.alloc_bytes += bytes;
+            self.pooled_bytes += pooled(bytes);
+        }
+        self.traced = Some(t.per_device(p));
+    }
+}
+
+impl Traced {
+    /// Totals over `p` devices as means per device.
+    fn per_device(self, p: usize) -> Traced {
+        let n = p as f64;
+        Traced {
+            ops: self.ops / n,
+            dmas: self.dmas / n,
+            dma_runs: self.dma_runs / n,
+            computes: self.computes / n,
+            signals: self.signals / n,
+            marks: self.marks / n,
+        }
+    }
+}
+
+/// True when [`Census::sample`] traces every (device, grid point) pair of a kernel of
+/// `points` grid points on `p` devices: its counts are then the full trace's.
+pub fn traces_whole(p: usize, points: usize) -> bool {
+    p <= TRACE_ALL && points <= TRACE_ALL
 }
 
 impl Census {

@@ -2,7 +2,7 @@
 //! host's available memory and the planner's limits, and a message with the numbers and
 //! the largest P (and shard size, or iteration count) that would fit.
 
-use super::census::{Census, Traced};
+use super::census::{traces_whole, Census, Traced};
 use super::memory::{available, Available};
 use super::need::{need_on, Need, Scales, Work};
 use super::time::{time, time_limit, Time, TimeLimit};
@@ -38,6 +38,12 @@ pub struct Request<'a> {
     pub work: Work,
     /// One process, or one rank of a partitioned run.
     pub share: Share,
+    /// Counts into a census ([`Census::count_program`]) the kernel lowered on the mesh
+    /// [`Request::build`] gives at the P asked for (a single kernel, lowered when first
+    /// asked): where the census would trace every point ([`traces_whole`]) it counts
+    /// that program instead of tracing the kernel again. False (nothing counted) for a
+    /// kernel that cannot be lowered: the census traces it.
+    pub lowered: Option<&'a dyn Fn(&mut Census) -> bool>,
 }
 
 /// How a command's work is shared: by `ranks` processes of a partitioned run
@@ -124,8 +130,15 @@ fn estimate_repeated(
             }
         }
         None => {
+            let points = |c: &PallasCall| c.spec().grid.iter().product::<usize>();
+            let lowered = req
+                .lowered
+                .filter(|_| devices == req.devices && calls.len() == 1)
+                .filter(|_| traces_whole(mesh.size(), points(&calls[0])));
             for (census, call) in parts.iter_mut().zip(&calls) {
-                census.sample(call, &mesh);
+                if !lowered.is_some_and(|count| count(census)) {
+                    census.sample(call, &mesh);
+                }
             }
             seen.borrow_mut()
                 .push((mesh.size(), parts.iter().map(|c| c.traced).collect()));
@@ -223,6 +236,7 @@ fn census_on_ranks(req: &Request, limit: Option<f64>) -> Result<Census> {
             ranks: req.devices.max(1),
             on_host: 1,
         },
+        lowered: req.lowered,
     };
     Ok(estimate_at(&one, req.devices, limit, &Samples::default())?.census)
 }
@@ -505,6 +519,7 @@ mod tests {
             build,
             repeat: 1,
             share: Share::default(),
+            lowered: None,
             work: Work::Run {
                 buffers: Buffers::Host,
                 gpu: false,

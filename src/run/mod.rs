@@ -29,7 +29,9 @@ pub use execute::{random_inputs, Checked, HeldData, Plan};
 pub use model::{Modeled, Nccl};
 
 use crate::array::DType;
-use crate::budget::{ensure_fits, ranks_needed, Available, Buffers, Need, Request, Share, Work};
+use crate::budget::{
+    ensure_fits, ranks_needed, Available, Buffers, Census, Need, Request, Share, Work,
+};
 use crate::collectives::variants::Variant;
 use crate::collectives::{Collective, Options, Registry};
 use crate::device_sim::Executor;
@@ -420,6 +422,45 @@ impl Job {
     /// [`Job::ensure_fits`] with `note` after the job's description in a refusal (the
     /// size a sweep reaches, the file an apply reads).
     pub fn ensure_fits_noted(&self, work: Work, note: &str) -> Result<Need> {
+        self.fits_noted(work, note, None)
+    }
+
+    /// [`Job::ensure_fits`] and then [`Job::plan`], the kernel traced once: where the
+    /// budget's census would trace every point, it counts the program the plan lowers
+    /// (made after the spec alone is found to fit). The same need and plan as the two
+    /// calls, which trace the kernel twice.
+    pub fn plan_fitting(&self, work: Work) -> Result<(Need, Plan)> {
+        let once = self.parts.len() == 1 && self.repeat == 1 && self.place.groups.is_none();
+        if !once || self.steering()?.is_some() {
+            let need = self.ensure_fits(work)?;
+            return Ok((need, self.plan()?));
+        }
+        let t0 = std::time::Instant::now();
+        let cell = std::cell::OnceCell::new();
+        let count = |census: &mut Census| match cell.get_or_init(|| self.lower()) {
+            Ok(program) => {
+                census.count_program(program, self.place.mesh.size());
+                true
+            }
+            Err(_) => false,
+        };
+        let need = self.fits_noted(work, "", Some(&count))?;
+        self.schedule.validate(self.place.mesh.size())?;
+        let program = match cell.into_inner() {
+            Some(lowered) => lowered?,
+            None => self.lower()?,
+        };
+        Ok((need, self.scheduled(program, t0)?))
+    }
+
+    /// [`Job::ensure_fits_noted`], the census counting `lowered` where it can
+    /// ([`Request::lowered`]).
+    fn fits_noted(
+        &self,
+        work: Work,
+        note: &str,
+        lowered: Option<&dyn Fn(&mut Census) -> bool>,
+    ) -> Result<Need> {
         if self.steering()?.is_some() {
             // Traced while it runs: no program to count before it runs (its front end
             // holds its tracing to the budget, `ensure_recording_fits`).
@@ -460,6 +501,7 @@ impl Job {
             repeat: self.repeat,
             work,
             share: self.share,
+            lowered,
         })
     }
 
@@ -490,6 +532,7 @@ impl Job {
             repeat: self.repeat,
             work: self.counted(work),
             share: Share::default(),
+            lowered: None,
         })
     }
 
@@ -550,7 +593,11 @@ impl Job {
         if self.steering()?.is_some() {
             return self.plan_steered().map(|(plan, _)| plan);
         }
-        let program = self.lower()?;
+        self.scheduled(self.lower()?, t0)
+    }
+
+    /// `program` (this job lowered) scheduled: its plan, made since `t0`.
+    fn scheduled(&self, program: Program, t0: std::time::Instant) -> Result<Plan> {
         let schedule =
             schedule(&program, self.schedule.policy().as_mut())?.with_uninit(&program, self.uninit);
         Ok(Plan {

@@ -5,22 +5,34 @@
 use super::region::{Instr, Region};
 use super::Step;
 use crate::ir::{DataOp, Program, View};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-/// Elements read later, per (device, allocation): disjoint runs, start to end.
-#[derive(Default)]
+/// Elements read later, per (device, allocation): disjoint runs, start to end. Indexed
+/// by allocation then device (a plan's prune asks it once per step: no hashing).
 struct Live {
-    runs: HashMap<(usize, usize), BTreeMap<usize, usize>>,
+    devices: usize,
+    runs: Vec<BTreeMap<usize, usize>>,
 }
 
 impl Live {
-    fn key(v: &View) -> (usize, usize) {
-        (v.device(), v.alloc())
+    fn new(devices: usize) -> Self {
+        Live {
+            devices: devices.max(1),
+            runs: Vec::new(),
+        }
+    }
+
+    /// The index of `v`'s runs (a device past the program's: an index of its own,
+    /// past every other, so that no two (device, allocation) pairs share one).
+    fn index(&self, v: &View) -> usize {
+        let (d, a) = (v.device(), v.alloc());
+        assert!(d < self.devices, "view of device {d} of {}", self.devices);
+        a * self.devices + d
     }
 
     fn overlaps(&self, v: &View) -> bool {
         let (lo, hi) = (v.offset(), v.offset() + v.len());
-        self.runs.get(&Self::key(v)).is_some_and(|m| {
+        self.runs.get(self.index(v)).is_some_and(|m| {
             // The last run starting before `hi` is the only one that can reach past `lo`.
             m.range(..hi).next_back().is_some_and(|(_, &end)| end > lo)
         })
@@ -30,16 +42,19 @@ impl Live {
         if v.is_empty() {
             return;
         }
-        let m = self.runs.entry(Self::key(v)).or_default();
+        let i = self.index(v);
+        if i >= self.runs.len() {
+            self.runs.resize_with(i + 1, BTreeMap::new);
+        }
+        let m = &mut self.runs[i];
         let (mut lo, mut hi) = (v.offset(), v.offset() + v.len());
-        // Merge every run that touches [lo, hi).
-        let touching: Vec<(usize, usize)> = m
+        // Merge every run that touches [lo, hi), the last first.
+        while let Some((s, e)) = m
             .range(..=hi)
-            .rev()
-            .take_while(|(_, &e)| e >= lo)
+            .next_back()
+            .filter(|(_, &e)| e >= lo)
             .map(|(&s, &e)| (s, e))
-            .collect();
-        for (s, e) in touching {
+        {
             m.remove(&s);
             lo = lo.min(s);
             hi = hi.max(e);
@@ -48,17 +63,19 @@ impl Live {
     }
 
     fn remove(&mut self, v: &View) {
-        let Some(m) = self.runs.get_mut(&Self::key(v)) else {
+        let i = self.index(v);
+        let Some(m) = self.runs.get_mut(i) else {
             return;
         };
         let (lo, hi) = (v.offset(), v.offset() + v.len());
-        let cut: Vec<(usize, usize)> = m
+        // Each run that overlaps [lo, hi), the last first: what is left of it lies
+        // outside [lo, hi), where this search does not find it again.
+        while let Some((s, e)) = m
             .range(..hi)
-            .rev()
-            .take_while(|(_, &e)| e > lo)
+            .next_back()
+            .filter(|(_, &e)| e > lo)
             .map(|(&s, &e)| (s, e))
-            .collect();
-        for (s, e) in cut {
+        {
             m.remove(&s);
             if s < lo {
                 m.insert(s, lo);
@@ -94,7 +111,7 @@ pub(super) fn prune(
     piece_ends: &mut [usize],
     reads: &[Vec<View>],
 ) {
-    let mut live = Live::default();
+    let mut live = Live::new(program.devices);
     for v in kept(program) {
         live.add(&v);
     }
