@@ -137,7 +137,7 @@ class LoopBudget:
 
 
 #: Records whose text is measured in whole; of longer lists, as many spread evenly.
-SAMPLE = 2048
+SAMPLE = 256
 
 
 def _text_size(ops):
