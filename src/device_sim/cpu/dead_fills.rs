@@ -50,7 +50,9 @@ pub fn trim(fused: Fused, ops: &[DataOp]) -> Fused {
             steps.push(step);
             continue;
         };
-        let Step::Op(i) = step else { unreachable!("a cut is a fill's step") };
+        let Step::Op(i) = step else {
+            unreachable!("a cut is a fill's step")
+        };
         let DataOp::Fill { dst, bits } = new_ops[i].clone() else {
             unreachable!("a cut is a fill's step")
         };
@@ -244,7 +246,10 @@ mod tests {
     #[test]
     fn uncovered_parts() {
         assert_eq!(uncovered(0, 10, vec![]), vec![(0, 10)]);
-        assert_eq!(uncovered(0, 10, vec![(2, 4), (3, 6), (8, 10)]), vec![(0, 2), (6, 8)]);
+        assert_eq!(
+            uncovered(0, 10, vec![(2, 4), (3, 6), (8, 10)]),
+            vec![(0, 2), (6, 8)]
+        );
         assert_eq!(uncovered(0, 10, vec![(0, 10)]), vec![]);
     }
 }
