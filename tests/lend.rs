@@ -572,3 +572,72 @@ fn vmem_operands_the_run_holds_itself_live_in_their_twins_buffer() {
         }
     }
 }
+
+/// Every device zeroes its VMEM output `o` (whole), then takes rows from its left
+/// neighbour's `x` (by a remote DMA, once the neighbour says it has zeroed) and its own
+/// (a local DMA), leaving three gaps of zeros: a ragged all-to-all's shape.
+fn zeroed_then_landed() -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Any, &[2048, 128], DType::F32)
+        .output("o", MemorySpace::Vmem, &[2048, 128], DType::F32)
+        .dma_sem("send")
+        .dma_sem("recv")
+        .dma_sem("local")
+        .regular_sem("ready");
+    PallasCall::new("zeroed_then_landed", spec, |pl, a| {
+        let (x, o, ready) = (a.r("x"), a.r("o"), a.sem("ready"));
+        let n = pl.num_devices();
+        let me = pl.axis_index("x");
+        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        pl.fill(o, 0.0);
+        pl.semaphore_signal(ready, 1, left);
+        pl.semaphore_wait(ready, 1);
+        let remote = pl.make_async_remote_copy(
+            x.slice(ds(0, 512)),
+            o.slice(ds(256, 512)),
+            a.sem("send"),
+            a.sem("recv"),
+            right,
+        );
+        remote.start();
+        let local = pl.make_async_copy(
+            x.slice(ds(1024, 512)),
+            o.slice(ds(1024, 512)),
+            a.sem("local"),
+        );
+        local.start();
+        local.wait();
+        remote.wait_send();
+        remote.wait_recv();
+    })
+}
+
+#[test]
+fn a_fill_is_cut_to_the_rows_no_dma_lands_in_and_the_results_stay_exact() {
+    let mesh = Mesh::new(4, "x").unwrap();
+    let plan = Job::call(zeroed_then_landed(), mesh).plan().unwrap();
+    let cpu_plan = CpuPlan::of(&plan.program, &plan.schedule);
+    // Of each device's 2048 rows, 1024 are landed in: only the other 1024 are filled.
+    assert_eq!(cpu_plan.fill_words(&plan.schedule), 4 * 1024 * 128);
+    let inputs = random_inputs(&plan.program, 11).unwrap();
+    let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+    for garbage in [0xdead_beef, 0] {
+        let (got, _) = run_lent_with(&plan, &cpu_plan, &inputs, garbage);
+        assert_eq!(got, words(&want));
+    }
+    // The same through the fused executor's own memory.
+    let own = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+    assert_eq!(words(&own), words(&want));
+    // The zeros are where nothing landed, the neighbour's rows where they landed.
+    let x = |d: usize| &inputs[d][0].words;
+    for (d, outs) in words(&want).iter().enumerate() {
+        let o = &outs[0];
+        let row = |r: usize| &o[r * 128..(r + 1) * 128];
+        assert!(
+            row(0).iter().chain(row(1600)).all(|&w| w == 0),
+            "device {d}"
+        );
+        assert_eq!(row(256), &x((d + 3) % 4)[..128], "device {d}");
+        assert_eq!(row(1024), &x(d)[1024 * 128..1025 * 128], "device {d}");
+    }
+}

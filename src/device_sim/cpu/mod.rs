@@ -7,6 +7,7 @@
 //! large ones spread over the cores.
 
 pub mod compute;
+mod dead_fills;
 mod extrema;
 mod float_mode;
 mod halves;
@@ -51,6 +52,7 @@ impl CpuPlan {
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         let mut lap = Laps::new();
         let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
+        let fused = dead_fills::trim(fused, &schedule.ops);
         lap.note("fuse");
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
         let memory = schedule.memory(program);
@@ -97,6 +99,23 @@ impl CpuPlan {
     /// The schedule as it runs here.
     pub fn fused(&self) -> &Fused {
         &self.fused
+    }
+
+    /// Words the run's fills write (every device): fewer than the schedule's where
+    /// copies overwrite part of a fill before anything reads it.
+    pub fn fill_words(&self, schedule: &Schedule) -> u64 {
+        let ops = self.fused.ops.as_deref().unwrap_or(&schedule.ops);
+        self.fused
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Op(i) => match &ops[*i] {
+                    DataOp::Fill { dst, .. } => Some(dst.len() as u64),
+                    _ => None,
+                },
+                Step::Region(_) => None,
+            })
+            .sum()
     }
 }
 
@@ -679,9 +698,17 @@ fn copy(dst: &mut [u32], src: &[u32]) {
 fn fill(dst: &mut [u32], bits: u32) {
     if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
         let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
-        dst.par_chunks_mut(per).for_each(|d| d.fill(bits));
+        dst.par_chunks_mut(per).for_each(|d| fill_part(d, bits));
     } else {
-        dst.fill(bits);
+        fill_part(dst, bits);
+    }
+}
+
+/// `dst = bits`: zero as `memset` (its string stores skip reading the lines first).
+fn fill_part(dst: &mut [u32], bits: u32) {
+    match bits {
+        0 => dst.fill(0),
+        _ => dst.fill(bits),
     }
 }
 
@@ -953,6 +980,10 @@ impl CpuExecutor {
         keep: Keep<'_>,
     ) -> Fused {
         match self.fused {
+            true if cuts.is_empty() && keep == Keep::Outputs => dead_fills::trim(
+                fuse_with(program, schedule, cuts, keep, CPU_JOINS),
+                &schedule.ops,
+            ),
             true => fuse_with(program, schedule, cuts, keep, CPU_JOINS),
             false => Fused::unfused(schedule.ops.len(), cuts),
         }
