@@ -495,3 +495,113 @@ fn a_scratch_buffer_dots_read_is_held_as_halves() {
         }
     }
 }
+
+/// moe's pattern: a 16-bit `pl.ANY` input sent a row block at a time by DMAs into VMEM
+/// scratch buffers, on this device and the next, read back by a region. The plan lends
+/// the input and the output as halves and holds both scratch buffers at two bytes an
+/// element (the DMAs move 16-bit elements as stored); the run equals the run in words,
+/// the unfused run and values made here, bit for bit, twice.
+#[test]
+fn dmas_move_halves_as_stored() {
+    let (mb, k, p) = (37usize, 29usize, 2usize);
+    let rows = move |s: usize| tpusim::kernel::ds(s as i64, mb as i64);
+    for dtype in [DType::BF16, DType::F16] {
+        let spec = GridSpec::new()
+            .input("x", MemorySpace::Any, &[2 * mb, k], dtype)
+            .output("y", MemorySpace::Vmem, &[mb, k], dtype)
+            .vmem("inbox", &[mb, k], dtype)
+            .vmem("mine", &[mb, k], dtype)
+            .dma_sem("send")
+            .dma_sem("recv")
+            .dma_sem("local");
+        let call = PallasCall::new("dmas", spec, move |pl, a| {
+            let right = (pl.axis_index("x") + 1) % pl.axis_size("x");
+            let x = a.r("x");
+            let c = pl.make_async_remote_copy(
+                x.slice(rows(0)),
+                a.r("inbox"),
+                a.sem("send"),
+                a.sem("recv"),
+                right,
+            );
+            c.start();
+            let l = pl.make_async_copy(x.slice(rows(mb)), a.r("mine"), a.sem("local"));
+            l.start();
+            c.wait_send();
+            c.wait_recv();
+            l.wait();
+            let sum = &pl.load(a.r("inbox")) + &(&pl.load(a.r("mine")) * 2.0);
+            pl.store(a.r("y"), &sum);
+        });
+        let plan = Job::call(call, Mesh::new(p, "x").unwrap()).plan().unwrap();
+        let prog = &plan.program;
+        let cpu = CpuPlan::of(prog, &plan.schedule);
+        let allocs = &prog.layout.allocs;
+        let (x, y) = (prog.inputs[0], prog.outputs[0]);
+        let scratch: Vec<usize> = (0..allocs.len())
+            .filter(|&a| ["inbox", "mine"].contains(&allocs[a].name.as_str()))
+            .collect();
+        if dtype == DType::F16 && !cpu.halves(0, y) {
+            continue; // f16 ops run one by one here (not regions)
+        }
+        assert_eq!(scratch.len(), 2, "{allocs:?}");
+        for d in 0..p {
+            assert!(cpu.halves(d, x) && cpu.halves(d, y), "{dtype}: lent as halves");
+            for &a in &scratch {
+                assert!(cpu.own_halves(d, a), "{dtype} {}: halves", allocs[a].name);
+            }
+        }
+        // Small integers: exact in either dtype.
+        let xs: Vec<Vec<f64>> = (0..p)
+            .map(|d| {
+                (0..2 * mb * k)
+                    .map(|i| ((i * 7 + d * 3) % 9) as f64 - 4.0)
+                    .collect()
+            })
+            .collect();
+        let inputs: Vec<Vec<HostArray>> = xs
+            .iter()
+            .map(|v| vec![HostArray::from_values(dtype, &[2 * mb, k], v).unwrap()])
+            .collect();
+        let words = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+        let unfused = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+        for d in 0..p {
+            assert_eq!(words[d][0].words, unfused[d][0].words, "{dtype} {d}");
+            let from = &xs[(d + p - 1) % p];
+            let want: Vec<f64> = (0..mb * k)
+                .map(|i| from[i] + xs[d][mb * k + i] * 2.0)
+                .collect();
+            let want = HostArray::from_values(dtype, &[mb, k], &want).unwrap();
+            assert_eq!(words[d][0].words, want.words, "{dtype} device {d}: values");
+        }
+        let ins: Vec<Vec<u16>> = inputs
+            .iter()
+            .map(|i| i[0].words.iter().map(|&w| w as u16).collect())
+            .collect();
+        for _ in 0..2 {
+            let mut outs = vec![vec![0xdeadu16; mb * k]; p];
+            {
+                let mut lent = Vec::new();
+                for (d, (h, o)) in ins.iter().zip(outs.iter_mut()).enumerate() {
+                    lent.push(Lent::InputHalves {
+                        device: d,
+                        alloc: x,
+                        halves: h,
+                    });
+                    lent.push(Lent::OutputHalves {
+                        device: d,
+                        alloc: y,
+                        halves: o,
+                    });
+                }
+                let exec = CpuExecutor::new();
+                let mut run = exec.prepare_lent(prog, &plan.schedule, &cpu, lent).unwrap();
+                run.run(1).unwrap();
+            }
+            for d in 0..p {
+                let got: Vec<u32> = outs[d].iter().map(|&h| u32::from(h)).collect();
+                assert_eq!(got, words[d][0].words, "{dtype} device {d}: lent as halves");
+            }
+        }
+    }
+}

@@ -13,7 +13,7 @@
 use super::twins::Twin;
 use crate::array::DType;
 use crate::device_sim::fuse::{Fused, Pattern, Step};
-use crate::ir::{AllocId, Compute, ComputeKind, DataOp, Memory, Program};
+use crate::ir::{AllocId, Compute, ComputeKind, DataOp, Memory, Program, View};
 
 /// True for a transpose of a 16-bit array that swaps its last two dimensions, apart
 /// from its source: it runs on 16-bit memory as stored (the executor's
@@ -57,6 +57,7 @@ struct Uses {
 /// What the steps of `fused` do to each memory slot: copies of twins (`skip`) apart.
 fn uses_of(memory: &Memory, fused: &Fused, ops: &[DataOp], skip: &[usize]) -> Vec<Uses> {
     let mut uses = vec![Uses::default(); memory.len()];
+    let narrow = |v: &View| memory.allocs[v.alloc()].dtype.storage() == 2;
     for (s, step) in fused.steps.iter().enumerate() {
         match step {
             // The copy between an operand and its twin: the two are one memory.
@@ -77,6 +78,11 @@ fn uses_of(memory: &Memory, fused: &Fused, ops: &[DataOp], skip: &[usize]) -> Ve
                         }
                     }
                     uses[memory.index(&c.dst.view)].other = true;
+                }
+                // A copy between 16-bit memory moves elements as stored (a DMA).
+                DataOp::Copy { src, dst } if narrow(src) && narrow(dst) => {
+                    uses[memory.index(src)].loads = true;
+                    uses[memory.index(dst)].stores = true;
                 }
                 op => {
                     for v in op.reads().chain(op.writes()) {

@@ -717,10 +717,48 @@ impl Memory<'_> {
         }
     }
 
+    /// Runs a copy of 16-bit elements ([`halves::in_place`]), either side held as
+    /// halves: moved as stored (a word holds an element's bits in its low half).
+    fn copy_halves(&mut self, dst: &View, src: &View) {
+        let n = src.len();
+        let (si, di) = (self.index(src), self.index(dst));
+        if let (Some((s, _)), Some((d, _))) = (self.bufs[si].halves(), self.bufs[di].halves()) {
+            // SAFETY: both views lie within their memory; `copy` allows overlap.
+            unsafe { std::ptr::copy(s.add(src.offset()), d.add(dst.offset()), n) };
+            return;
+        }
+        // One side in words, the other in halves: two buffers.
+        let from = match self.bufs[si].halves() {
+            // SAFETY: the view lies within the memory held as halves.
+            Some((h, _)) => Err(unsafe { std::slice::from_raw_parts(h.add(src.offset()), n) }),
+            // SAFETY: the view lies within its buffer (`place`).
+            None => Ok(unsafe { std::slice::from_raw_parts(self.place(src) as *const u32, n) }),
+        };
+        match (from, self.bufs[di].halves()) {
+            (Ok(s), Some((h, _))) => {
+                // SAFETY: as for the source; another buffer, written only here.
+                let d = unsafe { std::slice::from_raw_parts_mut(h.add(dst.offset()), n) };
+                over_cores(d, s, |d, s| lanes::narrow_halves(s, d));
+            }
+            (Err(s), None) => {
+                // SAFETY: as above.
+                let d = unsafe { std::slice::from_raw_parts_mut(self.place(dst), n) };
+                over_cores(d, s, |d, s| lanes::widen_halves(s, d));
+            }
+            _ => unreachable!("one side held as halves"),
+        }
+    }
+
     /// Runs one data op of the schedule.
     fn op(&mut self, op: &DataOp) {
         match op {
-            DataOp::Copy { src, dst } => self.with_pair(dst, src, copy),
+            DataOp::Copy { src, dst } => {
+                let (si, di) = (self.index(src), self.index(dst));
+                match self.bufs[si].halves().is_some() || self.bufs[di].halves().is_some() {
+                    true => self.copy_halves(dst, src),
+                    false => self.with_pair(dst, src, copy),
+                }
+            }
             DataOp::Fill { dst, bits } => fill(self.words_mut(dst), *bits),
             DataOp::Accumulate {
                 dst,
@@ -767,7 +805,7 @@ fn fill(dst: &mut [u32], bits: u32) {
 
 /// `f` on `dst` and `src` (as long), in parts spread over the cores from
 /// [`PARALLEL_COPY`] words (memory bandwidth on one core is a fraction of the machine's).
-fn over_cores(dst: &mut [u32], src: &[u32], f: impl Fn(&mut [u32], &[u32]) + Sync) {
+fn over_cores<D: Send, S: Sync>(dst: &mut [D], src: &[S], f: impl Fn(&mut [D], &[S]) + Sync) {
     if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
         let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
         dst.par_chunks_mut(per)
