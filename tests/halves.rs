@@ -546,7 +546,10 @@ fn dmas_move_halves_as_stored() {
         }
         assert_eq!(scratch.len(), 2, "{allocs:?}");
         for d in 0..p {
-            assert!(cpu.halves(d, x) && cpu.halves(d, y), "{dtype}: lent as halves");
+            assert!(
+                cpu.halves(d, x) && cpu.halves(d, y),
+                "{dtype}: lent as halves"
+            );
             for &a in &scratch {
                 assert!(cpu.own_halves(d, a), "{dtype} {}: halves", allocs[a].name);
             }
