@@ -376,3 +376,235 @@ fn an_output_written_in_blocks_through_its_vmem_ref_is_lent_as_halves() {
         }
     }
 }
+
+/// tp_mlp's pattern: an input copied whole into VMEM and read by a dot, a 16-bit scratch
+/// buffer a region stores a dot's rounded result into, read back by dots a row block
+/// at a time. The plan lends the input as halves (its VMEM twin too) and holds the
+/// scratch buffer at two bytes an element; the run equals the run in words, the
+/// unfused run and sums made here (exact small integers), bit for bit, twice.
+#[test]
+fn a_scratch_buffer_dots_read_is_held_as_halves() {
+    let (mb, k, hid, n) = (37usize, 48usize, 29usize, 23usize);
+    let m = 2 * mb;
+    let rows = move |s: usize| tpusim::kernel::ds(s as i64, mb as i64);
+    for dtype in [DType::BF16, DType::F16] {
+        let spec = GridSpec::new()
+            .input("x", MemorySpace::Vmem, &[m, k], dtype)
+            .input("w1", MemorySpace::Vmem, &[k, hid], dtype)
+            .input("w2", MemorySpace::Vmem, &[hid, n], dtype)
+            .output("y", MemorySpace::Vmem, &[mb, n], DType::F32)
+            .vmem("h", &[m, hid], dtype);
+        let call = PallasCall::new("mlp", spec, move |pl, a| {
+            let h = pl.dot(&pl.load(a.r("x")), &pl.load(a.r("w1")));
+            pl.store(a.r("h"), &(&h * 0.5).astype(dtype));
+            let w2 = pl.load(a.r("w2"));
+            let top = pl.dot(&pl.load(a.r("h").slice(rows(0))), &w2);
+            let bottom = pl.dot(&pl.load(a.r("h").slice(rows(mb))), &w2);
+            pl.store(a.r("y"), &(&top + &bottom));
+        });
+        let plan = Job::call(call, Mesh::new(1, "x").unwrap()).plan().unwrap();
+        let prog = &plan.program;
+        let cpu = CpuPlan::of(prog, &plan.schedule);
+        let allocs = &prog.layout.allocs;
+        let scratch = (0..allocs.len())
+            .find(|&a| allocs[a].shape == [m, hid] && allocs[a].dtype == dtype)
+            .expect("the scratch buffer");
+        let x = prog.inputs[0];
+        if dtype == DType::F16 && !cpu.own_halves(0, scratch) {
+            continue; // f16 ops run one by one here (not regions)
+        }
+        assert!(cpu.own_halves(0, scratch), "{dtype}: {:#?}", cpu.fused());
+        assert!(
+            cpu.halves(0, x),
+            "{dtype}: x, read by a dot through its twin"
+        );
+        assert!(!cpu.own_halves(0, x) && !cpu.halves(0, prog.outputs[0]));
+        // Small integers: every product and sum exact in f32 and in `dtype`.
+        let xs: Vec<f64> = (0..m * k).map(|i| ((i * 37) % 5) as f64 - 2.0).collect();
+        let w1s: Vec<f64> = (0..k * hid).map(|i| ((i * 11) % 3) as f64 - 1.0).collect();
+        let w2s: Vec<f64> = (0..hid * n).map(|i| ((i * 7) % 5) as f64 - 2.0).collect();
+        let arr = |v: &[f64], s: &[usize]| HostArray::from_values(dtype, s, v).unwrap();
+        let inputs = [vec![
+            arr(&xs, &[m, k]),
+            arr(&w1s, &[k, hid]),
+            arr(&w2s, &[hid, n]),
+        ]];
+        let words = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+        let unfused = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+        assert_eq!(words[0][0].words, unfused[0][0].words, "{dtype}");
+        let h: Vec<f64> = (0..m * hid)
+            .map(|o| {
+                (0..k)
+                    .map(|j| xs[(o / hid) * k + j] * w1s[j * hid + o % hid])
+                    .sum::<f64>()
+                    * 0.5
+            })
+            .collect();
+        let want: Vec<f64> = (0..mb * n)
+            .map(|o| {
+                let (i, c) = (o / n, o % n);
+                (0..hid)
+                    .map(|j| (h[i * hid + j] + h[(i + mb) * hid + j]) * w2s[j * n + c])
+                    .sum()
+            })
+            .collect();
+        let want = HostArray::from_values(DType::F32, &[mb, n], &want).unwrap();
+        assert_eq!(
+            words[0][0].words, want.words,
+            "{dtype}: against sums made here"
+        );
+        let halves: Vec<Vec<u16>> = inputs[0]
+            .iter()
+            .map(|a| a.words.iter().map(|&w| w as u16).collect())
+            .collect();
+        for _ in 0..2 {
+            let mut out = vec![0xdead_beefu32; mb * n];
+            {
+                let mut lent: Vec<Lent> = prog
+                    .inputs
+                    .iter()
+                    .zip(&halves)
+                    .filter(|(&a, _)| cpu.halves(0, a))
+                    .map(|(&alloc, h)| Lent::InputHalves {
+                        device: 0,
+                        alloc,
+                        halves: h,
+                    })
+                    .collect();
+                let lent_x = lent.len();
+                lent.push(Lent::Output {
+                    device: 0,
+                    alloc: prog.outputs[0],
+                    words: &mut out,
+                });
+                let exec = CpuExecutor::new();
+                let mut run = exec.prepare_lent(prog, &plan.schedule, &cpu, lent).unwrap();
+                for (i, &a) in prog.inputs.iter().enumerate() {
+                    if !cpu.halves(0, a) {
+                        let w = run.input_words(0, i).unwrap();
+                        w.copy_from_slice(&inputs[0][i].words);
+                    }
+                }
+                assert!(lent_x >= 1);
+                run.run(1).unwrap();
+            }
+            assert_eq!(
+                out, words[0][0].words,
+                "{dtype}: x lent as halves, h held so"
+            );
+        }
+    }
+}
+
+/// moe's pattern: a 16-bit `pl.ANY` input sent a row block at a time by DMAs into VMEM
+/// scratch buffers, on this device and the next, read back by a region. The plan lends
+/// the input and the output as halves and holds both scratch buffers at two bytes an
+/// element (the DMAs move 16-bit elements as stored); the run equals the run in words,
+/// the unfused run and values made here, bit for bit, twice.
+#[test]
+fn dmas_move_halves_as_stored() {
+    let (mb, k, p) = (37usize, 29usize, 2usize);
+    let rows = move |s: usize| tpusim::kernel::ds(s as i64, mb as i64);
+    for dtype in [DType::BF16, DType::F16] {
+        let spec = GridSpec::new()
+            .input("x", MemorySpace::Any, &[2 * mb, k], dtype)
+            .output("y", MemorySpace::Vmem, &[mb, k], dtype)
+            .vmem("inbox", &[mb, k], dtype)
+            .vmem("mine", &[mb, k], dtype)
+            .dma_sem("send")
+            .dma_sem("recv")
+            .dma_sem("local");
+        let call = PallasCall::new("dmas", spec, move |pl, a| {
+            let right = (pl.axis_index("x") + 1) % pl.axis_size("x");
+            let x = a.r("x");
+            let c = pl.make_async_remote_copy(
+                x.slice(rows(0)),
+                a.r("inbox"),
+                a.sem("send"),
+                a.sem("recv"),
+                right,
+            );
+            c.start();
+            let l = pl.make_async_copy(x.slice(rows(mb)), a.r("mine"), a.sem("local"));
+            l.start();
+            c.wait_send();
+            c.wait_recv();
+            l.wait();
+            let sum = &pl.load(a.r("inbox")) + &(&pl.load(a.r("mine")) * 2.0);
+            pl.store(a.r("y"), &sum);
+        });
+        let plan = Job::call(call, Mesh::new(p, "x").unwrap()).plan().unwrap();
+        let prog = &plan.program;
+        let cpu = CpuPlan::of(prog, &plan.schedule);
+        let allocs = &prog.layout.allocs;
+        let (x, y) = (prog.inputs[0], prog.outputs[0]);
+        let scratch: Vec<usize> = (0..allocs.len())
+            .filter(|&a| ["inbox", "mine"].contains(&allocs[a].name.as_str()))
+            .collect();
+        if dtype == DType::F16 && !cpu.halves(0, y) {
+            continue; // f16 ops run one by one here (not regions)
+        }
+        assert_eq!(scratch.len(), 2, "{allocs:?}");
+        for d in 0..p {
+            assert!(
+                cpu.halves(d, x) && cpu.halves(d, y),
+                "{dtype}: lent as halves"
+            );
+            for &a in &scratch {
+                assert!(cpu.own_halves(d, a), "{dtype} {}: halves", allocs[a].name);
+            }
+        }
+        // Small integers: exact in either dtype.
+        let xs: Vec<Vec<f64>> = (0..p)
+            .map(|d| {
+                (0..2 * mb * k)
+                    .map(|i| ((i * 7 + d * 3) % 9) as f64 - 4.0)
+                    .collect()
+            })
+            .collect();
+        let inputs: Vec<Vec<HostArray>> = xs
+            .iter()
+            .map(|v| vec![HostArray::from_values(dtype, &[2 * mb, k], v).unwrap()])
+            .collect();
+        let words = plan.execute(&mut CpuExecutor::new(), &inputs).unwrap();
+        let unfused = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+        for d in 0..p {
+            assert_eq!(words[d][0].words, unfused[d][0].words, "{dtype} {d}");
+            let from = &xs[(d + p - 1) % p];
+            let want: Vec<f64> = (0..mb * k)
+                .map(|i| from[i] + xs[d][mb * k + i] * 2.0)
+                .collect();
+            let want = HostArray::from_values(dtype, &[mb, k], &want).unwrap();
+            assert_eq!(words[d][0].words, want.words, "{dtype} device {d}: values");
+        }
+        let ins: Vec<Vec<u16>> = inputs
+            .iter()
+            .map(|i| i[0].words.iter().map(|&w| w as u16).collect())
+            .collect();
+        for _ in 0..2 {
+            let mut outs = vec![vec![0xdeadu16; mb * k]; p];
+            {
+                let mut lent = Vec::new();
+                for (d, (h, o)) in ins.iter().zip(outs.iter_mut()).enumerate() {
+                    lent.push(Lent::InputHalves {
+                        device: d,
+                        alloc: x,
+                        halves: h,
+                    });
+                    lent.push(Lent::OutputHalves {
+                        device: d,
+                        alloc: y,
+                        halves: o,
+                    });
+                }
+                let exec = CpuExecutor::new();
+                let mut run = exec.prepare_lent(prog, &plan.schedule, &cpu, lent).unwrap();
+                run.run(1).unwrap();
+            }
+            for d in 0..p {
+                let got: Vec<u32> = outs[d].iter().map(|&h| u32::from(h)).collect();
+                assert_eq!(got, words[d][0].words, "{dtype} device {d}: lent as halves");
+            }
+        }
+    }
+}

@@ -78,8 +78,42 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
         }
         ComputeKind::Reduce { op, axes } => reduce(*op, &c.srcs[0], axes, srcs[0], d.dtype, out),
         ComputeKind::ArgReduce { op, axis } => arg_reduce(*op, &c.srcs[0], *axis, srcs[0], out),
-        ComputeKind::Dot(dims) => dot(dims, &c.srcs[0], &c.srcs[1], srcs[0], srcs[1], d, out),
+        ComputeKind::Dot(_) => dot_into(c, Src::Words(srcs[0]), Src::Words(srcs[1]), out),
     }
+}
+
+/// The elements of a dot's operand: words, or 16-bit floats as stored.
+#[derive(Clone, Copy)]
+pub enum Src<'a> {
+    /// One element a word ([`DType::bits_of`]'s form).
+    Words(&'a [u32]),
+    /// 16-bit float elements as stored (bf16 or f16; two bytes each).
+    Halves(&'a [u16]),
+}
+
+impl Src<'_> {
+    /// Elements `from..to` of float dtype `t` widened to f32 values into `out`.
+    fn widen(self, t: DType, from: usize, to: usize, out: &mut [u32]) {
+        match self {
+            Src::Words(w) => lanes::widen_all(t, &w[from..to], out),
+            Src::Halves(h) => lanes::widen_all_halves(t, &h[from..to], out),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Src::Words(w) => w.len(),
+            Src::Halves(h) => h.len(),
+        }
+    }
+}
+
+/// Dot `c` into `out` (the destination's words) from operands `l` and `r`.
+pub fn dot_into(c: &Compute, l: Src<'_>, r: Src<'_>, out: &mut [u32]) {
+    let ComputeKind::Dot(dims) = &c.kind else {
+        unreachable!("a dot")
+    };
+    dot(dims, &c.srcs[0], &c.srcs[1], l, r, &c.dst, out);
 }
 
 /// An elementwise op a block at a time: sources widened to values (a scalar spread over
@@ -133,11 +167,16 @@ fn elementwise(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
 
 /// The f32 values of float `words` of dtype `t`: the words themselves for f32.
 fn f32s(t: DType, words: &[u32]) -> Cow<'_, [f32]> {
-    if t == DType::F32 {
+    src_f32s(t, Src::Words(words))
+}
+
+/// [`f32s`] of a dot's operand.
+fn src_f32s(t: DType, src: Src<'_>) -> Cow<'_, [f32]> {
+    if let (DType::F32, Src::Words(words)) = (t, src) {
         return Cow::Borrowed(bytemuck::cast_slice(words));
     }
-    let mut v = vec![0u32; words.len()];
-    lanes::widen_all(t, words, &mut v);
+    let mut v = vec![0u32; src.len()];
+    src.widen(t, 0, src.len(), &mut v);
     Cow::Owned(bytemuck::cast_vec(v))
 }
 
@@ -453,8 +492,8 @@ fn dot(
     dims: &DotDims,
     l: &Operand,
     r: &Operand,
-    lw: &[u32],
-    rw: &[u32],
+    lw: Src<'_>,
+    rw: Src<'_>,
     d: &Operand,
     out: &mut [u32],
 ) {
@@ -472,6 +511,9 @@ fn dot(
     let rfree = free(&r.shape, &dims.rhs_batch, &dims.rhs_contract);
     let t = d.dtype;
     if !t.is_float() {
+        let (Src::Words(lw), Src::Words(rw)) = (lw, rw) else {
+            unreachable!("a dot of integers reads words ([`super::halves::dot_reads`])")
+        };
         // Left as [batch, m, k], right as [batch, k, n]: each output row is a sum of
         // right rows scaled by the left row's elements.
         let mut lf = dims.lhs_batch.clone();
@@ -514,7 +556,7 @@ fn dot(
         && batch * m * k > WIDEN_BLOCK
     {
         if let Some(rs) = rs {
-            let rv = f32s(r.dtype, rw);
+            let rv = src_f32s(r.dtype, rw);
             dot_widening_rows(
                 lw,
                 l.dtype,
@@ -526,7 +568,7 @@ fn dot(
             return;
         }
     }
-    let (lv, rv) = (f32s(l.dtype, lw), f32s(r.dtype, rw));
+    let (lv, rv) = (src_f32s(l.dtype, lw), src_f32s(r.dtype, rw));
     let (lv, ls) = match ls.filter(|_| batch_ordered) {
         Some(s) => (lv, s),
         None => {
@@ -586,7 +628,7 @@ const WIDEN_BLOCK: usize = 1 << 20;
 /// words, `b` f32 with strides `rs`, `c` row-major f32: `a` widened a block of rows at a
 /// time into one buffer (each element of `c` is the same sum as from `a` widened whole).
 fn dot_widening_rows(
-    a: &[u32],
+    a: Src<'_>,
     t: DType,
     b: &[f32],
     rs: [usize; 3],
@@ -600,7 +642,7 @@ fn dot_widening_rows(
             let r = rows.min(m - i0);
             let (from, to) = ((bi * m + i0) * k, (bi * m + i0 + r) * k);
             let wide = &mut block[..r * k];
-            lanes::widen_all(t, &a[from..to], wide);
+            a.widen(t, from, to, wide);
             let lhs = Strided {
                 data: bytemuck::cast_slice(wide),
                 row: k,

@@ -247,6 +247,19 @@ pub fn widen_all(t: DType, x: &[u32], out: &mut [u32]) {
     pulp::Arch::new().dispatch(W(t, x, out));
 }
 
+/// [`widen_from_halves`] of a whole array, under the widest vector unit.
+pub fn widen_all_halves(t: DType, x: &[u16], out: &mut [u32]) {
+    struct W<'a>(DType, &'a [u16], &'a mut [u32]);
+    impl pulp::WithSimd for W<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) {
+            widen_from_halves(self.0, self.1, self.2);
+        }
+    }
+    pulp::Arch::new().dispatch(W(t, x, out));
+}
+
 /// Values of dtype `t` as stored bits (exact: the values are `t`'s already).
 #[inline(always)]
 pub fn narrow(t: DType, x: &[u32], out: &mut [u32]) {

@@ -44,6 +44,8 @@ pub struct CpuPlan {
     twins: Vec<twins::Twin>,
     /// The 16-bit operands that may be lent as halves ([`halves::in_place`]).
     halves: Vec<(usize, ir::AllocId)>,
+    /// The run's own 16-bit buffers held at two bytes an element ([`halves::own`]).
+    own_halves: Vec<(usize, ir::AllocId)>,
     spare: spare::Spare,
 }
 
@@ -60,6 +62,7 @@ impl CpuPlan {
         let twins = twins::twins(program, &memory, &fused, ops);
         lap.note("twins");
         let halves = halves::in_place(program, &memory, &fused, ops, &twins);
+        let own_halves = halves::own(program, &memory, &fused, ops, &twins);
         lap.note("halves");
         let coverage = Coverage::of(program, schedule);
         lap.note("coverage");
@@ -73,6 +76,7 @@ impl CpuPlan {
             fused,
             twins,
             halves,
+            own_halves,
             spare: spare::Spare::default(),
         }
     }
@@ -89,6 +93,14 @@ impl CpuPlan {
     /// regions read it, loading it element for element, or write it, whole.
     pub fn halves(&self, device: usize, alloc: ir::AllocId) -> bool {
         self.halves.contains(&(device, alloc))
+    }
+
+    /// True when a run prepared with this plan ([`CpuExecutor::prepare_lent`]) holds
+    /// 16-bit allocation `alloc` of `device`, its own (neither an input nor an output),
+    /// at two bytes an element: only fused regions' whole loads and stores, 16-bit
+    /// transposes and dots touch it.
+    pub fn own_halves(&self, device: usize, alloc: ir::AllocId) -> bool {
+        self.own_halves.contains(&(device, alloc))
     }
 
     /// Bytes of buffers kept from the last run for the next.
@@ -271,6 +283,11 @@ impl CpuExecutor {
                     bufs[o] = Some(Buf::Read(w));
                     bufs[v] = Some(Buf::Read(w));
                 }
+                // As stored: the twin is only loaded ([`halves::in_place`]).
+                (true, Some(Buf::HalvesIn(h))) => {
+                    bufs[o] = Some(Buf::HalvesIn(h));
+                    bufs[v] = Some(Buf::HalvesIn(h));
+                }
                 // The output's memory is the VMEM buffer's: the output itself is
                 // touched by the skipped copy alone.
                 (false, Some(Buf::Lent(w))) => {
@@ -312,12 +329,19 @@ impl CpuExecutor {
                 None => {
                     let (d, a) = table.place(i);
                     let alloc = &table.allocs[a];
-                    let (mut b, fresh) = own(i, alloc.numel(), &alloc.name)?;
+                    let n = alloc.numel();
+                    let halves = plan.own_halves(d, a);
+                    // Two halves a word.
+                    let words = if halves { n.div_ceil(2) } else { n };
+                    let (mut b, fresh) = own(i, words, &alloc.name)?;
                     // Fresh buffers are zero already (untouched pages, when large).
                     if !fresh && coverage.needs_zero(d, a) {
                         fill(&mut b, 0);
                     }
-                    Ok(Buf::Own(b))
+                    Ok(match halves {
+                        true => Buf::OwnHalves(b),
+                        false => Buf::Own(b),
+                    })
                 }
             })
             .collect::<Result<_>>()?;
@@ -351,8 +375,9 @@ fn report_memory(name: &str, table: &ir::Memory, bufs: &[Buf<'_>]) {
             Buf::Lent(w) => ("lent", w.len() * 4),
             Buf::HalvesIn(h) => ("lent at 16 bits", h.len() * 2),
             Buf::HalvesOut(h) => ("lent at 16 bits", h.len() * 2),
+            Buf::OwnHalves(w) => ("own at 16 bits", w.resident_bytes()),
         };
-        if let Buf::Own(w) = b {
+        if let Buf::Own(w) | Buf::OwnHalves(w) = b {
             own += w.len() * 4;
             resident += touched;
         }
@@ -417,6 +442,9 @@ enum Buf<'a> {
     HalvesIn(&'a [u16]),
     /// A 16-bit output lent as stored, that only regions store ([`halves`]).
     HalvesOut(&'a mut [u16]),
+    /// A 16-bit buffer of the run's own held as stored ([`halves::own`]): its
+    /// elements, two a word.
+    OwnHalves(Words),
 }
 
 impl Buf<'_> {
@@ -425,6 +453,7 @@ impl Buf<'_> {
         match self {
             Buf::HalvesIn(h) => Some((h.as_ptr() as *mut u16, false)),
             Buf::HalvesOut(h) => Some((h.as_mut_ptr(), true)),
+            Buf::OwnHalves(w) => Some((w.as_mut_ptr() as *mut u16, true)),
             _ => None,
         }
     }
@@ -439,7 +468,7 @@ impl Deref for Buf<'_> {
             Buf::Own(v) => v,
             Buf::Read(w) => w,
             Buf::Lent(w) => w,
-            Buf::HalvesIn(_) | Buf::HalvesOut(_) => &[],
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(..) => &[],
         }
     }
 }
@@ -449,7 +478,7 @@ impl DerefMut for Buf<'_> {
         match self {
             Buf::Own(v) => v,
             Buf::Lent(w) => w,
-            Buf::HalvesIn(_) | Buf::HalvesOut(_) => &mut [],
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(..) => &mut [],
             Buf::Read(_) => unreachable!("an input lent for reading is never written (Coverage)"),
         }
     }
@@ -492,7 +521,9 @@ impl Memory<'_> {
         let base = match buf {
             Buf::Own(w) => w.as_mut_ptr(),
             Buf::Lent(w) => w.as_mut_ptr(),
-            Buf::HalvesIn(_) | Buf::HalvesOut(_) => unreachable!("halves are regions' alone"),
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(..) => {
+                unreachable!("halves are regions' alone")
+            }
             // Never written: no op writes an input lent for reading (Coverage).
             Buf::Read(w) => w.as_ptr() as *mut u32,
         };
@@ -543,6 +574,9 @@ impl Memory<'_> {
         if halves::transposed(c) {
             return self.transpose_halves(c);
         }
+        if halves::dot(c) && c.srcs.iter().any(|s| self.halves_of(&s.view).is_some()) {
+            return self.dot_halves(c);
+        }
         let d = c.dst.view;
         // An update of a slice in place starts from the destination as it is.
         let in_place = matches!(c.kind, ComputeKind::UpdateSlice { .. }) && c.srcs[0].view == d;
@@ -577,6 +611,52 @@ impl Memory<'_> {
         // SAFETY: as above; the destination is written only here.
         let out = unsafe { std::slice::from_raw_parts_mut(dst, d.len()) };
         compute::compute_into(c, &srcs, out);
+    }
+
+    /// The 16-bit elements of view `v` where its memory holds them as stored.
+    fn halves_of(&mut self, v: &View) -> Option<&[u16]> {
+        let i = self.index(v);
+        let (h, _) = self.bufs[i].halves()?;
+        // SAFETY: the view lies within the memory held as halves (its allocation's).
+        Some(unsafe { std::slice::from_raw_parts(h.add(v.offset()), v.len()) })
+    }
+
+    /// Runs [`halves::dot`] `c`, some operand held as halves: each read where it is.
+    fn dot_halves(&mut self, c: &Compute) {
+        let d = c.dst.view;
+        // A source in words that shares the destination's memory is read from a copy.
+        let copies: Vec<Option<Vec<u32>>> = c
+            .srcs
+            .iter()
+            .map(|o| o.view.overlaps(&d).then(|| self.words(&o.view).to_vec()))
+            .collect();
+        let srcs: Vec<compute::Src<'_>> = c
+            .srcs
+            .iter()
+            .zip(&copies)
+            .map(|(o, copy)| {
+                if let Some(w) = copy {
+                    return compute::Src::Words(w);
+                }
+                if let Some(h) = self.halves_of(&o.view) {
+                    // SAFETY: as in `halves_of`; the destination is another buffer (a
+                    // dot never writes memory held as halves).
+                    return compute::Src::Halves(unsafe {
+                        std::slice::from_raw_parts(h.as_ptr(), h.len())
+                    });
+                }
+                let p = self.place(&o.view);
+                // SAFETY: the view lies within its buffer (`place`), apart from the
+                // destination (else copied above).
+                compute::Src::Words(unsafe {
+                    std::slice::from_raw_parts(p as *const u32, o.view.len())
+                })
+            })
+            .collect();
+        let dst = self.place(&d);
+        // SAFETY: as above; the destination is written only here.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, d.len()) };
+        compute::dot_into(c, srcs[0], srcs[1], out);
     }
 
     /// Runs [`halves::transposed`] op `c`, each operand where it is: 16-bit elements
@@ -656,10 +736,48 @@ impl Memory<'_> {
         }
     }
 
+    /// Runs a copy of 16-bit elements ([`halves::in_place`]), either side held as
+    /// halves: moved as stored (a word holds an element's bits in its low half).
+    fn copy_halves(&mut self, dst: &View, src: &View) {
+        let n = src.len();
+        let (si, di) = (self.index(src), self.index(dst));
+        if let (Some((s, _)), Some((d, _))) = (self.bufs[si].halves(), self.bufs[di].halves()) {
+            // SAFETY: both views lie within their memory; `copy` allows overlap.
+            unsafe { std::ptr::copy(s.add(src.offset()), d.add(dst.offset()), n) };
+            return;
+        }
+        // One side in words, the other in halves: two buffers.
+        let from = match self.bufs[si].halves() {
+            // SAFETY: the view lies within the memory held as halves.
+            Some((h, _)) => Err(unsafe { std::slice::from_raw_parts(h.add(src.offset()), n) }),
+            // SAFETY: the view lies within its buffer (`place`).
+            None => Ok(unsafe { std::slice::from_raw_parts(self.place(src) as *const u32, n) }),
+        };
+        match (from, self.bufs[di].halves()) {
+            (Ok(s), Some((h, _))) => {
+                // SAFETY: as for the source; another buffer, written only here.
+                let d = unsafe { std::slice::from_raw_parts_mut(h.add(dst.offset()), n) };
+                over_cores(d, s, |d, s| lanes::narrow_halves(s, d));
+            }
+            (Err(s), None) => {
+                // SAFETY: as above.
+                let d = unsafe { std::slice::from_raw_parts_mut(self.place(dst), n) };
+                over_cores(d, s, |d, s| lanes::widen_halves(s, d));
+            }
+            _ => unreachable!("one side held as halves"),
+        }
+    }
+
     /// Runs one data op of the schedule.
     fn op(&mut self, op: &DataOp) {
         match op {
-            DataOp::Copy { src, dst } => self.with_pair(dst, src, copy),
+            DataOp::Copy { src, dst } => {
+                let (si, di) = (self.index(src), self.index(dst));
+                match self.bufs[si].halves().is_some() || self.bufs[di].halves().is_some() {
+                    true => self.copy_halves(dst, src),
+                    false => self.with_pair(dst, src, copy),
+                }
+            }
             DataOp::Fill { dst, bits } => fill(self.words_mut(dst), *bits),
             DataOp::Accumulate {
                 dst,
@@ -714,7 +832,7 @@ fn fill_part(dst: &mut [u32], bits: u32) {
 
 /// `f` on `dst` and `src` (as long), in parts spread over the cores from
 /// [`PARALLEL_COPY`] words (memory bandwidth on one core is a fraction of the machine's).
-fn over_cores(dst: &mut [u32], src: &[u32], f: impl Fn(&mut [u32], &[u32]) + Sync) {
+fn over_cores<D: Send, S: Sync>(dst: &mut [D], src: &[S], f: impl Fn(&mut [D], &[S]) + Sync) {
     if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
         let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
         dst.par_chunks_mut(per)
@@ -894,7 +1012,7 @@ impl Drop for CpuRun<'_> {
         }
         let Some(spare) = self.spare else { return };
         for (i, b) in self.mem.bufs.iter_mut().enumerate() {
-            if let Buf::Own(w) = b {
+            if let Buf::Own(w) | Buf::OwnHalves(w) = b {
                 spare.give(i, std::mem::take(w));
             }
         }
