@@ -13,6 +13,7 @@ mod float_mode;
 mod halves;
 pub mod lanes;
 pub mod layout;
+mod patterns;
 mod region;
 mod rows;
 mod spare;
@@ -90,6 +91,16 @@ impl CpuPlan {
             k += len;
         }
         out
+    }
+
+    /// How many chains of instructions of its regions a kernel computes in one loop
+    /// (JAX's tanh form of gelu, say), not an instruction at a time.
+    pub fn kernels(&self) -> usize {
+        let regions = self.fused.steps.iter().filter_map(|s| match s {
+            Step::Region(r) => Some(r),
+            Step::Op(_) => None,
+        });
+        regions.map(|r| region::kernels(r)).sum()
     }
 
     /// How many VMEM buffers may share a lent operand's memory (over every device): a

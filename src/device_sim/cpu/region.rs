@@ -10,6 +10,7 @@
 
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
+use super::patterns::{self, Kernel};
 use super::rows::RowFold;
 use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
@@ -60,6 +61,10 @@ pub(super) struct Scratch {
     splat: Vec<Option<u32>>,
     /// The one-element outputs' bits, stored last.
     singles: Vec<(usize, u32)>,
+    /// Per register: the kernel that computes it with the chain before it.
+    kernels: Vec<Option<Kernel>>,
+    /// Per register: computed by a later register's kernel, not alone.
+    inside: Vec<bool>,
 }
 
 // SAFETY: the pointers kept are those of the last region's run, never read again: every
@@ -98,6 +103,11 @@ struct Plan<'a> {
     /// Per register: a load of 16-bit memory lent as stored that only widens and row
     /// reductions read, left where it is (they read the halves).
     halves_widen: &'a [bool],
+    /// Per register: the kernel that computes it with the chain before it
+    /// ([`patterns`]).
+    kernels: &'a [Option<Kernel>],
+    /// Per register: computed by a later register's kernel, not alone.
+    inside: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -190,6 +200,22 @@ fn decide(
     spread(r, same, direct, splat_ok);
 }
 
+/// How many chains of `r` a kernel computes in one loop ([`patterns`]).
+pub(super) fn kernels(r: &Region) -> usize {
+    let mut s = Scratch::default();
+    decide(
+        r,
+        &mut s.in_place,
+        &mut s.direct,
+        &mut s.uses,
+        &mut s.strides,
+        &mut s.same,
+        &mut s.splat_ok,
+    );
+    patterns::find(r, &s.uses, &s.splat_ok, &mut s.kernels, &mut s.inside);
+    s.kernels.iter().filter(|k| k.is_some()).count()
+}
+
 /// Marks in `ok` the registers that may hold one value over a block: a broadcast load
 /// whose block lies in one run of a value, and a widen, unary, convert or binary op of
 /// such registers (and uniform ones), computed once (a row reduction spread back
@@ -266,8 +292,11 @@ unsafe fn prepare(r: &Region, scratch: &mut Scratch) {
         at,
         splat,
         singles: _,
+        kernels,
+        inside,
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
+    patterns::find(r, uses, splat_ok, kernels, inside);
     // 16-bit memory is loaded and stored through a block of words of the region's own.
     for (i, instr) in r.instrs.iter().enumerate() {
         if let Instr::Load(k) = *instr {
@@ -332,6 +361,8 @@ fn split<'a>(
         same: &scratch.same,
         splat_ok: &scratch.splat_ok,
         halves_widen: &scratch.halves_widen,
+        kernels: &scratch.kernels,
+        inside: &scratch.inside,
     };
     (
         plan,
@@ -698,6 +729,9 @@ unsafe fn block(
             continue;
         }
         splat[i] = None;
+        if plan.inside[i] {
+            continue;
+        }
         match instr {
             Instr::Load(k) => {
                 let input = &r.inputs[*k];
@@ -765,7 +799,10 @@ unsafe fn block(
                 };
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
-                unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) };
+                match &plan.kernels[i] {
+                    Some(k) => unsafe { patterns::run(k, at, out, m) },
+                    None => unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) },
+                }
                 at[i] = out;
             }
         }
