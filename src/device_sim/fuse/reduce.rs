@@ -102,7 +102,7 @@ pub(crate) fn by_group(p: &Pattern, k: usize, n: usize) -> bool {
     let Pattern::Broadcast { shape, dims, into } = p else {
         return false;
     };
-    if k == 0 || n % k != 0 {
+    if k == 0 || !n.is_multiple_of(k) {
         return false;
     }
     let strides = Pattern::strides(shape, dims, into);
