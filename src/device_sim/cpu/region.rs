@@ -438,6 +438,10 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
     scratch.singles = singles;
 }
 
+/// A thread's register file for one region: its lanes, where each register's lanes
+/// are, and which hold one value.
+type File = (Vec<u32>, Vec<*const u32>, Vec<Option<u32>>);
+
 /// Regions of a [`chain`] are run a chunk of about this many elements (whole groups)
 /// at a time through all of them: a chunk of each array they pass on stays in the
 /// cache (256 KiB of f32 per array) from the region that writes it to the next.
@@ -479,7 +483,7 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
         let mode = super::float_mode::FloatMode::current();
         (0..chunks.div_ceil(per)).into_par_iter().for_each(|t| {
             mode.run(|| {
-                let mut files: Vec<(Vec<u32>, Vec<*const u32>, Vec<Option<u32>>)> = shared
+                let mut files: Vec<File> = shared
                     .iter()
                     .map(|(p, tmpl)| {
                         let m = p.r.instrs.len();
