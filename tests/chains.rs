@@ -143,6 +143,35 @@ fn gelu_equals_the_unfused_run_and_f64() {
     );
 }
 
+/// jax.nn.gelu(approximate=True) as JAX 0.12 writes it: `x * (0.5 * (1 + tanh(..)))`.
+fn gelu_now<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    let cube = &x.powi(3) * 0.044715;
+    let inner = &(x + &cube) * 0.797_884_560_802_865_4;
+    let t = pl.tanh(&inner);
+    x * &(&(&t + 1.0) * 0.5)
+}
+
+#[test]
+fn gelu_as_jax_writes_it_now_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    for (dtype, kernels) in [(DType::F32, 1), (DType::BF16, 0)] {
+        let c = kernel([300, 613], dtype, false, gelu_now);
+        let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
+            .plan()
+            .unwrap();
+        let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
+        assert_eq!(cpu.kernels(), kernels, "{dtype}: kernels");
+    }
+    agree(false, gelu_now, |x, _, y| {
+        let inner = 0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x);
+        let want = x * (0.5 * (1.0 + inner.tanh()));
+        if x.is_nan() || x == f64::NEG_INFINITY {
+            // -inf: -inf * 0 in both.
+            return y.is_nan();
+        }
+        same(y, want) || (y - want).abs() <= 1e-6 * x.abs().max(1.0)
+    });
+}
+
 #[test]
 fn a_chain_with_a_broadcast_operand_and_slow_paths_equals_the_unfused_run() {
     // tanh((x - z) * 0.5) * z with z one value per row; sin far past its reduction's

@@ -235,3 +235,141 @@ fn softmax_folds_both_reductions_and_equals_the_unfused_run() {
         }
     }
 }
+
+/// Rows of `k` values in [-4, 4) (small multiples of 1/8), with a row of NaN at one
+/// element, one with +inf, one with -inf entries, and one of zeros of both signs.
+fn rows_with_specials(rows: usize, k: usize) -> Vec<f64> {
+    let mut v: Vec<f64> = (0..rows * k)
+        .map(|i| (((i * 7919) % 64) as f64 - 32.0) / 8.0)
+        .collect();
+    let special = |v: &mut Vec<f64>, row: usize, f: &dyn Fn(usize) -> Option<f64>| {
+        if row < rows {
+            for j in 0..k {
+                if let Some(x) = f(j) {
+                    v[row * k + j] = x;
+                }
+            }
+        }
+    };
+    special(&mut v, 1, &|j| (j == k / 2).then_some(f64::NAN));
+    special(&mut v, 2, &|j| (j == 3 % k).then_some(f64::INFINITY));
+    special(&mut v, 3, &|j| (j % 3 == 0).then_some(f64::NEG_INFINITY));
+    special(&mut v, 4, &|j| Some(if j % 2 == 0 { -0.0 } else { 0.0 }));
+    v
+}
+
+/// The steps of `c`'s CPU plan that run as a chain, (first step, regions).
+fn chains(c: &PallasCall) -> Vec<(usize, usize)> {
+    let mesh = Mesh::new(1, "x").unwrap();
+    let plan = tpusim::run::Job::call(c.clone(), mesh).plan().unwrap();
+    CpuPlan::of(&plan.program, &plan.schedule).chains()
+}
+
+#[test]
+fn softmax_regions_run_per_row_chunk_equal_the_unfused_run_and_f64() {
+    for shape in [
+        vec![7usize, 2500],
+        vec![300, 613],
+        vec![1100, 1024],
+        vec![5, 40, 9],
+    ] {
+        let n: usize = shape.iter().product();
+        let k = shape[shape.len() - 1];
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let x = HostArray::from_values(dtype, &shape, &rows_with_specials(n / k, k)).unwrap();
+            let c = softmax(&shape, dtype);
+            // max; exp and sum; divide (and copies the plan makes regions of): one chain.
+            let found = chains(&c);
+            assert!(
+                found.len() == 1 && found[0].1 >= 3,
+                "softmax {shape:?} {dtype}: chained: {found:?}"
+            );
+            let fused = run(&c, &x, true, 2);
+            let unfused = run(&c, &x, false, 0);
+            let what = format!("softmax {shape:?} {dtype}");
+            assert_eq!(fused[0].words, unfused[0].words, "{what}: fused, unfused");
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
+            let xv = x.values();
+            for (r, (row, got)) in xv.chunks(k).zip(fused[0].values().chunks(k)).enumerate() {
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                for (v, g) in row.iter().zip(got) {
+                    let w = (v - m).exp() / s;
+                    if row.iter().any(|v| v.is_nan()) || m == f64::INFINITY {
+                        // A NaN, or inf - inf: the row's results are NaN.
+                        assert!(g.is_nan(), "{what}: row {r}: {g} for NaN");
+                    } else {
+                        assert!(
+                            (g - w).abs() <= tol * w.max(1e-3),
+                            "{what}: row {r}: {g} for {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y = sum(x as f32)` over the last axis, stored as `dtype` (a 16-bit float's sum as
+/// JAX writes it: widened to f32 first) and spread back over the rows.
+fn sum_widened(shape: &[usize], dtype: DType) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, shape, dtype)
+        .output("y", MemorySpace::Vmem, shape, dtype);
+    let shape = shape.to_vec();
+    PallasCall::new("sum_widened", spec, move |pl: &Ctx, a| {
+        let r = shape.len();
+        let mut kept = shape.clone();
+        kept[r - 1] = 1;
+        let x = pl.load(a.r("x")).astype(DType::F32);
+        let s = back(&x.sum(&[r - 1]), &kept, &shape).astype(dtype);
+        pl.store(a.r("y"), &s);
+    })
+}
+
+#[test]
+fn a_widened_16_bit_sum_is_folded_from_the_16_bit_register() {
+    for shape in [vec![7usize, 2500], vec![300, 613], vec![1100, 1024]] {
+        let n: usize = shape.iter().product();
+        let k = shape[shape.len() - 1];
+        for dtype in [DType::BF16, DType::F16] {
+            let x = HostArray::from_values(dtype, &shape, &rows_with_specials(n / k, k)).unwrap();
+            let c = sum_widened(&shape, dtype);
+            let mesh = Mesh::new(1, "x").unwrap();
+            let plan = tpusim::run::Job::call(c.clone(), mesh).plan().unwrap();
+            let cpu = CpuPlan::of(&plan.program, &plan.schedule);
+            // The folding region loads the 16-bit input and folds it: no f32 copy.
+            let folding: Vec<_> = cpu
+                .fused()
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Region(r) if !r.reduces.is_empty() => Some(r),
+                    _ => None,
+                })
+                .collect();
+            let what = format!("sum {shape:?} {dtype}");
+            assert_eq!(folding.len(), 1, "{what}: one folding region");
+            let r = folding[0];
+            assert!(
+                r.regs[r.reduces[0].reg].raw,
+                "{what}: folds the stored register"
+            );
+            assert!(r.outputs.is_empty(), "{what}: no f32 copy stored");
+            let fused = run(&c, &x, true, 1);
+            let unfused = run(&c, &x, false, 0);
+            assert_eq!(fused[0].words, unfused[0].words, "{what}: fused, unfused");
+            // Small multiples of 1/8: the f64 sum is exact, rounded once to the dtype.
+            let xv = x.values();
+            for (row, got) in xv.chunks(k).zip(fused[0].values().chunks(k)) {
+                let s: f64 = row.iter().sum();
+                let want = HostArray::from_values(dtype, &[1], &[s]).unwrap().values()[0];
+                assert!(
+                    got.iter().all(|g| same(*g, want)),
+                    "{what}: {} for {want}",
+                    got[0]
+                );
+            }
+        }
+    }
+}

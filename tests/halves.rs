@@ -31,6 +31,14 @@ fn ops() -> Vec<(&'static str, Op)> {
             let shape = x.shape().to_vec();
             x.sum(&[1]).broadcast_in_dim(&shape, &[0])
         }),
+        ("sum_f32", |_, x| {
+            // A 16-bit sum as JAX writes it: widened to f32, the sum rounded back.
+            let shape = x.shape().to_vec();
+            x.astype(DType::F32)
+                .sum(&[1])
+                .astype(x.dtype())
+                .broadcast_in_dim(&shape, &[0])
+        }),
         ("max_rows", |_, x| {
             let shape = x.shape().to_vec();
             x.max(&[1]).broadcast_in_dim(&shape, &[0])

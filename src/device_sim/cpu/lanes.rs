@@ -435,6 +435,19 @@ fn unary_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Co
     }
 }
 
+/// JAX's tanh form of gelu of f32 values, `k = [d, c, one, half]`: each lane through
+/// `x * (half * (one + tanh(c * (x + d * x**3))))`, op by op as the instructions
+/// ([`super::patterns`]): the same bits in one pass.
+#[inline(always)]
+pub fn gelu_tanh(x: &[u32], k: [f32; 4], out: &mut [u32]) {
+    let [d, c, one, half] = k;
+    map1(out, x, |a| {
+        let cube = powi_const::<3>(a);
+        let inner = c * (a + d * cube);
+        a * (half * (one + vmath::tanh(inner)))
+    });
+}
+
 /// `u` of the values of `x` (dtype `t`).
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {

@@ -6,6 +6,7 @@
 //! other compute ops in [`compute`], copies, fills and accumulates on whole views,
 //! large ones spread over the cores.
 
+mod chain;
 pub mod compute;
 mod dead_fills;
 mod extrema;
@@ -13,6 +14,7 @@ mod float_mode;
 mod halves;
 pub mod lanes;
 pub mod layout;
+mod patterns;
 mod region;
 mod rows;
 mod spare;
@@ -79,6 +81,32 @@ impl CpuPlan {
             own_halves,
             spare: spare::Spare::default(),
         }
+    }
+
+    /// The regions of its fused steps that run together a chunk of rows at a time
+    /// ([`chain`]): each chain's first step and its number of regions.
+    pub fn chains(&self) -> Vec<(usize, usize)> {
+        let steps = &self.fused.steps;
+        let mut out = Vec::new();
+        let mut k = 0;
+        while k < steps.len() {
+            let (len, _) = chain::chain(steps, k, |_| false);
+            if len > 1 {
+                out.push((k, len));
+            }
+            k += len;
+        }
+        out
+    }
+
+    /// How many chains of instructions of its regions a kernel computes in one loop
+    /// (JAX's tanh form of gelu, say), not an instruction at a time.
+    pub fn kernels(&self) -> usize {
+        let regions = self.fused.steps.iter().filter_map(|s| match s {
+            Step::Region(r) => Some(r),
+            Step::Op(_) => None,
+        });
+        regions.map(|r| region::kernels(r)).sum()
     }
 
     /// How many VMEM buffers may share a lent operand's memory (over every device): a
@@ -352,6 +380,7 @@ impl CpuExecutor {
                 table,
                 bufs,
                 scratch: Default::default(),
+                chained: Vec::new(),
             },
             fused: Cow::Borrowed(&plan.fused),
             spare: Some(&plan.spare),
@@ -491,6 +520,8 @@ struct Memory<'a> {
     bufs: Vec<Buf<'a>>,
     /// What a fused region's run works in, reused.
     scratch: region::Scratch,
+    /// What each region of a chain ([`chain`]) works in, reused.
+    chained: Vec<region::Scratch>,
 }
 
 /// Copies, fills and accumulates of at least this many words are spread over the cores.
@@ -531,9 +562,8 @@ impl Memory<'_> {
         unsafe { base.add(v.offset()) }
     }
 
-    /// Runs fused region `r`.
-    fn region(&mut self, r: &Region) {
-        let mut scratch = std::mem::take(&mut self.scratch);
+    /// Sets `scratch`'s places to those of `r`'s views.
+    fn places(&mut self, r: &Region, scratch: &mut region::Scratch) {
         let places = scratch.places();
         for i in &r.inputs {
             let k = self.index(&i.view);
@@ -562,10 +592,30 @@ impl Memory<'_> {
             .outputs
             .iter()
             .all(|o| { !matches!(self.bufs[self.index(&o.view)], Buf::Read(_)) }));
+    }
+
+    /// Runs fused region `r`.
+    fn region(&mut self, r: &Region) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.places(r, &mut scratch);
         // SAFETY: each place is its view's first element in a live buffer, and the
         // fusion pass built `r` (outputs apart from inputs but in place).
         unsafe { region::run(r, &mut scratch) };
         self.scratch = scratch;
+    }
+
+    /// Runs fused regions `rs` together, a chunk of groups of `k` elements at a time
+    /// ([`chain::chain`] lets them).
+    fn chain(&mut self, rs: &[&Region], k: usize) {
+        let mut scratches = std::mem::take(&mut self.chained);
+        scratches.resize_with(rs.len().max(scratches.len()), Default::default);
+        for (r, s) in rs.iter().zip(scratches.iter_mut()) {
+            self.places(r, s);
+        }
+        // SAFETY: as for `region`, each region's; and `chain::chain` checked that each
+        // chunk of each touches only its own elements of what another writes.
+        unsafe { region::chain(rs, &mut scratches[..rs.len()], k) };
+        self.chained = scratches;
     }
 
     /// Runs compute op `c`: its sources are read whole before its destination is
@@ -794,14 +844,32 @@ impl Memory<'_> {
     /// Runs `steps` of `ops`' fused form in order, but those whose index (the first
     /// being `first`) `skip` lists.
     fn run(&mut self, steps: &[Step], ops: &[DataOp], first: usize, skip: &[usize]) {
-        for (k, s) in steps.iter().enumerate() {
-            if !skip.is_empty() && skip.binary_search(&(first + k)).is_ok() {
+        let skipped = |k: usize| !skip.is_empty() && skip.binary_search(&(first + k)).is_ok();
+        let mut k = 0;
+        while k < steps.len() {
+            if skipped(k) {
+                k += 1;
                 continue;
             }
-            match s {
+            match &steps[k] {
                 Step::Op(i) => self.op(&ops[*i]),
-                Step::Region(r) => self.region(r),
+                Step::Region(r) => match chain::chain(steps, k, skipped) {
+                    (len, g) if len > 1 => {
+                        let rs: Vec<&Region> = steps[k..k + len]
+                            .iter()
+                            .map(|s| match s {
+                                Step::Region(r) => &**r,
+                                Step::Op(_) => unreachable!("a chain of regions"),
+                            })
+                            .collect();
+                        self.chain(&rs, g);
+                        k += len;
+                        continue;
+                    }
+                    _ => self.region(r),
+                },
             }
+            k += 1;
         }
     }
 }
@@ -1127,6 +1195,7 @@ fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Re
             .collect::<Result<_>>()?,
         table,
         scratch: Default::default(),
+        chained: Vec::new(),
     };
     Ok(CpuRun {
         program,

@@ -10,6 +10,7 @@
 
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
+use super::patterns::{self, Kernel};
 use super::rows::RowFold;
 use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
@@ -60,6 +61,10 @@ pub(super) struct Scratch {
     splat: Vec<Option<u32>>,
     /// The one-element outputs' bits, stored last.
     singles: Vec<(usize, u32)>,
+    /// Per register: the kernel that computes it with the chain before it.
+    kernels: Vec<Option<Kernel>>,
+    /// Per register: computed by a later register's kernel, not alone.
+    inside: Vec<bool>,
 }
 
 // SAFETY: the pointers kept are those of the last region's run, never read again: every
@@ -98,6 +103,11 @@ struct Plan<'a> {
     /// Per register: a load of 16-bit memory lent as stored that only widens and row
     /// reductions read, left where it is (they read the halves).
     halves_widen: &'a [bool],
+    /// Per register: the kernel that computes it with the chain before it
+    /// ([`patterns`]).
+    kernels: &'a [Option<Kernel>],
+    /// Per register: computed by a later register's kernel, not alone.
+    inside: &'a [bool],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -190,6 +200,22 @@ fn decide(
     spread(r, same, direct, splat_ok);
 }
 
+/// How many chains of `r` a kernel computes in one loop ([`patterns`]).
+pub(super) fn kernels(r: &Region) -> usize {
+    let mut s = Scratch::default();
+    decide(
+        r,
+        &mut s.in_place,
+        &mut s.direct,
+        &mut s.uses,
+        &mut s.strides,
+        &mut s.same,
+        &mut s.splat_ok,
+    );
+    patterns::find(r, &s.uses, &s.splat_ok, &mut s.kernels, &mut s.inside);
+    s.kernels.iter().filter(|k| k.is_some()).count()
+}
+
 /// Marks in `ok` the registers that may hold one value over a block: a broadcast load
 /// whose block lies in one run of a value, and a widen, unary, convert or binary op of
 /// such registers (and uniform ones), computed once (a row reduction spread back
@@ -247,15 +273,12 @@ fn all_splat(instr: &Instr, splat: &[Option<u32>]) -> bool {
     }
 }
 
-/// Runs `r` on the memory at `scratch`'s places, in `scratch`'s memory.
+/// Decides how `r` runs on the memory at `scratch`'s places and computes its uniform
+/// registers into `scratch`'s register file: what [`blocks`] then runs on.
 ///
 /// # Safety
-/// The places hold, for each input and output of `r`, a pointer to its view's elements
-/// (`view.len()` of them) that stays valid for the call; no output overlaps an input
-/// other than exactly, and then only an input read element for element
-/// ([`Pattern::Full`]), as the fusion pass builds regions.
-pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
-    let arch = pulp::Arch::new();
+/// As [`run`]'s.
+unsafe fn prepare(r: &Region, scratch: &mut Scratch) {
     let Scratch {
         places,
         regs: template,
@@ -268,9 +291,12 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         halves_widen,
         at,
         splat,
-        singles,
+        singles: _,
+        kernels,
+        inside,
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
+    patterns::find(r, uses, splat_ok, kernels, inside);
     // 16-bit memory is loaded and stored through a block of words of the region's own.
     for (i, instr) in r.instrs.iter().enumerate() {
         if let Instr::Load(k) = *instr {
@@ -296,36 +322,72 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
         }
         _ => false,
     }));
-    let plan = Plan {
-        r,
-        places,
-        in_place,
-        direct,
-        strides,
-        same,
-        splat_ok,
-        halves_widen,
-    };
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
         template.resize(r.nslots * BLOCK, 0);
     }
-    let template = &mut template[..r.nslots * BLOCK];
     at.clear();
     at.resize(r.instrs.len(), std::ptr::null());
     splat.clear();
     splat.resize(r.instrs.len(), None);
+    let (plan, template, at, splat) = split(r, scratch);
     // Uniform registers: once, into the register file every block starts from.
-    arch.dispatch(Prologue {
+    pulp::Arch::new().dispatch(Prologue {
         plan: &plan,
         regs: template,
         at,
         splat,
     });
+}
+
+/// [`prepare`]d `scratch` as the plan of `r`, its register file, and where each
+/// register's lanes are and which have one value.
+#[allow(clippy::type_complexity)]
+fn split<'a>(
+    r: &'a Region,
+    scratch: &'a mut Scratch,
+) -> (
+    Plan<'a>,
+    &'a mut [u32],
+    &'a mut [*const u32],
+    &'a mut [Option<u32>],
+) {
+    let plan = Plan {
+        r,
+        places: &scratch.places,
+        in_place: &scratch.in_place,
+        direct: &scratch.direct,
+        strides: &scratch.strides,
+        same: &scratch.same,
+        splat_ok: &scratch.splat_ok,
+        halves_widen: &scratch.halves_widen,
+        kernels: &scratch.kernels,
+        inside: &scratch.inside,
+    };
+    (
+        plan,
+        &mut scratch.regs[..r.nslots * BLOCK],
+        &mut scratch.at,
+        &mut scratch.splat,
+    )
+}
+
+/// Runs `r` on the memory at `scratch`'s places, in `scratch`'s memory.
+///
+/// # Safety
+/// The places hold, for each input and output of `r`, a pointer to its view's elements
+/// (`view.len()` of them) that stays valid for the call; no output overlaps an input
+/// other than exactly, and then only an input read element for element
+/// ([`Pattern::Full`]), as the fusion pass builds regions.
+pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
+    // SAFETY: as the function's.
+    unsafe { prepare(r, scratch) };
+    let mut singles = std::mem::take(&mut scratch.singles);
+    let (plan, template, at, splat) = split(r, scratch);
+    let arch = pulp::Arch::new();
     // Uniform registers into one-element views: their bits now (the blocks may reuse
     // the slots), stored after the blocks, since such an element may lie in a wider
     // output that the schedule wrote before it ([`crate::device_sim::fuse::Joins`]).
-    let mut singles = std::mem::take(singles);
     singles.clear();
     for (k, o) in r.outputs.iter().enumerate() {
         if r.n > 1 && o.view.len() == 1 {
@@ -371,9 +433,91 @@ pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
     }
     for &(k, bits) in &singles {
         // SAFETY: the output's place holds its one element.
-        unsafe { places.outputs[k].write(bits) };
+        unsafe { plan.places.outputs[k].write(bits) };
     }
     scratch.singles = singles;
+}
+
+/// A thread's register file for one region: its lanes, where each register's lanes
+/// are, and which hold one value.
+type File = (Vec<u32>, Vec<*const u32>, Vec<Option<u32>>);
+
+/// Regions of a [`chain`] are run a chunk of about this many elements (whole groups)
+/// at a time through all of them: a chunk of each array they pass on stays in the
+/// cache (256 KiB of f32 per array) from the region that writes it to the next.
+const CHAIN_ELEMS: usize = 1 << 16;
+
+/// Runs regions `rs` (each on the places of its scratch of `scratches`), which
+/// [`super::chain`] lets run together, a chunk of whole groups of `k` elements at a
+/// time through all of them in order (a region of `n / k` elements, where the first
+/// has `n`, the chunk's groups).
+///
+/// # Safety
+/// As [`run`]'s for each region; and [`super::chain::chains`] holds for them: each
+/// chunk of each touches only its own elements (or groups) of memory that another
+/// writes.
+pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) {
+    for (r, s) in rs.iter().zip(scratches.iter_mut()) {
+        // SAFETY: as the function's.
+        unsafe { prepare(r, s) };
+    }
+    let n = rs[0].n;
+    // A region of one element a group runs the chunk's groups.
+    let own = |r: &Region, e: &Range<usize>| match r.n == n {
+        true => e.clone(),
+        false => e.start / k..e.end / k,
+    };
+    let chunk = (CHAIN_ELEMS / k).max(1) * k;
+    let chunks = n.div_ceil(chunk);
+    let mut parts: Vec<_> = rs
+        .iter()
+        .zip(scratches.iter_mut())
+        .map(|(r, s)| split(r, s))
+        .collect();
+    let arch = pulp::Arch::new();
+    let threads = rayon::current_num_threads();
+    if n >= PARALLEL_ELEMS && threads > 1 && chunks > 1 {
+        let per = chunks.div_ceil(threads * 4).max(1);
+        let shared: Vec<(&Plan, &[u32])> = parts.iter().map(|(p, t, _, _)| (p, &**t)).collect();
+        let shared = &shared;
+        let mode = super::float_mode::FloatMode::current();
+        (0..chunks.div_ceil(per)).into_par_iter().for_each(|t| {
+            mode.run(|| {
+                let mut files: Vec<File> = shared
+                    .iter()
+                    .map(|(p, tmpl)| {
+                        let m = p.r.instrs.len();
+                        (tmpl.to_vec(), vec![std::ptr::null(); m], vec![None; m])
+                    })
+                    .collect();
+                for c in t * per..((t + 1) * per).min(chunks) {
+                    let elems = c * chunk..((c + 1) * chunk).min(n);
+                    for ((plan, _), (regs, at, splat)) in shared.iter().zip(files.iter_mut()) {
+                        arch.dispatch(Blocks {
+                            plan,
+                            regs,
+                            at,
+                            splat,
+                            elems: own(plan.r, &elems),
+                        });
+                    }
+                }
+            })
+        });
+    } else {
+        for c in 0..chunks {
+            let elems = c * chunk..((c + 1) * chunk).min(n);
+            for (plan, regs, at, splat) in parts.iter_mut() {
+                arch.dispatch(Blocks {
+                    plan,
+                    regs,
+                    at,
+                    splat,
+                    elems: own(plan.r, &elems),
+                });
+            }
+        }
+    }
 }
 
 /// The uniform registers of a region computed into `regs` (compiled for the vector
@@ -589,6 +733,9 @@ unsafe fn block(
             continue;
         }
         splat[i] = None;
+        if plan.inside[i] {
+            continue;
+        }
         match instr {
             Instr::Load(k) => {
                 let input = &r.inputs[*k];
@@ -656,7 +803,10 @@ unsafe fn block(
                 };
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
-                unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) };
+                match &plan.kernels[i] {
+                    Some(k) => unsafe { patterns::run(k, at, out, m) },
+                    None => unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) },
+                }
                 at[i] = out;
             }
         }

@@ -20,6 +20,7 @@ mod reduce;
 mod region;
 
 pub use reading::fuse_reading;
+pub(crate) use reduce::by_group;
 pub use region::{Input, Instr, Output, Pattern, Reg, Region, RowReduce};
 
 use crate::ir::{DataOp, Program, Schedule, View};
