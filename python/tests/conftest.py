@@ -16,6 +16,9 @@ import jax  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
 jax.config.update("jax_num_cpu_devices", 8)
+# Started now: a test entering `tpusim.simulate(devices=1)` first would otherwise set
+# the count for every test after it.
+jax.devices()
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
