@@ -6,6 +6,7 @@
 //! other compute ops in [`compute`], copies, fills and accumulates on whole views,
 //! large ones spread over the cores.
 
+mod blocked;
 mod chain;
 pub mod compute;
 mod dead_fills;
@@ -129,6 +130,13 @@ impl CpuPlan {
     /// transposes and dots touch it.
     pub fn own_halves(&self, device: usize, alloc: ir::AllocId) -> bool {
         self.own_halves.contains(&(device, alloc))
+    }
+
+    /// How many stretches of its steps a run of `schedule` runs a block of elements at
+    /// a time ([`blocked`]; memory lent as 16-bit halves may leave some unblocked).
+    pub fn blocked_stretches(&self, schedule: &Schedule) -> usize {
+        let ops = self.fused.ops.as_deref().unwrap_or(&schedule.ops);
+        blocked::stretches(&self.fused.steps, ops, |_| false).len()
     }
 
     /// Bytes of buffers kept from the last run for the next.
@@ -373,7 +381,7 @@ impl CpuExecutor {
                 }
             })
             .collect::<Result<_>>()?;
-        Ok(Box::new(CpuRun {
+        let mut run = CpuRun {
             program,
             schedule,
             mem: Memory {
@@ -387,7 +395,10 @@ impl CpuExecutor {
             reading: None,
             skip,
             moved,
-        }))
+            stretches: Vec::new(),
+        };
+        run.block();
+        Ok(Box::new(run))
     }
 }
 
@@ -560,6 +571,71 @@ impl Memory<'_> {
         };
         // SAFETY: the offset is within the buffer, as asserted.
         unsafe { base.add(v.offset()) }
+    }
+
+    /// True when `v`'s memory holds 16-bit elements as stored ([`halves`]).
+    fn held_as_halves(&self, v: &View) -> bool {
+        matches!(
+            self.bufs[self.index(v)],
+            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(_)
+        )
+    }
+
+    /// The stretches of `fused`'s steps that run a block at a time ([`blocked`]).
+    fn stretches(&self, fused: &Fused, ops: &[DataOp]) -> Vec<blocked::Stretch> {
+        blocked::stretches(&fused.steps, ops, |v| self.held_as_halves(v))
+    }
+
+    /// Runs stretch `s` of `steps` (of `ops`) a block at a time, but the steps `skip`
+    /// lists (indices in `steps`).
+    fn blocked(&mut self, s: &blocked::Stretch, steps: &[Step], ops: &[DataOp], skip: &[usize]) {
+        use blocked::Placed;
+        let (mut placed, mut regions) = (Vec::with_capacity(s.steps.len()), Vec::new());
+        for k in s.steps.clone() {
+            if skip.binary_search(&k).is_ok() {
+                continue;
+            }
+            let i = match &steps[k] {
+                Step::Op(i) => i,
+                Step::Region(r) => {
+                    let inputs = r.inputs.iter().map(|i| self.place(&i.view) as *const u32);
+                    let inputs = inputs.collect();
+                    let outputs = r.outputs.iter().map(|o| self.place(&o.view)).collect();
+                    regions.push(blocked::PlacedRegion::new(r, s, inputs, outputs));
+                    placed.push(Placed::Region(regions.len() - 1));
+                    continue;
+                }
+            };
+            placed.push(match &ops[*i] {
+                DataOp::Copy { src, dst } => Placed::Copy {
+                    dst: self.place(dst),
+                    src: self.place(src),
+                },
+                DataOp::Fill { dst, bits } => Placed::Fill {
+                    dst: self.place(dst),
+                    bits: *bits,
+                },
+                DataOp::Accumulate {
+                    dst,
+                    src,
+                    op,
+                    dtype,
+                } => Placed::Accumulate {
+                    dst: self.place(dst),
+                    src: self.place(src),
+                    op: *op,
+                    dtype: *dtype,
+                },
+                DataOp::Compute(_) => unreachable!("a stretch holds no compute op"),
+            });
+        }
+        // SAFETY: each place is its view's first element, within its live buffer
+        // (`place`), and `blocked::stretches` checked the views' lengths and overlaps.
+        let placement = blocked::Placement {
+            ops: placed,
+            regions,
+        };
+        unsafe { blocked::run(&placement, s.n, s.block) };
     }
 
     /// Sets `scratch`'s places to those of `r`'s views.
@@ -1071,6 +1147,8 @@ struct CpuRun<'a> {
     skip: Vec<usize>,
     /// Operands (memory slots) held in another slot: `(operand, where)`.
     moved: Vec<(usize, usize)>,
+    /// Stretches of its steps run a block at a time ([`blocked`]; none in a literal run).
+    stretches: Vec<blocked::Stretch>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -1101,6 +1179,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, &[], Keep::Outputs),
+            self.fused,
         )
     }
 
@@ -1109,7 +1188,12 @@ impl Executor for CpuExecutor {
         program: &'a Program,
         schedule: &'a Schedule,
     ) -> Result<Box<dyn Prepared + 'a>> {
-        own_memory(program, schedule, Fused::unfused(schedule.ops.len(), &[]))
+        own_memory(
+            program,
+            schedule,
+            Fused::unfused(schedule.ops.len(), &[]),
+            false,
+        )
     }
 
     fn prepare_reading<'a>(
@@ -1124,6 +1208,7 @@ impl Executor for CpuExecutor {
         let fused = fuse_reading(program, schedule, outputs, CPU_JOINS);
         let mut run = own_run(program, schedule, fused)?;
         run.reading = Some(outputs.to_vec());
+        run.block();
         Ok(Box::new(run))
     }
 
@@ -1138,6 +1223,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, cuts, Keep::All),
+            false,
         )
     }
 
@@ -1152,6 +1238,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, cuts, Keep::Between(between)),
+            false,
         )
     }
 }
@@ -1176,13 +1263,19 @@ impl CpuExecutor {
     }
 }
 
-/// A run of `fused` in memory of its own, zeroed.
+/// A run of `fused` in memory of its own, zeroed; `block`: its stretches of copies,
+/// fills and accumulates run a block at a time ([`blocked`]), else each op whole.
 fn own_memory<'a>(
     program: &'a Program,
     schedule: &'a Schedule,
     fused: Fused,
+    block: bool,
 ) -> Result<Box<dyn Prepared + 'a>> {
-    Ok(Box::new(own_run(program, schedule, fused)?))
+    let mut run = own_run(program, schedule, fused)?;
+    if block {
+        run.block();
+    }
+    Ok(Box::new(run))
 }
 
 /// [`own_memory`]'s run.
@@ -1206,10 +1299,17 @@ fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Re
         reading: None,
         skip: Vec::new(),
         moved: Vec::new(),
+        stretches: Vec::new(),
     })
 }
 
 impl CpuRun<'_> {
+    /// Finds the stretches of its steps to run a block at a time ([`blocked`]).
+    fn block(&mut self) {
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        self.stretches = self.mem.stretches(&self.fused, ops);
+    }
+
     /// True when some step of the run writes allocation `alloc` of `device`.
     fn writes(&self, device: usize, alloc: ir::AllocId) -> bool {
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
@@ -1264,13 +1364,25 @@ impl Prepared for CpuRun<'_> {
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        let steps = &self.fused.steps;
         for _ in 0..iters {
             // In slices, so that a watched caller may stop a long run between them
-            // (crate::interrupt); the steps run in the same order.
-            for (c, steps) in self.fused.steps.chunks(INTERRUPT_EVERY_OPS).enumerate() {
+            // (crate::interrupt); the steps run in the same order, a stretch a block
+            // at a time.
+            let (mut k, mut next) = (0, self.stretches.iter().peekable());
+            while k < steps.len() {
                 crate::interrupt::check()?;
-                self.mem
-                    .run(steps, ops, c * INTERRUPT_EVERY_OPS, &self.skip);
+                if let Some(s) = next.next_if(|s| s.steps.start == k) {
+                    self.mem.blocked(s, steps, ops, &self.skip);
+                    k = s.steps.end;
+                    continue;
+                }
+                let end = next
+                    .peek()
+                    .map_or(steps.len(), |s| s.steps.start)
+                    .min(k + INTERRUPT_EVERY_OPS);
+                self.mem.run(&steps[k..end], ops, k, &self.skip);
+                k = end;
             }
         }
         Ok(t.elapsed())

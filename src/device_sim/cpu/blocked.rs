@@ -1,0 +1,384 @@
+//! Stretches of copies, fills and accumulates run a block of elements at a time.
+//!
+//! A ring collective's steps each stream whole buffers (copy a piece to the neighbour,
+//! copy it to VMEM, add it to the result): once the devices' buffers outgrow the caches,
+//! every step reads and writes memory again. When every op of a stretch of steps moves
+//! element `i` of its views to element `i` (the same length, and any two views of one
+//! allocation the same elements or none in common), each element's history depends only
+//! on the elements of the same index: the stretch may run a block of indices at a time,
+//! every op of the stretch on the block before the next block, and the blocks in any order
+//! or on any core. Each memory element sees the same ops in the same order as in the
+//! schedule's order, so results are bit-identical; a block's views stay in the core's
+//! cache from one op to the next.
+
+use super::region::{self, Scratch};
+use super::{accumulate_words, fill_part};
+use crate::device_sim::fuse::{Pattern, Region, Step};
+use crate::ir::{DataOp, ReduceOp, View};
+use crate::DType;
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// The bytes of all a block's views together: about half a core's L2 cache, so that a
+/// block's views stay there from the stretch's first op to its last.
+const BLOCK_BYTES: usize = 512 << 10;
+
+/// The fewest elements of a block (each op's fixed cost is shared by as many).
+const LEAST_BLOCK: usize = 4096;
+
+/// The fewest bytes of views a stretch runs blocked over: beyond the last-level cache
+/// (32 MiB on the machine measured), where every whole op goes to memory. Below, the
+/// views stay in the caches between whole ops, and blocks only add each op's cost per
+/// block (measured at 1.5 MiB: 1.4-2.2x slower blocked).
+pub const LEAST_BLOCKED_BYTES: usize = 32 << 20;
+
+/// Steps `steps` (indices in a run's steps) whose ops each touch `n` elements of each of
+/// their views, run `block` elements at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stretch {
+    /// The steps.
+    pub steps: Range<usize>,
+    /// Elements of each view.
+    pub n: usize,
+    /// Elements of a block.
+    pub block: usize,
+}
+
+/// A stretch being gathered: its first step, the length of its views, the distinct views
+/// of each (device, allocation), and how many ops it holds.
+struct Open {
+    start: usize,
+    n: usize,
+    views: HashMap<(usize, usize), Vec<View>>,
+    distinct: usize,
+    ops: usize,
+}
+
+impl Open {
+    fn new(start: usize, n: usize) -> Self {
+        Open {
+            start,
+            n,
+            views: HashMap::new(),
+            distinct: 0,
+            ops: 0,
+        }
+    }
+
+    /// True when `v` is, in its allocation, each view seen so far or apart from it.
+    fn fits(&self, v: &View) -> bool {
+        self.views
+            .get(&(v.device(), v.alloc()))
+            .is_none_or(|seen| seen.iter().all(|s| s == v || !s.overlaps(v)))
+    }
+
+    fn add(&mut self, v: View) {
+        let seen = self.views.entry((v.device(), v.alloc())).or_default();
+        if !seen.contains(&v) {
+            seen.push(v);
+            self.distinct += 1;
+        }
+    }
+
+    /// The stretch ending before step `end`, when blocks are worth it: two ops or more,
+    /// over views beyond the caches ([`LEAST_BLOCKED_BYTES`]), in blocks of about even
+    /// lengths.
+    fn close(self, end: usize) -> Option<Stretch> {
+        let per = (BLOCK_BYTES / (4 * self.distinct.max(1))).max(LEAST_BLOCK);
+        let blocks = self.n.div_ceil(per);
+        // Whole cache lines of 32-bit words.
+        let block = self.n.div_ceil(blocks).next_multiple_of(16);
+        let bytes = 4 * self.n * self.distinct;
+        (self.ops >= 2 && bytes >= LEAST_BLOCKED_BYTES && blocks >= 2).then_some(Stretch {
+            steps: self.start..end,
+            n: self.n,
+            block,
+        })
+    }
+}
+
+/// The views of `step` (of `ops`) when it moves element `i` of each to element `i`: a
+/// copy, fill or accumulate whose source (if any) has the destination's length and no
+/// element in common with it, or a region that reads every input element for element
+/// and writes every output whole and folds no reduction; with their length.
+fn element_wise(step: &Step, ops: &[DataOp]) -> Option<(usize, Vec<View>)> {
+    let (n, views) = match step {
+        Step::Op(i) => match &ops[*i] {
+            DataOp::Copy { src, dst } | DataOp::Accumulate { dst, src, .. } => {
+                (dst.len(), vec![*dst, *src])
+            }
+            DataOp::Fill { dst, .. } => (dst.len(), vec![*dst]),
+            DataOp::Compute(_) => return None,
+        },
+        Step::Region(r) => {
+            let full = r.inputs.iter().all(|i| i.pattern == Pattern::Full);
+            if !full || !r.reduces.is_empty() {
+                return None;
+            }
+            (r.n, r.reads().chain(r.writes()).collect())
+        }
+    };
+    // A data op's source apart from its destination; a region's outputs may be its
+    // inputs, exactly (in place).
+    let apart = match step {
+        Step::Op(_) => views.len() < 2 || !views[0].overlaps(&views[1]),
+        Step::Region(_) => views
+            .iter()
+            .enumerate()
+            .all(|(k, v)| views[..k].iter().all(|w| w == v || !w.overlaps(v))),
+    };
+    (apart && views.iter().all(|v| v.len() == n)).then_some((n, views))
+}
+
+/// The stretches of `steps` (of `ops`) that may run a block at a time, in order and
+/// apart; `halves` is true of a view whose memory holds 16-bit elements as stored (run
+/// by the unblocked path alone).
+pub fn stretches(steps: &[Step], ops: &[DataOp], halves: impl Fn(&View) -> bool) -> Vec<Stretch> {
+    let mut out = Vec::new();
+    let mut open: Option<Open> = None;
+    for (k, step) in steps.iter().enumerate() {
+        let views = element_wise(step, ops).filter(|(_, vs)| !vs.iter().any(&halves));
+        let Some((n, views)) = views else {
+            out.extend(open.take().and_then(|o| o.close(k)));
+            continue;
+        };
+        let joins = open
+            .as_ref()
+            .is_some_and(|o| o.n == n && views.iter().all(|v| o.fits(v)));
+        if !joins {
+            out.extend(open.take().and_then(|o| o.close(k)));
+        }
+        let o = open.get_or_insert_with(|| Open::new(k, n));
+        for v in views {
+            o.add(v);
+        }
+        o.ops += 1;
+    }
+    out.extend(open.and_then(|o| o.close(steps.len())));
+    out
+}
+
+/// One op of a stretch, at its views' first elements.
+#[derive(Clone, Copy)]
+pub enum Placed {
+    /// `dst = src`.
+    Copy { dst: *mut u32, src: *const u32 },
+    /// `dst = bits`.
+    Fill { dst: *mut u32, bits: u32 },
+    /// `dst = op(dst, src)`.
+    Accumulate {
+        dst: *mut u32,
+        src: *const u32,
+        op: ReduceOp,
+        dtype: DType,
+    },
+    /// Region `k` of the placement's.
+    Region(usize),
+}
+
+/// A stretch's ops, placed: its regions are run by index into `regions`
+/// ([`Placed::Region`]).
+pub struct Placement {
+    /// The ops, in order.
+    pub ops: Vec<Placed>,
+    /// The regions.
+    pub regions: Vec<PlacedRegion>,
+}
+
+// SAFETY: the blocks a `Placement` runs on different threads touch different elements
+// ([`run`]); the buffers outlive the run.
+unsafe impl Sync for Placement {}
+
+/// A region of a stretch: itself over a block's elements and over the last block's,
+/// and its views' first elements.
+pub struct PlacedRegion {
+    block: Region,
+    last: Region,
+    inputs: Vec<*const u32>,
+    outputs: Vec<*mut u32>,
+}
+
+impl PlacedRegion {
+    /// `r` of stretch `s`, its inputs and outputs at `inputs` and `outputs` (in words).
+    pub fn new(r: &Region, s: &Stretch, inputs: Vec<*const u32>, outputs: Vec<*mut u32>) -> Self {
+        // The same views (offsets kept, so that which are the same stays as it was) of
+        // `len` elements.
+        let of = |len: usize| {
+            let mut b = r.clone();
+            b.n = len;
+            let cut = |v: &mut View| *v = View::new(v.device(), v.alloc(), v.offset(), len);
+            b.inputs.iter_mut().for_each(|i| cut(&mut i.view));
+            b.outputs.iter_mut().for_each(|o| cut(&mut o.view));
+            b
+        };
+        let tail = s.n - (s.n.div_ceil(s.block) - 1) * s.block;
+        PlacedRegion {
+            block: of(s.block),
+            last: of(tail),
+            inputs,
+            outputs,
+        }
+    }
+
+    /// Runs the region on elements `from..from + len` (a whole block, or the last).
+    ///
+    /// # Safety
+    /// As [`run_op`]'s.
+    unsafe fn run(&self, scratch: &mut Scratch, from: usize, len: usize) {
+        let r = if len == self.block.n {
+            &self.block
+        } else {
+            &self.last
+        };
+        let places = scratch.places();
+        // SAFETY: the elements lie within each view (the caller's contract).
+        unsafe {
+            places
+                .inputs
+                .extend(self.inputs.iter().map(|p| p.add(from)));
+            places
+                .outputs
+                .extend(self.outputs.iter().map(|p| p.add(from)));
+        }
+        places.input_halves.resize(self.inputs.len(), false);
+        places.output_halves.resize(self.outputs.len(), false);
+        // SAFETY: as the caller's; outputs overlap inputs only exactly (`stretches`).
+        unsafe { region::run(r, scratch) };
+    }
+}
+
+/// Runs `ops` (a [`Stretch`]'s, placed, in order) on `n` elements, `block` at a time, the
+/// blocks spread over the cores.
+///
+/// # Safety
+/// Each op's pointers address `n` elements of a live buffer; views of one allocation are
+/// identical or apart, and an op's source and destination apart ([`stretches`]).
+pub unsafe fn run(ops: &Placement, n: usize, block: usize) {
+    use rayon::prelude::*;
+    let scratches = || -> Vec<Scratch> { ops.regions.iter().map(|_| Scratch::default()).collect() };
+    let one = |scratches: &mut Vec<Scratch>, b: usize| {
+        let (from, len) = (b * block, block.min(n - b * block));
+        for op in &ops.ops {
+            // SAFETY: elements `from..from + len` of each view lie within it (`n`),
+            // and no other block touches them (views identical or apart).
+            unsafe {
+                match *op {
+                    Placed::Region(k) => ops.regions[k].run(&mut scratches[k], from, len),
+                    _ => run_op(*op, from, len),
+                }
+            }
+        }
+    };
+    let blocks = n.div_ceil(block);
+    let mode = super::float_mode::FloatMode::current();
+    if rayon::current_num_threads() > 1 {
+        (0..blocks)
+            .into_par_iter()
+            .for_each_init(scratches, |s, b| mode.run(|| one(s, b)));
+    } else {
+        let mut s = scratches();
+        (0..blocks).for_each(|b| one(&mut s, b));
+    }
+}
+
+/// `op` on elements `from..from + len` of its views.
+///
+/// # Safety
+/// As for [`run`]: those elements lie within each view, and source and destination apart.
+unsafe fn run_op(op: Placed, from: usize, len: usize) {
+    use std::slice::{from_raw_parts, from_raw_parts_mut};
+    // SAFETY: as the function's contract.
+    unsafe {
+        match op {
+            Placed::Copy { dst, src } => {
+                std::ptr::copy_nonoverlapping(src.add(from), dst.add(from), len);
+            }
+            Placed::Fill { dst, bits } => fill_part(from_raw_parts_mut(dst.add(from), len), bits),
+            Placed::Accumulate {
+                dst,
+                src,
+                op,
+                dtype,
+            } => accumulate_words(
+                from_raw_parts_mut(dst.add(from), len),
+                from_raw_parts(src.add(from), len),
+                op,
+                dtype,
+            ),
+            Placed::Region(_) => unreachable!("run by the placement"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(device: usize, alloc: usize, offset: usize, len: usize) -> View {
+        View::new(device, alloc, offset, len)
+    }
+
+    fn copy(src: View, dst: View) -> DataOp {
+        DataOp::Copy { src, dst }
+    }
+
+    /// Elements of views large enough to run blocked ([`LEAST_BLOCKED_BYTES`]).
+    const N: usize = 4 << 20;
+
+    #[test]
+    fn a_ring_step_is_one_stretch() {
+        let ops = vec![
+            copy(v(0, 4, 0, N), v(1, 4, N, N)),
+            copy(v(0, 4, 0, N), v(0, 5, 0, N)),
+            DataOp::Accumulate {
+                dst: v(0, 3, 0, N),
+                src: v(0, 5, 0, N),
+                op: ReduceOp::Sum,
+                dtype: DType::F32,
+            },
+            DataOp::Fill {
+                dst: v(0, 5, 0, N),
+                bits: 0,
+            },
+        ];
+        let steps: Vec<Step> = (0..ops.len()).map(Step::Op).collect();
+        let s = stretches(&steps, &ops, |_| false);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].steps, 0..4);
+        assert_eq!(s[0].n, N);
+        // Four distinct views share the block's bytes.
+        assert_eq!(s[0].block, BLOCK_BYTES / 16);
+    }
+
+    #[test]
+    fn views_that_overlap_at_another_offset_end_a_stretch() {
+        let ops = vec![
+            copy(v(0, 1, 0, N), v(0, 2, 0, N)),
+            copy(v(0, 2, 0, N), v(0, 3, 0, N)),
+            // Elements of allocation 2 moved by 16: not index to index.
+            copy(v(0, 2, 16, N), v(0, 4, 0, N)),
+            copy(v(0, 4, 0, N), v(0, 5, 0, N)),
+        ];
+        let steps: Vec<Step> = (0..ops.len()).map(Step::Op).collect();
+        let s = stretches(&steps, &ops, |_| false);
+        let ranges: Vec<_> = s.iter().map(|s| s.steps.clone()).collect();
+        assert_eq!(ranges, vec![0..2, 2..4]);
+    }
+
+    #[test]
+    fn small_lengths_halves_and_overlapping_ops_run_unblocked() {
+        // Views that stay in the caches.
+        let small = vec![copy(v(0, 1, 0, 1 << 16), v(0, 2, 0, 1 << 16)); 3];
+        let steps: Vec<Step> = (0..3).map(Step::Op).collect();
+        assert!(stretches(&steps, &small, |_| false).is_empty());
+        let big = vec![copy(v(0, 1, 0, N), v(0, 2, 0, N)); 3];
+        assert!(stretches(&steps, &big, |w| w.alloc() == 2).is_empty());
+        let lengths = vec![
+            copy(v(0, 1, 0, N), v(0, 2, 0, N)),
+            copy(v(0, 1, 0, N / 2), v(0, 3, 0, N / 2)),
+        ];
+        assert!(stretches(&steps[..2], &lengths, |_| false).is_empty());
+        let onto_itself = vec![copy(v(0, 1, 0, N), v(0, 1, 8, N)); 3];
+        assert!(stretches(&steps, &onto_itself, |_| false).is_empty());
+    }
+}
