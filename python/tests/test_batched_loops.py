@@ -224,3 +224,16 @@ def test_a_copy_after_a_moving_store_in_the_body_is_batched():
     want[n * ROWS :] = x[:ROWS]
     np.testing.assert_array_equal(y, want)
     assert stats == {"batched": 1, "taken_back": 0}
+
+
+def test_a_field_holding_per_iteration_values_is_each_iterations_copy():
+    # What a template's copies put in a record field: nested PerIters replaced by the
+    # iteration's value, the parts that hold none the template's own objects.
+    steps = [0, 1, 0]
+    x = {"src": [4, [steps, [1, _batch.PerIter([256, 512]), 256]]], "loops": (3, _batch.PerIter([2, 3]))}
+    assert _batch.subst(x, 0) == {"src": [4, [[0, 1, 0], [1, 256, 256]]], "loops": (3, 2)}
+    at = _batch._at_iteration(x)
+    got = at(1)
+    assert got == {"src": [4, [[0, 1, 0], [1, 512, 256]]], "loops": (3, 3)}
+    assert got["src"][1][0] is steps
+    assert _batch.subst(7, 1) == 7

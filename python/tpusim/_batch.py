@@ -243,16 +243,7 @@ def per_iter(vals):
 
 def subst(x, j):
     """`x` with each PerIter in it replaced by its value at iteration `j`."""
-    t = type(x)
-    if t is PerIter:
-        return x.vals[j]
-    if t is list:
-        return [subst(e, j) for e in x]
-    if t is tuple:
-        return tuple(subst(e, j) for e in x)
-    if t is dict:
-        return {k: subst(e, j) for k, e in x.items()}
-    return x
+    return _at_iteration(x)(j)
 
 
 def varies(x):
@@ -345,12 +336,19 @@ _PLAIN_OPS = frozenset(
 
 
 class Template:
-    """The records of a batched body, and how to make each iteration's copy."""
+    """The records of a batched body, and how to make each iteration's copy.
+
+    What changes between iterations is worked out once per record here, not at every
+    copy: which of its value ids are the body's own (shifted by a multiple of the
+    body's count), and, for a field holding a PerIter, a function of the iteration
+    that builds only the parts that hold one (a long loop's copies are most of a
+    first call's recording)."""
 
     def __init__(self, batch, p, ops):
         self.batch = batch
         self.nvb = p.nvalues - batch.nv0
         self.ndb = getattr(p, "ndesc", 0) - batch.nd0
+        base, dbase = batch.nv0, batch.nd0
         self.makers = []
         for r in ops:
             if r.get("dead"):
@@ -362,33 +360,55 @@ class Template:
             desc = op in _DESC_OPS
             if not ids and not desc and op not in _PLAIN_OPS:
                 raise Unbatchable()
-            var = tuple(k for k, v in r.items() if varies(v))
-            self.makers.append((r, ids, desc, var))
+            # A record naming no value nor DMA and holding no PerIter is the same at every
+            # iteration (one object for all: nothing marks such a record dead).
+            same = not ids and not desc and not any(varies(v) for v in r.values())
+            # The body's own value ids: the fields that are one (shifted), and the lists
+            # that hold one (their items from `base` on shifted).
+            shifted = tuple(k for k in ids if type(r[k]) is not list and r[k] >= base)
+            lists = tuple(k for k in ids if type(r[k]) is list and any(a >= base for a in r[k]))
+            desc = desc and r["id"] >= dbase
+            var = tuple((k, _at_iteration(v)) for k, v in r.items() if varies(v))
+            self.makers.append((r, same, shifted, lists, desc, var))
 
     def instance(self, j):
         """The records of batched iteration `j`."""
-        base, by = self.batch.nv0, j * self.nvb
-        dbase, dby = self.batch.nd0, j * self.ndb
+        base, by, dby = self.batch.nv0, j * self.nvb, j * self.ndb
         out = []
         append = out.append
-        for r, ids, desc, var in self.makers:
-            if not ids and not desc and not var:
+        for r, same, shifted, lists, desc, var in self.makers:
+            if same:
                 append(r)  # nothing in it changes: the one record serves every iteration
                 continue
-            d = dict(r)
-            for k in ids:
-                x = d[k]
-                if type(x) is list:
-                    d[k] = [a + by if a >= base else a for a in x]
-                elif x >= base:
-                    d[k] = x + by
-            if desc and d["id"] >= dbase:
+            d = r.copy()
+            for k in shifted:
+                d[k] = r[k] + by
+            for k in lists:
+                d[k] = [a + by if a >= base else a for a in r[k]]
+            if desc:
                 d["id"] += dby
-            for k in var:
-                x = r[k]
-                d[k] = x.vals[j] if type(x) is PerIter else subst(x, j)
+            for k, f in var:
+                d[k] = f(j)
             append(d)
         return out
+
+
+def _at_iteration(x):
+    """A function of the iteration `j` giving `x` with each PerIter in it replaced by its
+    value at `j` (``subst``, made once for many iterations); the parts that hold none
+    are `x`'s own, shared."""
+    t = type(x)
+    if t is PerIter:
+        return x.vals.__getitem__
+    if t is dict:
+        parts = [(k, _at_iteration(e) if varies(e) else None, e) for k, e in x.items()]
+        return lambda j: {k: e if f is None else f(j) for k, f, e in parts}
+    if t is list or t is tuple:
+        parts = [(_at_iteration(e) if varies(e) else None, e) for e in x]
+        if t is list:
+            return lambda j: [e if f is None else f(j) for f, e in parts]
+        return lambda j: tuple(e if f is None else f(j) for f, e in parts)
+    return lambda j: x
 
 
 def drop_unused(batch, p):
