@@ -17,6 +17,11 @@ use tpusim::{DType, Mesh};
 /// machine shared with other work one rate measurement can come out slow, which makes
 /// that row's roof too high; a roof that is not a bound stays above.
 fn roof_is_a_bound(exec: &dyn Executor) {
+    // One executor at a time: the test harness runs the CPU and GPU tests side by side,
+    // and lavapipe's threads would slow the CPU executor's rate measurements and its runs
+    // by different amounts (a roof measured so is no bound on either).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let reg = Registry::builtin();
     let cfg = BenchConfig {
         devices: 4,
