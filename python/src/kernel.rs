@@ -58,8 +58,9 @@ struct SavedSteer {
 /// How many plans of a kernel traced while it runs are kept.
 const SAVED_STEERS: usize = 4;
 
-/// A plan under a schedule spec, with what the CPU executor works out once for it.
-type Planned = (String, Arc<Plan>, Arc<CpuPlan>);
+/// A plan under a schedule spec, with what the CPU executor works out once for it and
+/// the seconds both took to make.
+type Planned = (String, Arc<Plan>, Arc<CpuPlan>, f64);
 
 /// A kernel call bound to how it runs on a round's buffers: its wiring, backend and
 /// schedule. The one place that decides where a run happens.
@@ -128,7 +129,7 @@ impl KernelCall {
         // The plan is kept for a schedule and what unwritten memory reads as.
         let key = format!("{schedule} {uninit}");
         let mut got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, p, c)) = got.as_ref() {
+        if let Some((s, p, c, _)) = got.as_ref() {
             if *s == key {
                 return Ok((p.clone(), c.clone()));
             }
@@ -138,6 +139,7 @@ impl KernelCall {
             .clone()
             .with_schedule(ScheduleSpec::parse(schedule).py()?)
             .with_uninit(uninit);
+        let t0 = std::time::Instant::now();
         let mut lap = tpusim::device_sim::cpu::Laps::new();
         // The budget and the plan with the kernel traced once.
         let (_, plan) = job.plan_fitting(Job::run_work(exec, false, false)).py()?;
@@ -146,7 +148,8 @@ impl KernelCall {
         let cpu_plan = Arc::new(CpuPlan::of(&plan.program, &plan.schedule));
         lap.note("CpuPlan::of");
         lap.report(&format!("plan of `{}`", plan.program.name));
-        *got = Some((key, plan.clone(), cpu_plan.clone()));
+        let seconds = t0.elapsed().as_secs_f64();
+        *got = Some((key, plan.clone(), cpu_plan.clone(), seconds));
         Ok((plan, cpu_plan))
     }
 
@@ -621,6 +624,15 @@ impl KernelCall {
     #[getter]
     fn name(&self) -> String {
         self.job.name()
+    }
+
+    /// Seconds the plan it runs last took to make here (the budget, lowering, schedule
+    /// and the CPU executor's plan of it: the native part of a first call's planning),
+    /// or None before it made one (or for a kernel traced while it runs).
+    #[getter]
+    fn planning_seconds(&self) -> Option<f64> {
+        let got = self.planned.lock().unwrap_or_else(|e| e.into_inner());
+        got.as_ref().map(|(_, _, _, s)| *s)
     }
 
     /// Traces the kernel: `{"ops", "dmas", "errors": [kernel errors]}`.

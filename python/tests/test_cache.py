@@ -122,3 +122,19 @@ def test_a_changed_setting_or_an_observer_reaches_a_repeated_call():
         assert seen.count("call") == 2
     # Leaving simulate restored the schedule: the saved lazy run is stale.
     assert tpusim.config.schedule == "eager"
+
+
+def test_a_plan_says_how_long_its_native_planning_took():
+    g, sharding = shifted()
+    host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128) + 7
+    seen = []
+    _hook._plans.clear()
+    with (
+        tpusim.simulate(backend="cpu"),
+        _hook.observing(lambda what, plan: seen.append((plan, plan.call.planning_seconds))),
+    ):
+        np.testing.assert_array_equal(np.asarray(g(jax.device_put(host, sharding))), shift_of(host))
+    plan, before = seen[0]
+    assert before is None  # heard of before its first run made the native plan
+    took = plan.call.planning_seconds
+    assert isinstance(took, float) and took >= 0.0

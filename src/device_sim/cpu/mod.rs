@@ -56,19 +56,25 @@ impl CpuPlan {
     /// The plan of `schedule` on `program`.
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         let mut lap = Laps::new();
-        let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
-        let fused = dead_fills::trim(fused, &schedule.ops);
-        lap.note("fuse");
+        // The coverage reads the schedule alone: worked out beside the fusion.
+        let (fused, coverage) = rayon::join(
+            || {
+                let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
+                dead_fills::trim(fused, &schedule.ops)
+            },
+            || Coverage::of(program, schedule),
+        );
+        lap.note("fuse and coverage");
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
         let memory = schedule.memory(program);
         lap.note("memory");
         let twins = twins::twins(program, &memory, &fused, ops);
         lap.note("twins");
-        let halves = halves::in_place(program, &memory, &fused, ops, &twins);
-        let own_halves = halves::own(program, &memory, &fused, ops, &twins);
+        let (halves, own_halves) = rayon::join(
+            || halves::in_place(program, &memory, &fused, ops, &twins),
+            || halves::own(program, &memory, &fused, ops, &twins),
+        );
         lap.note("halves");
-        let coverage = Coverage::of(program, schedule);
-        lap.note("coverage");
         lap.report(&format!(
             "CpuPlan of `{}` ({} data ops)",
             program.name,

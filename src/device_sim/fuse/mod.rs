@@ -25,6 +25,7 @@ pub use region::{Input, Instr, Output, Pattern, Reg, Region, RowReduce};
 
 use crate::ir::{DataOp, Program, Schedule, View};
 use build::Builder;
+use rayon::prelude::*;
 
 /// One step of a fused schedule.
 #[derive(Clone, Debug, PartialEq)]
@@ -321,11 +322,12 @@ pub fn fuse_with(
         }
         _ => {}
     }
-    for s in &mut out.steps {
+    // Each region's registers are its own: assigned on every core.
+    out.steps.par_iter_mut().for_each(|s| {
         if let Step::Region(r) = s {
             live::assign_slots(r);
         }
-    }
+    });
     out
 }
 
