@@ -75,7 +75,14 @@ pub trait Collective: Send + Sync {
     /// computes the reference in chunks of positions, so that each rank of a
     /// partitioned run holds its own devices' inputs, reference and results only.
     fn elementwise(&self) -> bool {
-        false
+        self.reduction().is_some()
+    }
+    /// The reduction when its reference is the all-reduce of its one operand over
+    /// each ring ([`reference::all_reduce_everywhere`] with this op), which makes it
+    /// [`Collective::elementwise`]: a run's check then reduces the inputs where they
+    /// lie, a block at a time, with no copy of them and none of the reference.
+    fn reduction(&self) -> Option<crate::ir::ReduceOp> {
+        None
     }
     /// Relative float tolerance for comparing with the reference (0 for pure data movement).
     fn tolerance(&self) -> f32 {

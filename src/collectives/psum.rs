@@ -203,8 +203,8 @@ impl Collective for Psum {
         super::SUM_TOLERANCE
     }
 
-    fn elementwise(&self) -> bool {
-        true
+    fn reduction(&self) -> Option<ReduceOp> {
+        Some(self.op)
     }
 }
 

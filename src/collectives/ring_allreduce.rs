@@ -208,8 +208,8 @@ macro_rules! ring_facts {
             super::SUM_TOLERANCE
         }
 
-        fn elementwise(&self) -> bool {
-            true
+        fn reduction(&self) -> Option<ReduceOp> {
+            Some(self.op)
         }
 
         fn traffic(&self) -> Traffic {

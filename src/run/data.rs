@@ -7,6 +7,7 @@
 
 use crate::array::{DType, HostArray};
 use crate::budget::chunk_words;
+use crate::collectives::reference::all_reduce_words;
 use crate::collectives::Collective;
 use crate::device_sim::host_words;
 use crate::error::Result;
@@ -140,14 +141,15 @@ pub fn chunked_reference(
         })
         .collect::<Result<_>>()?;
     let kept = |d: usize| inputs.get(d).and_then(|v| v.first()).map(|x| &x.words[..]);
+    let block = Block::new(c, place, devices, dtype, &held);
     let step = chunk_words(devices);
+    let mut scratch = Vec::new();
     for start in (0..n).step_by(step) {
         crate::interrupt::check()?;
         let range = start..(start + step).min(n);
-        let got = chunk_reference(c, place, devices, dtype, &range, &kept, fetch)?;
-        for d in held.clone() {
-            out[d][0].words[range.clone()].copy_from_slice(&got[d][0].words);
-        }
+        block.reference(&range, &kept, fetch, &mut scratch, &mut |d, want| {
+            out[d][0].words[range.clone()].copy_from_slice(want);
+        })?;
     }
     Ok(out)
 }
@@ -171,50 +173,105 @@ pub fn count_wrong_chunked<'g>(
     tolerance: f32,
 ) -> Result<usize> {
     use rayon::prelude::*;
-    // Small blocks: a block's inputs, reference and results stay in cache.
-    let step = (chunk_words(devices) / 16).max(1024);
+    // Small blocks: a block's inputs, reference and results stay in a core's cache.
+    let step = (chunk_words(devices) / 64).max(1024);
+    let block = Block::new(c, place, devices, dtype, &held);
     (0..n.div_ceil(step))
         .into_par_iter()
-        .map(|k| {
+        // A reference block's words reused from block to block on each core.
+        .map_init(Vec::new, |scratch, k| {
             crate::interrupt::check()?;
             let range = k * step..((k + 1) * step).min(n);
-            let want = chunk_reference(c, place, devices, dtype, &range, kept, fetch)?;
-            Ok(held
-                .clone()
-                .map(|d| {
-                    let w = &want[d][0].words;
-                    dtype.count_mismatched_words(&got(d)[range.clone()], w, tolerance)
-                })
-                .sum::<usize>())
+            let mut wrong = 0;
+            block.reference(&range, kept, fetch, scratch, &mut |d, want| {
+                wrong += dtype.count_mismatched_words(&got(d)[range.clone()], want, tolerance);
+            })?;
+            Ok(wrong)
         })
         .try_reduce(|| 0, |a, b| Ok(a + b))
 }
 
-/// Element-wise collective `c`'s reference at positions `range` of every device, from
-/// each device's operand where `kept` has it, else from `fetch`.
-fn chunk_reference<'k>(
-    c: &dyn Collective,
-    place: &Placement,
+/// How an element-wise collective's reference is made a block of positions at a time
+/// for the devices a process holds.
+struct Block<'c> {
+    c: &'c dyn Collective,
+    place: &'c Placement,
     devices: usize,
     dtype: DType,
-    range: &Range<usize>,
-    kept: &dyn Fn(usize) -> Option<&'k [u32]>,
-    fetch: &Fetch,
-) -> Result<Vec<Vec<HostArray>>> {
-    let chunk = (0..devices)
-        .map(|d| {
-            let words = match kept(d) {
-                Some(x) => x[range.clone()].to_vec(),
-                None => fetch(d, range.clone())?,
-            };
-            Ok(vec![HostArray {
-                dtype,
-                shape: vec![range.len()],
-                words,
-            }])
-        })
-        .collect::<Result<Vec<_>>>()?;
-    place.per_group(&chunk, &|x| c.reference(x))
+    held: Range<usize>,
+    /// The rings of an all-reduce ([`Collective::reduction`]) with a held device.
+    rings: Vec<Vec<usize>>,
+}
+
+impl<'c> Block<'c> {
+    fn new(
+        c: &'c dyn Collective,
+        place: &'c Placement,
+        devices: usize,
+        dtype: DType,
+        held: &Range<usize>,
+    ) -> Self {
+        let rings = match &place.groups {
+            Some(g) => g.to_vec(),
+            None => vec![(0..devices).collect()],
+        };
+        Block {
+            c,
+            place,
+            devices,
+            dtype,
+            held: held.clone(),
+            rings: rings
+                .into_iter()
+                .filter(|r| r.iter().any(|d| held.contains(d)))
+                .collect(),
+        }
+    }
+
+    /// The reference at positions `range`, handed to `each(device, words)` for every
+    /// held device. An all-reduce reduces the inputs where `kept` has them into
+    /// `scratch`; any other collective's reference is made from copies of them.
+    fn reference<'k>(
+        &self,
+        range: &Range<usize>,
+        kept: &dyn Fn(usize) -> Option<&'k [u32]>,
+        fetch: &Fetch,
+        scratch: &mut Vec<u32>,
+        each: &mut dyn FnMut(usize, &[u32]),
+    ) -> Result<()> {
+        let words = |d: usize| -> Result<std::borrow::Cow<'k, [u32]>> {
+            Ok(match kept(d) {
+                Some(x) => x[range.clone()].into(),
+                None => fetch(d, range.clone())?.into(),
+            })
+        };
+        let Some(op) = self.c.reduction() else {
+            let chunk = (0..self.devices)
+                .map(|d| {
+                    Ok(vec![HostArray {
+                        dtype: self.dtype,
+                        shape: vec![range.len()],
+                        words: words(d)?.into_owned(),
+                    }])
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let want = self.place.per_group(&chunk, &|x| self.c.reference(x))?;
+            for d in self.held.clone() {
+                each(d, &want[d][0].words);
+            }
+            return Ok(());
+        };
+        scratch.resize(range.len(), 0);
+        for ring in &self.rings {
+            let srcs = ring.iter().map(|&d| words(d)).collect::<Result<Vec<_>>>()?;
+            let srcs: Vec<&[u32]> = srcs.iter().map(|s| &s[..]).collect();
+            all_reduce_words(&srcs, self.dtype, op, scratch);
+            for &d in ring.iter().filter(|d| self.held.contains(d)) {
+                each(d, scratch);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -317,6 +374,84 @@ mod tests {
             )
             .unwrap();
             assert_eq!(mine, 3);
+        }
+    }
+
+    /// An all-reduce's reference made by blocks from the inputs where they lie is the
+    /// whole reference, per ring (a mesh's groups along an axis), for every op and
+    /// dtype; its check counts the same at any number of threads.
+    #[test]
+    fn an_all_reduce_by_blocks_is_its_whole_reference_at_any_thread_count() {
+        use crate::collectives::{Options, Registry};
+        use crate::ir::ReduceOp;
+        use crate::mesh::Mesh;
+        let reg = Registry::builtin();
+        let mesh = Mesh::with_axes(&[("x", 2), ("y", 3)]).unwrap();
+        let seed = 5;
+        for place in [
+            Placement::whole(mesh.clone()),
+            Placement::along(mesh.clone(), "y").unwrap(),
+        ] {
+            for (name, op) in [
+                ("psum", ReduceOp::Sum),
+                ("psum", ReduceOp::Max),
+                ("ring_allreduce", ReduceOp::Min),
+            ] {
+                let opts = Options { op, perm: None };
+                let c = reg.get(name, &opts).unwrap();
+                assert_eq!(c.reduction(), Some(op));
+                for dtype in DType::COLLECTIVE {
+                    let (p, n) = (6, 3 * 1024 + 17);
+                    let inputs: Vec<Vec<HostArray>> = (0..p)
+                        .map(|d| {
+                            let words = random_words(seed, d, 0, dtype, 0..n);
+                            vec![HostArray {
+                                dtype,
+                                shape: vec![n],
+                                words,
+                            }]
+                        })
+                        .collect();
+                    let whole = place.per_group(&inputs, &|x| c.reference(x)).unwrap();
+                    let fetch = |d, range| Ok(random_words(seed, d, 0, dtype, range));
+                    for held in [0..p, 1..4] {
+                        let by_blocks =
+                            chunked_reference(c.as_ref(), &place, p, &inputs, held.clone(), &fetch)
+                                .unwrap();
+                        for d in held.clone() {
+                            assert_eq!(by_blocks[d], whole[d], "{name} {op:?} {dtype} device {d}");
+                        }
+                    }
+                    // Two elements of device 4 made wrong; none within the tolerance.
+                    let mut got: Vec<Vec<u32>> = whole.iter().map(|w| w[0].words.clone()).collect();
+                    got[4][0] ^= 1 << 14;
+                    got[4][n - 1] ^= 1 << 14;
+                    let kept = |d: usize| (d != 2).then(|| &inputs[d][0].words[..]);
+                    let count = |threads| {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(threads)
+                            .build()
+                            .unwrap();
+                        pool.install(|| {
+                            count_wrong_chunked(
+                                c.as_ref(),
+                                &place,
+                                p,
+                                n,
+                                dtype,
+                                0..p,
+                                &kept,
+                                &fetch,
+                                &|d| &got[d][..],
+                                0.0,
+                            )
+                            .unwrap()
+                        })
+                    };
+                    assert_eq!(count(1), 2, "{name} {op:?} {dtype}");
+                    assert_eq!(count(3), 2, "{name} {op:?} {dtype}");
+                }
+            }
         }
     }
 
