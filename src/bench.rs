@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 mod meta;
 mod rates;
 pub use meta::{results, Asked, Ran, VERSION};
-pub use rates::{Rates, MATMUL_SHAPES, MOST_FOOTPRINT_BYTES, RATE_SIZES};
+pub use rates::{InCache, Rates, MATMUL_SHAPES, MOST_FOOTPRINT_BYTES, RATE_SIZES};
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -118,6 +118,12 @@ impl BenchRow {
                 "vector_gops": self.rates.vector / 1e9,
                 "fixed_us": self.rates.fixed * 1e6,
                 "data_footprint_bytes": self.rates_footprint,
+                "in_cache_gbps": {
+                    "copy": self.rates.in_cache.copy / 1e9,
+                    "accumulate": self.rates.in_cache.accumulate / 1e9,
+                    "fill": self.rates.in_cache.fill / 1e9,
+                    "zero": self.rates.in_cache.zero / 1e9,
+                },
             },
             "macs": self.macs,
             "tflops": self.flops().map(|f| f / 1e12),
@@ -369,8 +375,9 @@ pub fn sweep(
     Ok(rows)
 }
 
-/// The least seconds one iteration of `sched` can take on `exec` ([`Rates::roofline`]
-/// at `rates`, this process's). On ranks ([`crate::device_sim::ranks`]) the ranks run
+/// The least seconds one iteration of `sched` can take on `exec`
+/// ([`Rates::roofline_blocked`] at `rates`, this process's, over the stretches `exec`
+/// runs a block at a time). On ranks (whose pieces run unblocked) ([`crate::device_sim::ranks`]) the ranks run
 /// concurrently, each its own ops on its own executor, and the iteration ends when the
 /// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
 /// rank runs (its [`crate::device_sim::ranks::plan::RankPlan`]'s local schedule) at that rank's
@@ -384,7 +391,8 @@ pub fn roof(
     iters: usize,
 ) -> Result<f64> {
     let Some(r) = exec.ranks() else {
-        return Ok(rates.roofline(sched, program, iters));
+        let blocked = exec.blocked_stretches(program, sched);
+        return Ok(rates.roofline_blocked(sched, program, iters, &blocked));
     };
     let part = r.partition(program.devices)?;
     let plan = crate::device_sim::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use tpusim::bench::{sweep, BenchConfig, Rates};
+use tpusim::bench::{sweep, BenchConfig, BenchRow, InCache, Rates};
 use tpusim::collectives::Registry;
 use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::device_sim::Executor;
@@ -12,15 +12,44 @@ use tpusim::run::Job;
 use tpusim::sched::ScheduleSpec;
 use tpusim::{DType, Mesh};
 
+/// One executor at a time: the test harness runs the CPU and GPU tests side by side,
+/// and lavapipe's threads would slow the CPU executor's rate measurements and its runs
+/// by different amounts (a roof measured so is no bound on either).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The rows of `job`'s sweep under `cfg` on `exec`, every row's roof at most its time. A
+/// row above is measured again (at most three times in all): on a machine shared with
+/// other work one rate measurement can come out slow, which makes that row's roof too
+/// high; a roof that is not a bound stays above.
+fn rows_within_roof(exec: &dyn Executor, job: &Job, cfg: &BenchConfig) -> Vec<BenchRow> {
+    let mut rows = sweep(job, cfg, exec, &mut |_| {}).unwrap();
+    for attempt in 1..=3 {
+        let over: Vec<String> = rows
+            .iter()
+            .filter(|r| r.roof_seconds > r.seconds)
+            .map(|r| {
+                format!(
+                    "{} {} B: roof {:.1} us, time {:.1} us ({:?})",
+                    r.collective,
+                    r.size,
+                    r.roof_seconds * 1e6,
+                    r.seconds * 1e6,
+                    r.rates
+                )
+            })
+            .collect();
+        if over.is_empty() {
+            break;
+        }
+        assert!(attempt < 3, "on {}: {over:?}", exec.describe());
+        rows = sweep(job, cfg, exec, &mut |_| {}).unwrap();
+    }
+    rows
+}
+
 /// The sweep of every shipped collective at 4 KiB and 1 MiB, P = 4: every row's roof is
-/// at most its time. A row above is measured again (at most three times in all): on a
-/// machine shared with other work one rate measurement can come out slow, which makes
-/// that row's roof too high; a roof that is not a bound stays above.
+/// at most its time ([`rows_within_roof`]).
 fn roof_is_a_bound(exec: &dyn Executor) {
-    // One executor at a time: the test harness runs the CPU and GPU tests side by side,
-    // and lavapipe's threads would slow the CPU executor's rate measurements and its runs
-    // by different amounts (a roof measured so is no bound on either).
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let reg = Registry::builtin();
     let cfg = BenchConfig {
@@ -36,29 +65,8 @@ fn roof_is_a_bound(exec: &dyn Executor) {
     };
     for c in reg.iter() {
         let job = Job::collective(c.clone(), Placement::whole(Mesh::new(4, "x").unwrap()));
-        let mut rows = sweep(&job, &cfg, exec, &mut |_| {}).unwrap();
+        let rows = rows_within_roof(exec, &job, &cfg);
         assert_eq!(rows.len(), 2, "{}", c.name());
-        for attempt in 1..=3 {
-            let over: Vec<String> = rows
-                .iter()
-                .filter(|r| r.roof_seconds > r.seconds)
-                .map(|r| {
-                    format!(
-                        "{} {} B: roof {:.1} us, time {:.1} us ({:?})",
-                        r.collective,
-                        r.size,
-                        r.roof_seconds * 1e6,
-                        r.seconds * 1e6,
-                        r.rates
-                    )
-                })
-                .collect();
-            if over.is_empty() {
-                break;
-            }
-            assert!(attempt < 3, "on {}: {over:?}", exec.describe());
-            rows = sweep(&job, &cfg, exec, &mut |_| {}).unwrap();
-        }
         for r in &rows {
             assert!(r.roof_seconds > 0.0, "{}: {r:?}", c.name());
             // A matmul collective's roof holds its FLOPs at the best matmul rate.
@@ -69,6 +77,127 @@ fn roof_is_a_bound(exec: &dyn Executor) {
             assert!(rows.iter().all(|r| r.macs > 0), "{}: {rows:?}", c.name());
         }
     }
+}
+
+/// psum at P = 4 and 8 MiB per device, f32 and bf16: beyond the caches the CPU executor
+/// runs its ring as stretches a cache block at a time, and the roof (such a stretch's
+/// written bytes once at memory's rate, or its ops' passes in the caches) is still at
+/// most the time ([`rows_within_roof`]).
+#[test]
+fn roof_is_a_bound_where_the_cpu_executor_runs_blocked() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let exec = CpuExecutor::new();
+    let job = Job::collective(
+        Registry::builtin().by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(4, "x").unwrap()),
+    );
+    for dtype in [DType::F32, DType::BF16] {
+        let size = 8 << 20;
+        let cfg = BenchConfig {
+            devices: 4,
+            min_bytes: size,
+            max_bytes: size,
+            factor: 4,
+            iters: 3,
+            warmup: 1,
+            checks: 0,
+            dtype,
+            schedule: ScheduleSpec::Eager,
+        };
+        let plan = job.clone().with_shape(&[size as usize / 4 / 1024, 1024]);
+        let plan = plan.with_dtype(dtype).plan().unwrap();
+        let blocked = exec.blocked_stretches(&plan.program, &plan.schedule);
+        assert!(!blocked.is_empty(), "{dtype}: psum at 8 MiB runs blocked");
+        let rows = rows_within_roof(&exec, &job, &cfg);
+        assert_eq!(rows.len(), 1, "{dtype}");
+    }
+}
+
+/// A blocked stretch's roof ([`Rates::stretch_seconds`]) is the most of its distinct
+/// written views' bytes at the fastest data rate over memory and its ops at the in-cache
+/// rates spread over its cores; the ops outside stretches keep their own. psum at P = 4
+/// and 8 MiB per device runs as one stretch of every op; a stretch made up here of its
+/// first two ops is the rest of the bound.
+#[test]
+fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
+    use tpusim::device_sim::BlockedStretch;
+    let job = Job::collective(
+        Registry::builtin().by_name("psum").unwrap(),
+        Placement::whole(Mesh::new(4, "x").unwrap()),
+    )
+    .with_shape(&[2048, 1024]);
+    let plan = job.plan().unwrap();
+    let (program, sched) = (&plan.program, &plan.schedule);
+    let allocs = sched.allocations(program);
+    let blocked = CpuExecutor::new().blocked_stretches(program, sched);
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    let b = &blocked[0];
+    let mut ops = b.ops.clone();
+    ops.sort_unstable();
+    assert_eq!(
+        ops,
+        (0..sched.ops.len()).collect::<Vec<_>>(),
+        "every op, once"
+    );
+    // Every view written is distinct and of the whole 8 MiB shard (hbm_buf's two halves).
+    let shard = 8u64 << 20;
+    let written: u64 = b.written.iter().map(|v| v.bytes(4)).sum();
+    assert!(b.written.iter().all(|v| v.bytes(4) == shard), "{b:?}");
+    for (k, v) in b.written.iter().enumerate() {
+        assert!(!b.written[..k].contains(v), "{v:?} twice");
+    }
+    let passes: u64 = sched.ops.iter().map(|o| o.bytes(&allocs)).sum();
+    assert!(passes > written, "{passes} {written}");
+    let rates = |memory: f64, cached: f64| Rates {
+        copy: memory,
+        accumulate: memory / 2.0,
+        fill: memory / 4.0,
+        zero: memory / 4.0,
+        matmul: 1e12,
+        vector: 1e12,
+        fixed: 1e-4,
+        in_cache: InCache {
+            copy: cached,
+            accumulate: cached,
+            fill: cached,
+            zero: cached,
+        },
+    };
+    let cores = |c: usize| BlockedStretch {
+        cores: c,
+        ..b.clone()
+    };
+    let close = |got: f64, want: f64| (got - want).abs() <= 1e-12 * want;
+    // Memory-bound: the written bytes at the copy rate (the fastest).
+    let r = rates(1e9, 1e12);
+    let got = r.roofline_blocked(sched, program, 2, &[cores(2)]);
+    let want = written as f64 / 1e9 + 1e-4 / 2.0;
+    assert!(close(got, want), "{got} vs {want}");
+    // Cache-bound: every pass at the in-cache rate, over two cores, then one.
+    let r = rates(1e12, 1e9);
+    for c in [1, 2] {
+        let got = r.roofline_blocked(sched, program, 2, &[cores(c)]);
+        let want = passes as f64 / 1e9 / c as f64 + 1e-4 / 2.0;
+        assert!(close(got, want), "{c} cores: {got} vs {want}");
+    }
+    // A stretch of the first two ops: the others at their own rates, over memory.
+    let first = BlockedStretch {
+        ops: vec![0, 1],
+        written: sched.ops[..2].iter().flat_map(|o| o.writes()).collect(),
+        cores: 1,
+    };
+    let r = rates(1e9, 1e9);
+    let alone: f64 = sched.ops[2..]
+        .iter()
+        .map(|o| r.op_seconds(o, &allocs))
+        .sum();
+    let got = r.roofline_blocked(sched, program, 1, std::slice::from_ref(&first));
+    let want = alone + r.stretch_seconds(&first, &sched.ops, &allocs) + 1e-4;
+    assert!(close(got, want), "{got} vs {want}");
+    assert!(close(
+        r.roofline_blocked(sched, program, 1, &[]),
+        r.roofline(sched, program, 1)
+    ));
 }
 
 #[test]
@@ -94,6 +223,12 @@ fn roofline_adds_bytes_at_their_rates() {
         matmul: 1e12,
         vector: 1e9,
         fixed: 1e-4,
+        in_cache: InCache {
+            copy: 1e9,
+            accumulate: 2e8,
+            fill: 5e8,
+            zero: 4e9,
+        },
     };
     let reg = Registry::builtin();
     let job = Job::collective(
@@ -175,6 +310,12 @@ fn roofline_counts_flops_and_elementwise_work() {
         matmul,
         vector: 1e9,
         fixed: 2e-6,
+        in_cache: InCache {
+            copy: 1e9,
+            accumulate: 1e9,
+            fill: 1e9,
+            zero: 1e9,
+        },
     };
     for (matmul, per_dot) in [(1e6, flops / 1e6), (1e15, block / 1e9)] {
         let want = other as f64 / 1e9 + 4.0 * per_dot + 2e-6 / 5.0;
@@ -210,6 +351,12 @@ fn roofline_counts_flops_and_elementwise_work() {
         matmul: 1e12,
         vector: 1e8,
         fixed: 0.0,
+        in_cache: InCache {
+            copy: 4e9,
+            accumulate: 1e9,
+            fill: 1e9,
+            zero: 1e9,
+        },
     };
     // neg: 1000 ops at 1e8/s (above 4000 bytes at 4e9); reshape and copy: 4000 bytes each.
     let want = 1000.0 / 1e8 + 2.0 * 4000.0 / 4e9;

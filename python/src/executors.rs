@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
 use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::device_sim::gpu::GpuExecutor;
-use tpusim::device_sim::{Backend, Chosen, Executor, Prepared};
+use tpusim::device_sim::{Backend, BlockedStretch, Chosen, Executor, Prepared};
 use tpusim::ir::{Program, Schedule};
 
 thread_local! {
@@ -77,6 +77,9 @@ impl Executor for Shared {
     }
     fn is_gpu(&self) -> bool {
         self.0.is_gpu()
+    }
+    fn blocked_stretches(&self, program: &Program, schedule: &Schedule) -> Vec<BlockedStretch> {
+        self.0.blocked_stretches(program, schedule)
     }
 }
 

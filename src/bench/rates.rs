@@ -2,7 +2,7 @@
 //! the least time a schedule can take at them.
 
 use crate::array::DType;
-use crate::device_sim::Executor;
+use crate::device_sim::{BlockedStretch, Executor};
 use crate::error::Result;
 use crate::ir::{Allocation, ComputeKind, DataOp, DotDims, Program, Schedule};
 use crate::kernel::{GridSpec, PallasCall};
@@ -32,6 +32,23 @@ pub struct Rates {
     pub vector: f64,
     /// Seconds of one submitted run of a kernel that does nothing.
     pub fixed: f64,
+    /// The best data rates of ops that stay in a core's caches, which [`Rates::over`]
+    /// keeps: the rates of a blocked stretch's ops ([`Rates::roofline_blocked`]).
+    pub in_cache: InCache,
+}
+
+/// Destination bytes per second of each kind of data op, the best over [`RATE_SIZES`]
+/// (ops that stay in a core's caches run fastest).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InCache {
+    /// Copies.
+    pub copy: f64,
+    /// Accumulates.
+    pub accumulate: f64,
+    /// Fills with a non-zero value.
+    pub fill: f64,
+    /// Fills with zeros.
+    pub zero: f64,
 }
 
 /// What a rate is measured on.
@@ -167,6 +184,12 @@ impl Rates {
             matmul,
             vector: best[4] / dtype.size() as f64,
             fixed: fixed.0,
+            in_cache: InCache {
+                copy: best[0],
+                accumulate: best[1],
+                fill: best[2],
+                zero: best[3],
+            },
         };
         Ok(Self::cache(&(exec.describe(), dtype), Some(r)).unwrap_or(r))
     }
@@ -267,6 +290,12 @@ impl Rates {
                     matmul: o.matmul.max(n.matmul),
                     vector: o.vector.max(n.vector),
                     fixed: o.fixed.min(n.fixed),
+                    in_cache: InCache {
+                        copy: o.in_cache.copy.max(n.in_cache.copy),
+                        accumulate: o.in_cache.accumulate.max(n.in_cache.accumulate),
+                        fill: o.in_cache.fill.max(n.in_cache.fill),
+                        zero: o.in_cache.zero.max(n.in_cache.zero),
+                    },
                 },
                 None => n,
             };
@@ -411,6 +440,64 @@ impl Rates {
     /// beyond those (a dispatch, a semaphore, the scheduler) only add time.
     pub fn roofline(&self, sched: &Schedule, program: &Program, iters: usize) -> f64 {
         self.roofline_of(sched, program, iters, |_| true)
+    }
+
+    /// [`Rates::roofline`] of a run that executes the ops of `blocked` a block at a time
+    /// ([`Executor::blocked_stretches`]): each stretch takes its
+    /// [`Rates::stretch_seconds`] in place of its ops' own.
+    pub fn roofline_blocked(
+        &self,
+        sched: &Schedule,
+        program: &Program,
+        iters: usize,
+        blocked: &[BlockedStretch],
+    ) -> f64 {
+        let allocs = sched.allocations(program);
+        let mut alone = vec![true; sched.ops.len()];
+        for i in blocked.iter().flat_map(|b| &b.ops) {
+            if let Some(a) = alone.get_mut(*i) {
+                *a = false;
+            }
+        }
+        let stretches: f64 = blocked
+            .iter()
+            .map(|b| self.stretch_seconds(b, &sched.ops, &allocs))
+            .sum();
+        let ops = sched.ops.iter().zip(alone).filter(|(_, a)| *a);
+        let data: f64 = ops.map(|(o, _)| self.op_seconds(o, &allocs)).sum();
+        data + stretches + self.fixed / iters.max(1) as f64
+    }
+
+    /// The least seconds blocked stretch `b` (of the schedule's `ops`) can take: the most
+    /// of two bounds, as memory and the cores' caches work at once (a sum would assume
+    /// they take turns). Memory: a block's views stay in a core's cache from the
+    /// stretch's first op to its last, so each view it writes leaves for memory once, and
+    /// no pass writes memory faster than the fastest op over as much memory writes its
+    /// destination (the data rates, [`Rates::over`]: ops as large spread over the same
+    /// cores). Its reads of memory are not counted (no read rate is measured; they only
+    /// add time). Caches: every op still makes its pass over every element, a block at
+    /// a time in a core's cache, each at least its [`Rates::op_seconds`] at the in-cache
+    /// rates ([`InCache`]), the blocks spread over `b.cores` cores.
+    pub fn stretch_seconds(
+        &self,
+        b: &BlockedStretch,
+        ops: &[DataOp],
+        allocs: &[Allocation],
+    ) -> f64 {
+        let storage = |v: &crate::ir::View| v.bytes(allocs[v.alloc()].dtype.storage());
+        let written: u64 = b.written.iter().map(storage).sum();
+        let fastest = self.copy.max(self.accumulate).max(self.fill).max(self.zero);
+        let memory = written as f64 / fastest;
+        let cached = Rates {
+            copy: self.in_cache.copy,
+            accumulate: self.in_cache.accumulate,
+            fill: self.in_cache.fill,
+            zero: self.in_cache.zero,
+            ..*self
+        };
+        let passes = b.ops.iter().filter_map(|&i| ops.get(i));
+        let passes: f64 = passes.map(|o| cached.op_seconds(o, allocs)).sum();
+        memory.max(passes / b.cores.max(1) as f64)
     }
 
     /// [`Rates::roofline`] of the ops `runs_here` keeps (one rank's share of a schedule).

@@ -233,7 +233,7 @@ pub fn bench(reg: &Registry, a: &BenchArgs) -> tpusim::Result<bool> {
         exec.describe()
     )?;
     outln!("# size: nccl-tests' (all_gather: gathered bytes; others: one device's input)")?;
-    outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops' bytes, matmul FLOPs and elementwise ops at this executor's best rates, same run, plus a submission's fixed cost)")?;
+    outln!("# moved: copy-equivalent bytes the schedule moves / time; roof: the least time an iteration can take here (its data ops' bytes, matmul FLOPs and elementwise ops at this executor's best rates, same run, plus a submission's fixed cost; a stretch run a cache block at a time: its written bytes once at the memory rate or its ops in the caches, the larger)")?;
     let on_ranks = super::ranks::current().is_some();
     if let Some(r) = super::ranks::current() {
         outln!(

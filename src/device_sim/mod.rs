@@ -18,6 +18,20 @@ use std::time::Duration;
 
 pub use lend::{Coverage, Lent};
 
+/// A stretch of a schedule's ops that an executor runs a block of elements at a time
+/// (every op of the stretch on one block before the next, the blocks over the cores), so
+/// that its views cross memory once for the whole stretch, not once per op: what a roof
+/// counts for it ([`crate::bench::Rates::roofline_blocked`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedStretch {
+    /// The schedule's ops it runs (indices into [`Schedule::ops`]).
+    pub ops: Vec<usize>,
+    /// The distinct views it writes (identical or apart): each leaves for memory once.
+    pub written: Vec<View>,
+    /// The cores its blocks are spread over.
+    pub cores: usize,
+}
+
 /// Runs a schedule on some memory. The lifecycle: [`Executor::prepare`] a schedule once
 /// (memory, and on the GPU the recorded commands), then [`Prepared::upload`] inputs,
 /// [`Prepared::run`] it any number of times and [`Prepared::read_outputs`].
@@ -119,6 +133,12 @@ pub trait Executor {
     /// (what a bench measures this machine's own rates on).
     fn inner(&self) -> Option<&dyn Executor> {
         None
+    }
+
+    /// The stretches of `schedule`'s ops that a run [`Executor::prepare`]s runs a block of
+    /// elements at a time (none by default: every op over its whole views).
+    fn blocked_stretches(&self, _program: &Program, _schedule: &Schedule) -> Vec<BlockedStretch> {
+        Vec::new()
     }
 
     /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
@@ -489,5 +509,8 @@ impl Executor for Noted {
     }
     fn inner(&self) -> Option<&dyn Executor> {
         Some(self.inner.inner().unwrap_or(self.inner.as_ref()))
+    }
+    fn blocked_stretches(&self, program: &Program, schedule: &Schedule) -> Vec<BlockedStretch> {
+        self.inner.blocked_stretches(program, schedule)
     }
 }

@@ -25,7 +25,7 @@ pub mod words;
 
 use super::fuse::{fuse_reading, fuse_with, Between, Fused, Joins, Keep, Region, Step};
 use super::lend::{Coverage, Lent};
-use super::{check_inputs, Executor, Prepared};
+use super::{check_inputs, BlockedStretch, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::ir::{self, Compute, ComputeKind, DataOp, Program, ReduceOp, Schedule, View};
@@ -593,8 +593,14 @@ impl Memory<'_> {
     }
 
     /// Runs stretch `s` of `steps` (of `ops`) a block at a time, but the steps `skip`
-    /// lists (indices in `steps`).
-    fn blocked(&mut self, s: &blocked::Stretch, steps: &[Step], ops: &[DataOp], skip: &[usize]) {
+    /// lists (indices in `steps`); stops between blocks when asked to ([`blocked::run`]).
+    fn blocked(
+        &mut self,
+        s: &blocked::Stretch,
+        steps: &[Step],
+        ops: &[DataOp],
+        skip: &[usize],
+    ) -> Result<()> {
         use blocked::Placed;
         let (mut placed, mut regions) = (Vec::with_capacity(s.steps.len()), Vec::new());
         for k in s.steps.clone() {
@@ -641,7 +647,7 @@ impl Memory<'_> {
             ops: placed,
             regions,
         };
-        unsafe { blocked::run(&placement, s.n, s.block) };
+        unsafe { blocked::run(&placement, s.n, s.block) }
     }
 
     /// Sets `scratch`'s places to those of `r`'s views.
@@ -1218,6 +1224,20 @@ impl Executor for CpuExecutor {
         Ok(Box::new(run))
     }
 
+    fn blocked_stretches(&self, program: &Program, schedule: &Schedule) -> Vec<BlockedStretch> {
+        if !self.fused {
+            return Vec::new();
+        }
+        // As `prepare` plans it: fused, its own memory (no 16-bit halves), blocked.
+        let fused = self.fused(program, schedule, &[], Keep::Outputs);
+        let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
+        let stretches = blocked::stretches(&fused.steps, ops, |_| false);
+        let described = stretches
+            .iter()
+            .map(|s| blocked::described(s, &fused.steps, ops, schedule.ops.len()));
+        described.collect()
+    }
+
     fn prepare_pieces<'a>(
         &'a self,
         program: &'a Program,
@@ -1379,7 +1399,7 @@ impl Prepared for CpuRun<'_> {
             while k < steps.len() {
                 crate::interrupt::check()?;
                 if let Some(s) = next.next_if(|s| s.steps.start == k) {
-                    self.mem.blocked(s, steps, ops, &self.skip);
+                    self.mem.blocked(s, steps, ops, &self.skip)?;
                     k = s.steps.end;
                     continue;
                 }
