@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
 use tpusim::kernel::SourceLoc;
 use tpusim::{Error, Result};
 
@@ -22,7 +22,7 @@ type Field<T> = std::result::Result<T, String>;
 
 /// Reads a whole recording (every device, every grid point).
 pub fn read_recording(obj: &Bound<'_, PyAny>) -> Result<Recording> {
-    let mut r = Reader::default();
+    let mut r = Reader::new(obj.py());
     let mut devices = Vec::new();
     each(obj, |d, dev| {
         let mut points = Vec::new();
@@ -40,7 +40,7 @@ pub fn read_recording(obj: &Bound<'_, PyAny>) -> Result<Recording> {
 
 /// Reads one grid point's records.
 pub fn read_ops(obj: &Bound<'_, PyAny>) -> Result<Vec<Op>> {
-    Reader::default().ops(obj, None).map_err(malformed)
+    Reader::new(obj.py()).ops(obj, None).map_err(malformed)
 }
 
 fn malformed(e: String) -> Error {
@@ -49,18 +49,48 @@ fn malformed(e: String) -> Error {
 
 /// The reader's memory of one recording: source lines by the Python file-name object
 /// and line (the front end passes the same few `str` objects, alive while it reads).
-#[derive(Default)]
 struct Reader {
     locs: HashMap<(usize, u32), SourceLoc>,
+    /// `_batch.PerIter` and `_batch.Copies` (None: the front end has none loaded, and no
+    /// recording holds one).
+    batch: Option<(Py<PyType>, Py<PyType>)>,
 }
 
+/// The iteration a [`Copies`](Reader::copies) record is read at: its PerIter fields'
+/// value there.
+type At = Option<usize>;
+
 impl Reader {
+    fn new(py: Python<'_>) -> Self {
+        // Only a recording the front end made holds its classes, and it imported them.
+        let batch = py
+            .import("sys")
+            .and_then(|sys| sys.getattr("modules"))
+            .and_then(|m| m.get_item("tpusim._batch"))
+            .and_then(|b| {
+                let t = |name: &str| -> PyResult<Py<PyType>> {
+                    Ok(b.getattr(name)?.cast_into::<PyType>()?.unbind())
+                };
+                Ok((t("PerIter")?, t("Copies")?))
+            })
+            .ok();
+        Reader {
+            locs: HashMap::new(),
+            batch,
+        }
+    }
+
     fn ops(&mut self, obj: &Bound<'_, PyAny>, at: Option<(usize, usize)>) -> Field<Vec<Op>> {
         let point = at.map(|(_, g)| format!("grid point {g}"));
         let mut ops = Vec::new();
         let mut failed = false;
         each(obj, |k, rec| {
-            let op = self.op(&rec).map_err(|e| {
+            let read = if self.is_copies(&rec) {
+                self.copies(&rec, &mut ops)
+            } else {
+                self.op(&rec, None).map(|op| ops.push(op))
+            };
+            read.map_err(|e| {
                 failed = true;
                 let kind = rec
                     .cast::<PyDict>()
@@ -73,9 +103,7 @@ impl Reader {
                     Some(p) => format!("{p}, record {k}{kind}: {e}"),
                     None => format!("record {k}{kind}: {e}"),
                 }
-            })?;
-            ops.push(op);
-            Ok(())
+            })
         })
         .map_err(|e| match (&point, failed) {
             // Not a list at all: say which grid point.
@@ -85,19 +113,30 @@ impl Reader {
         Ok(ops)
     }
 
-    fn op<'py>(&mut self, rec: &Bound<'py, PyAny>) -> Field<Op> {
+    /// Record `rec`, its PerIter fields read at iteration `it`.
+    fn op<'py>(&mut self, rec: &Bound<'py, PyAny>, it: At) -> Field<Op> {
         let py = rec.py();
         let d = rec
             .cast::<PyDict>()
             .map_err(|_| format!("expected a dict, got {}", type_name(rec)))?;
+        let per_iter = self.batch.as_ref().map(|(p, _)| p.bind(py).clone());
+        let at_it = |v: Bound<'py, PyAny>| -> Field<Bound<'py, PyAny>> {
+            match &per_iter {
+                Some(p) if v.get_type().is(p) => value_at(&v, it),
+                _ => Ok(v),
+            }
+        };
         let f = |key: &Bound<'py, PyString>| -> Field<Bound<'py, PyAny>> {
             let v = d.get_item(key).map_err(|e| e.to_string())?;
-            v.ok_or_else(|| format!("missing field `{key}`"))
+            let v = v.ok_or_else(|| format!("missing field `{key}`"))?;
+            at_it(v).map_err(|e| format!("field `{key}`: {e}"))
         };
         // An optional field: absent and None are the same.
         let opt = |key: &Bound<'py, PyString>| -> Field<Option<Bound<'py, PyAny>>> {
             let v = d.get_item(key).map_err(|e| e.to_string())?;
-            Ok(v.filter(|v| !v.is_none()))
+            let Some(v) = v else { return Ok(None) };
+            let v = at_it(v).map_err(|e| format!("field `{key}`: {e}"))?;
+            Ok((!v.is_none()).then_some(v))
         };
         let name = f(intern!(py, "op"))?;
         let name = name
@@ -241,7 +280,7 @@ impl Reader {
                 let mut loops = Vec::new();
                 each(&v, |_, l| {
                     let (site, n) = pair(&l)?;
-                    loops.push((self.loc(&site)?, u32_of(&n)?));
+                    loops.push((self.loc(&site)?, u32_of(&at_it(n)?)?));
                     Ok(())
                 })
                 .map_err(|e| format!("field `loops`: {e}"))?;
@@ -261,6 +300,75 @@ impl Reader {
         })
     }
 
+    fn is_copies(&self, v: &Bound<'_, PyAny>) -> bool {
+        let py = v.py();
+        matches!(&self.batch, Some((_, c)) if v.get_type().is(c.bind(py)))
+    }
+
+    /// Whether a body record holds a PerIter field (or is an `iter` record, whose
+    /// iteration counts are).
+    fn varies(&self, rec: &Bound<'_, PyAny>) -> bool {
+        let py = rec.py();
+        let Some((p, _)) = &self.batch else {
+            return false;
+        };
+        let Ok(d) = rec.cast::<PyDict>() else {
+            return false; // `op` says what is wrong with it
+        };
+        let iter = d
+            .get_item(intern!(py, "op"))
+            .ok()
+            .flatten()
+            .is_some_and(|o| o.eq("iter").unwrap_or(false));
+        iter || d.values().iter().any(|v| v.get_type().is(p.bind(py)))
+    }
+
+    /// A `_batch.Copies`: its body records' copies at its first `n` iterations, each
+    /// value id from `base` on shifted by `j * by` at iteration `j`, each DMA descriptor
+    /// id from `dbase` on by `j * dby`, and each PerIter field its value at `j` (what
+    /// `Template.instance` makes; the front end's copies of a long loop were most of a
+    /// first call's recording). A body record holding no PerIter is read once.
+    fn copies(&mut self, obj: &Bound<'_, PyAny>, out: &mut Vec<Op>) -> Field<()> {
+        let py = obj.py();
+        let attr = |name: &Bound<'_, PyString>| -> Field<usize> {
+            let v = obj.getattr(name).map_err(|e| e.to_string())?;
+            usize_of(&v).map_err(|e| format!("loop copies' `{name}`: {e}"))
+        };
+        let n = attr(intern!(py, "n"))?;
+        let shift = Shift {
+            base: attr(intern!(py, "base"))?,
+            by: attr(intern!(py, "by"))?,
+            dbase: attr(intern!(py, "dbase"))?,
+            dby: attr(intern!(py, "dby"))?,
+        };
+        let records = obj
+            .getattr(intern!(py, "records"))
+            .map_err(|e| e.to_string())?;
+        let mut body = Vec::new();
+        each(&records, |k, rec| {
+            let varies = self.varies(&rec);
+            let op = self
+                .op(&rec, Some(0))
+                .map_err(|e| format!("loop body record {k}: {e}"))?;
+            body.push((op, varies.then_some(rec)));
+            Ok(())
+        })?;
+        out.reserve(n * body.len());
+        for j in 0..n {
+            for (k, (op, rec)) in body.iter().enumerate() {
+                let mut op = match rec {
+                    Some(rec) if j > 0 => self
+                        .op(rec, Some(j))
+                        .map_err(|e| format!("loop body record {k}, copy {j}: {e}"))?,
+                    _ => op.clone(),
+                };
+                shift.apply(&mut op, j);
+                out.push(op);
+            }
+        }
+        Ok(())
+    }
+
     /// `[file, line]`, interned once per distinct pair.
     fn loc(&mut self, v: &Bound<'_, PyAny>) -> Field<Loc> {
         let (file, line) = pair(v)?;
@@ -277,6 +385,53 @@ impl Reader {
         self.locs.insert(key, l);
         Ok(Loc(l))
     }
+}
+
+/// How a loop body's ids move from one iteration's copy to the next (`_batch.Copies`).
+struct Shift {
+    base: usize,
+    by: usize,
+    dbase: usize,
+    dby: usize,
+}
+
+impl Shift {
+    /// `op` as iteration `j`'s copy: its body's own value and descriptor ids moved.
+    fn apply(&self, op: &mut Op, j: usize) {
+        let moved = |x: &mut usize, base: usize, by: usize| {
+            if *x >= base {
+                *x += j * by;
+            }
+        };
+        let value = |x: &mut usize| moved(x, self.base, self.by);
+        match op {
+            Op::Compute { id, args, .. } => {
+                value(id);
+                args.iter_mut().for_each(value);
+            }
+            Op::Load { id, .. } | Op::Const { id, .. } | Op::Full { id, .. } => value(id),
+            Op::Store { src, .. } => value(src),
+            Op::LocalCopy { id, .. }
+            | Op::RemoteCopy { id, .. }
+            | Op::Start { id, .. }
+            | Op::Wait { id, .. }
+            | Op::WaitSend { id, .. }
+            | Op::WaitRecv { id, .. } => moved(id, self.dbase, self.dby),
+            _ => {}
+        }
+    }
+}
+
+/// A PerIter's value at iteration `it`.
+fn value_at<'py>(v: &Bound<'py, PyAny>, it: At) -> Field<Bound<'py, PyAny>> {
+    let Some(j) = it else {
+        return Err("a per-iteration value outside a loop's copies".into());
+    };
+    let vals = v
+        .getattr(intern!(v.py(), "vals"))
+        .map_err(|e| e.to_string())?;
+    vals.get_item(j)
+        .map_err(|_| format!("no per-iteration value for iteration {j}"))
 }
 
 /// Calls `f` with each item of a list or tuple, and its position.
@@ -551,15 +706,21 @@ fn kind_rec<'py>(v: &Bound<'py, PyAny>) -> Field<KindRec> {
 }
 
 /// For the tests: the recording `obj` as this reader reads it and as the serde derives
-/// read it (the reader's reference), each its `Debug` text or its error.
+/// read it (the reader's reference), each its `Debug` text or its error. The serde
+/// derives read `expanded` where given: `obj` with its loop copies made in Python
+/// (`_batch.expand`), which they do not know.
 #[pyfunction]
-pub fn _read_recording_both(obj: &Bound<'_, PyAny>) -> (String, String) {
+#[pyo3(signature = (obj, expanded=None))]
+pub fn _read_recording_both(
+    obj: &Bound<'_, PyAny>,
+    expanded: Option<&Bound<'_, PyAny>>,
+) -> (String, String) {
     let text = |r: Result<Recording>| match r {
         Ok(rec) => format!("{rec:?}"),
         Err(e) => format!("error: {e}"),
     };
     (
         text(read_recording(obj)),
-        text(crate::replay::read_recording_serde(obj)),
+        text(crate::replay::read_recording_serde(expanded.unwrap_or(obj))),
     )
 }

@@ -16,6 +16,7 @@ store into SMEM, ...): what the attempt recorded is taken back and the loop goes
 one iteration at a time, so the records are the same either way (the tests compare
 them: ``TPUSIM_LOOPS=each`` forces the per-iteration form)."""
 
+import bisect
 import os
 
 import numpy as np
@@ -370,27 +371,121 @@ class Template:
             desc = desc and r["id"] >= dbase
             var = tuple((k, _at_iteration(v)) for k, v in r.items() if varies(v))
             self.makers.append((r, same, shifted, lists, desc, var))
+        self.records = [m[0] for m in self.makers]
+        self.native = all(_native_copies(r) for r in self.records)
 
     def instance(self, j):
         """The records of batched iteration `j`."""
-        base, by, dby = self.batch.nv0, j * self.nvb, j * self.ndb
-        out = []
-        append = out.append
-        for r, same, shifted, lists, desc, var in self.makers:
-            if same:
-                append(r)  # nothing in it changes: the one record serves every iteration
-                continue
-            d = r.copy()
-            for k in shifted:
-                d[k] = r[k] + by
-            for k in lists:
-                d[k] = [a + by if a >= base else a for a in r[k]]
-            if desc:
-                d["id"] += dby
-            for k, f in var:
-                d[k] = f(j)
-            append(d)
-        return out
+        return [self.record(k, j) for k in range(len(self.makers))]
+
+    def record(self, k, j):
+        """The `k`-th record of batched iteration `j`."""
+        r, same, shifted, lists, desc, var = self.makers[k]
+        if same:
+            return r  # nothing in it changes: the one record serves every iteration
+        base, by = self.batch.nv0, j * self.nvb
+        d = r.copy()
+        for k in shifted:
+            d[k] = r[k] + by
+        for k in lists:
+            d[k] = [a + by if a >= base else a for a in r[k]]
+        if desc:
+            d["id"] += j * self.ndb
+        for k, f in var:
+            d[k] = f(j)
+        return d
+
+
+def _native_copies(r):
+    """Whether the native reader makes record `r`'s copies (``src/records.rs``,
+    ``Copies``): every field that differs between iterations is a PerIter as a whole,
+    or an ``iter`` record's iteration counts are."""
+    for k, v in r.items():
+        if type(v) is PerIter or not varies(v):
+            continue
+        if k != "loops" or r["op"] != "iter":
+            return False
+        if any(varies(site) for site, _ in v):
+            return False
+    return True
+
+
+class Copies:
+    """A batched body's records standing, in a point's records, for their copies at its
+    first `n` iterations: the native reader makes the copies (``src/records.rs``), as
+    ``Template.instance`` would (a long loop's copies were most of a first call's
+    recording). Python reads them through :func:`flat` and :func:`expand`.
+
+    The copy at iteration `j` has each value id from `base` on shifted by `j * by`,
+    each DMA descriptor id from `dbase` on by `j * dby`, and each PerIter replaced by
+    its value at `j`."""
+
+    __slots__ = ("template", "n", "records", "base", "by", "dbase", "dby")
+
+    def __init__(self, template):
+        self.template = template
+        self.n = 0
+        self.records = template.records
+        self.base, self.by = template.batch.nv0, template.nvb
+        self.dbase, self.dby = template.batch.nd0, template.ndb
+
+    def __repr__(self):
+        return f"Copies(n={self.n}, records={len(self.records)})"
+
+
+def expand(ops):
+    """A point's records with each :class:`Copies` replaced by its copies."""
+    if not any(type(r) is Copies for r in ops):
+        return ops
+    out = []
+    for r in ops:
+        if type(r) is Copies:
+            for j in range(r.n):
+                out.extend(r.template.instance(j))
+        else:
+            out.append(r)
+    return out
+
+
+class _Flat:
+    """A point's records as one sequence, :class:`Copies` counted as their copies (a
+    copy made only when its item is asked for)."""
+
+    def __init__(self, ops):
+        self.ops = ops
+        self.ends = []
+        end = 0
+        for r in ops:
+            end += r.n * len(r.records) if type(r) is Copies else 1
+            self.ends.append(end)
+
+    def __len__(self):
+        return self.ends[-1] if self.ends else 0
+
+    def __getitem__(self, i):
+        at = bisect.bisect_right(self.ends, i)
+        r = self.ops[at]
+        if type(r) is not Copies:
+            return r
+        j, k = divmod(i - (self.ends[at - 1] if at else 0), len(r.records))
+        return r.template.record(k, j)
+
+
+def flat(ops):
+    """`ops` as a sequence of records (itself when it holds no :class:`Copies`)."""
+    if not any(type(r) is Copies for r in ops):
+        return ops
+    return _Flat(ops)
+
+
+def records_of(ops):
+    """Each record of `ops` for a question every iteration's copy answers alike (a
+    :class:`Copies`' body records once, its PerIter fields unresolved)."""
+    for r in ops:
+        if type(r) is Copies:
+            yield from r.records
+        else:
+            yield r
 
 
 def _at_iteration(x):
@@ -538,8 +633,14 @@ def run_scan(ev, jaxpr, where, consts, seen, xs, order, split, budget):
     eqns = ev.plan.budget.eqns - saved[10]
     del p.ops[batch.start :]
     del p.syms[batch.syms0 :]
+    copies = Copies(template) if template.native else None
+    if copies is not None:
+        p.ops.append(copies)
     for j in range(n):
-        p.ops.extend(template.instance(j))
+        if copies is None:
+            p.ops.extend(template.instance(j))
+        else:
+            copies.n = j + 1  # what the budget measures so far
         if j:
             ev.plan.budget.eqns += eqns
         budget.iterated()

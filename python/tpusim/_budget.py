@@ -9,7 +9,7 @@ machine's load, and huge work is refused in well under a second, before anything
 proportional to it is made. A terminal shows the progress of long work, and Ctrl-C
 stops it (``_native.check_interrupt``) on whichever thread records the kernel."""
 
-from . import _native
+from . import _batch, _native
 
 #: Iterations (or calls) between two looks at progress, and the last count of the
 #: doubling check-ins.
@@ -144,9 +144,10 @@ def _text_size(ops):
     """The length of `ops`' text: measured in whole for a short list, else from
     records spread evenly over it (a long call's records repeat a few shapes; the whole
     text took a second at ~50,000 records a call)."""
+    ops = _batch.flat(ops)
     n = len(ops)
     if n <= SAMPLE:
-        return len(repr(ops))
+        return len(repr(list(ops)))
     step = n / SAMPLE
     sample = [ops[int(i * step)] for i in range(SAMPLE)]
     return len(repr(sample)) * n / SAMPLE

@@ -825,7 +825,7 @@ class Plan:
     def _untouched(p, bufs, since):
         """No call recorded after position `since` may have written any of `bufs`."""
         pos = {b.pos for b in bufs}
-        for r in p.ops[since + 1 :]:
+        for r in _batch.records_of(p.ops[since + 1 :]):
             if r.get("dead"):
                 continue
             op = r["op"]
@@ -1025,10 +1025,11 @@ class Plan:
                 _batch.ENABLED = True
             self.smem_restore(device, snap)
             got = self._device_once(device)
-            if got != want:
+            flat = [_batch.expand(ops) for ops in got]
+            if flat != want:
                 raise RuntimeError(
                     f"`{self.spec.name}`: batched loops recorded device {device} differently "
-                    f"({_batch.first_difference(want, got)})"
+                    f"({_batch.first_difference(want, flat)})"
                 )
             return got
         return self._device_once(device)
@@ -1088,7 +1089,7 @@ class Plan:
         p.drop_unused()
         if p.prints or (device, g) in self.prints:
             self.prints[(device, g)] = (p.name(), pt, p.prints)
-        return [r for r in p.ops if not r.get("dead")]
+        return [r for r in p.ops if type(r) is _batch.Copies or not r.get("dead")]
 
     def _check_block(self, p, view, vb):
         for d, n in zip(view.dims, view.buf.shape):
