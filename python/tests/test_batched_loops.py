@@ -237,3 +237,41 @@ def test_a_field_holding_per_iteration_values_is_each_iterations_copy():
     assert got == {"src": [4, [[0, 1, 0], [1, 512, 256]]], "loops": (3, 3)}
     assert got["src"][1][0] is steps
     assert _batch.subst(7, 1) == 7
+
+
+def test_a_batched_bodys_copies_are_left_to_the_native_reader(monkeypatch):
+    """The records hold the body once (`_batch.Copies`); what Python reads of them (the
+    budget's text sizes, `flat`) is what the copies written out would give."""
+    from tpusim import _budget, _native
+
+    caught = []
+    real = _native.KernelCall
+
+    def capture(*args, **kw):
+        caught.append(args[7])  # the recording
+        return real(*args, **kw)
+
+    capture.steered = real.steered
+    monkeypatch.setattr(_native, "KernelCall", capture)
+    n = 12
+
+    def kernel(x_ref, o_ref):
+        def body(i, c):
+            rows = pl.ds(pl.multiple_of(i * ROWS, ROWS), ROWS)
+            o_ref[rows, :] = x_ref[rows, :] * 2.0 + c.astype(jnp.float32)
+            return c + 3
+
+        lax.fori_loop(0, n, body, 5)
+
+    x = blocks(n)
+    run(kernel, x)
+    (point,) = caught[-1][0]
+    (copies,) = [r for r in point if type(r) is _batch.Copies]
+    assert copies.n == n - 2  # the first two iterations are recorded on their own
+    written = _batch.expand(point)
+    assert len(written) == len(point) - 1 + copies.n * len(copies.records)
+    flat = _batch.flat(point)
+    assert len(flat) == len(written) and [flat[i] for i in range(len(flat))] == written
+    assert _budget._text_size(point) == _budget._text_size(written)
+    once = [x for r in point for x in (r.records if type(r) is _batch.Copies else [r])]
+    assert list(_batch.records_of(point)) == once
