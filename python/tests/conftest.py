@@ -114,3 +114,21 @@ def against_interpret(fn, *args, schedules=20):
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
         want = jax.tree.map(np.asarray, jax.jit(fn)(*args))
     return got, want
+
+
+@pytest.fixture
+def recordings(monkeypatch):
+    """The recording each native kernel call is made from, in order (captured as
+    ``_native.KernelCall`` is called)."""
+    from tpusim import _native
+
+    caught = []
+    real = _native.KernelCall
+
+    def capture(*args, **kw):
+        caught.append(args[7])  # the recording
+        return real(*args, **kw)
+
+    capture.steered = real.steered
+    monkeypatch.setattr(_native, "KernelCall", capture)
+    return caught

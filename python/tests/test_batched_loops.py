@@ -42,8 +42,9 @@ def blocks(n):
     return np.random.default_rng(n).standard_normal((n * ROWS, COLS)).astype(np.float32)
 
 
-def test_an_index_and_a_carried_counter_are_batched():
-    n = 12
+def counter_kernel(n):
+    """A loop of `n` iterations writing block i of the output from block i of the input
+    and a carried counter."""
 
     def kernel(x_ref, o_ref):
         def body(i, c):
@@ -53,8 +54,13 @@ def test_an_index_and_a_carried_counter_are_batched():
 
         lax.fori_loop(0, n, body, 5)
 
+    return kernel
+
+
+def test_an_index_and_a_carried_counter_are_batched():
+    n = 12
     x = blocks(n)
-    y, stats = run(kernel, x)
+    y, stats = run(counter_kernel(n), x)
     want = x * np.float32(2) + (5 + 3 * (np.arange(n * ROWS) // ROWS))[:, None].astype(np.float32)
     np.testing.assert_array_equal(y, want)
     assert stats == {"batched": 1, "taken_back": 0}
@@ -239,33 +245,14 @@ def test_a_field_holding_per_iteration_values_is_each_iterations_copy():
     assert _batch.subst(7, 1) == 7
 
 
-def test_a_batched_bodys_copies_are_left_to_the_native_reader(monkeypatch):
+def test_a_batched_bodys_copies_are_left_to_the_native_reader(recordings):
     """The records hold the body once (`_batch.Copies`); what Python reads of them (the
     budget's text sizes, `flat`) is what the copies written out would give."""
-    from tpusim import _budget, _native
+    from tpusim import _budget
 
-    caught = []
-    real = _native.KernelCall
-
-    def capture(*args, **kw):
-        caught.append(args[7])  # the recording
-        return real(*args, **kw)
-
-    capture.steered = real.steered
-    monkeypatch.setattr(_native, "KernelCall", capture)
     n = 12
-
-    def kernel(x_ref, o_ref):
-        def body(i, c):
-            rows = pl.ds(pl.multiple_of(i * ROWS, ROWS), ROWS)
-            o_ref[rows, :] = x_ref[rows, :] * 2.0 + c.astype(jnp.float32)
-            return c + 3
-
-        lax.fori_loop(0, n, body, 5)
-
-    x = blocks(n)
-    run(kernel, x)
-    (point,) = caught[-1][0]
+    run(counter_kernel(n), blocks(n))
+    (point,) = recordings[-1][0]
     (copies,) = [r for r in point if type(r) is _batch.Copies]
     assert copies.n == n - 2  # the first two iterations are recorded on their own
     written = _batch.expand(point)
