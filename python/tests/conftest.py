@@ -119,8 +119,10 @@ def against_interpret(fn, *args, schedules=20):
 @pytest.fixture
 def recordings(monkeypatch):
     """The recording each native kernel call is made from, in order (captured as
-    ``_native.KernelCall`` is called)."""
-    from tpusim import _native
+    ``_native.KernelCall`` is called; every kernel planned afresh, whatever ran it before)."""
+    from tpusim import _hook, _native
+
+    monkeypatch.setattr(_hook, "_plans", {})
 
     caught = []
     real = _native.KernelCall
