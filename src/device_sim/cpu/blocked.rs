@@ -13,9 +13,9 @@
 
 use super::region::{self, Scratch};
 use super::{accumulate_words, fill_part};
-use crate::device_sim::fuse::{Pattern, Region, Step};
+use crate::device_sim::fuse::{Instr, Pattern, Region, Step};
 use crate::device_sim::BlockedStretch;
-use crate::ir::{DataOp, ReduceOp, View};
+use crate::ir::{Binary, DataOp, ReduceOp, View};
 use crate::DType;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -190,6 +190,39 @@ pub fn described(s: &Stretch, steps: &[Step], ops: &[DataOp], scheduled: usize) 
     }
 }
 
+/// Region `r` as the accumulate it computes, when it is one: `dst = dst + src` of f32 or
+/// i32 elements (its inputs read element for element, its one output the first
+/// operand's input, the other input apart from it), as `(dst, src, op, dtype)`. A
+/// stretch runs it as [`Placed::Accumulate`]: in place, where the region's block would
+/// compute the sum into a register and copy it out. Each element gets the same bits:
+/// `d + s` in that order, as the region's add (f32 in the thread's float mode, i32
+/// wrapping).
+pub fn accumulate_of(r: &Region) -> Option<(View, View, ReduceOp, DType)> {
+    let [Instr::Load(kd), Instr::Load(ks), Instr::Binary(Binary::Add, t, d, s)] =
+        *r.instrs.as_slice()
+    else {
+        return None;
+    };
+    let (kd, ks) = match (d, s) {
+        (0, 1) => (kd, ks),
+        (1, 0) => (ks, kd),
+        _ => return None,
+    };
+    let plain = r.regs.iter().all(|g| g.dtype == t && !g.raw && !g.uniform);
+    let wide = matches!(t, DType::F32 | DType::I32) && r.inputs.iter().all(|i| i.dtype == t);
+    let full = r
+        .inputs
+        .iter()
+        .all(|i| i.pattern == Pattern::Full && i.view.len() == r.n);
+    let [out] = r.outputs.as_slice() else {
+        return None;
+    };
+    let (dst, src) = (r.inputs.get(kd)?.view, r.inputs.get(ks)?.view);
+    let in_place = out.reg == 2 && out.view == dst && !src.overlaps(&dst);
+    (kd != ks && r.inputs.len() == 2 && r.reduces.is_empty() && plain && wide && full && in_place)
+        .then_some((dst, src, ReduceOp::Sum, t))
+}
+
 /// One op of a stretch, at its views' first elements.
 #[derive(Clone, Copy)]
 pub enum Placed {
@@ -256,12 +289,13 @@ impl PlacedRegion {
     ///
     /// # Safety
     /// As [`run_op`]'s.
-    unsafe fn run(&self, scratch: &mut Scratch, from: usize, len: usize) {
+    unsafe fn run(&self, own: &mut Planned, from: usize, len: usize) {
         let r = if len == self.block.n {
             &self.block
         } else {
             &self.last
         };
+        let scratch = &mut own.scratch;
         let places = scratch.places();
         // SAFETY: the elements lie within each view (the caller's contract).
         unsafe {
@@ -275,8 +309,24 @@ impl PlacedRegion {
         places.input_halves.resize(self.inputs.len(), false);
         places.output_halves.resize(self.outputs.len(), false);
         // SAFETY: as the caller's; outputs overlap inputs only exactly (`stretches`).
-        unsafe { region::run(r, scratch) };
+        // Planned once per block length: the blocks differ in their places alone.
+        unsafe {
+            if own.planned == Some(len) {
+                region::run_planned(r, scratch)
+            } else {
+                region::run(r, scratch);
+                own.planned = Some(len);
+            }
+        }
     }
+}
+
+/// A thread's scratch for one region of a stretch, and the block length it was last
+/// planned for.
+#[derive(Default)]
+struct Planned {
+    scratch: Scratch,
+    planned: Option<usize>,
 }
 
 /// Blocks a stretch runs between two looks at whether its caller was asked to stop
@@ -296,8 +346,8 @@ const BLOCKS_PER_CHECK: usize = 256;
 /// identical or apart, and an op's source and destination apart ([`stretches`]).
 pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> {
     use rayon::prelude::*;
-    let scratches = || -> Vec<Scratch> { ops.regions.iter().map(|_| Scratch::default()).collect() };
-    let one = |scratches: &mut Vec<Scratch>, b: usize| {
+    let scratches = || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
+    let one = |scratches: &mut Vec<Planned>, b: usize| {
         let (from, len) = (b * block, block.min(n - b * block));
         for op in &ops.ops {
             // SAFETY: elements `from..from + len` of each view lie within it (`n`),
@@ -456,6 +506,64 @@ mod tests {
             "{stopped:?}"
         );
         assert!(dst.iter().chain(&filled).all(|&w| w == 0));
+    }
+
+    /// `out = a + b` of dtype `t` over `n` elements: `a` loaded from `inputs[0]` when
+    /// `a_first`, else from `inputs[1]`.
+    fn add(t: DType, inputs: [View; 2], a_first: bool, out: View) -> Region {
+        use crate::device_sim::fuse::{Input, Output, Reg};
+        let reg = Reg {
+            dtype: t,
+            raw: false,
+            uniform: false,
+        };
+        let (a, b) = if a_first { (0, 1) } else { (1, 0) };
+        Region {
+            n: out.len(),
+            device: 0,
+            inputs: inputs
+                .iter()
+                .map(|&view| Input {
+                    view,
+                    dtype: t,
+                    pattern: Pattern::Full,
+                })
+                .collect(),
+            instrs: vec![
+                Instr::Load(0),
+                Instr::Load(1),
+                Instr::Binary(Binary::Add, t, a, b),
+            ],
+            regs: vec![reg; 3],
+            slots: vec![0, 1, 2],
+            nslots: 3,
+            outputs: vec![Output { reg: 2, view: out }],
+            reduces: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// psum's fused step `dst = dst + src` (f32, i32) runs as an accumulate; an add
+    /// into a third view, of the operands the other way round, or of 16-bit floats
+    /// stays a region.
+    #[test]
+    fn an_add_in_place_runs_as_an_accumulate() {
+        let (src, dst) = (v(0, 1, 0, N), v(0, 3, 0, N));
+        for t in [DType::F32, DType::I32] {
+            let r = add(t, [src, dst], false, dst);
+            assert_eq!(accumulate_of(&r), Some((dst, src, ReduceOp::Sum, t)));
+            let r = add(t, [dst, src], true, dst);
+            assert_eq!(accumulate_of(&r), Some((dst, src, ReduceOp::Sum, t)));
+            assert_eq!(accumulate_of(&add(t, [src, dst], true, dst)), None);
+            assert_eq!(
+                accumulate_of(&add(t, [src, dst], false, v(0, 2, 0, N))),
+                None
+            );
+        }
+        assert_eq!(
+            accumulate_of(&add(DType::BF16, [src, dst], false, dst)),
+            None
+        );
     }
 
     #[test]

@@ -610,6 +610,15 @@ impl Memory<'_> {
             let i = match &steps[k] {
                 Step::Op(i) => i,
                 Step::Region(r) => {
+                    if let Some((dst, src, op, dtype)) = blocked::accumulate_of(r) {
+                        placed.push(Placed::Accumulate {
+                            dst: self.place(&dst),
+                            src: self.place(&src),
+                            op,
+                            dtype,
+                        });
+                        continue;
+                    }
                     let inputs = r.inputs.iter().map(|i| self.place(&i.view) as *const u32);
                     let inputs = inputs.collect();
                     let outputs = r.outputs.iter().map(|o| self.place(&o.view)).collect();

@@ -279,9 +279,16 @@ fn all_splat(instr: &Instr, splat: &[Option<u32>]) -> bool {
 /// # Safety
 /// As [`run`]'s.
 unsafe fn prepare(r: &Region, scratch: &mut Scratch) {
+    plan(r, scratch);
+    // SAFETY: as the function's.
+    unsafe { prologue(r, scratch) };
+}
+
+/// Decides how `r` runs on memory whose 16-bit places are as `scratch`'s say: which
+/// registers are read in place, made in an output, computed by a kernel.
+fn plan(r: &Region, scratch: &mut Scratch) {
     let Scratch {
         places,
-        regs: template,
         in_place,
         direct,
         uses,
@@ -289,11 +296,9 @@ unsafe fn prepare(r: &Region, scratch: &mut Scratch) {
         same,
         splat_ok,
         halves_widen,
-        at,
-        splat,
-        singles: _,
         kernels,
         inside,
+        ..
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
     patterns::find(r, uses, splat_ok, kernels, inside);
@@ -322,6 +327,20 @@ unsafe fn prepare(r: &Region, scratch: &mut Scratch) {
         }
         _ => false,
     }));
+}
+
+/// Computes the uniform registers of [`plan`]ned `r` into `scratch`'s register file, at
+/// `scratch`'s places (a block's register reuse may have overwritten them since).
+///
+/// # Safety
+/// As [`run`]'s.
+unsafe fn prologue(r: &Region, scratch: &mut Scratch) {
+    let Scratch {
+        regs: template,
+        at,
+        splat,
+        ..
+    } = scratch;
     // Every register's lanes are written before they are read: no zeroing.
     if template.len() < r.nslots * BLOCK {
         template.resize(r.nslots * BLOCK, 0);
@@ -380,8 +399,20 @@ fn split<'a>(
 /// other than exactly, and then only an input read element for element
 /// ([`Pattern::Full`]), as the fusion pass builds regions.
 pub(super) unsafe fn run(r: &Region, scratch: &mut Scratch) {
+    plan(r, scratch);
     // SAFETY: as the function's.
-    unsafe { prepare(r, scratch) };
+    unsafe { run_planned(r, scratch) };
+}
+
+/// [`run`], `scratch` already planned for `r` by an earlier [`run`] or [`run_planned`]
+/// of it with the same 16-bit places: a region run again at other places (a blocked
+/// stretch's next block) skips its planning.
+///
+/// # Safety
+/// As [`run`]'s.
+pub(super) unsafe fn run_planned(r: &Region, scratch: &mut Scratch) {
+    // SAFETY: as the function's.
+    unsafe { prologue(r, scratch) };
     let mut singles = std::mem::take(&mut scratch.singles);
     let (plan, template, at, splat) = split(r, scratch);
     let arch = pulp::Arch::new();
