@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 mod meta;
 mod rates;
 pub use meta::{results, Asked, Ran, VERSION};
-pub use rates::{InCache, Rates, MATMUL_SHAPES, MOST_FOOTPRINT_BYTES, RATE_SIZES};
+pub use rates::{BySize, InCache, Rates, MATMUL_SHAPES, MOST_FOOTPRINT_BYTES, RATE_SIZES};
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -124,6 +124,13 @@ impl BenchRow {
                     "fill": self.rates.in_cache.fill / 1e9,
                     "zero": self.rates.in_cache.zero / 1e9,
                 },
+                "by_size_gbps": self.rates.by_size.points().iter().map(|(b, r)| json!({
+                    "bytes": b,
+                    "copy": r[0] / 1e9,
+                    "accumulate": r[1] / 1e9,
+                    "fill": r[2] / 1e9,
+                    "zero": r[3] / 1e9,
+                })).collect::<Vec<_>>(),
             },
             "macs": self.macs,
             "tflops": self.flops().map(|f| f / 1e12),

@@ -375,7 +375,7 @@ fn a_rank_that_fails_ends_the_others() {
 /// And a sweep on 2 and 4 thread ranks: no row's roof above its time.
 #[test]
 fn the_roof_on_ranks_is_the_slowest_ranks_share() {
-    use tpusim::bench::{roof, sweep, BenchConfig, InCache, Rates};
+    use tpusim::bench::{roof, sweep, BenchConfig, BySize, InCache, Rates};
     let rates = Rates {
         copy: 1e9,
         accumulate: 5e8,
@@ -390,6 +390,7 @@ fn the_roof_on_ranks_is_the_slowest_ranks_share() {
             fill: 2e9,
             zero: 4e9,
         },
+        by_size: BySize::default(),
     };
     let reg = Registry::builtin();
     for name in ["psum", "all_gather_matmul"] {

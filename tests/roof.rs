@@ -3,7 +3,7 @@
 
 mod common;
 
-use tpusim::bench::{sweep, BenchConfig, BenchRow, InCache, Rates};
+use tpusim::bench::{sweep, BenchConfig, BenchRow, BySize, InCache, Rates};
 use tpusim::collectives::Registry;
 use tpusim::device_sim::cpu::CpuExecutor;
 use tpusim::device_sim::Executor;
@@ -162,6 +162,7 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
             fill: cached,
             zero: cached,
         },
+        by_size: BySize::default(),
     };
     let cores = |c: usize| BlockedStretch {
         cores: c,
@@ -229,6 +230,7 @@ fn roofline_adds_bytes_at_their_rates() {
             fill: 5e8,
             zero: 4e9,
         },
+        by_size: BySize::default(),
     };
     let reg = Registry::builtin();
     let job = Job::collective(
@@ -316,6 +318,7 @@ fn roofline_counts_flops_and_elementwise_work() {
             fill: 1e9,
             zero: 1e9,
         },
+        by_size: BySize::default(),
     };
     for (matmul, per_dot) in [(1e6, flops / 1e6), (1e15, block / 1e9)] {
         let want = other as f64 / 1e9 + 4.0 * per_dot + 2e-6 / 5.0;
@@ -357,6 +360,7 @@ fn roofline_counts_flops_and_elementwise_work() {
             fill: 1e9,
             zero: 1e9,
         },
+        by_size: BySize::default(),
     };
     // neg: 1000 ops at 1e8/s (above 4000 bytes at 4e9); reshape and copy: 4000 bytes each.
     let want = 1000.0 / 1e8 + 2.0 * 4000.0 / 4e9;

@@ -12,8 +12,9 @@ use crate::sched::{schedule, Eager};
 /// An executor's best rates and fixed cost, measured in the same run: bytes of
 /// destination per second for copies, accumulates, non-zero fills and zero fills (the
 /// best over ops of [`RATE_SIZES`]), FLOP/s of a matmul (the best over
-/// [`MATMUL_SHAPES`]), elementwise operations per second (a negation, the cheapest
-/// elementwise op, best over [`RATE_SIZES`]), and the least time one submitted run takes
+/// [`MATMUL_SHAPES`]), elementwise operations per second (the faster of a negation into a
+/// temporary and an accumulate in place, one operation per element each, best over
+/// [`RATE_SIZES`]), and the least time one submitted run takes
 /// (a kernel that does nothing). [`Rates::roofline`] adds them up into the least time a
 /// schedule can take on the executor.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,6 +36,58 @@ pub struct Rates {
     /// The best data rates of ops that stay in a core's caches, which [`Rates::over`]
     /// keeps: the rates of a blocked stretch's ops ([`Rates::roofline_blocked`]).
     pub in_cache: InCache,
+    /// The data rates measured by op size, which [`Rates::over`] fills in: where given,
+    /// an op's bytes are bounded by the rates of its size ([`BySize::bound`]) in place of
+    /// `copy`, `accumulate`, `fill` and `zero` (those of the schedule's footprint, which
+    /// a small op whose buffers stay in the caches beats).
+    pub by_size: BySize,
+}
+
+/// Data rates (copy, accumulate, fill, zero: destination bytes per second) of single ops
+/// of some sizes, measured each on its own (its buffers as hot as repeated runs leave
+/// them), ascending by size; empty where not measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BySize {
+    /// (destination bytes of the op, its rates); the first `len` are measured.
+    points: [(u64, [f64; 4]); RATE_SIZES.len() + 1],
+    len: usize,
+}
+
+impl BySize {
+    /// The table of `points` ((op bytes, rates), any order; at most
+    /// [`RATE_SIZES`]`.len() + 1` of them, the rest left out).
+    pub fn new(points: &[(u64, [f64; 4])]) -> Self {
+        let mut t = BySize::default();
+        for &p in points.iter().take(t.points.len()) {
+            t.points[t.len] = p;
+            t.len += 1;
+        }
+        t.points[..t.len].sort_by_key(|p| p.0);
+        t
+    }
+
+    /// The measured points, ascending: (op bytes, [copy, accumulate, fill, zero]).
+    pub fn points(&self) -> &[(u64, [f64; 4])] {
+        &self.points[..self.len]
+    }
+
+    /// The most rates an op of `bytes` reaches, per kind (copy, accumulate, fill, zero):
+    /// the best of the ops measured at sizes from the largest not above `bytes` (every
+    /// size for an op below the smallest). An op's rate rises with its size while fixed
+    /// costs shrink and falls as its buffers leave each cache, so an op is no faster than
+    /// the best op at least as large as the measured size below it. `None` when empty.
+    pub fn bound(&self, bytes: u64) -> Option<[f64; 4]> {
+        let points = self.points();
+        let from = points.iter().rposition(|p| p.0 <= bytes).unwrap_or(0);
+        let mut best: Option<[f64; 4]> = None;
+        for (_, r) in &points[from..] {
+            let b = best.get_or_insert([0.0; 4]);
+            for (b, r) in b.iter_mut().zip(r) {
+                *b = b.max(*r);
+            }
+        }
+        best
+    }
 }
 
 /// Destination bytes per second of each kind of data op, the best over [`RATE_SIZES`]
@@ -182,7 +235,9 @@ impl Rates {
             fill: best[2],
             zero: best[3],
             matmul,
-            vector: best[4] / dtype.size() as f64,
+            // An add the executor runs as an accumulate in place (a blocked stretch's
+            // `dst = dst + src`) is an elementwise op at the accumulate's rate.
+            vector: best[4].max(best[1]) / dtype.size() as f64,
             fixed: fixed.0,
             in_cache: InCache {
                 copy: best[0],
@@ -190,22 +245,23 @@ impl Rates {
                 fill: best[2],
                 zero: best[3],
             },
+            by_size: BySize::default(),
         };
         Ok(Self::cache(&(exec.describe(), dtype), Some(r)).unwrap_or(r))
     }
 
-    /// These rates with the data ops' (copy, accumulate, fill, zero) those of ops over
-    /// as much memory as a schedule holding `footprint` bytes of buffers: a schedule
-    /// whose buffers outgrow a cache moves its bytes at the rate of the next one (or of
-    /// memory), not at that of ops that fit in the fastest, so its roof is the rates
-    /// measured over the largest footprint at most its own ([`Rates::footprint_point`]:
-    /// an op of [`RATE_SIZES`], whose two buffers hold twice its bytes, or, for a
-    /// schedule larger than those, one op over two buffers of half the largest power of
-    /// two at most `footprint`, capped at [`MOST_FOOTPRINT_BYTES`], so never more memory
-    /// than the schedule held). Rates only fall as the footprint grows, so this is still
-    /// a bound. Kept per executor, dtype and footprint; `again` measures the large
-    /// footprint again, keeping the best (the sizes of [`RATE_SIZES`] are measured again
-    /// by [`Rates::measure_again`]).
+    /// These rates with the data rates (copy, accumulate, fill, zero) those of ops over
+    /// as much memory as a schedule holding `footprint` bytes of buffers
+    /// ([`Rates::footprint_point`]: an op of [`RATE_SIZES`], whose two buffers hold twice
+    /// its bytes, or, for a schedule larger than those, one op over two buffers of half
+    /// the largest power of two at most `footprint`, capped at [`MOST_FOOTPRINT_BYTES`],
+    /// never more memory than the schedule held): the rate a blocked stretch's writes
+    /// leave for memory at ([`Rates::stretch_seconds`]). And [`Rates::by_size`], the rates
+    /// of every measured op size (that footprint's op among them), which bound each op by
+    /// its own size: a small op in a large schedule may find its buffers in the caches (a
+    /// chunk copy of what the step before wrote). Kept per executor, dtype and footprint;
+    /// `again` measures the large footprint again, keeping the best (the sizes of
+    /// [`RATE_SIZES`] are measured again by [`Rates::measure_again`]).
     pub fn over(
         &self,
         exec: &dyn Executor,
@@ -227,11 +283,20 @@ impl Rates {
                 Self::sized(&key, Some(d)).unwrap_or(d)
             }
         };
+        let at = |bytes| (exec.describe(), dtype, bytes);
+        let mut points: Vec<(u64, DataRates)> = RATE_SIZES
+            .iter()
+            .filter_map(|&b| Some((b, Self::sized(&at(2 * b), None)?)))
+            .collect();
+        if point > 2 * RATE_SIZES[RATE_SIZES.len() - 1] {
+            points.push((point / 2, data));
+        }
         Ok(Rates {
             copy: data[0],
             accumulate: data[1],
             fill: data[2],
             zero: data[3],
+            by_size: BySize::new(&points),
             ..*self
         })
     }
@@ -296,6 +361,7 @@ impl Rates {
                         fill: o.in_cache.fill.max(n.in_cache.fill),
                         zero: o.in_cache.zero.max(n.in_cache.zero),
                     },
+                    by_size: n.by_size,
                 },
                 None => n,
             };
@@ -404,21 +470,23 @@ impl Rates {
     /// elementwise op) its elementwise operations at the elementwise rate, each a bound
     /// on its own. `allocs` is [`Schedule::allocations`]'.
     pub fn op_seconds(&self, op: &DataOp, allocs: &[Allocation]) -> f64 {
-        let bytes = op.bytes(allocs) as f64
+        let bytes = op.bytes(allocs);
+        let data = [self.copy, self.accumulate, self.fill, self.zero];
+        let rates = self.by_size.bound(bytes).unwrap_or(data);
+        let bytes = bytes as f64
             / match Kind::of(op) {
-                Kind::Copy | Kind::Neg => self.copy,
-                Kind::Accumulate => self.accumulate,
-                Kind::Fill => self.fill,
-                Kind::Zero => self.zero,
+                Kind::Copy | Kind::Neg => rates[0],
+                Kind::Accumulate => rates[1],
+                Kind::Fill => rates[2],
+                Kind::Zero => rates[3],
             };
         let DataOp::Compute(c) = op else {
             return bytes;
         };
         let w = c.work();
         let flops = 2.0 * w.macs as f64 / self.matmul;
-        // A negation is the cheapest elementwise op (one source, one operation per
-        // element); reductions and data movement (reshape, slice…) are bounded by their
-        // bytes only.
+        // Elementwise ops at the elementwise rate ([`Rates::vector`]); reductions and
+        // data movement (reshape, slice…) are bounded by their bytes only.
         let elementwise = matches!(
             c.kind,
             ComputeKind::Unary(_)
@@ -493,6 +561,7 @@ impl Rates {
             accumulate: self.in_cache.accumulate,
             fill: self.in_cache.fill,
             zero: self.in_cache.zero,
+            by_size: BySize::default(),
             ..*self
         };
         let passes = b.ops.iter().filter_map(|&i| ops.get(i));
@@ -516,5 +585,47 @@ impl Rates {
             .map(|o| self.op_seconds(o, &allocs))
             .sum();
         data + self.fixed / iters.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An op's rates are the best of those measured from the largest size not above its
+    /// own: the peak where fixed costs fade, then what larger ops reach as they leave the
+    /// caches.
+    #[test]
+    fn an_op_is_bounded_by_the_best_rates_from_its_measured_size_up() {
+        assert_eq!(BySize::default().bound(1 << 20), None);
+        let r = |x: f64| [x, x / 2.0, x / 4.0, x / 8.0];
+        // Measured out of order; 1 MiB is the peak.
+        let t = BySize::new(&[
+            (1 << 20, r(80.0)),
+            (4 << 10, r(10.0)),
+            (64 << 10, r(60.0)),
+            (64 << 20, r(20.0)),
+            (4 << 20, r(30.0)),
+        ]);
+        for (bytes, want) in [
+            (1, 80.0),
+            (4 << 10, 80.0),
+            (512 << 10, 80.0),
+            (1 << 20, 80.0),
+            (2 << 20, 80.0),
+            (4 << 20, 30.0),
+            (16 << 20, 30.0),
+            (64 << 20, 20.0),
+            (1 << 30, 20.0),
+        ] {
+            assert_eq!(t.bound(bytes), Some(r(want)), "{bytes}");
+        }
+        // Per kind: a kind whose best lies at another size keeps its own best.
+        let t = BySize::new(&[
+            (4 << 10, [1.0, 9.0, 1.0, 1.0]),
+            (1 << 20, [5.0, 2.0, 1.0, 1.0]),
+        ]);
+        assert_eq!(t.bound(8 << 10), Some([5.0, 9.0, 1.0, 1.0]));
+        assert_eq!(t.bound(2 << 20), Some([5.0, 2.0, 1.0, 1.0]));
     }
 }
