@@ -81,13 +81,13 @@ fn psum_beyond_the_caches_runs_blocked_and_equals_unfused_and_f64_sums() {
 }
 
 /// psum at P = 4 beyond the caches, in every collective dtype, for sum and max: its
-/// scratch (`hbm_buf`'s halves, `vmem_recv`, `o_ref`) is written before it is read in every
+/// scratch (the VMEM copies `x_ref` and `o_ref`) is written before it is read in every
 /// iteration and read by no step outside the stretch, so a run keeps its blocks in the
 /// cores' own buffers and never writes them to memory; the roof counts only the views
-/// that do reach memory (the outputs). Every buffer such a run materializes (inputs,
-/// outputs) equals the unfused run's bit for bit after two iterations, every other
-/// buffer the materialized run's ([`CpuExecutor::materialized`]: every view written),
-/// and a read of the kept scratch is an error, not its stale words.
+/// that do reach memory (the outputs, `hbm_buf` among them). Every buffer such a run
+/// materializes (inputs, outputs) equals the unfused run's bit for bit after two
+/// iterations, every other buffer the materialized run's ([`CpuExecutor::materialized`]:
+/// every view written), and a read of the kept scratch is an error, not its stale words.
 #[test]
 fn dead_scratch_stays_out_of_memory_and_every_materialized_buffer_equals_unfused() {
     use tpusim::device_sim::BlockedStretch;

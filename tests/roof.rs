@@ -140,8 +140,9 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
         "every op, once"
     );
     // Every view written to memory is distinct and of the whole 8 MiB shard: the
-    // outputs, as the scratch (hbm_buf's two halves, vmem_recv) is dead outside the
-    // stretch and stays in the cores' blocks; materialized, the scratch is written too.
+    // outputs (hbm_buf's two halves among them), as the VMEM copies x_ref and o_ref are
+    // dead outside the stretch and stay in the cores' blocks; materialized, they are
+    // written too.
     let shard = 8u64 << 20;
     assert!(
         b.written
