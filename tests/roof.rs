@@ -139,8 +139,21 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
         (0..sched.ops.len()).collect::<Vec<_>>(),
         "every op, once"
     );
-    // Every view written is distinct and of the whole 8 MiB shard (hbm_buf's two halves).
+    // Every view written to memory is distinct and of the whole 8 MiB shard: the
+    // outputs (hbm_buf's two halves among them), as the VMEM copies x_ref and o_ref are
+    // dead outside the stretch and stay in the cores' blocks; materialized, they are
+    // written too.
     let shard = 8u64 << 20;
+    assert!(
+        b.written
+            .iter()
+            .all(|v| program.outputs.contains(&v.alloc())),
+        "{b:?}"
+    );
+    let whole = CpuExecutor::new().materialized(true);
+    let whole = &whole.blocked_stretches(program, sched)[0];
+    assert!(whole.written.len() > b.written.len(), "{whole:?}");
+    assert!(b.written.iter().all(|v| whole.written.contains(v)));
     let written: u64 = b.written.iter().map(|v| v.bytes(4)).sum();
     assert!(b.written.iter().all(|v| v.bytes(4) == shard), "{b:?}");
     for (k, v) in b.written.iter().enumerate() {

@@ -26,7 +26,9 @@ pub use lend::{Coverage, Lent};
 pub struct BlockedStretch {
     /// The schedule's ops it runs (indices into [`Schedule::ops`]).
     pub ops: Vec<usize>,
-    /// The distinct views it writes (identical or apart): each leaves for memory once.
+    /// The distinct views it writes to memory (identical or apart): each leaves for
+    /// memory once. Views whose values are dead outside the stretch, which the blocks
+    /// keep in the cores' own buffers, are not among them.
     pub written: Vec<View>,
     /// The cores its blocks are spread over.
     pub cores: usize,

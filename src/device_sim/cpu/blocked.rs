@@ -10,6 +10,11 @@
 //! or on any core. Each memory element sees the same ops in the same order as in the
 //! schedule's order, so results are bit-identical; a block's views stay in the core's
 //! cache from one op to the next.
+//!
+//! A view whose values are dead outside its stretch ([`dead_inside`]: written whole before
+//! any read in the stretch, touched by no other step, no operand of the kernel) need not
+//! reach memory at all: its blocks stay in a buffer of the core's own ([`At::Kept`]),
+//! so that memory sees neither its reads for ownership nor its write-backs.
 
 use super::region::{self, Scratch};
 use super::{accumulate_words, fill_part};
@@ -159,10 +164,91 @@ pub fn stretches(steps: &[Step], ops: &[DataOp], halves: impl Fn(&View) -> bool)
     out
 }
 
+/// The views `step` (of `ops`) reads (an accumulate its destination too) and those it
+/// writes.
+fn touches(step: &Step, ops: &[DataOp]) -> (Vec<View>, Vec<View>) {
+    match step {
+        Step::Op(i) => {
+            let op = &ops[*i];
+            let mut reads: Vec<View> = op.reads().collect();
+            if let DataOp::Accumulate { dst, .. } = op {
+                reads.push(*dst);
+            }
+            (reads, op.writes().collect())
+        }
+        Step::Region(r) => (r.reads().collect(), r.writes().collect()),
+    }
+}
+
+/// The views of stretch `s` of `steps` (over `ops`) whose values are dead outside it, so
+/// that their blocks may stay in a core's own buffer and never be written to memory:
+/// the first of the stretch's steps to touch each writes it whole and does not read it
+/// (so every block is written before it is read), no step outside the stretch touches
+/// its memory (nothing reads what it held after the stretch, in this iteration or the
+/// next), no step `skip` lists touches it, and `live` (the kernel's operands, memory
+/// shared with them) is false of it. The same argument as [`super::dead_fills`]: for a
+/// run read through its outputs after it ends, never between its steps.
+pub fn dead_inside(
+    s: &Stretch,
+    steps: &[Step],
+    ops: &[DataOp],
+    skip: &[usize],
+    live: impl Fn(&View) -> bool,
+) -> Vec<View> {
+    // Views of a stretch's allocation are identical or apart ([`stretches`]): a view's
+    // first touch is that of the same view.
+    let (mut seen, mut dead) = (Vec::<View>::new(), Vec::<View>::new());
+    let mut touched_by_skipped = Vec::new();
+    for k in s.steps.clone() {
+        let (reads, writes) = touches(&steps[k], ops);
+        if skip.binary_search(&k).is_ok() {
+            touched_by_skipped.extend(reads.into_iter().chain(writes));
+            continue;
+        }
+        for v in writes.iter().chain(&reads) {
+            if !seen.contains(v) {
+                seen.push(*v);
+                if writes.contains(v) && !reads.contains(v) && !live(v) {
+                    dead.push(*v);
+                }
+            }
+        }
+    }
+    dead.retain(|v| !touched_by_skipped.iter().any(|w| w.overlaps(v)));
+    if dead.is_empty() {
+        return dead;
+    }
+    let mut by_alloc: HashMap<(usize, usize), Vec<View>> = HashMap::new();
+    for v in &dead {
+        by_alloc
+            .entry((v.device(), v.alloc()))
+            .or_default()
+            .push(*v);
+    }
+    let outside = steps[..s.steps.start].iter().chain(&steps[s.steps.end..]);
+    for step in outside {
+        let (reads, writes) = touches(step, ops);
+        for w in reads.iter().chain(&writes) {
+            if let Some(vs) = by_alloc.get_mut(&(w.device(), w.alloc())) {
+                vs.retain(|v| !v.overlaps(w));
+            }
+        }
+    }
+    dead.retain(|v| by_alloc[&(v.device(), v.alloc())].contains(v));
+    dead
+}
+
 /// What a roof counts of stretch `s` of `steps` (over `ops`, whose first `scheduled` are
-/// the schedule's): the schedule's ops it runs, the distinct views it writes, and the
+/// the schedule's): the schedule's ops it runs, the distinct views it writes to memory
+/// (not those of `kept`, which stay in the cores' blocks: [`dead_inside`]), and the
 /// cores [`run`] spreads its blocks over.
-pub fn described(s: &Stretch, steps: &[Step], ops: &[DataOp], scheduled: usize) -> BlockedStretch {
+pub fn described(
+    s: &Stretch,
+    steps: &[Step],
+    ops: &[DataOp],
+    scheduled: usize,
+    kept: &[View],
+) -> BlockedStretch {
     let (mut run, mut written) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
     for step in &steps[s.steps.clone()] {
@@ -181,7 +267,8 @@ pub fn described(s: &Stretch, steps: &[Step], ops: &[DataOp], scheduled: usize) 
             }
         };
         let key = |v: &View| (v.device(), v.alloc(), v.offset(), v.len());
-        written.extend(writes.into_iter().filter(|v| seen.insert(key(v))));
+        let to_memory = writes.into_iter().filter(|v| !kept.contains(v));
+        written.extend(to_memory.filter(|v| seen.insert(key(v))));
     }
     BlockedStretch {
         ops: run,
@@ -223,17 +310,62 @@ pub fn accumulate_of(r: &Region) -> Option<(View, View, ReduceOp, DType)> {
         .then_some((dst, src, ReduceOp::Sum, t))
 }
 
-/// One op of a stretch, at its views' first elements.
+/// Where an op of a stretch finds a view's block.
+#[derive(Clone, Copy, Debug)]
+pub enum At {
+    /// In memory: the view's first element (a block's are `from` on).
+    Memory(*mut u32),
+    /// Slot `k` of the running core's own buffer of blocks ([`Placement::kept`]): a view
+    /// dead outside its stretch ([`dead_inside`]), never written to memory.
+    Kept(usize),
+}
+
+/// Where one block's elements lie: `from` on in memory, or in slot `k` of `kept` (a
+/// page), slots `stride` words apart, each at the same place in its page as element
+/// `from` of a buffer (buffers start on a page: [`super::words`]), so that a copy or sum
+/// between a kept block and memory never has its loads wait on stores 4 KiB apart.
+struct Block {
+    from: usize,
+    kept: *mut u32,
+    stride: usize,
+}
+
+impl Block {
+    /// The block's first element of the view at `at`.
+    ///
+    /// # Safety
+    /// A memory view holds the block's elements; a kept slot lies within `kept`.
+    unsafe fn of(&self, at: At) -> *mut u32 {
+        // SAFETY: as the function's contract.
+        unsafe {
+            match at {
+                At::Memory(p) => p.add(self.from),
+                At::Kept(k) => self.kept.add(k * self.stride + self.from % PAGE_WORDS),
+            }
+        }
+    }
+}
+
+/// 32-bit words in a 4 KiB page.
+const PAGE_WORDS: usize = super::words::PAGE / 4;
+
+/// Words between two slots of a core's kept blocks: whole pages, with room for a block
+/// to start anywhere in its first ([`Block`]).
+fn stride(block: usize) -> usize {
+    block.next_multiple_of(PAGE_WORDS) + PAGE_WORDS
+}
+
+/// One op of a stretch, at its views' places.
 #[derive(Clone, Copy)]
 pub enum Placed {
     /// `dst = src`.
-    Copy { dst: *mut u32, src: *const u32 },
+    Copy { dst: At, src: At },
     /// `dst = bits`.
-    Fill { dst: *mut u32, bits: u32 },
+    Fill { dst: At, bits: u32 },
     /// `dst = op(dst, src)`.
     Accumulate {
-        dst: *mut u32,
-        src: *const u32,
+        dst: At,
+        src: At,
         op: ReduceOp,
         dtype: DType,
     },
@@ -248,24 +380,26 @@ pub struct Placement {
     pub ops: Vec<Placed>,
     /// The regions.
     pub regions: Vec<PlacedRegion>,
+    /// The slots of kept blocks ([`At::Kept`]) each core holds.
+    pub kept: usize,
 }
 
 // SAFETY: the blocks a `Placement` runs on different threads touch different elements
-// ([`run`]); the buffers outlive the run.
+// of memory ([`run`]) and each its own kept blocks; the buffers outlive the run.
 unsafe impl Sync for Placement {}
 
 /// A region of a stretch: itself over a block's elements and over the last block's,
-/// and its views' first elements.
+/// and its views' places.
 pub struct PlacedRegion {
     block: Region,
     last: Region,
-    inputs: Vec<*const u32>,
-    outputs: Vec<*mut u32>,
+    inputs: Vec<At>,
+    outputs: Vec<At>,
 }
 
 impl PlacedRegion {
-    /// `r` of stretch `s`, its inputs and outputs at `inputs` and `outputs` (in words).
-    pub fn new(r: &Region, s: &Stretch, inputs: Vec<*const u32>, outputs: Vec<*mut u32>) -> Self {
+    /// `r` of stretch `s`, its inputs and outputs at `inputs` and `outputs`.
+    pub fn new(r: &Region, s: &Stretch, inputs: Vec<At>, outputs: Vec<At>) -> Self {
         // The same views (offsets kept, so that which are the same stays as it was) of
         // `len` elements.
         let of = |len: usize| {
@@ -285,11 +419,11 @@ impl PlacedRegion {
         }
     }
 
-    /// Runs the region on elements `from..from + len` (a whole block, or the last).
+    /// Runs the region on the `len` elements of block `at` (a whole block, or the last).
     ///
     /// # Safety
     /// As [`run_op`]'s.
-    unsafe fn run(&self, own: &mut Planned, from: usize, len: usize) {
+    unsafe fn run(&self, own: &mut Planned, at: &Block, len: usize) {
         let r = if len == self.block.n {
             &self.block
         } else {
@@ -301,10 +435,10 @@ impl PlacedRegion {
         unsafe {
             places
                 .inputs
-                .extend(self.inputs.iter().map(|p| p.add(from)));
+                .extend(self.inputs.iter().map(|&p| at.of(p) as *const u32));
             places
                 .outputs
-                .extend(self.outputs.iter().map(|p| p.add(from)));
+                .extend(self.outputs.iter().map(|&p| at.of(p)));
         }
         places.input_halves.resize(self.inputs.len(), false);
         places.output_halves.resize(self.outputs.len(), false);
@@ -336,28 +470,57 @@ struct Planned {
 /// 15-20% slower on a loaded machine.
 const BLOCKS_PER_CHECK: usize = 256;
 
+thread_local! {
+    /// The running core's kept blocks ([`At::Kept`]), kept from one stretch to the next
+    /// (fresh pages would be faulted in again).
+    static KEPT: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Runs `ops` (a [`Stretch`]'s, placed, in order) on `n` elements, `block` at a time, the
 /// blocks spread over the cores; fails with [`crate::Error::Interrupted`] between blocks
 /// once the calling thread's watched work is asked to stop (the blocks run so far keep
 /// what they wrote).
 ///
 /// # Safety
-/// Each op's pointers address `n` elements of a live buffer; views of one allocation are
-/// identical or apart, and an op's source and destination apart ([`stretches`]).
+/// Each op's memory places address `n` elements of a live buffer; views of one
+/// allocation are identical or apart, and an op's source and destination apart
+/// ([`stretches`]); kept slots are below `ops.kept`, and each is written before it is
+/// read in every block ([`dead_inside`]).
 pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> {
     use rayon::prelude::*;
     let scratches = || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
+    let stride = stride(block);
     let one = |scratches: &mut Vec<Planned>, b: usize| {
         let (from, len) = (b * block, block.min(n - b * block));
+        let mut kept = match ops.kept {
+            0 => Vec::new(),
+            _ => KEPT.take(),
+        };
+        // From a page on (its first, at most).
+        if kept.len() < ops.kept * stride + PAGE_WORDS {
+            kept = vec![0; ops.kept * stride + PAGE_WORDS];
+        }
+        let addr = kept.as_ptr() as usize;
+        let page = (addr.next_multiple_of(super::words::PAGE) - addr) / 4;
+        let at = Block {
+            from,
+            // SAFETY: `page` < PAGE_WORDS words, within `kept`.
+            kept: unsafe { kept.as_mut_ptr().add(page) },
+            stride,
+        };
         for op in &ops.ops {
             // SAFETY: elements `from..from + len` of each view lie within it (`n`),
-            // and no other block touches them (views identical or apart).
+            // and no other block touches them (views identical or apart); the kept
+            // slots lie within `kept`, this thread's alone.
             unsafe {
                 match *op {
-                    Placed::Region(k) => ops.regions[k].run(&mut scratches[k], from, len),
-                    _ => run_op(*op, from, len),
+                    Placed::Region(k) => ops.regions[k].run(&mut scratches[k], &at, len),
+                    _ => run_op(*op, &at, len),
                 }
             }
+        }
+        if ops.kept > 0 {
+            KEPT.set(kept);
         }
     };
     let blocks = n.div_ceil(block);
@@ -379,27 +542,27 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
     Ok(())
 }
 
-/// `op` on elements `from..from + len` of its views.
+/// `op` on the `len` elements of block `at` of its views.
 ///
 /// # Safety
 /// As for [`run`]: those elements lie within each view, and source and destination apart.
-unsafe fn run_op(op: Placed, from: usize, len: usize) {
+unsafe fn run_op(op: Placed, at: &Block, len: usize) {
     use std::slice::{from_raw_parts, from_raw_parts_mut};
     // SAFETY: as the function's contract.
     unsafe {
         match op {
             Placed::Copy { dst, src } => {
-                std::ptr::copy_nonoverlapping(src.add(from), dst.add(from), len);
+                std::ptr::copy_nonoverlapping(at.of(src), at.of(dst), len);
             }
-            Placed::Fill { dst, bits } => fill_part(from_raw_parts_mut(dst.add(from), len), bits),
+            Placed::Fill { dst, bits } => fill_part(from_raw_parts_mut(at.of(dst), len), bits),
             Placed::Accumulate {
                 dst,
                 src,
                 op,
                 dtype,
             } => accumulate_words(
-                from_raw_parts_mut(dst.add(from), len),
-                from_raw_parts(src.add(from), len),
+                from_raw_parts_mut(at.of(dst), len),
+                from_raw_parts(at.of(src), len),
                 op,
                 dtype,
             ),
@@ -474,15 +637,16 @@ mod tests {
         let placement = Placement {
             ops: vec![
                 Placed::Copy {
-                    dst: dst.as_mut_ptr(),
-                    src: src.as_ptr(),
+                    dst: At::Memory(dst.as_mut_ptr()),
+                    src: At::Memory(src.as_ptr() as *mut u32),
                 },
                 Placed::Fill {
-                    dst: filled.as_mut_ptr(),
+                    dst: At::Memory(filled.as_mut_ptr()),
                     bits: 7,
                 },
             ],
             regions: Vec::new(),
+            kept: 0,
         };
         // SAFETY: every pointer addresses `n` words of a live vector, and they are apart.
         unsafe { run(&placement, n, block) }.unwrap();

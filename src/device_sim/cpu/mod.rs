@@ -228,10 +228,17 @@ const CPU_JOINS: Joins = Joins {
     reduces: true,
 };
 
+/// The environment variable that, set (to anything but `0`), makes the CPU executor
+/// write every view of its blocked stretches to memory, dead after the stretch or not
+/// ([`CpuExecutor::materialized`]): for looking at a run's scratch memory in a debugger.
+pub const MATERIALIZE_ENV: &str = "TPUSIM_MATERIALIZE";
+
 /// Runs schedules in host memory.
 #[derive(Debug)]
 pub struct CpuExecutor {
     fused: bool,
+    /// Every view of a blocked stretch written to memory ([`MATERIALIZE_ENV`]).
+    materialize: bool,
 }
 
 impl Default for CpuExecutor {
@@ -241,16 +248,35 @@ impl Default for CpuExecutor {
 }
 
 impl CpuExecutor {
-    /// A new CPU executor.
+    /// A new CPU executor; materialized ([`CpuExecutor::materialized`]) where
+    /// [`MATERIALIZE_ENV`] is set.
     pub fn new() -> Self {
-        CpuExecutor { fused: true }
+        let env = std::env::var_os(MATERIALIZE_ENV);
+        CpuExecutor {
+            fused: true,
+            materialize: env.is_some_and(|v| v != "0"),
+        }
+    }
+
+    /// This executor, but with every view of its blocked stretches written to its
+    /// memory when `on`: also those whose values are dead outside the stretch, which a
+    /// run otherwise keeps in the cores' own blocks ([`blocked::dead_inside`]). The
+    /// results are the same bits either way; only the scratch memory differs.
+    pub fn materialized(self, on: bool) -> Self {
+        CpuExecutor {
+            materialize: on,
+            ..self
+        }
     }
 
     /// A CPU executor that runs every data op as the schedule lists it, one at a
     /// time, nothing fused or dropped: what the fused runs are held to in the tests,
     /// and the "before" of fusion's benchmarks.
     pub fn unfused() -> Self {
-        CpuExecutor { fused: false }
+        CpuExecutor {
+            fused: false,
+            materialize: true,
+        }
     }
 
     /// Prepares `schedule` with the allocations of `lent` in the caller's memory: an
@@ -403,7 +429,7 @@ impl CpuExecutor {
             moved,
             stretches: Vec::new(),
         };
-        run.block();
+        run.block(self.materialize);
         Ok(Box::new(run))
     }
 }
@@ -593,15 +619,22 @@ impl Memory<'_> {
     }
 
     /// Runs stretch `s` of `steps` (of `ops`) a block at a time, but the steps `skip`
-    /// lists (indices in `steps`); stops between blocks when asked to ([`blocked::run`]).
+    /// lists (indices in `steps`), the views `kept` lists in the cores' own blocks, never
+    /// written to memory ([`blocked::dead_inside`]); stops between blocks when asked to
+    /// ([`blocked::run`]).
     fn blocked(
         &mut self,
         s: &blocked::Stretch,
         steps: &[Step],
         ops: &[DataOp],
         skip: &[usize],
+        kept: &[View],
     ) -> Result<()> {
-        use blocked::Placed;
+        use blocked::{At, Placed};
+        let mut at = |v: &View| match kept.iter().position(|k| k == v) {
+            Some(k) => At::Kept(k),
+            None => At::Memory(self.place(v)),
+        };
         let (mut placed, mut regions) = (Vec::with_capacity(s.steps.len()), Vec::new());
         for k in s.steps.clone() {
             if skip.binary_search(&k).is_ok() {
@@ -612,16 +645,15 @@ impl Memory<'_> {
                 Step::Region(r) => {
                     if let Some((dst, src, op, dtype)) = blocked::accumulate_of(r) {
                         placed.push(Placed::Accumulate {
-                            dst: self.place(&dst),
-                            src: self.place(&src),
+                            dst: at(&dst),
+                            src: at(&src),
                             op,
                             dtype,
                         });
                         continue;
                     }
-                    let inputs = r.inputs.iter().map(|i| self.place(&i.view) as *const u32);
-                    let inputs = inputs.collect();
-                    let outputs = r.outputs.iter().map(|o| self.place(&o.view)).collect();
+                    let inputs = r.inputs.iter().map(|i| at(&i.view)).collect();
+                    let outputs = r.outputs.iter().map(|o| at(&o.view)).collect();
                     regions.push(blocked::PlacedRegion::new(r, s, inputs, outputs));
                     placed.push(Placed::Region(regions.len() - 1));
                     continue;
@@ -629,11 +661,11 @@ impl Memory<'_> {
             };
             placed.push(match &ops[*i] {
                 DataOp::Copy { src, dst } => Placed::Copy {
-                    dst: self.place(dst),
-                    src: self.place(src),
+                    dst: at(dst),
+                    src: at(src),
                 },
                 DataOp::Fill { dst, bits } => Placed::Fill {
-                    dst: self.place(dst),
+                    dst: at(dst),
                     bits: *bits,
                 },
                 DataOp::Accumulate {
@@ -642,8 +674,8 @@ impl Memory<'_> {
                     op,
                     dtype,
                 } => Placed::Accumulate {
-                    dst: self.place(dst),
-                    src: self.place(src),
+                    dst: at(dst),
+                    src: at(src),
                     op: *op,
                     dtype: *dtype,
                 },
@@ -651,10 +683,12 @@ impl Memory<'_> {
             });
         }
         // SAFETY: each place is its view's first element, within its live buffer
-        // (`place`), and `blocked::stretches` checked the views' lengths and overlaps.
+        // (`place`), and `blocked::stretches` checked the views' lengths and overlaps;
+        // each kept view is written before it is read (`blocked::dead_inside`).
         let placement = blocked::Placement {
             ops: placed,
             regions,
+            kept: kept.len(),
         };
         unsafe { blocked::run(&placement, s.n, s.block) }
     }
@@ -1168,8 +1202,9 @@ struct CpuRun<'a> {
     skip: Vec<usize>,
     /// Operands (memory slots) held in another slot: `(operand, where)`.
     moved: Vec<(usize, usize)>,
-    /// Stretches of its steps run a block at a time ([`blocked`]; none in a literal run).
-    stretches: Vec<blocked::Stretch>,
+    /// Stretches of its steps run a block at a time ([`blocked`]; none in a literal run),
+    /// each with its views kept out of memory ([`blocked::dead_inside`]).
+    stretches: Vec<(blocked::Stretch, Vec<View>)>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -1200,7 +1235,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, &[], Keep::Outputs),
-            self.fused,
+            self.fused.then_some(self.materialize),
         )
     }
 
@@ -1213,7 +1248,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             Fused::unfused(schedule.ops.len(), &[]),
-            false,
+            None,
         )
     }
 
@@ -1229,7 +1264,7 @@ impl Executor for CpuExecutor {
         let fused = fuse_reading(program, schedule, outputs, CPU_JOINS);
         let mut run = own_run(program, schedule, fused)?;
         run.reading = Some(outputs.to_vec());
-        run.block();
+        run.block(self.materialize);
         Ok(Box::new(run))
     }
 
@@ -1237,13 +1272,17 @@ impl Executor for CpuExecutor {
         if !self.fused {
             return Vec::new();
         }
-        // As `prepare` plans it: fused, its own memory (no 16-bit halves), blocked.
+        // As `prepare` plans it: fused, its own memory (no 16-bit halves, nothing lent
+        // or skipped), blocked.
         let fused = self.fused(program, schedule, &[], Keep::Outputs);
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
         let stretches = blocked::stretches(&fused.steps, ops, |_| false);
-        let described = stretches
-            .iter()
-            .map(|s| blocked::described(s, &fused.steps, ops, schedule.ops.len()));
+        let described = stretches.iter().map(|s| {
+            let kept = kept(s, &fused, ops, &[], self.materialize, |v| {
+                operand(program, v)
+            });
+            blocked::described(s, &fused.steps, ops, schedule.ops.len(), &kept)
+        });
         described.collect()
     }
 
@@ -1258,7 +1297,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, cuts, Keep::All),
-            false,
+            None,
         )
     }
 
@@ -1273,7 +1312,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, cuts, Keep::Between(between)),
-            false,
+            None,
         )
     }
 }
@@ -1298,19 +1337,44 @@ impl CpuExecutor {
     }
 }
 
-/// A run of `fused` in memory of its own, zeroed; `block`: its stretches of copies,
-/// fills and accumulates run a block at a time ([`blocked`]), else each op whole.
+/// A run of `fused` in memory of its own, zeroed; `block`: `Some(materialize)`: its
+/// stretches of copies, fills and accumulates run a block at a time ([`blocked`], every
+/// view written to memory where `materialize`), `None`: each op whole.
 fn own_memory<'a>(
     program: &'a Program,
     schedule: &'a Schedule,
     fused: Fused,
-    block: bool,
+    block: Option<bool>,
 ) -> Result<Box<dyn Prepared + 'a>> {
     let mut run = own_run(program, schedule, fused)?;
-    if block {
-        run.block();
+    if let Some(materialize) = block {
+        run.block(materialize);
     }
     Ok(Box::new(run))
+}
+
+/// True when view `v` is of an input or output of `program`: memory read after the run
+/// (or before it, by the caller).
+fn operand(program: &Program, v: &View) -> bool {
+    program.inputs.contains(&v.alloc()) || program.outputs.contains(&v.alloc())
+}
+
+/// The views of stretch `s` of `fused` (over `ops`) that a run keeps out of memory
+/// ([`blocked::dead_inside`], the steps `skip` lists not run, `live` true of memory read
+/// outside the run's steps): none when `materialize`, or when memory is read between
+/// the run's pieces.
+fn kept(
+    s: &blocked::Stretch,
+    fused: &Fused,
+    ops: &[DataOp],
+    skip: &[usize],
+    materialize: bool,
+    live: impl Fn(&View) -> bool,
+) -> Vec<View> {
+    if materialize || fused.piece_ends.len() > 1 {
+        return Vec::new();
+    }
+    blocked::dead_inside(s, &fused.steps, ops, skip, live)
 }
 
 /// [`own_memory`]'s run.
@@ -1339,10 +1403,38 @@ fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Re
 }
 
 impl CpuRun<'_> {
-    /// Finds the stretches of its steps to run a block at a time ([`blocked`]).
-    fn block(&mut self) {
+    /// Finds the stretches of its steps to run a block at a time ([`blocked`]), and the
+    /// views each keeps out of memory (none when `materialize`).
+    fn block(&mut self, materialize: bool) {
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        self.stretches = self.mem.stretches(&self.fused, ops);
+        let stretches = self.mem.stretches(&self.fused, ops);
+        // Memory read outside the steps: an operand's, or memory not the run's own
+        // (lent, or holding an operand: `moved`).
+        let live = |v: &View| {
+            let i = self.mem.index(v);
+            operand(self.program, v)
+                || !matches!(self.mem.bufs[i], Buf::Own(_))
+                || self.moved.iter().any(|&(_, at)| at == i)
+        };
+        let stretches = stretches.into_iter().map(|s| {
+            let kept = kept(&s, &self.fused, ops, &self.skip, materialize, live);
+            (s, kept)
+        });
+        self.stretches = stretches.collect();
+    }
+
+    /// An error when memory of view `v` is kept out of memory by a stretch
+    /// ([`CpuRun::block`]): it does not hold what the schedule wrote there.
+    fn materialized(&self, v: &View) -> Result<()> {
+        let kept = self.stretches.iter().flat_map(|(_, k)| k);
+        match kept.into_iter().find(|k| k.overlaps(v)) {
+            None => Ok(()),
+            Some(k) => Err(crate::Error::bad_input(format!(
+                "`{}`: view {k:?} is scratch the run keeps out of memory (dead after its \
+                 stretch); set {MATERIALIZE_ENV}=1 to have it written",
+                self.program.name
+            ))),
+        }
     }
 
     /// True when some step of the run writes allocation `alloc` of `device`.
@@ -1407,14 +1499,14 @@ impl Prepared for CpuRun<'_> {
             let (mut k, mut next) = (0, self.stretches.iter().peekable());
             while k < steps.len() {
                 crate::interrupt::check()?;
-                if let Some(s) = next.next_if(|s| s.steps.start == k) {
-                    self.mem.blocked(s, steps, ops, &self.skip)?;
+                if let Some((s, kept)) = next.next_if(|(s, _)| s.steps.start == k) {
+                    self.mem.blocked(s, steps, ops, &self.skip, kept)?;
                     k = s.steps.end;
                     continue;
                 }
                 let end = next
                     .peek()
-                    .map_or(steps.len(), |s| s.steps.start)
+                    .map_or(steps.len(), |(s, _)| s.steps.start)
                     .min(k + INTERRUPT_EVERY_OPS);
                 self.mem.run(&steps[k..end], ops, k, &self.skip);
                 k = end;
@@ -1469,6 +1561,7 @@ impl Prepared for CpuRun<'_> {
     }
 
     fn read_view(&mut self, v: View, elem: usize) -> Result<Vec<u8>> {
+        self.materialized(&v)?;
         let words = self.mem.words(&v);
         Ok(match elem {
             4 => bytemuck::cast_slice(words).to_vec(),
@@ -1481,6 +1574,7 @@ impl Prepared for CpuRun<'_> {
 
     fn read_view_into(&mut self, v: View, elem: usize, out: &mut [u8]) -> Result<()> {
         view_bytes(&v, elem, out.len())?;
+        self.materialized(&v)?;
         let words = self.mem.words(&v);
         match elem {
             4 => out.copy_from_slice(bytemuck::cast_slice(words)),
