@@ -635,6 +635,31 @@ impl KernelCall {
         got.as_ref().map(|(_, _, _, s)| *s)
     }
 
+    /// For the tests and benchmarks: a fresh plan of this call under `schedule` on the
+    /// CPU executor (nothing kept), as `(digest, seconds)`: `digest` hashes the `Debug`
+    /// text of its program, schedule and CPU plan, so two builds that plan alike give the
+    /// same; `seconds` the native plan's (budget, lowering, schedule, `CpuPlan::of`).
+    #[pyo3(signature = (schedule="eager"))]
+    fn _plan_digest(&self, py: Python<'_>, schedule: &str) -> PyResult<(String, f64)> {
+        let job = self
+            .job
+            .clone()
+            .with_schedule(ScheduleSpec::parse(schedule).py()?)
+            .with_uninit(Uninit::from_env().py()?);
+        let exec = tpusim::device_sim::cpu::CpuExecutor::new();
+        py.detach(|| {
+            let t0 = Instant::now();
+            let (_, plan) = job.plan_fitting(Job::run_work(&exec, false, false)).py()?;
+            let cpu_plan = CpuPlan::of(&plan.program, &plan.schedule);
+            let seconds = t0.elapsed().as_secs_f64();
+            let mut h = DebugHash(std::hash::DefaultHasher::new());
+            use std::fmt::Write;
+            write!(h, "{:?}{:?}{:?}", plan.program, plan.schedule, cpu_plan)
+                .expect("hashing never fails");
+            Ok((format!("{:016x}", std::hash::Hasher::finish(&h.0)), seconds))
+        })
+    }
+
     /// Traces the kernel: `{"ops", "dmas", "errors": [kernel errors]}`.
     fn lower<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (program, errors) = watched(|| self.job.trace_kernel()).py()?;
@@ -879,4 +904,14 @@ pub fn iteration_text(loops: Vec<((String, u32), u32)>) -> String {
         .map(|((f, l), n)| (replay::Loc(tpusim::kernel::SourceLoc::intern(f, *l)), *n))
         .collect();
     replay::iteration(&loops).to_string()
+}
+
+/// Hashes the text written to it (a `Debug` text too large to hold).
+struct DebugHash(std::hash::DefaultHasher);
+
+impl std::fmt::Write for DebugHash {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        std::hash::Hasher::write(&mut self.0, s.as_bytes());
+        Ok(())
+    }
 }

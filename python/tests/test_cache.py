@@ -138,3 +138,24 @@ def test_a_plan_says_how_long_its_native_planning_took():
     assert before is None  # heard of before its first run made the native plan
     took = plan.call.planning_seconds
     assert isinstance(took, float) and took >= 0.0
+
+
+def test_a_fresh_native_plan_is_the_plan_made_before():
+    # `_plan_digest` (the benchmarks' check that a faster planner plans alike) hashes a
+    # fresh plan: the same kernel planned twice gives the same digest, and another
+    # kernel another one.
+    g, sharding = shifted()
+    host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128)
+    seen = []
+    _hook._plans.clear()
+    with (
+        tpusim.simulate(backend="cpu"),
+        _hook.observing(lambda what, plan: seen.append(plan)),
+    ):
+        np.testing.assert_array_equal(np.asarray(g(jax.device_put(host, sharding))), shift_of(host))
+    call = seen[0].call
+    (a, took), (b, _) = call._plan_digest(), call._plan_digest()
+    assert a == b and len(a) == 16 and took >= 0.0
+    assert call._plan_digest("lockstep")[0] != a
+    with pytest.raises(Exception, match="schedule"):
+        call._plan_digest("no such schedule")

@@ -377,7 +377,14 @@ impl PallasCall {
                         detail,
                     });
                 }
-                dev_ops.append(&mut rec.ops);
+                if dev_ops.is_empty() {
+                    // The device's first ops: the point's list taken whole, not copied
+                    // (a grid of one point is one list per device); the room kept for
+                    // the next point is the one made for the device.
+                    std::mem::swap(&mut dev_ops, &mut rec.ops);
+                } else {
+                    dev_ops.append(&mut rec.ops);
+                }
                 dmas.append(&mut rec.dmas);
                 spare = rec;
             }

@@ -436,6 +436,7 @@ impl Job {
             return Ok((need, self.plan()?));
         }
         let t0 = std::time::Instant::now();
+        let mut lap = crate::device_sim::cpu::Laps::new();
         let cell = std::cell::OnceCell::new();
         let count = |census: &mut Census| match cell.get_or_init(|| self.lower()) {
             Ok(program) => {
@@ -445,12 +446,16 @@ impl Job {
             Err(_) => false,
         };
         let need = self.fits_noted(work, "", Some(&count))?;
+        lap.note("fits+lower");
         self.schedule.validate(self.place.mesh.size())?;
         let program = match cell.into_inner() {
             Some(lowered) => lowered?,
             None => self.lower()?,
         };
-        Ok((need, self.scheduled(program, t0)?))
+        let r = self.scheduled(program, t0)?;
+        lap.note("scheduled");
+        lap.report("plan_fitting");
+        Ok((need, r))
     }
 
     /// [`Job::ensure_fits_noted`], the census counting `lowered` where it can
@@ -563,12 +568,17 @@ impl Job {
     /// The kernel traced on every device of the mesh (its first mistake an error): one
     /// program for every invocation of a sequence.
     pub fn lower(&self) -> Result<Program> {
+        let mut lap = crate::device_sim::cpu::Laps::new();
         let parts = self
             .pallas_calls()?
             .iter()
             .map(|c| c.lower(&self.place.ring))
             .collect::<Result<Vec<_>>>()?;
-        self.spread(parts)
+        lap.note("calls lower");
+        let r = self.spread(parts);
+        lap.note("spread");
+        lap.report("lower");
+        r
     }
 
     /// The invocations' programs on one ring, spread over the mesh and run in sequence.
@@ -598,8 +608,12 @@ impl Job {
 
     /// `program` (this job lowered) scheduled: its plan, made since `t0`.
     fn scheduled(&self, program: Program, t0: std::time::Instant) -> Result<Plan> {
-        let schedule =
-            schedule(&program, self.schedule.policy().as_mut())?.with_uninit(&program, self.uninit);
+        let mut lap = crate::device_sim::cpu::Laps::new();
+        let schedule = schedule(&program, self.schedule.policy().as_mut())?;
+        lap.note("schedule");
+        let schedule = schedule.with_uninit(&program, self.uninit);
+        lap.note("uninit");
+        lap.report("scheduled");
         Ok(Plan {
             program,
             schedule,

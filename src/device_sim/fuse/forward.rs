@@ -85,8 +85,11 @@ fn forward_inputs(r: &mut Region, before: &[Step], ops: &[DataOp]) {
 /// region storing `v` from a register that loads that view), and nothing after it
 /// wrote either view.
 fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
-    let mut since: Vec<View> = Vec::new();
-    for step in before.iter().rev().take(LOOK_BACK) {
+    let back = &before[before.len().saturating_sub(LOOK_BACK)..];
+    for (j, step) in back.iter().enumerate().rev() {
+        // The steps after this one: what they write is checked only for a candidate's
+        // source (no list of their writes made for every search).
+        let since = &back[j + 1..];
         match step {
             Step::Op(i) => {
                 let op = &ops[*i];
@@ -94,20 +97,15 @@ fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
                     // A lone copy runs as an op of its own (not a region of one copy).
                     return match *op {
                         DataOp::Copy { src, dst } if dst == *v && src.len() == v.len() => {
-                            let kept = !since.iter().any(|w| w.overlaps(&src));
+                            let kept = !written(since, ops, &src);
                             (kept && !src.overlaps(v)).then_some(src)
                         }
                         _ => None,
                     };
                 }
-                since.extend(op.writes());
-                if let DataOp::Accumulate { dst, .. } = op {
-                    since.push(*dst);
-                }
             }
             Step::Region(r) => {
                 if !r.writes().any(|w| w.overlaps(v)) {
-                    since.extend(r.writes());
                     continue;
                 }
                 // `v` stored whole from a register that loads an input as it is (the
@@ -118,7 +116,7 @@ fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
                 });
                 let input = loaded.filter(|i| i.pattern == Pattern::Full)?;
                 let from = input.view;
-                let kept = !r.writes().chain(since).any(|w| w.overlaps(&from));
+                let kept = !r.writes().any(|w| w.overlaps(&from)) && !written(since, ops, &from);
                 let same = from.len() == v.len();
                 return (same && kept && r.writes().all(|w| !w.overlaps(v) || w == *v))
                     .then_some(from);
@@ -126,6 +124,14 @@ fn copied_from(before: &[Step], ops: &[DataOp], v: &View) -> Option<View> {
         }
     }
     None
+}
+
+/// True when one of `steps` writes over `v`.
+fn written(steps: &[Step], ops: &[DataOp], v: &View) -> bool {
+    steps.iter().any(|step| match step {
+        Step::Op(i) => ops[*i].writes().any(|w| w.overlaps(v)),
+        Step::Region(r) => r.writes().any(|w| w.overlaps(v)),
+    })
 }
 
 /// Steps looked through for a read of a destination that a copy would leave unwritten.

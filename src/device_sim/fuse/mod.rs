@@ -153,6 +153,7 @@ pub fn fuse_with(
     keep: Keep<'_>,
     joins: Joins,
 ) -> Fused {
+    let mut lap = crate::device_sim::cpu::Laps::new();
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
     // Writes are dropped only from a run read through its outputs alone (as `prune`).
@@ -175,6 +176,7 @@ pub fn fuse_with(
     };
     let mut cuts = cuts.iter().copied().peekable();
     let mut touched: Vec<usize> = Vec::new();
+    lap.note("later");
     for (i, op) in schedule.ops.iter().enumerate() {
         while cuts.peek().is_some_and(|&c| c <= i) {
             cuts.next();
@@ -274,6 +276,7 @@ pub fn fuse_with(
         out.piece_ends.push(out.steps.len());
     }
     out.piece_ends.push(out.steps.len());
+    lap.note("loop");
     debug_assert!(
         out.piece_ends.windows(2).all(|w| w[0] <= w[1])
             && out.piece_ends.last() == Some(&out.steps.len()),
@@ -293,18 +296,23 @@ pub fn fuse_with(
                     &mut out.piece_ends,
                     &[],
                 );
+                lap.note("prune1");
                 reduce::fold_into_regions(&mut out.steps, &schedule.ops);
                 out.piece_ends = vec![out.steps.len()];
+                lap.note("fold");
             }
             if joins.forward {
                 out.ops = forward::forward(&mut out.steps, &out.piece_ends, &schedule.ops);
             }
+            lap.note("forward");
             let ops = out.ops.as_deref().unwrap_or(&schedule.ops);
             live::prune(program, ops, &mut out.steps, &mut out.piece_ends, &[]);
+            lap.note("prune2");
             if joins.forward {
                 let kept = live::kept(program);
                 forward::forward_dsts(&mut out.steps, &mut out.ops, &schedule.ops, &kept);
             }
+            lap.note("forward_dsts");
             out.piece_ends = vec![out.steps.len()];
         }
         Keep::Between(between) => {
@@ -328,6 +336,8 @@ pub fn fuse_with(
             live::assign_slots(r);
         }
     });
+    lap.note("slots");
+    lap.report("fuse_with");
     out
 }
 
