@@ -186,3 +186,35 @@ fn a_chain_with_a_broadcast_operand_and_slow_paths_equals_the_unfused_run() {
         |_, _, _| true,
     );
 }
+
+/// `x * 2 + 1` as JAX writes it.
+fn affine_of_x<'c>(_: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    &(x * 2.0) + 1.0
+}
+
+/// `0.25 + 3 * |x|`: the constants on the left, of a computed register (whose slot the
+/// result may take).
+fn affine_of_abs<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    &x.scalar(0.25) + &(&x.scalar(3.0) * &pl.abs(x))
+}
+
+#[test]
+fn affine_maps_run_as_one_kernel_and_equal_the_unfused_run_and_f64() {
+    for f in [affine_of_x as Body, affine_of_abs] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let c = kernel([7, 2500], dtype, false, f);
+            let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
+                .plan()
+                .unwrap();
+            let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
+            assert_eq!(cpu.kernels(), 1, "{dtype}: kernels");
+        }
+    }
+    // Exact in f32 for these data.
+    agree(false, affine_of_x, |x, _, y| {
+        same(y, (x * 2.0 + 1.0) as f32 as f64)
+    });
+    agree(false, affine_of_abs, |x, _, y| {
+        same(y, (0.25 + 3.0 * x.abs()) as f32 as f64)
+    });
+}

@@ -1,8 +1,9 @@
 //! Chains of a region's instructions that a kernel computes in one loop over a block
 //! (every value in registers from the input's load to the result's store) where
 //! instruction by instruction each would be a pass over the block: JAX's tanh form of
-//! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`. The kernel does each op of the
-//! chain on each lane, in its order and rounding: the same bits.
+//! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`; an affine map `x * a + b` of
+//! uniform `a` and `b` in any float dtype (bf16's widen of `x` included). The kernel
+//! does each op of the chain on each lane, in its order and rounding: the same bits.
 
 use super::lanes;
 use crate::array::DType;
@@ -14,6 +15,15 @@ use crate::ir::{Binary, Unary};
 pub(super) enum Kernel {
     /// `x * (half * (one + tanh(c * (x + d * x**3))))`, with `k = [d, c, one, half]`.
     GeluTanh { x: usize, k: [f32; 4] },
+    /// `x * a + b` in float dtype `t` (each op rounded to it), `a` and `b` uniform
+    /// registers; when `widen`, `x` holds bf16 elements as stored, widened first.
+    Affine {
+        x: usize,
+        a: usize,
+        b: usize,
+        t: DType,
+        widen: bool,
+    },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -32,7 +42,8 @@ pub(super) fn find(
     inside.clear();
     inside.resize(n, false);
     for i in 0..n {
-        if let Some((kern, chain)) = gelu_tanh(r, uses, splat_ok, i) {
+        let found = gelu_tanh(r, uses, splat_ok, i).or_else(|| affine(r, uses, splat_ok, i));
+        if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
                 for j in chain {
@@ -52,6 +63,64 @@ fn constant(r: &Region, i: usize) -> Option<f32> {
         } => Some(f32::from_bits(bits)),
         _ => None,
     }
+}
+
+/// `i` as `x * a + b` of one float dtype, `a` and `b` uniform (on either side: the
+/// products and sums are the same bits either way): the kernel and the chain's other
+/// instructions (the product; bf16's widen of `x` when only the product reads it).
+fn affine(r: &Region, uses: &[usize], splat_ok: &[bool], i: usize) -> Option<(Kernel, Vec<usize>)> {
+    let Instr::Binary(Binary::Add, t, p, q) = r.instrs[i] else {
+        return None;
+    };
+    // A register of values of `t`, computed per block.
+    let varying = |j: usize| {
+        let g = r.regs[j];
+        g.dtype == t && !g.raw && !g.uniform && !splat_ok[j]
+    };
+    let inner = |j: usize| varying(j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let uniform = |j: usize| r.regs[j].uniform && !r.regs[j].raw;
+    // The uniform operand of `j`'s two and the other.
+    let split = |p: usize, q: usize| match (uniform(p), uniform(q)) {
+        (true, false) => Some((p, q)),
+        (false, true) => Some((q, p)),
+        _ => None,
+    };
+    if !t.is_float() || !varying(i) {
+        return None;
+    }
+    let (b, m) = split(p, q)?;
+    let Instr::Binary(Binary::Mul, tm, p, q) = r.instrs[m] else {
+        return None;
+    };
+    if tm != t || !inner(m) {
+        return None;
+    }
+    let (a, x) = split(p, q)?;
+    if !varying(x) {
+        return None;
+    }
+    let mut chain = vec![m];
+    let mut kern = Kernel::Affine {
+        x,
+        a,
+        b,
+        t,
+        widen: false,
+    };
+    if let Instr::Widen(l) = r.instrs[x] {
+        let g = r.regs[l];
+        if t == DType::BF16 && inner(x) && g.raw && !g.uniform && !splat_ok[l] {
+            chain.push(x);
+            kern = Kernel::Affine {
+                x: l,
+                a,
+                b,
+                t,
+                widen: true,
+            };
+        }
+    }
+    Some((kern, chain))
 }
 
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
@@ -128,14 +197,37 @@ fn gelu_tanh(
     ))
 }
 
-/// Computes `kern` over `m` lanes into `out`, its input's lanes at `at`.
+/// Computes `kern` over `m` lanes into `out`, its input's lanes at `at` (16-bit
+/// elements as stored where `halves` says), its uniform registers' values in lane 0.
 ///
 /// # Safety
 /// As [`super::region`]'s `compute`: `at` holds the input's `m` lanes, `out` room for
-/// `m` that they do not share.
+/// `m` that they do not share, or are (an affine map's input may be its result's slot).
 #[inline(always)]
-pub(super) unsafe fn run(kern: &Kernel, at: &[*const u32], out: *mut u32, m: usize) {
+pub(super) unsafe fn run(
+    kern: &Kernel,
+    at: &[*const u32],
+    halves: &[bool],
+    out: *mut u32,
+    m: usize,
+) {
     match *kern {
+        Kernel::Affine { x, a, b, t, widen } => {
+            // SAFETY: a uniform register's lanes are all its value.
+            let k = unsafe { [f32::from_bits(*at[a]), f32::from_bits(*at[b])] };
+            // SAFETY: as the function's; the input is the result's own lanes or apart.
+            let src = unsafe {
+                if halves[x] {
+                    lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
+                } else if std::ptr::eq(at[x], out) {
+                    lanes::Src::InPlace
+                } else {
+                    lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
+                }
+            };
+            let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+            lanes::affine(t, widen, src, k, out);
+        }
         Kernel::GeluTanh { x, k } => {
             // SAFETY: as the function's.
             let (x, out) = unsafe {
