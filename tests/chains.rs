@@ -218,3 +218,32 @@ fn affine_maps_run_as_one_kernel_and_equal_the_unfused_run_and_f64() {
         same(y, (0.25 + 3.0 * x.abs()) as f32 as f64)
     });
 }
+
+/// Softmax's `exp(x - z)` in f32, `x` and `z` converted from the dtype.
+fn exp_of_difference<'c>(pl: &'c Ctx, x: &Value<'c>, z: &Value<'c>) -> Value<'c> {
+    let d = &x.astype(DType::F32) - &z.astype(DType::F32);
+    pl.exp(&d).astype(x.dtype())
+}
+
+#[test]
+fn exp_of_a_difference_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let c = kernel([7, 2500], dtype, true, exp_of_difference);
+        let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
+            .plan()
+            .unwrap();
+        let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
+        assert_eq!(cpu.kernels(), 1, "{dtype}: kernels");
+    }
+    // `z` one value a row (a block within a row or across two), and one per element.
+    for rows in [true, false] {
+        agree(rows, exp_of_difference, |x, z, y| {
+            let want = (x as f32 as f64 - z as f32 as f64).exp();
+            let d = x - z;
+            if d.is_nan() || want.is_infinite() || want == 0.0 {
+                return same(y, want) || (y.is_nan() && d.is_nan());
+            }
+            (y - want).abs() <= 2e-7 * want.abs() || (want < 1e-37 && y.abs() < 1e-37)
+        });
+    }
+}

@@ -493,6 +493,42 @@ pub fn affine(t: DType, widen: bool, src: Src, k: [f32; 2], out: &mut [u32]) {
     ));
 }
 
+/// `e^(x - c)` of f32 values, the difference and the exp in turn: the same bits in one
+/// pass. When `widen`, `src` holds bf16 elements as stored (their values taken as
+/// f32, exactly). Never [`Src::InPlace`].
+#[inline(always)]
+pub fn exp_sub(widen: bool, src: Src, c: Arg, out: &mut [u32]) {
+    let w = |v: u32| f32::from_bits(if widen { v << 16 } else { v });
+    match c {
+        Arg::Splat(c) => {
+            let c = f32::from_bits(c);
+            if widen {
+                map_src(src, out, |v| vmath::exp(f32::from_bits(v << 16) - c));
+            } else {
+                map_src(src, out, |v| vmath::exp(f32::from_bits(v) - c));
+            }
+        }
+        Arg::Lanes(c) => {
+            let each = |o: &mut u32, v: u32, c: &u32| {
+                *o = vmath::exp(w(v) - f32::from_bits(*c)).to_bits();
+            };
+            match src {
+                Src::Words(x) => out
+                    .iter_mut()
+                    .zip(x)
+                    .zip(c)
+                    .for_each(|((o, &v), c)| each(o, v, c)),
+                Src::Halves(x) => out
+                    .iter_mut()
+                    .zip(x)
+                    .zip(c)
+                    .for_each(|((o, &v), c)| each(o, u32::from(v), c)),
+                Src::InPlace => unreachable!("an input apart from the result"),
+            }
+        }
+    }
+}
+
 /// `u` of the values of `x` (dtype `t`).
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {

@@ -2,7 +2,9 @@
 //! (every value in registers from the input's load to the result's store) where
 //! instruction by instruction each would be a pass over the block: JAX's tanh form of
 //! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`; an affine map `x * a + b` of
-//! uniform `a` and `b` in any float dtype (bf16's widen of `x` included). The kernel
+//! uniform `a` and `b` in any float dtype (bf16's widen of `x` included); softmax's
+//! `exp(x - c)` in f32 (`c` per lane or one a row; bf16's widen and convert of `x`
+//! included). The kernel
 //! does each op of the chain on each lane, in its order and rounding: the same bits.
 
 use super::lanes;
@@ -24,6 +26,9 @@ pub(super) enum Kernel {
         t: DType,
         widen: bool,
     },
+    /// `exp(x - c)` in f32; when `widen`, `x` holds bf16 elements as stored, widened
+    /// and converted to f32 first.
+    ExpSub { x: usize, c: usize, widen: bool },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -42,7 +47,9 @@ pub(super) fn find(
     inside.clear();
     inside.resize(n, false);
     for i in 0..n {
-        let found = gelu_tanh(r, uses, splat_ok, i).or_else(|| affine(r, uses, splat_ok, i));
+        let found = gelu_tanh(r, uses, splat_ok, i)
+            .or_else(|| affine(r, uses, splat_ok, i))
+            .or_else(|| exp_sub(r, uses, splat_ok, i));
         if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
@@ -123,6 +130,48 @@ fn affine(r: &Region, uses: &[usize], splat_ok: &[bool], i: usize) -> Option<(Ke
     Some((kern, chain))
 }
 
+/// `i` as `exp(x - c)` in f32: the kernel and the chain's other instructions (the
+/// difference; bf16's widen and convert of `x` when only the chain reads them).
+fn exp_sub(
+    r: &Region,
+    uses: &[usize],
+    splat_ok: &[bool],
+    i: usize,
+) -> Option<(Kernel, Vec<usize>)> {
+    let plain = |j: usize, t: DType| {
+        let g = r.regs[j];
+        g.dtype == t && !g.raw && !g.uniform && !splat_ok[j]
+    };
+    let inner =
+        |j: usize, t: DType| plain(j, t) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let Instr::Unary(Unary::Exp, DType::F32, d) = r.instrs[i] else {
+        return None;
+    };
+    let Instr::Binary(Binary::Sub, DType::F32, x, c) = r.instrs[d] else {
+        return None;
+    };
+    if !plain(i, DType::F32) || !inner(d, DType::F32) || !plain(x, DType::F32) {
+        return None;
+    }
+    if let Instr::Convert(DType::BF16, DType::F32, w) = r.instrs[x] {
+        if let Instr::Widen(l) = r.instrs[w] {
+            let g = r.regs[l];
+            let raw = g.dtype == DType::BF16 && g.raw && !g.uniform && !splat_ok[l];
+            if inner(x, DType::F32) && inner(w, DType::BF16) && raw {
+                return Some((
+                    Kernel::ExpSub {
+                        x: l,
+                        c,
+                        widen: true,
+                    },
+                    vec![d, x, w],
+                ));
+            }
+        }
+    }
+    Some((Kernel::ExpSub { x, c, widen: false }, vec![d]))
+}
+
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
 fn gelu_tanh(
     r: &Region,
@@ -197,21 +246,38 @@ fn gelu_tanh(
     ))
 }
 
-/// Computes `kern` over `m` lanes into `out`, its input's lanes at `at` (16-bit
-/// elements as stored where `halves` says), its uniform registers' values in lane 0.
+/// Computes `kern` over `m` lanes into `out`, its inputs' lanes at `at` (16-bit
+/// elements as stored where `halves` says; one value where `splat` has it), its
+/// uniform registers' values in lane 0.
 ///
 /// # Safety
-/// As [`super::region`]'s `compute`: `at` holds the input's `m` lanes, `out` room for
-/// `m` that they do not share, or are (an affine map's input may be its result's slot).
+/// As [`super::region`]'s `compute`: `at` holds the inputs' `m` lanes, `out` room for
+/// `m`, each input's lanes apart from them or the very same (a chain's first input,
+/// read only by an inner member, may have left its slot to the result).
 #[inline(always)]
 pub(super) unsafe fn run(
     kern: &Kernel,
     at: &[*const u32],
+    splat: &[Option<u32>],
     halves: &[bool],
     out: *mut u32,
     m: usize,
 ) {
     match *kern {
+        Kernel::ExpSub { x, c, widen } => {
+            let shared = |j: usize| std::ptr::eq(at[j], out);
+            // SAFETY (both): as the function's; neither input shares the lanes written.
+            if shared(x) || (splat[c].is_none() && shared(c)) {
+                // The result takes an input's slot: made apart, then copied.
+                let mut tmp = [0u32; lanes::BLOCK];
+                unsafe { run_exp_sub(at, splat, halves, [x, c], widen, &mut tmp[..m]) };
+                // SAFETY: `out` has room for `m`; the inputs are read.
+                unsafe { std::slice::from_raw_parts_mut(out, m) }.copy_from_slice(&tmp[..m]);
+            } else {
+                let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+                unsafe { run_exp_sub(at, splat, halves, [x, c], widen, out) };
+            }
+        }
         Kernel::Affine { x, a, b, t, widen } => {
             // SAFETY: a uniform register's lanes are all its value.
             let k = unsafe { [f32::from_bits(*at[a]), f32::from_bits(*at[b])] };
@@ -239,4 +305,34 @@ pub(super) unsafe fn run(
             lanes::gelu_tanh(x, k, out);
         }
     }
+}
+
+/// [`Kernel::ExpSub`] of registers `[x, c]` into `out`.
+///
+/// # Safety
+/// As [`run`]'s, `out` apart from both inputs.
+#[inline(always)]
+unsafe fn run_exp_sub(
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    halves: &[bool],
+    [x, c]: [usize; 2],
+    widen: bool,
+    out: &mut [u32],
+) {
+    let m = out.len();
+    // SAFETY: as the function's.
+    let (src, c) = unsafe {
+        let src = if halves[x] {
+            lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
+        } else {
+            lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
+        };
+        let c = match splat[c] {
+            Some(v) => lanes::Arg::Splat(v),
+            None => lanes::Arg::Lanes(std::slice::from_raw_parts(at[c], m)),
+        };
+        (src, c)
+    };
+    lanes::exp_sub(widen, src, c, out);
 }
