@@ -86,6 +86,14 @@ fn agree(rows: bool, f: Body, check: impl Fn(f64, f64, f64) -> bool) {
     }
 }
 
+/// How many chains of `c`'s fused regions the CPU executor computes with a kernel.
+fn kernels_of(c: PallasCall) -> usize {
+    let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
+        .plan()
+        .unwrap();
+    tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule).kernels()
+}
+
 /// XLA's max: NaN if either is, +0 above -0.
 fn fmax(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
@@ -155,11 +163,7 @@ fn gelu_now<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
 fn gelu_as_jax_writes_it_now_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
     for (dtype, kernels) in [(DType::F32, 1), (DType::BF16, 0)] {
         let c = kernel([300, 613], dtype, false, gelu_now);
-        let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
-            .plan()
-            .unwrap();
-        let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
-        assert_eq!(cpu.kernels(), kernels, "{dtype}: kernels");
+        assert_eq!(kernels_of(c), kernels, "{dtype}: kernels");
     }
     agree(false, gelu_now, |x, _, y| {
         let inner = 0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x);
@@ -203,11 +207,7 @@ fn affine_maps_run_as_one_kernel_and_equal_the_unfused_run_and_f64() {
     for f in [affine_of_x as Body, affine_of_abs] {
         for dtype in [DType::F32, DType::BF16, DType::F16] {
             let c = kernel([7, 2500], dtype, false, f);
-            let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
-                .plan()
-                .unwrap();
-            let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
-            assert_eq!(cpu.kernels(), 1, "{dtype}: kernels");
+            assert_eq!(kernels_of(c), 1, "{dtype}: kernels");
         }
     }
     // Exact in f32 for these data.
@@ -229,11 +229,7 @@ fn exp_of_difference<'c>(pl: &'c Ctx, x: &Value<'c>, z: &Value<'c>) -> Value<'c>
 fn exp_of_a_difference_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         let c = kernel([7, 2500], dtype, true, exp_of_difference);
-        let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
-            .plan()
-            .unwrap();
-        let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
-        assert_eq!(cpu.kernels(), 1, "{dtype}: kernels");
+        assert_eq!(kernels_of(c), 1, "{dtype}: kernels");
     }
     // `z` one value a row (a block within a row or across two), and one per element.
     for rows in [true, false] {
