@@ -86,6 +86,14 @@ fn agree(rows: bool, f: Body, check: impl Fn(f64, f64, f64) -> bool) {
     }
 }
 
+/// How many chains of `c`'s fused regions the CPU executor computes with a kernel.
+fn kernels_of(c: PallasCall) -> usize {
+    let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
+        .plan()
+        .unwrap();
+    tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule).kernels()
+}
+
 /// XLA's max: NaN if either is, +0 above -0.
 fn fmax(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
@@ -155,11 +163,7 @@ fn gelu_now<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
 fn gelu_as_jax_writes_it_now_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
     for (dtype, kernels) in [(DType::F32, 1), (DType::BF16, 0)] {
         let c = kernel([300, 613], dtype, false, gelu_now);
-        let plan = tpusim::run::Job::call(c, Mesh::new(1, "x").unwrap())
-            .plan()
-            .unwrap();
-        let cpu = tpusim::device_sim::cpu::CpuPlan::of(&plan.program, &plan.schedule);
-        assert_eq!(cpu.kernels(), kernels, "{dtype}: kernels");
+        assert_eq!(kernels_of(c), kernels, "{dtype}: kernels");
     }
     agree(false, gelu_now, |x, _, y| {
         let inner = 0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x);
@@ -185,4 +189,57 @@ fn a_chain_with_a_broadcast_operand_and_slow_paths_equals_the_unfused_run() {
         },
         |_, _, _| true,
     );
+}
+
+/// `x * 2 + 1` as JAX writes it.
+fn affine_of_x<'c>(_: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    &(x * 2.0) + 1.0
+}
+
+/// `0.25 + 3 * |x|`: the constants on the left, of a computed register (whose slot the
+/// result may take).
+fn affine_of_abs<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    &x.scalar(0.25) + &(&x.scalar(3.0) * &pl.abs(x))
+}
+
+#[test]
+fn affine_maps_run_as_one_kernel_and_equal_the_unfused_run_and_f64() {
+    for f in [affine_of_x as Body, affine_of_abs] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let c = kernel([7, 2500], dtype, false, f);
+            assert_eq!(kernels_of(c), 1, "{dtype}: kernels");
+        }
+    }
+    // Exact in f32 for these data.
+    agree(false, affine_of_x, |x, _, y| {
+        same(y, (x * 2.0 + 1.0) as f32 as f64)
+    });
+    agree(false, affine_of_abs, |x, _, y| {
+        same(y, (0.25 + 3.0 * x.abs()) as f32 as f64)
+    });
+}
+
+/// Softmax's `exp(x - z)` in f32, `x` and `z` converted from the dtype.
+fn exp_of_difference<'c>(pl: &'c Ctx, x: &Value<'c>, z: &Value<'c>) -> Value<'c> {
+    let d = &x.astype(DType::F32) - &z.astype(DType::F32);
+    pl.exp(&d).astype(x.dtype())
+}
+
+#[test]
+fn exp_of_a_difference_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let c = kernel([7, 2500], dtype, true, exp_of_difference);
+        assert_eq!(kernels_of(c), 1, "{dtype}: kernels");
+    }
+    // `z` one value a row (a block within a row or across two), and one per element.
+    for rows in [true, false] {
+        agree(rows, exp_of_difference, |x, z, y| {
+            let want = (x as f32 as f64 - z as f32 as f64).exp();
+            let d = x - z;
+            if d.is_nan() || want.is_infinite() || want == 0.0 {
+                return same(y, want) || (y.is_nan() && d.is_nan());
+            }
+            (y - want).abs() <= 2e-7 * want.abs() || (want < 1e-37 && y.abs() < 1e-37)
+        });
+    }
 }

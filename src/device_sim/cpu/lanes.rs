@@ -448,6 +448,87 @@ pub fn gelu_tanh(x: &[u32], k: [f32; 4], out: &mut [u32]) {
     });
 }
 
+/// Where a kernel's input lanes are: words (values, or bf16 elements as stored in their
+/// low half), 16-bit elements as stored, or the result's own lanes (read, then written).
+pub enum Src<'a> {
+    /// A word per lane.
+    Words(&'a [u32]),
+    /// A 16-bit element per lane.
+    Halves(&'a [u16]),
+    /// The output's lanes themselves.
+    InPlace,
+}
+
+/// `f` of each lane of `src` (a word, or a 16-bit element as a word) into `out`.
+#[inline(always)]
+fn map_src(src: Src, out: &mut [u32], f: impl Fn(u32) -> f32) {
+    match src {
+        Src::Words(x) => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &v)| *o = f(v).to_bits()),
+        Src::Halves(x) => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, &v)| *o = f(u32::from(v)).to_bits()),
+        Src::InPlace => out.iter_mut().for_each(|o| *o = f(*o).to_bits()),
+    }
+}
+
+/// `x * a + b` of float dtype `t`, `k = [a, b]`, the product and the sum each rounded
+/// to `t` as their own ops' (no fused multiply-add): the bits of the two ops in turn,
+/// in one pass. When `widen`, `src` holds bf16 elements as stored.
+#[inline(always)]
+pub fn affine(t: DType, widen: bool, src: Src, k: [f32; 2], out: &mut [u32]) {
+    let [a, b] = k;
+    if widen {
+        return map_src(src, out, |v| {
+            round_bf16(round_bf16(f32::from_bits(v << 16) * a) + b)
+        });
+    }
+    rounding!(t, |r| map_src(
+        src,
+        out,
+        |v| r(r(f32::from_bits(v) * a) + b)
+    ));
+}
+
+/// `e^(x - c)` of f32 values, the difference and the exp in turn: the same bits in one
+/// pass. When `widen`, `src` holds bf16 elements as stored (their values taken as
+/// f32, exactly). Never [`Src::InPlace`].
+#[inline(always)]
+pub fn exp_sub(widen: bool, src: Src, c: Arg, out: &mut [u32]) {
+    let w = |v: u32| f32::from_bits(if widen { v << 16 } else { v });
+    match c {
+        Arg::Splat(c) => {
+            let c = f32::from_bits(c);
+            if widen {
+                map_src(src, out, |v| vmath::exp(f32::from_bits(v << 16) - c));
+            } else {
+                map_src(src, out, |v| vmath::exp(f32::from_bits(v) - c));
+            }
+        }
+        Arg::Lanes(c) => {
+            let each = |o: &mut u32, v: u32, c: &u32| {
+                *o = vmath::exp(w(v) - f32::from_bits(*c)).to_bits();
+            };
+            match src {
+                Src::Words(x) => out
+                    .iter_mut()
+                    .zip(x)
+                    .zip(c)
+                    .for_each(|((o, &v), c)| each(o, v, c)),
+                Src::Halves(x) => out
+                    .iter_mut()
+                    .zip(x)
+                    .zip(c)
+                    .for_each(|((o, &v), c)| each(o, u32::from(v), c)),
+                Src::InPlace => unreachable!("an input apart from the result"),
+            }
+        }
+    }
+}
+
 /// `u` of the values of `x` (dtype `t`).
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {

@@ -1,8 +1,11 @@
 //! Chains of a region's instructions that a kernel computes in one loop over a block
 //! (every value in registers from the input's load to the result's store) where
 //! instruction by instruction each would be a pass over the block: JAX's tanh form of
-//! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`. The kernel does each op of the
-//! chain on each lane, in its order and rounding: the same bits.
+//! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`; an affine map `x * a + b` of
+//! uniform `a` and `b` in any float dtype (bf16's widen of `x` included); softmax's
+//! `exp(x - c)` in f32 (`c` per lane or one a row; bf16's widen and convert of `x`
+//! included). The kernel
+//! does each op of the chain on each lane, in its order and rounding: the same bits.
 
 use super::lanes;
 use crate::array::DType;
@@ -14,6 +17,18 @@ use crate::ir::{Binary, Unary};
 pub(super) enum Kernel {
     /// `x * (half * (one + tanh(c * (x + d * x**3))))`, with `k = [d, c, one, half]`.
     GeluTanh { x: usize, k: [f32; 4] },
+    /// `x * a + b` in float dtype `t` (each op rounded to it), `a` and `b` uniform
+    /// registers; when `widen`, `x` holds bf16 elements as stored, widened first.
+    Affine {
+        x: usize,
+        a: usize,
+        b: usize,
+        t: DType,
+        widen: bool,
+    },
+    /// `exp(x - c)` in f32; when `widen`, `x` holds bf16 elements as stored, widened
+    /// and converted to f32 first.
+    ExpSub { x: usize, c: usize, widen: bool },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -32,7 +47,10 @@ pub(super) fn find(
     inside.clear();
     inside.resize(n, false);
     for i in 0..n {
-        if let Some((kern, chain)) = gelu_tanh(r, uses, splat_ok, i) {
+        let found = gelu_tanh(r, uses, splat_ok, i)
+            .or_else(|| affine(r, uses, splat_ok, i))
+            .or_else(|| exp_sub(r, uses, splat_ok, i));
+        if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
                 for j in chain {
@@ -52,6 +70,106 @@ fn constant(r: &Region, i: usize) -> Option<f32> {
         } => Some(f32::from_bits(bits)),
         _ => None,
     }
+}
+
+/// `i` as `x * a + b` of one float dtype, `a` and `b` uniform (on either side: the
+/// products and sums are the same bits either way): the kernel and the chain's other
+/// instructions (the product; bf16's widen of `x` when only the product reads it).
+fn affine(r: &Region, uses: &[usize], splat_ok: &[bool], i: usize) -> Option<(Kernel, Vec<usize>)> {
+    let Instr::Binary(Binary::Add, t, p, q) = r.instrs[i] else {
+        return None;
+    };
+    // A register of values of `t`, computed per block.
+    let varying = |j: usize| {
+        let g = r.regs[j];
+        g.dtype == t && !g.raw && !g.uniform && !splat_ok[j]
+    };
+    let inner = |j: usize| varying(j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let uniform = |j: usize| r.regs[j].uniform && !r.regs[j].raw;
+    // The uniform operand of `j`'s two and the other.
+    let split = |p: usize, q: usize| match (uniform(p), uniform(q)) {
+        (true, false) => Some((p, q)),
+        (false, true) => Some((q, p)),
+        _ => None,
+    };
+    if !t.is_float() || !varying(i) {
+        return None;
+    }
+    let (b, m) = split(p, q)?;
+    let Instr::Binary(Binary::Mul, tm, p, q) = r.instrs[m] else {
+        return None;
+    };
+    if tm != t || !inner(m) {
+        return None;
+    }
+    let (a, x) = split(p, q)?;
+    if !varying(x) {
+        return None;
+    }
+    let mut chain = vec![m];
+    let mut kern = Kernel::Affine {
+        x,
+        a,
+        b,
+        t,
+        widen: false,
+    };
+    if let Instr::Widen(l) = r.instrs[x] {
+        let g = r.regs[l];
+        if t == DType::BF16 && inner(x) && g.raw && !g.uniform && !splat_ok[l] {
+            chain.push(x);
+            kern = Kernel::Affine {
+                x: l,
+                a,
+                b,
+                t,
+                widen: true,
+            };
+        }
+    }
+    Some((kern, chain))
+}
+
+/// `i` as `exp(x - c)` in f32: the kernel and the chain's other instructions (the
+/// difference; bf16's widen and convert of `x` when only the chain reads them).
+fn exp_sub(
+    r: &Region,
+    uses: &[usize],
+    splat_ok: &[bool],
+    i: usize,
+) -> Option<(Kernel, Vec<usize>)> {
+    let plain = |j: usize, t: DType| {
+        let g = r.regs[j];
+        g.dtype == t && !g.raw && !g.uniform && !splat_ok[j]
+    };
+    let inner =
+        |j: usize, t: DType| plain(j, t) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let Instr::Unary(Unary::Exp, DType::F32, d) = r.instrs[i] else {
+        return None;
+    };
+    let Instr::Binary(Binary::Sub, DType::F32, x, c) = r.instrs[d] else {
+        return None;
+    };
+    if !plain(i, DType::F32) || !inner(d, DType::F32) || !plain(x, DType::F32) {
+        return None;
+    }
+    if let Instr::Convert(DType::BF16, DType::F32, w) = r.instrs[x] {
+        if let Instr::Widen(l) = r.instrs[w] {
+            let g = r.regs[l];
+            let raw = g.dtype == DType::BF16 && g.raw && !g.uniform && !splat_ok[l];
+            if inner(x, DType::F32) && inner(w, DType::BF16) && raw {
+                return Some((
+                    Kernel::ExpSub {
+                        x: l,
+                        c,
+                        widen: true,
+                    },
+                    vec![d, x, w],
+                ));
+            }
+        }
+    }
+    Some((Kernel::ExpSub { x, c, widen: false }, vec![d]))
 }
 
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
@@ -128,14 +246,54 @@ fn gelu_tanh(
     ))
 }
 
-/// Computes `kern` over `m` lanes into `out`, its input's lanes at `at`.
+/// Computes `kern` over `m` lanes into `out`, its inputs' lanes at `at` (16-bit
+/// elements as stored where `halves` says; one value where `splat` has it), its
+/// uniform registers' values in lane 0.
 ///
 /// # Safety
-/// As [`super::region`]'s `compute`: `at` holds the input's `m` lanes, `out` room for
-/// `m` that they do not share.
+/// As [`super::region`]'s `compute`: `at` holds the inputs' `m` lanes, `out` room for
+/// `m`, each input's lanes apart from them or the very same (a chain's first input,
+/// read only by an inner member, may have left its slot to the result).
 #[inline(always)]
-pub(super) unsafe fn run(kern: &Kernel, at: &[*const u32], out: *mut u32, m: usize) {
+pub(super) unsafe fn run(
+    kern: &Kernel,
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    halves: &[bool],
+    out: *mut u32,
+    m: usize,
+) {
     match *kern {
+        Kernel::ExpSub { x, c, widen } => {
+            let shared = |j: usize| std::ptr::eq(at[j], out);
+            // SAFETY (both): as the function's; neither input shares the lanes written.
+            if shared(x) || (splat[c].is_none() && shared(c)) {
+                // The result takes an input's slot: made apart, then copied.
+                let mut tmp = [0u32; lanes::BLOCK];
+                unsafe { run_exp_sub(at, splat, halves, [x, c], widen, &mut tmp[..m]) };
+                // SAFETY: `out` has room for `m`; the inputs are read.
+                unsafe { std::slice::from_raw_parts_mut(out, m) }.copy_from_slice(&tmp[..m]);
+            } else {
+                let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+                unsafe { run_exp_sub(at, splat, halves, [x, c], widen, out) };
+            }
+        }
+        Kernel::Affine { x, a, b, t, widen } => {
+            // SAFETY: a uniform register's lanes are all its value.
+            let k = unsafe { [f32::from_bits(*at[a]), f32::from_bits(*at[b])] };
+            // SAFETY: as the function's; the input is the result's own lanes or apart.
+            let src = unsafe {
+                if halves[x] {
+                    lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
+                } else if std::ptr::eq(at[x], out) {
+                    lanes::Src::InPlace
+                } else {
+                    lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
+                }
+            };
+            let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+            lanes::affine(t, widen, src, k, out);
+        }
         Kernel::GeluTanh { x, k } => {
             // SAFETY: as the function's.
             let (x, out) = unsafe {
@@ -147,4 +305,34 @@ pub(super) unsafe fn run(kern: &Kernel, at: &[*const u32], out: *mut u32, m: usi
             lanes::gelu_tanh(x, k, out);
         }
     }
+}
+
+/// [`Kernel::ExpSub`] of registers `[x, c]` into `out`.
+///
+/// # Safety
+/// As [`run`]'s, `out` apart from both inputs.
+#[inline(always)]
+unsafe fn run_exp_sub(
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    halves: &[bool],
+    [x, c]: [usize; 2],
+    widen: bool,
+    out: &mut [u32],
+) {
+    let m = out.len();
+    // SAFETY: as the function's.
+    let (src, c) = unsafe {
+        let src = if halves[x] {
+            lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
+        } else {
+            lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
+        };
+        let c = match splat[c] {
+            Some(v) => lanes::Arg::Splat(v),
+            None => lanes::Arg::Lanes(std::slice::from_raw_parts(at[c], m)),
+        };
+        (src, c)
+    };
+    lanes::exp_sub(widen, src, c, out);
 }

@@ -835,7 +835,7 @@ unsafe fn block(
                 // SAFETY: the slot assignment gives an instruction's register a slot
                 // none of its arguments holds; a direct output overlaps no input.
                 match &plan.kernels[i] {
-                    Some(k) => unsafe { patterns::run(k, at, out, m) },
+                    Some(k) => unsafe { patterns::run(k, at, splat, plan.halves_widen, out, m) },
                     None => unsafe { compute(r, instr, at, splat, plan.halves_widen, out, m) },
                 }
                 at[i] = out;
