@@ -140,7 +140,7 @@ impl KernelCall {
             .with_schedule(ScheduleSpec::parse(schedule).py()?)
             .with_uninit(uninit);
         let t0 = std::time::Instant::now();
-        let mut lap = tpusim::device_sim::cpu::Laps::new();
+        let mut lap = tpusim::device_sim::Laps::new();
         // The budget and the plan with the kernel traced once.
         let (_, plan) = job.plan_fitting(Job::run_work(exec, false, false)).py()?;
         lap.note("budget, lowering and schedule");
@@ -273,7 +273,7 @@ impl KernelCall {
                 exchange(run, prog, copied_in, copied_out)
             });
         }
-        let mut lap = tpusim::device_sim::cpu::Laps::new();
+        let mut lap = tpusim::device_sim::Laps::new();
         let mut run = cpu
             .prepare_lent(prog, &plan.schedule, &cpu_plan, lent)
             .py()?;

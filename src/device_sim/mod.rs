@@ -516,3 +516,49 @@ impl Executor for Noted {
         self.inner.blocked_stretches(program, schedule)
     }
 }
+
+/// Times of a plan's steps, printed to stderr when `TPUSIM_DEBUG_PLAN` is set (where a
+/// first call's planning goes).
+pub struct Laps {
+    on: bool,
+    last: std::time::Instant,
+    laps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Laps {
+    /// Starts timing (nothing is kept unless `TPUSIM_DEBUG_PLAN` is set).
+    pub fn new() -> Self {
+        Laps {
+            on: std::env::var_os("TPUSIM_DEBUG_PLAN").is_some(),
+            last: std::time::Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    /// The time since the last step, as step `what`.
+    pub fn note(&mut self, what: &'static str) {
+        if self.on {
+            let now = std::time::Instant::now();
+            self.laps.push((what, now - self.last));
+            self.last = now;
+        }
+    }
+
+    /// Prints the steps' times after `title`.
+    pub fn report(&self, title: &str) {
+        if self.on {
+            let laps: Vec<String> = self
+                .laps
+                .iter()
+                .map(|(w, d)| format!("{w} {:.3} s", d.as_secs_f64()))
+                .collect();
+            eprintln!("tpusim: {title}: {}", laps.join(", "));
+        }
+    }
+}
+
+impl Default for Laps {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -436,7 +436,7 @@ impl Job {
             return Ok((need, self.plan()?));
         }
         let t0 = std::time::Instant::now();
-        let mut lap = crate::device_sim::cpu::Laps::new();
+        let mut lap = crate::device_sim::Laps::new();
         let cell = std::cell::OnceCell::new();
         let count = |census: &mut Census| match cell.get_or_init(|| self.lower()) {
             Ok(program) => {
@@ -568,7 +568,7 @@ impl Job {
     /// The kernel traced on every device of the mesh (its first mistake an error): one
     /// program for every invocation of a sequence.
     pub fn lower(&self) -> Result<Program> {
-        let mut lap = crate::device_sim::cpu::Laps::new();
+        let mut lap = crate::device_sim::Laps::new();
         let parts = self
             .pallas_calls()?
             .iter()
@@ -608,7 +608,7 @@ impl Job {
 
     /// `program` (this job lowered) scheduled: its plan, made since `t0`.
     fn scheduled(&self, program: Program, t0: std::time::Instant) -> Result<Plan> {
-        let mut lap = crate::device_sim::cpu::Laps::new();
+        let mut lap = crate::device_sim::Laps::new();
         let schedule = schedule(&program, self.schedule.policy().as_mut())?;
         lap.note("schedule");
         let schedule = schedule.with_uninit(&program, self.uninit);

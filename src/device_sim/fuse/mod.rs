@@ -153,7 +153,7 @@ pub fn fuse_with(
     keep: Keep<'_>,
     joins: Joins,
 ) -> Fused {
-    let mut lap = crate::device_sim::cpu::Laps::new();
+    let mut lap = crate::device_sim::Laps::new();
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
     // Writes are dropped only from a run read through its outputs alone (as `prune`).
