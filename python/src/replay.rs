@@ -415,8 +415,8 @@ impl<'c, 'a> Replay<'c, 'a> {
         for (k, op) in ops.iter().enumerate() {
             // Values whose last use was the op before: their storage goes back now, so
             // that a long grid point's temporaries are not all live at once.
-            if let Some(done) = k.checked_sub(1).map(|j| &drops[j]) {
-                for &id in done {
+            if let Some(j) = k.checked_sub(1) {
+                for &id in drops.of(j) {
                     if let Some(v) = self.values.get_mut(id) {
                         *v = None;
                     }
@@ -651,14 +651,28 @@ impl<'c, 'a> Replay<'c, 'a> {
 }
 
 /// For each op of a grid point's recording, the values whose last use it is (or that
-/// it makes and nothing uses).
-fn last_uses(ops: &[Op]) -> Vec<Vec<usize>> {
-    let mut last: Vec<Option<usize>> = Vec::new();
+/// it makes and nothing uses): all ids in one array, by op, so that a long recording
+/// costs two allocations rather than one per op.
+struct LastUses {
+    /// `ids[starts[k]..starts[k + 1]]` are op `k`'s.
+    starts: Vec<usize>,
+    ids: Vec<usize>,
+}
+
+impl LastUses {
+    fn of(&self, k: usize) -> &[usize] {
+        &self.ids[self.starts[k]..self.starts[k + 1]]
+    }
+}
+
+fn last_uses(ops: &[Op]) -> LastUses {
+    const NONE: usize = usize::MAX;
+    let mut last: Vec<usize> = Vec::new();
     let mut mark = |id: usize, k: usize| {
         if last.len() <= id {
-            last.resize(id + 1, None);
+            last.resize(id + 1, NONE);
         }
-        last[id] = Some(k);
+        last[id] = k;
     };
     for (k, op) in ops.iter().enumerate() {
         match op {
@@ -674,13 +688,23 @@ fn last_uses(ops: &[Op]) -> Vec<Vec<usize>> {
             _ => {}
         }
     }
-    let mut drops = vec![Vec::new(); ops.len()];
-    for (id, k) in last.into_iter().enumerate() {
-        if let Some(k) = k {
-            drops[k].push(id);
+    // A counting sort by op: each op's ids stay in increasing order.
+    let mut starts = vec![0usize; ops.len() + 1];
+    for &k in last.iter().filter(|&&k| k != NONE) {
+        starts[k + 1] += 1;
+    }
+    for k in 0..ops.len() {
+        starts[k + 1] += starts[k];
+    }
+    let mut next = starts.clone();
+    let mut ids = vec![0usize; starts[ops.len()]];
+    for (id, &k) in last.iter().enumerate() {
+        if k != NONE {
+            ids[next[k]] = id;
+            next[k] += 1;
         }
     }
-    drops
+    LastUses { starts, ids }
 }
 
 /// An operand as the Python spec gives it: name, `any`/`vmem`, shape, dtype.
