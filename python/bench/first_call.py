@@ -1,7 +1,8 @@
 """A suite kernel's first call split into its parts: planning (recording the kernel in
 Python, then the native call reading the records), the first run (of it, the native
 plan: budget, lowering, schedule and the CPU executor's plan), and the rest (JAX's
-tracing and compilation), against the median of later calls.
+tracing and compilation), against the median of later calls; and the page faults of each part (fresh memory
+touched: the first run's buffers, the plan's own memory), against a later call's.
 
     python bench/first_call.py ring_attention 16M -p 4 --calls 3
 
@@ -9,6 +10,7 @@ Set ``TPUSIM_LOOPS=each`` to record every loop iteration on its own (``tpusim/_b
 
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -31,6 +33,7 @@ def main():
     from tpusim import _hook, _native, _plan
 
     spent = {"plan": 0.0, "record": 0.0, "read": 0.0, "run": 0.0}
+    faults = {"plan": 0, "run": 0}  # minor page faults of the process in each part
 
     calls = []  # the native calls made (their `planning_seconds`)
 
@@ -38,7 +41,7 @@ def main():
         orig = getattr(cls, name)
 
         def wrapper(*args, **kw):
-            t = time.perf_counter()
+            t, f = time.perf_counter(), _faults()
             try:
                 got = orig(*args, **kw)
                 if key == "read":
@@ -46,6 +49,8 @@ def main():
                 return got
             finally:
                 spent[key] += time.perf_counter() - t
+                if key in faults:
+                    faults[key] += _faults() - f
 
         if hasattr(orig, "steered"):  # the native call's other constructor, untimed
             wrapper.steered = orig.steered
@@ -67,19 +72,20 @@ def main():
         f = jax.jit(
             jax.shard_map(case.kernel, mesh=mesh, in_specs=case.in_specs, out_specs=case.out_specs, check_vma=False)
         )
-        t0 = time.perf_counter()
+        t0, f0 = time.perf_counter(), _faults()
         jax.block_until_ready(f(*args))
-        first = time.perf_counter() - t0
+        first, first_faults = time.perf_counter() - t0, _faults() - f0
         # Taken now: a kernel whose later calls go through Python (`_hook.Meeting._run`)
         # adds to `spent` at each of them.
-        first_spent = dict(spent)
+        first_spent, first_run_faults = dict(spent), faults["run"] - faults["plan"]
         run = spent["run"] - spent["plan"]
         native = sum(c.planning_seconds or 0.0 for c in calls)
-        times = []
+        times, later_faults = [], []
         for _ in range(a.calls):
-            t0 = time.perf_counter()
+            t0, f0 = time.perf_counter(), _faults()
             jax.block_until_ready(f(*args))
             times.append(time.perf_counter() - t0)
+            later_faults.append(_faults() - f0)
     later = float(np.median(times)) if times else float("nan")
     print(
         f"{a.kernel} {a.size} P={a.p}: first {first:.2f} s = plan {first_spent['plan']:.2f} "
@@ -88,6 +94,15 @@ def main():
         f"later calls' median {later:.2f} s; first - later {first - later:.2f} s, "
         f"less the rest {first - later - (first - first_spent['run']):+.2f} s"
     )
+    print(
+        f"page faults: first {first_faults} (plan {faults['plan']}, first run {first_run_faults}), "
+        f"later calls' median {int(np.median(later_faults)) if later_faults else 0}"
+    )
+
+
+def _faults():
+    """The process's minor page faults so far (a fresh page touched is one)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 if __name__ == "__main__":
