@@ -417,7 +417,7 @@ fn unary_float<const WIDEN: bool>(
                 // In place, the source is the lanes made here.
                 values.copy_from_slice(out);
             }
-            map_src(src, values, |w| value::<WIDEN>(w));
+            map_src(src, values, value::<WIDEN>);
             return own_loop_float(u, values, out, r);
         }
         // Read through `src` by the loops below (a widen: `x` is not read).
