@@ -204,10 +204,11 @@ fn affine_of_abs<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
 
 #[test]
 fn affine_maps_run_as_one_kernel_and_equal_the_unfused_run_and_f64() {
-    for f in [affine_of_x as Body, affine_of_abs] {
-        for dtype in [DType::F32, DType::BF16, DType::F16] {
+    for (f, bf16) in [(affine_of_x as Body, 1), (affine_of_abs, 2)] {
+        // bf16's |x| is a kernel of its own, with x's widen.
+        for (dtype, want) in [(DType::F32, 1), (DType::BF16, bf16), (DType::F16, 1)] {
             let c = kernel([7, 2500], dtype, false, f);
-            assert_eq!(kernels_of(c), 1, "{dtype}: kernels");
+            assert_eq!(kernels_of(c), want, "{dtype}: kernels");
         }
     }
     // Exact in f32 for these data.
@@ -242,4 +243,46 @@ fn exp_of_a_difference_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
             (y - want).abs() <= 2e-7 * want.abs() || (want < 1e-37 && y.abs() < 1e-37)
         });
     }
+}
+
+/// Unary float ops of `x`, each alone, with their values in f64 (none for a sine of
+/// far arguments): bf16's widen of `x` and the op run as one kernel (sin and a fifth
+/// power through loops of their own).
+type Unaries = Vec<(&'static str, Body, Option<fn(f64) -> f64>)>;
+
+fn unaries() -> Unaries {
+    vec![
+        ("exp", |pl, x, _| pl.exp(x), Some(f64::exp)),
+        ("log", |pl, x, _| pl.log(x), Some(f64::ln)),
+        ("tanh", |pl, x, _| pl.tanh(x), Some(f64::tanh)),
+        (
+            "logistic",
+            |pl, x, _| pl.logistic(x),
+            Some(|x| 1.0 / (1.0 + (-x).exp())),
+        ),
+        ("erf", |pl, x, _| pl.erf(x), Some(libm::erf)),
+        ("rsqrt", |pl, x, _| pl.rsqrt(x), Some(|x| 1.0 / x.sqrt())),
+        ("abs", |pl, x, _| pl.abs(x), Some(f64::abs)),
+        ("sin", |pl, x, _| pl.sin(&(x * 1e5)), None),
+        ("powi5", |_, x, _| x.powi(5), Some(|x| x.powi(5))),
+    ]
+}
+
+#[test]
+fn a_unary_op_of_a_widened_bf16_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    for (name, f, exact) in unaries() {
+        let c = kernel([300, 613], DType::BF16, false, f);
+        // sin's argument is a product of its own (no widen right before the sine).
+        let want = usize::from(name != "sin");
+        assert_eq!(kernels_of(c), want, "{name}: kernels");
+        // f32 within 1e-6 relative of f64 (the ops' bounds, a few ulps, are vmath's).
+        agree(false, f, |x, _, y| {
+            let Some(exact) = exact else { return true };
+            let want = exact(x);
+            let subnormal = x != 0.0 && x.abs() < 1e-37;
+            subnormal || same(y, want) || (y - want).abs() <= 1e-6 * want.abs()
+        });
+    }
+    // An op of a value broadcast along the rows, beside one of lanes.
+    agree(true, |pl, x, z| &pl.erf(z) * &pl.exp(x), |_, _, _| true);
 }

@@ -393,46 +393,113 @@ fn sin_cos(
     }
 }
 
-/// Float `u` of `x`, each result rounded by `r` in the op's own loop.
+/// Float `u` of the values of `src`, each result rounded by `r` in the op's own loop;
+/// when `WIDEN`, `src` holds bf16 elements as stored, widened in the same loop.
 #[inline(always)]
-fn unary_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
+fn unary_float<const WIDEN: bool>(
+    u: Unary,
+    src: Src,
+    out: &mut [u32],
+    r: impl Fn(f32) -> f32 + Copy,
+) {
+    // The ops with loops of their own take words of values: widened apart first.
+    let own_loop = match u {
+        Unary::Sin | Unary::Cos => true,
+        Unary::IntegerPow(n) => !(2..=4).contains(&n),
+        _ => false,
+    };
+    let x = match src {
+        Src::Words(x) if !WIDEN || !own_loop => x,
+        _ if own_loop => {
+            let mut values = [0u32; BLOCK];
+            let values = &mut values[..out.len()];
+            if matches!(src, Src::InPlace) {
+                // In place, the source is the lanes made here.
+                values.copy_from_slice(out);
+            }
+            map_src(src, values, value::<WIDEN>);
+            return own_loop_float(u, values, out, r);
+        }
+        // Read through `src` by the loops below (a widen: `x` is not read).
+        _ => {
+            debug_assert!(WIDEN, "values come in words");
+            &[]
+        }
+    };
     // A macro, not a closure over a function pointer: each op's loop is its own, with
     // the function inlined into it (a pointer called per lane does not vectorize).
+    // Words of values keep the one loop of a slice (no other sources compiled).
     macro_rules! m {
-        ($out:expr, $f:path) => {
-            map1($out, x, |a| r($f(a)))
+        ($f:path) => {
+            m!(|a| $f(a))
+        };
+        (|$a:ident| $e:expr) => {
+            if WIDEN {
+                map_src(src, out, |w| {
+                    let $a = value::<WIDEN>(w);
+                    r($e)
+                })
+            } else {
+                map1(out, x, |$a| r($e))
+            }
         };
     }
     match u {
-        Unary::Neg => map1(out, x, |a| r(-a)),
-        Unary::Abs => m!(out, f32::abs),
-        Unary::Sign => map1(out, x, |a| {
+        Unary::Neg => m!(|a| -a),
+        Unary::Abs => m!(f32::abs),
+        Unary::Sign => m!(|a| {
             let s = 1.0f32.copysign(a);
-            r(if a.is_nan() || a == 0.0 { a } else { s })
+            if a.is_nan() || a == 0.0 {
+                a
+            } else {
+                s
+            }
         }),
-        Unary::Floor => m!(out, f32::floor),
-        Unary::Ceil => m!(out, f32::ceil),
-        Unary::Round => m!(out, f32::round),
-        Unary::RoundEven => m!(out, f32::round_ties_even),
-        Unary::Exp => m!(out, vmath::exp),
-        Unary::Exp2 => m!(out, vmath::exp2),
-        Unary::Expm1 => m!(out, vmath::expm1),
-        Unary::Log => m!(out, vmath::ln),
-        Unary::Log1p => m!(out, vmath::ln_1p),
-        Unary::Sqrt => m!(out, f32::sqrt),
-        Unary::Rsqrt => map1(out, x, |a| r(1.0 / a.sqrt())),
-        Unary::Tanh => m!(out, vmath::tanh),
-        Unary::Logistic => m!(out, vmath::logistic),
-        Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin, r),
-        Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos, r),
-        Unary::Erf => m!(out, vmath::erf),
+        Unary::Floor => m!(f32::floor),
+        Unary::Ceil => m!(f32::ceil),
+        Unary::Round => m!(f32::round),
+        Unary::RoundEven => m!(f32::round_ties_even),
+        Unary::Exp => m!(vmath::exp),
+        Unary::Exp2 => m!(vmath::exp2),
+        Unary::Expm1 => m!(vmath::expm1),
+        Unary::Log => m!(vmath::ln),
+        Unary::Log1p => m!(vmath::ln_1p),
+        Unary::Sqrt => m!(f32::sqrt),
+        Unary::Rsqrt => m!(|a| 1.0 / a.sqrt()),
+        Unary::Tanh => m!(vmath::tanh),
+        Unary::Logistic => m!(vmath::logistic),
+        Unary::Erf => m!(vmath::erf),
         // Small powers in one loop (the squarings unrolled, the same products).
-        Unary::IntegerPow(2) => map1(out, x, |a| r(powi_const::<2>(a))),
-        Unary::IntegerPow(3) => map1(out, x, |a| r(powi_const::<3>(a))),
-        Unary::IntegerPow(4) => map1(out, x, |a| r(powi_const::<4>(a))),
-        Unary::IntegerPow(n) => powi_f32(out, x, n, r),
+        Unary::IntegerPow(2) => m!(|a| powi_const::<2>(a)),
+        Unary::IntegerPow(3) => m!(|a| powi_const::<3>(a)),
+        Unary::IntegerPow(4) => m!(|a| powi_const::<4>(a)),
+        Unary::Sin | Unary::Cos | Unary::IntegerPow(_) => own_loop_float(u, x, out, r),
         Unary::Not => unreachable!("checked: not takes integers and bools"),
     }
+}
+
+/// [`unary_float`]'s ops with loops of their own, of words of values `x`.
+#[inline(always)]
+fn own_loop_float(u: Unary, x: &[u32], out: &mut [u32], r: impl Fn(f32) -> f32 + Copy) {
+    match u {
+        Unary::Sin => sin_cos(out, x, vmath::sin, f32::sin, r),
+        Unary::Cos => sin_cos(out, x, vmath::cos, f32::cos, r),
+        Unary::IntegerPow(n) => powi_f32(out, x, n, r),
+        _ => unreachable!("{u:?} is a loop of unary_float's"),
+    }
+}
+
+/// A lane's f32 value: the word itself, or (`WIDEN`) a bf16 element as stored.
+#[inline(always)]
+fn value<const WIDEN: bool>(w: u32) -> f32 {
+    f32::from_bits(if WIDEN { w << 16 } else { w })
+}
+
+/// `u` of bf16 elements as stored (`src`) in bf16: the widen and the op (rounded to
+/// bf16) in one loop, the bits of the two in turn.
+#[inline(always)]
+pub fn unary_widen(u: Unary, src: Src, out: &mut [u32]) {
+    unary_float::<true>(u, src, out, round_bf16);
 }
 
 /// JAX's tanh form of gelu of f32 values, `k = [d, c, one, half]`: each lane through
@@ -462,16 +529,25 @@ pub enum Src<'a> {
 /// `f` of each lane of `src` (a word, or a 16-bit element as a word) into `out`.
 #[inline(always)]
 fn map_src(src: Src, out: &mut [u32], f: impl Fn(u32) -> f32) {
+    // `for` loops, not `for_each`: the latter's `fold` is a function of its own that
+    // the compiler may leave out of line, outside the vector unit's target features
+    // (its fused multiply-adds then calls to `fmaf`, 25x slower).
     match src {
-        Src::Words(x) => out
-            .iter_mut()
-            .zip(x)
-            .for_each(|(o, &v)| *o = f(v).to_bits()),
-        Src::Halves(x) => out
-            .iter_mut()
-            .zip(x)
-            .for_each(|(o, &v)| *o = f(u32::from(v)).to_bits()),
-        Src::InPlace => out.iter_mut().for_each(|o| *o = f(*o).to_bits()),
+        Src::Words(x) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = f(v).to_bits();
+            }
+        }
+        Src::Halves(x) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = f(u32::from(v)).to_bits();
+            }
+        }
+        Src::InPlace => {
+            for o in out.iter_mut() {
+                *o = f(*o).to_bits();
+            }
+        }
     }
 }
 
@@ -533,7 +609,7 @@ pub fn exp_sub(widen: bool, src: Src, c: Arg, out: &mut [u32]) {
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
     if t.is_float() {
-        rounding!(t, |r| unary_float(u, x, out, r));
+        rounding!(t, |r| unary_float::<false>(u, Src::Words(x), out, r));
         return;
     }
     let unsigned = matches!(t, DType::U8 | DType::Bool);

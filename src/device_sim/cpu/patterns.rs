@@ -4,7 +4,7 @@
 //! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`; an affine map `x * a + b` of
 //! uniform `a` and `b` in any float dtype (bf16's widen of `x` included); softmax's
 //! `exp(x - c)` in f32 (`c` per lane or one a row; bf16's widen and convert of `x`
-//! included). The kernel
+//! included); a unary float op in bf16 with the widen of its bf16 input. The kernel
 //! does each op of the chain on each lane, in its order and rounding: the same bits.
 
 use super::lanes;
@@ -29,6 +29,8 @@ pub(super) enum Kernel {
     /// `exp(x - c)` in f32; when `widen`, `x` holds bf16 elements as stored, widened
     /// and converted to f32 first.
     ExpSub { x: usize, c: usize, widen: bool },
+    /// Unary float op `u` in bf16 of `x`, bf16 elements as stored, widened first.
+    UnaryWiden { u: Unary, x: usize },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -49,7 +51,8 @@ pub(super) fn find(
     for i in 0..n {
         let found = gelu_tanh(r, uses, splat_ok, i)
             .or_else(|| affine(r, uses, splat_ok, i))
-            .or_else(|| exp_sub(r, uses, splat_ok, i));
+            .or_else(|| exp_sub(r, uses, splat_ok, i))
+            .or_else(|| unary_widen(r, uses, splat_ok, i));
         if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
@@ -172,6 +175,29 @@ fn exp_sub(
     Some((Kernel::ExpSub { x, c, widen: false }, vec![d]))
 }
 
+/// `i` as a unary float op in bf16 of a widened bf16 register: the kernel and the
+/// chain's other instruction (the widen, when only the op reads it).
+fn unary_widen(
+    r: &Region,
+    uses: &[usize],
+    splat_ok: &[bool],
+    i: usize,
+) -> Option<(Kernel, Vec<usize>)> {
+    let varying = |j: usize, raw: bool| {
+        let g = r.regs[j];
+        g.dtype == DType::BF16 && g.raw == raw && !g.uniform && !splat_ok[j]
+    };
+    let Instr::Unary(u, DType::BF16, w) = r.instrs[i] else {
+        return None;
+    };
+    let Instr::Widen(l) = r.instrs[w] else {
+        return None;
+    };
+    let inner = varying(w, false) && uses[w] == 1 && !r.reduces.iter().any(|q| q.reg == w);
+    (varying(i, false) && inner && varying(l, true) && u != Unary::Not)
+        .then_some((Kernel::UnaryWiden { u, x: l }, vec![w]))
+}
+
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
 fn gelu_tanh(
     r: &Region,
@@ -281,18 +307,14 @@ pub(super) unsafe fn run(
         Kernel::Affine { x, a, b, t, widen } => {
             // SAFETY: a uniform register's lanes are all its value.
             let k = unsafe { [f32::from_bits(*at[a]), f32::from_bits(*at[b])] };
-            // SAFETY: as the function's; the input is the result's own lanes or apart.
-            let src = unsafe {
-                if halves[x] {
-                    lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
-                } else if std::ptr::eq(at[x], out) {
-                    lanes::Src::InPlace
-                } else {
-                    lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
-                }
-            };
-            let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+            // SAFETY: as the function's.
+            let (src, out) = unsafe { src_of(at, halves, x, out, m) };
             lanes::affine(t, widen, src, k, out);
+        }
+        Kernel::UnaryWiden { u, x } => {
+            // SAFETY: as the function's.
+            let (src, out) = unsafe { src_of(at, halves, x, out, m) };
+            lanes::unary_widen(u, src, out);
         }
         Kernel::GeluTanh { x, k } => {
             // SAFETY: as the function's.
@@ -304,6 +326,32 @@ pub(super) unsafe fn run(
             };
             lanes::gelu_tanh(x, k, out);
         }
+    }
+}
+
+/// A one-input kernel's input `x` (the result's own lanes, 16-bit elements as stored,
+/// or words) and its `m` result lanes at `out`.
+///
+/// # Safety
+/// As [`run`]'s: `x`'s lanes are `out`'s own or apart from them.
+#[inline(always)]
+unsafe fn src_of<'a>(
+    at: &[*const u32],
+    halves: &[bool],
+    x: usize,
+    out: *mut u32,
+    m: usize,
+) -> (lanes::Src<'a>, &'a mut [u32]) {
+    // SAFETY: as the function's.
+    unsafe {
+        let src = if halves[x] {
+            lanes::Src::Halves(std::slice::from_raw_parts(at[x] as *const u16, m))
+        } else if std::ptr::eq(at[x], out) {
+            lanes::Src::InPlace
+        } else {
+            lanes::Src::Words(std::slice::from_raw_parts(at[x], m))
+        };
+        (src, std::slice::from_raw_parts_mut(out, m))
     }
 }
 
