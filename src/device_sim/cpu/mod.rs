@@ -1216,7 +1216,7 @@ impl Executor for CpuExecutor {
             return self.prepare(program, schedule);
         }
         let fused = fuse_reading(program, schedule, outputs, CPU_JOINS);
-        let mut run = own_run(program, schedule, fused)?;
+        let mut run = own_run(program, schedule, fused, true)?;
         run.reading = Some(outputs.to_vec());
         run.block(self.materialize);
         Ok(Box::new(run))
@@ -1300,7 +1300,7 @@ fn own_memory<'a>(
     fused: Fused,
     block: Option<bool>,
 ) -> Result<Box<dyn Prepared + 'a>> {
-    let mut run = own_run(program, schedule, fused)?;
+    let mut run = own_run(program, schedule, fused, block.is_some())?;
     if let Some(materialize) = block {
         run.block(materialize);
     }
@@ -1331,13 +1331,37 @@ fn kept(
     blocked::dead_inside(s, &fused.steps, ops, skip, live)
 }
 
-/// [`own_memory`]'s run.
-fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Result<CpuRun<'a>> {
+/// [`own_memory`]'s run; `share`: an operand that only its whole copy from or to a VMEM
+/// buffer touches ([`twins::Twin::alone`]) lives in that buffer, and the copy is
+/// skipped (as [`CpuExecutor::prepare_lent`] does for an operand not lent): for a run
+/// read through its operands after it ends, never between pieces.
+fn own_run<'a>(
+    program: &'a Program,
+    schedule: &'a Schedule,
+    fused: Fused,
+    share: bool,
+) -> Result<CpuRun<'a>> {
     let table = schedule.memory(program);
+    let (mut skip, mut moved) = (Vec::new(), Vec::new());
+    if share && fused.piece_ends.len() <= 1 {
+        let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
+        for t in twins::twins(program, &table, &fused, ops) {
+            if t.alone {
+                let at = |a| table.index_of(t.device, a);
+                moved.push((at(t.operand), at(t.vmem)));
+                skip.push(t.step);
+            }
+        }
+        skip.sort_unstable();
+    }
     let mem = Memory {
         bufs: table
             .iter()
-            .map(|(_, a)| Ok(Buf::Own(own_words(a.numel(), &a.name)?)))
+            .enumerate()
+            .map(|(i, (_, a))| match moved.iter().any(|&(o, _)| o == i) {
+                true => Ok(Buf::Own(Words::default())),
+                false => Ok(Buf::Own(own_words(a.numel(), &a.name)?)),
+            })
             .collect::<Result<_>>()?,
         table,
         scratch: Default::default(),
@@ -1350,8 +1374,8 @@ fn own_run<'a>(program: &'a Program, schedule: &'a Schedule, fused: Fused) -> Re
         fused: Cow::Owned(fused),
         spare: None,
         reading: None,
-        skip: Vec::new(),
-        moved: Vec::new(),
+        skip,
+        moved,
         stretches: Vec::new(),
     })
 }
@@ -1416,6 +1440,12 @@ impl CpuRun<'_> {
             .iter()
             .find(|(o, _)| *o == i)
             .map_or(i, |&(_, at)| at)
+    }
+
+    /// The words of view `v`, where its allocation is held ([`CpuRun::slot`]).
+    fn view_words(&mut self, v: &View) -> &mut [u32] {
+        let i = self.slot(v.device(), v.alloc());
+        &mut self.mem.bufs[i][v.offset()..v.offset() + v.len()]
     }
 }
 
@@ -1516,7 +1546,7 @@ impl Prepared for CpuRun<'_> {
 
     fn read_view(&mut self, v: View, elem: usize) -> Result<Vec<u8>> {
         self.materialized(&v)?;
-        let words = self.mem.words(&v);
+        let words = self.view_words(&v);
         Ok(match elem {
             4 => bytemuck::cast_slice(words).to_vec(),
             _ => words
@@ -1529,7 +1559,7 @@ impl Prepared for CpuRun<'_> {
     fn read_view_into(&mut self, v: View, elem: usize, out: &mut [u8]) -> Result<()> {
         view_bytes(&v, elem, out.len())?;
         self.materialized(&v)?;
-        let words = self.mem.words(&v);
+        let words = self.view_words(&v);
         match elem {
             4 => out.copy_from_slice(bytemuck::cast_slice(words)),
             _ => {
@@ -1543,7 +1573,7 @@ impl Prepared for CpuRun<'_> {
 
     fn write_view(&mut self, v: View, elem: usize, bytes: &[u8]) -> Result<()> {
         view_bytes(&v, elem, bytes.len())?;
-        let dst = self.mem.words_mut(&v);
+        let dst = self.view_words(&v);
         match elem {
             // Words are little-endian bytes in memory (as `read_view` gives them).
             4 => bytemuck::cast_slice_mut(dst).copy_from_slice(bytes),
