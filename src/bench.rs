@@ -384,7 +384,7 @@ pub fn sweep(
 
 /// The least seconds one iteration of `sched` can take on `exec`
 /// ([`Rates::roofline_blocked`] at `rates`, this process's, over the stretches `exec`
-/// runs a block at a time). On ranks (whose pieces run unblocked) ([`crate::device_sim::ranks`]) the ranks run
+/// runs a block at a time, without the ops it skips: [`Executor::skipped_ops`]). On ranks (whose pieces run unblocked) ([`crate::device_sim::ranks`]) the ranks run
 /// concurrently, each its own ops on its own executor, and the iteration ends when the
 /// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
 /// rank runs (its [`crate::device_sim::ranks::plan::RankPlan`]'s local schedule) at that rank's
@@ -399,7 +399,8 @@ pub fn roof(
 ) -> Result<f64> {
     let Some(r) = exec.ranks() else {
         let blocked = exec.blocked_stretches(program, sched);
-        return Ok(rates.roofline_blocked(sched, program, iters, &blocked));
+        let skipped = exec.skipped_ops(program, sched);
+        return Ok(rates.roofline_blocked(sched, program, iters, &blocked, &skipped));
     };
     let part = r.partition(program.devices)?;
     let plan = crate::device_sim::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;

@@ -111,8 +111,17 @@ fn dead_scratch_stays_out_of_memory_and_every_materialized_buffer_equals_unfused
                 .with_dtype(dtype);
             let plan = job.plan().unwrap();
             let (program, sched) = (&plan.program, &plan.schedule);
+            // An operand, or the VMEM buffer an operand lives in (its copy skipped).
+            let skipped = kept_exec.skipped_ops(program, sched);
             let operand = |v: &View| {
-                program.inputs.contains(&v.alloc()) || program.outputs.contains(&v.alloc())
+                let twin = skipped
+                    .iter()
+                    .flat_map(|&i| sched.ops[i].reads().chain(sched.ops[i].writes()));
+                program.inputs.contains(&v.alloc())
+                    || program.outputs.contains(&v.alloc())
+                    || twin
+                        .into_iter()
+                        .any(|t| t.device() == v.device() && t.alloc() == v.alloc())
             };
             let written = |e: &CpuExecutor| -> Vec<View> {
                 let b: Vec<BlockedStretch> = e.blocked_stretches(program, sched);

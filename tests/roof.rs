@@ -132,7 +132,11 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
     let blocked = CpuExecutor::new().blocked_stretches(program, sched);
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     let b = &blocked[0];
-    let mut ops = b.ops.clone();
+    // The copies the run skips (an operand living in its VMEM twin's buffer, where a
+    // copy stays a step of its own) are charged nothing; every other op once, in the
+    // stretch.
+    let skipped = CpuExecutor::new().skipped_ops(program, sched);
+    let mut ops = [b.ops.clone(), skipped.clone()].concat();
     ops.sort_unstable();
     assert_eq!(
         ops,
@@ -140,14 +144,18 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
         "every op, once"
     );
     // Every view written to memory is distinct and of the whole 8 MiB shard: the
-    // outputs (hbm_buf's two halves among them), as the VMEM copies x_ref and o_ref are
-    // dead outside the stretch and stay in the cores' blocks; materialized, they are
-    // written too.
+    // outputs (hbm_buf's two halves among them; an output living in its VMEM twin's
+    // buffer as that buffer), as the VMEM copies are dead outside the stretch and stay
+    // in the cores' blocks; materialized, they are written too.
     let shard = 8u64 << 20;
+    let holds_output = |a| {
+        let twin = skipped.iter().flat_map(|&i| sched.ops[i].reads());
+        twin.map(|v| v.alloc()).any(|t| t == a)
+    };
     assert!(
         b.written
             .iter()
-            .all(|v| program.outputs.contains(&v.alloc())),
+            .all(|v| program.outputs.contains(&v.alloc()) || holds_output(v.alloc())),
         "{b:?}"
     );
     let whole = CpuExecutor::new().materialized(true);
@@ -184,13 +192,13 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
     let close = |got: f64, want: f64| (got - want).abs() <= 1e-12 * want;
     // Memory-bound: the written bytes at the copy rate (the fastest).
     let r = rates(1e9, 1e12);
-    let got = r.roofline_blocked(sched, program, 2, &[cores(2)]);
+    let got = r.roofline_blocked(sched, program, 2, &[cores(2)], &[]);
     let want = written as f64 / 1e9 + 1e-4 / 2.0;
     assert!(close(got, want), "{got} vs {want}");
     // Cache-bound: every pass at the in-cache rate, over two cores, then one.
     let r = rates(1e12, 1e9);
     for c in [1, 2] {
-        let got = r.roofline_blocked(sched, program, 2, &[cores(c)]);
+        let got = r.roofline_blocked(sched, program, 2, &[cores(c)], &[]);
         let want = passes as f64 / 1e9 / c as f64 + 1e-4 / 2.0;
         assert!(close(got, want), "{c} cores: {got} vs {want}");
     }
@@ -205,11 +213,11 @@ fn a_blocked_stretch_takes_its_writes_once_or_its_passes_in_the_caches() {
         .iter()
         .map(|o| r.op_seconds(o, &allocs))
         .sum();
-    let got = r.roofline_blocked(sched, program, 1, std::slice::from_ref(&first));
+    let got = r.roofline_blocked(sched, program, 1, std::slice::from_ref(&first), &[]);
     let want = alone + r.stretch_seconds(&first, &sched.ops, &allocs) + 1e-4;
     assert!(close(got, want), "{got} vs {want}");
     assert!(close(
-        r.roofline_blocked(sched, program, 1, &[]),
+        r.roofline_blocked(sched, program, 1, &[], &[]),
         r.roofline(sched, program, 1)
     ));
 }
@@ -379,4 +387,61 @@ fn roofline_counts_flops_and_elementwise_work() {
     let want = 1000.0 / 1e8 + 2.0 * 4000.0 / 4e9;
     let got = rates.roofline(&sched, &program, 1);
     assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+}
+
+/// A copy that the CPU executor's run skips (an operand living in its VMEM twin's buffer:
+/// psum_scatter's input and result beside their VMEM copies) is charged nothing: the roof
+/// without them is the roof of every op less exactly their own seconds.
+#[test]
+fn the_roof_charges_nothing_for_the_copies_a_run_skips() {
+    let job = Job::collective(
+        Registry::builtin().by_name("psum_scatter").unwrap(),
+        Placement::whole(Mesh::new(4, "x").unwrap()),
+    )
+    .with_shape(&[512, 512]);
+    let plan = job.plan().unwrap();
+    let (program, sched) = (&plan.program, &plan.schedule);
+    let exec = CpuExecutor::new();
+    let skipped = exec.skipped_ops(program, sched);
+    assert!(
+        !skipped.is_empty(),
+        "psum_scatter's VMEM copies are skipped"
+    );
+    let allocs = sched.allocations(program);
+    for &i in &skipped {
+        assert!(
+            matches!(sched.ops[i], tpusim::ir::DataOp::Copy { .. }),
+            "{:?}",
+            sched.ops[i]
+        );
+    }
+    let r = Rates {
+        copy: 1e9,
+        accumulate: 2e9,
+        fill: 3e9,
+        zero: 4e9,
+        matmul: 1e12,
+        vector: 1e12,
+        fixed: 1e-4,
+        in_cache: InCache {
+            copy: 1e10,
+            accumulate: 1e10,
+            fill: 1e10,
+            zero: 1e10,
+        },
+        by_size: BySize::default(),
+    };
+    let blocked = exec.blocked_stretches(program, sched);
+    assert!(blocked.is_empty(), "{blocked:?}");
+    let all = r.roofline_blocked(sched, program, 1, &[], &[]);
+    let less = r.roofline_blocked(sched, program, 1, &[], &skipped);
+    let theirs: f64 = skipped
+        .iter()
+        .map(|&i| r.op_seconds(&sched.ops[i], &allocs))
+        .sum();
+    assert!(theirs > 0.0);
+    assert!(
+        (all - less - theirs).abs() <= 1e-12 * all,
+        "{all} {less} {theirs}"
+    );
 }

@@ -81,6 +81,9 @@ impl Executor for Shared {
     fn blocked_stretches(&self, program: &Program, schedule: &Schedule) -> Vec<BlockedStretch> {
         self.0.blocked_stretches(program, schedule)
     }
+    fn skipped_ops(&self, program: &Program, schedule: &Schedule) -> Vec<usize> {
+        self.0.skipped_ops(program, schedule)
+    }
 }
 
 /// The GPU executor of this thread, opened on first use.

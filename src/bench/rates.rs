@@ -511,18 +511,20 @@ impl Rates {
     }
 
     /// [`Rates::roofline`] of a run that executes the ops of `blocked` a block at a time
-    /// ([`Executor::blocked_stretches`]): each stretch takes its
-    /// [`Rates::stretch_seconds`] in place of its ops' own.
+    /// ([`Executor::blocked_stretches`]) and not those of `skipped` at all
+    /// ([`Executor::skipped_ops`]): each stretch takes its [`Rates::stretch_seconds`] in
+    /// place of its ops' own.
     pub fn roofline_blocked(
         &self,
         sched: &Schedule,
         program: &Program,
         iters: usize,
         blocked: &[BlockedStretch],
+        skipped: &[usize],
     ) -> f64 {
         let allocs = sched.allocations(program);
         let mut alone = vec![true; sched.ops.len()];
-        for i in blocked.iter().flat_map(|b| &b.ops) {
+        for i in blocked.iter().flat_map(|b| &b.ops).chain(skipped) {
             if let Some(a) = alone.get_mut(*i) {
                 *a = false;
             }

@@ -143,6 +143,13 @@ pub trait Executor {
         Vec::new()
     }
 
+    /// The schedule's ops (indices into [`Schedule::ops`]) that a run this executor
+    /// [`Executor::prepare`]s does not run at all (a copy whose operand lives in its
+    /// VMEM twin's buffer): a roof charges them nothing.
+    fn skipped_ops(&self, _program: &Program, _schedule: &Schedule) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
     fn execute(
         &mut self,
@@ -514,6 +521,9 @@ impl Executor for Noted {
     }
     fn blocked_stretches(&self, program: &Program, schedule: &Schedule) -> Vec<BlockedStretch> {
         self.inner.blocked_stretches(program, schedule)
+    }
+    fn skipped_ops(&self, program: &Program, schedule: &Schedule) -> Vec<usize> {
+        self.inner.skipped_ops(program, schedule)
     }
 }
 

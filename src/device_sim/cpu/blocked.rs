@@ -239,19 +239,28 @@ pub fn dead_inside(
 }
 
 /// What a roof counts of stretch `s` of `steps` (over `ops`, whose first `scheduled` are
-/// the schedule's): the schedule's ops it runs, the distinct views it writes to memory
-/// (not those of `kept`, which stay in the cores' blocks: [`dead_inside`]), and the
-/// cores [`run`] spreads its blocks over.
+/// the schedule's): the schedule's ops it runs (not the steps of `skip`, sorted), the
+/// distinct views it writes to memory (not those of `kept`, which stay in the cores'
+/// blocks: [`dead_inside`]), and the cores [`run`] spreads its blocks over.
 pub fn described(
     s: &Stretch,
     steps: &[Step],
     ops: &[DataOp],
     scheduled: usize,
+    skip: &[usize],
     kept: &[View],
 ) -> BlockedStretch {
     let (mut run, mut written) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
-    for step in &steps[s.steps.clone()] {
+    for (k, step) in steps
+        .iter()
+        .enumerate()
+        .take(s.steps.end)
+        .skip(s.steps.start)
+    {
+        if skip.binary_search(&k).is_ok() {
+            continue;
+        }
         let writes: Vec<View> = match step {
             Step::Op(i) => {
                 // A fill cut to what nothing overwrites (`dead_fills`) is an op of the

@@ -1226,18 +1226,36 @@ impl Executor for CpuExecutor {
         if !self.fused {
             return Vec::new();
         }
-        // As `prepare` plans it: fused, its own memory (no 16-bit halves, nothing lent
-        // or skipped), blocked.
+        // As `prepare` plans it: fused, its own memory (no 16-bit halves, nothing lent;
+        // the copies of operands that live in their twins' buffers skipped), blocked.
         let fused = self.fused(program, schedule, &[], Keep::Outputs);
+        let table = schedule.memory(program);
+        let (skip, moved) = shared_twins(program, schedule, &table, &fused);
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
         let stretches = blocked::stretches(&fused.steps, ops, |_| false);
+        let live = |v: &View| {
+            let i = table.index(v);
+            operand(program, v) || moved.iter().any(|&(_, at)| at == i)
+        };
         let described = stretches.iter().map(|s| {
-            let kept = kept(s, &fused, ops, &[], self.materialize, |v| {
-                operand(program, v)
-            });
-            blocked::described(s, &fused.steps, ops, schedule.ops.len(), &kept)
+            let kept = kept(s, &fused, ops, &skip, self.materialize, live);
+            blocked::described(s, &fused.steps, ops, schedule.ops.len(), &skip, &kept)
         });
         described.collect()
+    }
+
+    fn skipped_ops(&self, program: &Program, schedule: &Schedule) -> Vec<usize> {
+        if !self.fused {
+            return Vec::new();
+        }
+        let fused = self.fused(program, schedule, &[], Keep::Outputs);
+        let (skip, _) = shared_twins(program, schedule, &schedule.memory(program), &fused);
+        // A twin's copy is one of the schedule's own ops (not a fill cut by the run).
+        let op = |k: usize| match fused.steps[k] {
+            Step::Op(i) if i < schedule.ops.len() => Some(i),
+            _ => None,
+        };
+        skip.into_iter().filter_map(op).collect()
     }
 
     fn prepare_pieces<'a>(
@@ -1331,6 +1349,33 @@ fn kept(
     blocked::dead_inside(s, &fused.steps, ops, skip, live)
 }
 
+/// What a run in its own memory shares with its operands ([`own_run`] with `share`):
+/// each operand that only its whole copy from or to a VMEM buffer touches
+/// ([`twins::Twin::alone`]) lives in that buffer. The copies' steps (sorted; the run
+/// skips them) and the moved `(operand, buffer)` slots of `table`; none for a run in
+/// pieces (read between them).
+fn shared_twins(
+    program: &Program,
+    schedule: &Schedule,
+    table: &ir::Memory,
+    fused: &Fused,
+) -> (Vec<usize>, Vec<(usize, usize)>) {
+    let (mut skip, mut moved) = (Vec::new(), Vec::new());
+    if fused.piece_ends.len() > 1 {
+        return (skip, moved);
+    }
+    let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
+    for t in twins::twins(program, table, fused, ops) {
+        if t.alone {
+            let at = |a| table.index_of(t.device, a);
+            moved.push((at(t.operand), at(t.vmem)));
+            skip.push(t.step);
+        }
+    }
+    skip.sort_unstable();
+    (skip, moved)
+}
+
 /// [`own_memory`]'s run; `share`: an operand that only its whole copy from or to a VMEM
 /// buffer touches ([`twins::Twin::alone`]) lives in that buffer, and the copy is
 /// skipped (as [`CpuExecutor::prepare_lent`] does for an operand not lent): for a run
@@ -1342,18 +1387,10 @@ fn own_run<'a>(
     share: bool,
 ) -> Result<CpuRun<'a>> {
     let table = schedule.memory(program);
-    let (mut skip, mut moved) = (Vec::new(), Vec::new());
-    if share && fused.piece_ends.len() <= 1 {
-        let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
-        for t in twins::twins(program, &table, &fused, ops) {
-            if t.alone {
-                let at = |a| table.index_of(t.device, a);
-                moved.push((at(t.operand), at(t.vmem)));
-                skip.push(t.step);
-            }
-        }
-        skip.sort_unstable();
-    }
+    let (skip, moved) = match share {
+        true => shared_twins(program, schedule, &table, &fused),
+        false => Default::default(),
+    };
     let mem = Memory {
         bufs: table
             .iter()
