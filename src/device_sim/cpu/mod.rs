@@ -19,6 +19,7 @@ mod patterns;
 mod region;
 mod rows;
 mod spare;
+mod spread;
 mod twins;
 pub mod vmath;
 pub mod words;

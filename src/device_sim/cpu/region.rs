@@ -14,7 +14,6 @@ use super::patterns::{self, Kernel};
 use super::rows::RowFold;
 use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Regions of fewer elements run on one core: spread, each of two cores would get under
@@ -439,7 +438,7 @@ pub(super) unsafe fn run_planned(r: &Region, scratch: &mut Scratch) {
         }
         let (plan, template) = (&plan, &*template);
         let mode = super::float_mode::FloatMode::current();
-        (0..r.n.div_ceil(span)).into_par_iter().for_each(|c| {
+        super::spread::spread(r.n.div_ceil(span), threads - 1, &|c| {
             mode.run(|| {
                 let mut regs = template.to_vec();
                 let mut at = vec![std::ptr::null::<u32>(); r.instrs.len()];
@@ -512,7 +511,7 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
         let shared: Vec<(&Plan, &[u32])> = parts.iter().map(|(p, t, _, _)| (p, &**t)).collect();
         let shared = &shared;
         let mode = super::float_mode::FloatMode::current();
-        (0..chunks.div_ceil(per)).into_par_iter().for_each(|t| {
+        super::spread::spread(chunks.div_ceil(per), threads - 1, &|t| {
             mode.run(|| {
                 let mut files: Vec<File> = shared
                     .iter()
