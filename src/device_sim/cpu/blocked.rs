@@ -25,12 +25,40 @@ use crate::DType;
 use std::collections::HashMap;
 use std::ops::Range;
 
-/// The bytes of all a block's views together: about half a core's L2 cache, so that a
-/// block's views stay there from the stretch's first op to its last.
-const BLOCK_BYTES: usize = 512 << 10;
+/// Overrides [`block_bytes`] (a size such as `256K`), for measuring other block sizes.
+pub const BLOCK_BYTES_ENV: &str = "TPUSIM_BLOCK_BYTES";
+
+/// The bytes of all a block's views together: half a core's L2 cache (read from Linux's
+/// sysfs; 1 MiB where unknown), so that a block's views stay there from the stretch's
+/// first op to its last. A block as large as the L2 (512 KiB on a 512 KiB L2) cycles
+/// through more than it holds, and every op then finds its views in the L3.
+pub fn block_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let l2 = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
+            .ok()
+            .and_then(|s| crate::units::parse_size(s.trim()).ok())
+            .map_or(1 << 20, |b| b as usize);
+        let default = (l2 / 2).clamp(64 << 10, 4 << 20);
+        let Some(v) = std::env::var_os(BLOCK_BYTES_ENV) else {
+            return default;
+        };
+        let v = v.to_string_lossy();
+        match crate::units::parse_size(&v) {
+            Ok(b) if (16 << 10..=64 << 20).contains(&b) => b as usize,
+            _ => {
+                eprintln!(
+                    "tpusim: ignoring {BLOCK_BYTES_ENV}={v:?} (a size from 16K to 64M); \
+                     blocks of {default} bytes"
+                );
+                default
+            }
+        }
+    })
+}
 
 /// The fewest elements of a block (each op's fixed cost is shared by as many).
-const LEAST_BLOCK: usize = 4096;
+const LEAST_BLOCK: usize = 2048;
 
 /// The fewest bytes of views a stretch runs blocked over: beyond the last-level cache
 /// (32 MiB on the machine measured), where every whole op goes to memory. Below, the
@@ -90,7 +118,7 @@ impl Open {
     /// over views beyond the caches ([`LEAST_BLOCKED_BYTES`]), in blocks of about even
     /// lengths.
     fn close(self, end: usize) -> Option<Stretch> {
-        let per = (BLOCK_BYTES / (4 * self.distinct.max(1))).max(LEAST_BLOCK);
+        let per = (block_bytes() / (4 * self.distinct.max(1))).max(LEAST_BLOCK);
         let blocks = self.n.div_ceil(per);
         // Whole cache lines of 32-bit words.
         let block = self.n.div_ceil(blocks).next_multiple_of(16);
@@ -715,7 +743,7 @@ mod tests {
         assert_eq!(s[0].steps, 0..4);
         assert_eq!(s[0].n, N);
         // Four distinct views share the block's bytes.
-        assert_eq!(s[0].block, BLOCK_BYTES / 16);
+        assert_eq!(s[0].block, block_bytes() / 16);
     }
 
     #[test]
