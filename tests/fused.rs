@@ -652,7 +652,7 @@ fn a_constant_over_a_dead_values_first_element_leaves_the_rest_of_it_unwritten()
             pl.store(a.r("t"), &t);
             let u = &t + 1.0;
             let first = a.r("t").flat().slice(ds(0, 1));
-            pl.fill(first.clone(), 0.5);
+            pl.fill(first, 0.5);
             let s = pl.read(first).broadcast_in_dim(&dims, &[dims.len() - 1]);
             pl.store(a.r("y"), &(&u * &s));
         });
