@@ -148,8 +148,16 @@ pub(super) fn prune(
                 }
             }
             Step::Region(r) => {
-                r.outputs.retain(|o| live.overlaps(&o.view));
                 r.reduces.retain(|q| live.overlaps(&q.dst));
+                // A one-element output over a wider one is stored after the region's
+                // blocks ([`super::Joins::overwrites`]): the wider output's write of
+                // that element is never read, whatever reads the element later.
+                let single = |o: &super::Output| r.n > 1 && o.view.len() == 1;
+                r.outputs.retain(|o| !single(o) || live.overlaps(&o.view));
+                for o in r.outputs.iter().filter(|o| single(o)) {
+                    live.remove(&o.view);
+                }
+                r.outputs.retain(|o| single(o) || live.overlaps(&o.view));
                 if r.outputs.is_empty() && r.reduces.is_empty() {
                     keep[k] = false;
                     continue;
