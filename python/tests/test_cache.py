@@ -124,17 +124,10 @@ def test_a_changed_setting_or_an_observer_reaches_a_repeated_call():
     assert tpusim.config.schedule == "eager"
 
 
-def routed_kernel(shift_ref, x_ref, o_ref, send, recv):
-    # Each device's own scalar-prefetched shift decides where its rows go.
-    me = lax.axis_index("x")
-    dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + shift_ref[0], 4),))
-    dma.start()
-    dma.wait()
-
-
 def routed():
+    # `kernel` with each device's own shift, scalar-prefetched: it decides where the rows go.
     call = pl.pallas_call(
-        routed_kernel,
+        kernel,
         out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=1,
