@@ -150,7 +150,8 @@ def routed_of(shifts, host):
     return out.reshape(32, 128)
 
 
-def test_a_call_keyed_by_scalar_prefetch_values_runs_from_rust_when_they_repeat():
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_a_call_keyed_by_scalar_prefetch_values_runs_from_rust_when_they_repeat(backend):
     g, sharding = routed()
     # Shift values per device; B differs from A on devices 2 and 3 only.
     a, b, c = (1, 1, 1, 1), (1, 1, 2, 0), (3, 3, 3, 3)
@@ -163,7 +164,7 @@ def test_a_call_keyed_by_scalar_prefetch_values_runs_from_rust_when_they_repeat(
         np.testing.assert_array_equal(got, routed_of(shifts, host), err_msg=f"call {k}: {shifts}")
         return _native.saved_rounds() - before
 
-    with tpusim.simulate(backend="cpu"):
+    with tpusim.simulate(backend=backend):
         # New values go through Python (which plans and saves them); repeated ones run
         # the run saved under their bytes, each call on its own inputs.
         assert [call(s, k) for k, s in enumerate((a, a, b, b, a, c, c))] == [0, 1, 0, 1, 1, 0, 1]
