@@ -7,9 +7,10 @@
 //! to queue for on the way out). A call the meeting has run before under the same
 //! settings runs again from Rust alone, without the GIL (a [`SavedRun`]), where its plan
 //! depends on nothing Python reads per call but the values of its SMEM and
-//! scalar-prefetch operands, whose bytes choose among the runs saved ([`SavedRuns`]). A host callback per device (`io_callback`)
-//! cost milliseconds a call in JAX's machinery alone. (Handing XLA a future from each
-//! waiting call instead, so that its thread goes on, measured the same per call.)
+//! scalar-prefetch operands, whose bytes choose among the runs saved ([`SavedRuns`]). A
+//! host callback per device (`io_callback`) cost milliseconds a call in JAX's machinery
+//! alone. (Handing XLA a future from each waiting call instead, so that its thread goes
+//! on, measured the same per call.)
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
