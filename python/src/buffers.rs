@@ -111,6 +111,22 @@ impl CallBuffers {
         Ok(self.span(false, device, k)?.bytes())
     }
 
+    /// The bytes of operands `keys` of every device, device after device: what a
+    /// round's plan was chosen by when it depends on those operands' values (SMEM,
+    /// scalar prefetch). `None` once closed, or where an operand is missing.
+    pub fn key(&self, keys: &[usize]) -> Option<Vec<u8>> {
+        if !self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut key = Vec::new();
+        for ops in &self.ins {
+            for &k in keys {
+                key.extend_from_slice(ops.get(k)?.bytes());
+            }
+        }
+        Some(key)
+    }
+
     /// Result `k` of `device`, to write into.
     #[allow(clippy::mut_from_ref)] // XLA's memory, written by the round's one runner
     pub fn result(&self, device: usize, k: usize) -> PyResult<&mut [u8]> {

@@ -6,11 +6,13 @@
 //! pass through Python); the others sleep until it wakes them, each on its own (no lock
 //! to queue for on the way out). A call the meeting has run before under the same
 //! settings runs again from Rust alone, without the GIL (a [`SavedRun`]), where its plan
-//! depends on nothing Python reads per call. A host callback per device (`io_callback`)
-//! cost milliseconds a call in JAX's machinery alone. (Handing XLA a future from each
-//! waiting call instead, so that its thread goes on, measured the same per call.)
+//! depends on nothing Python reads per call but the values of its SMEM and
+//! scalar-prefetch operands, whose bytes choose among the runs saved ([`SavedRuns`]). A
+//! host callback per device (`io_callback`) cost milliseconds a call in JAX's machinery
+//! alone. (Handing XLA a future from each waiting call instead, so that its thread goes
+//! on, measured the same per call.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,8 +54,8 @@ struct Meeting {
     /// Told the message of a call that fails here, not in `run` (a device missing).
     failed: Py<PyAny>,
     state: Mutex<(Vec<u64>, HashMap<u64, Round>)>,
-    /// The run Python saved after a round, for the rounds after it.
-    saved: Mutex<Option<Arc<SavedRun>>>,
+    /// The runs Python saved after its rounds, for the rounds after them.
+    saved: Mutex<SavedRuns>,
 }
 
 /// A round's run as Python last made it (its plan, wiring and settings), for a repeated
@@ -61,6 +63,48 @@ struct Meeting {
 struct SavedRun {
     wired: Arc<WiredCall>,
     epoch: u64,
+}
+
+/// Runs a meeting keeps, one per set of key values (as Python keeps 64 plans).
+const KEPT_KEYS: usize = 64;
+
+/// A meeting's saved runs, by the bytes of the operands its plans are keyed by (SMEM,
+/// scalar prefetch; none: a single run, under the empty key), the oldest dropped first.
+#[derive(Default)]
+struct SavedRuns {
+    /// The operands whose bytes key the runs (the same for every round of a meeting).
+    keys: Vec<usize>,
+    runs: HashMap<Vec<u8>, Arc<SavedRun>>,
+    /// The keys of `runs`, oldest first.
+    order: VecDeque<Vec<u8>>,
+}
+
+impl SavedRuns {
+    /// The run saved under this round's key values and the settings of `epoch`.
+    fn find(&self, bufs: &CallBuffers, epoch: u64) -> Option<Arc<SavedRun>> {
+        if self.runs.is_empty() {
+            return None;
+        }
+        let key = bufs.key(&self.keys)?;
+        self.runs.get(&key).filter(|r| r.epoch == epoch).cloned()
+    }
+
+    /// Keeps `run` under `key` (the bytes of operands `keys`); runs saved under other
+    /// settings, or keyed by other operands, are dropped.
+    fn save(&mut self, keys: Vec<usize>, key: Vec<u8>, run: SavedRun) {
+        if self.keys != keys || self.runs.values().any(|r| r.epoch != run.epoch) {
+            self.runs.clear();
+            self.order.clear();
+            self.keys = keys;
+        }
+        if self.runs.insert(key.clone(), Arc::new(run)).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > KEPT_KEYS {
+                let oldest = self.order.pop_front().expect("over the bound");
+                self.runs.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// Bumped whenever something a saved run assumed may have changed (the package's
@@ -88,15 +132,19 @@ pub fn forget_saved_runs() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Saves, for meeting `id`, the run its round just made (`call.run_into` with this
-/// wiring, backend and schedule) under the settings of `epoch`: the rounds after it run
-/// it from Rust while the epoch holds.
+/// Saves, for meeting `id`, the run its round (`bufs`, still open) just made
+/// (`call.run_into` with this wiring, backend and schedule) under the settings of
+/// `epoch`, keyed by the bytes of operands `keys` on every device (those the plan was
+/// chosen by): the rounds after it with the same bytes run it from Rust while the epoch
+/// holds.
 #[pyfunction]
-#[pyo3(signature = (id, epoch, call, rows, inputs, out_rows, results, backend, schedule))]
+#[pyo3(signature = (id, epoch, bufs, keys, call, rows, inputs, out_rows, results, backend, schedule))]
 #[allow(clippy::too_many_arguments)]
 pub fn meeting_save_run(
     id: usize,
     epoch: u64,
+    bufs: &Bound<'_, CallBuffers>,
+    keys: Vec<usize>,
     call: Py<KernelCall>,
     rows: Vec<usize>,
     inputs: Vec<usize>,
@@ -110,6 +158,11 @@ pub fn meeting_save_run(
         *all.get(id)
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(format!("no meeting {id}")))?
     };
+    let key = bufs.get().key(&keys).ok_or_else(|| {
+        pyo3::exceptions::PyIndexError::new_err(format!(
+            "the key operands {keys:?} of a round that has returned, or that lacks them"
+        ))
+    })?;
     let wiring = Wiring {
         rows,
         inputs,
@@ -120,7 +173,8 @@ pub fn meeting_save_run(
         wired: Arc::new(WiredCall::new(call, wiring, backend, schedule)),
         epoch,
     };
-    *meeting.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(run));
+    let mut saved = meeting.saved.lock().unwrap_or_else(|e| e.into_inner());
+    saved.save(keys, key, run);
     Ok(())
 }
 
@@ -151,7 +205,7 @@ pub fn meeting_register(
         run,
         failed,
         state: Mutex::new((vec![0; devices], HashMap::new())),
-        saved: Mutex::new(None),
+        saved: Mutex::new(SavedRuns::default()),
     }));
     let mut all = meetings().lock().unwrap_or_else(|e| e.into_inner());
     all.push(m);
@@ -254,8 +308,9 @@ impl Meeting {
 
     fn lead_watched(&self, ins: Vec<Vec<Span>>, outs: Vec<Vec<Span>>) -> Result<(), Failure> {
         let bufs = CallBuffers::new(ins, outs);
-        let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(r) = saved.filter(|r| r.epoch == EPOCH.load(Ordering::Acquire)) {
+        let epoch = EPOCH.load(Ordering::Acquire);
+        let saved = (self.saved.lock().unwrap_or_else(|e| e.into_inner())).find(&bufs, epoch);
+        if let Some(r) = saved {
             let ran = r.wired.run(&bufs);
             match ran {
                 Ok(()) => {

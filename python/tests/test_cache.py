@@ -124,6 +124,85 @@ def test_a_changed_setting_or_an_observer_reaches_a_repeated_call():
     assert tpusim.config.schedule == "eager"
 
 
+def routed():
+    # `kernel` with each device's own shift, scalar-prefetched: it decides where the rows go.
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+        ),
+    )
+    mesh = jax.make_mesh((4,), ("x",))
+    g = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False))
+    return g, jax.NamedSharding(mesh, P("x"))
+
+
+def routed_of(shifts, host):
+    """numpy's answer: device d's rows land on device d + shifts[d] (a permutation)."""
+    a = host.reshape(4, 8, 128)
+    out = np.zeros_like(a)
+    for d in range(4):
+        out[(d + shifts[d]) % 4] = a[d]
+    return out.reshape(32, 128)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_a_call_keyed_by_scalar_prefetch_values_runs_from_rust_when_they_repeat(backend):
+    g, sharding = routed()
+    # Shift values per device; B differs from A on devices 2 and 3 only.
+    a, b, c = (1, 1, 1, 1), (1, 1, 2, 0), (3, 3, 3, 3)
+    _native.forget_saved_runs()  # nothing saved by an earlier test's lowering counts
+
+    def call(shifts, k):
+        host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128) * (k + 3) - k
+        before = _native.saved_rounds()
+        got = np.asarray(g(jax.device_put(np.array(shifts, np.int32), sharding), jax.device_put(host, sharding)))
+        np.testing.assert_array_equal(got, routed_of(shifts, host), err_msg=f"call {k}: {shifts}")
+        return _native.saved_rounds() - before
+
+    with tpusim.simulate(backend=backend):
+        # New values go through Python (which plans and saves them); repeated ones run
+        # the run saved under their bytes, each call on its own inputs.
+        assert [call(s, k) for k, s in enumerate((a, a, b, b, a, c, c))] == [0, 1, 0, 1, 1, 0, 1]
+        # A changed setting makes every saved run stale: the first call after it is
+        # Python's, and follows it (a schedule naming a device the mesh lacks is refused).
+        tpusim.config.schedule = "run-ahead:99"
+        with pytest.raises(Exception, match="run-ahead:99"):
+            call(a, 7)
+        tpusim.config.schedule = "lazy"
+        assert [call(s, k) for k, s in enumerate((a, a, b), 8)] == [0, 1, 0]
+        # An observer sees every call, the repeated ones too.
+        seen = []
+        with _hook.observing(lambda what, plan: seen.append(what)):
+            assert [call(s, k) for k, s in enumerate((a, b), 11)] == [0, 0]
+        assert seen.count("call") == 2
+
+
+def test_a_call_site_keeps_its_latest_64_sets_of_scalar_prefetch_values():
+    g, sharding = routed()
+    host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128) - 5
+    x = jax.device_put(host, sharding)
+    _native.forget_saved_runs()
+
+    def saved(k):
+        # Shifts 1 + 4k all send device d's rows to d + 1, under different bytes.
+        shifts = np.full(4, 1 + 4 * k, np.int32)
+        before = _native.saved_rounds()
+        got = np.asarray(g(jax.device_put(shifts, sharding), x))
+        np.testing.assert_array_equal(got, routed_of([1] * 4, host), err_msg=f"values {k}")
+        return _native.saved_rounds() - before
+
+    with tpusim.simulate(backend="cpu"):
+        assert not any(saved(k) for k in range(65))  # each new: through Python
+        # The oldest of the 65 (values 0) was dropped, the 64 after it kept; saving 0
+        # again drops the oldest then kept (1).
+        assert [saved(64), saved(1), saved(0), saved(1), saved(0)] == [1, 1, 0, 0, 1]
+
+
 def test_a_plan_says_how_long_its_native_planning_took():
     g, sharding = shifted()
     host = np.arange(32 * 128, dtype=np.int32).reshape(32, 128) + 7

@@ -9,7 +9,8 @@ with the device's index and its operands. The P devices' calls meet in Rust, wit
 the GIL (:class:`Meeting`, ``xla_call.rs``); the last to arrive hands every device's
 buffers to Python once, which evaluates the kernel jaxpr (once per kernel, shapes,
 mesh and SMEM values: the plan is cached) and runs the Rust pipeline, which reads the
-operands and writes the results in XLA's buffers. Everything around the kernel is JAX's.
+operands and writes the results in XLA's buffers; the rounds after it with the same SMEM
+values run that run again from Rust alone. Everything around the kernel is JAX's.
 """
 
 import contextlib
@@ -234,11 +235,14 @@ class Meeting:
             bufs.zero_results()
         else:
             plan.print_texts()
-            if not keys and not plan.smem_results and not _observers and not plan.prints_any() and not plan.steered:
-                # Nothing of this plan is read per call: the next rounds run it from Rust.
+            if not plan.smem_results and not _observers and not plan.prints_any() and not plan.steered:
+                # Nothing of this plan is read per call but its key operands' values: the
+                # next rounds with the same values run it from Rust (chosen by their bytes).
                 _native.meeting_save_run(
                     self.id,
                     epoch,
+                    bufs,
+                    keys,
                     plan.call,
                     rows,
                     plan.input_operands,
