@@ -19,8 +19,12 @@ whole process's peak where it cannot be reset; each result dropped before the ne
 call), with its ratio to what a call needs: the runtime's memory before the inputs were
 made, JAX's arrays (every device's inputs and output) and the kernel's own buffers on
 every device as it declares them (the VMEM copies of its VMEM operands and its scratch,
-`Case.kernel_bytes`), the same sum for XLA's reference; and the calls' page faults (in
-`--json`); and, for the data-movement kernels, numpy's
+`Case.kernel_bytes`), the same sum for XLA's reference; then the peak of one more call
+alone, made after the allocator has given freed memory back (`malloc_trim`, glibc): the
+peak over many calls also holds the freed results of earlier calls that glibc keeps in
+its arenas (blocks under its mmap threshold, which grows to 32 MiB: a 16 MiB result
+adds 16 MiB per call for a while, in every mode, XLA's too), not what a call needs;
+and the calls' page faults (in `--json`); and, for the data-movement kernels, numpy's
 copy bandwidth over P buffers of one device's operand each, copied one after the other
 (best of several), the memcpy roof.
 A case whose memory is estimated past `--memory-limit` is skipped with a note.
@@ -163,6 +167,18 @@ def reset_peak():
         return False
 
 
+def trim_heap():
+    """Gives the allocator's free memory back to the system (glibc's `malloc_trim`, every
+    arena): true if it could."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
 def faults():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_majflt
@@ -200,6 +216,11 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         times, y = calls(f, args, reps, seconds)
         rss = (status_bytes("VmHWM") if steady else None) or maxrss()
         minflt, majflt = (b - a for a, b in zip((minflt, majflt), faults()))
+        # One more call from a trimmed heap (untimed): the peak of a call alone.
+        y = None
+        alone = trim_heap() and reset_peak()
+        y = jax.block_until_ready(f(*args))
+        rss_call = status_bytes("VmHWM") if alone else None
         process_rss = maxrss()
         want = y if mode == "xla" else wrap(case.reference)(*args)
         max_abs, max_rel = errors(y, want)
@@ -215,6 +236,7 @@ def child(kernel, p, size, mode, reps, warmup, seconds):
         "rtol": case.rtol,
         "rss": rss,
         "rss_steady_only": steady,
+        "rss_call": rss_call,
         "rss_before_calls": before,
         "rss_process": process_rss,
         "rss_base": base,
@@ -322,11 +344,14 @@ def table_row(kernel, p, size, by_mode, modes):
         )
         or "-"
     )
-    rss = " / ".join(
-        f"{bytes_text(r['rss'])} ({r['rss'] / (r['rss_base'] + needed(r)):.2g}x)"
-        for r in (by_mode.get(m) for m in sims + ["xla"])
-        if ok(r)
-    )
+
+    def peak(r):
+        text = f"{bytes_text(r['rss'])} ({r['rss'] / (r['rss_base'] + needed(r)):.2g}x"
+        if r.get("rss_call"):
+            text += f", alone {r['rss_call'] / (r['rss_base'] + needed(r)):.2g}x"
+        return text + ")"
+
+    rss = " / ".join(peak(r) for r in (by_mode.get(m) for m in sims + ["xla"]) if ok(r))
     buffers = next((needed(r) for r in by_mode.values() if "buffers" in r), None)
     rss = f"{rss or '-'} vs {bytes_text(buffers)}" if buffers is not None else rss or "-"
     return (
@@ -353,7 +378,8 @@ def header(modes):
         "x of roof",
         "% memcpy",
         f"max error, rel. ({checked})",
-        f"peak RSS of a call ({sims}/xla; x of runtime + arrays + kernel buffers) vs arrays + kernel buffers",
+        f"peak RSS of a call ({sims}/xla; x of runtime + arrays + kernel buffers; alone: one call"
+        " from a trimmed heap) vs arrays + kernel buffers",
     ]
     return "| kernel | P | size | " + " | ".join(cols) + " |\n|---|---|---|" + "---|" * len(cols)
 

@@ -4,12 +4,16 @@
 
 use crate::ir::{DataOp, Program, Schedule, View};
 
-/// Ops looked at past the one asking; beyond them a view counts as read.
+/// Ops of the view's device looked at past the one asking; beyond them a view counts
+/// as read. Per device, so that the look-ahead reaches as far on 64 devices as on one
+/// (a schedule interleaves its devices' ops).
 const SCAN: usize = 256;
 
 /// What reads memory after each op of one schedule.
 pub(super) struct Later<'a> {
     ops: &'a [DataOp],
+    /// The indices of the ops that read or write each device's memory, in order.
+    by_device: Vec<Vec<usize>>,
     /// Views read after the run (the program's inputs and outputs on every device);
     /// `None` when every write must stay (a run in pieces, or read whole after).
     kept: Option<Vec<View>>,
@@ -20,8 +24,24 @@ impl<'a> Later<'a> {
     /// as read.
     pub(super) fn of(program: &Program, schedule: &'a Schedule, exact: bool) -> Self {
         let kept = exact.then(|| super::live::kept(program));
+        let mut by_device: Vec<Vec<usize>> = vec![Vec::new(); program.devices.max(1)];
+        if exact {
+            for (i, op) in schedule.ops.iter().enumerate() {
+                let mut devices: Vec<usize> =
+                    op.reads().chain(op.writes()).map(|v| v.device()).collect();
+                devices.sort_unstable();
+                devices.dedup();
+                for d in devices {
+                    if d >= by_device.len() {
+                        by_device.resize_with(d + 1, Vec::new);
+                    }
+                    by_device[d].push(i);
+                }
+            }
+        }
         Later {
             ops: &schedule.ops,
+            by_device,
             kept,
         }
     }
@@ -34,7 +54,12 @@ impl<'a> Later<'a> {
         };
         let mut left = vec![(v.offset(), v.offset() + v.len())];
         cut(&mut left, v, written);
-        for op in self.ops.iter().skip(i + 1).take(SCAN) {
+        let mine = self
+            .by_device
+            .get(v.device())
+            .map_or(&[][..], |o| o.as_slice());
+        let after = &mine[mine.partition_point(|&k| k <= i)..];
+        for op in after.iter().take(SCAN).map(|&k| &self.ops[k]) {
             if left.is_empty() {
                 return true;
             }
@@ -52,7 +77,7 @@ impl<'a> Later<'a> {
         if left.is_empty() {
             return true;
         }
-        i + 1 + SCAN >= self.ops.len() && !kept.iter().any(|k| hits(&left, v, k))
+        after.len() <= SCAN && !kept.iter().any(|k| hits(&left, v, k))
     }
 }
 
