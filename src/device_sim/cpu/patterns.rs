@@ -206,6 +206,18 @@ fn unary_widen(
         .then_some((Kernel::UnaryWiden { u, x: l }, vec![w]))
 }
 
+/// True when register `j` of `r` holds plain f32 values, computed per block.
+fn varying_f32(r: &Region, splat_ok: &[bool], j: usize) -> bool {
+    let g = r.regs[j];
+    g.dtype == DType::F32 && !g.raw && !g.uniform && !splat_ok[j]
+}
+
+/// True when register `j` of `r` is [`varying_f32`] and inner to a chain: read once (by
+/// the chain), folded by no reduction.
+fn inner_f32(r: &Region, uses: &[usize], splat_ok: &[bool], j: usize) -> bool {
+    varying_f32(r, splat_ok, j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j)
+}
+
 /// `i` as an f32 unary op of `|x| + b` or `x + b` (`b` uniform, on either side: the sum
 /// is the same bits either way): the kernel and the chain's other instructions (the sum;
 /// the abs when only the sum reads it).
@@ -215,12 +227,8 @@ fn unary_shifted(
     splat_ok: &[bool],
     i: usize,
 ) -> Option<(Kernel, Vec<usize>)> {
-    // A register of plain f32 values, computed per block.
-    let varying = |j: usize| {
-        let g = r.regs[j];
-        g.dtype == DType::F32 && !g.raw && !g.uniform && !splat_ok[j]
-    };
-    let inner = |j: usize| varying(j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let varying = |j: usize| varying_f32(r, splat_ok, j);
+    let inner = |j: usize| inner_f32(r, uses, splat_ok, j);
     let uniform = |j: usize| r.regs[j].uniform && !r.regs[j].raw && r.regs[j].dtype == DType::F32;
     let Instr::Unary(u, DType::F32, s) = r.instrs[i] else {
         return None;
@@ -262,13 +270,8 @@ fn gelu_tanh(
     splat_ok: &[bool],
     i: usize,
 ) -> Option<(Kernel, Vec<usize>)> {
-    // A register of plain f32 values, computed per block.
-    let varying = |j: usize| {
-        let g = r.regs[j];
-        g.dtype == DType::F32 && !g.raw && !g.uniform && !splat_ok[j]
-    };
-    // An inner register: read once, by the chain.
-    let inner = |j: usize| varying(j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let varying = |j: usize| varying_f32(r, splat_ok, j);
+    let inner = |j: usize| inner_f32(r, uses, splat_ok, j);
     let bin = |j: usize, op: Binary| match r.instrs[j] {
         Instr::Binary(b, DType::F32, a, c) if b == op => Some((a, c)),
         _ => None,
