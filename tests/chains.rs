@@ -286,3 +286,31 @@ fn a_unary_op_of_a_widened_bf16_runs_as_one_kernel_and_equals_the_unfused_run_an
     // An op of a value broadcast along the rows, beside one of lanes.
     agree(true, |pl, x, z| &pl.erf(z) * &pl.exp(x), |_, _, _| true);
 }
+
+/// `log(|x| + 1)`, as JAX writes `jnp.log(jnp.abs(x) + 1)`.
+fn log_of_abs_plus_one<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    pl.log(&(&pl.abs(x) + 1.0))
+}
+
+/// `exp(0.5 + x / 4)`: the constant on the left, no abs, of a computed register (whose
+/// slot the result may take).
+fn exp_of_shift<'c>(pl: &'c Ctx, x: &Value<'c>, _: &Value<'c>) -> Value<'c> {
+    pl.exp(&(&x.scalar(0.5) + &(x / 4.0)))
+}
+
+#[test]
+fn a_unary_op_of_a_shift_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    for f in [log_of_abs_plus_one as Body, exp_of_shift] {
+        let c = kernel([7, 2500], DType::F32, false, f);
+        assert_eq!(kernels_of(c), 1, "f32: kernels");
+    }
+    // The sum is exact in f32 for these data but the subnormal's (1 + 1e-40 is 1).
+    let near = |y: f64, want: f64| same(y, want) || (y - want).abs() <= 2e-7 * want.abs();
+    agree(false, log_of_abs_plus_one, |x, _, y| {
+        near(y, ((x.abs() as f32 + 1.0) as f64).ln())
+    });
+    agree(false, exp_of_shift, |x, _, y| {
+        let want = ((0.5 + x as f32 / 4.0) as f64).exp();
+        near(y, want) || (want < 1e-37 && y.abs() < 1e-37) || (want > 3.4e38 && y.is_infinite())
+    });
+}

@@ -393,13 +393,16 @@ fn sin_cos(
     }
 }
 
-/// Float `u` of the values of `src`, each result rounded by `r` in the op's own loop;
-/// when `WIDEN`, `src` holds bf16 elements as stored, widened in the same loop.
+/// Float `u` of `pre` of the values of `src`, each result rounded by `r` in the op's
+/// own loop; when `WIDEN`, `src` holds bf16 elements as stored, widened in the same
+/// loop. `pre` is the identity for the ops with loops of their own (sin, cos, large
+/// powers).
 #[inline(always)]
 fn unary_float<const WIDEN: bool>(
     u: Unary,
     src: Src,
     out: &mut [u32],
+    pre: impl Fn(f32) -> f32 + Copy,
     r: impl Fn(f32) -> f32 + Copy,
 ) {
     // The ops with loops of their own take words of values: widened apart first.
@@ -436,11 +439,14 @@ fn unary_float<const WIDEN: bool>(
         (|$a:ident| $e:expr) => {
             if WIDEN {
                 map_src(src, out, |w| {
-                    let $a = value::<WIDEN>(w);
+                    let $a = pre(value::<WIDEN>(w));
                     r($e)
                 })
             } else {
-                map1(out, x, |$a| r($e))
+                map1(out, x, |v| {
+                    let $a = pre(v);
+                    r($e)
+                })
             }
         };
     }
@@ -499,7 +505,29 @@ fn value<const WIDEN: bool>(w: u32) -> f32 {
 /// bf16) in one loop, the bits of the two in turn.
 #[inline(always)]
 pub fn unary_widen(u: Unary, src: Src, out: &mut [u32]) {
-    unary_float::<true>(u, src, out, round_bf16);
+    unary_float::<true>(u, src, out, |v| v, round_bf16);
+}
+
+/// True when [`unary_shifted`] computes `u` (an op of one loop shared by every op, not
+/// one of its own).
+pub fn shifts(u: Unary) -> bool {
+    match u {
+        Unary::Sin | Unary::Cos | Unary::Not => false,
+        Unary::IntegerPow(n) => (2..=4).contains(&n),
+        _ => true,
+    }
+}
+
+/// `u(|x| + b)` (`abs`) or `u(x + b)` of f32 values `x`, `b` one value: the abs, the sum
+/// (rounded to f32) and the op in one loop, the bits of the three in turn. `u` is one
+/// that [`shifts`].
+#[inline(always)]
+pub fn unary_shifted(u: Unary, abs: bool, b: f32, x: &[u32], out: &mut [u32]) {
+    debug_assert!(shifts(u), "{u:?} has a loop of its own");
+    // `abs` as a mask of the sign bit: one loop for both.
+    let mask = if abs { 0x7FFF_FFFF } else { u32::MAX };
+    let pre = move |v: f32| f32::from_bits(v.to_bits() & mask) + b;
+    unary_float::<false>(u, Src::Words(x), out, pre, |v| v);
 }
 
 /// JAX's tanh form of gelu of f32 values, `k = [d, c, one, half]`: each lane through
@@ -609,7 +637,7 @@ pub fn exp_sub(widen: bool, src: Src, c: Arg, out: &mut [u32]) {
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {
     if t.is_float() {
-        rounding!(t, |r| unary_float::<false>(u, Src::Words(x), out, r));
+        rounding!(t, |r| unary_float::<false>(u, Src::Words(x), out, |v| v, r));
         return;
     }
     let unsigned = matches!(t, DType::U8 | DType::Bool);

@@ -31,6 +31,13 @@ pub(super) enum Kernel {
     ExpSub { x: usize, c: usize, widen: bool },
     /// Unary float op `u` in bf16 of `x`, bf16 elements as stored, widened first.
     UnaryWiden { u: Unary, x: usize },
+    /// Unary float op `u` in f32 of `|x| + b` (`abs`) or `x + b`, `b` a uniform register.
+    UnaryShifted {
+        u: Unary,
+        x: usize,
+        b: usize,
+        abs: bool,
+    },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -52,7 +59,8 @@ pub(super) fn find(
         let found = gelu_tanh(r, uses, splat_ok, i)
             .or_else(|| affine(r, uses, splat_ok, i))
             .or_else(|| exp_sub(r, uses, splat_ok, i))
-            .or_else(|| unary_widen(r, uses, splat_ok, i));
+            .or_else(|| unary_widen(r, uses, splat_ok, i))
+            .or_else(|| unary_shifted(r, uses, splat_ok, i));
         if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
@@ -198,6 +206,63 @@ fn unary_widen(
         .then_some((Kernel::UnaryWiden { u, x: l }, vec![w]))
 }
 
+/// True when register `j` of `r` holds plain f32 values, computed per block.
+fn varying_f32(r: &Region, splat_ok: &[bool], j: usize) -> bool {
+    let g = r.regs[j];
+    g.dtype == DType::F32 && !g.raw && !g.uniform && !splat_ok[j]
+}
+
+/// True when register `j` of `r` is [`varying_f32`] and inner to a chain: read once (by
+/// the chain), folded by no reduction.
+fn inner_f32(r: &Region, uses: &[usize], splat_ok: &[bool], j: usize) -> bool {
+    varying_f32(r, splat_ok, j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j)
+}
+
+/// `i` as an f32 unary op of `|x| + b` or `x + b` (`b` uniform, on either side: the sum
+/// is the same bits either way): the kernel and the chain's other instructions (the sum;
+/// the abs when only the sum reads it).
+fn unary_shifted(
+    r: &Region,
+    uses: &[usize],
+    splat_ok: &[bool],
+    i: usize,
+) -> Option<(Kernel, Vec<usize>)> {
+    let varying = |j: usize| varying_f32(r, splat_ok, j);
+    let inner = |j: usize| inner_f32(r, uses, splat_ok, j);
+    let uniform = |j: usize| r.regs[j].uniform && !r.regs[j].raw && r.regs[j].dtype == DType::F32;
+    let Instr::Unary(u, DType::F32, s) = r.instrs[i] else {
+        return None;
+    };
+    if !varying(i) || !lanes::shifts(u) || !inner(s) {
+        return None;
+    }
+    let Instr::Binary(Binary::Add, DType::F32, p, q) = r.instrs[s] else {
+        return None;
+    };
+    let (b, y) = match (uniform(p), uniform(q)) {
+        (true, false) => (p, q),
+        (false, true) => (q, p),
+        _ => return None,
+    };
+    if !varying(y) {
+        return None;
+    }
+    Some(match r.instrs[y] {
+        Instr::Unary(Unary::Abs, DType::F32, x) if inner(y) && varying(x) => {
+            (Kernel::UnaryShifted { u, x, b, abs: true }, vec![s, y])
+        }
+        _ => (
+            Kernel::UnaryShifted {
+                u,
+                x: y,
+                b,
+                abs: false,
+            },
+            vec![s],
+        ),
+    })
+}
+
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
 fn gelu_tanh(
     r: &Region,
@@ -205,13 +270,8 @@ fn gelu_tanh(
     splat_ok: &[bool],
     i: usize,
 ) -> Option<(Kernel, Vec<usize>)> {
-    // A register of plain f32 values, computed per block.
-    let varying = |j: usize| {
-        let g = r.regs[j];
-        g.dtype == DType::F32 && !g.raw && !g.uniform && !splat_ok[j]
-    };
-    // An inner register: read once, by the chain.
-    let inner = |j: usize| varying(j) && uses[j] == 1 && !r.reduces.iter().any(|q| q.reg == j);
+    let varying = |j: usize| varying_f32(r, splat_ok, j);
+    let inner = |j: usize| inner_f32(r, uses, splat_ok, j);
     let bin = |j: usize, op: Binary| match r.instrs[j] {
         Instr::Binary(b, DType::F32, a, c) if b == op => Some((a, c)),
         _ => None,
@@ -315,6 +375,27 @@ pub(super) unsafe fn run(
             // SAFETY: as the function's.
             let (src, out) = unsafe { src_of(at, halves, x, out, m) };
             lanes::unary_widen(u, src, out);
+        }
+        Kernel::UnaryShifted { u, x, b, abs } => {
+            // SAFETY: a uniform register's lanes are all its value.
+            let b = f32::from_bits(unsafe { *at[b] });
+            if std::ptr::eq(at[x], out) {
+                // The result takes the input's slot: the input copied apart first.
+                let mut tmp = [0u32; lanes::BLOCK];
+                // SAFETY: as the function's: `out` holds `m` lanes of `x`.
+                tmp[..m].copy_from_slice(unsafe { std::slice::from_raw_parts(out, m) });
+                let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+                lanes::unary_shifted(u, abs, b, &tmp[..m], out);
+            } else {
+                // SAFETY: as the function's; the input's lanes are apart from `out`.
+                let (x, out) = unsafe {
+                    (
+                        std::slice::from_raw_parts(at[x], m),
+                        std::slice::from_raw_parts_mut(out, m),
+                    )
+                };
+                lanes::unary_shifted(u, abs, b, x, out);
+            }
         }
         Kernel::GeluTanh { x, k } => {
             // SAFETY: as the function's.
