@@ -223,25 +223,8 @@ pub fn dead_inside(
     skip: &[usize],
     live: impl Fn(&View) -> bool,
 ) -> Vec<View> {
-    // Views of a stretch's allocation are identical or apart ([`stretches`]): a view's
-    // first touch is that of the same view.
-    let (mut seen, mut dead) = (Vec::<View>::new(), Vec::<View>::new());
-    let mut touched_by_skipped = Vec::new();
-    for k in s.steps.clone() {
-        let (reads, writes) = touches(&steps[k], ops);
-        if skip.binary_search(&k).is_ok() {
-            touched_by_skipped.extend(reads.into_iter().chain(writes));
-            continue;
-        }
-        for v in writes.iter().chain(&reads) {
-            if !seen.contains(v) {
-                seen.push(*v);
-                if writes.contains(v) && !reads.contains(v) && !live(v) {
-                    dead.push(*v);
-                }
-            }
-        }
-    }
+    let (mut dead, touched_by_skipped) = written_first(s, steps, ops, skip);
+    dead.retain(|v| !live(v));
     dead.retain(|v| !touched_by_skipped.iter().any(|w| w.overlaps(v)));
     if dead.is_empty() {
         return dead;
@@ -264,6 +247,69 @@ pub fn dead_inside(
     }
     dead.retain(|v| by_alloc[&(v.device(), v.alloc())].contains(v));
     dead
+}
+
+/// The views of stretch `s` of `steps` (over `ops`) whose first touch among the steps
+/// it runs (not those `skip` lists) writes them whole and does not read them (an
+/// accumulate's destination counts as read), in order of that touch; and the views the
+/// skipped steps touch. Views of a stretch's allocation are identical or apart
+/// ([`stretches`]): a view's first touch is that of the same view.
+fn written_first(
+    s: &Stretch,
+    steps: &[Step],
+    ops: &[DataOp],
+    skip: &[usize],
+) -> (Vec<View>, Vec<View>) {
+    let (mut seen, mut first) = (Vec::<View>::new(), Vec::<View>::new());
+    let mut touched_by_skipped = Vec::new();
+    for k in s.steps.clone() {
+        let (reads, writes) = touches(&steps[k], ops);
+        if skip.binary_search(&k).is_ok() {
+            touched_by_skipped.extend(reads.into_iter().chain(writes));
+            continue;
+        }
+        for v in writes.iter().chain(&reads) {
+            if !seen.contains(v) {
+                seen.push(*v);
+                if writes.contains(v) && !reads.contains(v) {
+                    first.push(*v);
+                }
+            }
+        }
+    }
+    (first, touched_by_skipped)
+}
+
+/// The views of stretch `s` (of `steps` over `ops`, the steps of `skip` not run) whose
+/// blocks a run stages in a core's own buffer and streams to memory once, at the end of
+/// each block ([`Placement::staged`]): written whole before any read in the stretch, not
+/// `kept` (those never reach memory), and no other view the stretch's run steps touch
+/// shares memory with them (`aliases`: a view of an operand held in its twin's buffer).
+/// Memory then sees each such block once, as stores that do not read it first, instead of
+/// a read for ownership and a write-back; every step outside the stretch finds the same
+/// values there, as the stretch's blocks all end before the step after it.
+pub fn staged(
+    s: &Stretch,
+    steps: &[Step],
+    ops: &[DataOp],
+    skip: &[usize],
+    kept: &[View],
+    aliases: impl Fn(&View, &View) -> bool,
+) -> Vec<View> {
+    let (mut first, _) = written_first(s, steps, ops, skip);
+    first.retain(|v| !kept.contains(v));
+    let run = s.steps.clone().filter(|k| skip.binary_search(k).is_err());
+    let mut touched = Vec::<View>::new();
+    for k in run {
+        let (reads, writes) = touches(&steps[k], ops);
+        for v in reads.into_iter().chain(writes) {
+            if !touched.contains(&v) {
+                touched.push(v);
+            }
+        }
+    }
+    first.retain(|v| !touched.iter().any(|w| w != v && aliases(v, w)));
+    first
 }
 
 /// What a roof counts of stretch `s` of `steps` (over `ops`, whose first `scheduled` are
@@ -419,6 +465,9 @@ pub struct Placement {
     pub regions: Vec<PlacedRegion>,
     /// The slots of kept blocks ([`At::Kept`]) each core holds.
     pub kept: usize,
+    /// Views staged in kept slots ([`staged`]): `(slot, first element in memory)`; each
+    /// block of them is streamed to memory when the block's ops are done.
+    pub staged: Vec<(usize, *mut u32)>,
 }
 
 // SAFETY: the blocks a `Placement` runs on different threads touch different elements
@@ -556,6 +605,14 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
                 }
             }
         }
+        for &(k, p) in &ops.staged {
+            // SAFETY: the slot lies within `kept`, and the block's elements within the
+            // view at `p`, touched by no other block.
+            unsafe { stream(at.of(At::Kept(k)), p.add(from), len) };
+        }
+        if !ops.staged.is_empty() {
+            store_fence();
+        }
         if ops.kept > 0 {
             KEPT.set(kept);
         }
@@ -577,6 +634,47 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
         }
     }
     Ok(())
+}
+
+/// Copies `len` words from `src` to `dst` with stores that bypass the caches where the
+/// target has them (x86-64's non-temporal stores): `dst` is written, not read for
+/// ownership first, and leaves no lines behind to write back. Ordered before other
+/// threads' reads by [`store_fence`].
+///
+/// # Safety
+/// `src` and `dst` hold `len` words each and do not overlap.
+unsafe fn stream(src: *const u32, dst: *mut u32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as the function's contract; SSE2 is part of x86-64, and the streamed
+    // stores are to 16-byte aligned addresses within `dst`.
+    unsafe {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let head = ((16 - dst as usize % 16) % 16 / 4).min(len);
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let body = head + (len - head) / 4 * 4;
+        let mut i = head;
+        while i < body {
+            let v = _mm_loadu_si128(src.add(i) as *const __m128i);
+            _mm_stream_si128(dst.add(i) as *mut __m128i, v);
+            i += 4;
+        }
+        std::ptr::copy_nonoverlapping(src.add(body), dst.add(body), len - body);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as the function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    }
+}
+
+/// Orders the [`stream`]s before it before every store after it (so before the thread
+/// that joins the block's sees them).
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// `op` on the `len` elements of block `at` of its views.
@@ -684,6 +782,7 @@ mod tests {
             ],
             regions: Vec::new(),
             kept: 0,
+            staged: Vec::new(),
         };
         // SAFETY: every pointer addresses `n` words of a live vector, and they are apart.
         unsafe { run(&placement, n, block) }.unwrap();
@@ -707,6 +806,48 @@ mod tests {
             "{stopped:?}"
         );
         assert!(dst.iter().chain(&filled).all(|&w| w == 0));
+    }
+
+    /// A staged view ([`Placement::staged`]) ends up in memory as the plain run leaves
+    /// it, at any alignment and block length (a last block shorter than the others):
+    /// `dst = src; dst += src` staged, `other = dst` read from its kept slot.
+    #[test]
+    fn a_staged_view_reaches_memory_whole_at_any_alignment() {
+        for (offset, n, block) in [(0, 4096, 1024), (1, 999, 64), (3, 1000, 96), (2, 37, 16)] {
+            let src: Vec<u32> = (0..n as u32).map(|i| i * 7 + 1).collect();
+            let mut dst = vec![u32::MAX; n + offset];
+            let mut other = vec![0u32; n];
+            let d = At::Kept(0);
+            let placement = Placement {
+                ops: vec![
+                    Placed::Copy {
+                        dst: d,
+                        src: At::Memory(src.as_ptr() as *mut u32),
+                    },
+                    Placed::Accumulate {
+                        dst: d,
+                        src: At::Memory(src.as_ptr() as *mut u32),
+                        op: ReduceOp::Sum,
+                        dtype: DType::I32,
+                    },
+                    Placed::Copy {
+                        dst: At::Memory(other.as_mut_ptr()),
+                        src: d,
+                    },
+                ],
+                regions: Vec::new(),
+                kept: 1,
+                // SAFETY: `offset` words within `dst`.
+                staged: vec![(0, unsafe { dst.as_mut_ptr().add(offset) })],
+            };
+            // SAFETY: every pointer addresses `n` words of a live vector, and they are
+            // apart; the kept slot is written before it is read in every block.
+            unsafe { run(&placement, n, block) }.unwrap();
+            let want: Vec<u32> = src.iter().map(|&w| w.wrapping_mul(2)).collect();
+            assert_eq!(&dst[offset..], &want[..], "{offset} {n} {block}");
+            assert!(dst[..offset].iter().all(|&w| w == u32::MAX));
+            assert_eq!(other, want);
+        }
     }
 
     /// `out = a + b` of dtype `t` over `n` elements: `a` loaded from `inputs[0]` when

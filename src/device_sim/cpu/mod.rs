@@ -575,18 +575,24 @@ impl Memory<'_> {
 
     /// Runs stretch `s` of `steps` (of `ops`) a block at a time, but the steps `skip`
     /// lists (indices in `steps`), the views `kept` lists in the cores' own blocks, never
-    /// written to memory ([`blocked::dead_inside`]); stops between blocks when asked to
-    /// ([`blocked::run`]).
+    /// written to memory ([`blocked::dead_inside`]), those `staged` lists there too,
+    /// streamed to memory at each block's end ([`blocked::staged`]); stops between blocks
+    /// when asked to ([`blocked::run`]).
     fn blocked(
         &mut self,
         s: &blocked::Stretch,
         steps: &[Step],
         ops: &[DataOp],
         skip: &[usize],
-        kept: &[View],
+        [kept, staged]: [&[View]; 2],
     ) -> Result<()> {
         use blocked::{At, Placed};
-        let mut at = |v: &View| match kept.iter().position(|k| k == v) {
+        let streamed: Vec<(usize, *mut u32)> = staged
+            .iter()
+            .enumerate()
+            .map(|(j, v)| (kept.len() + j, self.place(v)))
+            .collect();
+        let mut at = |v: &View| match kept.iter().chain(staged).position(|k| k == v) {
             Some(k) => At::Kept(k),
             None => At::Memory(self.place(v)),
         };
@@ -643,7 +649,8 @@ impl Memory<'_> {
         let placement = blocked::Placement {
             ops: placed,
             regions,
-            kept: kept.len(),
+            kept: kept.len() + staged.len(),
+            staged: streamed,
         };
         unsafe { blocked::run(&placement, s.n, s.block) }
     }
@@ -1190,8 +1197,9 @@ struct CpuRun<'a> {
     /// Operands (memory slots) held in another slot: `(operand, where)`.
     moved: Vec<(usize, usize)>,
     /// Stretches of its steps run a block at a time ([`blocked`]; none in a literal run),
-    /// each with its views kept out of memory ([`blocked::dead_inside`]).
-    stretches: Vec<(blocked::Stretch, Vec<View>)>,
+    /// each with its views kept out of memory ([`blocked::dead_inside`]) and those it
+    /// stages in the cores' blocks ([`blocked::staged`]).
+    stretches: Vec<(blocked::Stretch, Vec<View>, Vec<View>)>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -1466,7 +1474,20 @@ impl CpuRun<'_> {
         };
         let stretches = stretches.into_iter().map(|s| {
             let kept = kept(&s, &self.fused, ops, &self.skip, materialize, live);
-            (s, kept)
+            // Staged as seldom as views are kept: not materialized, not in pieces.
+            let staged = match materialize || self.fused.piece_ends.len() > 1 {
+                true => Vec::new(),
+                false => {
+                    let mem = &self.mem;
+                    let aliases = |a: &View, b: &View| {
+                        mem.index(a) == mem.index(b)
+                            && a.offset() < b.offset() + b.len()
+                            && b.offset() < a.offset() + a.len()
+                    };
+                    blocked::staged(&s, &self.fused.steps, ops, &self.skip, &kept, aliases)
+                }
+            };
+            (s, kept, staged)
         });
         self.stretches = stretches.collect();
     }
@@ -1474,7 +1495,7 @@ impl CpuRun<'_> {
     /// An error when memory of view `v` is kept out of memory by a stretch
     /// ([`CpuRun::block`]): it does not hold what the schedule wrote there.
     fn materialized(&self, v: &View) -> Result<()> {
-        let kept = self.stretches.iter().flat_map(|(_, k)| k);
+        let kept = self.stretches.iter().flat_map(|(_, k, _)| k);
         match kept.into_iter().find(|k| k.overlaps(v)) {
             None => Ok(()),
             Some(k) => Err(crate::Error::bad_input(format!(
@@ -1553,14 +1574,15 @@ impl Prepared for CpuRun<'_> {
             let (mut k, mut next) = (0, self.stretches.iter().peekable());
             while k < steps.len() {
                 crate::interrupt::check()?;
-                if let Some((s, kept)) = next.next_if(|(s, _)| s.steps.start == k) {
-                    self.mem.blocked(s, steps, ops, &self.skip, kept)?;
+                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
+                    self.mem
+                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
                     k = s.steps.end;
                     continue;
                 }
                 let end = next
                     .peek()
-                    .map_or(steps.len(), |(s, _)| s.steps.start)
+                    .map_or(steps.len(), |(s, ..)| s.steps.start)
                     .min(k + INTERRUPT_EVERY_OPS);
                 self.mem.run(&steps[k..end], ops, k, &self.skip);
                 k = end;
