@@ -235,6 +235,9 @@ def test_a_block_is_one_value_repeated_by_its_bits():
     assert _uniform(np.full(3, np.nan, np.float32))
     assert not _uniform(np.array([np.nan, -np.nan], np.float32))
     assert _uniform(np.array([], np.float32)) and _uniform(np.array([7], np.int32))
+    # A broadcast of one element is answered without being made whole (4 TiB here).
+    assert _uniform(np.broadcast_to(np.float32(np.nan), (1 << 40,)))
+    assert not _uniform(np.broadcast_to(np.array([1, 2], np.int32), (1 << 20, 2)).reshape(-1))
 
 
 def _dot(grid, semantics=None):

@@ -1498,6 +1498,11 @@ def _uniform(flat):
     comparison) a production block's `jnp.zeros` took 15 ms, most of a model-only plan."""
     if flat.size <= 1:
         return True
+    if flat.strides[0] == 0:
+        # One element broadcast (a kernel's `jnp.zeros` or `jnp.full` as the evaluator
+        # makes it): uniform without being made whole (a 32 MiB accumulator's zeros
+        # were a tenth of ring attention's first call in Python).
+        return True
     a = np.ascontiguousarray(flat)
     bits = _BITS.get(a.dtype.itemsize)
     if bits is None:
