@@ -3,9 +3,7 @@
 //! or sum between them never has its loads wait on stores to an address 4 KiB apart
 //! (which buffers at arbitrary offsets do, at a quarter to half of memcpy's speed). From
 //! [`LAZY_FROM`] bytes a buffer is fresh pages of the kernel's, zero until first
-//! touched: nothing writes zeros the run overwrites before reading. From [`HUGE_FROM`]
-//! bytes those pages are asked to be huge ones (this mapping alone: `MADV_HUGEPAGE`),
-//! so a first run faults once per 2 MiB rather than once per 4 KiB.
+//! touched: nothing writes zeros the run overwrites before reading.
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -17,9 +15,6 @@ pub const ALIGN_FROM: usize = 2048;
 pub const LAZY_FROM: usize = 1 << 20;
 /// The alignment of buffers from [`ALIGN_FROM`] bytes.
 pub const PAGE: usize = 4096;
-/// Buffers of at least this many bytes start on a huge page and are advised to be
-/// backed by huge pages (x86-64's and the common arm64 configuration's size).
-pub const HUGE_FROM: usize = 2 << 20;
 
 /// `len` zeroed 32-bit words.
 pub struct Words {
@@ -71,19 +66,15 @@ impl Words {
         })
     }
 
-    /// `len` words (`bytes` bytes) in fresh pages of their own; from [`HUGE_FROM`]
-    /// bytes starting on a huge page and advised to be backed by huge pages.
+    /// `len` words (`bytes` bytes) in fresh pages of their own.
     #[cfg(unix)]
     fn mapped(len: usize, bytes: usize) -> Option<Words> {
-        // A huge buffer is mapped with a huge page of slack, then trimmed to start on one.
-        let slack = if bytes >= HUGE_FROM { HUGE_FROM } else { 0 };
-        let whole = bytes.checked_add(slack)?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choice
         // touches no existing memory; MAP_FAILED is its refusal.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                whole,
+                bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -93,30 +84,8 @@ impl Words {
         if p == libc::MAP_FAILED {
             return None;
         }
-        let mut start = p as usize;
-        if slack > 0 {
-            let at = start.next_multiple_of(HUGE_FROM);
-            let end = (at + bytes).next_multiple_of(PAGE);
-            // SAFETY: the head before `at` and the tail after `end` are pages of the
-            // mapping just made, which nothing else holds; unmapping them leaves
-            // `at..end` mapped.
-            unsafe {
-                if at > start {
-                    libc::munmap(p, at - start);
-                }
-                if start + whole > end {
-                    libc::munmap(end as *mut libc::c_void, start + whole - end);
-                }
-            }
-            start = at;
-            #[cfg(target_os = "linux")]
-            // SAFETY: advice on this buffer's own pages; it changes no contents.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE)
-            };
-        }
         Some(Words {
-            ptr: NonNull::new(start as *mut u32)?,
+            ptr: NonNull::new(p as *mut u32)?,
             len,
             from: From::Map(bytes),
         })
@@ -228,20 +197,6 @@ mod tests {
         w[PAGE / 4 * 3 + 5] = 1;
         assert_eq!(resident(&w), 1);
         assert_eq!(w.iter().map(|&x| x as usize).sum::<usize>(), 1);
-    }
-
-    /// A buffer from 2 MiB starts on a huge page (and its memory is its own: written
-    /// whole, freed whole).
-    #[cfg(unix)]
-    #[test]
-    fn a_huge_buffer_starts_on_a_huge_page() {
-        for len in [HUGE_FROM / 4, HUGE_FROM / 4 + 1, (5 << 20) / 4 + 3] {
-            let mut w = Words::zeroed(len).unwrap();
-            assert_eq!(w.as_ptr() as usize % HUGE_FROM, 0, "{len} words");
-            assert!(w.iter().all(|&x| x == 0));
-            w.fill(7);
-            assert_eq!(w.iter().map(|&x| x as usize).sum::<usize>(), 7 * len);
-        }
     }
 
     #[test]
