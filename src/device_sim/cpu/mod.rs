@@ -1745,7 +1745,10 @@ mod fill_tests {
         // The pages the fill skipped are still untouched: no fault, no memory.
         assert_eq!(untouched::zero_pages(words), untouched_before);
         assert_eq!(
-            untouched_before.iter().map(|r| r.len() / page).sum::<usize>(),
+            untouched_before
+                .iter()
+                .map(|r| r.len() / page)
+                .sum::<usize>(),
             n - written.len()
         );
     }

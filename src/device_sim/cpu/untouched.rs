@@ -115,7 +115,9 @@ mod linux {
             if anonymous {
                 let n = (stop - at) / page;
                 entries.resize(n * 8, 0u8);
-                pagemap.read_exact_at(&mut entries, (at / page * 8) as u64).ok()?;
+                pagemap
+                    .read_exact_at(&mut entries, (at / page * 8) as u64)
+                    .ok()?;
                 for (k, e) in entries.chunks_exact(8).enumerate() {
                     let e = u64::from_ne_bytes(e.try_into().expect("8 bytes"));
                     if e & !SOFT_DIRTY != 0 {
@@ -174,8 +176,9 @@ pub(super) mod tests {
     fn only_pages_never_written_are_zero_pages() {
         let words = fresh(4 << 20);
         let page = page_words();
-        words[3 * page + 5] = 7; // page 3 touched
-        words[10 * page] = 0; // a zero written is a page touched too
+        // Page 3 touched; a zero written (page 10) is a page touched too.
+        words[3 * page + 5] = 7;
+        words[10 * page] = 0;
         // SAFETY: a word of the mapping. A read maps the zero page: present, not skipped.
         let _ = unsafe { std::ptr::read_volatile(&words[20 * page]) };
         let zero = zero_pages(words);
@@ -188,7 +191,9 @@ pub(super) mod tests {
             let touched = [3, 10, 20].contains(&p);
             assert_eq!(skipped(p), !touched, "page {p}");
         }
-        assert!(zero.iter().all(|r| r.start % page == 0 && r.end % page == 0));
+        assert!(zero
+            .iter()
+            .all(|r| r.start % page == 0 && r.end % page == 0));
     }
 
     #[test]
