@@ -154,19 +154,24 @@ pub(super) mod tests {
     /// (in 4 KiB pages).
     #[cfg(target_os = "linux")]
     pub fn fresh(bytes: usize) -> &'static mut [u32] {
-        // SAFETY: a new private anonymous mapping, never unmapped (a test's few MiB).
+        mapped(bytes, libc::MAP_PRIVATE)
+    }
+
+    /// A fresh anonymous mapping of `bytes`, private or shared (`sharing`), in 4 KiB
+    /// pages whatever the system's huge-page setting (so that a write touches one).
+    #[cfg(target_os = "linux")]
+    fn mapped(bytes: usize, sharing: libc::c_int) -> &'static mut [u32] {
+        // SAFETY: a new anonymous mapping, never unmapped (a test's few MiB).
         unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                sharing | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             );
             assert_ne!(p, libc::MAP_FAILED);
-            // 4 KiB pages whatever the system's huge-page setting, so that a write
-            // touches one page.
             libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE);
             std::slice::from_raw_parts_mut(p as *mut u32, bytes / 4)
         }
@@ -200,20 +205,7 @@ pub(super) mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn shared_memory_and_small_fills_are_never_skipped() {
-        // SAFETY: a new shared anonymous mapping, never unmapped.
-        let shared = unsafe {
-            let bytes = 2 * LEAST_BYTES;
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            std::slice::from_raw_parts_mut(p as *mut u32, bytes / 4)
-        };
+        let shared = mapped(2 * LEAST_BYTES, libc::MAP_SHARED);
         assert!(zero_pages(shared).is_empty());
         let small = fresh(LEAST_BYTES / 2);
         assert!(zero_pages(small).is_empty());
