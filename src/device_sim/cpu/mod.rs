@@ -21,6 +21,7 @@ mod rows;
 mod spare;
 mod spread;
 mod twins;
+mod untouched;
 pub mod vmath;
 pub mod words;
 
@@ -972,10 +973,27 @@ fn copy(dst: &mut [u32], src: &[u32]) {
     over_cores(dst, src, |d, s| d.copy_from_slice(s));
 }
 
+/// `dst = bits` everywhere; a zero fill leaves the pages no one has touched yet alone
+/// ([`untouched`]): they read as zero, and writing them would fault each in.
+fn fill(dst: &mut [u32], bits: u32) {
+    let zero = match bits {
+        0 => untouched::zero_pages(dst),
+        _ => Vec::new(),
+    };
+    if zero.is_empty() {
+        return fill_words(dst, bits);
+    }
+    let mut at = 0;
+    for r in zero.into_iter().chain([dst.len()..dst.len()]) {
+        fill_words(&mut dst[at..r.start], bits);
+        at = r.end;
+    }
+}
+
 /// `dst = bits` everywhere, large fills spread over the cores as copies are (a fill of
 /// fresh memory also takes the kernel's zeroing of its pages onto each core) and
 /// streamed past the caches ([`stream_fill`]), which they would leave anyway.
-fn fill(dst: &mut [u32], bits: u32) {
+fn fill_words(dst: &mut [u32], bits: u32) {
     if dst.len() < PARALLEL_COPY {
         fill_part(dst, bits);
     } else if rayon::current_num_threads() > 1 {
@@ -1702,6 +1720,40 @@ impl Prepared for CpuRun<'_> {
 #[cfg(test)]
 mod fill_tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_zero_fill_zeroes_written_pages_and_leaves_untouched_ones_unmapped() {
+        let words = untouched::tests::fresh(8 << 20);
+        let page = untouched::tests::page_words();
+        let n = words.len() / page;
+        let written = [0, 1, 7, n / 3, n / 2, n - 1];
+        for p in written {
+            words[p * page + 3] = 0x3f80_0000;
+        }
+        // A fill from the middle of page 1 to the middle of the last page.
+        let (lo, hi) = (page + 10, words.len() - page / 2);
+        words[lo - 1] = 5;
+        words[hi] = 6;
+        let untouched_before = untouched::zero_pages(words);
+        fill(&mut words[lo..hi], 0);
+        // Looked up before the words are read (a read maps the zero page).
+        let untouched_after = untouched::zero_pages(words);
+        assert!(words[lo..hi].iter().all(|&w| w == 0));
+        assert_eq!((words[lo - 1], words[hi], words[3]), (5, 6, 0x3f80_0000));
+        if untouched_before.is_empty() {
+            return; // a kernel that cannot say: every page was written
+        }
+        // The pages the fill skipped are still untouched: no fault, no memory.
+        assert_eq!(untouched_after, untouched_before);
+        assert_eq!(
+            untouched_before
+                .iter()
+                .map(|r| r.len() / page)
+                .sum::<usize>(),
+            n - written.len()
+        );
+    }
 
     #[test]
     fn a_streamed_fill_writes_every_word_and_no_other_at_any_alignment() {
