@@ -314,3 +314,23 @@ fn a_unary_op_of_a_shift_runs_as_one_kernel_and_equals_the_unfused_run_and_f64()
         near(y, want) || (want < 1e-37 && y.abs() < 1e-37) || (want > 3.4e38 && y.is_infinite())
     });
 }
+
+/// softmax's `e / s` stored in the dtype: an f32 division converted to it.
+fn quotient_converted<'c>(_: &'c Ctx, x: &Value<'c>, z: &Value<'c>) -> Value<'c> {
+    (&x.astype(DType::F32) / &z.astype(DType::F32)).astype(x.dtype())
+}
+
+#[test]
+fn a_quotient_converted_to_16_bits_runs_as_one_kernel_and_equals_the_unfused_run_and_f64() {
+    // f32 has no convert (the division alone).
+    for (dtype, want) in [(DType::F32, 0), (DType::BF16, 1), (DType::F16, 1)] {
+        let c = kernel([7, 2500], dtype, true, quotient_converted);
+        assert_eq!(kernels_of(c), want, "{dtype}: kernels");
+    }
+    // The divisor one value a row (a block within a row or across two), and per element.
+    for rows in [true, false] {
+        agree(rows, quotient_converted, |x, z, y| {
+            same(y, (x as f32 / z as f32) as f64)
+        });
+    }
+}

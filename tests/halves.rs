@@ -15,7 +15,8 @@ use tpusim::{DType, HostArray, Mesh};
 
 type Op = for<'c> fn(&'c tpusim::kernel::Ctx, &Value<'c>) -> Value<'c>;
 
-/// The ops: elementwise chains, a row reduction spread back, a softmax.
+/// The ops: elementwise chains, a row reduction spread back, divisions converted to the
+/// dtype (by a row's sum, by lanes), a softmax.
 fn ops() -> Vec<(&'static str, Op)> {
     vec![
         ("x*2", |_, x| x * 2.0),
@@ -42,6 +43,18 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("max_rows", |_, x| {
             let shape = x.shape().to_vec();
             x.max(&[1]).broadcast_in_dim(&shape, &[0])
+        }),
+        ("quotient_rows", |_, x| {
+            // An f32 division converted back, stored straight as halves: x / x's row
+            // sum (a NaN, an infinity or zero in most rows: their specials too).
+            let shape = x.shape().to_vec();
+            let x32 = x.astype(DType::F32);
+            let s = x32.sum(&[1]).broadcast_in_dim(&shape, &[0]);
+            (&x32 / &s).astype(x.dtype())
+        }),
+        ("quotient_lanes", |_, x| {
+            let x32 = x.astype(DType::F32);
+            (&x32 / &(&x32 + 3.0)).astype(x.dtype())
         }),
         ("softmax", |pl, x| {
             let shape = x.shape().to_vec();

@@ -633,6 +633,60 @@ pub fn exp_sub(widen: bool, src: Src, c: Arg, out: &mut [u32]) {
     }
 }
 
+/// Where a kernel's result lanes go: words of values, or the stored 16-bit elements
+/// of a lent output.
+pub enum Dst<'a> {
+    /// A word per lane.
+    Words(&'a mut [u32]),
+    /// A 16-bit element per lane, as stored.
+    Halves(&'a mut [u16]),
+}
+
+/// `x / c` of f32 values converted to 16-bit float dtype `t`: the division (rounded
+/// to f32) and the rounding to `t` in turn, into values (as the convert's register
+/// holds them) or straight into `t`'s stored bits (what [`narrow_to_halves`] makes of
+/// those values): the same bits in one pass.
+#[inline(always)]
+pub fn div_convert(t: DType, x: &[u32], c: Arg, out: Dst) {
+    // Each (divisor, destination) a loop of its own, the rounding inlined into it.
+    macro_rules! each {
+        ($word:expr, $half:expr) => {
+            match (c, out) {
+                (Arg::Splat(c), Dst::Words(out)) => {
+                    let c = f32::from_bits(c);
+                    for (o, &a) in out.iter_mut().zip(f32s(x)) {
+                        *o = $word(a / c);
+                    }
+                }
+                (Arg::Splat(c), Dst::Halves(out)) => {
+                    let c = f32::from_bits(c);
+                    for (o, &a) in out.iter_mut().zip(f32s(x)) {
+                        *o = $half(a / c);
+                    }
+                }
+                (Arg::Lanes(c), Dst::Words(out)) => {
+                    for ((o, &a), &b) in out.iter_mut().zip(f32s(x)).zip(f32s(c)) {
+                        *o = $word(a / b);
+                    }
+                }
+                (Arg::Lanes(c), Dst::Halves(out)) => {
+                    for ((o, &a), &b) in out.iter_mut().zip(f32s(x)).zip(f32s(c)) {
+                        *o = $half(a / b);
+                    }
+                }
+            }
+        };
+    }
+    match t {
+        DType::BF16 => each!(
+            |v: f32| round_bf16(v).to_bits(),
+            |v: f32| (round_bf16(v).to_bits() >> 16) as u16
+        ),
+        DType::F16 => each!(|v: f32| round_f16(v).to_bits(), |v: f32| f16_bits(v) as u16),
+        _ => unreachable!("a 16-bit float"),
+    }
+}
+
 /// `u` of the values of `x` (dtype `t`).
 #[inline(always)]
 pub fn unary(u: Unary, t: DType, x: &[u32], out: &mut [u32]) {

@@ -4,7 +4,9 @@
 //! gelu, `x * (0.5 * (1 + tanh(c * (x + d * x**3))))`; an affine map `x * a + b` of
 //! uniform `a` and `b` in any float dtype (bf16's widen of `x` included); softmax's
 //! `exp(x - c)` in f32 (`c` per lane or one a row; bf16's widen and convert of `x`
-//! included); a unary float op in bf16 with the widen of its bf16 input. The kernel
+//! included); a unary float op in bf16 with the widen of its bf16 input; an f32
+//! division converted to bf16 or f16 (softmax's `e / sum` stored as bf16: with the
+//! narrow to the stored halves where the result is only a lent 16-bit output). The kernel
 //! does each op of the chain on each lane, in its order and rounding: the same bits.
 
 use super::lanes;
@@ -38,6 +40,8 @@ pub(super) enum Kernel {
         b: usize,
         abs: bool,
     },
+    /// `x / c` in f32 converted to 16-bit float dtype `t` (`c` per lane or one a row).
+    DivConvert { x: usize, c: usize, t: DType },
 }
 
 /// Marks the chains of `r` (`uses` readers of each register, outputs and folds
@@ -60,7 +64,8 @@ pub(super) fn find(
             .or_else(|| affine(r, uses, splat_ok, i))
             .or_else(|| exp_sub(r, uses, splat_ok, i))
             .or_else(|| unary_widen(r, uses, splat_ok, i))
-            .or_else(|| unary_shifted(r, uses, splat_ok, i));
+            .or_else(|| unary_shifted(r, uses, splat_ok, i))
+            .or_else(|| div_convert(r, uses, splat_ok, i));
         if let Some((kern, chain)) = found {
             if chain.iter().all(|&j| !inside[j] && kernels[j].is_none()) {
                 kernels[i] = Some(kern);
@@ -263,6 +268,30 @@ fn unary_shifted(
     })
 }
 
+/// `i` as an f32 division converted to bf16 or f16: the kernel and the chain's other
+/// instruction (the division, read only by the convert).
+fn div_convert(
+    r: &Region,
+    uses: &[usize],
+    splat_ok: &[bool],
+    i: usize,
+) -> Option<(Kernel, Vec<usize>)> {
+    let Instr::Convert(DType::F32, t, d) = r.instrs[i] else {
+        return None;
+    };
+    let g = r.regs[i];
+    let out_ok = g.dtype == t && !g.raw && !g.uniform && !splat_ok[i];
+    if !matches!(t, DType::BF16 | DType::F16) || !out_ok || !inner_f32(r, uses, splat_ok, d) {
+        return None;
+    }
+    let Instr::Binary(Binary::Div, DType::F32, x, c) = r.instrs[d] else {
+        return None;
+    };
+    // The dividend per lane; the divisor per lane or one value (a row's, say).
+    let c_ok = !r.regs[c].raw && r.regs[c].dtype == DType::F32;
+    (varying_f32(r, splat_ok, x) && c_ok).then_some((Kernel::DivConvert { x, c, t }, vec![d]))
+}
+
 /// `i` as the tanh form of gelu: the kernel and the chain's other instructions.
 fn gelu_tanh(
     r: &Region,
@@ -397,6 +426,22 @@ pub(super) unsafe fn run(
                 lanes::unary_shifted(u, abs, b, x, out);
             }
         }
+        Kernel::DivConvert { x, c, t } => {
+            let shared = |j: usize| std::ptr::eq(at[j], out);
+            // SAFETY (both): as the function's; neither input shares the lanes written.
+            if shared(x) || (splat[c].is_none() && shared(c)) {
+                // The result takes an input's slot: made apart, then copied.
+                let mut tmp = [0u32; lanes::BLOCK];
+                let (x, c) = unsafe { div_args(at, splat, [x, c], m) };
+                lanes::div_convert(t, x, c, lanes::Dst::Words(&mut tmp[..m]));
+                // SAFETY: `out` has room for `m`; the inputs are read.
+                unsafe { std::slice::from_raw_parts_mut(out, m) }.copy_from_slice(&tmp[..m]);
+            } else {
+                let (x, c) = unsafe { div_args(at, splat, [x, c], m) };
+                let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
+                lanes::div_convert(t, x, c, lanes::Dst::Words(out));
+            }
+        }
         Kernel::GeluTanh { x, k } => {
             // SAFETY: as the function's.
             let (x, out) = unsafe {
@@ -407,6 +452,57 @@ pub(super) unsafe fn run(
             };
             lanes::gelu_tanh(x, k, out);
         }
+    }
+}
+
+/// [`Kernel::DivConvert`] of a block of `m` lanes from `start` stored straight into
+/// the 16-bit elements of its one output at `dst` (the convert's register read by
+/// that output alone; the output apart from every input).
+///
+/// # Safety
+/// As [`run`]'s for the inputs; `dst` holds the output's elements from `start` to
+/// `start + m`, this block's own.
+#[inline(always)]
+pub(super) unsafe fn run_halves(
+    kern: &Kernel,
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    dst: *mut u16,
+    m: usize,
+) {
+    let Kernel::DivConvert { x, c, t } = *kern else {
+        unreachable!("only a division converted stores halves")
+    };
+    // SAFETY: as the function's.
+    let (x, c) = unsafe { div_args(at, splat, [x, c], m) };
+    let dst = unsafe { std::slice::from_raw_parts_mut(dst, m) };
+    lanes::div_convert(t, x, c, lanes::Dst::Halves(dst));
+}
+
+/// True when `kern` may store its result straight into a lent 16-bit output
+/// ([`run_halves`]).
+pub(super) fn stores_halves(kern: &Kernel) -> bool {
+    matches!(kern, Kernel::DivConvert { .. })
+}
+
+/// The `m` lanes of registers `[x, c]`: `x`'s, and `c`'s or its one value.
+///
+/// # Safety
+/// As [`run`]'s.
+#[inline(always)]
+unsafe fn div_args<'a>(
+    at: &[*const u32],
+    splat: &[Option<u32>],
+    [x, c]: [usize; 2],
+    m: usize,
+) -> (&'a [u32], lanes::Arg<'a>) {
+    // SAFETY: as the function's.
+    unsafe {
+        let c = match splat[c] {
+            Some(v) => lanes::Arg::Splat(v),
+            None => lanes::Arg::Lanes(std::slice::from_raw_parts(at[c], m)),
+        };
+        (std::slice::from_raw_parts(at[x], m), c)
     }
 }
 

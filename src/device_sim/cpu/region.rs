@@ -64,6 +64,8 @@ pub(super) struct Scratch {
     kernels: Vec<Option<Kernel>>,
     /// Per register: computed by a later register's kernel, not alone.
     inside: Vec<bool>,
+    /// Per register: the lent 16-bit output its kernel stores straight into.
+    halves_direct: Vec<Option<usize>>,
 }
 
 // SAFETY: the pointers kept are those of the last region's run, never read again: every
@@ -107,6 +109,9 @@ struct Plan<'a> {
     kernels: &'a [Option<Kernel>],
     /// Per register: computed by a later register's kernel, not alone.
     inside: &'a [bool],
+    /// Per register: the lent 16-bit output its kernel stores straight into (the
+    /// register's only use; the output apart from every input), not stored after.
+    halves_direct: &'a [Option<usize>],
 }
 
 // SAFETY: the threads that share a plan read the inputs and write disjoint element
@@ -297,10 +302,20 @@ fn plan(r: &Region, scratch: &mut Scratch) {
         halves_widen,
         kernels,
         inside,
+        halves_direct,
         ..
     } = scratch;
     decide(r, in_place, direct, uses, strides, same, splat_ok);
     patterns::find(r, uses, splat_ok, kernels, inside);
+    halves_direct.clear();
+    halves_direct.extend((0..r.instrs.len()).map(|i| {
+        kernels[i].as_ref().filter(|k| patterns::stores_halves(k))?;
+        let k = r.outputs.iter().position(|o| o.reg == i)?;
+        let o = &r.outputs[k];
+        let apart = !r.inputs.iter().any(|inp| inp.view.overlaps(&o.view));
+        let whole = o.view.len() == r.n;
+        (places.output_halves[k] && uses[i] == 1 && apart && whole).then_some(k)
+    }));
     // 16-bit memory is loaded and stored through a block of words of the region's own.
     for (i, instr) in r.instrs.iter().enumerate() {
         if let Instr::Load(k) = *instr {
@@ -381,6 +396,7 @@ fn split<'a>(
         halves_widen: &scratch.halves_widen,
         kernels: &scratch.kernels,
         inside: &scratch.inside,
+        halves_direct: &scratch.halves_direct,
     };
     (
         plan,
@@ -824,6 +840,19 @@ unsafe fn block(
                 splat[i] = Some(unsafe { *own });
                 at[i] = own;
             }
+            _ if plan.halves_direct[i].is_some() => {
+                let (Some(k), Some(kern)) = (plan.halves_direct[i], &plan.kernels[i]) else {
+                    unreachable!("a kernel's halves")
+                };
+                // SAFETY: the output holds its `n` 16-bit elements at its place, apart
+                // from every input; this block writes its own.
+                unsafe {
+                    let dst = (plan.places.outputs[k] as *mut u16).add(start);
+                    patterns::run_halves(kern, at, splat, dst, m);
+                }
+                // Read by nothing after (the output was its only use).
+                at[i] = own;
+            }
             _ => {
                 let out = match plan.direct[i] {
                     // SAFETY: the output has `n` elements at its place; this block
@@ -842,7 +871,10 @@ unsafe fn block(
         }
     }
     for (k, o) in r.outputs.iter().enumerate() {
-        if o.view.len() != r.n || plan.direct[o.reg] == Some(k) {
+        if o.view.len() != r.n
+            || plan.direct[o.reg] == Some(k)
+            || plan.halves_direct[o.reg] == Some(k)
+        {
             continue;
         }
         if plan.splat_ok[o.reg] && splat[o.reg].is_some() {
