@@ -984,7 +984,10 @@ fn fill(dst: &mut [u32], bits: u32) {
         return fill_words(dst, bits);
     }
     let mut at = 0;
-    for r in zero.into_iter().chain([dst.len()..dst.len()]) {
+    for r in zero
+        .into_iter()
+        .chain(std::iter::once(dst.len()..dst.len()))
+    {
         fill_words(&mut dst[at..r.start], bits);
         at = r.end;
     }
