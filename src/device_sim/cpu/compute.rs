@@ -5,6 +5,7 @@
 //! ops run block by block through [`super::lanes`] (as a fused region's do); the others
 //! write their destination directly, with index patterns from [`super::layout`].
 
+use super::amx;
 use super::extrema::Extreme;
 use super::lanes::{self, BLOCK};
 use super::layout::{gather, scatter, strides, transpose};
@@ -548,6 +549,27 @@ fn dot(
     let rs = matrix_strides(&r.shape, &dims.rhs_batch, &dims.rhs_contract, &rfree);
     let batch_ordered = dims.lhs_batch.windows(2).all(|w| w[0] < w[1])
         && dims.rhs_batch.windows(2).all(|w| w[0] < w[1]);
+    if let (Some(ls), Some(rs)) = (ls, rs) {
+        let tiles = l.dtype == DType::BF16
+            && r.dtype == DType::BF16
+            && matches!(t, DType::F32 | DType::BF16)
+            && batch_ordered
+            && amx::usable(m, k, n);
+        if tiles {
+            let matrix = |src, s: [usize; 3], b: usize| amx::Bf16Matrix {
+                src,
+                off: b * s[0],
+                row: s[1],
+                col: s[2],
+            };
+            into_dst(t, out, batch * m * n, |acc| {
+                for (b, c) in acc.chunks_exact_mut(m * n).enumerate() {
+                    amx::matmul(matrix(lw, ls, b), matrix(rw, rs, b), c, m, k, n);
+                }
+            });
+            return;
+        }
+    }
     let rows_apart = ls.is_some_and(|s| s[1] == k && s[2] == 1 && (batch == 1 || s[0] == m * k));
     if t == DType::F32
         && l.dtype != DType::F32
@@ -591,32 +613,35 @@ fn dot(
             (Cow::Owned(bytemuck::cast_vec(t)), [k * n, n, 1])
         }
     };
-    let mut own;
-    let acc: &mut [f32] = if t == DType::F32 {
-        bytemuck::cast_slice_mut(out)
-    } else {
-        own = vec![0f32; batch * m * n];
-        &mut own
-    };
-    for b in 0..batch {
-        let a = Strided {
-            data: &lv[b * ls[0]..],
-            row: ls[1],
-            col: ls[2],
-        };
-        let c = Strided {
-            data: &rv[b * rs[0]..],
-            row: rs[1],
-            col: rs[2],
-        };
-        matmul_strided(a, c, &mut acc[b * m * n..(b + 1) * m * n], m, k, n);
+    into_dst(t, out, batch * m * n, |acc| {
+        for b in 0..batch {
+            let a = Strided {
+                data: &lv[b * ls[0]..],
+                row: ls[1],
+                col: ls[2],
+            };
+            let c = Strided {
+                data: &rv[b * rs[0]..],
+                row: rs[1],
+                col: rs[2],
+            };
+            matmul_strided(a, c, &mut acc[b * m * n..(b + 1) * m * n], m, k, n);
+        }
+    });
+}
+
+/// Runs `f` on `len` f32 values that become `out`'s words of float dtype `t`: `out`
+/// itself for f32, else a buffer rounded once into `out` after.
+fn into_dst(t: DType, out: &mut [u32], len: usize, f: impl FnOnce(&mut [f32])) {
+    if t == DType::F32 {
+        return f(bytemuck::cast_slice_mut(&mut out[..len]));
     }
-    if t != DType::F32 {
-        let words: &[u32] = bytemuck::cast_slice(acc);
-        let mut vals = vec![0u32; words.len()];
-        lanes::convert(DType::F32, t, words, &mut vals);
-        lanes::narrow(t, &vals, out);
-    }
+    let mut acc = vec![0f32; len];
+    f(&mut acc);
+    let words: &[u32] = bytemuck::cast_slice(&acc);
+    let mut vals = vec![0u32; words.len()];
+    lanes::convert(DType::F32, t, words, &mut vals);
+    lanes::narrow(t, &vals, out);
 }
 
 /// Words of a 16-bit left operand widened at a time by [`dot_widening_rows`] (4 MiB of

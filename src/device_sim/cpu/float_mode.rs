@@ -21,6 +21,20 @@ impl FloatMode {
         FloatMode(0)
     }
 
+    /// Whether this mode flushes subnormals, as operands and as results (XLA's).
+    pub fn flushes(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.0 == BITS;
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// The mode that flushes subnormals (XLA's threads'), for tests of that path.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(super) fn flushing() -> Self {
+        FloatMode(BITS)
+    }
+
     /// Runs `f` on this thread in this mode, then gives the thread its own back. What
     /// `f` reads from memory and writes to memory is computed in the mode (the switch is
     /// opaque to the compiler for memory, not for arithmetic left in registers).
