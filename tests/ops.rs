@@ -314,3 +314,95 @@ fn large_bf16_dots_widened_by_blocks_of_rows_give_the_exact_sums() {
         }
     }
 }
+
+/// MXCSR's flush-to-zero and denormals-are-zero bits (XLA's threads' mode).
+#[cfg(target_arch = "x86_64")]
+const FTZ_DAZ: u32 = 0x8000 | 0x0040;
+
+#[cfg(target_arch = "x86_64")]
+fn csr() -> u32 {
+    let mut c = 0u32;
+    // SAFETY: stores MXCSR into a local u32.
+    unsafe { std::arch::asm!("stmxcsr [{p}]", p = in(reg) &mut c as *mut u32, options(nostack)) };
+    c
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set_csr(c: u32) {
+    // SAFETY: loads MXCSR from a local u32 (this thread's flags only).
+    unsafe { std::arch::asm!("ldmxcsr [{p}]", p = in(reg) &c as *const u32, options(nostack)) };
+}
+
+/// bf16 dots as JAX calls them (from a thread that flushes subnormals: on the AMX tiles
+/// where the CPU has them, `TPUSIM_AMX` unset) and as the command line does (the
+/// widened gemm path): plain, batched, with the right operand transposed, into f32 and
+/// into bf16, at shapes that are not whole tiles. Small integers: every sum is exact
+/// in f32, so both give the f64 sums exactly (rounded once to bf16 for a bf16 result).
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn bf16_dots_in_either_subnormal_mode_give_the_exact_sums() {
+    let mesh = Mesh::new(1, "x").unwrap();
+    let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 - 4.0;
+    let (m, k, n) = (130, 100, 70);
+    for (case, batch, transposed, out) in [
+        (0, 1, false, DType::F32),
+        (1, 3, false, DType::F32),
+        (2, 1, true, DType::F32),
+        (3, 2, true, DType::BF16),
+    ] {
+        let b_ = |v: Vec<usize>| {
+            if batch > 1 {
+                [vec![batch], v].concat()
+            } else {
+                v
+            }
+        };
+        let o = usize::from(batch > 1);
+        let dims = DotDims {
+            lhs_contract: vec![o + 1],
+            rhs_contract: vec![if transposed { o + 1 } else { o }],
+            lhs_batch: (0..o).collect(),
+            rhs_batch: (0..o).collect(),
+        };
+        let rshape = if transposed { vec![n, k] } else { vec![k, n] };
+        let (lshape, rshape, oshape) = (b_(vec![m, k]), b_(rshape), b_(vec![m, n]));
+        let a: Vec<f32> = (0..batch * m * k).map(|i| value(i, 1)).collect();
+        let b: Vec<f32> = (0..batch * k * n).map(|i| value(i, 5)).collect();
+        let bf = |v: &[f32]| v.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        let ins = vec![
+            HostArray::from_bf16(&lshape, bf(&a)).unwrap(),
+            HostArray::from_bf16(&rshape, bf(&b)).unwrap(),
+        ];
+        let call = kernel(ComputeKind::Dot(dims), &ins, oshape.clone(), out);
+        let plan = tpusim::run::Job::call(call, mesh.clone()).plan().unwrap();
+        let own = csr();
+        for flush in [true, false] {
+            set_csr(if flush { own | FTZ_DAZ } else { own & !FTZ_DAZ });
+            let got = plan.execute(&mut CpuExecutor::new(), &[ins.clone()]);
+            set_csr(own);
+            let got = got.unwrap()[0][0].as_f32();
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let rb = |p: usize| {
+                            let at = if transposed { j * k + p } else { p * n + j };
+                            b[bi * k * n + at] as f64
+                        };
+                        let want: f64 =
+                            (0..k).map(|p| a[(bi * m + i) * k + p] as f64 * rb(p)).sum();
+                        let want = if out == DType::BF16 {
+                            half::bf16::from_f64(want).to_f64()
+                        } else {
+                            want
+                        };
+                        let at = (bi * m + i) * n + j;
+                        assert_eq!(
+                            got[at] as f64, want,
+                            "case {case} flush {flush}: ({bi}, {i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

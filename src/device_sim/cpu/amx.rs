@@ -79,11 +79,7 @@ impl Bf16Matrix<'_> {
 /// the kernel lets this process use them, [`AMX_ENV`] is not `0`, the calling thread
 /// flushes subnormals (the tiles' semantics) and the product is large enough.
 pub fn usable(m: usize, k: usize, n: usize) -> bool {
-    m >= TILE
-        && n >= TILE
-        && m * k * n >= MIN_WORK
-        && FloatMode::current().flushes()
-        && available()
+    m >= TILE && n >= TILE && m * k * n >= MIN_WORK && FloatMode::current().flushes() && available()
 }
 
 /// Whether this process may run AMX bf16 tiles (asked once: CPU, kernel, [`AMX_ENV`]).
@@ -148,7 +144,10 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
             .for_each(pack_right);
     } else {
         left.chunks_mut(kb * BLOCK).enumerate().for_each(pack_left);
-        right.chunks_mut(kb * BLOCK).enumerate().for_each(pack_right);
+        right
+            .chunks_mut(kb * BLOCK)
+            .enumerate()
+            .for_each(pack_right);
     }
     // Tasks: a run of right blocks that fits a core's L2, by a run of left blocks.
     let per = (RIGHT_BYTES / (kb * BLOCK * 2)).clamp(1, nb);
@@ -398,7 +397,13 @@ mod tests {
             eprintln!("no AMX tiles here: nothing to check");
             return;
         }
-        let shapes = [(1, 1, 1), (17, 33, 15), (64, 64, 64), (100, 70, 45), (33, 1000, 65)];
+        let shapes = [
+            (1, 1, 1),
+            (17, 33, 15),
+            (64, 64, 64),
+            (100, 70, 45),
+            (33, 1000, 65),
+        ];
         for (s, &(m, k, n)) in shapes.iter().enumerate() {
             for integers in [true, false] {
                 for layout in 0..4 {

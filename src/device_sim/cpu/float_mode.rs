@@ -29,12 +29,6 @@ impl FloatMode {
         false
     }
 
-    /// The mode that flushes subnormals (XLA's threads'), for tests of that path.
-    #[cfg(all(test, target_arch = "x86_64"))]
-    pub(super) fn flushing() -> Self {
-        FloatMode(BITS)
-    }
-
     /// Runs `f` on this thread in this mode, then gives the thread its own back. What
     /// `f` reads from memory and writes to memory is computed in the mode (the switch is
     /// opaque to the compiler for memory, not for arithmetic left in registers).
