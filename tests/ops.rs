@@ -260,6 +260,27 @@ fn every_op_agrees_with_jax_on_the_gpu_executor() {
     check_all(&mut *common::gpu());
 }
 
+/// Operands of a bf16 dot of these shapes holding small integers (exact in bf16, and
+/// their sums in f32): their values, and the arrays.
+fn integer_bf16_operands(
+    lshape: &[usize],
+    rshape: &[usize],
+) -> (Vec<f32>, Vec<f32>, Vec<HostArray>) {
+    let values = |shape: &[usize], salt: usize| -> Vec<f32> {
+        let len: usize = shape.iter().product();
+        (0..len)
+            .map(|i| ((i * 7 + salt) % 9) as f32 - 4.0)
+            .collect()
+    };
+    let (a, b) = (values(lshape, 1), values(rshape, 5));
+    let bf = |v: &[f32]| v.iter().map(|&x| half::bf16::from_f32(x)).collect();
+    let ins = vec![
+        HostArray::from_bf16(lshape, bf(&a)).unwrap(),
+        HostArray::from_bf16(rshape, bf(&b)).unwrap(),
+    ];
+    (a, b, ins)
+}
+
 /// A bf16 left operand past the size widened a block of rows at a time (over a million
 /// elements: blocks of 2048 rows of 512, the last one short; and two batches of 1100
 /// rows) into an f32 result: equal to the integer sums (small integers are exact in
@@ -267,7 +288,6 @@ fn every_op_agrees_with_jax_on_the_gpu_executor() {
 #[test]
 fn large_bf16_dots_widened_by_blocks_of_rows_give_the_exact_sums() {
     let mesh = Mesh::new(1, "x").unwrap();
-    let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 - 4.0;
     for (batch, m) in [(1usize, 2100usize), (2, 1100)] {
         let (k, n) = (512, 8);
         let (lshape, rshape, oshape, dims) = if batch == 1 {
@@ -287,13 +307,7 @@ fn large_bf16_dots_widened_by_blocks_of_rows_give_the_exact_sums() {
             };
             (vec![batch, m, k], vec![batch, k, n], vec![batch, m, n], d)
         };
-        let a: Vec<f32> = (0..batch * m * k).map(|i| value(i, 1)).collect();
-        let b: Vec<f32> = (0..batch * k * n).map(|i| value(i, 5)).collect();
-        let bf = |v: &[f32]| v.iter().map(|&x| half::bf16::from_f32(x)).collect();
-        let ins = vec![
-            HostArray::from_bf16(&lshape, bf(&a)).unwrap(),
-            HostArray::from_bf16(&rshape, bf(&b)).unwrap(),
-        ];
+        let (a, b, ins) = integer_bf16_operands(&lshape, &rshape);
         let call = kernel(ComputeKind::Dot(dims), &ins, oshape.clone(), DType::F32);
         let plan = tpusim::run::Job::call(call, mesh.clone()).plan().unwrap();
         let got = plan.execute(&mut CpuExecutor::new(), &[ins]).unwrap();
@@ -342,7 +356,6 @@ fn set_csr(c: u32) {
 #[cfg(target_arch = "x86_64")]
 fn bf16_dots_in_either_subnormal_mode_give_the_exact_sums() {
     let mesh = Mesh::new(1, "x").unwrap();
-    let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 - 4.0;
     let (m, k, n) = (130, 100, 70);
     for (case, batch, transposed, out) in [
         (0, 1, false, DType::F32),
@@ -366,13 +379,7 @@ fn bf16_dots_in_either_subnormal_mode_give_the_exact_sums() {
         };
         let rshape = if transposed { vec![n, k] } else { vec![k, n] };
         let (lshape, rshape, oshape) = (b_(vec![m, k]), b_(rshape), b_(vec![m, n]));
-        let a: Vec<f32> = (0..batch * m * k).map(|i| value(i, 1)).collect();
-        let b: Vec<f32> = (0..batch * k * n).map(|i| value(i, 5)).collect();
-        let bf = |v: &[f32]| v.iter().map(|&x| half::bf16::from_f32(x)).collect();
-        let ins = vec![
-            HostArray::from_bf16(&lshape, bf(&a)).unwrap(),
-            HostArray::from_bf16(&rshape, bf(&b)).unwrap(),
-        ];
+        let (a, b, ins) = integer_bf16_operands(&lshape, &rshape);
         let call = kernel(ComputeKind::Dot(dims), &ins, oshape.clone(), out);
         let plan = tpusim::run::Job::call(call, mesh.clone()).plan().unwrap();
         let own = csr();
