@@ -387,7 +387,8 @@ fn bf16_dots_in_either_subnormal_mode_give_the_exact_sums() {
             set_csr(if flush { own | FTZ_DAZ } else { own & !FTZ_DAZ });
             let got = plan.execute(&mut CpuExecutor::new(), &[ins.clone()]);
             set_csr(own);
-            let got = got.unwrap()[0][0].as_f32();
+            let got = got.unwrap();
+            let got = got[0][0].as_f32();
             for bi in 0..batch {
                 for i in 0..m {
                     for j in 0..n {
