@@ -300,8 +300,6 @@ mod tiles {
         unreachable!("no tiles here")
     }
 
-    /// # Safety
-    /// Never called: [`permit`] is false here.
     pub unsafe fn block(_: &[u16], _: &[u16], _: *mut f32, _: usize, _: usize, _: usize, _: usize) {
         unreachable!("no tiles here")
     }

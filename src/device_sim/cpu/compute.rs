@@ -634,8 +634,7 @@ fn dot(
 /// itself for f32, else a buffer rounded once into `out` after.
 fn into_dst(t: DType, out: &mut [u32], len: usize, f: impl FnOnce(&mut [f32])) {
     if t == DType::F32 {
-        f(bytemuck::cast_slice_mut(&mut out[..len]));
-        return;
+        return f(bytemuck::cast_slice_mut(&mut out[..len]));
     }
     let mut acc = vec![0f32; len];
     f(&mut acc);
