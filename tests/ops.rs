@@ -385,7 +385,7 @@ fn bf16_dots_in_either_subnormal_mode_give_the_exact_sums() {
         let own = csr();
         for flush in [true, false] {
             set_csr(if flush { own | FTZ_DAZ } else { own & !FTZ_DAZ });
-            let got = plan.execute(&mut CpuExecutor::new(), &[ins.clone()]);
+            let got = plan.execute(&mut CpuExecutor::new(), std::slice::from_ref(&ins));
             set_csr(own);
             let got = got.unwrap()[0][0].values();
             for bi in 0..batch {
