@@ -5,8 +5,9 @@
 //! a division). Each later region fetches a share of the next chunk of the first's
 //! inputs, and of every region's whole outputs (for writing: their stores then find
 //! their lines), as its blocks go. Prefetches change no value. Measured on f32 softmax
-//! at 2048x2048 (Intel Xeon, AVX-512): the max scan's loads were 23% of the time, 10%
-//! with the inputs fetched ahead.
+//! at 2048x2048 (Intel Xeon, AVX-512, 2 cores): the max scan's loads were 23% of the
+//! time, 10% with the inputs fetched ahead; a call's CPU time 7.6 ms against 9.6-9.9
+//! (bf16 6.6-6.7 against 8.0-8.7), alternating at load 8; no change at 1024x1024.
 
 use super::region::Places;
 use crate::device_sim::fuse::{Pattern, Region};
