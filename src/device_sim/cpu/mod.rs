@@ -6,6 +6,7 @@
 //! other compute ops in [`compute`], copies, fills and accumulates on whole views,
 //! large ones spread over the cores.
 
+mod ahead;
 pub mod amx;
 mod blocked;
 mod chain;

@@ -8,6 +8,7 @@
 //! that output's memory directly, when neither view overlaps any other of the region:
 //! a chain from a ref to a ref touches each element of memory once.
 
+use super::ahead::{self, Ahead, Fetch};
 use super::lanes::{self, BLOCK};
 use super::layout::gather;
 use super::patterns::{self, Kernel};
@@ -465,6 +466,7 @@ pub(super) unsafe fn run_planned(r: &Region, scratch: &mut Scratch) {
                     at: &mut at,
                     splat: &mut splat,
                     elems: c * span..((c + 1) * span).min(r.n),
+                    ahead: &[],
                 });
             })
         });
@@ -475,6 +477,7 @@ pub(super) unsafe fn run_planned(r: &Region, scratch: &mut Scratch) {
             at,
             splat,
             elems: 0..r.n,
+            ahead: &[],
         });
     }
     for &(k, bits) in &singles {
@@ -490,8 +493,9 @@ type File = (Vec<u32>, Vec<*const u32>, Vec<Option<u32>>);
 
 /// Regions of a [`chain`] are run a chunk of about this many elements (whole groups)
 /// at a time through all of them: a chunk of each array they pass on stays in the
-/// cache (256 KiB of f32 per array) from the region that writes it to the next.
-const CHAIN_ELEMS: usize = 1 << 16;
+/// cache (128 KiB of f32 per array) from the region that writes it to the next, with
+/// the next chunk's first inputs fetched meanwhile ([`ahead`]): 2 MiB of L2 holds both.
+const CHAIN_ELEMS: usize = 1 << 15;
 
 /// Runs regions `rs` (each on the places of its scratch of `scratches`), which
 /// [`super::chain`] lets run together, a chunk of whole groups of `k` elements at a
@@ -522,6 +526,17 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
         .collect();
     let arch = pulp::Arch::new();
     let threads = rayon::current_num_threads();
+    let places: Vec<&Places> = parts.iter().map(|p| p.0.places).collect();
+    let first = Ahead::new(rs, &places, n);
+    // Later region `j`'s share of the chunk after `c` (none after `last`).
+    let later = rs.len() - 1;
+    let ahead = |c: usize, last: usize, j: usize, out: &mut Vec<Fetch>| {
+        let next = match c + 1 < last {
+            true => (c + 1) * chunk..((c + 2) * chunk).min(n),
+            false => n..n,
+        };
+        first.share(next, j, later, out);
+    };
     if n >= PARALLEL_ELEMS && threads > 1 && chunks > 1 {
         let per = chunks.div_ceil(threads * 4).max(1);
         let shared: Vec<(&Plan, &[u32])> = parts.iter().map(|(p, t, _, _)| (p, &**t)).collect();
@@ -536,30 +551,39 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
                         (tmpl.to_vec(), vec![std::ptr::null(); m], vec![None; m])
                     })
                     .collect();
-                for c in t * per..((t + 1) * per).min(chunks) {
+                let mut pre = Vec::new();
+                let last = ((t + 1) * per).min(chunks);
+                for c in t * per..last {
                     let elems = c * chunk..((c + 1) * chunk).min(n);
-                    for ((plan, _), (regs, at, splat)) in shared.iter().zip(files.iter_mut()) {
+                    for (j, ((plan, _), (regs, at, splat))) in
+                        shared.iter().zip(files.iter_mut()).enumerate()
+                    {
+                        ahead(c, last, j, &mut pre);
                         arch.dispatch(Blocks {
                             plan,
                             regs,
                             at,
                             splat,
                             elems: own(plan.r, &elems),
+                            ahead: &pre,
                         });
                     }
                 }
             })
         });
     } else {
+        let mut pre = Vec::new();
         for c in 0..chunks {
             let elems = c * chunk..((c + 1) * chunk).min(n);
-            for (plan, regs, at, splat) in parts.iter_mut() {
+            for (j, (plan, regs, at, splat)) in parts.iter_mut().enumerate() {
+                ahead(c, chunks, j, &mut pre);
                 arch.dispatch(Blocks {
                     plan,
                     regs,
                     at,
                     splat,
                     elems: own(plan.r, &elems),
+                    ahead: &pre,
                 });
             }
         }
@@ -613,6 +637,9 @@ struct Blocks<'a> {
     at: &'a mut [*const u32],
     splat: &'a mut [Option<u32>],
     elems: Range<usize>,
+    /// Memory a later run reads (the next chunk of a chain's first inputs), fetched
+    /// into the cache a part a block while this run computes.
+    ahead: &'a [Fetch],
 }
 
 impl WithSimd for Blocks<'_> {
@@ -626,8 +653,12 @@ impl WithSimd for Blocks<'_> {
             .map(|q| RowFold::new(q, self.elems.start))
             .collect();
         let mut start = self.elems.start;
+        let nblocks = self.elems.len().div_ceil(BLOCK).max(1);
+        let mut b = 0;
         while start < self.elems.end {
             let m = BLOCK.min(self.elems.end - start);
+            ahead::fetch(self.ahead, b, nblocks);
+            b += 1;
             // SAFETY: `run`'s caller vouches for the places (the only way here).
             unsafe { block(self.plan, self.regs, self.at, self.splat, start, m) };
             for (j, (f, q)) in folds.iter_mut().zip(&r.reduces).enumerate() {
