@@ -9,8 +9,6 @@
 //! time, 10% with the inputs fetched ahead; a call's CPU time 7.6 ms against 9.6-9.9
 //! (bf16 6.6-6.7 against 8.0-8.7), alternating at load 8; no change at 1024x1024.
 
-use super::region::Places;
-use crate::device_sim::fuse::{Pattern, Region};
 use std::ops::Range;
 
 /// Where a chain's first region reads its whole inputs and where its regions write
@@ -24,36 +22,11 @@ pub(super) struct Ahead {
 /// is fetched to be written.
 pub(super) type Fetch = (*const u8, usize, bool);
 
-/// The bytes of an element at a place: 2 where it holds 16-bit elements as stored.
-fn bytes(halves: bool) -> usize {
-    if halves {
-        2
-    } else {
-        4
-    }
-}
-
 impl Ahead {
-    /// The whole inputs (read element for element, `n` of them) of first region `rs[0]`
-    /// and the whole outputs (`n` elements) of each region of `rs`, at `places`.
-    pub(super) fn new(rs: &[&Region], places: &[&Places], n: usize) -> Self {
-        let (r, p) = (rs[0], places[0]);
-        let inputs = r
-            .inputs
-            .iter()
-            .zip(p.inputs.iter().zip(&p.input_halves))
-            .filter(|(i, _)| i.pattern == Pattern::Full && i.view.len() == n)
-            .map(|(_, (&at, &h))| (at as usize, bytes(h), false));
-        let outputs = rs.iter().zip(places).flat_map(|(r, p)| {
-            r.outputs
-                .iter()
-                .zip(p.outputs.iter().zip(&p.output_halves))
-                .filter(move |(o, _)| r.n == n && o.view.len() == n)
-                .map(|(_, (&at, &h))| (at as usize, bytes(h), true))
-        });
-        Ahead {
-            views: inputs.chain(outputs).collect(),
-        }
+    /// The views to fetch ahead: each one's first byte's address, its bytes an
+    /// element (2 for 16-bit elements as stored, else 4), and whether it is written.
+    pub(super) fn of_views(views: Vec<(usize, usize, bool)>) -> Self {
+        Ahead { views }
     }
 
     /// Into `out`, the memory that later region `j` (from 1, of `later`) fetches of

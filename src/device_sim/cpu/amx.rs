@@ -13,8 +13,8 @@
 //! the tiles, the command line's threads, [`AMX_ENV`] set to `0`) the caller keeps its
 //! widened `gemm` path.
 
-use super::compute::Src;
 use super::float_mode::FloatMode;
+use super::operand::Src;
 use rayon::prelude::*;
 
 /// The environment variable that, set to `0`, keeps every bf16 product on the widened

@@ -9,6 +9,7 @@ use super::amx;
 use super::extrema::Extreme;
 use super::lanes::{self, BLOCK};
 use super::layout::{gather, scatter, strides, transpose};
+pub use super::operand::Src;
 use crate::array::DType;
 use crate::ir::{Compute, ComputeKind, DotDims, Operand, Reduction};
 use pulp::{Simd, WithSimd};
@@ -80,32 +81,6 @@ pub fn compute_into(c: &Compute, srcs: &[&[u32]], out: &mut [u32]) {
         ComputeKind::Reduce { op, axes } => reduce(*op, &c.srcs[0], axes, srcs[0], d.dtype, out),
         ComputeKind::ArgReduce { op, axis } => arg_reduce(*op, &c.srcs[0], *axis, srcs[0], out),
         ComputeKind::Dot(_) => dot_into(c, Src::Words(srcs[0]), Src::Words(srcs[1]), out),
-    }
-}
-
-/// The elements of a dot's operand: words, or 16-bit floats as stored.
-#[derive(Clone, Copy)]
-pub enum Src<'a> {
-    /// One element a word ([`DType::bits_of`]'s form).
-    Words(&'a [u32]),
-    /// 16-bit float elements as stored (bf16 or f16; two bytes each).
-    Halves(&'a [u16]),
-}
-
-impl Src<'_> {
-    /// Elements `from..to` of float dtype `t` widened to f32 values into `out`.
-    fn widen(self, t: DType, from: usize, to: usize, out: &mut [u32]) {
-        match self {
-            Src::Words(w) => lanes::widen_all(t, &w[from..to], out),
-            Src::Halves(h) => lanes::widen_all_halves(t, &h[from..to], out),
-        }
-    }
-
-    fn len(self) -> usize {
-        match self {
-            Src::Words(w) => w.len(),
-            Src::Halves(h) => h.len(),
-        }
     }
 }
 

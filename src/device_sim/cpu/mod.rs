@@ -17,6 +17,7 @@ mod float_mode;
 mod halves;
 pub mod lanes;
 pub mod layout;
+mod operand;
 mod patterns;
 mod region;
 mod rows;

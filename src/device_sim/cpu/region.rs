@@ -497,6 +497,28 @@ type File = (Vec<u32>, Vec<*const u32>, Vec<Option<u32>>);
 /// the next chunk's first inputs fetched meanwhile ([`ahead`]): 2 MiB of L2 holds both.
 const CHAIN_ELEMS: usize = 1 << 15;
 
+/// What a chain fetches ahead ([`Ahead`]): the whole inputs (read element for element,
+/// `n` of them) of first region `rs[0]` and the whole outputs (`n` elements) of each
+/// region of `rs`, at `places`.
+fn ahead_of(rs: &[&Region], places: &[&Places], n: usize) -> Ahead {
+    let bytes = |halves: bool| if halves { 2 } else { 4 };
+    let (r, p) = (rs[0], places[0]);
+    let inputs = r
+        .inputs
+        .iter()
+        .zip(p.inputs.iter().zip(&p.input_halves))
+        .filter(|(i, _)| i.pattern == Pattern::Full && i.view.len() == n)
+        .map(|(_, (&at, &h))| (at as usize, bytes(h), false));
+    let outputs = rs.iter().zip(places).flat_map(|(r, p)| {
+        r.outputs
+            .iter()
+            .zip(p.outputs.iter().zip(&p.output_halves))
+            .filter(move |(o, _)| r.n == n && o.view.len() == n)
+            .map(move |(_, (&at, &h))| (at as usize, bytes(h), true))
+    });
+    Ahead::of_views(inputs.chain(outputs).collect())
+}
+
 /// Runs regions `rs` (each on the places of its scratch of `scratches`), which
 /// [`super::chain`] lets run together, a chunk of whole groups of `k` elements at a
 /// time through all of them in order (a region of `n / k` elements, where the first
@@ -527,7 +549,7 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
     let arch = pulp::Arch::new();
     let threads = rayon::current_num_threads();
     let places: Vec<&Places> = parts.iter().map(|p| p.0.places).collect();
-    let first = Ahead::new(rs, &places, n);
+    let first = ahead_of(rs, &places, n);
     // Later region `j`'s share of the chunk after `c` (none after `last`).
     let later = rs.len() - 1;
     let ahead = |c: usize, last: usize, j: usize, out: &mut Vec<Fetch>| {
