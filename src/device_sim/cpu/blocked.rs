@@ -23,10 +23,36 @@ use crate::device_sim::BlockedStretch;
 use crate::ir::{Binary, DataOp, ReduceOp, View};
 use crate::DType;
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
+use std::time::{Duration, Instant};
 
 /// Overrides [`block_bytes`] (a size such as `256K`), for measuring other block sizes.
 pub const BLOCK_BYTES_ENV: &str = "TPUSIM_BLOCK_BYTES";
+
+/// Overrides [`least_blocked_bytes`] (a size such as `4M`; `1` blocks every stretch of
+/// two blocks or more, `1024G` none).
+pub const BLOCKED_FROM_ENV: &str = "TPUSIM_BLOCKED_FROM";
+
+/// The size environment variable `name` holds when it is one within `range` (bytes),
+/// else `default()`; a value that is not is reported and ignored.
+fn size_from_env(name: &str, range: RangeInclusive<u64>, default: impl FnOnce() -> usize) -> usize {
+    let Some(v) = std::env::var_os(name) else {
+        return default();
+    };
+    let v = v.to_string_lossy();
+    match crate::units::parse_size(&v) {
+        Ok(b) if range.contains(&b) => b as usize,
+        _ => {
+            let default = default();
+            eprintln!(
+                "tpusim: ignoring {name}={v:?} (a size from {} to {}); {default} bytes",
+                crate::units::human(*range.start()),
+                crate::units::human(*range.end()),
+            );
+            default
+        }
+    }
+}
 
 /// The bytes of all a block's views together: half a core's L2 cache (read from Linux's
 /// sysfs; 1 MiB where unknown), so that a block's views stay there from the stretch's
@@ -35,36 +61,133 @@ pub const BLOCK_BYTES_ENV: &str = "TPUSIM_BLOCK_BYTES";
 pub fn block_bytes() -> usize {
     static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {
-        let l2 = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
-            .ok()
-            .and_then(|s| crate::units::parse_size(s.trim()).ok())
-            .map_or(1 << 20, |b| b as usize);
-        let default = (l2 / 2).clamp(64 << 10, 4 << 20);
-        let Some(v) = std::env::var_os(BLOCK_BYTES_ENV) else {
-            return default;
-        };
-        let v = v.to_string_lossy();
-        match crate::units::parse_size(&v) {
-            Ok(b) if (16 << 10..=64 << 20).contains(&b) => b as usize,
-            _ => {
-                eprintln!(
-                    "tpusim: ignoring {BLOCK_BYTES_ENV}={v:?} (a size from 16K to 64M); \
-                     blocks of {default} bytes"
-                );
-                default
-            }
-        }
+        size_from_env(BLOCK_BYTES_ENV, 16 << 10..=64 << 20, || {
+            let l2 = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
+                .ok()
+                .and_then(|s| crate::units::parse_size(s.trim()).ok())
+                .map_or(1 << 20, |b| b as usize);
+            (l2 / 2).clamp(64 << 10, 4 << 20)
+        })
     })
 }
 
 /// The fewest elements of a block (each op's fixed cost is shared by as many).
 const LEAST_BLOCK: usize = 2048;
 
-/// The fewest bytes of views a stretch runs blocked over: beyond the last-level cache
-/// (32 MiB on the machine measured), where every whole op goes to memory. Below, the
-/// views stay in the caches between whole ops, and blocks only add each op's cost per
-/// block (measured at 1.5 MiB: 1.4-2.2x slower blocked).
+/// The line where no calibration says otherwise: beyond the last-level cache (32 MiB
+/// on the AMD EPYC measured), every whole op goes to memory. Below, the views may stay
+/// in the caches between whole ops, and blocks then only add each op's cost per block
+/// (measured there at 1.5 MiB: 1.4-2.2x slower blocked).
 pub const LEAST_BLOCKED_BYTES: usize = 32 << 20;
+
+/// The fewest bytes of views a stretch runs blocked over, this machine's: the least of
+/// the sizes [`calibrate`] times from which blocks were faster than whole ops at every
+/// size up, [`LEAST_BLOCKED_BYTES`] where they were not at the largest;
+/// [`BLOCKED_FROM_ENV`] overrides it. Measured once per process (tens of ms, the first
+/// time a plan has a stretch that could run blocked below [`LEAST_BLOCKED_BYTES`]): the
+/// line moves with the machine's caches, its cores, and what else runs on them, and a
+/// VM's reported cache sizes need not be its own (an Intel Xeon VM reports a 480 MiB L3,
+/// and blocks paid there from 4 MiB).
+pub fn least_blocked_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        size_from_env(BLOCKED_FROM_ENV, 1..=1 << 40, || {
+            // A thread of its own: a caller watched for stopping (`crate::interrupt`)
+            // would stop the timed blocked runs.
+            std::thread::scope(|s| s.spawn(calibrate).join()).unwrap_or(LEAST_BLOCKED_BYTES)
+        })
+    })
+}
+
+/// The sizes (bytes of a stretch's views together) [`calibrate`] times, increasing.
+const CALIBRATED: [usize; 5] = [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20];
+
+/// Runs of each kind at each size [`calibrate`] keeps the fastest of.
+const CALIBRATION_RUNS: usize = 3;
+
+/// The least size of [`CALIBRATED`] from which a stretch like a ring step's (copy `x`
+/// to `y` and to `z`, add `z` into `w`, fill `z`: four views of `bytes / 16` elements)
+/// ran faster a block at a time than op by op whole (as a run does outside stretches:
+/// large ops spread over the cores) at that size and every one above, the fastest of
+/// [`CALIBRATION_RUNS`] each, alternating; [`LEAST_BLOCKED_BYTES`] where whole ops won at
+/// the largest. A size too small for two blocks is not timed (nothing that small runs
+/// blocked).
+pub fn calibrate() -> usize {
+    let most = CALIBRATED[CALIBRATED.len() - 1] / 16;
+    // Values that stay finite as f32 sums; fresh pages faulted in here, not timed.
+    let mut bufs: Vec<Vec<u32>> = (0..4).map(|k| vec![(k as f32).to_bits(); most]).collect();
+    let mut line = LEAST_BLOCKED_BYTES;
+    for &bytes in CALIBRATED.iter().rev() {
+        let n = bytes / 16;
+        let (block, blocks) = blocking(n, 4);
+        if blocks < 2 {
+            break;
+        }
+        let [x, y, z, w] = &mut bufs[..] else {
+            unreachable!("four buffers")
+        };
+        let (x, y, z, w) = (&x[..n], &mut y[..n], &mut z[..n], &mut w[..n]);
+        let whole = |y: &mut [u32], z: &mut [u32], w: &mut [u32]| {
+            let t = Instant::now();
+            super::copy(y, x);
+            super::copy(z, x);
+            super::over_cores(w, z, |d, s| {
+                accumulate_words(d, s, ReduceOp::Sum, DType::F32)
+            });
+            super::fill_words(z, 0);
+            t.elapsed()
+        };
+        let blocked = |y: &mut [u32], z: &mut [u32], w: &mut [u32]| {
+            let (x, z) = (
+                At::Memory(x.as_ptr() as *mut u32),
+                At::Memory(z.as_mut_ptr()),
+            );
+            let placement = Placement {
+                ops: vec![
+                    Placed::Copy {
+                        dst: At::Memory(y.as_mut_ptr()),
+                        src: x,
+                    },
+                    Placed::Copy { dst: z, src: x },
+                    Placed::Accumulate {
+                        dst: At::Memory(w.as_mut_ptr()),
+                        src: z,
+                        op: ReduceOp::Sum,
+                        dtype: DType::F32,
+                    },
+                    Placed::Fill { dst: z, bits: 0 },
+                ],
+                regions: Vec::new(),
+                kept: 0,
+                staged: Vec::new(),
+            };
+            let t = Instant::now();
+            // SAFETY: each place is the first of `n` words of a live buffer, the four
+            // buffers apart; nothing is kept. No watch is on this thread: it runs whole.
+            let done = unsafe { run(&placement, n, block) };
+            done.map_or(Duration::MAX, |()| t.elapsed())
+        };
+        let (mut best_whole, mut best_blocked) = (Duration::MAX, Duration::MAX);
+        for _ in 0..CALIBRATION_RUNS {
+            best_whole = best_whole.min(whole(y, z, w));
+            best_blocked = best_blocked.min(blocked(y, z, w));
+        }
+        if best_blocked >= best_whole {
+            break;
+        }
+        line = bytes;
+    }
+    line
+}
+
+/// Elements of a block of a stretch over `distinct` views of `n` elements, so that a
+/// block's views take [`block_bytes`] together (at least [`LEAST_BLOCK`] elements, whole
+/// cache lines of 32-bit words, blocks of about even lengths), and how many blocks.
+fn blocking(n: usize, distinct: usize) -> (usize, usize) {
+    let per = (block_bytes() / (4 * distinct.max(1))).max(LEAST_BLOCK);
+    let blocks = n.div_ceil(per);
+    (n.div_ceil(blocks).next_multiple_of(16), blocks)
+}
 
 /// Steps `steps` (indices in a run's steps) whose ops each touch `n` elements of each of
 /// their views, run `block` elements at a time.
@@ -115,15 +238,13 @@ impl Open {
     }
 
     /// The stretch ending before step `end`, when blocks are worth it: two ops or more,
-    /// over views beyond the caches ([`LEAST_BLOCKED_BYTES`]), in blocks of about even
-    /// lengths.
+    /// over views past this machine's line ([`least_blocked_bytes`]), in two blocks or
+    /// more ([`blocking`]).
     fn close(self, end: usize) -> Option<Stretch> {
-        let per = (block_bytes() / (4 * self.distinct.max(1))).max(LEAST_BLOCK);
-        let blocks = self.n.div_ceil(per);
-        // Whole cache lines of 32-bit words.
-        let block = self.n.div_ceil(blocks).next_multiple_of(16);
+        let (block, blocks) = blocking(self.n, self.distinct);
         let bytes = 4 * self.n * self.distinct;
-        (self.ops >= 2 && bytes >= LEAST_BLOCKED_BYTES && blocks >= 2).then_some(Stretch {
+        // The line last: measured the first time it decides.
+        (self.ops >= 2 && blocks >= 2 && bytes >= least_blocked_bytes()).then_some(Stretch {
             steps: self.start..end,
             n: self.n,
             block,
@@ -905,6 +1026,18 @@ mod tests {
         assert_eq!(
             accumulate_of(&add(DType::BF16, [src, dst], false, dst)),
             None
+        );
+    }
+
+    /// The calibration picks one of the sizes it times, or the default line past them.
+    #[test]
+    fn the_calibrated_line_is_a_timed_size_or_the_default() {
+        let t = Instant::now();
+        let line = calibrate();
+        eprintln!("calibrated line {line} bytes in {:?}", t.elapsed());
+        assert!(
+            CALIBRATED.contains(&line) || line == LEAST_BLOCKED_BYTES,
+            "{line}"
         );
     }
 
