@@ -681,23 +681,51 @@ thread_local! {
     /// The running core's kept blocks ([`At::Kept`]), kept from one stretch to the next
     /// (fresh pages would be faulted in again).
     static KEPT: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The running core's scratch for each region of a stretch's run, and which run of
+    /// [`run`] it was planned for ([`RUNS`]): planned once per core and run, not per block.
+    static PLANNED: std::cell::Cell<(u64, Vec<Planned>)> =
+        const { std::cell::Cell::new((0, Vec::new())) };
+}
+
+/// Runs of [`run`] so far: each a number of its own (from 1), so that a core's planned
+/// scratches ([`PLANNED`]) are never taken for another run's regions.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// `f` on the running core's scratches for the `regions` regions of run `id`: those
+/// it planned in that run's blocks before, else fresh (their memory kept).
+fn with_planned(id: u64, regions: usize, f: impl FnOnce(&mut [Planned])) {
+    let (owner, mut planned) = PLANNED.take();
+    if owner != id {
+        planned.iter_mut().for_each(|p| p.planned = None);
+    }
+    if planned.len() < regions {
+        planned.resize_with(regions, Planned::default);
+    }
+    f(&mut planned[..regions]);
+    PLANNED.set((id, planned));
 }
 
 /// Runs `ops` (a [`Stretch`]'s, placed, in order) on `n` elements, `block` at a time, the
-/// blocks spread over the cores; fails with [`crate::Error::Interrupted`] between blocks
-/// once the calling thread's watched work is asked to stop (the blocks run so far keep
-/// what they wrote).
+/// blocks spread over the cores, the calling thread working too ([`spread`]); fails with
+/// [`crate::Error::Interrupted`] between blocks once the calling thread's watched work is
+/// asked to stop (the blocks run so far keep what they wrote).
+///
+/// A stretch is often short (a few blocks, well under a millisecond: each of a ring
+/// attention's 256 query blocks a step holds one), so the caller claims blocks as the
+/// cores it wakes do, and waits only for a block one of them claimed: a parallel
+/// iterator started outside rayon's pool sleeps until a worker has run every block, and
+/// on a busy machine a worker may first wait for a core for milliseconds.
 ///
 /// # Safety
 /// Each op's memory places address `n` elements of a live buffer; views of one
 /// allocation are identical or apart, and an op's source and destination apart
 /// ([`stretches`]); kept slots are below `ops.kept`, and each is written before it is
 /// read in every block ([`dead_inside`]).
+///
+/// [`spread`]: super::spread::spread
 pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> {
-    use rayon::prelude::*;
-    let scratches = || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
     let stride = stride(block);
-    let one = |scratches: &mut Vec<Planned>, b: usize| {
+    let one = |scratches: &mut [Planned], b: usize| {
         let (from, len) = (b * block, block.min(n - b * block));
         let mut kept = match ops.kept {
             0 => Vec::new(),
@@ -740,19 +768,28 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
     };
     let blocks = n.div_ceil(block);
     let mode = super::float_mode::FloatMode::current();
-    let parallel = rayon::current_num_threads() > 1;
-    let mut s = scratches();
-    // In rounds, the watch being this thread's: rayon's threads have none.
-    for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
-        crate::interrupt::check()?;
-        let round = first..(first + BLOCKS_PER_CHECK).min(blocks);
-        if parallel {
+    let helpers = rayon::current_num_threads().saturating_sub(1);
+    let id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let regions = ops.regions.len();
+    if std::env::var_os("TPUSIM_DEBUG_RAYON").is_some() {
+        use rayon::prelude::*;
+        let scratches = || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
+        for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
+            crate::interrupt::check()?;
+            let round = first..(first + BLOCKS_PER_CHECK).min(blocks);
             round
                 .into_par_iter()
                 .for_each_init(scratches, |s, b| mode.run(|| one(s, b)));
-        } else {
-            round.for_each(|b| one(&mut s, b));
         }
+        return Ok(());
+    }
+    // In rounds, the watch being this thread's: rayon's threads have none.
+    for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
+        crate::interrupt::check()?;
+        let round = (first + BLOCKS_PER_CHECK).min(blocks) - first;
+        super::spread::spread(round, helpers, &|c| {
+            mode.run(|| with_planned(id, regions, |s| one(s, first + c)))
+        });
     }
     Ok(())
 }
