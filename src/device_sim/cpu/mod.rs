@@ -23,9 +23,9 @@ mod region;
 mod rows;
 mod spare;
 mod spread;
+mod stretch_debug;
 mod twins;
 mod untouched;
-mod stretch_debug;
 pub mod vmath;
 pub mod words;
 

@@ -12,7 +12,13 @@ pub fn mode() -> Option<bool> {
     Some(v == "whole")
 }
 
-pub fn describe(s: &Stretch, steps: &[Step], ops: &[DataOp], kept: &[View], staged: &[View]) -> String {
+pub fn describe(
+    s: &Stretch,
+    steps: &[Step],
+    ops: &[DataOp],
+    kept: &[View],
+    staged: &[View],
+) -> String {
     let mut kinds = String::new();
     let mut views: Vec<View> = Vec::new();
     for st in &steps[s.steps.clone()] {
@@ -33,9 +39,22 @@ pub fn describe(s: &Stretch, steps: &[Step], ops: &[DataOp], kept: &[View], stag
                     })
                     .collect();
                 (
-                    format!("R{}i{}o{}{}{}", r.instrs.len(), r.inputs.len(), r.outputs.len(),
-                        if un.is_empty() { String::new() } else { format!("[{}]", un.join(",")) },
-                        if super::blocked::accumulate_of(r).is_some() { "=A" } else { "" }),
+                    format!(
+                        "R{}i{}o{}{}{}",
+                        r.instrs.len(),
+                        r.inputs.len(),
+                        r.outputs.len(),
+                        if un.is_empty() {
+                            String::new()
+                        } else {
+                            format!("[{}]", un.join(","))
+                        },
+                        if super::blocked::accumulate_of(r).is_some() {
+                            "=A"
+                        } else {
+                            ""
+                        }
+                    ),
                     r.reads().chain(r.writes()).collect(),
                 )
             }
@@ -62,7 +81,13 @@ pub fn describe(s: &Stretch, steps: &[Step], ops: &[DataOp], kept: &[View], stag
     )
 }
 
-pub fn report(name: &str, whole: bool, descs: &[String], times: &[(Duration, usize)], other: Duration) {
+pub fn report(
+    name: &str,
+    whole: bool,
+    descs: &[String],
+    times: &[(Duration, usize)],
+    other: Duration,
+) {
     let total: Duration = times.iter().map(|t| t.0).sum();
     eprintln!(
         "blocked-debug {name} ({}): {} stretches {:.3} s, other steps {:.3} s",
