@@ -784,19 +784,6 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
     let helpers = rayon::current_num_threads().saturating_sub(1);
     let id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let regions = ops.regions.len();
-    if std::env::var_os("TPUSIM_DEBUG_RAYON").is_some() {
-        use rayon::prelude::*;
-        let scratches =
-            || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
-        for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
-            crate::interrupt::check()?;
-            let round = first..(first + BLOCKS_PER_CHECK).min(blocks);
-            round
-                .into_par_iter()
-                .for_each_init(scratches, |s, b| mode.run(|| one(s, b)));
-        }
-        return Ok(());
-    }
     // In rounds, the watch being this thread's: rayon's threads have none.
     for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
         crate::interrupt::check()?;

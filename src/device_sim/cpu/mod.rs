@@ -23,7 +23,6 @@ mod region;
 mod rows;
 mod spare;
 mod spread;
-mod stretch_debug;
 mod twins;
 mod untouched;
 pub mod vmath;
@@ -1592,49 +1591,26 @@ impl Prepared for CpuRun<'_> {
         let t = Instant::now();
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
         let steps = &self.fused.steps;
-        let dbg = stretch_debug::mode();
-        let mut times = vec![(Duration::ZERO, 0usize); self.stretches.len()];
-        let mut other = Duration::ZERO;
         for _ in 0..iters {
             // In slices, so that a watched caller may stop a long run between them
             // (crate::interrupt); the steps run in the same order, a stretch a block
             // at a time.
-            let (mut k, mut next) = (0, self.stretches.iter().enumerate().peekable());
+            let (mut k, mut next) = (0, self.stretches.iter().peekable());
             while k < steps.len() {
                 crate::interrupt::check()?;
-                if let Some((j, (s, kept, staged))) =
-                    next.next_if(|(_, (s, ..))| s.steps.start == k)
-                {
-                    let t0 = Instant::now();
-                    if dbg == Some(true) {
-                        self.mem
-                            .run(&steps[s.steps.clone()], ops, s.steps.start, &self.skip);
-                    } else {
-                        self.mem
-                            .blocked(s, steps, ops, &self.skip, [kept, staged])?;
-                    }
-                    times[j].0 += t0.elapsed();
-                    times[j].1 += 1;
+                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
+                    self.mem
+                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
                     k = s.steps.end;
                     continue;
                 }
                 let end = next
                     .peek()
-                    .map_or(steps.len(), |(_, (s, ..))| s.steps.start)
+                    .map_or(steps.len(), |(s, ..)| s.steps.start)
                     .min(k + INTERRUPT_EVERY_OPS);
-                let t0 = Instant::now();
                 self.mem.run(&steps[k..end], ops, k, &self.skip);
-                other += t0.elapsed();
                 k = end;
             }
-        }
-        if let Some(whole) = dbg {
-            let descs: Vec<String> = self
-                .stretches
-                .iter()
-                .map(|(s, kept, staged)| stretch_debug::describe(s, steps, ops, kept, staged))
-                .collect();
-            stretch_debug::report(&self.program.name, whole, &descs, &times, other);
         }
         Ok(t.elapsed())
     }
