@@ -23,10 +23,36 @@ use crate::device_sim::BlockedStretch;
 use crate::ir::{Binary, DataOp, ReduceOp, View};
 use crate::DType;
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
+use std::time::{Duration, Instant};
 
 /// Overrides [`block_bytes`] (a size such as `256K`), for measuring other block sizes.
 pub const BLOCK_BYTES_ENV: &str = "TPUSIM_BLOCK_BYTES";
+
+/// Overrides [`least_blocked_bytes`] (a size such as `4M`; `1` blocks every stretch of
+/// two blocks or more, `1024G` none).
+pub const BLOCKED_FROM_ENV: &str = "TPUSIM_BLOCKED_FROM";
+
+/// The size environment variable `name` holds when it is one within `range` (bytes),
+/// else `default()`; a value that is not is reported and ignored.
+fn size_from_env(name: &str, range: RangeInclusive<u64>, default: impl FnOnce() -> usize) -> usize {
+    let Some(v) = std::env::var_os(name) else {
+        return default();
+    };
+    let v = v.to_string_lossy();
+    match crate::units::parse_size(&v) {
+        Ok(b) if range.contains(&b) => b as usize,
+        _ => {
+            let default = default();
+            eprintln!(
+                "tpusim: ignoring {name}={v:?} (a size from {} to {}); {default} bytes",
+                crate::units::human(*range.start()),
+                crate::units::human(*range.end()),
+            );
+            default
+        }
+    }
+}
 
 /// The bytes of all a block's views together: half a core's L2 cache (read from Linux's
 /// sysfs; 1 MiB where unknown), so that a block's views stay there from the stretch's
@@ -35,36 +61,133 @@ pub const BLOCK_BYTES_ENV: &str = "TPUSIM_BLOCK_BYTES";
 pub fn block_bytes() -> usize {
     static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {
-        let l2 = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
-            .ok()
-            .and_then(|s| crate::units::parse_size(s.trim()).ok())
-            .map_or(1 << 20, |b| b as usize);
-        let default = (l2 / 2).clamp(64 << 10, 4 << 20);
-        let Some(v) = std::env::var_os(BLOCK_BYTES_ENV) else {
-            return default;
-        };
-        let v = v.to_string_lossy();
-        match crate::units::parse_size(&v) {
-            Ok(b) if (16 << 10..=64 << 20).contains(&b) => b as usize,
-            _ => {
-                eprintln!(
-                    "tpusim: ignoring {BLOCK_BYTES_ENV}={v:?} (a size from 16K to 64M); \
-                     blocks of {default} bytes"
-                );
-                default
-            }
-        }
+        size_from_env(BLOCK_BYTES_ENV, 16 << 10..=64 << 20, || {
+            let l2 = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
+                .ok()
+                .and_then(|s| crate::units::parse_size(s.trim()).ok())
+                .map_or(1 << 20, |b| b as usize);
+            (l2 / 2).clamp(64 << 10, 4 << 20)
+        })
     })
 }
 
 /// The fewest elements of a block (each op's fixed cost is shared by as many).
 const LEAST_BLOCK: usize = 2048;
 
-/// The fewest bytes of views a stretch runs blocked over: beyond the last-level cache
-/// (32 MiB on the machine measured), where every whole op goes to memory. Below, the
-/// views stay in the caches between whole ops, and blocks only add each op's cost per
-/// block (measured at 1.5 MiB: 1.4-2.2x slower blocked).
+/// The line where no calibration says otherwise: beyond the last-level cache (32 MiB
+/// on the AMD EPYC measured), every whole op goes to memory. Below, the views may stay
+/// in the caches between whole ops, and blocks then only add each op's cost per block
+/// (measured there at 1.5 MiB: 1.4-2.2x slower blocked).
 pub const LEAST_BLOCKED_BYTES: usize = 32 << 20;
+
+/// The fewest bytes of views a stretch runs blocked over, this machine's: the least of
+/// the sizes [`calibrate`] times from which blocks were faster than whole ops at every
+/// size up, [`LEAST_BLOCKED_BYTES`] where they were not at the largest;
+/// [`BLOCKED_FROM_ENV`] overrides it. Measured once per process (tens of ms, the first
+/// time a plan has a stretch that could run blocked below [`LEAST_BLOCKED_BYTES`]): the
+/// line moves with the machine's caches, its cores, and what else runs on them, and a
+/// VM's reported cache sizes need not be its own (an Intel Xeon VM reports a 480 MiB L3,
+/// and blocks paid there from 4 MiB).
+pub fn least_blocked_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        size_from_env(BLOCKED_FROM_ENV, 1..=1 << 40, || {
+            // A thread of its own: a caller watched for stopping (`crate::interrupt`)
+            // would stop the timed blocked runs.
+            std::thread::scope(|s| s.spawn(calibrate).join()).unwrap_or(LEAST_BLOCKED_BYTES)
+        })
+    })
+}
+
+/// The sizes (bytes of a stretch's views together) [`calibrate`] times, increasing.
+const CALIBRATED: [usize; 5] = [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20];
+
+/// Runs of each kind at each size [`calibrate`] keeps the fastest of.
+const CALIBRATION_RUNS: usize = 3;
+
+/// The least size of [`CALIBRATED`] from which a stretch like a ring step's (copy `x`
+/// to `y` and to `z`, add `z` into `w`, fill `z`: four views of `bytes / 16` elements)
+/// ran faster a block at a time than op by op whole (as a run does outside stretches:
+/// large ops spread over the cores) at that size and every one above, the fastest of
+/// [`CALIBRATION_RUNS`] each, alternating; [`LEAST_BLOCKED_BYTES`] where whole ops won at
+/// the largest. A size too small for two blocks is not timed (nothing that small runs
+/// blocked).
+pub fn calibrate() -> usize {
+    let most = CALIBRATED[CALIBRATED.len() - 1] / 16;
+    // Values that stay finite as f32 sums; fresh pages faulted in here, not timed.
+    let mut bufs: Vec<Vec<u32>> = (0..4).map(|k| vec![(k as f32).to_bits(); most]).collect();
+    let mut line = LEAST_BLOCKED_BYTES;
+    for &bytes in CALIBRATED.iter().rev() {
+        let n = bytes / 16;
+        let (block, blocks) = blocking(n, 4);
+        if blocks < 2 {
+            break;
+        }
+        let [x, y, z, w] = &mut bufs[..] else {
+            unreachable!("four buffers")
+        };
+        let (x, y, z, w) = (&x[..n], &mut y[..n], &mut z[..n], &mut w[..n]);
+        let whole = |y: &mut [u32], z: &mut [u32], w: &mut [u32]| {
+            let t = Instant::now();
+            super::copy(y, x);
+            super::copy(z, x);
+            super::over_cores(w, z, |d, s| {
+                accumulate_words(d, s, ReduceOp::Sum, DType::F32)
+            });
+            super::fill_words(z, 0);
+            t.elapsed()
+        };
+        let blocked = |y: &mut [u32], z: &mut [u32], w: &mut [u32]| {
+            let (x, z) = (
+                At::Memory(x.as_ptr() as *mut u32),
+                At::Memory(z.as_mut_ptr()),
+            );
+            let placement = Placement {
+                ops: vec![
+                    Placed::Copy {
+                        dst: At::Memory(y.as_mut_ptr()),
+                        src: x,
+                    },
+                    Placed::Copy { dst: z, src: x },
+                    Placed::Accumulate {
+                        dst: At::Memory(w.as_mut_ptr()),
+                        src: z,
+                        op: ReduceOp::Sum,
+                        dtype: DType::F32,
+                    },
+                    Placed::Fill { dst: z, bits: 0 },
+                ],
+                regions: Vec::new(),
+                kept: 0,
+                staged: Vec::new(),
+            };
+            let t = Instant::now();
+            // SAFETY: each place is the first of `n` words of a live buffer, the four
+            // buffers apart; nothing is kept. No watch is on this thread: it runs whole.
+            let done = unsafe { run(&placement, n, block) };
+            done.map_or(Duration::MAX, |()| t.elapsed())
+        };
+        let (mut best_whole, mut best_blocked) = (Duration::MAX, Duration::MAX);
+        for _ in 0..CALIBRATION_RUNS {
+            best_whole = best_whole.min(whole(y, z, w));
+            best_blocked = best_blocked.min(blocked(y, z, w));
+        }
+        if best_blocked >= best_whole {
+            break;
+        }
+        line = bytes;
+    }
+    line
+}
+
+/// Elements of a block of a stretch over `distinct` views of `n` elements, so that a
+/// block's views take [`block_bytes`] together (at least [`LEAST_BLOCK`] elements, whole
+/// cache lines of 32-bit words, blocks of about even lengths), and how many blocks.
+fn blocking(n: usize, distinct: usize) -> (usize, usize) {
+    let per = (block_bytes() / (4 * distinct.max(1))).max(LEAST_BLOCK);
+    let blocks = n.div_ceil(per);
+    (n.div_ceil(blocks).next_multiple_of(16), blocks)
+}
 
 /// Steps `steps` (indices in a run's steps) whose ops each touch `n` elements of each of
 /// their views, run `block` elements at a time.
@@ -85,6 +208,8 @@ struct Open {
     n: usize,
     views: HashMap<(usize, usize), Vec<View>>,
     distinct: usize,
+    /// True once an op touched a view an earlier op of the stretch touched.
+    reused: bool,
     ops: usize,
 }
 
@@ -95,6 +220,7 @@ impl Open {
             n,
             views: HashMap::new(),
             distinct: 0,
+            reused: false,
             ops: 0,
         }
     }
@@ -115,15 +241,14 @@ impl Open {
     }
 
     /// The stretch ending before step `end`, when blocks are worth it: two ops or more,
-    /// over views beyond the caches ([`LEAST_BLOCKED_BYTES`]), in blocks of about even
-    /// lengths.
+    /// one of which touches a view an earlier one touched, over views past this
+    /// machine's line ([`least_blocked_bytes`]), in two blocks or more ([`blocking`]).
     fn close(self, end: usize) -> Option<Stretch> {
-        let per = (block_bytes() / (4 * self.distinct.max(1))).max(LEAST_BLOCK);
-        let blocks = self.n.div_ceil(per);
-        // Whole cache lines of 32-bit words.
-        let block = self.n.div_ceil(blocks).next_multiple_of(16);
+        let (block, blocks) = blocking(self.n, self.distinct);
         let bytes = 4 * self.n * self.distinct;
-        (self.ops >= 2 && bytes >= LEAST_BLOCKED_BYTES && blocks >= 2).then_some(Stretch {
+        // The line last: measured the first time it decides.
+        let worth = self.ops >= 2 && self.reused && blocks >= 2;
+        (worth && bytes >= least_blocked_bytes()).then_some(Stretch {
             steps: self.start..end,
             n: self.n,
             block,
@@ -183,6 +308,15 @@ pub fn stretches(steps: &[Step], ops: &[DataOp], halves: impl Fn(&View) -> bool)
             out.extend(open.take().and_then(|o| o.close(k)));
         }
         let o = open.get_or_insert_with(|| Open::new(k, n));
+        // A view an earlier op of the stretch touched: a block of it stays in the cache
+        // from one op to the next. Without any (the same op on each device's own views,
+        // one after another) blocks save no pass over memory, and a staged output
+        // leaves the caches just before the next step reads it.
+        o.reused |= views.iter().any(|v| {
+            o.views
+                .get(&(v.device(), v.alloc()))
+                .is_some_and(|s| s.contains(v))
+        });
         for v in views {
             o.add(v);
         }
@@ -560,23 +694,51 @@ thread_local! {
     /// The running core's kept blocks ([`At::Kept`]), kept from one stretch to the next
     /// (fresh pages would be faulted in again).
     static KEPT: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The running core's scratch for each region of a stretch's run, and which run of
+    /// [`run`] it was planned for ([`RUNS`]): planned once per core and run, not per block.
+    static PLANNED: std::cell::Cell<(u64, Vec<Planned>)> =
+        const { std::cell::Cell::new((0, Vec::new())) };
+}
+
+/// Runs of [`run`] so far: each a number of its own (from 1), so that a core's planned
+/// scratches ([`PLANNED`]) are never taken for another run's regions.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// `f` on the running core's scratches for the `regions` regions of run `id`: those
+/// it planned in that run's blocks before, else fresh (their memory kept).
+fn with_planned(id: u64, regions: usize, f: impl FnOnce(&mut [Planned])) {
+    let (owner, mut planned) = PLANNED.take();
+    if owner != id {
+        planned.iter_mut().for_each(|p| p.planned = None);
+    }
+    if planned.len() < regions {
+        planned.resize_with(regions, Planned::default);
+    }
+    f(&mut planned[..regions]);
+    PLANNED.set((id, planned));
 }
 
 /// Runs `ops` (a [`Stretch`]'s, placed, in order) on `n` elements, `block` at a time, the
-/// blocks spread over the cores; fails with [`crate::Error::Interrupted`] between blocks
-/// once the calling thread's watched work is asked to stop (the blocks run so far keep
-/// what they wrote).
+/// blocks spread over the cores, the calling thread working too ([`spread`]); fails with
+/// [`crate::Error::Interrupted`] between blocks once the calling thread's watched work is
+/// asked to stop (the blocks run so far keep what they wrote).
+///
+/// A stretch is often short (a few blocks, well under a millisecond: each of a ring
+/// attention's 256 query blocks a step holds one), so the caller claims blocks as the
+/// cores it wakes do, and waits only for a block one of them claimed: a parallel
+/// iterator started outside rayon's pool sleeps until a worker has run every block, and
+/// on a busy machine a worker may first wait for a core for milliseconds.
 ///
 /// # Safety
 /// Each op's memory places address `n` elements of a live buffer; views of one
 /// allocation are identical or apart, and an op's source and destination apart
 /// ([`stretches`]); kept slots are below `ops.kept`, and each is written before it is
 /// read in every block ([`dead_inside`]).
+///
+/// [`spread`]: super::spread::spread
 pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> {
-    use rayon::prelude::*;
-    let scratches = || -> Vec<Planned> { ops.regions.iter().map(|_| Planned::default()).collect() };
     let stride = stride(block);
-    let one = |scratches: &mut Vec<Planned>, b: usize| {
+    let one = |scratches: &mut [Planned], b: usize| {
         let (from, len) = (b * block, block.min(n - b * block));
         let mut kept = match ops.kept {
             0 => Vec::new(),
@@ -619,19 +781,16 @@ pub unsafe fn run(ops: &Placement, n: usize, block: usize) -> crate::Result<()> 
     };
     let blocks = n.div_ceil(block);
     let mode = super::float_mode::FloatMode::current();
-    let parallel = rayon::current_num_threads() > 1;
-    let mut s = scratches();
+    let helpers = rayon::current_num_threads().saturating_sub(1);
+    let id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let regions = ops.regions.len();
     // In rounds, the watch being this thread's: rayon's threads have none.
     for first in (0..blocks).step_by(BLOCKS_PER_CHECK) {
         crate::interrupt::check()?;
-        let round = first..(first + BLOCKS_PER_CHECK).min(blocks);
-        if parallel {
-            round
-                .into_par_iter()
-                .for_each_init(scratches, |s, b| mode.run(|| one(s, b)));
-        } else {
-            round.for_each(|b| one(&mut s, b));
-        }
+        let round = (first + BLOCKS_PER_CHECK).min(blocks) - first;
+        super::spread::spread(round, helpers, &|c| {
+            mode.run(|| with_planned(id, regions, |s| one(s, first + c)))
+        });
     }
     Ok(())
 }
@@ -744,6 +903,22 @@ mod tests {
         assert_eq!(s[0].n, N);
         // Four distinct views share the block's bytes.
         assert_eq!(s[0].block, block_bytes() / 16);
+    }
+
+    /// The same element-wise op on each device's own views, one after another (ring
+    /// attention's `exp` of each device's scores at 16 MiB, P = 4: 4 MiB of views), runs
+    /// whole: no op touches a view an earlier one did, so blocks save no pass over
+    /// memory (they ran it 1.4-8x slower). A view read again makes it a stretch.
+    #[test]
+    fn ops_that_share_no_view_run_whole() {
+        let apart: Vec<DataOp> = (0..4).map(|d| copy(v(d, 1, 0, N), v(d, 2, 0, N))).collect();
+        let steps: Vec<Step> = (0..4).map(Step::Op).collect();
+        assert!(stretches(&steps, &apart, |_| false).is_empty());
+        let mut again = apart.clone();
+        again[3] = copy(v(2, 2, 0, N), v(3, 2, 0, N));
+        let s = stretches(&steps, &again, |_| false);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].steps, 0..4);
     }
 
     #[test]
@@ -885,6 +1060,63 @@ mod tests {
         }
     }
 
+    /// `out = (a + b) * a` in f32 over `n` elements: five instructions, where [`add`]'s
+    /// region has three.
+    fn add_times(inputs: [View; 2], out: View) -> Region {
+        let mut r = add(DType::F32, inputs, true, out);
+        r.instrs.push(Instr::Binary(Binary::Mul, DType::F32, 2, 0));
+        r.regs.push(r.regs[0]);
+        r.slots.push(3);
+        r.nslots = 4;
+        r.outputs[0].reg = 3;
+        r
+    }
+
+    /// Stretches run one after another on the same cores, each of one region at the same
+    /// block length but not the same region: each core plans a run's region once, and
+    /// never runs one with a plan of another run's (`with_planned`): every block of
+    /// every run gets its own region's values, over many blocks (every core takes some).
+    #[test]
+    fn each_run_plans_its_own_regions_once_per_core() {
+        let (n, block) = (64 * 1024 + 48, 1024);
+        let s = Stretch {
+            steps: 0..1,
+            n,
+            block,
+        };
+        let a: Vec<u32> = (0..n).map(|i| (i as f32 * 0.5).to_bits()).collect();
+        let b: Vec<u32> = (0..n).map(|i| (3.0 - i as f32).to_bits()).collect();
+        let (va, vb, vo) = (v(0, 1, 0, n), v(0, 2, 0, n), v(0, 3, 0, n));
+        let mut out = vec![0u32; n];
+        let place = |p: &[u32]| At::Memory(p.as_ptr() as *mut u32);
+        for (round, with_mul) in [false, true, false, true, true].into_iter().enumerate() {
+            let r = match with_mul {
+                false => add(DType::F32, [va, vb], true, vo),
+                true => add_times([va, vb], vo),
+            };
+            let region = PlacedRegion::new(
+                &r,
+                &s,
+                vec![place(&a), place(&b)],
+                vec![At::Memory(out.as_mut_ptr())],
+            );
+            let placement = Placement {
+                ops: vec![Placed::Region(0)],
+                regions: vec![region],
+                kept: 0,
+                staged: Vec::new(),
+            };
+            // SAFETY: each place is the first of `n` words of a live vector, the output
+            // apart from the inputs.
+            unsafe { run(&placement, n, block) }.unwrap();
+            for i in 0..n {
+                let (x, y) = (f32::from_bits(a[i]), f32::from_bits(b[i]));
+                let want = if with_mul { (x + y) * x } else { x + y };
+                assert_eq!(out[i], want.to_bits(), "round {round} element {i}");
+            }
+        }
+    }
+
     /// psum's fused step `dst = dst + src` (f32, i32) runs as an accumulate; an add
     /// into a third view, of the operands the other way round, or of 16-bit floats
     /// stays a region.
@@ -905,6 +1137,18 @@ mod tests {
         assert_eq!(
             accumulate_of(&add(DType::BF16, [src, dst], false, dst)),
             None
+        );
+    }
+
+    /// The calibration picks one of the sizes it times, or the default line past them.
+    #[test]
+    fn the_calibrated_line_is_a_timed_size_or_the_default() {
+        let t = Instant::now();
+        let line = calibrate();
+        eprintln!("calibrated line {line} bytes in {:?}", t.elapsed());
+        assert!(
+            CALIBRATED.contains(&line) || line == LEAST_BLOCKED_BYTES,
+            "{line}"
         );
     }
 
