@@ -33,6 +33,44 @@ const RIGHT_BYTES: usize = 1 << 20;
 /// Products of fewer multiply-adds stay on the `gemm` path (the tiles' padding and
 /// packing cost more than they save there).
 const MIN_WORK: usize = 1 << 16;
+/// Elements of the largest packing buffer kept for the next product (8 MiB: a 2048 x
+/// 2048 operand).
+const KEEP_MAX: usize = 1 << 22;
+/// Packing buffers kept at most (both operands of two products at a time).
+const KEEP_COUNT: usize = 4;
+
+/// Packing buffers of earlier products, kept for the next: a fresh one cost its page
+/// faults and the kernel's zeroing on every call (`clear_page_erms` in a profile of a
+/// 1024 x 1024 product: 2 MiB an operand).
+static KEPT: std::sync::Mutex<Vec<Vec<u16>>> = std::sync::Mutex::new(Vec::new());
+
+/// A packing buffer of at least `len` elements, kept or fresh; what it holds is
+/// arbitrary (packing writes every element it reads).
+fn packing(len: usize) -> Vec<u16> {
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    match kept.iter().position(|b| b.len() >= len) {
+        Some(i) => kept.swap_remove(i),
+        None => {
+            drop(kept);
+            vec![0; len]
+        }
+    }
+}
+
+/// Keeps `buf` for a later product (the larger ones, up to [`KEEP_COUNT`]).
+fn keep(buf: Vec<u16>) {
+    if buf.len() > KEEP_MAX {
+        return;
+    }
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.len() < KEEP_COUNT {
+        kept.push(buf);
+    } else if let Some(small) = kept.iter_mut().min_by_key(|b| b.len()) {
+        if small.len() < buf.len() {
+            *small = buf;
+        }
+    }
+}
 
 /// A bf16 matrix in a dot's operand: element `(i, j)` at `src[off + i * row + j * col]`.
 #[derive(Clone, Copy)]
@@ -98,7 +136,9 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
     let (mb, kb, nb) = (m.div_ceil(2 * TILE), k.div_ceil(STEP), n.div_ceil(2 * TILE));
     let par = rayon::current_num_threads() > 1 && m * k * n >= 1 << 18;
     // Left: per 32-row block, per 32-element step of k, 32 rows of 32 (two tiles of 16).
-    let mut left = vec![0u16; mb * kb * BLOCK];
+    // Every element of both is written (zeros past the edges): kept buffers hold junk.
+    let (mut left_buf, mut right_buf) = (packing(mb * kb * BLOCK), packing(nb * kb * BLOCK));
+    let left = &mut left_buf[..mb * kb * BLOCK];
     let pack_left = |(bi, dst): (usize, &mut [u16])| {
         for r in 0..2 * TILE {
             let i = bi * 2 * TILE + r;
@@ -106,19 +146,25 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
                 let d = &mut dst[s * BLOCK + r * STEP..][..STEP];
                 if i < m {
                     a.row_into(i, s * STEP, STEP.min(k - s * STEP), d);
+                } else {
+                    d.fill(0);
                 }
             }
         }
     };
     // Right: per 32-column block, per step of k, two tiles of 16 column pairs: row `q`
     // of tile `t` holds (b[2q, j], b[2q + 1, j]) for its 16 columns `j`.
-    let mut right = vec![0u16; nb * kb * BLOCK];
+    let right = &mut right_buf[..nb * kb * BLOCK];
     let pack_right = |(bj, dst): (usize, &mut [u16])| {
         let (mut even, mut odd) = ([0u16; 2 * TILE], [0u16; 2 * TILE]);
         let j0 = bj * 2 * TILE;
         let cols = (2 * TILE).min(n - j0);
-        for p in (0..k).step_by(2) {
-            b.row_into(p, j0, cols, &mut even);
+        for p in (0..kb * STEP).step_by(2) {
+            if p < k {
+                b.row_into(p, j0, cols, &mut even);
+            } else {
+                even.fill(0);
+            }
             if p + 1 < k {
                 b.row_into(p + 1, j0, cols, &mut odd);
             } else {
@@ -161,10 +207,10 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
     let tasks: Vec<(usize, usize)> = (0..chunks)
         .flat_map(|ch| (0..mb.div_ceil(rows_per)).map(move |rg| (ch, rg)))
         .collect();
+    let (left, right) = (&*left, &*right);
     let out = c.as_mut_ptr() as usize;
     let task = |&(ch, rg): &(usize, usize)| {
         let c = out as *mut f32;
-        let (left, right) = (&left, &right);
         tiles::run(|| {
             for bi in rg * rows_per..((rg + 1) * rows_per).min(mb) {
                 for bj in ch * per..((ch + 1) * per).min(nb) {
@@ -182,6 +228,8 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
     } else {
         tasks.iter().for_each(task);
     }
+    keep(left_buf);
+    keep(right_buf);
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -384,6 +432,38 @@ mod tests {
                 off: 0,
                 row,
                 col,
+            }
+        }
+    }
+
+    /// The exact sums of small integers, on packing buffers kept from a product of
+    /// infinities (junk that a padding left unwritten would turn into NaNs: inf * 0).
+    #[test]
+    fn products_on_buffers_kept_from_infinities_are_exact() {
+        if !available() {
+            eprintln!("no AMX tiles here: nothing to check");
+            return;
+        }
+        let inf = vec![0x7f80u16; 96 * 96];
+        let big = Bf16Matrix {
+            src: Src::Halves(&inf),
+            off: 0,
+            row: 96,
+            col: 1,
+        };
+        for (s, &(m, k, n)) in [(17, 33, 15), (40, 7, 50), (33, 65, 31)].iter().enumerate() {
+            let mut c = vec![0f32; 96 * 96];
+            matmul(big, big, &mut c, 96, 96, 96);
+            assert!(c.iter().all(|&v| v == f32::INFINITY));
+            let a = Stored::new(m, k, 2 * s as u64 + 1, true, false);
+            let b = Stored::new(k, n, 2 * s as u64 + 2, true, false);
+            let mut c = vec![f32::NAN; m * n];
+            matmul(a.matrix(false), b.matrix(false), &mut c, m, k, n);
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f32 = (0..k).map(|p| a.vals[i * k + p] * b.vals[p * n + j]).sum();
+                    assert_eq!(c[i * n + j], want, "{m}x{k}x{n} ({i}, {j})");
+                }
             }
         }
     }

@@ -3,7 +3,8 @@
 //! the last dimension, so that a run that repeats one element is a fill and a run of
 //! adjacent ones a copy.
 
-use rayon::prelude::*;
+use super::spread::spread;
+use super::tile_swap;
 
 /// Row-major strides of `shape`.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
@@ -184,7 +185,7 @@ where
 /// `src` (shape `from`) transposed by `perm` into `out`: destination dimension `i` is
 /// source dimension `perm[i]`. A swap of the last two dimensions goes tile by tile.
 pub fn transpose(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) {
-    if !transpose_swap(src, from, perm, out, |w| w) {
+    if !transpose_swap_words(src, from, perm, out) {
         let s = strides(from);
         let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
         let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
@@ -207,6 +208,47 @@ where
     D: Copy + Send,
     F: Fn(S) -> D + Copy + Sync,
 {
+    swap_bands(src, from, perm, out, |x, rows, cols, j0, o| {
+        swap_band(x, rows, cols, j0, o, f)
+    })
+}
+
+/// [`transpose_swap`] of 16-bit elements moved as stored: 32x32 tiles in AVX-512
+/// registers where the CPU has them ([`tile_swap`]), else element by element.
+pub fn transpose_swap_halves(src: &[u16], from: &[usize], perm: &[usize], out: &mut [u16]) -> bool {
+    if !tile_swap::available() {
+        return transpose_swap(src, from, perm, out, |h| h);
+    }
+    swap_bands(src, from, perm, out, |x, rows, cols, j0, o| {
+        tile_swap::band16(x, rows, cols, j0, o, ROW_BLOCK)
+    })
+}
+
+/// [`transpose_swap_halves`] of words: 16x16 tiles in registers where the CPU has them.
+pub fn transpose_swap_words(src: &[u32], from: &[usize], perm: &[usize], out: &mut [u32]) -> bool {
+    if !tile_swap::available() {
+        return transpose_swap(src, from, perm, out, |w| w);
+    }
+    swap_bands(src, from, perm, out, |x, rows, cols, j0, o| {
+        tile_swap::band32(x, rows, cols, j0, o, ROW_BLOCK)
+    })
+}
+
+/// A swap of the last two dimensions of `src` (shape `from`) into `out`, band by band
+/// of [`GROUP`] output rows (`band(x, rows, cols, j0, o)` writes rows `j0..` of one
+/// matrix's transpose), over the cores when the matrix is large; false for any other
+/// `perm`.
+fn swap_bands<S, D>(
+    src: &[S],
+    from: &[usize],
+    perm: &[usize],
+    out: &mut [D],
+    band: impl Fn(&[S], usize, usize, usize, &mut [D]) + Sync,
+) -> bool
+where
+    S: Sync,
+    D: Send,
+{
     let r = from.len();
     let swaps_last_two =
         r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && (0..r - 2).all(|i| perm[i] == i);
@@ -217,13 +259,27 @@ where
     if rows * cols == 0 {
         return true;
     }
+    let threads = rayon::current_num_threads();
     for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
-        // Output rows in groups, over the cores when the matrix is large.
-        let band = |(b, o): (usize, &mut [D])| swap_band(x, rows, cols, b * GROUP, o, f);
-        if rows * cols >= PARALLEL && rayon::current_num_threads() > 1 {
-            o.par_chunks_mut(GROUP * rows).enumerate().for_each(band);
+        // Output rows in groups, over the cores when the matrix is large (the caller
+        // working too: [`spread`]).
+        if rows * cols >= PARALLEL && threads > 1 {
+            let (at, len) = (o.as_mut_ptr() as usize, o.len());
+            spread(cols.div_ceil(GROUP), threads - 1, &|b| {
+                let start = b * GROUP * rows;
+                // SAFETY: band `b`'s rows of `o`, written by this part alone.
+                let o = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        (at as *mut D).add(start),
+                        (GROUP * rows).min(len - start),
+                    )
+                };
+                band(x, rows, cols, b * GROUP, o)
+            });
         } else {
-            o.chunks_mut(GROUP * rows).enumerate().for_each(band);
+            for (b, o) in o.chunks_mut(GROUP * rows).enumerate() {
+                band(x, rows, cols, b * GROUP, o);
+            }
         }
     }
     true
@@ -284,6 +340,54 @@ mod tests {
             let mut out = vec![0; n];
             transpose(&src, &from, &perm, &mut out);
             assert_eq!(out, naive(&src, &by, &to), "{from:?} {perm:?}");
+        }
+    }
+
+    /// 16-bit elements by the element-by-element tiles, and 16-bit elements and words
+    /// by the tiles in registers (where the CPU has them), at shapes with every kind of
+    /// edge: all the definition.
+    #[test]
+    fn halves_transposes_equal_the_definition_on_either_path() {
+        for from in [
+            vec![1, 1],
+            vec![1, 7],
+            vec![7, 1],
+            vec![32, 32],
+            vec![31, 33],
+            vec![33, 95],
+            vec![64, 300],
+            vec![3, 40, 33],
+            // Over the cores, edges in both dimensions and past a block of source rows.
+            vec![515, 1027],
+            vec![2, 300, 1000],
+        ] {
+            let r = from.len();
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+            let n: usize = from.iter().product();
+            let words: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761) >> 16)
+                .collect();
+            let s = strides(&from);
+            let to: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+            let by: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+            let want: Vec<u16> = naive(&words, &by, &to).iter().map(|&w| w as u16).collect();
+            let src: Vec<u16> = words.iter().map(|&w| w as u16).collect();
+            let mut out = vec![0u16; n];
+            assert!(transpose_swap(&src, &from, &perm, &mut out, |h| h));
+            assert_eq!(out, want, "{from:?} element by element");
+            if tile_swap::available() {
+                let mut out = vec![0u16; n];
+                assert!(transpose_swap_halves(&src, &from, &perm, &mut out));
+                assert_eq!(out, want, "{from:?} in registers");
+                let mut out = vec![0u32; n];
+                let w: Vec<u32> = words.iter().map(|&w| w.wrapping_mul(0x0001_0001)).collect();
+                assert!(transpose_swap_words(&w, &from, &perm, &mut out));
+                let want: Vec<u32> = want.iter().map(|&h| u32::from(h) * 0x0001_0001).collect();
+                assert_eq!(out, want, "{from:?} words in registers");
+            } else {
+                eprintln!("no AVX-512 BW here: the tiles in registers are not checked");
+            }
         }
     }
 

@@ -24,6 +24,7 @@ mod region;
 mod rows;
 mod spare;
 mod spread;
+mod tile_swap;
 mod twins;
 mod untouched;
 pub mod vmath;
@@ -844,8 +845,8 @@ impl Memory<'_> {
         let (from, done) = (
             &s.shape,
             match (src, dst) {
-                (Ok(x), Ok(o)) => layout::transpose_swap(x, &s.shape, perm, o, |w| w),
-                (Err(x), Err(o)) => layout::transpose_swap(x, &s.shape, perm, o, |h| h),
+                (Ok(x), Ok(o)) => layout::transpose_swap_words(x, &s.shape, perm, o),
+                (Err(x), Err(o)) => layout::transpose_swap_halves(x, &s.shape, perm, o),
                 (Err(x), Ok(o)) => layout::transpose_swap(x, &s.shape, perm, o, u32::from),
                 // A 16-bit element's word holds its bits in the low half.
                 (Ok(x), Err(o)) => layout::transpose_swap(x, &s.shape, perm, o, |w| w as u16),
