@@ -27,9 +27,9 @@ fn written_in_part() -> PallasCall {
         .dma_sem("sem");
     PallasCall::new("written_in_part", spec, |pl, r| {
         let (x, a, b) = (r.r("x"), r.r("a"), r.r("b"));
-        pl.fill(a.slice(ds(0, WRITTEN)), 3.0);
+        pl.fill(a.slice(ds(0, WRITTEN as i64)), 3.0);
         pl.fill(b, 0.0);
-        let land = pl.make_async_copy(x, b.slice(ds(0, WRITTEN)), r.sem("sem"));
+        let land = pl.make_async_copy(x, b.slice(ds(0, WRITTEN as i64)), r.sem("sem"));
         land.start();
         land.wait();
     })
@@ -65,15 +65,15 @@ fn a_first_run_brings_in_the_pages_it_writes_and_leaves_the_others_out() {
     // The written rows' pages, the first 32 of each 2048 (no zero page read: a and b
     // are read after this, not before).
     let pages_written = WRITTEN * 512 * 4 / PAGE;
-    for d in 0..prog.devices {
-        for o in 0..2 {
+    for (d, want) in want.iter().enumerate().take(prog.devices) {
+        for (o, want) in want.iter().enumerate().take(2) {
             let got = run.output_words(d, o).unwrap();
             assert_eq!(
                 resident(got),
                 (0..pages_written).collect::<Vec<_>>(),
                 "device {d}, output {o}"
             );
-            assert_eq!(got, &want[d][o].words[..], "device {d}, output {o}");
+            assert_eq!(got, &want.words[..], "device {d}, output {o}");
         }
     }
 }
