@@ -19,7 +19,6 @@ pub mod lanes;
 pub mod layout;
 mod operand;
 mod patterns;
-pub mod prefault;
 mod region;
 mod rows;
 mod spare;
@@ -350,7 +349,6 @@ impl CpuExecutor {
             skip.push(t.step);
         }
         skip.sort_unstable();
-        let mut fresh = Vec::new();
         let bufs: Vec<Buf<'a>> = bufs
             .into_iter()
             .enumerate()
@@ -363,11 +361,9 @@ impl CpuExecutor {
                     let halves = plan.own_halves(d, a);
                     // Two halves a word.
                     let words = if halves { n.div_ceil(2) } else { n };
-                    let (mut b, new) = own(i, words, &alloc.name)?;
+                    let (mut b, fresh) = own(i, words, &alloc.name)?;
                     // Fresh buffers are zero already (untouched pages, when large).
-                    if new {
-                        fresh.push(i);
-                    } else if coverage.needs_zero(d, a) {
+                    if !fresh && coverage.needs_zero(d, a) {
                         fill(&mut b, 0);
                     }
                     Ok(match halves {
@@ -392,7 +388,6 @@ impl CpuExecutor {
             skip,
             moved,
             stretches: Vec::new(),
-            fresh,
         };
         run.block(self.materialize);
         Ok(Box::new(run))
@@ -1230,8 +1225,6 @@ struct CpuRun<'a> {
     /// each with its views kept out of memory ([`blocked::dead_inside`]) and those it
     /// stages in the cores' blocks ([`blocked::staged`]).
     stretches: Vec<(blocked::Stretch, Vec<View>, Vec<View>)>,
-    /// The slots whose buffers are fresh until its first run ([`prefault`]).
-    fresh: Vec<usize>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -1464,9 +1457,6 @@ fn own_run<'a>(
         true => shared_twins(program, schedule, &table, &fused),
         false => Default::default(),
     };
-    let fresh = (0..table.len())
-        .filter(|&i| !moved.iter().any(|&(o, _)| o == i))
-        .collect();
     let mem = Memory {
         bufs: table
             .iter()
@@ -1490,7 +1480,6 @@ fn own_run<'a>(
         skip,
         moved,
         stretches: Vec::new(),
-        fresh,
     })
 }
 
@@ -1560,87 +1549,6 @@ impl CpuRun<'_> {
         Some((&self.fused.steps[start..end], start))
     }
 
-    /// Runs its steps `iters` times.
-    fn run_steps(&mut self, iters: usize) -> Result<()> {
-        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        let steps = &self.fused.steps;
-        for _ in 0..iters {
-            // In slices, so that a watched caller may stop a long run between them
-            // (crate::interrupt); the steps run in the same order, a stretch a block
-            // at a time.
-            let (mut k, mut next) = (0, self.stretches.iter().peekable());
-            while k < steps.len() {
-                crate::interrupt::check()?;
-                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
-                    self.mem
-                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
-                    k = s.steps.end;
-                    continue;
-                }
-                let end = next
-                    .peek()
-                    .map_or(steps.len(), |(s, ..)| s.steps.start)
-                    .min(k + INTERRUPT_EVERY_OPS);
-                self.mem.run(&steps[k..end], ops, k, &self.skip);
-                k = end;
-            }
-        }
-        Ok(())
-    }
-
-    /// The pages of its fresh buffers that its steps write, in the order they first
-    /// write them ([`prefault`]), once: none after its first run, nor where
-    /// [`prefault::on`] says no.
-    fn fresh_pages(&mut self) -> Vec<(usize, usize)> {
-        let fresh = std::mem::take(&mut self.fresh);
-        if fresh.is_empty() || !prefault::on() {
-            return Vec::new();
-        }
-        let mut pages = prefault::Pages::new(self.mem.bufs.len());
-        let mut any = false;
-        for i in fresh {
-            let (w, elem) = match &self.mem.bufs[i] {
-                Buf::Own(w) => (w, 4),
-                Buf::OwnHalves(w) => (w, 2),
-                _ => continue,
-            };
-            if w.lazy() {
-                pages.fresh(i, w.as_ptr().cast(), w.len() * 4, elem);
-                any = true;
-            }
-        }
-        if !any {
-            return Vec::new();
-        }
-        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        let mut stretches = self.stretches.iter().peekable();
-        for (k, step) in self.fused.steps.iter().enumerate() {
-            if self.skip.binary_search(&k).is_ok() {
-                continue;
-            }
-            while stretches.next_if(|(s, ..)| s.steps.end <= k).is_some() {}
-            // Views a stretch keeps in the cores' blocks never reach memory.
-            let kept = match stretches.peek() {
-                Some((s, kept, _)) if s.steps.contains(&k) => &kept[..],
-                _ => &[],
-            };
-            let mut note = |v: View| {
-                if !kept.contains(&v) {
-                    pages.written(self.mem.index(&v), v.offset(), v.len());
-                }
-            };
-            match step {
-                // A zero fill leaves untouched pages alone ([`untouched`]).
-                Step::Op(i) => match &ops[*i] {
-                    DataOp::Fill { bits: 0, .. } => {}
-                    op => op.writes().for_each(&mut note),
-                },
-                Step::Region(r) => r.writes().for_each(&mut note),
-            }
-        }
-        pages.ranges()
-    }
-
     /// The memory slot holding allocation `alloc` of `device` ([`CpuRun::moved`]).
     fn slot(&self, device: usize, alloc: ir::AllocId) -> usize {
         let i = self.mem.table.index_of(device, alloc);
@@ -1682,8 +1590,29 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
-        let ahead = self.fresh_pages();
-        prefault::alongside(&ahead, || self.run_steps(iters))?;
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        let steps = &self.fused.steps;
+        for _ in 0..iters {
+            // In slices, so that a watched caller may stop a long run between them
+            // (crate::interrupt); the steps run in the same order, a stretch a block
+            // at a time.
+            let (mut k, mut next) = (0, self.stretches.iter().peekable());
+            while k < steps.len() {
+                crate::interrupt::check()?;
+                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
+                    self.mem
+                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
+                    k = s.steps.end;
+                    continue;
+                }
+                let end = next
+                    .peek()
+                    .map_or(steps.len(), |(s, ..)| s.steps.start)
+                    .min(k + INTERRUPT_EVERY_OPS);
+                self.mem.run(&steps[k..end], ops, k, &self.skip);
+                k = end;
+            }
+        }
         Ok(t.elapsed())
     }
 

@@ -93,16 +93,6 @@ impl Words {
 }
 
 impl Words {
-    /// True when the buffer is pages of its own, untouched until first written (from
-    /// [`LAZY_FROM`] bytes).
-    pub fn lazy(&self) -> bool {
-        #[cfg(unix)]
-        if let From::Map(_) = self.from {
-            return true;
-        }
-        false
-    }
-
     /// Bytes of the buffer in resident pages: those `mincore` reports of a mapped
     /// buffer (untouched pages are not), all of the others.
     pub fn resident_bytes(&self) -> usize {
