@@ -15,7 +15,7 @@
 
 use super::float_mode::FloatMode;
 use super::operand::Src;
-use rayon::prelude::*;
+use super::spread::{spread, spread_chunks};
 
 /// The environment variable that, set to `0`, keeps every bf16 product on the widened
 /// `gemm` path (for comparing the two; read once per process).
@@ -33,6 +33,10 @@ const RIGHT_BYTES: usize = 1 << 20;
 /// Products of fewer multiply-adds stay on the `gemm` path (the tiles' padding and
 /// packing cost more than they save there).
 const MIN_WORK: usize = 1 << 16;
+
+/// Nanoseconds one core takes per multiply-add on the tiles, packing included (a
+/// 1024x1024x1024 bf16 product in about 6 ms), for [`super::spread::worth`].
+const MAC_NS: f64 = 0.0055;
 /// Elements of the largest packing buffer kept for the next product (8 MiB: a 2048 x
 /// 2048 operand).
 const KEEP_MAX: usize = 1 << 22;
@@ -134,7 +138,8 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
         return;
     }
     let (mb, kb, nb) = (m.div_ceil(2 * TILE), k.div_ceil(STEP), n.div_ceil(2 * TILE));
-    let par = rayon::current_num_threads() > 1 && m * k * n >= 1 << 18;
+    let par = super::spread::worth((m * k * n) as f64 * MAC_NS);
+    let helpers = rayon::current_num_threads() - 1;
     // Left: per 32-row block, per 32-element step of k, 32 rows of 32 (two tiles of 16).
     // Every element of both is written (zeros past the edges): kept buffers hold junk.
     let (mut left_buf, mut right_buf) = (packing(mb * kb * BLOCK), packing(nb * kb * BLOCK));
@@ -181,13 +186,8 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
         }
     };
     if par {
-        left.par_chunks_mut(kb * BLOCK)
-            .enumerate()
-            .for_each(pack_left);
-        right
-            .par_chunks_mut(kb * BLOCK)
-            .enumerate()
-            .for_each(pack_right);
+        spread_chunks(left, kb * BLOCK, helpers, &|c, d| pack_left((c, d)));
+        spread_chunks(right, kb * BLOCK, helpers, &|c, d| pack_right((c, d)));
     } else {
         left.chunks_mut(kb * BLOCK).enumerate().for_each(pack_left);
         right
@@ -224,7 +224,7 @@ pub fn matmul(a: Bf16Matrix, b: Bf16Matrix, c: &mut [f32], m: usize, k: usize, n
         });
     };
     if par {
-        tasks.par_iter().for_each(task);
+        spread(tasks.len(), helpers, &|t| task(&tasks[t]));
     } else {
         tasks.iter().for_each(task);
     }

@@ -13,7 +13,6 @@ pub use super::operand::Src;
 use crate::array::DType;
 use crate::ir::{Compute, ComputeKind, DotDims, Operand, Reduction};
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// The destination's words of `c`, from its sources' words (`srcs[i]` holds the
@@ -275,24 +274,20 @@ fn fold<W: Fn(u32) -> f32 + Copy + Sync + Send, F: Fn(f32, f32) -> f32 + Copy + 
                 extreme,
             })
         };
-        let threads = rayon::current_num_threads();
-        if x.len() < PARALLEL_REDUCE || threads < 2 || out.len() < 2 {
+        if !super::spread::worth(x.len() as f64 * REDUCE_NS) || out.len() < 2 {
             run(x, out, 0);
             return;
         }
+        let threads = rayon::current_num_threads();
         let per = out.len().div_ceil(threads * 4);
         let mode = super::float_mode::FloatMode::current();
-        match rows {
-            // Columns `at..`: every row's run of them.
-            Some(_) => out
-                .par_chunks_mut(per)
-                .enumerate()
-                .for_each(|(c, o)| mode.run(|| run(x, o, c * per))),
-            None => out
-                .par_chunks_mut(per)
-                .zip(x.par_chunks(per * k))
-                .for_each(|(o, g)| mode.run(|| run(g, o, 0))),
-        }
+        super::spread::spread_chunks(out, per, threads - 1, &|c, o| {
+            mode.run(|| match rows {
+                // Columns `at..`: every row's run of them.
+                Some(_) => run(x, o, c * per),
+                None => run(&x[c * per * k..][..o.len() * k], o, 0),
+            })
+        });
         return;
     }
     let (bases, offsets) = groups(shape, axes);
@@ -373,8 +368,13 @@ impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<
     }
 }
 
-/// Reductions of at least this many elements run over the cores.
-const PARALLEL_REDUCE: usize = 1 << 17;
+/// Nanoseconds one core takes per multiply-add of an f32 `gemm` (about 40 a
+/// nanosecond with AVX-512), for [`super::spread::worth`].
+const GEMM_NS: f64 = 0.025;
+
+/// Nanoseconds one core takes per element of a reduction (f32 row sums of 2048x2048
+/// from memory, this project's Xeon: about 0.25), for [`super::spread::worth`].
+const REDUCE_NS: f64 = 0.25;
 
 fn reduce(op: Reduction, o: &Operand, axes: &[usize], src: &[u32], dt: DType, out: &mut [u32]) {
     let t = o.dtype;
@@ -685,7 +685,7 @@ fn matmul_strided(a: Strided, b: Strided, c: &mut [f32], m: usize, k: usize, n: 
     let last = |s: Strided, r: usize, q: usize| (r - 1) * s.row + (q - 1) * s.col;
     assert!(a.data.len() > last(a, m, k) && b.data.len() > last(b, k, n) && c.len() >= m * n);
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 && m * n * k >= 1 << 18 {
+    let par = if super::spread::worth((m * n * k) as f64 * GEMM_NS) {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
