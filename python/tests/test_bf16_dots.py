@@ -29,10 +29,9 @@ def kernel(x, y, z, a, b, acc, o1, o2, o3, o4):
     o4[...] = jnp.dot(x[...], y[...], preferred_element_type=F32).astype(BF16)
 
 
-def check():
+def check(m=130, k=100, n=70):
     rng = np.random.default_rng(3)
     ints = lambda *s: rng.integers(-4, 5, s).astype(BF16)  # noqa: E731
-    m, k, n = 130, 100, 70
     x, y, z = ints(m, k), ints(k, n), ints(n, k)
     a, b = ints(3, 40, 64), ints(3, 64, 48)
     acc = rng.integers(-50, 50, (m, n)).astype(np.float32)
@@ -65,5 +64,13 @@ def test_bf16_dots_give_the_exact_sums_on_the_gemm_path():
     subprocess.run([sys.executable, __file__], env=env, check=True, timeout=300)
 
 
+def test_bf16_dots_spread_over_the_cores_give_the_exact_sums():
+    # Every product (packing and tiles) and the gemm path's spread over the cores, as
+    # large products are (both switches are read once: in child processes).
+    for amx in ("1", "0"):
+        env = {**os.environ, "TPUSIM_AMX": amx, "TPUSIM_SPREAD_FROM_US": "0", "RAYON_NUM_THREADS": "2"}
+        subprocess.run([sys.executable, __file__, "200", "300", "150"], env=env, check=True, timeout=300)
+
+
 if __name__ == "__main__":
-    check()
+    check(*map(int, sys.argv[1:]))

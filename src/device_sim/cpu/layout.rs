@@ -121,8 +121,9 @@ pub fn scatter(src: &[u32], shape: &[usize], strides: &[usize], dst: &mut [u32])
 /// evict its own lines).
 const TILE: usize = 16;
 
-/// Matrices of at least this many elements are transposed over the cores.
-const PARALLEL: usize = 1 << 18;
+/// Nanoseconds an element of a transpose costs one core, for [`super::spread::worth`]
+/// (matrices from about 256 Ki elements are transposed over the cores).
+const TRANSPOSE_NS: f64 = 0.8;
 
 /// Output rows one task of a transpose writes: it reads a run of that many source
 /// columns (four cache lines) of every row, whole lines in a row.
@@ -263,7 +264,7 @@ where
     for (o, x) in out.chunks_mut(rows * cols).zip(src.chunks(rows * cols)) {
         // Output rows in groups, over the cores when the matrix is large (the caller
         // working too: [`spread`]).
-        if rows * cols >= PARALLEL && threads > 1 {
+        if super::spread::worth((rows * cols) as f64 * TRANSPOSE_NS) {
             let (at, len) = (o.as_mut_ptr() as usize, o.len());
             spread(cols.div_ceil(GROUP), threads - 1, &|b| {
                 let start = b * GROUP * rows;

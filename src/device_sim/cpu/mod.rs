@@ -35,7 +35,6 @@ use super::{check_inputs, BlockedStretch, Executor, Prepared};
 use crate::array::{DType, HostArray};
 use crate::error::{Error, Result};
 use crate::ir::{self, Compute, ComputeKind, DataOp, Program, ReduceOp, Schedule, View};
-use rayon::prelude::*;
 use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
@@ -527,8 +526,9 @@ struct Memory<'a> {
     chained: Vec<region::Scratch>,
 }
 
-/// Copies, fills and accumulates of at least this many words are spread over the cores.
-const PARALLEL_COPY: usize = 1 << 20;
+/// Nanoseconds a word of a copy, fill or accumulate costs one core, for
+/// [`spread::worth`] (from about 1 Mi words, 4 MiB, they are spread over the cores).
+const COPY_NS: f64 = 0.2;
 
 impl Memory<'_> {
     fn index(&self, v: &View) -> usize {
@@ -1001,13 +1001,12 @@ fn fill(dst: &mut [u32], bits: u32) {
 /// fresh memory also takes the kernel's zeroing of its pages onto each core) and
 /// streamed past the caches ([`stream_fill`]), which they would leave anyway.
 fn fill_words(dst: &mut [u32], bits: u32) {
-    if dst.len() < PARALLEL_COPY {
+    let threads = rayon::current_num_threads();
+    if !spread::worth(dst.len() as f64 * COPY_NS) {
         fill_part(dst, bits);
-    } else if rayon::current_num_threads() > 1 {
-        let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
-        dst.par_chunks_mut(per).for_each(|d| stream_fill(d, bits));
     } else {
-        stream_fill(dst, bits);
+        let per = dst.len().div_ceil(threads * 4);
+        spread::spread_chunks(dst, per, threads - 1, &|_, d| stream_fill(d, bits));
     }
 }
 
@@ -1039,7 +1038,7 @@ fn stream_fill(dst: &mut [u32], bits: u32) {
     fill_part(dst, bits);
 }
 
-/// `dst = bits`, through the caches (fills under [`PARALLEL_COPY`] words, and blocks
+/// `dst = bits`, through the caches (fills not worth spreading, and blocks
 /// that stay in the caches): zero as `memset`.
 fn fill_part(dst: &mut [u32], bits: u32) {
     match bits {
@@ -1049,13 +1048,15 @@ fn fill_part(dst: &mut [u32], bits: u32) {
 }
 
 /// `f` on `dst` and `src` (as long), in parts spread over the cores from
-/// [`PARALLEL_COPY`] words (memory bandwidth on one core is a fraction of the machine's).
+/// about 1 Mi words ([`COPY_NS`]; memory bandwidth on one core is a fraction of the
+/// machine's).
 fn over_cores<D: Send, S: Sync>(dst: &mut [D], src: &[S], f: impl Fn(&mut [D], &[S]) + Sync) {
-    if dst.len() >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
-        let per = dst.len().div_ceil(rayon::current_num_threads() * 4);
-        dst.par_chunks_mut(per)
-            .zip(src.par_chunks(per))
-            .for_each(|(d, s)| f(d, s));
+    if spread::worth(dst.len() as f64 * COPY_NS) {
+        let threads = rayon::current_num_threads();
+        let per = dst.len().div_ceil(threads * 4);
+        spread::spread_chunks(dst, per, threads - 1, &|c, d| {
+            f(d, &src[c * per..][..d.len()])
+        });
     } else {
         f(dst, src);
     }

@@ -17,12 +17,13 @@ use crate::device_sim::fuse::{Instr, Pattern, Region};
 use pulp::{Simd, WithSimd};
 use std::ops::Range;
 
-/// Regions of fewer elements run on one core: spread, each of two cores would get under
-/// 128 Ki elements (512 KiB of f32 per operand), less work than rayon's hand-offs and
-/// wake-ups cost on a machine whose cores are busy. Measured with psum at 256 KiB per
-/// device (sums of 64 Ki elements), alternating, load 6-7 on 2 cores: serial was faster
-/// in 6 of 6 pairs (1.3-2.3 ms against 1.75-3.1 ms); at 256 Ki elements it was a draw.
-const PARALLEL_ELEMS: usize = 1 << 18;
+/// Nanoseconds an element of a region costs one core, for [`super::spread::worth`]:
+/// regions spread from about 256 Ki elements. Under that each of two cores gets less
+/// work than the hand-offs and wake-ups cost on a machine whose cores are busy:
+/// measured with psum at 256 KiB per device (sums of 64 Ki elements), alternating, load
+/// 6-7 on 2 cores, serial was faster in 6 of 6 pairs (1.3-2.3 ms against 1.75-3.1 ms);
+/// at 256 Ki elements it was a draw.
+const REGION_NS: f64 = 0.8;
 
 /// Where a region's views are in memory: every input's first element (read only) and
 /// every output's (written), the views' own lengths as the region says.
@@ -446,7 +447,7 @@ pub(super) unsafe fn run_planned(r: &Region, scratch: &mut Scratch) {
     }
     let blocks = r.n.div_ceil(BLOCK);
     let threads = rayon::current_num_threads();
-    if r.n >= PARALLEL_ELEMS && threads > 1 {
+    if super::spread::worth(r.n as f64 * REGION_NS) {
         // Runs of whole blocks, or of whole groups where the region folds reductions
         // (a group's fold is one core's, in order).
         let mut span = blocks.div_ceil(threads * 4).max(8) * BLOCK;
@@ -559,7 +560,7 @@ pub(super) unsafe fn chain(rs: &[&Region], scratches: &mut [Scratch], k: usize) 
         };
         first.share(next, j, later, out);
     };
-    if n >= PARALLEL_ELEMS && threads > 1 && chunks > 1 {
+    if super::spread::worth(n as f64 * REGION_NS) && chunks > 1 {
         let per = chunks.div_ceil(threads * 4).max(1);
         let shared: Vec<(&Plan, &[u32])> = parts.iter().map(|(p, t, _, _)| (p, &**t)).collect();
         let shared = &shared;

@@ -112,11 +112,35 @@ pub(super) fn spread_chunks<T: Send>(
 /// reductions of 128 Ki elements, thousands a call) ran 1.5-2x faster on one core
 /// than with those spread.
 pub(super) fn worth(ns: f64) -> bool {
-    ns >= LEAST_SPREAD_NS && rayon::current_num_threads() > 1
+    ns >= least_ns() && rayon::current_num_threads() > 1
 }
 
-/// The least work, in nanoseconds on one core, that [`worth`] spreads.
+/// The least work, in nanoseconds on one core, that [`worth`] spreads by default.
 pub(super) const LEAST_SPREAD_NS: f64 = 200_000.0;
+
+/// Names the least work [`worth`] spreads, in microseconds (0 to 10^9; read once):
+/// 0 spreads every step that has parts, as tests of the spread paths need.
+pub(super) const SPREAD_FROM_ENV: &str = "TPUSIM_SPREAD_FROM_US";
+
+/// [`LEAST_SPREAD_NS`], or what [`SPREAD_FROM_ENV`] names.
+fn least_ns() -> f64 {
+    static LEAST: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *LEAST.get_or_init(|| {
+        let Some(v) = std::env::var_os(SPREAD_FROM_ENV) else {
+            return LEAST_SPREAD_NS;
+        };
+        match v.to_string_lossy().trim().parse::<f64>() {
+            Ok(us) if (0.0..=1e9).contains(&us) => us * 1e3,
+            _ => {
+                eprintln!(
+                    "tpusim: ignoring {SPREAD_FROM_ENV}={v:?} (microseconds from 0 to 10^9); {} us",
+                    LEAST_SPREAD_NS / 1e3
+                );
+                LEAST_SPREAD_NS
+            }
+        }
+    })
+}
 
 #[cfg(test)]
 mod tests {
