@@ -75,7 +75,7 @@ fn check(what: &str, dtype: DType, got: &[f64], want: &[f64]) {
 
 #[test]
 fn reductions_over_the_cores_equal_their_definition() {
-    // Over 200 us of one core's work (about 0.9 M elements): spread over the cores.
+    // Over 200 us of one core's work (0.9 M elements): spread over the cores.
     let (r, c) = (1100usize, 813usize);
     for dtype in [DType::F32, DType::BF16] {
         for specials in [false, true] {

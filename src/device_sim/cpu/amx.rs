@@ -34,9 +34,10 @@ const RIGHT_BYTES: usize = 1 << 20;
 /// packing cost more than they save there).
 const MIN_WORK: usize = 1 << 16;
 
-/// Nanoseconds one core takes per multiply-add on the tiles, packing included (a
-/// 1024x1024x1024 bf16 product in about 6 ms), for [`super::spread::worth`].
-const MAC_NS: f64 = 0.0055;
+/// Nanoseconds one core takes per multiply-add on the tiles, packing included, for
+/// [`super::spread::worth`] (`bench/ops.py`: a 1024 x 1024 x 1024 bf16 product in about
+/// 1.5 ms on two cores).
+const MAC_NS: f64 = 0.003;
 /// Elements of the largest packing buffer kept for the next product (8 MiB: a 2048 x
 /// 2048 operand).
 const KEEP_MAX: usize = 1 << 22;

@@ -368,13 +368,14 @@ impl<W: Fn(u32) -> f32 + Copy, F: Fn(f32, f32) -> f32 + Copy> WithSimd for Fold<
     }
 }
 
-/// Nanoseconds one core takes per multiply-add of an f32 `gemm` (about 40 a
-/// nanosecond with AVX-512), for [`super::spread::worth`].
-const GEMM_NS: f64 = 0.025;
+/// Nanoseconds one core takes per multiply-add of an f32 `gemm`, for
+/// [`super::spread::worth`] (`bench/ops.py` on this project's Xeon: a 1024 x 1024 x 1024
+/// product in about 5 ms on two cores).
+const GEMM_NS: f64 = 0.01;
 
-/// Nanoseconds one core takes per element of a reduction (f32 row sums of 2048x2048
-/// from memory, this project's Xeon: about 0.25), for [`super::spread::worth`].
-const REDUCE_NS: f64 = 0.25;
+/// Nanoseconds one core takes per element of a reduction, for [`super::spread::worth`]
+/// (`bench/ops.py`, f32 row sums of 2048 x 2048 in about 1 ms on two cores).
+const REDUCE_NS: f64 = 0.5;
 
 fn reduce(op: Reduction, o: &Operand, axes: &[usize], src: &[u32], dt: DType, out: &mut [u32]) {
     let t = o.dtype;
