@@ -328,7 +328,7 @@ pub fn stretches(steps: &[Step], ops: &[DataOp], halves: impl Fn(&View) -> bool)
 
 /// The views `step` (of `ops`) reads (an accumulate its destination too) and those it
 /// writes.
-fn touches(step: &Step, ops: &[DataOp]) -> (Vec<View>, Vec<View>) {
+pub(super) fn touches(step: &Step, ops: &[DataOp]) -> (Vec<View>, Vec<View>) {
     match step {
         Step::Op(i) => {
             let op = &ops[*i];

@@ -19,6 +19,7 @@ pub mod lanes;
 pub mod layout;
 mod operand;
 mod patterns;
+mod prefault;
 mod region;
 mod rows;
 mod spare;
@@ -348,6 +349,7 @@ impl CpuExecutor {
             skip.push(t.step);
         }
         skip.sort_unstable();
+        let mut fresh = Vec::new();
         let bufs: Vec<Buf<'a>> = bufs
             .into_iter()
             .enumerate()
@@ -360,10 +362,13 @@ impl CpuExecutor {
                     let halves = plan.own_halves(d, a);
                     // Two halves a word.
                     let words = if halves { n.div_ceil(2) } else { n };
-                    let (mut b, fresh) = own(i, words, &alloc.name)?;
+                    let (mut b, new) = own(i, words, &alloc.name)?;
                     // Fresh buffers are zero already (untouched pages, when large).
-                    if !fresh && coverage.needs_zero(d, a) {
+                    if !new && coverage.needs_zero(d, a) {
                         fill(&mut b, 0);
+                    }
+                    if new {
+                        fresh.push(i);
                     }
                     Ok(match halves {
                         true => Buf::OwnHalves(b),
@@ -387,6 +392,7 @@ impl CpuExecutor {
             skip,
             moved,
             stretches: Vec::new(),
+            fresh,
         };
         run.block(self.materialize);
         Ok(Box::new(run))
@@ -1226,6 +1232,9 @@ struct CpuRun<'a> {
     /// each with its views kept out of memory ([`blocked::dead_inside`]) and those it
     /// stages in the cores' blocks ([`blocked::staged`]).
     stretches: Vec<(blocked::Stretch, Vec<View>, Vec<View>)>,
+    /// Its fresh buffers (memory slots), faulted in beside its first run where it
+    /// writes them ([`prefault`]).
+    fresh: Vec<usize>,
 }
 
 impl Drop for CpuRun<'_> {
@@ -1454,6 +1463,7 @@ fn own_run<'a>(
     share: bool,
 ) -> Result<CpuRun<'a>> {
     let table = schedule.memory(program);
+    let n = table.len();
     let (skip, moved) = match share {
         true => shared_twins(program, schedule, &table, &fused),
         false => Default::default(),
@@ -1471,7 +1481,7 @@ fn own_run<'a>(
         scratch: Default::default(),
         chained: Vec::new(),
     };
-    Ok(CpuRun {
+    let run = CpuRun {
         program,
         schedule,
         mem,
@@ -1481,7 +1491,9 @@ fn own_run<'a>(
         skip,
         moved,
         stretches: Vec::new(),
-    })
+        fresh: (0..n).collect(),
+    };
+    Ok(run)
 }
 
 impl CpuRun<'_> {
@@ -1530,6 +1542,71 @@ impl CpuRun<'_> {
                 self.program.name
             ))),
         }
+    }
+
+    /// Runs its steps `iters` times.
+    fn iterate(&mut self, iters: usize) -> Result<()> {
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        let steps = &self.fused.steps;
+        for _ in 0..iters {
+            // In slices, so that a watched caller may stop a long run between them
+            // (crate::interrupt); the steps run in the same order, a stretch a block
+            // at a time.
+            let (mut k, mut next) = (0, self.stretches.iter().peekable());
+            while k < steps.len() {
+                crate::interrupt::check()?;
+                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
+                    self.mem
+                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
+                    k = s.steps.end;
+                    continue;
+                }
+                let end = next
+                    .peek()
+                    .map_or(steps.len(), |(s, ..)| s.steps.start)
+                    .min(k + INTERRUPT_EVERY_OPS);
+                self.mem.run(&steps[k..end], ops, k, &self.skip);
+                k = end;
+            }
+        }
+        Ok(())
+    }
+
+    /// Its fresh buffers where steps write them in memory (not only in a core's blocks,
+    /// [`blocked::dead_inside`]), in the order they first do, to fault in beside its
+    /// first run; none after that.
+    fn prefault(&mut self) -> prefault::Prefault {
+        let mut out = prefault::Prefault::default();
+        let mut fresh = std::mem::take(&mut self.fresh);
+        fresh.retain(|&i| self.mem.bufs[i].len() * 4 >= words::LAZY_FROM);
+        if fresh.is_empty() {
+            return out;
+        }
+        let mut is_fresh = vec![false; self.mem.bufs.len()];
+        fresh.into_iter().for_each(|i| is_fresh[i] = true);
+        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
+        let mut stretches = self.stretches.iter().peekable();
+        for (k, step) in self.fused.steps.iter().enumerate() {
+            while stretches.next_if(|(s, ..)| s.steps.end <= k).is_some() {}
+            let dead = stretches
+                .peek()
+                .filter(|(s, ..)| s.steps.contains(&k))
+                .map_or(&[][..], |(_, dead, _)| &dead[..]);
+            for v in blocked::touches(step, ops).1 {
+                let i = self.slot(v.device(), v.alloc());
+                if !is_fresh[i] || dead.contains(&v) {
+                    continue;
+                }
+                let b = &self.mem.bufs[i];
+                let (start, end) = (v.offset(), v.offset() + v.len());
+                match b {
+                    // Two elements a word.
+                    Buf::OwnHalves(_) => out.add(b, start / 2..end.div_ceil(2)),
+                    _ => out.add(b, start..end),
+                }
+            }
+        }
+        out
     }
 
     /// True when some step of the run writes allocation `alloc` of `device`.
@@ -1591,29 +1668,7 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
-        let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        let steps = &self.fused.steps;
-        for _ in 0..iters {
-            // In slices, so that a watched caller may stop a long run between them
-            // (crate::interrupt); the steps run in the same order, a stretch a block
-            // at a time.
-            let (mut k, mut next) = (0, self.stretches.iter().peekable());
-            while k < steps.len() {
-                crate::interrupt::check()?;
-                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
-                    self.mem
-                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
-                    k = s.steps.end;
-                    continue;
-                }
-                let end = next
-                    .peek()
-                    .map_or(steps.len(), |(s, ..)| s.steps.start)
-                    .min(k + INTERRUPT_EVERY_OPS);
-                self.mem.run(&steps[k..end], ops, k, &self.skip);
-                k = end;
-            }
-        }
+        self.prefault().during(|| self.iterate(iters))?;
         Ok(t.elapsed())
     }
 
