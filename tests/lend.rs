@@ -427,6 +427,99 @@ fn vmem_operands_share_the_lent_memory_and_give_each_calls_answer() {
     }
 }
 
+/// Ring attention's prologue in small: `q` and `k` copied whole into VMEM and `k`'s copy
+/// copied on into a scratch buffer (the copies in fuse into one region), then a dot of
+/// `k` with itself, and only then `q`'s VMEM copy read (by a dot). That copy stays out of
+/// the region and shares the lent `q` (one buffer, the copy skipped) while `k`'s is
+/// forwarded as before; every call gives the unfused run's bits (lent f32 memory, the
+/// caller's inputs left as they were; bf16 in the run's own) and the exact products.
+fn copies_in_then_dots(dtype: DType) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("q", MemorySpace::Vmem, &[128, 128], dtype)
+        .input("k", MemorySpace::Vmem, &[128, 128], dtype)
+        .output("o", MemorySpace::Vmem, &[128, 128], DType::F32)
+        .output("t", MemorySpace::Vmem, &[256, 128], DType::F32)
+        .vmem("kb", &[256, 128], dtype);
+    PallasCall::new("copies_in_then_dots", spec, |pl, a| {
+        let (q, k, o, t, kb) = (a.r("q"), a.r("k"), a.r("o"), a.r("t"), a.r("kb"));
+        pl.fill(t, 0.0);
+        pl.store(kb.slice(ds(0, 128)), &pl.load(k));
+        pl.store(kb.slice(ds(128, 128)), &pl.load(k));
+        // More steps than the fusion looks back through for a copy before `q`'s
+        // VMEM copy is read, as a ring's steps are: each half of `t` sums `k @ k`.
+        for i in 0..48 {
+            let half = ds(i % 2 * 128, 128);
+            let kk = pl.dot(&pl.load(kb.slice(half)), &pl.load(k));
+            pl.store(t.slice(half), &(&pl.load(t.slice(half)) + &kk));
+        }
+        pl.store(o, &pl.dot(&pl.load(q), &pl.load(k)));
+    })
+}
+
+#[test]
+fn a_vmem_input_read_after_a_region_of_copies_shares_lent_memory() {
+    let mesh = Mesh::new(2, "x").unwrap();
+    for dtype in [DType::F32, DType::BF16] {
+        let plan = Job::call(copies_in_then_dots(dtype), mesh.clone())
+            .plan()
+            .unwrap();
+        let prog = &plan.program;
+        let cpu_plan = CpuPlan::of(prog, &plan.schedule);
+        let vmem = |name: &str| {
+            let allocs = &prog.layout.allocs;
+            allocs
+                .iter()
+                .position(|a| a.name == name && a.space == MemorySpace::Vmem)
+                .unwrap()
+        };
+        for d in 0..2 {
+            assert!(cpu_plan.shares_operand(d, vmem("q")), "{dtype} device {d}");
+        }
+        for call in 0..2u32 {
+            let inputs: Vec<Vec<HostArray>> = (0..2u32)
+                .map(|d| {
+                    // Small integers: every product and sum exact in f32 and bf16.
+                    let int = |n: u32, salt: u32| -> Vec<f64> {
+                        (0..n)
+                            .map(|i| ((i * 7 + d * 3 + call * 5 + salt) % 9) as f64 - 4.0)
+                            .collect()
+                    };
+                    vec![
+                        HostArray::from_values(dtype, &[128, 128], &int(128 * 128, 1)).unwrap(),
+                        HostArray::from_values(dtype, &[128, 128], &int(128 * 128, 2)).unwrap(),
+                    ]
+                })
+                .collect();
+            // f32 lent as words; bf16 held by the run (in its twin's buffer).
+            let got = match dtype {
+                DType::F32 => {
+                    let (got, ins) = run_lent_with(&plan, &cpu_plan, &inputs, 0xdead_beef);
+                    assert_eq!(ins, words(&inputs), "call {call}: the inputs stay");
+                    got
+                }
+                _ => run_own(&plan, &cpu_plan, &inputs).0,
+            };
+            let want = plan.execute(&mut CpuExecutor::unfused(), &inputs).unwrap();
+            assert_eq!(got, words(&want), "{dtype} call {call}");
+            // And against the products themselves (exact: small integers).
+            for (d, dev) in inputs.iter().enumerate() {
+                let (q, k) = (dev[0].values(), dev[1].values());
+                let dot = |a: &[f64], i: usize| -> f64 {
+                    let (r, c) = (i / 128 % 128, i % 128);
+                    (0..128).map(|j| a[r * 128 + j] * k[j * 128 + c]).sum()
+                };
+                let f = |w: &u32| f32::from_bits(*w) as f64;
+                for (i, v) in got[d][0].iter().map(f).enumerate() {
+                    assert_eq!(v, dot(&q, i), "{dtype} device {d} o element {i}");
+                }
+                for (i, v) in got[d][1].iter().map(f).enumerate() {
+                    assert_eq!(v, 24.0 * dot(&k, i), "{dtype} device {d} t element {i}");
+                }
+            }
+        }
+    }
+}
+
 /// A shipped reduce-scatter's VMEM input and output (`psum_scatter`, whole blocks in
 /// VMEM) share the lent operands' memory on every device.
 #[test]

@@ -30,7 +30,10 @@ mod untouched;
 pub mod vmath;
 pub mod words;
 
-use super::fuse::{fuse_reading, fuse_with, Between, Fused, Joins, Keep, Region, Step};
+use super::fuse::{
+    fuse_apart, fuse_reading, fuse_with, unread_in_region, Between, Fused, Joins, Keep, Region,
+    Step,
+};
 use super::lend::{Coverage, Lent};
 use super::{check_inputs, BlockedStretch, Executor, Prepared};
 use crate::array::{DType, HostArray};
@@ -62,18 +65,30 @@ impl CpuPlan {
     /// The plan of `schedule` on `program`.
     pub fn of(program: &Program, schedule: &Schedule) -> Self {
         let mut lap = crate::device_sim::Laps::new();
+        let memory = schedule.memory(program);
+        // A whole input copied into VMEM that the region it would join does not read
+        // stays a step of its own, so that it may be a twin (skipped, the two sharing
+        // memory) once fused, not one output of a region of other copies (ring
+        // attention's prologue copies q, k and v in). (A copy out to an output is left
+        // to the fusion, which forwards a chain of copies into one write of it.)
+        let unfused = Fused::unfused(schedule.ops.len(), &[]);
+        let copies: Vec<usize> = twins::twins(program, &memory, &unfused, &schedule.ops)
+            .iter()
+            .filter(|t| t.input)
+            .map(|t| t.step)
+            .collect();
+        let apart = unread_in_region(program, schedule, &copies, CPU_JOINS);
+        lap.note("memory and copies apart");
         // The coverage reads the schedule alone: worked out beside the fusion.
         let (fused, coverage) = rayon::join(
             || {
-                let fused = fuse_with(program, schedule, &[], Keep::Outputs, CPU_JOINS);
+                let fused = fuse_apart(program, schedule, &[], Keep::Outputs, CPU_JOINS, &apart);
                 dead_fills::trim(fused, &schedule.ops)
             },
             || Coverage::of(program, schedule),
         );
         lap.note("fuse and coverage");
         let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
-        let memory = schedule.memory(program);
-        lap.note("memory");
         let twins = twins::twins(program, &memory, &fused, ops);
         lap.note("twins");
         let (halves, own_halves) = rayon::join(
@@ -127,6 +142,14 @@ impl CpuPlan {
     /// whole into an output that nothing else writes or reads.
     pub fn shared_operands(&self) -> usize {
         self.twins.len()
+    }
+
+    /// True when VMEM buffer `vmem` of `device` may share an operand's memory (one of
+    /// [`CpuPlan::shared_operands`]).
+    pub fn shares_operand(&self, device: usize, vmem: ir::AllocId) -> bool {
+        self.twins
+            .iter()
+            .any(|t| (t.device, t.vmem) == (device, vmem))
     }
 
     /// True when 16-bit input or output `alloc` of `device` may be lent as its two

@@ -43,25 +43,31 @@ struct Uses {
 /// twin is not written after it. A VMEM buffer is the twin of one operand at most.
 pub fn twins(program: &Program, memory: &Memory, fused: &Fused, ops: &[DataOp]) -> Vec<Twin> {
     let mut uses = vec![Uses::default(); memory.len()];
+    let read = |uses: &mut [Uses], v: View, s: usize| {
+        let u = &mut uses[memory.index(&v)];
+        u.first_read.get_or_insert(s);
+        u.reads += 1;
+    };
+    let write = |uses: &mut [Uses], v: View, s: usize| {
+        let u = &mut uses[memory.index(&v)];
+        u.writes += 1;
+        u.last_write = s;
+    };
     for (s, step) in fused.steps.iter().enumerate() {
-        let (reads, writes): (Vec<View>, Vec<View>) = match step {
+        match step {
             Step::Op(i) => {
                 let op = &ops[*i];
                 // An accumulate reads the destination it adds to.
                 let adds_to = matches!(op, DataOp::Accumulate { .. }).then(|| op.dst());
-                (op.reads().chain(adds_to).collect(), op.writes().collect())
+                op.reads()
+                    .chain(adds_to)
+                    .for_each(|v| read(&mut uses, v, s));
+                op.writes().for_each(|v| write(&mut uses, v, s));
             }
-            Step::Region(r) => (r.reads().collect(), r.writes().collect()),
-        };
-        for v in reads {
-            let u = &mut uses[memory.index(&v)];
-            u.first_read.get_or_insert(s);
-            u.reads += 1;
-        }
-        for v in writes {
-            let u = &mut uses[memory.index(&v)];
-            u.writes += 1;
-            u.last_write = s;
+            Step::Region(r) => {
+                r.reads().for_each(|v| read(&mut uses, v, s));
+                r.writes().for_each(|v| write(&mut uses, v, s));
+            }
         }
     }
     let allocs = &program.layout.allocs;

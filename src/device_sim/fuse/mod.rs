@@ -153,6 +153,57 @@ pub fn fuse_with(
     keep: Keep<'_>,
     joins: Joins,
 ) -> Fused {
+    fuse_apart(program, schedule, cuts, keep, joins, &[])
+}
+
+/// The copies of `copies` (op indices) that no op of the region they would join reads
+/// the destination of (under `joins`): the ops of their device after each, up to the
+/// first that cannot join a region (a dot, a DMA) or a region's worth. Kept out of
+/// regions ([`fuse_apart`]) they lose no fusion: the region is the same less an output.
+/// A copy whose destination the region reads stays in it (a load whose reduction the
+/// region folds, a chain of copies forwarded into one).
+pub fn unread_in_region(
+    program: &Program,
+    schedule: &Schedule,
+    copies: &[usize],
+    joins: Joins,
+) -> Vec<usize> {
+    let allocs = schedule.memory(program).allocs;
+    let staging = Schedule::staging_alloc(program);
+    let unread = |c: usize| {
+        let dst = schedule.ops[c].dst();
+        let (d, a) = (dst.device(), dst.alloc());
+        let mut joined = 0;
+        for op in &schedule.ops[c + 1..] {
+            let mut views = op.reads().chain(op.writes());
+            if !views.any(|v| v.device() == d) {
+                continue;
+            }
+            let elem = build::Elem::of(op, &allocs, staging, joins.sums);
+            if elem.is_none_or(|e| e.device != d) || joined == MAX_INSTRS {
+                return true;
+            }
+            if op.reads().any(|v| (v.device(), v.alloc()) == (d, a)) {
+                return false;
+            }
+            joined += 1;
+        }
+        true
+    };
+    copies.iter().copied().filter(|&c| unread(c)).collect()
+}
+
+/// [`fuse_with`], with the ops of `apart` (indices, ascending) kept out of regions: each
+/// runs as it is, a step of its own (a copy an executor may skip where it shares the
+/// copied memory, say).
+pub fn fuse_apart(
+    program: &Program,
+    schedule: &Schedule,
+    cuts: &[usize],
+    keep: Keep<'_>,
+    joins: Joins,
+    apart: &[usize],
+) -> Fused {
     let mut lap = crate::device_sim::Laps::new();
     let memory = schedule.memory(program);
     let staging = Schedule::staging_alloc(program);
@@ -220,7 +271,10 @@ pub fn fuse_with(
                 &later,
             );
         }
-        let elem = build::Elem::of(op, &memory.allocs, staging, joins.sums);
+        let elem = match apart.binary_search(&i) {
+            Ok(_) => None,
+            Err(_) => build::Elem::of(op, &memory.allocs, staging, joins.sums),
+        };
         // Regions this op would be reordered with: closed first (they run before it).
         touched.clear();
         touched.extend(op.reads().chain(op.writes()).map(|v| v.device()));
