@@ -128,7 +128,7 @@ impl Census {
     /// within the difference between strata (a few percent for the shipped collectives).
     /// Kernel mistakes are ignored here: the full trace reports them.
     pub fn sample(&mut self, call: &PallasCall, mesh: &Mesh) {
-        let Ok(frame) = call.frame(false) else {
+        let Ok((frame, lane)) = call.frame(false) else {
             return;
         };
         let p = mesh.size();
@@ -138,7 +138,7 @@ impl Census {
         let mut t = Traced::default();
         for &(d, wd) in &devices {
             for &(g, wg) in &grid {
-                let (rec, _) = call.trace_point(mesh, &frame, d, g, 0, Default::default());
+                let (rec, _) = call.trace_point(mesh, &frame, &lane, d, g, 0, Default::default());
                 let w = wd * wg;
                 t.ops += w * rec.ops.len() as f64;
                 t.dmas += w * rec.dmas.len() as f64;
@@ -154,7 +154,7 @@ impl Census {
             }
         }
         // The values' temporaries: the most each dtype held at any sampled point.
-        for (dtype, elems) in frame.temps.borrow().allocations() {
+        for (dtype, elems) in lane.temps.borrow().allocations() {
             let bytes = elems as f64 * dtype.storage() as f64;
             self.alloc_elems += elems as f64;
             self.largest_alloc = self.largest_alloc.max(elems as f64);

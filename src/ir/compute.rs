@@ -590,26 +590,26 @@ impl Compute {
             }
         }
         let (d, s) = (&self.dst, &self.srcs);
-        let want = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+        let want = |ok: bool, what: &dyn Fn() -> String| if ok { Ok(()) } else { Err(what()) };
         match &self.kind {
             ComputeKind::Unary(u) => {
                 want(
                     same_shape(&s[0].shape, &d.shape) && s[0].dtype == d.dtype,
-                    format!("{u:?} keeps its operand's shape and dtype"),
+                    &|| format!("{u:?} keeps its operand's shape and dtype"),
                 )?;
                 unary_dtype(*u, d.dtype)
             }
             ComputeKind::Binary(b) => {
                 want(
                     s[0].dtype == s[1].dtype && s[0].dtype == d.dtype,
-                    format!(
+                    &|| format!(
                         "{b:?} takes operands of one dtype (got {} and {})",
                         s[0].dtype, s[1].dtype
                     ),
                 )?;
                 want(
                     broadcast_shape(&s[0].shape, &s[1].shape).as_deref() == Some(&d.shape),
-                    format!(
+                    &|| format!(
                         "{b:?} of shapes {:?} and {:?} (equal, or one a scalar) cannot give {:?}",
                         s[0].shape, s[1].shape, d.shape
                     ),
@@ -619,11 +619,11 @@ impl Compute {
             ComputeKind::Compare(_) => {
                 want(
                     s[0].dtype == s[1].dtype && d.dtype == DType::Bool,
-                    "a comparison takes operands of one dtype and gives bools".into(),
+                    &|| "a comparison takes operands of one dtype and gives bools".into(),
                 )?;
                 want(
                     broadcast_shape(&s[0].shape, &s[1].shape).as_deref() == Some(&d.shape),
-                    format!(
+                    &|| format!(
                         "comparing shapes {:?} and {:?} cannot give {:?}",
                         s[0].shape, s[1].shape, d.shape
                     ),
@@ -632,13 +632,13 @@ impl Compute {
             ComputeKind::Select => {
                 want(
                     s[0].dtype == DType::Bool && s[1].dtype == s[2].dtype && s[1].dtype == d.dtype,
-                    "select takes a bool predicate and two operands of the result's dtype".into(),
+                    &|| "select takes a bool predicate and two operands of the result's dtype".into(),
                 )?;
                 let shape = broadcast_shape(&s[1].shape, &s[2].shape)
                     .and_then(|x| broadcast_shape(&s[0].shape, &x));
                 want(
                     shape.as_deref() == Some(&d.shape),
-                    format!(
+                    &|| format!(
                         "select of shapes {:?}, {:?}, {:?} cannot give {:?}",
                         s[0].shape, s[1].shape, s[2].shape, d.shape
                     ),
@@ -646,7 +646,7 @@ impl Compute {
             }
             ComputeKind::Convert => want(
                 same_shape(&s[0].shape, &d.shape),
-                "a conversion keeps the shape".into(),
+                &|| "a conversion keeps the shape".into(),
             ),
             ComputeKind::Broadcast { dims } => {
                 let ok = dims.len() == s[0].shape.len()
@@ -657,7 +657,7 @@ impl Compute {
                     && s[0].dtype == d.dtype;
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "broadcast_in_dim of {:?} with dims {dims:?} cannot give {:?}",
                         s[0].shape, d.shape
                     ),
@@ -665,7 +665,7 @@ impl Compute {
             }
             ComputeKind::Reshape => want(
                 s[0].numel() == d.numel() && s[0].dtype == d.dtype,
-                format!("cannot reshape {:?} to {:?}", s[0].shape, d.shape),
+                &|| format!("cannot reshape {:?} to {:?}", s[0].shape, d.shape),
             ),
             ComputeKind::Transpose { perm } => {
                 let mut seen = perm.clone();
@@ -680,7 +680,7 @@ impl Compute {
                     && d.shape.len() == perm.len();
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "transpose of {:?} by {perm:?} (a permutation of up to 4 dims) cannot give {:?}",
                         s[0].shape, d.shape
                     ),
@@ -688,11 +688,11 @@ impl Compute {
             }
             ComputeKind::Iota { dim } => want(
                 *dim < d.shape.len() && d.dtype != DType::Bool,
-                format!("iota along dim {dim} of shape {:?}", d.shape),
+                &|| format!("iota along dim {dim} of shape {:?}", d.shape),
             ),
             ComputeKind::Constant(words) => want(
                 words.len() == d.numel(),
-                format!(
+                &|| format!(
                     "a constant of {} elements cannot fill {:?}",
                     words.len(),
                     d.shape
@@ -700,7 +700,7 @@ impl Compute {
             ),
             ComputeKind::Bitcast => want(
                 same_shape(&s[0].shape, &d.shape) && bitcastable(s[0].dtype, d.dtype),
-                format!(
+                &|| format!(
                     "a bitcast keeps the shape and goes between f32 and i32 or f16 and bf16, not {} {:?} to {} {:?}",
                     s[0].dtype, s[0].shape, d.dtype, d.shape
                 ),
@@ -718,7 +718,7 @@ impl Compute {
                     });
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "a slice of {:?} from {start:?} by {strides:?} cannot give {:?}",
                         s[0].shape, d.shape
                     ),
@@ -734,7 +734,7 @@ impl Compute {
                     && (0..r).all(|i| start[i] + s[1].shape[i] <= d.shape[i]);
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "an update of {:?} at {start:?} does not fit in {:?}",
                         s[1].shape, d.shape
                     ),
@@ -751,7 +751,7 @@ impl Compute {
                     && s.iter().map(|o| o.shape[*dim]).sum::<usize>() == d.shape[*dim];
                 want(
                     ok,
-                    format!("concatenating along dim {dim} cannot give {:?}", d.shape),
+                    &|| format!("concatenating along dim {dim} cannot give {:?}", d.shape),
                 )
             }
             ComputeKind::Reduce { op, axes } => {
@@ -766,7 +766,7 @@ impl Compute {
                     && s[0].dtype == d.dtype;
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "{op:?} of {:?} over {axes:?} cannot give {:?}",
                         s[0].shape, d.shape
                     ),
@@ -788,7 +788,7 @@ impl Compute {
                     && matches!(d.dtype, DType::I32);
                 want(
                     ok,
-                    format!(
+                    &|| format!(
                         "arg{op:?} of {:?} along {axis} gives i32 of the other dims, not {:?} {}",
                         s[0].shape, d.shape, d.dtype
                     ),
@@ -797,14 +797,14 @@ impl Compute {
             ComputeKind::Dot(dims) => dot_shape(dims, &s[0], &s[1]).and_then(|shape| {
                 want(
                     shape == d.shape,
-                    format!(
+                    &|| format!(
                         "dot_general of {:?} and {:?} gives {shape:?}, not {:?}",
                         s[0].shape, s[1].shape, d.shape
                     ),
                 )?;
                 want(
                     s[0].dtype == s[1].dtype && dot_accumulates(s[0].dtype, d.dtype),
-                    format!(
+                    &|| format!(
                         "dot_general of {} and {} accumulates in f32 (floats) or i32 (integers), not {}",
                         s[0].dtype, s[1].dtype, d.dtype
                     ),

@@ -36,6 +36,11 @@ impl FirstFit {
         self.live.clear();
     }
 
+    /// Makes the peak at least `end` (a region that holds another's ranges too).
+    pub fn at_least(&mut self, end: usize) {
+        self.peak = self.peak.max(end);
+    }
+
     /// The largest end ever used.
     pub fn peak(&self) -> usize {
         self.peak

@@ -6,21 +6,20 @@ use super::spec::{Arg, Args, PallasCall, ScratchSpec};
 use super::temps::Temps;
 use crate::error::{DeviceName, Error, KernelError, KernelErrorKind, Result, Site};
 use crate::ir::{
-    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Program, SemInfo, SemKind,
-    View,
+    grid_coords, Allocation, DataOp, Invocation, Layout, MemorySpace, Op, OpKind, Program, SemInfo,
+    SemKind, View,
 };
 use crate::mesh::Mesh;
 use crate::source::Iteration;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// What a trace needs before the kernel runs: the layout every device shares, the
 /// kernel's arguments, and where operands live.
 pub(crate) struct Frame {
     /// Allocations and semaphore slots.
     pub(crate) layout: Layout,
-    /// The kernel's arguments.
-    pub(crate) args: Args,
     /// The barrier semaphore, with a `collective_id`.
     pub(crate) barrier: Option<Sem>,
     /// The first `run_scoped` slot.
@@ -33,8 +32,42 @@ pub(crate) struct Frame {
     pub(crate) inputs: Vec<usize>,
     /// Output allocations.
     pub(crate) outputs: Vec<usize>,
-    /// The values' temporaries, numbered after the kernel's own allocations.
+}
+
+/// What one thread tracing a kernel changes: the arguments (with the mistakes made in
+/// asking for them) and the values' temporaries, numbered after the kernel's own
+/// allocations.
+pub(crate) struct Lane {
+    pub(crate) args: Args,
     pub(crate) temps: RefCell<Temps>,
+}
+
+impl Lane {
+    /// A lane for another thread: the same arguments, no mistakes, no values yet.
+    fn fork(&self) -> Lane {
+        Lane {
+            args: self.args.fork(),
+            temps: RefCell::new(Temps::new(self.temps.borrow().first())),
+        }
+    }
+}
+
+/// Devices `devices` of a kernel traced by one thread: each device's ops, their DMAs
+/// (numbered from zero), and the distinct kernel mistakes found.
+struct Traced {
+    ops: Vec<Vec<Op>>,
+    dmas: Vec<crate::ir::Dma>,
+    errors: Vec<KernelError>,
+}
+
+/// Keeps `e` unless a mistake of its kind at its line is kept already or enough are.
+fn note(errors: &mut Vec<KernelError>, e: KernelError) {
+    let dup = errors
+        .iter()
+        .any(|x| x.kind == e.kind && x.site.location == e.site.location);
+    if !dup && errors.len() < MAX_KERNEL_ERRORS {
+        errors.push(e);
+    }
 }
 
 /// How many distinct kernel mistakes one trace collects before it stops.
@@ -52,10 +85,11 @@ impl PallasCall {
         }
     }
 
-    /// The layout and the kernel's arguments, built from the spec before any tracing.
+    /// The layout and the kernel's arguments (in the lane of a first thread tracing it),
+    /// built from the spec before any tracing.
     /// Without `named`, semaphore array elements get no names (for counting ops, where
     /// a seed-003 signal matrix of 2P² cells would otherwise cost a string each).
-    pub(crate) fn frame(&self, named: bool) -> Result<Frame> {
+    pub(crate) fn frame(&self, named: bool) -> Result<(Frame, Lane)> {
         let element = |name: &str, index: std::fmt::Arguments| {
             if named {
                 format!("{name}[{index}]")
@@ -244,27 +278,34 @@ impl PallasCall {
             carried: false,
         }));
         let args = Args::new(args, names);
-        Ok(Frame {
-            temps: RefCell::new(Temps::new(layout.allocs.len())),
-            layout,
+        let lane = Lane {
             args,
-            barrier,
-            scoped_base,
-            prologue_pairs,
-            epilogue_pairs,
-            inputs,
-            outputs,
-        })
+            temps: RefCell::new(Temps::new(layout.allocs.len())),
+        };
+        Ok((
+            Frame {
+                layout,
+                barrier,
+                scoped_base,
+                prologue_pairs,
+                epilogue_pairs,
+                inputs,
+                outputs,
+            },
+            lane,
+        ))
     }
 
     /// Traces device `device` at row-major grid point `g` (its DMAs numbered from
     /// `dma_base`) into `rec` (empty; a recycled one keeps the room its vectors had, so
-    /// a trace does not allocate anew at every grid point): what it recorded, and the
-    /// message of a panic in the kernel body.
+    /// a trace does not allocate anew at every grid point), the arguments and values
+    /// `lane`'s: what it recorded, and the message of a panic in the kernel body.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn trace_point(
         &self,
         mesh: &Mesh,
         frame: &Frame,
+        lane: &Lane,
         device: usize,
         g: usize,
         dma_base: usize,
@@ -287,11 +328,11 @@ impl PallasCall {
             iteration: Cell::new(Iteration::NONE),
             cores: spec.cores.max(1),
             rec: RefCell::new(rec),
-            temps: &frame.temps,
+            temps: &lane.temps,
         };
         // Values live within one grid point.
-        frame.temps.borrow_mut().reset();
-        let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &frame.args)));
+        lane.temps.borrow_mut().reset();
+        let run = catch_unwind(AssertUnwindSafe(|| (self.kernel)(&ctx, &lane.args)));
         let rec = ctx.rec.into_inner();
         let panic = run.err().map(|panic| {
             panic
@@ -303,79 +344,131 @@ impl PallasCall {
         (rec, panic)
     }
 
-    /// Traces the kernel and returns the program together with every distinct kernel
-    /// mistake (by kind and source line); the program is only usable when there are none.
-    pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
-        let spec = &self.spec;
-        if !mesh.size().is_multiple_of(spec.cores.max(1)) {
-            return Err(Error::bad_input(format!(
-                "a mesh of {} devices cannot hold chips of {} cores",
-                mesh.size(),
-                spec.cores
-            )));
+    /// Every device of `mesh` traced, the devices split among the threads of the pool
+    /// (each in its own lane, `lane` the first's; devices trace independently), and the
+    /// values' temporaries of all. The same program as one thread tracing device after
+    /// device, which it falls back to where the lanes met the values' dtypes in
+    /// different orders.
+    fn trace_all(&self, mesh: &Mesh, frame: &Frame, lane: Lane) -> Result<(Traced, Temps)> {
+        use rayon::prelude::*;
+        let n = mesh.size();
+        let k = rayon::current_num_threads().clamp(1, n);
+        let lanes: Vec<Lane> = (1..k).map(|_| lane.fork()).collect();
+        // This thread traces the first devices, watched (crate::interrupt); the other
+        // lanes stop at their next check once it is asked to.
+        let stopped = AtomicBool::new(false);
+        let range = |i: usize| i * n / k..(i + 1) * n / k;
+        let (first, rest) = rayon::join(
+            || {
+                let check =
+                    || crate::interrupt::check().inspect_err(|_| stopped.store(true, Relaxed));
+                let part = self.trace_devices(mesh, frame, &lane, range(0), &check);
+                (part, lane)
+            },
+            || {
+                let check = || match stopped.load(Relaxed) {
+                    true => Err(Error::Interrupted),
+                    false => Ok(()),
+                };
+                lanes
+                    .into_par_iter()
+                    .enumerate()
+                    .map(|(i, lane)| {
+                        let part = self.trace_devices(mesh, frame, &lane, range(i + 1), &check);
+                        part.map(|p| (p, lane))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            },
+        );
+        let ((first, lane), parts) = (first, rest?);
+        let mut all = first?;
+        let mut temps = lane.temps.into_inner();
+        for (mut part, lane) in parts {
+            if !temps.absorb(lane.temps.into_inner()) {
+                // Values of another dtype first: numbered otherwise. Traced again, in
+                // order, in a lane of its own.
+                let (_, lane) = self.frame(true)?;
+                let one = self.trace_devices(mesh, frame, &lane, 0..n, &crate::interrupt::check)?;
+                return Ok((one, lane.temps.into_inner()));
+            }
+            let base = all.dmas.len();
+            for op in part.ops.iter_mut().flatten() {
+                if let OpKind::DmaStart(id) = &mut op.kind {
+                    *id += base;
+                }
+            }
+            all.ops.append(&mut part.ops);
+            all.dmas.append(&mut part.dmas);
+            for e in part.errors {
+                note(&mut all.errors, e);
+            }
         }
-        let frame = self.frame(true)?;
+        Ok((all, temps))
+    }
+
+    /// Devices `devices` traced at every grid point in `lane` (DMAs numbered from zero).
+    fn trace_devices(
+        &self,
+        mesh: &Mesh,
+        frame: &Frame,
+        lane: &Lane,
+        devices: std::ops::Range<usize>,
+        check: &dyn Fn() -> Result<()>,
+    ) -> Result<Traced> {
+        let spec = &self.spec;
         let points: usize = spec.grid.iter().product();
-        let mut ops = Vec::with_capacity(mesh.size());
+        let mut ops: Vec<Vec<Op>> = Vec::with_capacity(devices.len());
         let mut dmas = Vec::new();
         let mut errors: Vec<KernelError> = Vec::new();
-        let mut note = |e: KernelError| {
-            let dup = errors
-                .iter()
-                .any(|x| x.kind == e.kind && x.site.location == e.site.location);
-            if !dup && errors.len() < MAX_KERNEL_ERRORS {
-                errors.push(e);
-            }
-        };
         let mut spare = Recording::default();
-        for device in 0..mesh.size() {
+        for device in devices {
             // Devices mostly trace alike: room for as many ops as the last one.
             let mut dev_ops = Vec::with_capacity(ops.last().map_or(0, Vec::len));
             for g in 0..points {
                 // A watched caller may stop a long trace (crate::interrupt).
                 if g.is_multiple_of(1024) {
-                    crate::interrupt::check()?;
+                    check()?;
                 }
                 let (mut rec, panic) = self.trace_point(
                     mesh,
-                    &frame,
+                    frame,
+                    lane,
                     device,
                     g,
                     dmas.len(),
                     std::mem::take(&mut spare),
                 );
+                let site = |op: &'static str, location: String| Site {
+                    device: DeviceName::of(device, spec.cores).device,
+                    core: DeviceName::of(device, spec.cores).core,
+                    invocation: None,
+                    grid: grid_coords(&spec.grid, g),
+                    iteration: Iteration::NONE,
+                    op,
+                    location,
+                };
                 if let Some(msg) = panic {
-                    note(KernelError {
-                        kind: KernelErrorKind::Misuse,
-                        site: Site {
-                            device: DeviceName::of(device, spec.cores).device,
-                            core: DeviceName::of(device, spec.cores).core,
-                            invocation: None,
-                            grid: grid_coords(&spec.grid, g),
-                            iteration: Iteration::NONE,
-                            op: "kernel body",
-                            location: self.name.clone(),
+                    note(
+                        &mut errors,
+                        KernelError {
+                            kind: KernelErrorKind::Misuse,
+                            site: site("kernel body", self.name.clone()),
+                            detail: msg,
                         },
-                        detail: msg,
-                    });
+                    );
                 }
                 for e in rec.errors.drain(..) {
-                    note(e);
+                    note(&mut errors, e);
                 }
-                for (at, detail) in frame.args.errors.borrow_mut().drain(..) {
-                    note(KernelError {
-                        kind: KernelErrorKind::Misuse,
-                        site: Site {
-                            device: DeviceName::of(device, spec.cores).device,
-                            core: DeviceName::of(device, spec.cores).core,
-                            invocation: None,
-                            grid: grid_coords(&spec.grid, g),
-                            iteration: Iteration::NONE,
-                            op: "kernel argument",
-                            location: format!("{}:{}", at.file(), at.line()),
+                for (at, detail) in lane.args.errors.borrow_mut().drain(..) {
+                    note(
+                        &mut errors,
+                        KernelError {
+                            kind: KernelErrorKind::Misuse,
+                            site: site("kernel argument", format!("{}:{}", at.file(), at.line())),
+                            detail,
                         },
-                        detail,
-                    });
+                    );
                 }
                 if dev_ops.is_empty() {
                     // The device's first ops: the point's list taken whole, not copied
@@ -390,16 +483,30 @@ impl PallasCall {
             }
             ops.push(dev_ops);
         }
+        Ok(Traced { ops, dmas, errors })
+    }
+
+    /// Traces the kernel and returns the program together with every distinct kernel
+    /// mistake (by kind and source line); the program is only usable when there are none.
+    pub fn trace(&self, mesh: &Mesh) -> Result<(Program, Vec<KernelError>)> {
+        let spec = &self.spec;
+        if !mesh.size().is_multiple_of(spec.cores.max(1)) {
+            return Err(Error::bad_input(format!(
+                "a mesh of {} devices cannot hold chips of {} cores",
+                mesh.size(),
+                spec.cores
+            )));
+        }
+        let (frame, lane) = self.frame(true)?;
+        let (Traced { ops, dmas, errors }, temps) = self.trace_all(mesh, &frame, lane)?;
         let Frame {
             mut layout,
             prologue_pairs,
             epilogue_pairs,
             inputs,
             outputs,
-            temps,
             ..
         } = frame;
-        let temps = temps.into_inner();
         // The kernel's own VMEM buffers, before the values' allocations join them.
         let buffers = layout
             .allocs

@@ -272,6 +272,11 @@ pub struct Args {
 }
 
 impl Args {
+    /// The same arguments, with no mistakes noted (for another thread's trace).
+    pub(crate) fn fork(&self) -> Self {
+        Self::new(self.args.clone(), self.names.clone())
+    }
+
     pub(crate) fn new(args: Vec<Arg>, names: Vec<String>) -> Self {
         Self {
             args,

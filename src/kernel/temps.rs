@@ -45,6 +45,35 @@ impl Temps {
         }
     }
 
+    /// The allocation of the first dtype's temporaries.
+    pub(crate) fn first(&self) -> AllocId {
+        self.first
+    }
+
+    /// Takes in the temporaries of a trace of other devices of the same kernel: each
+    /// dtype's allocation holds the larger of the two, and the peak of live values is
+    /// the larger. False, nothing changed, where `other` met the dtypes in another order
+    /// (its values' allocations are numbered otherwise).
+    pub(crate) fn absorb(&mut self, other: Temps) -> bool {
+        let same = self.first == other.first
+            && self
+                .pools
+                .iter()
+                .zip(&other.pools)
+                .all(|(a, b)| a.dtype == b.dtype);
+        if !same {
+            return false;
+        }
+        for (k, p) in other.pools.into_iter().enumerate() {
+            match self.pools.get_mut(k) {
+                Some(mine) => mine.runs.at_least(p.runs.peak()),
+                None => self.pools.push(p),
+            }
+        }
+        self.peak_live = self.peak_live.max(other.peak_live);
+        true
+    }
+
     /// A run of `len` elements of `dtype` (allocation, offset); `loaded`: it holds a
     /// value loaded from a ref, which takes no VMEM of its own on a TPU.
     pub(crate) fn take(&mut self, dtype: DType, len: usize, loaded: bool) -> (AllocId, usize) {
