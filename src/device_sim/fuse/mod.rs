@@ -13,6 +13,7 @@
 
 mod build;
 mod forward;
+mod lanes;
 mod later;
 mod live;
 mod reading;
@@ -64,6 +65,10 @@ impl Fused {
 
 /// Most instructions of one region (its registers' blocks stay in the cache).
 const MAX_INSTRS: usize = 64;
+
+/// Fewest ops of a schedule fused in lanes of devices on the pool's threads (below, one
+/// thread is done before the others start).
+const LANES_FROM: usize = 4096;
 
 /// What a fused run must leave in memory when it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,124 +215,21 @@ pub fn fuse_apart(
     // Writes are dropped only from a run read through its outputs alone (as `prune`).
     let later = later::Later::of(program, schedule, keep == Keep::Outputs && cuts.is_empty());
     let mut out = Fused::default();
-    // The open region of each device (a region's views are all on its device, so only
-    // an op that touches a device can conflict with that device's region).
-    let mut open: Vec<Option<Builder>> = (0..program.devices).map(|_| None).collect();
-    let mut opened: Vec<usize> = Vec::new();
-    let close = |b: Option<Builder>, steps: &mut Vec<Step>| {
-        match b.and_then(Builder::finish) {
-            // A lone copy, fill or accumulate runs as it is (memcpy and memset are the
-            // fastest there are; an accumulate alone reads its operands in place).
-            Some(r) if r.ops.len() == 1 && build::is_plain(&schedule.ops[r.ops[0]]) => {
-                steps.push(Step::Op(r.ops[0]))
-            }
-            Some(r) => steps.push(Step::Region(Box::new(r))),
-            None => {}
-        }
+    let f = lanes::Fusing {
+        ops: &schedule.ops,
+        allocs: &memory.allocs,
+        staging,
+        joins,
+        later: &later,
+        apart,
+        devices: program.devices,
     };
-    let mut cuts = cuts.iter().copied().peekable();
-    let mut touched: Vec<usize> = Vec::new();
     lap.note("later");
-    for (i, op) in schedule.ops.iter().enumerate() {
-        while cuts.peek().is_some_and(|&c| c <= i) {
-            cuts.next();
-            let k = out.piece_ends.len();
-            let mut seen = vec![false; program.devices];
-            let mut deferred = Vec::new();
-            opened.retain(|&d| {
-                if std::mem::replace(&mut seen[d], true) {
-                    return false; // listed twice (reopened): decided at its first entry
-                }
-                let Some(b) = open[d].take() else {
-                    return false;
-                };
-                // A region nothing between the pieces touches stays open; one that is
-                // touched closes, its last copy taken past the cut where it may be.
-                let b = match keep {
-                    Keep::Between(between) if !between.touches(k, &b) => {
-                        open[d] = Some(b);
-                        return true;
-                    }
-                    Keep::Between(between) if joins.sums => {
-                        let (b, last) = b.defer_last_copy_past(
-                            &schedule.ops,
-                            between.reads(k),
-                            between.writes(k),
-                            &later,
-                        );
-                        deferred.extend(last);
-                        b
-                    }
-                    _ => b,
-                };
-                close(Some(b), &mut out.steps);
-                false
-            });
-            out.piece_ends.push(out.steps.len());
-            reopen(
-                deferred,
-                (&mut open, &mut opened, &mut out.steps),
-                joins,
-                &later,
-            );
-        }
-        let elem = match apart.binary_search(&i) {
-            Ok(_) => None,
-            Err(_) => build::Elem::of(op, &memory.allocs, staging, joins.sums),
-        };
-        // Regions this op would be reordered with: closed first (they run before it).
-        touched.clear();
-        touched.extend(op.reads().chain(op.writes()).map(|v| v.device()));
-        touched.sort_unstable();
-        touched.dedup();
-        // An op that runs as it is, now, may take a region's last copy past it
-        // ([`Builder::defer_last_copy`]): that copy then starts the device's next region.
-        let mut deferred = Vec::new();
-        for &d in &touched {
-            let own = elem.as_ref().is_some_and(|e| e.device == d);
-            if !own && open[d].as_ref().is_some_and(|b| b.conflicts(op)) {
-                let b = open[d].take().expect("open");
-                let (b, last) = match elem {
-                    None if joins.sums => b.defer_last_copy(&schedule.ops, op, &later),
-                    _ => (b, None),
-                };
-                close(Some(b), &mut out.steps);
-                deferred.extend(last);
-            }
-        }
-        let Some(elem) = elem else {
-            out.steps.push(Step::Op(i));
-            reopen(
-                deferred,
-                (&mut open, &mut opened, &mut out.steps),
-                joins,
-                &later,
-            );
-            continue;
-        };
-        let d = elem.device;
-        if open[d].is_none() {
-            open[d] = Some(Builder::new(d, joins));
-            opened.push(d);
-        }
-        let b = open[d].as_mut().expect("opened");
-        if b.len() < MAX_INSTRS && b.try_add(i, &elem, &later) {
-            continue;
-        }
-        close(open[d].replace(Builder::new(d, joins)), &mut out.steps);
-        let b = open[d].as_mut().expect("opened");
-        if !b.try_add(i, &elem, &later) {
-            // An op that cannot be a region of its own (its destination overlaps a source
-            // elsewhere than element for element): as it is.
-            out.steps.push(Step::Op(i));
-        }
-    }
-    for d in opened.drain(..) {
-        close(open[d].take(), &mut out.steps);
-    }
-    // Cuts at or past the end: empty pieces.
-    for _ in cuts {
-        out.piece_ends.push(out.steps.len());
+    let lanes = rayon::current_num_threads().min(program.devices);
+    if cuts.is_empty() && lanes > 1 && schedule.ops.len() >= LANES_FROM {
+        out.steps = lanes::fuse_in_lanes(&f, lanes);
+    } else {
+        fuse_in_pieces(&f, cuts, keep, &mut out);
     }
     out.piece_ends.push(out.steps.len());
     lap.note("loop");
@@ -395,22 +297,59 @@ pub fn fuse_apart(
     out
 }
 
-/// Starts each device's next region with the copy `deferred` took past what closed its
-/// last ([`Builder::defer_last_copy`]); a copy no region takes runs as it is, now.
-fn reopen(
-    deferred: Vec<(usize, build::Elem)>,
-    (open, opened, steps): (&mut [Option<Builder>], &mut Vec<usize>, &mut Vec<Step>),
-    joins: Joins,
-    later: &later::Later,
-) {
-    for (k, e) in deferred {
-        let mut b = Builder::new(e.device, joins);
-        if b.try_add(k, &e, later) {
-            opened.push(e.device);
-            open[e.device] = Some(b);
-        } else {
-            steps.push(Step::Op(k));
+/// Every op of `f` fused in one lane, cut before each op index of `cuts` (as
+/// [`fuse_apart`] says), into `out`'s steps and piece ends (less the last).
+fn fuse_in_pieces(f: &lanes::Fusing<'_>, cuts: &[usize], keep: Keep<'_>, out: &mut Fused) {
+    let mut lane = lanes::Lane::new(f, 0..f.devices);
+    let mut cuts = cuts.iter().copied().peekable();
+    let at = lanes::At::default();
+    for i in 0..f.ops.len() {
+        while cuts.peek().is_some_and(|&c| c <= i) {
+            cuts.next();
+            let k = out.piece_ends.len();
+            let mut seen = vec![false; f.devices];
+            let mut deferred = Vec::new();
+            let mut opened = std::mem::take(&mut lane.opened);
+            opened.retain(|&d| {
+                if std::mem::replace(&mut seen[d], true) {
+                    return false; // listed twice (reopened): decided at its first entry
+                }
+                let Some(b) = lane.open[d].take() else {
+                    return false;
+                };
+                // A region nothing between the pieces touches stays open; one that is
+                // touched closes, its last copy taken past the cut where it may be.
+                let b = match keep {
+                    Keep::Between(between) if !between.touches(k, &b) => {
+                        lane.open[d] = Some(b);
+                        return true;
+                    }
+                    Keep::Between(between) if f.joins.sums => {
+                        let (b, last) = b.defer_last_copy_past(
+                            f.ops,
+                            between.reads(k),
+                            between.writes(k),
+                            f.later,
+                        );
+                        deferred.extend(last);
+                        b
+                    }
+                    _ => b,
+                };
+                lane.close(Some(b), at);
+                false
+            });
+            lane.opened = opened;
+            out.piece_ends.push(lane.steps.len());
+            lane.reopen(deferred, i);
         }
+        lane.fuse_op(i);
+    }
+    lane.finish();
+    out.steps = lane.steps.into_iter().map(|(_, s)| s).collect();
+    // Cuts at or past the end: empty pieces.
+    for _ in cuts {
+        out.piece_ends.push(out.steps.len());
     }
 }
 

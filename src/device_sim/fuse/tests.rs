@@ -200,3 +200,101 @@ fn psum_read_through_its_output_touches_its_input_and_output_only() {
         assert!(touched(&both).contains(&prog.outputs[1]), "P={devices}");
     }
 }
+
+/// Fused in lanes of devices (each on its own, merged by where one pass makes each step),
+/// every shipped collective and a kernel of chains, sums and DMAs fuse into the steps one
+/// pass over every device makes, whatever the lanes.
+#[test]
+fn lanes_of_devices_fuse_as_one_pass_does() {
+    use crate::collectives::Registry;
+    use crate::mesh::Placement;
+    let cpu = Joins {
+        sums: true,
+        overwrites: true,
+        forward: true,
+        reduces: true,
+    };
+    let check = |what: &str, prog: &Program, sched: &Schedule| {
+        let memory = sched.memory(prog);
+        let later = later::Later::of(prog, sched, true);
+        for joins in [Joins::default(), cpu] {
+            let f = lanes::Fusing {
+                ops: &sched.ops,
+                allocs: &memory.allocs,
+                staging: Schedule::staging_alloc(prog),
+                joins,
+                later: &later,
+                apart: &[],
+                devices: prog.devices,
+            };
+            let mut one = Fused::default();
+            fuse_in_pieces(&f, &[], Keep::Outputs, &mut one);
+            assert!(!one.steps.is_empty(), "{what}");
+            for lanes in 2..=prog.devices.min(4) {
+                let split = lanes::fuse_in_lanes(&f, lanes);
+                assert_eq!(split, one.steps, "{what}, {lanes} lanes, {joins:?}");
+            }
+        }
+    };
+    let mut checked = 0;
+    for c in Registry::builtin().iter() {
+        for devices in [3, 4] {
+            let job = Job::collective(
+                c.clone(),
+                Placement::whole(Mesh::new(devices, "x").unwrap()),
+            )
+            .with_shape(&[64, 256]);
+            // Collectives that need other shapes or meshes are not this test's matter.
+            let Ok(plan) = job.plan() else { continue };
+            check(c.name(), &plan.program, &plan.schedule);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 16, "{checked} plans checked");
+    // Each device: a chain into a scratch, a DMA of it to the right, a sum of what came
+    // from the left into the output, more chains after (copies taken past DMAs). Device
+    // 0 sends before it computes: its first region opens after the others' (`x` comes in
+    // by a DMA, not as a VMEM operand's copy, which would open every device's first).
+    let spec = GridSpec::new()
+        .grid(&[3])
+        .input("x", MemorySpace::Any, &[16, 128], DType::F32)
+        .output("y", MemorySpace::Vmem, &[16, 128], DType::F32)
+        .vmem("xv", &[16, 128], DType::F32)
+        .vmem("s", &[16, 128], DType::F32)
+        .vmem("r", &[16, 128], DType::F32)
+        .dma_sem("send")
+        .dma_sem("recv")
+        .dma_sem("local");
+    for devices in [2, 3, 5] {
+        let call = PallasCall::new("chains", spec.clone(), |pl, a| {
+            let me = pl.axis_index("x");
+            let right = (me + 1) % pl.num_devices();
+            let dma =
+                pl.make_async_remote_copy(a.r("x"), a.r("r"), a.sem("send"), a.sem("recv"), right);
+            if me == 0 {
+                dma.start();
+                dma.wait();
+            }
+            if pl.program_id(0) == 0 {
+                pl.fill(a.r("y"), 0.0);
+            }
+            let copy_in = pl.make_async_copy(a.r("x"), a.r("xv"), a.sem("local"));
+            copy_in.start();
+            copy_in.wait();
+            let x = pl.load(a.r("xv"));
+            let t = &(&x * 2.0) + (pl.program_id(0) as f64);
+            pl.store(a.r("s"), &pl.tanh(&t));
+            if me != 0 {
+                dma.start();
+                dma.wait();
+            }
+            pl.accumulate(a.r("y"), a.r("r"), crate::kernel::ReduceOp::Sum);
+            let y = pl.load(a.r("y"));
+            pl.store(a.r("s"), &(&y * &x));
+        });
+        let plan = Job::call(call, Mesh::new(devices, "x").unwrap())
+            .plan()
+            .unwrap();
+        check("chains", &plan.program, &plan.schedule);
+    }
+}
