@@ -384,7 +384,8 @@ pub fn sweep(
 
 /// The least seconds one iteration of `sched` can take on `exec`
 /// ([`Rates::roofline_blocked`] at `rates`, this process's, over the stretches `exec`
-/// runs a block at a time, without the ops it skips: [`Executor::skipped_ops`]). On ranks (whose pieces run unblocked) ([`crate::device_sim::ranks`]) the ranks run
+/// runs a block at a time, without the ops it skips: [`Executor::skipped_ops`], the
+/// devices it runs side by side sharing the work: [`Executor::side_by_side`]). On ranks (whose pieces run unblocked) ([`crate::device_sim::ranks`]) the ranks run
 /// concurrently, each its own ops on its own executor, and the iteration ends when the
 /// last rank's does: an iteration takes at least, on every rank, the roof of the ops that
 /// rank runs (its [`crate::device_sim::ranks::plan::RankPlan`]'s local schedule) at that rank's
@@ -400,7 +401,8 @@ pub fn roof(
     let Some(r) = exec.ranks() else {
         let blocked = exec.blocked_stretches(program, sched);
         let skipped = exec.skipped_ops(program, sched);
-        return Ok(rates.roofline_blocked(sched, program, iters, &blocked, &skipped));
+        let lanes = exec.side_by_side(program, sched);
+        return Ok(rates.roofline_blocked(sched, program, iters, &blocked, &skipped, lanes));
     };
     let part = r.partition(program.devices)?;
     let plan = crate::device_sim::ranks::plan::RankPlan::new(program, sched, &part, r.rank())?;

@@ -513,7 +513,11 @@ impl Rates {
     /// [`Rates::roofline`] of a run that executes the ops of `blocked` a block at a time
     /// ([`Executor::blocked_stretches`]) and not those of `skipped` at all
     /// ([`Executor::skipped_ops`]): each stretch takes its [`Rates::stretch_seconds`] in
-    /// place of its ops' own.
+    /// place of its ops' own. Where the run has `lanes` of devices side by side
+    /// ([`Executor::side_by_side`]), each op still takes its own time but at most `lanes`
+    /// run at once, and one device's run one after another: the iteration takes the
+    /// most of the whole work shared among the lanes and each device's ops alone (a copy
+    /// between two devices counted in neither device's).
     pub fn roofline_blocked(
         &self,
         sched: &Schedule,
@@ -521,6 +525,7 @@ impl Rates {
         iters: usize,
         blocked: &[BlockedStretch],
         skipped: &[usize],
+        lanes: usize,
     ) -> f64 {
         let allocs = sched.allocations(program);
         let mut alone = vec![true; sched.ops.len()];
@@ -534,8 +539,22 @@ impl Rates {
             .map(|b| self.stretch_seconds(b, &sched.ops, &allocs))
             .sum();
         let ops = sched.ops.iter().zip(alone).filter(|(_, a)| *a);
-        let data: f64 = ops.map(|(o, _)| self.op_seconds(o, &allocs)).sum();
-        data + stretches + self.fixed / iters.max(1) as f64
+        let mut device = vec![0.0f64; program.devices];
+        let mut data = 0.0;
+        for (o, _) in ops {
+            let t = self.op_seconds(o, &allocs);
+            data += t;
+            let mut on = o.reads().chain(o.writes()).map(|v| v.device());
+            let first = on.next();
+            if let Some(d) = first.filter(|&d| on.all(|e| e == d)) {
+                device[d] += t;
+            }
+        }
+        let work = match lanes {
+            0 | 1 => data + stretches,
+            n => ((data + stretches) / n as f64).max(device.into_iter().fold(0.0, f64::max)),
+        };
+        work + self.fixed / iters.max(1) as f64
     }
 
     /// The least seconds blocked stretch `b` (of the schedule's `ops`) can take: the most

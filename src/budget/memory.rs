@@ -77,6 +77,10 @@ pub(super) fn address_space_left() -> Option<u64> {
         {
             return None;
         }
+        // The worker threads that run steps (lanes of devices) with their malloc arenas
+        // mapped first (each maps one at its first allocation), so that every look at
+        // what is mapped sees them, and the same figure.
+        rayon::broadcast(|_| drop(std::hint::black_box(Box::new(0u8))));
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let mapped = vm_size(&status)?;
         // Two thirds of it: address space also holds what memory use does not

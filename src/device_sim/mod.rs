@@ -150,6 +150,13 @@ pub trait Executor {
         Vec::new()
     }
 
+    /// How many devices' steps a run this executor [`Executor::prepare`]s runs at once,
+    /// at most (the CPU executor's lanes of devices, a core each): a roof divides the
+    /// work among them. One by default: a step at a time.
+    fn side_by_side(&self, _program: &Program, _schedule: &Schedule) -> usize {
+        1
+    }
+
     /// Loads `inputs[device][operand]`, runs `schedule` once, returns `outputs[device][operand]`.
     fn execute(
         &mut self,

@@ -12,6 +12,7 @@ mod blocked;
 mod chain;
 pub mod compute;
 mod dead_fills;
+pub mod device_lanes;
 mod extrema;
 mod float_mode;
 mod halves;
@@ -222,6 +223,8 @@ pub struct CpuExecutor {
     fused: bool,
     /// Every view of a blocked stretch written to memory ([`MATERIALIZE_ENV`]).
     materialize: bool,
+    /// Lanes of devices side by side ([`CpuExecutor::device_lanes`]).
+    lanes: Option<bool>,
 }
 
 impl Default for CpuExecutor {
@@ -238,6 +241,7 @@ impl CpuExecutor {
         CpuExecutor {
             fused: true,
             materialize: env.is_some_and(|v| v != "0"),
+            lanes: None,
         }
     }
 
@@ -252,6 +256,16 @@ impl CpuExecutor {
         }
     }
 
+    /// This executor, but running devices' steps side by side on the cores
+    /// ([`device_lanes`]) as `on` says: `Some(true)` wherever the devices make two lanes
+    /// or more, however small the run; `Some(false)` never (one step after another, in
+    /// the schedule's order); `None` (the default) where the run is worth a second core,
+    /// unless [`device_lanes::DEVICE_LANES_ENV`] is `0`. The results are the same bits
+    /// either way.
+    pub fn device_lanes(self, on: Option<bool>) -> Self {
+        CpuExecutor { lanes: on, ..self }
+    }
+
     /// A CPU executor that runs every data op as the schedule lists it, one at a
     /// time, nothing fused or dropped: what the fused runs are held to in the tests,
     /// and the "before" of fusion's benchmarks.
@@ -259,6 +273,7 @@ impl CpuExecutor {
         CpuExecutor {
             fused: false,
             materialize: true,
+            lanes: Some(false),
         }
     }
 
@@ -403,21 +418,19 @@ impl CpuExecutor {
         let mut run = CpuRun {
             program,
             schedule,
-            mem: Memory {
-                table,
-                bufs,
-                scratch: Default::default(),
-                chained: Vec::new(),
-            },
+            table,
+            bufs,
+            work: Vec::new(),
             fused: Cow::Borrowed(&plan.fused),
             spare: Some(&plan.spare),
             reading: None,
             skip,
             moved,
             stretches: Vec::new(),
+            lanes: None,
             fresh,
         };
-        run.block(self.materialize);
+        run.block(self.materialize, self.lanes);
         Ok(Box::new(run))
     }
 }
@@ -544,15 +557,67 @@ impl DerefMut for Buf<'_> {
     }
 }
 
-/// Host memory: one word buffer per (device, allocation), in the order of
-/// [`ir::Memory::index`].
-struct Memory<'a> {
-    table: ir::Memory,
-    bufs: Vec<Buf<'a>>,
-    /// What a fused region's run works in, reused.
-    scratch: region::Scratch,
-    /// What each region of a chain ([`chain`]) works in, reused.
+/// Where one memory slot's elements lie while steps run: raw places, so that threads
+/// running the steps of different devices side by side ([`device_lanes`]) each make
+/// slices of the views they touch only, never of a whole buffer another may be using.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    /// The first word (of memory held as words).
+    at: *mut u32,
+    /// Words; none for 16-bit memory held as stored, which only regions touch (so that a
+    /// use the plan did not foresee is a bounds panic, not a wrong read).
+    len: usize,
+    /// 16-bit memory held as stored: its first element, and whether it is written.
+    halves: Option<(*mut u16, bool)>,
+    /// An input lent for reading: never written ([`Coverage::input_written`]).
+    read_only: bool,
+}
+
+// SAFETY: a place is an address into a run's buffers, which outlive every thread that
+// runs its steps; threads running at once touch no element one of them writes
+// ([`device_lanes`] orders any two steps that do).
+unsafe impl Send for Place {}
+unsafe impl Sync for Place {}
+
+/// The places of `bufs`' elements, in order.
+fn places_of(bufs: &mut [Buf<'_>]) -> Vec<Place> {
+    bufs.iter_mut()
+        .map(|b| {
+            let halves = b.halves();
+            let read_only = matches!(b, Buf::Read(_));
+            let (at, len) = match b {
+                Buf::Own(w) => (w.as_mut_ptr(), w.len()),
+                Buf::Lent(w) => (w.as_mut_ptr(), w.len()),
+                Buf::Read(w) => (w.as_ptr() as *mut u32, w.len()),
+                Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(_) => {
+                    (std::ptr::NonNull::dangling().as_ptr(), 0)
+                }
+            };
+            Place {
+                at,
+                len,
+                halves,
+                read_only,
+            }
+        })
+        .collect()
+}
+
+/// What a thread running steps works in, kept from one run to the next.
+#[derive(Default)]
+struct Scratch {
+    /// What a fused region's run works in.
+    region: region::Scratch,
+    /// What each region of a chain ([`chain`]) works in.
     chained: Vec<region::Scratch>,
+}
+
+/// Host memory as steps see it: one buffer per (device, allocation), in the order of
+/// [`ir::Memory::index`], at its place, and the running thread's scratch.
+struct Memory<'m> {
+    table: &'m ir::Memory,
+    places: &'m [Place],
+    work: &'m mut Scratch,
 }
 
 /// Nanoseconds a word of a copy, fill or accumulate costs one core, for
@@ -564,47 +629,39 @@ impl Memory<'_> {
         self.table.index(v)
     }
 
+    /// The place of `v`'s first word, checked to lie with the view within its buffer.
+    fn at(&self, v: &View) -> *mut u32 {
+        let p = &self.places[self.index(v)];
+        assert!(
+            v.offset() + v.len() <= p.len,
+            "a view within its allocation"
+        );
+        // SAFETY: the offset is within the buffer, as asserted.
+        unsafe { p.at.add(v.offset()) }
+    }
+
     fn words(&self, v: &View) -> &[u32] {
-        &self.bufs[self.index(v)][v.offset()..v.offset() + v.len()]
+        // SAFETY: the view lies within its live buffer (`at`); a step's views are
+        // written by no thread running beside it ([`device_lanes`]).
+        unsafe { std::slice::from_raw_parts(self.at(v), v.len()) }
     }
 
     fn words_mut(&mut self, v: &View) -> &mut [u32] {
-        let i = self.index(v);
-        &mut self.bufs[i][v.offset()..v.offset() + v.len()]
+        assert!(
+            !self.places[self.index(v)].read_only,
+            "an input lent for reading is never written (Coverage)"
+        );
+        // SAFETY: as for `words`; touched by no thread running beside it.
+        unsafe { std::slice::from_raw_parts_mut(self.at(v), v.len()) }
     }
 
     /// The address of `v`'s first element (checked to lie within its buffer).
     fn place(&mut self, v: &View) -> *mut u32 {
-        let i = self.index(v);
-        let buf = &mut self.bufs[i];
-        assert!(
-            v.offset() + v.len() <= buf.len(),
-            "a view within its allocation"
-        );
-        let base = match buf {
-            Buf::Own(w) => w.as_mut_ptr(),
-            Buf::Lent(w) => w.as_mut_ptr(),
-            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(..) => {
-                unreachable!("halves are regions' alone")
-            }
-            // Never written: no op writes an input lent for reading (Coverage).
-            Buf::Read(w) => w.as_ptr() as *mut u32,
-        };
-        // SAFETY: the offset is within the buffer, as asserted.
-        unsafe { base.add(v.offset()) }
-    }
-
-    /// True when `v`'s memory holds 16-bit elements as stored ([`halves`]).
-    fn held_as_halves(&self, v: &View) -> bool {
-        matches!(
-            self.bufs[self.index(v)],
-            Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(_)
-        )
-    }
-
-    /// The stretches of `fused`'s steps that run a block at a time ([`blocked`]).
-    fn stretches(&self, fused: &Fused, ops: &[DataOp]) -> Vec<blocked::Stretch> {
-        blocked::stretches(&fused.steps, ops, |v| self.held_as_halves(v))
+        if self.places[self.index(v)].halves.is_some() {
+            unreachable!("halves are regions' alone")
+        }
+        // Never written where read-only: no op writes an input lent for reading.
+        self.at(v)
     }
 
     /// Runs stretch `s` of `steps` (of `ops`) a block at a time, but the steps `skip`
@@ -694,7 +751,7 @@ impl Memory<'_> {
         let places = scratch.places();
         for i in &r.inputs {
             let k = self.index(&i.view);
-            let at = self.bufs[k].halves();
+            let at = self.places[k].halves;
             places.input_halves.push(at.is_some());
             places.inputs.push(match at {
                 // SAFETY: the view lies within the lent memory (its allocation's).
@@ -704,7 +761,7 @@ impl Memory<'_> {
         }
         for o in &r.outputs {
             let k = self.index(&o.view);
-            let at = self.bufs[k].halves();
+            let at = self.places[k].halves;
             places.output_halves.push(at.is_some());
             places.outputs.push(match at {
                 // SAFETY: as for the inputs.
@@ -718,23 +775,23 @@ impl Memory<'_> {
         debug_assert!(r
             .outputs
             .iter()
-            .all(|o| { !matches!(self.bufs[self.index(&o.view)], Buf::Read(_)) }));
+            .all(|o| !self.places[self.index(&o.view)].read_only));
     }
 
     /// Runs fused region `r`.
     fn region(&mut self, r: &Region) {
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut scratch = std::mem::take(&mut self.work.region);
         self.places(r, &mut scratch);
         // SAFETY: each place is its view's first element in a live buffer, and the
         // fusion pass built `r` (outputs apart from inputs but in place).
         unsafe { region::run(r, &mut scratch) };
-        self.scratch = scratch;
+        self.work.region = scratch;
     }
 
     /// Runs fused regions `rs` together, a chunk of groups of `k` elements at a time
     /// ([`chain::chain`] lets them).
     fn chain(&mut self, rs: &[&Region], k: usize) {
-        let mut scratches = std::mem::take(&mut self.chained);
+        let mut scratches = std::mem::take(&mut self.work.chained);
         scratches.resize_with(rs.len().max(scratches.len()), Default::default);
         for (r, s) in rs.iter().zip(scratches.iter_mut()) {
             self.places(r, s);
@@ -742,7 +799,7 @@ impl Memory<'_> {
         // SAFETY: as for `region`, each region's; and `chain::chain` checked that each
         // chunk of each touches only its own elements of what another writes.
         unsafe { region::chain(rs, &mut scratches[..rs.len()], k) };
-        self.chained = scratches;
+        self.work.chained = scratches;
     }
 
     /// Runs compute op `c`: its sources are read whole before its destination is
@@ -792,8 +849,7 @@ impl Memory<'_> {
 
     /// The 16-bit elements of view `v` where its memory holds them as stored.
     fn halves_of(&mut self, v: &View) -> Option<&[u16]> {
-        let i = self.index(v);
-        let (h, _) = self.bufs[i].halves()?;
+        let (h, _) = self.places[self.index(v)].halves?;
         // SAFETY: the view lies within the memory held as halves (its allocation's).
         Some(unsafe { std::slice::from_raw_parts(h.add(v.offset()), v.len()) })
     }
@@ -845,7 +901,7 @@ impl Memory<'_> {
             unreachable!("a transpose")
         };
         let (si, di) = (self.index(&s.view), self.index(&d.view));
-        let src = match self.bufs[si].halves() {
+        let src = match self.places[si].halves {
             // SAFETY: the view lies within the lent memory; nothing writes it here.
             Some((h, _)) => Err(unsafe {
                 std::slice::from_raw_parts(h.add(s.view.offset()) as *const u16, s.view.len())
@@ -858,7 +914,7 @@ impl Memory<'_> {
         };
         // SAFETY: as for the source; the destination is apart from it (`transposed`)
         // and written only here.
-        let dst = match self.bufs[di].halves() {
+        let dst = match self.places[di].halves {
             Some((h, _)) => {
                 Err(unsafe { std::slice::from_raw_parts_mut(h.add(d.view.offset()), d.view.len()) })
             }
@@ -884,33 +940,14 @@ impl Memory<'_> {
 
     /// Mutable destination and shared source, which may be the same buffer.
     fn with_pair(&mut self, dst: &View, src: &View, f: impl FnOnce(&mut [u32], &[u32])) {
-        let (di, si) = (self.index(dst), self.index(src));
-        let (dr, sr) = (
-            dst.offset()..dst.offset() + dst.len(),
-            src.offset()..src.offset() + src.len(),
-        );
-        if di == si {
-            if dst.overlaps(src) {
-                let tmp = self.bufs[si][sr].to_vec();
-                f(&mut self.bufs[di][dr], &tmp);
-                return;
-            }
-            // Apart in one buffer: split it between them.
-            let buf = &mut self.bufs[di][..];
-            if dr.start < sr.start {
-                let (a, b) = buf.split_at_mut(sr.start);
-                f(&mut a[dr], &b[..sr.len()]);
-            } else {
-                let (a, b) = buf.split_at_mut(dr.start);
-                f(&mut b[..dr.len()], &a[sr]);
-            }
-        } else if di < si {
-            let (a, b) = self.bufs.split_at_mut(si);
-            f(&mut a[di][dr], &b[0][sr]);
-        } else {
-            let (a, b) = self.bufs.split_at_mut(di);
-            f(&mut b[0][dr], &a[si][sr]);
+        if self.index(dst) == self.index(src) && dst.overlaps(src) {
+            let tmp = self.words(src).to_vec();
+            return f(self.words_mut(dst), &tmp);
         }
+        let s = self.words(src) as *const [u32];
+        // SAFETY: the two views do not overlap (other buffers, or apart in one), so the
+        // source stays valid and unaliased while the destination is written.
+        f(self.words_mut(dst), unsafe { &*s })
     }
 
     /// Runs a copy of 16-bit elements ([`halves::in_place`]), either side held as
@@ -918,19 +955,19 @@ impl Memory<'_> {
     fn copy_halves(&mut self, dst: &View, src: &View) {
         let n = src.len();
         let (si, di) = (self.index(src), self.index(dst));
-        if let (Some((s, _)), Some((d, _))) = (self.bufs[si].halves(), self.bufs[di].halves()) {
+        if let (Some((s, _)), Some((d, _))) = (self.places[si].halves, self.places[di].halves) {
             // SAFETY: both views lie within their memory; `copy` allows overlap.
             unsafe { std::ptr::copy(s.add(src.offset()), d.add(dst.offset()), n) };
             return;
         }
         // One side in words, the other in halves: two buffers.
-        let from = match self.bufs[si].halves() {
+        let from = match self.places[si].halves {
             // SAFETY: the view lies within the memory held as halves.
             Some((h, _)) => Err(unsafe { std::slice::from_raw_parts(h.add(src.offset()), n) }),
             // SAFETY: the view lies within its buffer (`place`).
             None => Ok(unsafe { std::slice::from_raw_parts(self.place(src) as *const u32, n) }),
         };
-        match (from, self.bufs[di].halves()) {
+        match (from, self.places[di].halves) {
             (Ok(s), Some((h, _))) => {
                 // SAFETY: as for the source; another buffer, written only here.
                 let d = unsafe { std::slice::from_raw_parts_mut(h.add(dst.offset()), n) };
@@ -950,7 +987,7 @@ impl Memory<'_> {
         match op {
             DataOp::Copy { src, dst } => {
                 let (si, di) = (self.index(src), self.index(dst));
-                match self.bufs[si].halves().is_some() || self.bufs[di].halves().is_some() {
+                match self.places[si].halves.is_some() || self.places[di].halves.is_some() {
                     true => self.copy_halves(dst, src),
                     false => self.with_pair(dst, src, copy),
                 }
@@ -1239,7 +1276,11 @@ const INTERRUPT_EVERY_OPS: usize = 256;
 struct CpuRun<'a> {
     program: &'a Program,
     schedule: &'a Schedule,
-    mem: Memory<'a>,
+    /// Its memory slots ([`ir::Memory::index`]) and their buffers.
+    table: ir::Memory,
+    bufs: Vec<Buf<'a>>,
+    /// What each thread running its steps works in.
+    work: Vec<Scratch>,
     /// The schedule as it runs here, in pieces ([`Executor::prepare_pieces`]; one
     /// piece: all of it).
     fused: Cow<'a, Fused>,
@@ -1255,18 +1296,21 @@ struct CpuRun<'a> {
     /// each with its views kept out of memory ([`blocked::dead_inside`]) and those it
     /// stages in the cores' blocks ([`blocked::staged`]).
     stretches: Vec<(blocked::Stretch, Vec<View>, Vec<View>)>,
-    /// Its fresh buffers (memory slots), faulted in beside its first run where it
-    /// writes them ([`prefault`]).
+    /// Its steps as lanes of devices run side by side ([`device_lanes`]); none: in
+    /// order on the calling thread.
+    lanes: Option<device_lanes::Lanes>,
+    /// Its fresh buffers (memory slots), faulted in beside (or before) its first run
+    /// where it writes them ([`prefault`]).
     fresh: Vec<usize>,
 }
 
 impl Drop for CpuRun<'_> {
     fn drop(&mut self) {
         if std::env::var_os("TPUSIM_DEBUG_MEMORY").is_some() {
-            report_memory(&self.program.name, &self.mem.table, &self.mem.bufs);
+            report_memory(&self.program.name, &self.table, &self.bufs);
         }
         let Some(spare) = self.spare else { return };
-        for (i, b) in self.mem.bufs.iter_mut().enumerate() {
+        for (i, b) in self.bufs.iter_mut().enumerate() {
             if let Buf::Own(w) | Buf::OwnHalves(w) = b {
                 spare.give(i, std::mem::take(w));
             }
@@ -1288,7 +1332,7 @@ impl Executor for CpuExecutor {
             program,
             schedule,
             self.fused(program, schedule, &[], Keep::Outputs),
-            self.fused.then_some(self.materialize),
+            self.fused.then_some((self.materialize, self.lanes)),
         )
     }
 
@@ -1317,7 +1361,7 @@ impl Executor for CpuExecutor {
         let fused = fuse_reading(program, schedule, outputs, CPU_JOINS);
         let mut run = own_run(program, schedule, fused, true)?;
         run.reading = Some(outputs.to_vec());
-        run.block(self.materialize);
+        run.block(self.materialize, self.lanes);
         Ok(Box::new(run))
     }
 
@@ -1341,6 +1385,36 @@ impl Executor for CpuExecutor {
             blocked::described(s, &fused.steps, ops, schedule.ops.len(), &skip, &kept)
         });
         described.collect()
+    }
+
+    fn side_by_side(&self, program: &Program, schedule: &Schedule) -> usize {
+        if !self.fused {
+            return 1;
+        }
+        // As `prepare` plans it (see `blocked_stretches`).
+        let fused = self.fused(program, schedule, &[], Keep::Outputs);
+        let table = schedule.memory(program);
+        let (_, moved) = shared_twins(program, schedule, &table, &fused);
+        let ops = fused.ops.as_deref().unwrap_or(&schedule.ops);
+        let stretches: Vec<_> = blocked::stretches(&fused.steps, ops, |_| false)
+            .into_iter()
+            .map(|s| s.steps)
+            .collect();
+        let slot = |v: &View| {
+            let i = table.index(v);
+            moved.iter().find(|(o, _)| *o == i).map_or(i, |&(_, at)| at)
+        };
+        let n = rayon::current_num_threads().min(program.devices);
+        let lanes = device_lanes::plan(
+            &fused.steps,
+            ops,
+            &stretches,
+            table.len(),
+            slot,
+            n,
+            self.lanes,
+        );
+        lanes.map_or(1, |l| l.lanes.len())
     }
 
     fn skipped_ops(&self, program: &Program, schedule: &Schedule) -> Vec<usize> {
@@ -1415,11 +1489,11 @@ fn own_memory<'a>(
     program: &'a Program,
     schedule: &'a Schedule,
     fused: Fused,
-    block: Option<bool>,
+    block: Option<(bool, Option<bool>)>,
 ) -> Result<Box<dyn Prepared + 'a>> {
     let mut run = own_run(program, schedule, fused, block.is_some())?;
-    if let Some(materialize) = block {
-        run.block(materialize);
+    if let Some((materialize, lanes)) = block {
+        run.block(materialize, lanes);
     }
     Ok(Box::new(run))
 }
@@ -1491,46 +1565,49 @@ fn own_run<'a>(
         true => shared_twins(program, schedule, &table, &fused),
         false => Default::default(),
     };
-    let mem = Memory {
-        bufs: table
-            .iter()
-            .enumerate()
-            .map(|(i, (_, a))| match moved.iter().any(|&(o, _)| o == i) {
-                true => Ok(Buf::Own(Words::default())),
-                false => Ok(Buf::Own(own_words(a.numel(), &a.name)?)),
-            })
-            .collect::<Result<_>>()?,
-        table,
-        scratch: Default::default(),
-        chained: Vec::new(),
-    };
+    let bufs = table
+        .iter()
+        .enumerate()
+        .map(|(i, (_, a))| match moved.iter().any(|&(o, _)| o == i) {
+            true => Ok(Buf::Own(Words::default())),
+            false => Ok(Buf::Own(own_words(a.numel(), &a.name)?)),
+        })
+        .collect::<Result<_>>()?;
     let run = CpuRun {
         program,
         schedule,
-        mem,
+        table,
+        bufs,
+        work: Vec::new(),
         fused: Cow::Owned(fused),
         spare: None,
         reading: None,
         skip,
         moved,
         stretches: Vec::new(),
+        lanes: None,
         fresh: (0..n).collect(),
     };
     Ok(run)
 }
 
 impl CpuRun<'_> {
-    /// Finds the stretches of its steps to run a block at a time ([`blocked`]), and the
-    /// views each keeps out of memory (none when `materialize`).
-    fn block(&mut self, materialize: bool) {
+    /// Finds the stretches of its steps to run a block at a time ([`blocked`]), the
+    /// views each keeps out of memory (none when `materialize`), and its lanes of devices
+    /// as `lanes` has them ([`CpuExecutor::device_lanes`]).
+    fn block(&mut self, materialize: bool, lanes: Option<bool>) {
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        let stretches = self.mem.stretches(&self.fused, ops);
+        let halves = |v: &View| {
+            let b = &self.bufs[self.table.index(v)];
+            matches!(b, Buf::HalvesIn(_) | Buf::HalvesOut(_) | Buf::OwnHalves(_))
+        };
+        let stretches = blocked::stretches(&self.fused.steps, ops, halves);
         // Memory read outside the steps: an operand's, or memory not the run's own
         // (lent, or holding an operand: `moved`).
         let live = |v: &View| {
-            let i = self.mem.index(v);
+            let i = self.table.index(v);
             operand(self.program, v)
-                || !matches!(self.mem.bufs[i], Buf::Own(_))
+                || !matches!(self.bufs[i], Buf::Own(_))
                 || self.moved.iter().any(|&(_, at)| at == i)
         };
         let stretches = stretches.into_iter().map(|s| {
@@ -1539,9 +1616,9 @@ impl CpuRun<'_> {
             let staged = match materialize || self.fused.piece_ends.len() > 1 {
                 true => Vec::new(),
                 false => {
-                    let mem = &self.mem;
+                    let table = &self.table;
                     let aliases = |a: &View, b: &View| {
-                        mem.index(a) == mem.index(b)
+                        table.index(a) == table.index(b)
                             && a.offset() < b.offset() + b.len()
                             && b.offset() < a.offset() + a.len()
                     };
@@ -1551,6 +1628,15 @@ impl CpuRun<'_> {
             (s, kept, staged)
         });
         self.stretches = stretches.collect();
+        let ranges: Vec<_> = self
+            .stretches
+            .iter()
+            .map(|(s, ..)| s.steps.clone())
+            .collect();
+        let slot = |v: &View| self.slot(v.device(), v.alloc());
+        let n = rayon::current_num_threads().min(self.program.devices);
+        let steps = &self.fused.steps;
+        self.lanes = device_lanes::plan(steps, ops, &ranges, self.bufs.len(), slot, n, lanes);
     }
 
     /// An error when memory of view `v` is kept out of memory by a stretch
@@ -1571,41 +1657,58 @@ impl CpuRun<'_> {
     fn iterate(&mut self, iters: usize) -> Result<()> {
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
         let steps = &self.fused.steps;
-        for _ in 0..iters {
-            // In slices, so that a watched caller may stop a long run between them
-            // (crate::interrupt); the steps run in the same order, a stretch a block
-            // at a time.
-            let (mut k, mut next) = (0, self.stretches.iter().peekable());
-            while k < steps.len() {
-                crate::interrupt::check()?;
-                if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
-                    self.mem
-                        .blocked(s, steps, ops, &self.skip, [kept, staged])?;
-                    k = s.steps.end;
-                    continue;
-                }
-                let end = next
-                    .peek()
-                    .map_or(steps.len(), |(s, ..)| s.steps.start)
-                    .min(k + INTERRUPT_EVERY_OPS);
-                self.mem.run(&steps[k..end], ops, k, &self.skip);
-                k = end;
-            }
+        let places = places_of(&mut self.bufs);
+        let threads = self
+            .lanes
+            .as_ref()
+            .map_or(1, |l| rayon::current_num_threads().clamp(1, l.lanes.len()));
+        if self.work.len() < threads {
+            self.work.resize_with(threads, Default::default);
         }
-        Ok(())
+        let (table, skip, stretches) = (&self.table, &self.skip[..], &self.stretches);
+        let Some(lanes) = &self.lanes else {
+            let mut mem = Memory {
+                table,
+                places: &places,
+                work: &mut self.work[0],
+            };
+            return (0..iters).try_for_each(|_| in_order(&mut mem, steps, ops, skip, stretches));
+        };
+        let work: Vec<std::sync::Mutex<&mut Scratch>> =
+            self.work.iter_mut().map(std::sync::Mutex::new).collect();
+        let unit = |thread: usize, u: &device_lanes::Unit| {
+            let mut w = work[thread].lock().unwrap_or_else(|e| e.into_inner());
+            let mut mem = Memory {
+                table,
+                places: &places,
+                work: &mut w,
+            };
+            match u.stretch {
+                Some(j) => {
+                    let (s, kept, staged) = &stretches[j];
+                    mem.blocked(s, steps, ops, skip, [kept, staged])
+                }
+                None => {
+                    mem.run(&steps[u.steps.clone()], ops, u.steps.start, skip);
+                    Ok(())
+                }
+            }
+        };
+        (0..iters).try_for_each(|_| device_lanes::run(lanes, threads, &unit))
     }
 
     /// Its fresh buffers where steps write them in memory (not only in a core's blocks,
     /// [`blocked::dead_inside`]), in the order they first do, to fault in beside its
-    /// first run; none after that.
+    /// first run (before it, where lanes of devices keep every core busy); none after
+    /// that.
     fn prefault(&mut self) -> prefault::Prefault {
         let mut out = prefault::Prefault::default();
         let mut fresh = std::mem::take(&mut self.fresh);
-        fresh.retain(|&i| self.mem.bufs[i].len() * 4 >= words::LAZY_FROM);
+        fresh.retain(|&i| self.bufs[i].len() * 4 >= words::LAZY_FROM);
         if fresh.is_empty() {
             return out;
         }
-        let mut is_fresh = vec![false; self.mem.bufs.len()];
+        let mut is_fresh = vec![false; self.bufs.len()];
         fresh.into_iter().for_each(|i| is_fresh[i] = true);
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
         let mut stretches = self.stretches.iter().peekable();
@@ -1620,7 +1723,7 @@ impl CpuRun<'_> {
                 if !is_fresh[i] || dead.contains(&v) {
                     continue;
                 }
-                let b = &self.mem.bufs[i];
+                let b = &self.bufs[i];
                 let (start, end) = (v.offset(), v.offset() + v.len());
                 match b {
                     // Two elements a word.
@@ -1652,7 +1755,7 @@ impl CpuRun<'_> {
 
     /// The memory slot holding allocation `alloc` of `device` ([`CpuRun::moved`]).
     fn slot(&self, device: usize, alloc: ir::AllocId) -> usize {
-        let i = self.mem.table.index_of(device, alloc);
+        let i = self.table.index_of(device, alloc);
         self.moved
             .iter()
             .find(|(o, _)| *o == i)
@@ -1662,8 +1765,36 @@ impl CpuRun<'_> {
     /// The words of view `v`, where its allocation is held ([`CpuRun::slot`]).
     fn view_words(&mut self, v: &View) -> &mut [u32] {
         let i = self.slot(v.device(), v.alloc());
-        &mut self.mem.bufs[i][v.offset()..v.offset() + v.len()]
+        &mut self.bufs[i][v.offset()..v.offset() + v.len()]
     }
+}
+
+/// Runs `steps` (of `ops`) once in order on this thread, but those `skip` lists, the
+/// `stretches` a block at a time; in slices, so that a watched caller may stop a long
+/// run between them ([`crate::interrupt`]).
+fn in_order(
+    mem: &mut Memory<'_>,
+    steps: &[Step],
+    ops: &[DataOp],
+    skip: &[usize],
+    stretches: &[(blocked::Stretch, Vec<View>, Vec<View>)],
+) -> Result<()> {
+    let (mut k, mut next) = (0, stretches.iter().peekable());
+    while k < steps.len() {
+        crate::interrupt::check()?;
+        if let Some((s, kept, staged)) = next.next_if(|(s, ..)| s.steps.start == k) {
+            mem.blocked(s, steps, ops, skip, [kept, staged])?;
+            k = s.steps.end;
+            continue;
+        }
+        let end = next
+            .peek()
+            .map_or(steps.len(), |(s, ..)| s.steps.start)
+            .min(k + INTERRUPT_EVERY_OPS);
+        mem.run(&steps[k..end], ops, k, skip);
+        k = end;
+    }
+    Ok(())
 }
 
 /// An error unless `bytes` is the size of view `v` of `elem`-byte elements.
@@ -1683,7 +1814,7 @@ impl Prepared for CpuRun<'_> {
         for (d, dev) in inputs.iter().enumerate() {
             for (&a, arr) in self.program.inputs.iter().zip(dev) {
                 let i = self.slot(d, a);
-                self.mem.bufs[i].copy_from_slice(&arr.words);
+                self.bufs[i].copy_from_slice(&arr.words);
             }
         }
         Ok(())
@@ -1691,7 +1822,14 @@ impl Prepared for CpuRun<'_> {
 
     fn run(&mut self, iters: usize) -> Result<Duration> {
         let t = Instant::now();
-        self.prefault().during(|| self.iterate(iters))?;
+        match self.lanes {
+            // Every core runs a lane: the fresh pages first, on every core.
+            Some(_) => {
+                self.prefault().now();
+                self.iterate(iters)?;
+            }
+            None => self.prefault().during(|| self.iterate(iters))?,
+        }
         Ok(t.elapsed())
     }
 
@@ -1699,7 +1837,7 @@ impl Prepared for CpuRun<'_> {
         let a = *self.program.inputs.get(operand)?;
         (device < self.program.devices).then(|| {
             let i = self.slot(device, a);
-            &mut self.mem.bufs[i][..]
+            &mut self.bufs[i][..]
         })
     }
 
@@ -1712,7 +1850,7 @@ impl Prepared for CpuRun<'_> {
         if device >= self.program.devices {
             return None;
         }
-        match &self.mem.bufs[self.slot(device, a)] {
+        match &self.bufs[self.slot(device, a)] {
             Buf::HalvesOut(_) => None,
             b => Some(&b[..]),
         }
@@ -1723,7 +1861,7 @@ impl Prepared for CpuRun<'_> {
         if device >= self.program.devices || self.writes(device, a) {
             return None;
         }
-        match &self.mem.bufs[self.slot(device, a)] {
+        match &self.bufs[self.slot(device, a)] {
             Buf::HalvesIn(_) => None,
             b => Some(&b[..]),
         }
@@ -1736,7 +1874,16 @@ impl Prepared for CpuRun<'_> {
             .ok_or_else(|| crate::Error::bad_input(format!("no piece {k} of {n}")))?;
         let steps = steps.to_vec();
         let ops = self.fused.ops.as_deref().unwrap_or(&self.schedule.ops);
-        self.mem.run(&steps, ops, first, &self.skip);
+        let places = places_of(&mut self.bufs);
+        if self.work.is_empty() {
+            self.work.push(Scratch::default());
+        }
+        let mut mem = Memory {
+            table: &self.table,
+            places: &places,
+            work: &mut self.work[0],
+        };
+        mem.run(&steps, ops, first, &self.skip);
         Ok(())
     }
 
@@ -1792,7 +1939,7 @@ impl Prepared for CpuRun<'_> {
                     .map(|&a| HostArray {
                         dtype: allocs[a].dtype,
                         shape: allocs[a].shape.clone(),
-                        words: match &self.mem.bufs[self.slot(d, a)] {
+                        words: match &self.bufs[self.slot(d, a)] {
                             Buf::HalvesOut(h) => h.iter().map(|&x| u32::from(x)).collect(),
                             b => b.to_vec(),
                         },

@@ -8,7 +8,9 @@
 //! time, in the order the run first writes them), so the run finds most of them there. Only buffers the
 //! run writes are asked for (nothing becomes resident that would not), and only where
 //! there is a second core to do it. Contents never change: a populated page of a fresh
-//! mapping is zero, as the untouched page was.
+//! mapping is zero, as the untouched page was. Where lanes of devices
+//! ([`super::device_lanes`]) keep every core busy, the pages are asked for before the
+//! run instead, on every core ([`Prefault::now`]).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -46,6 +48,21 @@ impl Prefault {
                     .push((at + c * CHUNK, CHUNK.min(bytes - c * CHUNK)));
             }
         }
+    }
+
+    /// Faults every queued chunk in now, spread over the cores: for a run whose lanes
+    /// of devices ([`super::device_lanes`]) keep every core busy. Faulted in by the run
+    /// itself, each page would be a trap on a busy core, and a page read before it is
+    /// written (the zero page mapped) a second, flushing every core's TLB.
+    pub fn now(self) {
+        if self.chunks.is_empty() || !cfg!(target_os = "linux") {
+            return;
+        }
+        let helpers = rayon::current_num_threads() - 1;
+        super::spread::spread(self.chunks.len(), helpers, &|c| {
+            let (at, bytes) = self.chunks[c];
+            populate_write(at, bytes);
+        });
     }
 
     /// Runs `f` while a helper thread faults the buffers in (all of them where there is
@@ -163,5 +180,28 @@ mod tests {
         assert_eq!(b.iter().map(|&x| x as u64).sum::<u64>(), 6);
         a[0] = 1;
         b[0] = 1;
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn buffers_fault_in_before_a_run_and_keep_their_contents() {
+        let mut a = Words::zeroed(3 * LAZY_FROM / 4 + 5).unwrap();
+        a[LAZY_FROM / 4 + 1] = 7;
+        let mut p = Prefault::default();
+        p.add(&a, 0..a.len());
+        let before = resident(&a);
+        p.now();
+        let probe = Words::zeroed(LAZY_FROM / 4).unwrap();
+        if populate_write(probe.as_ptr() as usize, LAZY_FROM) {
+            // Every whole page (the last partial one is left to the run).
+            let pages = a.len() * 4 / super::super::words::PAGE * super::super::words::PAGE;
+            assert!(
+                resident(&a) >= pages && resident(&a) > before,
+                "{before} -> {}",
+                resident(&a)
+            );
+        }
+        assert_eq!(a.iter().map(|&x| x as u64).sum::<u64>(), 7);
+        assert_eq!(a[LAZY_FROM / 4 + 1], 7);
     }
 }

@@ -53,6 +53,9 @@ impl Shared {
 /// and on up to `helpers` of rayon's workers; returns when all are done. A part that
 /// panics panics here, after the others are done.
 pub(super) fn spread(parts: usize, helpers: usize, work: &(dyn Fn(usize) + Sync)) {
+    if ALONE.get() {
+        return (0..parts).for_each(work);
+    }
     // SAFETY (of the lifetime's erasure): helpers call `work` only for parts claimed
     // before the wait below ends.
     let work: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work) };
@@ -112,7 +115,26 @@ pub(super) fn spread_chunks<T: Send>(
 /// reductions of 128 Ki elements, thousands a call) ran 1.5-2x faster on one core
 /// than with those spread.
 pub(super) fn worth(ns: f64) -> bool {
-    ns >= least_ns() && rayon::current_num_threads() > 1
+    ns >= least_ns() && rayon::current_num_threads() > 1 && !ALONE.get()
+}
+
+thread_local! {
+    /// Set while this thread runs steps that other threads' steps run beside
+    /// ([`super::device_lanes`]): its steps are not spread.
+    static ALONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's steps unspread: [`worth`] is false and [`spread`] runs
+/// every part on this thread (the cores are busy with lanes of devices).
+pub(super) fn alone<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ALONE.set(self.0);
+        }
+    }
+    let _restore = Restore(ALONE.replace(true));
+    f()
 }
 
 /// The least work, in nanoseconds on one core, that [`worth`] spreads by default.
