@@ -167,3 +167,64 @@ fn a_run_in_lanes_repeats_and_its_buffers_are_read_after() {
     let on = in_pool(2, || run_n(CpuExecutor::new().device_lanes(Some(true)), 7));
     assert!(on == off);
 }
+
+#[test]
+fn lanes_are_used_where_devices_have_small_steps_to_run_at_once() {
+    in_pool(2, || {
+        let exec = CpuExecutor::new();
+        // Each device computes blocks of its own, then sends: lanes.
+        let job = Job::call(local_then_send(32, 256), Mesh::new(4, "x").unwrap());
+        let plan = job.plan().unwrap();
+        assert_eq!(exec.side_by_side(&plan.program, &plan.schedule), 2);
+        // psum's ring: each step waits for the last device's, nothing to run at once.
+        let c = Registry::builtin().by_name("psum").unwrap();
+        let mesh = Mesh::new(4, "x").unwrap();
+        let eager = tpusim::sched::ScheduleSpec::Eager;
+        let job = common::job(&c, &mesh, &[64, 1024], DType::F32, eager);
+        let plan = job.plan().unwrap();
+        assert_eq!(exec.side_by_side(&plan.program, &plan.schedule), 1);
+        // Off, whatever the kernel.
+        let off = CpuExecutor::new().device_lanes(Some(false));
+        let plan = Job::call(ring(16, 256), Mesh::new(4, "x").unwrap())
+            .plan()
+            .unwrap();
+        assert_eq!(off.side_by_side(&plan.program, &plan.schedule), 1);
+    });
+}
+
+/// Each device computes `rounds` blocks of `rows` rows from its input, a row reduction
+/// and a product apiece (steps of their own), then sends the last to the right.
+fn local_then_send(rounds: usize, rows: usize) -> PallasCall {
+    let spec = GridSpec::new()
+        .input("x", MemorySpace::Vmem, &[rows, 128], DType::F32)
+        .output("y", MemorySpace::Vmem, &[rows, 128], DType::F32)
+        .vmem("s", &[rounds, rows, 128], DType::F32)
+        .vmem("w", &[128, 128], DType::F32)
+        .dma_sem("send")
+        .dma_sem("recv");
+    PallasCall::new("local_then_send", spec, move |pl, a| {
+        let me = pl.axis_index("x");
+        let right = (me + 1) % pl.num_devices();
+        let x = pl.load(a.r("x"));
+        pl.store(
+            a.r("w"),
+            &pl.load(a.r("x")).slice(&[0, 0], &[128, 128], &[1, 1]),
+        );
+        let w = pl.load(a.r("w"));
+        for r in 0..rounds {
+            let t = pl.tanh(&(&x * ((r as f64 + 1.0) / rounds as f64)));
+            let m = t.max(&[1]).broadcast_in_dim(&[rows, 128], &[0]);
+            let d = pl.dot(&(&t - &m), &w);
+            pl.store(a.r("s").at(r as i64), &d);
+        }
+        let dma = pl.make_async_remote_copy(
+            a.r("s").at(rounds as i64 - 1),
+            a.r("y"),
+            a.sem("send"),
+            a.sem("recv"),
+            right,
+        );
+        dma.start();
+        dma.wait();
+    })
+}

@@ -28,10 +28,19 @@ pub const DEVICE_LANES_ENV: &str = "TPUSIM_DEVICE_LANES";
 /// Steps at most in a unit: a watched caller may stop a run between units.
 const MOST_STEPS: usize = 256;
 
-/// Nanoseconds an element a step touches costs one core, roughly: a step of more than
-/// [`super::spread::worth`]'s least work is spread over the cores itself, and a run whose
-/// smaller steps touch less runs on one lane.
+/// Nanoseconds an element a step touches costs one core, roughly: a step (or blocked
+/// stretch) of more than [`super::spread::worth`]'s least work is spread over the cores
+/// itself, and a run whose smaller steps touch less, or less than its larger ones, runs
+/// on one lane.
 const ELEMENT_NS: f64 = 0.2;
+
+/// Nanoseconds a multiply-add of a product costs one core, roughly (the AMX tiles'
+/// rate, `amx.rs`): products are spread over the cores by their multiply-adds.
+const MAC_NS: f64 = 0.003;
+
+/// Nanoseconds a unit costs beyond its steps, roughly (looking at the lanes, holding
+/// one, the other core's caches): for judging whether lanes gain.
+const UNIT_NS: f64 = 1000.0;
 
 /// Consecutive steps of one lane, run by one thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,8 +104,9 @@ struct Slot {
 /// `slot` is the memory slot (of `slots`) a view's elements are in. None where one lane
 /// would hold every unit, or `on` is `Some(false)`, or it is `None` and
 /// [`DEVICE_LANES_ENV`] is `0` or the steps too small to spread over the cores each
-/// are too few to be worth a second core (a run of large steps spreads each: `psum` of
-/// megabytes, a matmul of thousands of rows).
+/// are too few to be worth a second core, or fewer than the larger ones (a run of large
+/// steps spreads each: data movement of megabytes a block at a time, matmuls of
+/// thousands of rows; in a lane, a step runs on one core).
 pub(super) fn plan(
     steps: &[Step],
     ops: &[DataOp],
@@ -115,7 +125,10 @@ pub(super) fn plan(
         follows: vec![vec![0; lanes]; lanes],
         out: vec![Vec::new(); lanes],
         touched: Vec::new(),
-        small: 0,
+        small: 0.0,
+        large: 0.0,
+        ends: vec![Vec::new(); lanes],
+        units: 0,
     };
     let lane_of = |step: &Step| {
         let (mut read, mut written) = (None, None);
@@ -153,7 +166,29 @@ pub(super) fn plan(
         planner.close(lane, start..steps.len(), None, steps, ops, &slot);
     }
     let used = planner.out.iter().filter(|l| !l.is_empty()).count();
-    let worth = on == Some(true) || super::spread::worth(planner.small as f64 * ELEMENT_NS);
+    // The time in lanes, each unit taking its elements' time once its lane and what
+    // it waits for are done, against one after another: a ring whose every step waits
+    // for the last (psum) gains nothing.
+    let (small, large) = (planner.small, planner.large);
+    let one_lane = small + large + UNIT_NS * planner.units as f64;
+    let in_lanes = planner
+        .ends
+        .iter()
+        .filter_map(|e| e.last())
+        .fold(0.0, |a: f64, &b| a.max(b));
+    let gain = one_lane - in_lanes;
+    let worth = small >= large && gain >= in_lanes / 4.0 && super::spread::worth(gain);
+    if std::env::var_os("TPUSIM_DEBUG_PLAN").is_some() {
+        eprintln!(
+            "tpusim: device lanes: {} units, small steps {:.3} s, large {:.3} s, in lanes {:.3} s: {}",
+            planner.units,
+            small * 1e-9,
+            large * 1e-9,
+            in_lanes * 1e-9,
+            if worth { "lanes" } else { "one lane" }
+        );
+    }
+    let worth = on == Some(true) || worth;
     (used >= 2 && worth).then_some(Lanes { lanes: planner.out })
 }
 
@@ -172,11 +207,25 @@ struct Planner {
     out: Vec<Vec<Unit>>,
     /// The unit being closed's touches: `(slot, elements, written, lane of the slot)`.
     touched: Vec<(usize, Range<usize>, bool, usize)>,
-    /// Elements touched by steps not worth spreading each (how much work lanes spread).
-    small: usize,
+    /// Nanoseconds of work ([`ELEMENT_NS`], [`MAC_NS`]) of steps (a stretch: all its
+    /// steps) not worth spreading each (how much work lanes spread), and of the others.
+    small: f64,
+    large: f64,
+    /// When each unit of each lane would end, in nanoseconds of work ([`ELEMENT_NS`],
+    /// [`UNIT_NS`]), each starting when its lane and what it waits for are done.
+    ends: Vec<Vec<f64>>,
+    units: usize,
 }
 
 impl Planner {
+    /// Counts work of `ns` spread over the cores as one step, or not.
+    fn sized(&mut self, ns: f64) {
+        match super::spread::worth(ns) {
+            true => self.large += ns,
+            false => self.small += ns,
+        }
+    }
+
     /// Adds `steps[range]` as the next unit of `lane`: what it waits for, then its touches.
     fn close(
         &mut self,
@@ -189,6 +238,7 @@ impl Planner {
     ) {
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
+        let (mut ns, mut work) = (0.0, 0.0);
         for step in &steps[range.clone()] {
             let mut elements = 0;
             footprint(step, ops, |v, w| {
@@ -196,10 +246,19 @@ impl Planner {
                 touched.push((slot(v), at..at + v.len(), w, v.device() % self.lanes));
                 elements += v.len();
             });
-            if !super::spread::worth(elements as f64 * ELEMENT_NS) {
-                self.small += elements;
+            let macs = match step {
+                Step::Op(i) => ops[*i].work().macs,
+                Step::Region(_) => 0,
+            };
+            ns += elements as f64 * ELEMENT_NS + macs as f64 * MAC_NS;
+            // A step is spread on its own, a stretch's steps together.
+            if stretch.is_none() {
+                work += ns;
+                self.sized(std::mem::take(&mut ns));
             }
         }
+        work += ns;
+        self.sized(ns);
         let mut need = self.follows[lane].clone();
         for (s, elems, write, home) in &touched {
             let st = &mut self.slots[*s];
@@ -229,6 +288,13 @@ impl Planner {
             .collect();
         self.follows[lane] = need;
         let unit = self.out[lane].len();
+        let start = after
+            .iter()
+            .map(|&(x, k)| self.ends[x][k - 1])
+            .chain(self.ends[lane].last().copied())
+            .fold(0.0, f64::max);
+        self.ends[lane].push(start + work + UNIT_NS);
+        self.units += 1;
         for (s, elems, write, home) in touched.drain(..) {
             let st = &mut self.slots[s];
             if home == lane {
